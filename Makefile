@@ -1,0 +1,38 @@
+# The two commands a newcomer needs:  make study   and   make test
+PYTHON   ?= python3
+VENV     := .venv
+PY       := $(VENV)/bin/python
+PROFILE  ?= standard
+GATEWAYS ?= all
+SET      ?=
+STUDY    ?=
+
+.PHONY: study test test-deps report setup clean-venv
+
+setup: $(VENV)/.installed
+
+# The study environment, pinned by requirements.lock; rebuilt when the pins change.
+$(VENV)/.installed: pyproject.toml requirements.lock
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c requirements.lock -e '.[test]'
+	touch $@
+
+## make study [PROFILE=standard] [GATEWAYS=all|direct,nginx,...] [SET="--set runs_per_gateway=1"]
+study: setup
+	$(PY) -m harness.execute --profile $(PROFILE) --gateways $(GATEWAYS) $(SET)
+
+## Debian packages the tests need (nginx, chromium); idempotent.
+test-deps:
+	bash scripts/install-test-deps.sh
+
+test: setup test-deps
+	$(PY) -m pytest -p no:cacheprovider
+
+## make report STUDY=artifacts/<study-id>
+report: setup
+	@test -n "$(STUDY)" || (echo "usage: make report STUDY=artifacts/<study-id>" >&2; exit 2)
+	$(PY) -m report.build $(STUDY)
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,84 @@
+"""The study command: execute the study notebook with papermill, then build the report.
+
+    python -m harness.execute --profile standard --gateways all
+
+Parameters are checked before anything starts; the executed notebook is written into the
+study directory next to the artifacts it produced.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from harness import config as config_mod
+from harness.config import REPO_DIR, ConfigError
+from harness.gateway_spec import list_gateways
+from harness.store import read_json
+
+NOTEBOOK = REPO_DIR / "notebooks" / "head_to_head.ipynb"
+
+
+def parse(argv: list[str]) -> tuple[dict, config_mod.StudyConfig]:
+    parser = argparse.ArgumentParser(prog="python -m harness.execute", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", default="standard", choices=sorted(config_mod.PROFILES))
+    parser.add_argument("--gateways", default="all",
+                        help="comma-separated system names, or 'all' (every folder under gateways/)")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="override any StudyConfig field, e.g. --set runs_per_gateway=1")
+    parser.add_argument("--no-report", action="store_true", help="skip building report.html")
+    args = parser.parse_args(argv)
+    gateways = list_gateways() if args.gateways == "all" else \
+        [g.strip() for g in args.gateways.split(",") if g.strip()]
+    overrides = {}
+    for item in args.set:
+        name, _, value = item.partition("=")
+        try:
+            overrides[name] = json.loads(value)
+        except ValueError:
+            overrides[name] = value
+    config = config_mod.from_profile(args.profile, gateways=gateways, **overrides).with_study_id()
+    config_mod.validate(config)
+    params = {"profile": args.profile, "gateways": list(config.gateways), "overrides": overrides,
+              "study_id": config.study_id, "out_dir": config.out_dir}
+    return {"params": params, "report": not args.no_report}, config
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        options, config = parse(sys.argv[1:] if argv is None else argv)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    import papermill
+    study_dir = config.study_dir
+    study_dir.mkdir(parents=True, exist_ok=True)
+    executed = study_dir / "head_to_head.ipynb"
+    print(f"study {config.study_id}: {', '.join(config.gateways)} ({config.profile} profile)",
+          flush=True)
+    start = time.monotonic()
+    try:
+        papermill.execute_notebook(str(NOTEBOOK), str(executed), parameters=options["params"],
+                                   log_output=True, progress_bar=False, cwd=str(REPO_DIR / "notebooks"))
+    except papermill.PapermillExecutionError as exc:
+        print(f"error: the study notebook failed: {exc.ename}: {exc.evalue}\n"
+              f"executed notebook: {executed}", file=sys.stderr)
+        return 1
+    manifest = read_json(study_dir / "manifest.json")
+    report = ""
+    if options["report"]:
+        from report.build import build_report
+        report = str(build_report(study_dir))
+    print(f"\nstudy {manifest['status']} in {(time.monotonic() - start) / 60:.1f} min")
+    print(f"  artifacts: {study_dir}")
+    print(f"  notebook:  {executed}")
+    if report:
+        print(f"  report:    {report}")
+    return 0 if manifest["status"] == "completed" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""Drive Locust as a subprocess and turn its raw rows into requests.parquet."""
+from __future__ import annotations
+
+import csv
+import glob
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from harness.plan import RunSpec
+from harness.processes import ManagedProcess, ProcessError, log_tail
+from harness.store import REQUEST_SCHEMA, write_parquet
+
+LOCUSTFILE = Path(__file__).with_name("locustfile.py")
+CPU_WARNING_MARKER = "CPU usage"          # Locust: "CPU usage above 90%! This may constrain..."
+PHASE_ORDER = ("warmup_start_t_unix_s", "ramp_start_t_unix_s", "hold_start_t_unix_s",
+               "hold_end_t_unix_s")
+
+
+@dataclass(frozen=True)
+class Target:
+    """How requests reach the system under test."""
+    base_url: str
+    chat_path: str
+    model: str
+    headers: dict
+    self_overhead_header: str
+    self_overhead_scale_ms: float
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    exit_code: int
+    phases: dict
+    inflight_at_stop: int
+    cpu_warnings: list
+    started_t_unix_s: float
+    ended_t_unix_s: float
+
+
+def planned_load_s(spec: RunSpec) -> float:
+    return spec.load.warmup_s + spec.load.ramp_s + spec.load.max_hold_s
+
+
+def start_locust(spec: RunSpec, target: Target, run_dir: Path) -> ManagedProcess:
+    settings = {
+        "chat_path": target.chat_path, "model": target.model, "headers": target.headers,
+        "self_overhead_header": target.self_overhead_header.lower(),
+        "self_overhead_scale_ms": target.self_overhead_scale_ms,
+        "users": spec.load.users, "ramp_s": spec.load.ramp_s, "hold_s": spec.load.hold_s,
+        "min_hold_requests": spec.load.min_hold_requests, "max_hold_s": spec.load.max_hold_s,
+        "warmup_s": spec.load.warmup_s, "warmup_users": spec.load.warmup_users,
+        "think_time_s": spec.load.think_time_s, "request_timeout_s": spec.load.request_timeout_s,
+        "max_tokens": spec.load.max_tokens, "raw_dir": str(run_dir / "raw"),
+        "phases_file": str(run_dir / "phases.json"),
+    }
+    (run_dir / "raw").mkdir(parents=True, exist_ok=True)
+    settings_path = run_dir / "load.json"
+    settings_path.write_text(json.dumps(settings, indent=2))
+    argv = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
+            "--host", target.base_url, "--csv", str(run_dir / "locust"),
+            "--logfile", str(run_dir / "locust.log"), "--loglevel", "INFO",
+            "--exit-code-on-error", "0",
+            # Users finish the request they are in when the load stops, so the mock's count
+            # and the rows can match exactly; whatever is still unanswered after this is killed.
+            "--stop-timeout", f"{int(spec.load.request_timeout_s) + 5}s",
+            # A safety bound only: the shape ends the load long before this.
+            "--run-time", f"{int(planned_load_s(spec) + 60)}s"]
+    if spec.load.locust_processes > 1:
+        argv += ["--processes", str(spec.load.locust_processes)]
+    env = {**os.environ, "SLUICE_LOAD_FILE": str(settings_path), "PYTHONUNBUFFERED": "1"}
+    return ManagedProcess("locust", argv, run_dir / "locust-stdout.log", cwd=run_dir, env=env,
+                          stop_signal="SIGTERM", stop_timeout_s=10)
+
+
+def read_progress(run_dir: Path) -> tuple[int, int]:
+    """(users now, requests so far) from Locust's stats history; (0, 0) before it exists."""
+    path = run_dir / "locust_stats_history.csv"
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 4096))
+            lines = f.read().decode(errors="replace").splitlines()
+        header = next(csv.reader([open(path).readline()]))
+        last = next(csv.reader([lines[-1]]))
+        row = dict(zip(header, last))
+        return int(float(row.get("User Count", 0) or 0)), int(float(row.get("Total Request Count", 0) or 0))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return 0, 0
+
+
+def wait_locust(proc: ManagedProcess, spec: RunSpec, run_dir: Path,
+                progress: Callable[[str], None], system_alive: Callable[[], bool],
+                progress_every_s: float = 5.0) -> None:
+    """Wait for Locust to finish the shape; raise ProcessError if the system dies meanwhile or
+    Locust outlives its bound."""
+    start = time.monotonic()
+    bound = planned_load_s(spec) + 90
+    last_report = 0.0
+    while proc.alive():
+        elapsed = time.monotonic() - start
+        if not system_alive():
+            raise ProcessError(f"the system under test exited during the load at {elapsed:.0f} s")
+        if elapsed > bound:
+            raise ProcessError(f"Locust still running after {bound:.0f} s (its bound)")
+        if elapsed - last_report >= progress_every_s:
+            users, requests = read_progress(run_dir)
+            planned = spec.load.warmup_s + spec.load.ramp_s + spec.load.hold_s
+            progress(f"users {users:>5}  requests {requests:>8}  elapsed {elapsed:5.0f} s  "
+                     f"remaining ~{max(0.0, planned - elapsed):4.0f} s")
+            last_report = elapsed
+        time.sleep(0.25)
+
+
+def collect(proc: ManagedProcess, run_dir: Path, started_t_unix_s: float) -> LoadResult:
+    phases_path = run_dir / "phases.json"
+    phases = json.loads(phases_path.read_text()) if phases_path.exists() else {}
+    inflight = 0
+    for path in glob.glob(str(run_dir / "raw" / "inflight-*.json")):
+        try:
+            inflight += int(json.load(open(path)).get("inflight_at_stop", 0))
+        except (OSError, ValueError):
+            pass
+    log = (run_dir / "locust.log")
+    text = log.read_text(errors="replace") if log.exists() else ""
+    warnings = [line for line in text.splitlines() if CPU_WARNING_MARKER in line]
+    if proc.returncode not in (0, None) and not phases:
+        raise ProcessError(f"Locust exited with code {proc.returncode} before the load began.\n"
+                           f"--- log tail ---\n{log_tail(run_dir / 'locust-stdout.log')}\n"
+                           f"{log_tail(log)}")
+    return LoadResult(exit_code=proc.returncode if proc.returncode is not None else -1,
+                      phases=phases, inflight_at_stop=inflight, cpu_warnings=warnings,
+                      started_t_unix_s=started_t_unix_s, ended_t_unix_s=time.time())
+
+
+def phase_of(start_t: np.ndarray, phases: dict) -> np.ndarray:
+    """Label each request by the phase it started in."""
+    labels = np.full(len(start_t), "warmup", dtype=object)
+    for key, name in (("ramp_start_t_unix_s", "ramp"), ("hold_start_t_unix_s", "hold"),
+                      ("hold_end_t_unix_s", "tail")):
+        if key in phases:
+            labels[start_t >= phases[key]] = name
+    return labels
+
+
+def consolidate_rows(run_dir: Path, run_id: str, system: str, phases: dict) -> pd.DataFrame:
+    """Per-process raw CSVs -> one requests.parquet (raw files are kept beside it)."""
+    frames = []
+    for path in sorted(glob.glob(str(run_dir / "raw" / "requests-*.csv"))):
+        try:
+            frames.append(pd.read_csv(path, dtype={"error_kind": str, "error": str,
+                                                   "mock_request_id": str, "worker_host": str},
+                                      keep_default_na=False, na_values={"self_overhead_ms": [""],
+                                                                         "process_users": [""]}))
+        except (pd.errors.EmptyDataError, pd.errors.ParserError):
+            continue  # a process killed before its header was written
+    raw = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+        columns=["start_t_unix_s", "latency_ms", "status_code", "response_bytes", "error_kind",
+                 "error", "process_users", "worker_pid", "worker_host", "mock_request_id",
+                 "self_overhead_ms"])
+    raw = raw.sort_values("start_t_unix_s", kind="stable").reset_index(drop=True)
+    start_t = raw["start_t_unix_s"].astype("float64").to_numpy()
+    users = _users_at(start_t, raw, run_dir)
+    frame = pd.DataFrame({
+        "run_id": run_id, "system": system, "start_t_unix_s": start_t,
+        "latency_ms": raw["latency_ms"].astype("float64"),
+        "status_code": raw["status_code"].astype("int32"),
+        "response_bytes": raw["response_bytes"].astype("int64"),
+        "error_kind": raw["error_kind"].astype(str), "error": raw["error"].astype(str),
+        "users": users.astype("int32"), "phase": phase_of(start_t, phases),
+        "worker_pid": raw["worker_pid"].astype("int32"), "worker_host": raw["worker_host"].astype(str),
+        "mock_request_id": raw["mock_request_id"].astype(str),
+        "self_overhead_ms": pd.to_numeric(raw["self_overhead_ms"], errors="coerce").astype("float64"),
+    })
+    write_parquet(run_dir / "requests.parquet", frame, REQUEST_SCHEMA)
+    return frame
+
+
+def _users_at(start_t: np.ndarray, raw: pd.DataFrame, run_dir: Path) -> np.ndarray:
+    """Users running in the whole load generator when each request started. One process knows
+    it exactly; with several, each knows only its own, so Locust's 1-second history is used."""
+    if raw["worker_pid"].nunique() <= 1 and raw["process_users"].notna().all():
+        return raw["process_users"].fillna(0).to_numpy()
+    try:
+        history = pd.read_csv(run_dir / "locust_stats_history.csv")
+        history = history[history["Name"] == "Aggregated"]
+        t = history["Timestamp"].to_numpy(dtype="float64")
+        counts = history["User Count"].to_numpy()
+        idx = np.clip(np.searchsorted(t, start_t, side="right") - 1, 0, len(t) - 1)
+        return counts[idx] if len(t) else np.zeros(len(start_t))
+    except (OSError, KeyError, ValueError):
+        return raw["process_users"].fillna(0).to_numpy()

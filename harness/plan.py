@@ -1,0 +1,95 @@
+"""A study becomes a plan: interleaved rounds of RunSpecs, each with its comparison key."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import random
+from dataclasses import dataclass
+
+from harness.config import StudyConfig
+from harness.gateway_spec import GatewaySpec
+
+
+@dataclass(frozen=True)
+class LoadShape:
+    users: int
+    ramp_s: float
+    hold_s: float
+    min_hold_requests: int
+    max_hold_s: float
+    warmup_s: float
+    warmup_users: int
+    think_time_s: float
+    locust_processes: int
+    request_timeout_s: float
+    max_tokens: int
+
+
+@dataclass(frozen=True)
+class MockSettings:
+    latency_ms: float
+    workers: int
+    response_tokens: int
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of one system: everything needed to execute it, and nothing else."""
+    run_id: str               # "<system>-<run_index>"
+    system: str
+    run_index: int            # 1-based count of this system's runs
+    round: int                # 1-based round of the interleaved plan
+    position: int             # 0-based place within the round
+    load: LoadShape
+    mock: MockSettings
+    gateway_workers: int
+    idle_s: float
+    cooldown_s: float
+    ready_timeout_s: float
+    gateway_toml_sha256: str
+    seed: int
+    comparison_key: str
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def comparison_key(system: str, load: LoadShape, mock: MockSettings, gateway_workers: int,
+                   gateway_toml_sha256: str) -> str:
+    """SHA-256 of the run's full configuration. Runs with equal keys ran the same thing; the
+    run index, round and position are deliberately left out so repeated runs share a key."""
+    payload = {"system": system, "load": dataclasses.asdict(load), "mock": dataclasses.asdict(mock),
+               "gateway_workers": gateway_workers, "gateway_toml_sha256": gateway_toml_sha256}
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec]) -> list[RunSpec]:
+    """Round r runs every system once, in an order shuffled by the seed, so slow drift of the
+    machine (thermal, other tenants) spreads over all systems instead of landing on one."""
+    load = LoadShape(
+        users=config.users, ramp_s=config.ramp_s, hold_s=config.hold_s,
+        min_hold_requests=config.min_hold_requests, max_hold_s=config.max_hold_s,
+        warmup_s=config.warmup_s, warmup_users=config.warmup_users,
+        think_time_s=config.think_time_s, locust_processes=config.locust_processes,
+        request_timeout_s=config.request_timeout_s, max_tokens=config.mock_response_tokens)
+    mock = MockSettings(latency_ms=config.mock_latency_ms, workers=config.mock_workers,
+                        response_tokens=config.mock_response_tokens)
+    rng = random.Random(config.seed)
+    plan = []
+    for round_index in range(1, config.runs_per_gateway + 1):
+        order = list(config.gateways)
+        rng.shuffle(order)
+        for position, system in enumerate(order):
+            spec = specs[system]
+            plan.append(RunSpec(
+                run_id=f"{system}-{round_index}", system=system, run_index=round_index,
+                round=round_index, position=position, load=load, mock=mock,
+                gateway_workers=config.gateway_workers, idle_s=config.idle_s,
+                cooldown_s=config.cooldown_s,
+                ready_timeout_s=max(config.ready_timeout_s, spec.ready_timeout_s),
+                gateway_toml_sha256=spec.toml_sha256, seed=config.seed,
+                comparison_key=comparison_key(system, load, mock, config.gateway_workers,
+                                              spec.toml_sha256)))
+    return plan

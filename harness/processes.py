@@ -1,0 +1,180 @@
+"""Native processes: started in their own process group, logged to a file, always stopped.
+
+Every process the harness starts is registered until it is stopped, so that an error, an
+interrupt or interpreter exit can stop all of them (and everything they spawned).
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import psutil
+
+_live: dict[int, "ManagedProcess"] = {}
+_live_lock = threading.Lock()
+
+
+class ProcessError(RuntimeError):
+    """A process that could not start, exited early or never became ready."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def log_tail(path: Path, max_lines: int = 30) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 16384))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(lines[-max_lines:])
+
+
+class ManagedProcess:
+    """One started command and its whole process tree."""
+
+    def __init__(self, role: str, argv: list[str], log_path: Path, cwd: Path | None = None,
+                 env: dict | None = None, stop_signal: str = "SIGTERM", stop_timeout_s: float = 10.0):
+        self.role = role
+        self.argv = list(argv)
+        self.log_path = Path(log_path)
+        self.stop_signal = getattr(signal, stop_signal)
+        self.stop_timeout_s = stop_timeout_s
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "ab")
+        try:
+            self.popen = subprocess.Popen(
+                self.argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=self._log,
+                stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as exc:
+            self._log.close()
+            raise ProcessError(f"{role}: cannot start {argv[0]!r}: {exc.strerror or exc}") from None
+        self.pid = self.popen.pid
+        self.started_t_unix_s = time.time()
+        self._seen: dict[int, psutil.Process] = {}
+        with _live_lock:
+            _live[self.pid] = self
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.poll()
+
+    def tree(self) -> list[psutil.Process]:
+        """The root and every descendant alive now (remembered, so stop() finds them all)."""
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            procs = []
+        for p in procs:
+            self._seen.setdefault(p.pid, p)
+        return procs
+
+    def stop(self) -> None:
+        """Graceful signal to the group, then SIGKILL to the group and every descendant seen."""
+        self.tree()
+        try:
+            os.killpg(self.pid, self.stop_signal)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.popen.wait(timeout=self.stop_timeout_s)
+        except subprocess.TimeoutExpired:
+            pass
+        leftovers = [p for p in self._seen.values() if _is_alive(p)]
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for p in leftovers:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        try:
+            self.popen.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        psutil.wait_procs([p for p in leftovers if _is_alive(p)], timeout=5)
+        self._log.close()
+        with _live_lock:
+            _live.pop(self.pid, None)
+
+    def kill_tree(self) -> None:
+        """SIGKILL to everything at once (used by fault injection and interrupts)."""
+        self.stop_signal = signal.SIGKILL
+        self.stop_timeout_s = 2.0
+        self.stop()
+
+
+def _is_alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def stop_all() -> None:
+    """Stop every registered process, newest first (clients before servers)."""
+    with _live_lock:
+        procs = sorted(_live.values(), key=lambda p: p.started_t_unix_s, reverse=True)
+    for proc in procs:
+        proc.stop()
+
+
+def live_processes() -> list[ManagedProcess]:
+    with _live_lock:
+        return list(_live.values())
+
+
+atexit.register(stop_all)
+
+
+def wait_ready(proc: ManagedProcess | None, url: str, expect_status: int, timeout_s: float,
+               what: str) -> float:
+    """Poll url until it answers expect_status; return seconds waited. Fails fast if proc exits."""
+    start = time.monotonic()
+    deadline = start + timeout_s
+    last_error = "no answer yet"
+    while time.monotonic() < deadline:
+        if proc is not None and not proc.alive():
+            raise ProcessError(f"{what}: exited with code {proc.returncode} before it was ready "
+                               f"({url}).\n--- log tail ({proc.log_path}) ---\n{log_tail(proc.log_path)}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                if resp.status == expect_status:
+                    return time.monotonic() - start
+                last_error = f"HTTP {resp.status}"
+        except urllib.error.HTTPError as exc:
+            if exc.code == expect_status:
+                return time.monotonic() - start
+            last_error = f"HTTP {exc.code}"
+        except (urllib.error.URLError, OSError) as exc:
+            last_error = str(getattr(exc, "reason", exc))
+        time.sleep(0.1)
+    tail = log_tail(proc.log_path) if proc is not None else ""
+    raise ProcessError(f"{what}: not ready after {timeout_s:.0f} s at {url} (last: {last_error}).\n"
+                       f"--- log tail ({proc.log_path if proc else '-'}) ---\n{tail}")

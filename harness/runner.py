@@ -1,0 +1,175 @@
+"""Execute one RunSpec: mock, system, checks, load, samples, artifacts. Produces a RunRecord.
+
+A failure anywhere fails this run only: its processes are stopped, the rows and samples
+written so far are kept, and the reason is in its manifest.
+"""
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from harness import load as load_stage
+from harness.gateway_spec import GatewaySpec
+from harness.machine import host_snapshot
+from harness.plan import RunSpec
+from harness.processes import ProcessError
+from harness.sampling import SAMPLE_COLUMNS, Sampler
+from harness.store import SAMPLE_SCHEMA, hash_run_files, read_json, write_json, write_parquet
+from harness.systems import start_mock, start_system
+from harness.verify import pre_check, send_chat
+from mocks.stats import diff_stats, read_stats
+
+import mocks
+
+
+class Interrupted(BaseException):
+    """The study was told to stop (SIGINT/SIGTERM). BaseException: no handler swallows it."""
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    run_id: str
+    system: str
+    run_index: int
+    status: str               # completed | failed | interrupted
+    reason: str
+    run_dir: Path
+    comparison_key: str
+    started_t_unix_s: float
+    ended_t_unix_s: float
+
+
+def run_dir_for(study_dir: Path, spec: RunSpec) -> Path:
+    return study_dir / "runs" / spec.system / str(spec.run_index)
+
+
+def execute_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Path,
+                progress: Callable[[str], None] = print) -> RunRecord:
+    run_dir = run_dir_for(study_dir, spec)
+    if run_dir.exists():
+        shutil.rmtree(run_dir)  # an earlier, unfinished attempt of this run
+    run_dir.mkdir(parents=True)
+    manifest: dict = {
+        "run_id": spec.run_id, "system": spec.system, "run_index": spec.run_index,
+        "round": spec.round, "position": spec.position, "comparison_key": spec.comparison_key,
+        "spec": spec.to_dict(), "status": "running", "reason": "", "kind": gateway.kind,
+        "version": version, "mock_version": mocks.__version__,
+        "locust_version": _locust_version(), "started_t_unix_s": time.time(),
+        "phases": {}, "checks": {}, "mock": {}, "locust": {}, "host_before": host_snapshot(),
+    }
+    write_json(run_dir / "manifest.json", manifest)
+    sampler = Sampler(run_dir / "raw" / "samples.csv")
+    mock = system = locust = None
+    baseline_stats = None
+    status, reason = "completed", ""
+    try:
+        mock = start_mock(run_dir, spec.mock.latency_ms, spec.mock.workers, spec.mock.response_tokens)
+        system = start_system(gateway, run_dir, mock.url, mock.port, spec.gateway_workers,
+                              spec.ready_timeout_s)
+        manifest["ready_s"] = round(system.ready_s, 3)
+        target = system.target
+        if system.process is not None:
+            sampler.watch("system", lambda: [system.process.pid])
+        sampler.watch("mock", lambda: [mock.process.pid])
+        sampler.watch("locust", lambda: [locust.pid] if locust is not None else [])
+        sampler.start()
+        time.sleep(spec.idle_s)
+        for _ in range(gateway.warmup_requests):
+            send_chat(target.base_url, target.chat_path, target.model, target.headers)
+        check = pre_check(target.base_url, target.chat_path, target.model, target.headers,
+                          mock.stats_dir, spec.load.request_timeout_s)
+        baseline_stats = check.pop("_snapshot")
+        manifest["checks"]["pre_request"] = check
+        if check["problem"] or not check["mock_saw_it"]:
+            raise ProcessError(f"pre-check failed: {check['problem'] or 'the mock never saw it'}")
+        progress("verified: one request reached the mock; starting load")
+        load_started = time.time()
+        locust = load_stage.start_locust(spec, target, run_dir)
+        try:
+            load_stage.wait_locust(
+                locust, spec, run_dir, progress,
+                system_alive=lambda: system.process is None or system.process.alive())
+        finally:
+            locust.stop()
+        result = load_stage.collect(locust, run_dir, load_started)
+        manifest["phases"] = {**result.phases, "load_end_t_unix_s": result.ended_t_unix_s}
+        manifest["checks"]["inflight_at_stop"] = result.inflight_at_stop
+        manifest["locust"] = {"exit_code": result.exit_code, "cpu_warning": bool(result.cpu_warnings),
+                              "warnings": result.cpu_warnings[:20],
+                              "processes": spec.load.locust_processes}
+        if "hold_end_t_unix_s" not in result.phases:
+            raise ProcessError("the load ended before its hold phase completed "
+                               f"(phases seen: {sorted(result.phases)})")
+        time.sleep(spec.cooldown_s)
+    except Interrupted:
+        status, reason = "interrupted", "the study was interrupted"
+        raise
+    except Exception as exc:  # a failed run must not fail the study
+        status, reason = "failed", f"{type(exc).__name__}: {exc}"
+        manifest["failed_t_unix_s"] = time.time()
+        progress(f"FAILED: {reason.splitlines()[0]}")
+    finally:
+        for proc in (locust, system.process if system else None, mock.process if mock else None):
+            if proc is not None:
+                proc.stop()
+        sampler.stop()
+        manifest["host_after"] = host_snapshot()
+        _finish(manifest, spec, run_dir, mock, baseline_stats, status, reason)
+    return RunRecord(spec.run_id, spec.system, spec.run_index, manifest["status"], manifest["reason"],
+                     run_dir, spec.comparison_key, manifest["started_t_unix_s"],
+                     manifest["ended_t_unix_s"])
+
+
+def _finish(manifest: dict, spec: RunSpec, run_dir: Path, mock, baseline_stats, status: str,
+            reason: str) -> None:
+    """Whatever happened, turn what was written into artifacts and seal the manifest."""
+    try:
+        rows = load_stage.consolidate_rows(run_dir, spec.run_id, spec.system, manifest["phases"])
+        _write_samples(run_dir, spec)
+    except Exception as exc:  # keep the raw files; say why the tables are missing
+        rows = None
+        status = "failed"
+        reason = (reason + "; " if reason else "") + f"artifacts not written: {exc}"
+    if rows is not None and mock is not None and baseline_stats is not None:
+        final = read_stats(mock.stats_dir, timeout_s=3.0)
+        during = diff_stats(final, baseline_stats)
+        write_json(run_dir / "mock_stats.json", {k: v for k, v in during.items() if k != "schema_version"})
+        manifest["mock"] = {"count": during["count"], **{f"hold_ms_{k}": v for k, v in
+                                                          during["hold_ms"].items()}}
+        ok = int(((rows["status_code"] == 200) & (rows["error_kind"] == "")).sum())
+        manifest["checks"].update({"mock_count": during["count"], "successful_rows": ok,
+                                   "count_match": during["count"] == ok,
+                                   "count_difference": during["count"] - ok})
+    manifest["status"], manifest["reason"] = status, reason
+    manifest["ended_t_unix_s"] = time.time()
+    (run_dir / "phases.json").unlink(missing_ok=True)
+    manifest["files"] = hash_run_files(run_dir)
+    write_json(run_dir / "manifest.json", manifest)
+
+
+def _write_samples(run_dir: Path, spec: RunSpec) -> None:
+    path = run_dir / "raw" / "samples.csv"
+    try:
+        frame = pd.read_csv(path)
+    except (OSError, pd.errors.EmptyDataError):
+        frame = pd.DataFrame(columns=SAMPLE_COLUMNS)
+    frame.insert(0, "system", spec.system)
+    frame.insert(0, "run_id", spec.run_id)
+    frame = frame.astype({"t_unix_s": "float64", "pid_count": "int32", "rss_bytes": "int64",
+                          "cpu_percent": "float64", "cpu_seconds_total": "float64",
+                          "num_fds": "int32", "load_avg_1m": "float64", "role": str})
+    write_parquet(run_dir / "samples.parquet", frame, SAMPLE_SCHEMA)
+
+
+def _locust_version() -> str:
+    import importlib.metadata
+    return importlib.metadata.version("locust")
+
+
+def read_run_manifest(run_dir: Path) -> dict:
+    return read_json(run_dir / "manifest.json")

@@ -1,0 +1,125 @@
+"""1-second samples of RSS and CPU for each role's whole process tree, and of the machine.
+
+CPU is counted per pid: a child that exits keeps the CPU seconds last seen for it, so the
+cumulative figure never drops and CPU-ms per request covers every worker of a system.
+"""
+from __future__ import annotations
+
+import csv
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+import psutil
+
+SAMPLE_COLUMNS = ["t_unix_s", "role", "pid_count", "rss_bytes", "cpu_percent", "cpu_seconds_total",
+                  "num_fds", "load_avg_1m"]
+
+
+class _RoleTree:
+    def __init__(self, roots: Callable[[], list[int]]):
+        self.roots = roots
+        self.procs: dict[int, psutil.Process] = {}
+        self.cpu_by_pid: dict[int, float] = {}
+        self.last_total = 0.0
+
+    def sample(self) -> tuple[int, int, float, int]:
+        live = []
+        for root in self.roots():
+            try:
+                proc = self.procs.get(root) or psutil.Process(root)
+                live += [proc, *proc.children(recursive=True)]
+            except psutil.Error:
+                continue
+        rss = fds = count = 0
+        for proc in live:
+            proc = self.procs.setdefault(proc.pid, proc)
+            try:
+                with proc.oneshot():
+                    times = proc.cpu_times()
+                    mem = proc.memory_info().rss
+                    nfds = proc.num_fds()
+            except psutil.Error:
+                continue
+            self.cpu_by_pid[proc.pid] = times.user + times.system
+            rss += mem
+            fds += nfds
+            count += 1
+        return count, rss, sum(self.cpu_by_pid.values()), fds
+
+
+class Sampler:
+    """Samples named roles every interval_s in a background thread; rows also go to a CSV as
+    they are taken, so a crash keeps what was sampled."""
+
+    def __init__(self, csv_path: Path, interval_s: float = 1.0):
+        self.csv_path = Path(csv_path)
+        self.interval_s = interval_s
+        self.roles: dict[str, _RoleTree] = {}
+        self.rows: list[list] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._file = None
+        self._writer = None
+        self._machine_cpu_last = None
+
+    def watch(self, role: str, roots: Callable[[], list[int]]) -> None:
+        with self._lock:
+            self.roles[role] = _RoleTree(roots)
+
+    def start(self) -> None:
+        self.csv_path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.csv_path, "w", newline="")
+        self._writer = csv.writer(self._file)
+        self._writer.writerow(SAMPLE_COLUMNS)
+        psutil.cpu_percent(None)
+        self._thread = threading.Thread(target=self._loop, name="sampler", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        next_t = time.monotonic()
+        last_t = time.monotonic()
+        while not self._stop.is_set():
+            now = time.monotonic()
+            self.sample_once(now - last_t)
+            last_t = now
+            next_t += self.interval_s
+            self._stop.wait(max(0.0, next_t - time.monotonic()))
+
+    def sample_once(self, elapsed_s: float) -> None:
+        t = time.time()
+        load1 = os.getloadavg()[0]
+        rows = []
+        with self._lock:
+            for role, tree in self.roles.items():
+                count, rss, cpu_total, fds = tree.sample()
+                delta = max(0.0, cpu_total - tree.last_total)
+                tree.last_total = max(tree.last_total, cpu_total)
+                pct = 100.0 * delta / elapsed_s if elapsed_s > 0 else 0.0
+                rows.append([t, role, count, rss, round(pct, 2), round(cpu_total, 4), fds, load1])
+        vm = psutil.virtual_memory()
+        cpu_times = psutil.cpu_times()
+        busy = cpu_times.user + cpu_times.system + getattr(cpu_times, "irq", 0) + \
+            getattr(cpu_times, "softirq", 0) + getattr(cpu_times, "nice", 0)
+        pct = 0.0
+        if self._machine_cpu_last is not None and elapsed_s > 0:
+            pct = 100.0 * (busy - self._machine_cpu_last) / elapsed_s
+        self._machine_cpu_last = busy
+        rows.append([t, "machine", len(psutil.pids()), vm.total - vm.available, round(pct, 2),
+                     round(busy, 4), 0, load1])
+        self.rows.extend(rows)
+        if self._writer is not None:
+            self._writer.writerows(rows)
+            self._file.flush()
+
+    def stop(self) -> list[list]:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        return self.rows

@@ -1,0 +1,174 @@
+"""Run a whole study: validate, install, plan, execute every run, seal the study manifest.
+
+    python -m harness.study --profile smoke --gateways direct,nginx
+
+The notebooks call run_study(); this module's command line does the same without Jupyter.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness import config as config_mod
+from harness.config import ConfigError, StudyConfig
+from harness.gateway_spec import GatewaySpec, GatewaySpecError, load_gateway_spec
+from harness.machine import git_commit, machine_facts, package_versions
+from harness.plan import RunSpec, make_plan
+from harness.processes import stop_all
+from harness.runner import Interrupted, RunRecord, execute_run
+from harness.store import write_json
+from harness.systems import install, read_version
+
+
+@dataclass(frozen=True)
+class StudyResult:
+    study_dir: Path
+    status: str
+    records: tuple[RunRecord, ...]
+    skipped: dict            # system -> why it was not run
+
+
+def prepare(config: StudyConfig) -> tuple[StudyConfig, dict[str, GatewaySpec], list[RunSpec]]:
+    """Everything that can be decided without starting a process; raises ConfigError."""
+    config_mod.validate(config)
+    specs = {}
+    problems = []
+    for name in config.gateways:
+        try:
+            specs[name] = load_gateway_spec(name)
+        except GatewaySpecError as exc:
+            problems.append(f"gateways: {exc}")
+    if problems:
+        raise ConfigError(problems)
+    config = config.with_study_id()
+    return config, specs, make_plan(config, specs)
+
+
+def _handle_signal(signum, frame):
+    raise Interrupted(f"signal {signal.Signals(signum).name}")
+
+
+def run_study(config: StudyConfig, progress=print) -> StudyResult:
+    config, specs, plan = prepare(config)
+    study_dir = config.study_dir
+    study_dir.mkdir(parents=True, exist_ok=True)
+    manifest = {
+        "study_id": config.study_id, "status": "running", "reason": "", "config": config.to_dict(),
+        "plan": [{"run_id": r.run_id, "system": r.system, "run_index": r.run_index, "round": r.round,
+                  "position": r.position, "comparison_key": r.comparison_key} for r in plan],
+        "runs": [], "machine": machine_facts(), "versions": package_versions(),
+        "git_commit": git_commit(), "started_t_unix_s": time.time(), "systems": {},
+    }
+    write_json(study_dir / "manifest.json", manifest)
+    previous = {s: signal.signal(s, _handle_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    records: list[RunRecord] = []
+    skipped: dict[str, str] = {}
+    try:
+        versions = _install_all(specs, study_dir, skipped, manifest, progress)
+        write_json(study_dir / "manifest.json", manifest)
+        runnable = [r for r in plan if r.system not in skipped]
+        started = time.monotonic()
+        for index, spec in enumerate(runnable, 1):
+            label = f"[{index}/{len(runnable)} {spec.system} run {spec.run_index}]"
+            progress(f"{label} starting ({_eta(started, index - 1, len(runnable))})")
+            record = execute_run(spec, specs[spec.system], versions[spec.system], study_dir,
+                                 progress=lambda message, label=label: progress(f"{label} {message}"))
+            records.append(record)
+            manifest["runs"].append(_record_entry(record, study_dir))
+            write_json(study_dir / "manifest.json", manifest)
+            progress(f"{label} {record.status}"
+                     f" in {record.ended_t_unix_s - record.started_t_unix_s:.0f} s"
+                     + (f": {record.reason.splitlines()[0]}" if record.reason else ""))
+        manifest["status"] = "completed"
+    except (Interrupted, KeyboardInterrupt) as exc:
+        manifest["status"], manifest["reason"] = "interrupted", f"interrupted ({exc or 'SIGINT'})"
+        progress("interrupted: stopping every process; completed runs stay valid")
+    except BaseException as exc:
+        manifest["status"], manifest["reason"] = "failed", f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        stop_all()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        manifest["ended_t_unix_s"] = time.time()
+        write_json(study_dir / "manifest.json", manifest)
+    progress(f"study {manifest['status']}: {study_dir}")
+    return StudyResult(study_dir, manifest["status"], tuple(records), skipped)
+
+
+def _install_all(specs, study_dir, skipped, manifest, progress) -> dict[str, str]:
+    versions = {}
+    for name, spec in specs.items():
+        entry = {"kind": spec.kind, "language": spec.language, "description": spec.description,
+                 "runnable": spec.runnable, "not_runnable_reason": spec.not_runnable_reason,
+                 "not_runnable_command": spec.not_runnable_command, "version": "",
+                 "gateway_toml_sha256": spec.toml_sha256}
+        manifest["systems"][name] = entry
+        if not spec.runnable:
+            skipped[name] = f"not runnable here: {spec.not_runnable_reason}"
+            progress(f"{name}: {skipped[name]}")
+            continue
+        progress(f"{name}: checking install")
+        result = install(spec, study_dir / "install" / f"{name}.log")
+        if not result.ok:
+            skipped[name] = result.message
+            entry["runnable"], entry["not_runnable_reason"] = False, result.message
+            progress(f"{name}: SKIPPED, {result.message}")
+            continue
+        versions[name] = entry["version"] = read_version(spec)
+        progress(f"{name}: {spec.kind} {versions[name]} ({result.message})")
+    return versions
+
+
+def _record_entry(record: RunRecord, study_dir: Path) -> dict:
+    return {"run_id": record.run_id, "system": record.system, "run_index": record.run_index,
+            "status": record.status, "reason": record.reason,
+            "dir": str(record.run_dir.relative_to(study_dir)),
+            "comparison_key": record.comparison_key}
+
+
+def _eta(started: float, done: int, total: int) -> str:
+    elapsed = time.monotonic() - started
+    if done == 0:
+        return f"{total} runs planned"
+    remaining = elapsed / done * (total - done)
+    return f"elapsed {elapsed / 60:.1f} min, ~{remaining / 60:.1f} min remaining"
+
+
+def parse_args(argv: list[str]) -> StudyConfig:
+    parser = argparse.ArgumentParser(prog="python -m harness.study", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profile", default="standard", choices=sorted(config_mod.PROFILES))
+    parser.add_argument("--gateways", help="comma-separated system names (default: direct,nginx)")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="override any StudyConfig field, e.g. --set users=200 (JSON values)")
+    args = parser.parse_args(argv)
+    overrides = {}
+    if args.gateways:
+        overrides["gateways"] = [g.strip() for g in args.gateways.split(",") if g.strip()]
+    for item in args.set:
+        name, _, value = item.partition("=")
+        try:
+            overrides[name] = json.loads(value)
+        except ValueError:
+            overrides[name] = value
+    return config_mod.from_profile(args.profile, **overrides)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        config = parse_args(sys.argv[1:] if argv is None else argv)
+        result = run_study(config)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0 if result.status == "completed" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

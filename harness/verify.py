@@ -1,0 +1,74 @@
+"""Correctness before load (as TechEmpower verifies before it benchmarks) and counts after it."""
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from mocks.stats import read_stats
+
+CHAT_BODY = {"model": "", "messages": [{"role": "user", "content": "Say hello in a few words."}],
+             "max_tokens": 16}
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    headers: dict
+    body: bytes
+    error: str
+
+
+def send_chat(base_url: str, chat_path: str, model: str, headers: dict, stream: bool = False,
+              timeout_s: float = 30.0) -> Reply:
+    body = dict(CHAT_BODY, model=model, stream=stream)
+    request = urllib.request.Request(
+        base_url.rstrip("/") + chat_path, data=json.dumps(body).encode(), method="POST",
+        headers={"Content-Type": "application/json", **headers})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as resp:
+            return Reply(resp.status, {k.lower(): v for k, v in resp.headers.items()}, resp.read(), "")
+    except urllib.error.HTTPError as exc:
+        return Reply(exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read(),
+                     f"HTTP {exc.code}")
+    except (urllib.error.URLError, OSError) as exc:
+        return Reply(0, {}, b"", f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}")
+
+
+def reply_problem(reply: Reply, stream: bool) -> str:
+    """'' when the reply is a well-formed chat completion (or stream), else what is wrong."""
+    if reply.error:
+        return f"{reply.error}: {reply.body[:300].decode(errors='replace')}"
+    if reply.status != 200:
+        return f"HTTP {reply.status}"
+    if stream:
+        if b"data: [DONE]" not in reply.body or b"chat.completion.chunk" not in reply.body:
+            return f"not an OpenAI SSE stream: {reply.body[:200]!r}"
+        return ""
+    try:
+        choices = json.loads(reply.body)["choices"]
+        if not choices or "message" not in choices[0]:
+            return "no message in choices"
+    except (ValueError, KeyError, TypeError):
+        return f"not a chat completion: {reply.body[:200]!r}"
+    return ""
+
+
+def mock_snapshot(stats_dir: Path, timeout_s: float = 3.0) -> dict:
+    """The mock's merged stats, no older than now (every worker has flushed since)."""
+    return read_stats(stats_dir, fresher_than_t_unix_s=time.time(), timeout_s=timeout_s)
+
+
+def pre_check(base_url: str, chat_path: str, model: str, headers: dict, stats_dir: Path,
+              timeout_s: float) -> dict:
+    """One request through the system must come back well-formed and must reach the mock."""
+    before = mock_snapshot(stats_dir)
+    reply = send_chat(base_url, chat_path, model, headers, timeout_s=timeout_s)
+    after = mock_snapshot(stats_dir)
+    seen = after["count"] - before["count"]
+    return {"status": reply.status, "problem": reply_problem(reply, stream=False),
+            "mock_request_id": reply.headers.get("x-mock-request-id", ""),
+            "mock_saw_it": seen >= 1, "mock_count_delta": seen, "_snapshot": after}

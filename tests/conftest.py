@@ -1,0 +1,38 @@
+"""Suite-wide guards: no test may leave a process behind."""
+import os
+import signal
+import time
+
+import psutil
+import pytest
+
+REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _descendants():
+    try:
+        return psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+@pytest.fixture(autouse=True)
+def no_orphans():
+    """Fail the test if any process it started (by pid) is still alive afterwards."""
+    before = {p.pid for p in _descendants()}
+    yield
+    deadline = time.monotonic() + 5.0
+    left = []
+    while time.monotonic() < deadline:
+        left = [p for p in _descendants() if p.pid not in before and p.is_running()
+                and p.status() != psutil.STATUS_ZOMBIE]
+        if not left:
+            return
+        time.sleep(0.1)
+    described = [f"{p.pid} {' '.join(p.cmdline()[:4])}" for p in left]
+    for p in left:
+        try:
+            os.kill(p.pid, signal.SIGKILL)
+        except OSError:
+            pass
+    pytest.fail(f"processes left behind by this test: {described}")

@@ -1,0 +1,73 @@
+"""gateway.toml is read strictly: unknown placeholders and bad kinds are errors up front."""
+import pytest
+
+from harness.gateway_spec import GatewaySpecError, list_gateways, load_gateway_spec, render
+
+
+def write(tmp_path, name, text, files=()):
+    d = tmp_path / name
+    d.mkdir()
+    (d / "gateway.toml").write_text(text)
+    for fname, content in files:
+        (d / fname).write_text(content)
+    return tmp_path
+
+
+BASE = 'schema_version = 1\nname = "x"\nkind = "competitor"\n'
+
+
+def test_every_shipped_gateway_loads():
+    names = list_gateways()
+    assert {"direct", "nginx"} <= set(names)
+    for name in names:
+        spec = load_gateway_spec(name)
+        assert spec.name == name and len(spec.toml_sha256) == 64
+
+
+def test_direct_has_no_process_and_nginx_has_one():
+    assert not load_gateway_spec("direct").has_process
+    nginx = load_gateway_spec("nginx")
+    assert nginx.has_process and nginx.start_files[0].output == "nginx.conf"
+
+
+def test_unknown_placeholder_rejected(tmp_path):
+    d = write(tmp_path, "x", BASE + '[start]\ncommand = ["run", "{{prot}}"]\n')
+    with pytest.raises(GatewaySpecError, match="unknown placeholder"):
+        load_gateway_spec("x", d)
+
+
+def test_unknown_placeholder_in_template_rejected(tmp_path):
+    d = write(tmp_path, "x", BASE + '[start]\ncommand = ["run"]\n[[start.files]]\n'
+              'template = "c.tmpl"\noutput = "c"\n', files=[("c.tmpl", "listen {{nope}};")])
+    with pytest.raises(GatewaySpecError, match="nope"):
+        load_gateway_spec("x", d)
+
+
+def test_bad_kind_and_name(tmp_path):
+    d = write(tmp_path, "x", 'schema_version = 1\nname = "x"\nkind = "fast"\n')
+    with pytest.raises(GatewaySpecError, match="kind"):
+        load_gateway_spec("x", d)
+    d2 = tmp_path / "other"
+    write(d2.parent, "y", BASE)
+    with pytest.raises(GatewaySpecError, match="folder name"):
+        load_gateway_spec("y", tmp_path)
+
+
+def test_port_without_process_rejected(tmp_path):
+    d = write(tmp_path, "x", BASE + '[request]\nbase_url = "http://127.0.0.1:{{port}}"\n')
+    with pytest.raises(GatewaySpecError, match="starts nothing"):
+        load_gateway_spec("x", d)
+
+
+def test_not_runnable_is_kept_with_reason(tmp_path):
+    d = write(tmp_path, "x", BASE + 'runnable = false\nnot_runnable_reason = "build fails: E1"\n'
+              '[request]\nbase_url = "http://127.0.0.1:{{port}}"\n')
+    spec = load_gateway_spec("x", d)
+    assert not spec.runnable and spec.not_runnable_reason == "build fails: E1"
+
+
+def test_render_strict():
+    assert render("a {{port}} b {{ port }}", {"port": 5}) == "a 5 b 5"
+    assert render("$remote_addr {x}", {}) == "$remote_addr {x}"
+    with pytest.raises(GatewaySpecError):
+        render("{{port}}", {})
