@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import tempfile
@@ -52,6 +53,8 @@ class StudyConfig:
     gateway_workers: int = field(default_factory=lambda: os.cpu_count() or 1)  # per system
     ready_timeout_s: float = 60.0        # a system not ready by then fails its run
     seed: int = 0                        # orders systems within each round of the plan
+    gateways_dir: str = "gateways"       # where the system folders are (relative to the repo)
+    base_port: int = 0                   # 0: any free ports; N: the mock on N, the system on N+1
     out_dir: str = "artifacts"           # the study directory is out_dir/study_id
     study_id: str = ""                   # "" = a UTC timestamp chosen when the study starts
 
@@ -62,8 +65,11 @@ class StudyConfig:
 
     @property
     def study_dir(self) -> Path:
-        out = Path(self.out_dir)
-        return (out if out.is_absolute() else REPO_DIR / out) / self.study_id
+        return _repo_path(self.out_dir) / self.study_id
+
+    @property
+    def systems_dir(self) -> Path:
+        return _repo_path(self.gateways_dir)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -77,6 +83,11 @@ class StudyConfig:
         rate = min(self.users / per_call_s, rate_cap)
         load_s = self.warmup_s + self.ramp_s + self.max_hold_s
         return int(rate * load_s * self.runs_per_gateway * len(self.gateways))
+
+
+def _repo_path(path: str) -> Path:
+    p = Path(path)
+    return p if p.is_absolute() else REPO_DIR / p
 
 
 PROFILES: dict[str, dict] = {
@@ -105,13 +116,37 @@ def from_profile(profile: str = "standard", **overrides) -> StudyConfig:
     if unknown:
         raise ConfigError([f"{name}: unknown parameter" for name in unknown])
     if "gateways" in values:
-        values["gateways"] = tuple(values["gateways"])
+        values["gateways"] = parse_gateways(values["gateways"],
+                                            _repo_path(values.get("gateways_dir", "gateways")))
     return StudyConfig(profile=profile, **values)
 
 
-def validate(config: StudyConfig, gateways_dir: Path = GATEWAYS_DIR) -> None:
+def known_gateways(gateways_dir: Path) -> list[str]:
+    if not gateways_dir.is_dir():
+        return []
+    return sorted(p.name for p in gateways_dir.iterdir() if (p / "gateway.toml").is_file())
+
+
+def parse_gateways(value, gateways_dir: Path = GATEWAYS_DIR) -> tuple[str, ...]:
+    """A list, a JSON list in a string (papermill -p passes strings), "a,b", or "all"."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text == "all":
+            return tuple(known_gateways(gateways_dir))
+        if text.startswith("["):
+            try:
+                value = json.loads(text)
+            except ValueError:
+                raise ConfigError([f"gateways: not a JSON list: {text!r}"]) from None
+        else:
+            value = [part.strip() for part in text.split(",") if part.strip()]
+    return tuple(str(v) for v in value)
+
+
+def validate(config: StudyConfig) -> None:
     """Raise ConfigError naming every bad parameter. Touches nothing but a probe file."""
     problems: list[str] = []
+    gateways_dir = config.systems_dir
 
     def need(ok: bool, message: str) -> None:
         if not ok:
@@ -122,10 +157,12 @@ def validate(config: StudyConfig, gateways_dir: Path = GATEWAYS_DIR) -> None:
     for name in config.gateways:
         need((gateways_dir / name / "gateway.toml").is_file(),
              f"gateways: unknown gateway {name!r} (no {gateways_dir / name / 'gateway.toml'}); "
-             f"known: {sorted(p.name for p in gateways_dir.iterdir() if (p / 'gateway.toml').is_file())}")
+             f"known: {known_gateways(gateways_dir)}")
     for name in ("runs_per_gateway", "users", "warmup_users", "locust_processes", "mock_workers",
                  "gateway_workers", "mock_response_tokens"):
         need(getattr(config, name) >= 1, f"{name}: must be at least 1, got {getattr(config, name)}")
+    need(config.base_port == 0 or 1024 <= config.base_port <= 65534,
+         f"base_port: must be 0 (any free port) or 1024..65534, got {config.base_port}")
     for name in ("ramp_s", "hold_s", "warmup_s", "idle_s", "cooldown_s", "think_time_s",
                  "mock_latency_ms", "min_hold_requests"):
         need(getattr(config, name) >= 0, f"{name}: must not be negative, got {getattr(config, name)}")
@@ -152,8 +189,7 @@ def validate(config: StudyConfig, gateways_dir: Path = GATEWAYS_DIR) -> None:
 
 
 def _check_out_dir(config: StudyConfig, problems: list[str]) -> None:
-    out = Path(config.out_dir)
-    out = out if out.is_absolute() else REPO_DIR / out
+    out = _repo_path(config.out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=out, prefix=".write-probe-"):

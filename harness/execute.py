@@ -15,7 +15,6 @@ from pathlib import Path
 
 from harness import config as config_mod
 from harness.config import REPO_DIR, ConfigError
-from harness.gateway_spec import list_gateways
 from harness.store import read_json
 
 NOTEBOOK = REPO_DIR / "notebooks" / "head_to_head.ipynb"
@@ -31,8 +30,6 @@ def parse(argv: list[str]) -> tuple[dict, config_mod.StudyConfig]:
                         help="override any StudyConfig field, e.g. --set runs_per_gateway=1")
     parser.add_argument("--no-report", action="store_true", help="skip building report.html")
     args = parser.parse_args(argv)
-    gateways = list_gateways() if args.gateways == "all" else \
-        [g.strip() for g in args.gateways.split(",") if g.strip()]
     overrides = {}
     for item in args.set:
         name, _, value = item.partition("=")
@@ -40,7 +37,7 @@ def parse(argv: list[str]) -> tuple[dict, config_mod.StudyConfig]:
             overrides[name] = json.loads(value)
         except ValueError:
             overrides[name] = value
-    config = config_mod.from_profile(args.profile, gateways=gateways, **overrides).with_study_id()
+    config = config_mod.from_profile(args.profile, gateways=args.gateways, **overrides).with_study_id()
     config_mod.validate(config)
     params = {"profile": args.profile, "gateways": list(config.gateways), "overrides": overrides,
               "study_id": config.study_id, "out_dir": config.out_dir}

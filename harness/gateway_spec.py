@@ -157,7 +157,3 @@ def render(text: str, values: dict) -> str:
             raise GatewaySpecError(f"placeholder {match.group(0)} has no value here")
         return str(values[key])
     return _PLACEHOLDER.sub(substitute, text)
-
-
-def list_gateways(gateways_dir: Path = GATEWAYS_DIR) -> list[str]:
-    return sorted(p.name for p in gateways_dir.iterdir() if (p / "gateway.toml").is_file())

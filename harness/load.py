@@ -70,14 +70,13 @@ def start_locust(spec: RunSpec, target: Target, run_dir: Path) -> ManagedProcess
             "--exit-code-on-error", "0",
             # Users finish the request they are in when the load stops, so the mock's count
             # and the rows can match exactly; whatever is still unanswered after this is killed.
-            "--stop-timeout", f"{int(spec.load.request_timeout_s) + 5}s",
-            # A safety bound only: the shape ends the load long before this.
-            "--run-time", f"{int(planned_load_s(spec) + 60)}s"]
+            "--stop-timeout", f"{int(spec.load.request_timeout_s) + 5}s"]
     if spec.load.locust_processes > 1:
         argv += ["--processes", str(spec.load.locust_processes)]
     env = {**os.environ, "SLUICE_LOAD_FILE": str(settings_path), "PYTHONUNBUFFERED": "1"}
+    # Normally Locust has exited by itself before stop(); on an interrupt it gets 5 s to flush.
     return ManagedProcess("locust", argv, run_dir / "locust-stdout.log", cwd=run_dir, env=env,
-                          stop_signal="SIGTERM", stop_timeout_s=10)
+                          stop_signal="SIGTERM", stop_timeout_s=5)
 
 
 def read_progress(run_dir: Path) -> tuple[int, int]:
@@ -119,9 +118,15 @@ def wait_locust(proc: ManagedProcess, spec: RunSpec, run_dir: Path,
         time.sleep(0.25)
 
 
+def read_phases(run_dir: Path) -> dict:
+    try:
+        return json.loads((run_dir / "phases.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def collect(proc: ManagedProcess, run_dir: Path, started_t_unix_s: float) -> LoadResult:
-    phases_path = run_dir / "phases.json"
-    phases = json.loads(phases_path.read_text()) if phases_path.exists() else {}
+    phases = read_phases(run_dir)
     inflight = 0
     for path in glob.glob(str(run_dir / "raw" / "inflight-*.json")):
         try:

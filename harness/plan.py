@@ -50,6 +50,8 @@ class RunSpec:
     gateway_toml_sha256: str
     seed: int
     comparison_key: str
+    mock_port: int = 0        # 0: any free port (ports do not change what runs: not in the key)
+    system_port: int = 0
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -91,5 +93,6 @@ def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec]) -> list[RunSpe
                 ready_timeout_s=max(config.ready_timeout_s, spec.ready_timeout_s),
                 gateway_toml_sha256=spec.toml_sha256, seed=config.seed,
                 comparison_key=comparison_key(system, load, mock, config.gateway_workers,
-                                              spec.toml_sha256)))
+                                              spec.toml_sha256),
+                mock_port=config.base_port, system_port=config.base_port + 1 if config.base_port else 0))
     return plan

@@ -19,7 +19,8 @@ from harness.machine import host_snapshot
 from harness.plan import RunSpec
 from harness.processes import ProcessError
 from harness.sampling import SAMPLE_COLUMNS, Sampler
-from harness.store import SAMPLE_SCHEMA, hash_run_files, read_json, write_json, write_parquet
+from harness.store import (SAMPLE_SCHEMA, hash_run_files, read_json, sha256_file, write_json,
+                           write_parquet)
 from harness.systems import start_mock, start_system
 from harness.verify import pre_check, send_chat
 from mocks.stats import diff_stats, read_stats
@@ -68,9 +69,10 @@ def execute_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
     baseline_stats = None
     status, reason = "completed", ""
     try:
-        mock = start_mock(run_dir, spec.mock.latency_ms, spec.mock.workers, spec.mock.response_tokens)
+        mock = start_mock(run_dir, spec.mock.latency_ms, spec.mock.workers, spec.mock.response_tokens,
+                          port=spec.mock_port)
         system = start_system(gateway, run_dir, mock.url, mock.port, spec.gateway_workers,
-                              spec.ready_timeout_s)
+                              spec.ready_timeout_s, port=spec.system_port)
         manifest["ready_s"] = round(system.ready_s, 3)
         target = system.target
         if system.process is not None:
@@ -128,6 +130,8 @@ def execute_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
 def _finish(manifest: dict, spec: RunSpec, run_dir: Path, mock, baseline_stats, status: str,
             reason: str) -> None:
     """Whatever happened, turn what was written into artifacts and seal the manifest."""
+    if not manifest["phases"]:  # the load did not end normally: keep what the shape recorded
+        manifest["phases"] = load_stage.read_phases(run_dir)
     try:
         rows = load_stage.consolidate_rows(run_dir, spec.run_id, spec.system, manifest["phases"])
         _write_samples(run_dir, spec)
@@ -171,5 +175,19 @@ def _locust_version() -> str:
     return importlib.metadata.version("locust")
 
 
-def read_run_manifest(run_dir: Path) -> dict:
-    return read_json(run_dir / "manifest.json")
+def completed_record(spec: RunSpec, study_dir: Path) -> RunRecord | None:
+    """A run finished earlier in this study directory with the same comparison key and files
+    that still match their recorded SHA-256; None means it must be (re)done."""
+    run_dir = run_dir_for(study_dir, spec)
+    try:
+        manifest = read_json(run_dir / "manifest.json")
+    except (OSError, ValueError):
+        return None
+    if manifest.get("status") != "completed" or manifest.get("comparison_key") != spec.comparison_key:
+        return None
+    files = manifest.get("files", {})
+    if not files or any(not (run_dir / name).is_file() or sha256_file(run_dir / name) != digest
+                        for name, digest in files.items()):
+        return None
+    return RunRecord(spec.run_id, spec.system, spec.run_index, "completed", "", run_dir,
+                     spec.comparison_key, manifest["started_t_unix_s"], manifest["ended_t_unix_s"])

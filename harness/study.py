@@ -10,6 +10,7 @@ import argparse
 import json
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,10 +20,10 @@ from harness.config import ConfigError, StudyConfig
 from harness.gateway_spec import GatewaySpec, GatewaySpecError, load_gateway_spec
 from harness.machine import git_commit, machine_facts, package_versions
 from harness.plan import RunSpec, make_plan
-from harness.processes import stop_all
-from harness.runner import Interrupted, RunRecord, execute_run
-from harness.store import write_json
-from harness.systems import install, read_version
+from harness.processes import port_in_use, stop_all
+from harness.runner import Interrupted, RunRecord, completed_record, execute_run
+from harness.store import read_json, write_json
+from harness.systems import InstallResult, install, missing_binary, read_version
 
 
 @dataclass(frozen=True)
@@ -40,9 +41,20 @@ def prepare(config: StudyConfig) -> tuple[StudyConfig, dict[str, GatewaySpec], l
     problems = []
     for name in config.gateways:
         try:
-            specs[name] = load_gateway_spec(name)
+            specs[name] = load_gateway_spec(name, config.systems_dir)
         except GatewaySpecError as exc:
             problems.append(f"gateways: {exc}")
+            continue
+        if specs[name].runnable and not specs[name].install_command:
+            missing = missing_binary(specs[name])
+            if missing:
+                problems.append(f"gateways: {name} needs {missing!r}, which is not installed "
+                                f"(not on PATH and no [install] step); install it or leave {name} out")
+    if config.base_port:
+        for port, role in ((config.base_port, "the mock"), (config.base_port + 1, "the system under test")):
+            if port_in_use(port):
+                problems.append(f"base_port: port {port} (for {role}) is already in use on 127.0.0.1; "
+                                f"stop what listens there or choose another base_port (0 = any free port)")
     if problems:
         raise ConfigError(problems)
     config = config.with_study_id()
@@ -50,6 +62,9 @@ def prepare(config: StudyConfig) -> tuple[StudyConfig, dict[str, GatewaySpec], l
 
 
 def _handle_signal(signum, frame):
+    # Only the first signal interrupts; later ones must not break the clean-up it started.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise Interrupted(f"signal {signal.Signals(signum).name}")
 
 
@@ -64,8 +79,15 @@ def run_study(config: StudyConfig, progress=print) -> StudyResult:
         "runs": [], "machine": machine_facts(), "versions": package_versions(),
         "git_commit": git_commit(), "started_t_unix_s": time.time(), "systems": {},
     }
+    if (study_dir / "manifest.json").exists():  # resuming: keep the history of attempts
+        earlier = read_json(study_dir / "manifest.json")
+        manifest["attempts"] = earlier.get("attempts", []) + [
+            {k: earlier.get(k) for k in ("started_t_unix_s", "ended_t_unix_s", "status", "reason",
+                                         "git_commit")}]
     write_json(study_dir / "manifest.json", manifest)
-    previous = {s: signal.signal(s, _handle_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    previous = {}
+    if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
+        previous = {s: signal.signal(s, _handle_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     records: list[RunRecord] = []
     skipped: dict[str, str] = {}
     try:
@@ -73,11 +95,17 @@ def run_study(config: StudyConfig, progress=print) -> StudyResult:
         write_json(study_dir / "manifest.json", manifest)
         runnable = [r for r in plan if r.system not in skipped]
         started = time.monotonic()
+        executed = 0
         for index, spec in enumerate(runnable, 1):
             label = f"[{index}/{len(runnable)} {spec.system} run {spec.run_index}]"
-            progress(f"{label} starting ({_eta(started, index - 1, len(runnable))})")
-            record = execute_run(spec, specs[spec.system], versions[spec.system], study_dir,
-                                 progress=lambda message, label=label: progress(f"{label} {message}"))
+            record = completed_record(spec, study_dir)
+            if record is not None:
+                progress(f"{label} kept: completed earlier with the same comparison key")
+            else:
+                progress(f"{label} starting ({_eta(started, executed, len(runnable) - index + 1)})")
+                record = execute_run(spec, specs[spec.system], versions[spec.system], study_dir,
+                                     progress=lambda message, label=label: progress(f"{label} {message}"))
+                executed += 1
             records.append(record)
             manifest["runs"].append(_record_entry(record, study_dir))
             write_json(study_dir / "manifest.json", manifest)
@@ -115,6 +143,9 @@ def _install_all(specs, study_dir, skipped, manifest, progress) -> dict[str, str
             continue
         progress(f"{name}: checking install")
         result = install(spec, study_dir / "install" / f"{name}.log")
+        if result.ok and missing_binary(spec):
+            result = InstallResult(False, result.installed_now, f"{name}: {missing_binary(spec)!r} "
+                                   f"is still missing after its install step")
         if not result.ok:
             skipped[name] = result.message
             entry["runnable"], entry["not_runnable_reason"] = False, result.message
@@ -132,12 +163,12 @@ def _record_entry(record: RunRecord, study_dir: Path) -> dict:
             "comparison_key": record.comparison_key}
 
 
-def _eta(started: float, done: int, total: int) -> str:
+def _eta(started: float, done: int, left: int) -> str:
+    """left counts this run too."""
     elapsed = time.monotonic() - started
     if done == 0:
-        return f"{total} runs planned"
-    remaining = elapsed / done * (total - done)
-    return f"elapsed {elapsed / 60:.1f} min, ~{remaining / 60:.1f} min remaining"
+        return f"{left} runs to do"
+    return f"elapsed {elapsed / 60:.1f} min, ~{elapsed / done * left / 60:.1f} min remaining"
 
 
 def parse_args(argv: list[str]) -> StudyConfig:
@@ -150,7 +181,7 @@ def parse_args(argv: list[str]) -> StudyConfig:
     args = parser.parse_args(argv)
     overrides = {}
     if args.gateways:
-        overrides["gateways"] = [g.strip() for g in args.gateways.split(",") if g.strip()]
+        overrides["gateways"] = args.gateways
     for item in args.set:
         name, _, value = item.partition("=")
         try:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -63,6 +64,16 @@ def install(spec: GatewaySpec, log_path: Path) -> InstallResult:
     return InstallResult(True, True, "installed")
 
 
+def missing_binary(spec: GatewaySpec) -> str:
+    """The start command's program if it cannot be found, else ''."""
+    if not spec.start_command:
+        return ""
+    program = render(spec.start_command[0], _base_values(spec))
+    if os.sep in program:
+        return "" if os.access(program, os.X_OK) else program
+    return "" if shutil.which(program) else program
+
+
 def read_version(spec: GatewaySpec) -> str:
     """The version the installed software reports about itself; 'unknown (why)' otherwise."""
     if not spec.version_command:
@@ -87,8 +98,8 @@ class MockHandle:
 
 
 def start_mock(run_dir: Path, latency_ms: float, workers: int, response_tokens: int,
-               ready_timeout_s: float = 20.0) -> MockHandle:
-    port = free_port()
+               ready_timeout_s: float = 20.0, port: int = 0) -> MockHandle:
+    port = port or free_port()
     stats_dir = run_dir / "mock-stats"
     stats_dir.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "mocks.server", "--host", "127.0.0.1", "--port", str(port),
@@ -113,8 +124,8 @@ class StartedSystem:
 
 
 def start_system(spec: GatewaySpec, run_dir: Path, upstream_url: str, upstream_port: int,
-                 workers: int, ready_timeout_s: float) -> StartedSystem:
-    port = free_port()
+                 workers: int, ready_timeout_s: float, port: int = 0) -> StartedSystem:
+    port = port or free_port()
     values = {**_base_values(spec), "port": port, "upstream_url": upstream_url,
               "upstream_host": "127.0.0.1", "upstream_port": upstream_port,
               "run_dir": run_dir, "workers": workers}

@@ -69,3 +69,11 @@ def test_config_is_frozen_and_study_id_is_filled():
         c.users = 3
     assert c.study_id == "" and c.with_study_id().study_id
     assert StudyConfig(study_id="x").with_study_id().study_id == "x"
+
+
+def test_gateways_accept_lists_json_commas_and_all():
+    assert from_profile("smoke", gateways='["direct","nginx"]').gateways == ("direct", "nginx")
+    assert from_profile("smoke", gateways="direct, nginx").gateways == ("direct", "nginx")
+    assert {"direct", "nginx"} <= set(from_profile("smoke", gateways="all").gateways)
+    with pytest.raises(ConfigError, match="gateways: not a JSON list"):
+        from_profile("smoke", gateways='["direct"')

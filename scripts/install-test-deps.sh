@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Debian packages the test suite needs: nginx (a baseline system) and chromium (the report
+# screenshot test). Idempotent: installs only what is missing.
+set -euo pipefail
+missing=()
+command -v nginx >/dev/null 2>&1 || missing+=(nginx-light)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -ne 0 ]; then
+    echo "missing Debian packages: ${missing[*]}; run: sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,104 @@
+"""A real tiny study: the mock, nginx and Locust as native processes, artifacts checked."""
+import json
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from harness.config import ConfigError, from_profile
+from harness.store import REQUEST_SCHEMA, SAMPLE_SCHEMA, sha256_file
+from harness.study import main, run_study
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def smoke_study(tmp_path_factory):
+    out = tmp_path_factory.mktemp("artifacts")
+    config = from_profile("smoke", gateways=["direct", "nginx"], out_dir=str(out), seed=7)
+    lines = []
+    result = run_study(config, progress=lines.append)
+    return result, lines
+
+
+def run_dir(result, system):
+    return result.study_dir / "runs" / system / "1"
+
+
+def test_study_completes_with_every_run(smoke_study):
+    result, lines = smoke_study
+    assert result.status == "completed", lines
+    assert [r.status for r in result.records] == ["completed", "completed"], \
+        [r.reason for r in result.records]
+    manifest = json.loads((result.study_dir / "manifest.json").read_text())
+    assert manifest["schema_version"] == 1 and manifest["status"] == "completed"
+    assert manifest["config"]["seed"] == 7 and len(manifest["plan"]) == 2
+    assert manifest["systems"]["nginx"]["version"][0].isdigit()
+    assert manifest["machine"]["cpu_count"] >= 1 and manifest["machine"]["kernel"]
+
+
+def test_progress_names_system_run_users_and_requests(smoke_study):
+    _, lines = smoke_study
+    text = "\n".join(lines)
+    assert "nginx run 1" in text and "users" in text and "requests" in text and "remaining" in text
+
+
+@pytest.mark.parametrize("system", ["direct", "nginx"])
+def test_raw_rows_match_the_mock_count(smoke_study, system):
+    result, _ = smoke_study
+    d = run_dir(result, system)
+    manifest = json.loads((d / "manifest.json").read_text())
+    rows = pd.read_parquet(d / "requests.parquet")
+    ok = rows[(rows.status_code == 200) & (rows.error_kind == "")]
+    assert len(rows) > 10
+    assert manifest["checks"]["pre_request"]["mock_saw_it"]
+    assert manifest["checks"]["mock_count"] == len(ok) == manifest["checks"]["successful_rows"]
+    assert manifest["checks"]["count_match"] is True
+    assert ok.mock_request_id.str.len().gt(0).all()
+    assert ok.mock_request_id.is_unique
+    assert set(rows.phase) >= {"warmup", "ramp", "hold"}
+    # The mock held each request for its set latency; the client saw at least that.
+    assert ok.latency_ms.min() >= 59.0
+    assert 59.0 <= manifest["mock"]["hold_ms_p50"] <= 75.0
+
+
+def test_parquet_schemas_and_hashes(smoke_study):
+    result, _ = smoke_study
+    d = run_dir(result, "nginx")
+    assert pq.read_schema(d / "requests.parquet").remove_metadata() == REQUEST_SCHEMA
+    assert pq.read_schema(d / "samples.parquet").remove_metadata() == SAMPLE_SCHEMA
+    assert pq.read_metadata(d / "requests.parquet").metadata[b"schema_version"] == b"1"
+    manifest = json.loads((d / "manifest.json").read_text())
+    assert {"requests.parquet", "samples.parquet", "mock_stats.json", "system.log"} <= set(manifest["files"])
+    for name, digest in manifest["files"].items():
+        assert sha256_file(d / name) == digest
+
+
+def test_samples_cover_each_role(smoke_study):
+    result, _ = smoke_study
+    samples = pd.read_parquet(run_dir(result, "nginx") / "samples.parquet")
+    assert set(samples.role) == {"system", "mock", "locust", "machine"}
+    system = samples[samples.role == "system"]
+    assert system.rss_bytes.max() > 1_000_000 and system.pid_count.max() >= 2  # master + worker
+    assert system.cpu_seconds_total.is_monotonic_increasing
+    direct = pd.read_parquet(run_dir(result, "direct") / "samples.parquet")
+    assert "system" not in set(direct.role)  # nothing runs between client and mock
+
+
+def test_phases_are_ordered(smoke_study):
+    result, _ = smoke_study
+    phases = json.loads((run_dir(result, "nginx") / "manifest.json").read_text())["phases"]
+    order = ["warmup_start_t_unix_s", "ramp_start_t_unix_s", "hold_start_t_unix_s",
+             "hold_end_t_unix_s", "load_end_t_unix_s"]
+    assert [phases[k] for k in order] == sorted(phases[k] for k in order)
+    assert phases["hold_end_t_unix_s"] - phases["hold_start_t_unix_s"] >= 3.0
+
+
+def test_bad_parameters_fail_before_anything_starts(tmp_path, capsys):
+    assert main(["--profile", "smoke", "--gateways", "direct,nope", "--set", "users=0",
+                 "--set", f"out_dir=\"{tmp_path}\""]) == 2
+    err = capsys.readouterr().err
+    assert "gateways: unknown gateway 'nope'" in err and "users: must be at least 1" in err
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(ConfigError):
+        run_study(from_profile("smoke", mock_latency_ms=-1, out_dir=str(tmp_path)))
