@@ -39,8 +39,9 @@ def parse(argv: list[str]) -> tuple[dict, config_mod.StudyConfig]:
             overrides[name] = value
     config = config_mod.from_profile(args.profile, gateways=args.gateways, **overrides).with_study_id()
     config_mod.validate(config)
-    params = {"profile": args.profile, "gateways": list(config.gateways), "overrides": overrides,
-              "study_id": config.study_id, "out_dir": config.out_dir}
+    explicit = {"profile": args.profile, "gateways": list(config.gateways),
+                "study_id": config.study_id, "out_dir": config.out_dir}
+    params = {**explicit, "overrides": {k: v for k, v in overrides.items() if k not in explicit}}
     return {"params": params, "report": not args.no_report}, config
 
 

@@ -1,0 +1,299 @@
+"""The HTML report: its numbers against a recomputation from the raw Parquet files, its
+structure, a real browser rendering it, and the papermill path through notebooks/report.ipynb."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from synthetic import RunParams, make_study  # noqa: E402
+
+from report import build  # noqa: E402
+
+REPO_DIR = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def syn(tmp_path_factory):
+    return make_study(tmp_path_factory.mktemp("report"))
+
+
+@pytest.fixture(scope="module")
+def report_path(syn):
+    return build.build_report(syn.path)
+
+
+@pytest.fixture(scope="module")
+def html(report_path):
+    return report_path.read_text(encoding="utf-8")
+
+
+class _Tables(HTMLParser):
+    """Cell texts of every <table id=...>, row by row."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables: dict[str, list[list[str]]] = {}
+        self._id = None
+        self._row = None
+        self._cell = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "table" and a.get("id"):
+            self._id = a["id"]
+            self.tables[self._id] = []
+        elif self._id and tag == "tr":
+            self._row = []
+        elif self._id and tag in ("td", "th"):
+            self._cell = []
+        elif self._cell is not None and tag == "br":
+            self._cell.append("\n")
+
+    def handle_endtag(self, tag):
+        if tag == "table":
+            self._id = None
+        elif self._id and tag in ("td", "th") and self._cell is not None:
+            self._row.append(" ".join("".join(self._cell).split(" ")).strip())
+            self._cell = None
+        elif self._id and tag == "tr" and self._row is not None:
+            self.tables[self._id].append(self._row)
+            self._row = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def _tables(html: str) -> dict[str, list[list[str]]]:
+    p = _Tables()
+    p.feed(html)
+    return p.tables
+
+
+def _headline(html: str) -> dict[str, dict[str, str]]:
+    rows = _tables(html)["headline-table"]
+    header = [h.split("\n")[0].strip() for h in rows[0]]
+    return {r[0].split("\n")[0].strip(): dict(zip(header, r)) for r in rows[1:]}
+
+
+def _fmt(values, digits):
+    v = np.asarray(values, dtype=float)
+    if v.size == 1:
+        return f"{v[0]:.{digits}f} (n=1)"
+    return f"{v.mean():.{digits}f} ± {v.std(ddof=1):.{digits}f} (n={v.size})"
+
+
+def _recompute(study_dir: Path) -> dict[str, dict[str, list[float]]]:
+    """The headline figures per system and completed run, from the Parquet files and the run
+    manifests with plain pandas: independent of harness.analysis."""
+    manifest = json.loads((study_dir / "manifest.json").read_text())
+    out: dict[str, dict[str, list[float]]] = {}
+    for entry in manifest["runs"]:
+        run_dir = study_dir / entry["dir"]
+        run = json.loads((run_dir / "manifest.json").read_text())
+        if run["status"] != "completed":
+            continue
+        rows = pd.read_parquet(run_dir / "requests.parquet")
+        samples = pd.read_parquet(run_dir / "samples.parquet")
+        ph = run["phases"]
+        window = ph["hold_end_t_unix_s"] - ph["hold_start_t_unix_s"]
+        hold = rows[rows.phase == "hold"]
+        ok = hold[hold.error_kind == ""]
+        mock_ms = run["spec"]["mock"]["latency_ms"]
+        fig = out.setdefault(run["system"], {})
+        fig.setdefault("throughput", []).append(len(ok) / window)
+        fig.setdefault("p50", []).append(ok.latency_ms.median() - mock_ms)
+        fig.setdefault("p95", []).append(np.percentile(ok.latency_ms, 95) - mock_ms)
+        fig.setdefault("errors", []).append(float((rows.error_kind != "").sum()))
+        sysm = samples[samples.role == "system"].sort_values("t_unix_s")
+        if len(sysm):
+            cpu = (np.interp(ph["hold_end_t_unix_s"], sysm.t_unix_s, sysm.cpu_seconds_total)
+                   - np.interp(ph["hold_start_t_unix_s"], sysm.t_unix_s, sysm.cpu_seconds_total))
+            fig.setdefault("cpu", []).append(cpu * 1000 / len(hold))
+            fig.setdefault("rss", []).append(sysm.rss_bytes.max() / 2**20)
+    return out
+
+
+def test_headline_numbers_match_a_recomputation_from_requests_parquet(syn, html):
+    table = _headline(html)
+    truth = _recompute(syn.path)
+    assert set(truth) == {"direct", "nginx", "sluice", "litellm"}
+    for system, fig in truth.items():
+        row = table[system]
+        assert row["throughput (req/s)"] == _fmt(fig["throughput"], 1), system
+        assert row["median overhead vs mock (ms)"] == _fmt(fig["p50"], 2), system
+        assert row["p95 overhead vs mock (ms)"] == _fmt(fig["p95"], 2), system
+        assert row["errors"].startswith(_fmt(fig["errors"], 1)), system
+        if "cpu" in fig:
+            assert row["CPU-ms / request"] == _fmt(fig["cpu"], 3), system
+            assert row["peak RSS (MiB)"] == _fmt(fig["rss"], 1), system
+        else:
+            assert row["CPU-ms / request"] == "—"
+    # the failed litellm run is not averaged: two completed runs
+    assert table["litellm"]["throughput (req/s)"].endswith("(n=2)")
+    assert table["litellm"]["runs completed"] == "2 of 3"
+    assert "slower" in table["litellm"]["vs nginx"] and table["nginx"]["vs nginx"] == "reference"
+
+
+def test_every_run_is_listed_and_the_failed_one_as_failed(syn, html):
+    runs = _tables(html)["runs-table"]
+    by_id = {r[0]: r for r in runs[1:]}
+    assert set(by_id) == set(syn.expected)
+    assert by_id["litellm-2"][2].startswith("FAILED: system exited with code 1")
+    assert by_id["litellm-2"][6] == "—"                       # no window figures for it
+    assert by_id["nginx-2"][6] == f"{syn.expected['nginx-2']['throughput_rps']:.1f}"
+    assert '<tr class="failed">' in html
+
+
+def test_report_sections_and_self_containment(syn, html, report_path):
+    for anchor in ("banner", "headline-table", "ci-note", "verdicts", "stability", "runs-table",
+                   "plot-throughput", "plot-overhead", "plot-rss", "plot-runs",
+                   "self-overhead-table", "methodology", "artifacts"):
+        assert f'id="{anchor}"' in html, anchor
+    assert html.count('class="plot"') >= 5
+    assert html.count("data:image/png;base64,") >= 5
+    assert "http://" not in html and "https://" not in html and "<script" not in html
+    # the banner says behaviour first, the machine's size, and each reason
+    assert "Behaviour, not capacity." in html and "<strong>2 CPU cores</strong>" in html
+    assert "litellm-3: 6 failed requests (3 http, 2 timeout, 1 connection)" in html
+    assert "sluice-1: Locust printed its high-CPU warning" in html
+    # the wide-intervals note, with the t factor for 3 runs
+    assert "Few runs, wide intervals." in html and "4.30 × sd/√3" in html
+    # methodology comes from the manifests
+    for fact in ("Linux 6.1.0-synthetic", "Synthetic CPU @ 2.0GHz", "0123456789abcdef", "1.22.1",
+                 "mock_latency_ms", "litellm-1 → nginx-1", "2025-10-09"):
+        assert fact in html, fact
+    # self-reported overhead beside the client-observed one, with the explanation
+    assert "Why the two differ." in html
+    # every artifact link is relative and points at a file (or directory) of the study
+    hrefs = [h for h in _hrefs(html) if not h.startswith("#")]
+    assert len(hrefs) > 12 * 10
+    for h in hrefs:
+        assert not os.path.isabs(h) and ":" not in h, h
+        assert (report_path.parent / h).exists(), h
+    assert "pd.read_parquet" in html
+
+
+def _hrefs(html: str) -> list[str]:
+    class P(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.out = []
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "a" and dict(attrs).get("href"):
+                self.out.append(dict(attrs)["href"])
+    p = P()
+    p.feed(html)
+    return p.out
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _chromium_cmd(exe: str, profile: str, *extra: str) -> list[str]:
+    return [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            f"--user-data-dir={profile}", *extra]
+
+
+def test_report_renders_in_headless_chromium(report_path, tmp_path):
+    exe = _chromium()
+    if exe is None:
+        pytest.skip("chromium is not installed: run scripts/install-test-deps.sh")
+    url = report_path.resolve().as_uri()
+    shot = tmp_path / "report.png"
+    with tempfile.TemporaryDirectory() as profile:
+        done = subprocess.run(_chromium_cmd(exe, profile, f"--screenshot={shot}",
+                                            "--window-size=1400,3000", url),
+                              capture_output=True, text=True, timeout=90)
+    assert shot.is_file(), done.stderr[-2000:]
+    from PIL import Image
+    img = Image.open(shot).convert("RGB")
+    assert img.size == (1400, 3000)
+    small = np.asarray(img.resize((350, 750)))
+    non_white = (small.min(axis=2) < 240).mean()
+    colors = len(np.unique(small.reshape(-1, 3), axis=0))
+    assert non_white > 0.05 and colors > 200, (non_white, colors)
+    # the banner's yellow is on the first screen
+    top = np.asarray(img.crop((0, 0, 1400, 900)))
+    yellow = ((top[..., 0] > 250) & (top[..., 1] > 240) & (top[..., 2] < 210)).mean()
+    assert yellow > 0.05, yellow
+
+    with tempfile.TemporaryDirectory() as profile:
+        dom = subprocess.run(_chromium_cmd(exe, profile, "--dump-dom", url),
+                             capture_output=True, text=True, timeout=90).stdout
+    assert 'id="banner"' in dom and "Behaviour, not capacity." in dom
+    assert 'id="headline-table"' in dom
+    assert dom.count('class="plot"') >= 5
+    rows = _headline(dom)
+    assert set(rows) == {"direct", "nginx", "sluice", "litellm"}
+
+
+def test_cli_builds_the_report(syn, tmp_path):
+    out = tmp_path / "cli.html"
+    done = subprocess.run([sys.executable, "-m", "report.build", str(syn.path), "-o", str(out)],
+                          cwd=REPO_DIR, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(out) and 'id="headline-table"' in out.read_text()
+
+
+def test_cli_refuses_a_changed_artifact(tmp_path, capsys):
+    s = make_study(tmp_path)
+    (s.path / "runs" / "nginx" / "1" / "system.log").write_text("edited\n")
+    assert build.main([str(s.path)]) == 2
+    assert "runs/nginx/1/system.log" in capsys.readouterr().err
+    assert not (s.path / "report.html").exists()
+
+
+def test_report_of_a_study_where_nothing_completed(tmp_path):
+    s = make_study(tmp_path, params={"sluice": [RunParams(failed=True)]}, status="failed")
+    html = build.build_report(s.path).read_text()
+    assert "No system completed a run" in html and "This study is failed" in html
+    assert "<strong>FAILED</strong>: system exited with code 1" in html
+
+
+def test_report_without_the_reference_system(tmp_path):
+    params = {"sluice": [RunParams(overhead_ms=o) for o in (0.4, 0.5, 0.6)],
+              "direct": [RunParams(overhead_ms=o, cpu_cores=None) for o in (0.2, 0.25, 0.3)]}
+    s = make_study(tmp_path, params=params)
+    html = build.build_report(s.path).read_text()
+    assert "reference for verdicts: <strong>sluice</strong>" in html   # nginx did not run
+
+
+def test_notebook_is_committed_without_outputs():
+    nb = json.loads((REPO_DIR / "notebooks" / "report.ipynb").read_text())
+    assert any("parameters" in c.get("metadata", {}).get("tags", []) for c in nb["cells"])
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            assert cell["outputs"] == [] and cell["execution_count"] is None
+
+
+def test_notebook_shows_the_same_sections_in_the_same_order():
+    import re
+    nb = json.loads((REPO_DIR / "notebooks" / "report.ipynb").read_text())
+    source = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    assert tuple(re.findall(r'render_section\(data, "(\w+)"\)', source)) == build.SECTIONS
+
+
+def test_papermill_smoke(syn, tmp_path):
+    out = build.build_report(syn.path, via_notebook=True, out=tmp_path / "nb.html")
+    html = out.read_text(encoding="utf-8")
+    assert 'id="banner"' in html and 'id="headline-table"' in html
+    assert html.count("data:image/png;base64,") >= 5
+    assert "render_section" not in html          # exported without code cells
+    assert "<script src=" not in html             # no CDN scripts: self-contained
+    table = _headline(html)
+    assert table["nginx"]["throughput (req/s)"] == _fmt(_recompute(syn.path)["nginx"]["throughput"], 1)
