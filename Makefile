@@ -3,7 +3,7 @@ PYTHON   ?= python3
 VENV     := .venv
 PY       := $(VENV)/bin/python
 PROFILE  ?= standard
-GATEWAYS ?= all
+GATEWAYS ?=
 SET      ?=
 STUDY    ?=
 
@@ -20,7 +20,7 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 
 ## make study [PROFILE=standard] [GATEWAYS=all|direct,nginx,...] [SET="--set runs_per_gateway=1"]
 study: setup
-	$(PY) -m harness.execute --profile $(PROFILE) --gateways $(GATEWAYS) $(SET)
+	$(PY) -m harness.execute --profile $(PROFILE) $(if $(GATEWAYS),--gateways $(GATEWAYS)) $(SET)
 
 ## Debian packages the tests need (nginx, chromium); idempotent.
 test-deps:

@@ -102,6 +102,15 @@ PROFILES: dict[str, dict] = {
     # The HeimOS protocol: 0 -> 1,000 users over 5 min 30 s, 3 runs.
     # The measured window is the 30 s held at the top, as in every other profile.
     "published": dict(ramp_s=330.0, think_time_s=0.0),
+    # The regression gate: fixed moderate load, short enough for CI, interleaved runs.
+    "gate": dict(gateways=("direct", "nginx", "sluice"), users=50, ramp_s=5.0, hold_s=20.0,
+                 warmup_s=2.0, think_time_s=0.05, idle_s=1.0, cooldown_s=2.0, max_hold_s=40.0),
+    # The study measuring itself: nginx as A and as A' must show no clear difference.
+    "aa": dict(gateways=("nginx", "nginx~aa"), users=50, ramp_s=5.0, hold_s=20.0, warmup_s=2.0,
+               think_time_s=0.05, idle_s=1.0, cooldown_s=2.0, max_hold_s=40.0),
+    # Sluice's performance target (issue 3): closed loop, 300 users, no wait, beside nginx.
+    "passthrough": dict(gateways=("direct", "nginx", "sluice"), users=300, ramp_s=10.0,
+                        hold_s=30.0, think_time_s=0.0),
 }
 
 
@@ -155,8 +164,9 @@ def validate(config: StudyConfig) -> None:
     need(len(config.gateways) > 0, "gateways: at least one system is needed")
     need(len(set(config.gateways)) == len(config.gateways), "gateways: a system is listed twice")
     for name in config.gateways:
-        need((gateways_dir / name / "gateway.toml").is_file(),
-             f"gateways: unknown gateway {name!r} (no {gateways_dir / name / 'gateway.toml'}); "
+        folder = name.split("~", 1)[0]  # 'nginx~aa': the same system under a second name
+        need((gateways_dir / folder / "gateway.toml").is_file(),
+             f"gateways: unknown gateway {name!r} (no {gateways_dir / folder / 'gateway.toml'}); "
              f"known: {known_gateways(gateways_dir)}")
     for name in ("runs_per_gateway", "users", "warmup_users", "locust_processes", "mock_workers",
                  "gateway_workers", "mock_response_tokens"):

@@ -24,8 +24,9 @@ def parse(argv: list[str]) -> tuple[dict, config_mod.StudyConfig]:
     parser = argparse.ArgumentParser(prog="python -m harness.execute", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", default="standard", choices=sorted(config_mod.PROFILES))
-    parser.add_argument("--gateways", default="all",
-                        help="comma-separated system names, or 'all' (every folder under gateways/)")
+    parser.add_argument("--gateways", default=None,
+                        help="comma-separated system names, or 'all' (every folder under gateways/);"
+                             " default: the profile's systems, else all")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="override any StudyConfig field, e.g. --set runs_per_gateway=1")
     parser.add_argument("--no-report", action="store_true", help="skip building report.html")
@@ -37,7 +38,8 @@ def parse(argv: list[str]) -> tuple[dict, config_mod.StudyConfig]:
             overrides[name] = json.loads(value)
         except ValueError:
             overrides[name] = value
-    config = config_mod.from_profile(args.profile, gateways=args.gateways, **overrides).with_study_id()
+    gateways = args.gateways or (None if "gateways" in config_mod.PROFILES[args.profile] else "all")
+    config = config_mod.from_profile(args.profile, gateways=gateways, **overrides).with_study_id()
     config_mod.validate(config)
     explicit = {"profile": args.profile, "gateways": list(config.gateways),
                 "study_id": config.study_id, "out_dir": config.out_dir}

@@ -4,6 +4,7 @@ The harness knows systems only through this structure; it never branches on a na
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 import tomllib
@@ -67,7 +68,7 @@ class GatewaySpec:
 
     @property
     def cache_dir(self) -> Path:
-        return REPO_DIR / ".cache" / "gateways" / self.name
+        return REPO_DIR / ".cache" / "gateways" / self.directory.name
 
 
 def _strings(value, where: str, path: Path) -> tuple[str, ...]:
@@ -76,7 +77,17 @@ def _strings(value, where: str, path: Path) -> tuple[str, ...]:
     return tuple(value)
 
 
-def load_gateway_spec(name: str, gateways_dir: Path = GATEWAYS_DIR) -> GatewaySpec:
+def folder_of(system: str) -> str:
+    """'nginx~aa' names a second copy of the system in gateways/nginx (for A/A checks)."""
+    return system.split("~", 1)[0]
+
+
+def load_gateway_spec(system: str, gateways_dir: Path = GATEWAYS_DIR) -> GatewaySpec:
+    spec = _load_folder(folder_of(system), gateways_dir)
+    return dataclasses.replace(spec, name=system) if system != spec.name else spec
+
+
+def _load_folder(name: str, gateways_dir: Path) -> GatewaySpec:
     path = gateways_dir / name / "gateway.toml"
     try:
         raw_bytes = path.read_bytes()

@@ -72,3 +72,9 @@ def test_render_strict():
     assert render("$remote_addr {x}", {}) == "$remote_addr {x}"
     with pytest.raises(GatewaySpecError):
         render("{{port}}", {})
+
+
+def test_a_tilde_name_is_a_second_copy_of_the_same_folder():
+    a, b = load_gateway_spec("nginx"), load_gateway_spec("nginx~aa")
+    assert b.name == "nginx~aa" and b.directory == a.directory and b.cache_dir == a.cache_dir
+    assert b.start_command == a.start_command and b.toml_sha256 == a.toml_sha256

@@ -1,0 +1,601 @@
+"""Sluice's mock LLM provider: OpenAI and Anthropic dialects, fixed latency, self-measured.
+
+    python -m mocks.server --host 127.0.0.1 --port N --latency-ms 60 --workers 1 \\
+        --stats-dir DIR --response-tokens 16 --stream-chunks 20 --chunk-delay-ms 20
+
+Endpoints
+    POST /v1/chat/completions   OpenAI chat.completion, or SSE chat.completion.chunk frames
+                                with ``"stream": true``
+    POST /v1/messages           Anthropic message, or its SSE event sequence with
+                                ``"stream": true``
+    GET  /v1/models             OpenAI model list
+    GET  /health                ``{"status":"ok"}`` (no latency)
+    GET  /stats                 merged statistics of all workers (``mocks.stats`` shape)
+    (``/chat/completions``, ``/messages`` and ``/models`` are accepted as aliases.)
+
+Timing: the handler takes t0 once it has the whole request body, holds until
+t0 + latency, then writes the response head (``hold`` = head time - t0, recorded in
+10 µs buckets).  Stream frames follow the head: frame i of ``stream_chunks`` content
+frames is written at head + i × chunk delay (an absolute schedule: no drift); the opening
+frame(s) are written right after the head, the closing ones right after the last content
+frame.  Holds and gaps are timed with a timerfd (see ``mocks.timer``): never early.
+
+Per-request overrides (request headers): ``x-mock-latency-ms``, ``x-mock-chunks``,
+``x-mock-chunk-delay-ms``, ``x-mock-response-tokens``; an invalid value is a 400.
+
+Every response carries ``x-mock-request-id: <pid>-<seq>``.
+
+With ``--workers K`` (K > 1) this process is a supervisor: it starts K worker processes
+(this module again, each binding the port with SO_REUSEPORT), forwards SIGTERM/SIGINT to
+them, waits for them and exits; if a worker dies on its own, it stops the others and
+exits 1.  Workers stay in the supervisor's process group and also get SIGTERM if the
+supervisor dies.  With K = 1 everything is served in this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ctypes
+import gc
+import itertools
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import orjson
+import uvloop
+from aiohttp import web
+from aiohttp.web_request import BaseRequest
+
+from mocks import __version__
+from mocks.bodies import Renderer, models_body, prompt_tokens
+from mocks.stats import WorkerStats, clear_worker_files, read_stats, worker_file
+from mocks.timer import PreciseTimer
+
+_mono = time.monotonic_ns
+_loads = orjson.loads
+_JSONDecodeError = orjson.JSONDecodeError
+
+RID = "x-mock-request-id"
+CT = "Content-Type"
+JSON_CT = "application/json"
+SSE_CT = "text/event-stream"
+
+H_LATENCY = "x-mock-latency-ms"
+H_CHUNKS = "x-mock-chunks"
+H_DELAY = "x-mock-chunk-delay-ms"
+H_TOKENS = "x-mock-response-tokens"
+
+MAX_MS = 3_600_000.0
+MAX_CHUNKS = 100_000
+MAX_TOKENS = 1_000_000
+
+STATS_INTERVAL_S = 0.25   # write the worker file this often when it changed ...
+STATS_HEARTBEAT_S = 0.5   # ... and at least this often anyway (freshness for read_stats)
+
+OTHER_PATH = "<other>"
+
+
+class BadRequest(Exception):
+    def __init__(self, message: str, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code
+
+
+def _openai_error(message: str, param, code) -> bytes:
+    return orjson.dumps({"error": {"message": message, "type": "invalid_request_error",
+                                   "param": param, "code": code}})
+
+
+def _anthropic_error(message: str) -> bytes:
+    return orjson.dumps({"type": "error", "error": {"type": "invalid_request_error",
+                                                     "message": message}})
+
+
+def _generic_error(status: int, kind: str, message: str) -> bytes:
+    # readable by both dialects' error parsers
+    return orjson.dumps({"type": "error", "error": {"type": kind, "message": message,
+                                                     "param": None, "code": kind}})
+
+
+def _ms_header(value: str, name: str) -> int:
+    try:
+        ms = float(value)
+    except ValueError:
+        raise BadRequest(f"Invalid header {name}: {value!r} is not a number", name, "invalid_value")
+    if not (0.0 <= ms <= MAX_MS):  # also rejects NaN
+        raise BadRequest(f"Invalid header {name}: must be between 0 and {MAX_MS:g}", name, "invalid_value")
+    return int(round(ms * 1_000_000))
+
+
+def _int_header(value: str, name: str, lo: int, hi: int) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise BadRequest(f"Invalid header {name}: {value!r} is not an integer", name, "invalid_value")
+    if not (lo <= n <= hi):
+        raise BadRequest(f"Invalid header {name}: must be between {lo} and {hi}", name, "invalid_value")
+    return n
+
+
+class MockApp:
+    """The request handler of one worker."""
+
+    def __init__(self, cfg, stats: WorkerStats, timer: PreciseTimer):
+        self.cfg = cfg
+        self.stats = stats
+        self.timer = timer
+        self.renderer = Renderer()
+        self.lat_ns = int(round(cfg.latency_ms * 1_000_000))
+        self.tokens = cfg.response_tokens
+        self.chunks = cfg.stream_chunks
+        self.delay_ns = int(round(cfg.chunk_delay_ms * 1_000_000))
+        self._seq = itertools.count(1)
+        self._rid_prefix = f"{os.getpid()}-"
+        self._health = orjson.dumps({"status": "ok"})
+        self._models = models_body(cfg.models, int(time.time()))
+        gen_openai = ("POST", self.openai)
+        gen_anthropic = ("POST", self.anthropic)
+        models = ("GET", self.models)
+        self._routes = {
+            "/v1/chat/completions": gen_openai, "/chat/completions": gen_openai,
+            "/v1/messages": gen_anthropic, "/messages": gen_anthropic,
+            "/v1/models": models, "/models": models,
+            "/health": ("GET", self.health),
+            "/stats": ("GET", self.stats_handler),
+        }
+
+    # ------------------------------------------------------------------ dispatch
+    async def handle(self, request: BaseRequest) -> web.StreamResponse:
+        """Route; each handler records its own response in the stats (a stream records its
+        head as it is written and its completion separately)."""
+        rid = self._rid_prefix + str(next(self._seq))
+        path = request.path
+        route = self._routes.get(path)
+        if route is None:
+            self.stats.record_response(OTHER_PATH, 404)
+            return web.Response(status=404, body=_generic_error(404, "not_found_error", f"Unknown path: {path}"),
+                                headers={CT: JSON_CT, RID: rid})
+        method, fn = route
+        if request.method != method and not (method == "GET" and request.method == "HEAD"):
+            self.stats.record_response(path, 405)
+            return web.Response(status=405, body=_generic_error(
+                405, "method_not_allowed", f"Method {request.method} not allowed on {path}; use {method}"),
+                headers={CT: JSON_CT, RID: rid, "Allow": method})
+        try:
+            return await fn(request, rid, path)
+        except web.HTTPException as exc:  # e.g. 413 from request.read()
+            self.stats.record_response(path, exc.status)
+            return web.Response(status=exc.status, body=_generic_error(
+                exc.status, "invalid_request_error" if exc.status < 500 else "api_error", exc.reason),
+                headers={CT: JSON_CT, RID: rid})
+        except Exception as exc:  # never let aiohttp answer without our header
+            self.stats.record_response(path, 500)
+            return web.Response(status=500, body=_generic_error(500, "api_error", f"mock error: {exc!r}"),
+                                headers={CT: JSON_CT, RID: rid})
+
+    def _overrides(self, headers):
+        lat, n, chunks, delay = self.lat_ns, self.tokens, self.chunks, self.delay_ns
+        v = headers.get(H_LATENCY)
+        if v is not None:
+            lat = _ms_header(v, H_LATENCY)
+        v = headers.get(H_TOKENS)
+        if v is not None:
+            n = _int_header(v, H_TOKENS, 0, MAX_TOKENS)
+        v = headers.get(H_CHUNKS)
+        if v is not None:
+            chunks = _int_header(v, H_CHUNKS, 1, MAX_CHUNKS)
+        v = headers.get(H_DELAY)
+        if v is not None:
+            delay = _ms_header(v, H_DELAY)
+        return lat, n, chunks, delay
+
+    @staticmethod
+    def _parse(body: bytes):
+        """Validate the common shape; returns (req, model, messages)."""
+        try:
+            req = _loads(body)
+        except _JSONDecodeError:
+            raise BadRequest("We could not parse the JSON body of your request. The body must be valid JSON.",
+                             None, "invalid_json")
+        if type(req) is not dict:
+            raise BadRequest("The request body must be a JSON object.", None, "invalid_type")
+        model = req.get("model")
+        if model is None:
+            raise BadRequest("Missing required parameter: 'model'.", "model", "missing_required_parameter")
+        if type(model) is not str:
+            raise BadRequest("Invalid type for 'model': expected a string.", "model", "invalid_type")
+        messages = req.get("messages")
+        if messages is None:
+            raise BadRequest("Missing required parameter: 'messages'.", "messages", "missing_required_parameter")
+        if type(messages) is not list:
+            raise BadRequest("Invalid type for 'messages': expected an array of messages.", "messages",
+                             "invalid_type")
+        if not messages:
+            raise BadRequest("Invalid 'messages': empty array. Expected an array with minimum length 1.",
+                             "messages", "empty_array")
+        return req, model, messages
+
+    def _bad(self, rid: str, path: str, body: bytes) -> web.Response:
+        self.stats.record_response(path, 400)
+        return web.Response(status=400, body=body, headers={CT: JSON_CT, RID: rid})
+
+    # ------------------------------------------------------------------ generation
+    async def openai(self, request: BaseRequest, rid: str, path: str) -> web.StreamResponse:
+        body = await request.read()
+        t0 = _mono()  # the whole request is here: the hold starts
+        try:
+            req, model, messages = self._parse(body)
+            lat, n, chunks, delay = self._overrides(request.headers)
+        except BadRequest as e:
+            return self._bad(rid, path, _openai_error(e.message, e.param, e.code))
+        p = prompt_tokens(messages)
+        if req.get("stream") is True:
+            so = req.get("stream_options")
+            inc = type(so) is dict and so.get("include_usage") is True
+            first, middle, last = self.renderer.openai_stream(rid.encode(), model, n, chunks, p, inc)
+            return await self._stream(request, rid, path, t0, lat, delay, first, middle, last)
+        resp = web.Response(body=self.renderer.openai_unary(rid.encode(), model, n, p),
+                            headers={CT: JSON_CT, RID: rid})
+        return await self._unary(request, resp, path, t0, lat)
+
+    async def anthropic(self, request: BaseRequest, rid: str, path: str) -> web.StreamResponse:
+        body = await request.read()
+        t0 = _mono()
+        try:
+            req, model, messages = self._parse(body)
+            lat, n, chunks, delay = self._overrides(request.headers)
+        except BadRequest as e:
+            return self._bad(rid, path, _anthropic_error(e.message))
+        p = prompt_tokens(messages, req.get("system"))
+        if req.get("stream") is True:
+            first, middle, last = self.renderer.anthropic_stream(rid.encode(), model, n, chunks, p)
+            return await self._stream(request, rid, path, t0, lat, delay, first, middle, last)
+        resp = web.Response(body=self.renderer.anthropic_unary(rid.encode(), model, n, p),
+                            headers={CT: JSON_CT, RID: rid})
+        return await self._unary(request, resp, path, t0, lat)
+
+    async def _hold(self, path: str, deadline: int) -> None:
+        try:
+            await self.timer.wait_until(deadline)
+        except asyncio.CancelledError:  # shutdown after the grace period
+            self.stats.record_response(path, 499)
+            raise
+
+    async def _unary(self, request, resp, path: str, t0: int, lat: int):
+        # the response is fully built before the hold: only the head's write follows it
+        if lat:
+            deadline = t0 + lat
+            if _mono() < deadline:
+                await self._hold(path, deadline)
+        st = self.stats
+        st.record_hold(_mono() - t0)
+        tr = request.transport
+        if tr is None or tr.is_closing():
+            st.incomplete += 1  # the client left during the hold: nobody gets this answer
+        else:
+            st.count += 1  # counted before the bytes go out, so a reader never sees it missing
+        st.record_response(path, 200)
+        return resp
+
+    async def _stream(self, request, rid: str, path: str, t0: int, lat: int, delay: int,
+                      first: bytes, middle: list, last: bytes):
+        resp = web.StreamResponse(headers={CT: SSE_CT, "Cache-Control": "no-cache", RID: rid})
+        if lat:
+            deadline = t0 + lat
+            if _mono() < deadline:
+                await self._hold(path, deadline)
+        st = self.stats
+        timer = self.timer
+        t_head = _mono()
+        st.record_hold(t_head - t0)
+        st.record_response(path, 200)
+        counted = False
+        try:
+            await resp.prepare(request)  # writes the head now
+            if delay:
+                await resp.write(first)
+                i = 0
+                for frame in middle:  # frame i at head + i * delay: no drift
+                    i += 1
+                    due = t_head + i * delay
+                    if _mono() < due:
+                        await timer.wait_until(due)
+                    await resp.write(frame)
+                st.count += 1  # before the last bytes go out (undone below if they cannot)
+                counted = True
+                await resp.write(last)
+            else:
+                st.count += 1
+                counted = True
+                await resp.write(first + b"".join(middle) + last)
+            await resp.write_eof()
+        except BaseException as exc:  # client gone mid-stream, or cancelled at shutdown
+            if counted:
+                st.count -= 1
+            st.incomplete += 1
+            st.version += 1
+            if isinstance(exc, ConnectionError):
+                return resp
+            raise
+        st.version += 1
+        return resp
+
+    # ------------------------------------------------------------------ others
+    async def models(self, request: BaseRequest, rid: str, path: str) -> web.Response:
+        self.stats.record_response(path, 200)
+        return web.Response(body=self._models, headers={CT: JSON_CT, RID: rid})
+
+    async def health(self, request: BaseRequest, rid: str, path: str) -> web.Response:
+        self.stats.record_response(path, 200)
+        return web.Response(body=self._health, headers={CT: JSON_CT, RID: rid})
+
+    async def stats_handler(self, request: BaseRequest, rid: str, path: str) -> web.Response:
+        self.stats.record_response(path, 200)
+        merged = read_stats(self.cfg.stats_dir, _override=self.stats.snapshot())
+        return web.Response(body=orjson.dumps(merged), headers={CT: JSON_CT, RID: rid})
+
+
+# ============================================================================ worker
+
+def _make_socket(host: str, port: int, reuseport: bool, backlog: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuseport:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+        sock.listen(backlog)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _startup_line(cfg, pid: int, workers: int, port: int) -> str:
+    return (f"sluice-mock {__version__} ready url=http://{cfg.host}:{port} port={port} pid={pid} "
+            f"workers={workers} latency_ms={cfg.latency_ms:g} stats_dir={cfg.stats_dir}")
+
+
+async def _stats_writer(stats: WorkerStats, stats_dir: str) -> None:
+    last_version = stats.version
+    last_write = time.monotonic()
+    warned = False
+    while True:
+        await asyncio.sleep(STATS_INTERVAL_S)
+        now = time.monotonic()
+        if stats.version != last_version or now - last_write >= STATS_HEARTBEAT_S:
+            last_version = stats.version
+            try:
+                stats.write(stats_dir)
+            except OSError as exc:
+                if not warned:
+                    print(f"sluice-mock: cannot write stats to {stats_dir}: {exc}", file=sys.stderr, flush=True)
+                    warned = True
+            last_write = now
+
+
+def _config_record(cfg) -> dict:
+    return {"latency_ms": cfg.latency_ms, "response_tokens": cfg.response_tokens,
+            "stream_chunks": cfg.stream_chunks, "chunk_delay_ms": cfg.chunk_delay_ms,
+            "workers": cfg.workers, "mock_version": __version__}
+
+
+async def _serve(cfg, reuseport: bool, announce: bool) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    stats = WorkerStats(cfg.latency_ms, _config_record(cfg))
+    timer = PreciseTimer(loop, force_fallback=(cfg.timer == "loop"))
+    stats.config["timer"] = timer.kind
+    app = MockApp(cfg, stats, timer)
+    max_body = cfg.max_body_bytes
+
+    def request_factory(message, payload, protocol, writer, task):
+        return BaseRequest(message, payload, protocol, writer, task, loop, client_max_size=max_body)
+
+    server = web.Server(app.handle, request_factory=request_factory, access_log=None)
+    try:
+        sock = _make_socket(cfg.host, cfg.port, reuseport, cfg.backlog)
+    except OSError as exc:
+        print(f"sluice-mock: cannot listen on {cfg.host}:{cfg.port}: {exc}", file=sys.stderr, flush=True)
+        return 2
+    srv = await loop.create_server(server, sock=sock, backlog=cfg.backlog)
+    stats.write(cfg.stats_dir)  # also the readiness signal for a supervisor
+    if announce:
+        print(_startup_line(cfg, os.getpid(), 1, sock.getsockname()[1]), flush=True)
+    writer = asyncio.create_task(_stats_writer(stats, cfg.stats_dir))
+    gc.collect()
+    gc.freeze()  # startup objects need no more scanning
+
+    await stop.wait()
+
+    srv.close()  # stop accepting; then let in-flight requests finish (bounded)
+    try:
+        await server.shutdown(cfg.shutdown_grace_s)
+    finally:
+        writer.cancel()
+        stats.final = True
+        stats.write(cfg.stats_dir)
+        timer.close()
+    return 0
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent_pid:  # the supervisor died before prctl took effect
+        sys.exit(1)
+
+
+# ============================================================================ supervisor
+
+def _child_argv(cfg) -> list[str]:
+    return [sys.executable, "-m", "mocks.server",
+            "--host", cfg.host, "--port", str(cfg.port), "--workers", str(cfg.workers),
+            "--latency-ms", repr(cfg.latency_ms), "--stats-dir", cfg.stats_dir,
+            "--response-tokens", str(cfg.response_tokens), "--stream-chunks", str(cfg.stream_chunks),
+            "--chunk-delay-ms", repr(cfg.chunk_delay_ms), "--models", ",".join(cfg.models),
+            "--shutdown-grace-s", repr(cfg.shutdown_grace_s), "--backlog", str(cfg.backlog),
+            "--max-body-bytes", str(cfg.max_body_bytes), "--timer", cfg.timer, "--worker-of", str(os.getpid())]
+
+
+def _stop_children(children, sig=signal.SIGTERM) -> None:
+    for p in children:
+        if p.poll() is None:
+            try:
+                p.send_signal(sig)
+            except OSError:
+                pass
+
+
+def _reap(children, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(p.poll() is None for p in children):
+        time.sleep(0.02)
+    for p in children:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def _supervise(cfg) -> int:
+    # A plain (non-SO_REUSEPORT) bind fails if anything listens on the port already,
+    # including another SO_REUSEPORT listener we would otherwise silently share it with.
+    try:
+        _make_socket(cfg.host, cfg.port, False, 1).close()
+    except OSError as exc:
+        print(f"sluice-mock: cannot listen on {cfg.host}:{cfg.port}: {exc}", file=sys.stderr, flush=True)
+        return 2
+
+    children: list[subprocess.Popen] = []
+    requested: list[int] = []
+
+    def on_signal(signum, _frame):
+        requested.append(signum)
+        for p in children:  # no Popen.poll() here: it may be running in the main code
+            if p.returncode is None:
+                try:
+                    os.kill(p.pid, signum)
+                except OSError:
+                    pass
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    env = dict(os.environ)
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    argv = _child_argv(cfg)
+    grace = cfg.shutdown_grace_s + 10.0
+
+    for _ in range(cfg.workers):
+        if requested:
+            break
+        children.append(subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL))
+
+    failed = None
+    pending = list(children)
+    deadline = time.monotonic() + 60.0
+    while pending and not requested and failed is None:
+        pending = [p for p in pending if not os.path.exists(worker_file(cfg.stats_dir, p.pid))]
+        for p in children:
+            if p.poll() is not None:
+                failed = f"worker {p.pid} exited during startup with code {p.returncode}"
+        if time.monotonic() > deadline:
+            failed = f"workers {[p.pid for p in pending]} not ready after 60 s"
+        time.sleep(0.01)
+    if failed is None and not requested:
+        print(_startup_line(cfg, os.getpid(), cfg.workers, cfg.port), flush=True)
+
+    while failed is None and not requested:
+        for p in children:
+            if p.poll() is not None:
+                failed = f"worker {p.pid} exited unexpectedly with code {p.returncode}"
+                break
+        else:
+            time.sleep(0.1)
+
+    if failed is not None:
+        print(f"sluice-mock: {failed}; stopping the other workers", file=sys.stderr, flush=True)
+        _stop_children(children)
+        _reap(children, grace)
+        return 1
+
+    _stop_children(children, requested[0])  # again: covers a child started during the signal
+    _reap(children, grace)
+    ok_codes = {0, -signal.SIGTERM, -signal.SIGINT}
+    bad = [(p.pid, p.returncode) for p in children if p.returncode not in ok_codes]
+    if bad:
+        print(f"sluice-mock: workers exited with errors: {bad}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+# ============================================================================ CLI
+
+def _parse_args(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m mocks.server", description="Sluice's mock LLM provider")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--latency-ms", type=float, default=60.0, help="hold before the response head (default 60)")
+    ap.add_argument("--workers", type=int, default=1, help="worker processes sharing the port (default 1)")
+    ap.add_argument("--stats-dir", default=None, help="where workers write their stats (default: a new temp dir)")
+    ap.add_argument("--response-tokens", type=int, default=16, help="words of content per response (default 16)")
+    ap.add_argument("--stream-chunks", type=int, default=20, help="content frames per stream (default 20)")
+    ap.add_argument("--chunk-delay-ms", type=float, default=20.0, help="gap between content frames (default 20)")
+    ap.add_argument("--models", default="mock-model", help="comma-separated ids for /v1/models")
+    ap.add_argument("--shutdown-grace-s", type=float, default=1.0,
+                    help="on SIGTERM, how long in-flight requests may finish (default 1)")
+    ap.add_argument("--backlog", type=int, default=4096)
+    ap.add_argument("--timer", choices=("timerfd", "loop"), default="timerfd",
+                    help="how holds and chunk gaps are timed: a timerfd (sub-ms, Linux; default) or the "
+                         "event loop's millisecond timers")
+    ap.add_argument("--max-body-bytes", type=int, default=64 * 1024 * 1024)
+    ap.add_argument("--worker-of", type=int, default=None, help=argparse.SUPPRESS)
+    cfg = ap.parse_args(argv)
+    if cfg.workers < 1:
+        ap.error("--workers must be at least 1")
+    if not (0 <= cfg.latency_ms <= MAX_MS) or not (0 <= cfg.chunk_delay_ms <= MAX_MS):
+        ap.error("--latency-ms and --chunk-delay-ms must be between 0 and 3600000")
+    if not (1 <= cfg.stream_chunks <= MAX_CHUNKS):
+        ap.error(f"--stream-chunks must be between 1 and {MAX_CHUNKS}")
+    if not (0 <= cfg.response_tokens <= MAX_TOKENS):
+        ap.error(f"--response-tokens must be between 0 and {MAX_TOKENS}")
+    if not (0 < cfg.port < 65536):
+        ap.error("--port must be between 1 and 65535")
+    cfg.models = [m for m in cfg.models.split(",") if m] or ["mock-model"]
+    return cfg
+
+
+def main(argv=None) -> int:
+    cfg = _parse_args(argv)
+    if cfg.worker_of is not None:  # a worker started by a supervisor
+        _die_with_parent(cfg.worker_of)
+        return uvloop.run(_serve(cfg, reuseport=True, announce=False))
+    if cfg.stats_dir is None:
+        cfg.stats_dir = tempfile.mkdtemp(prefix="sluice-mock-stats-")
+    cfg.stats_dir = os.path.abspath(cfg.stats_dir)
+    os.makedirs(cfg.stats_dir, exist_ok=True)
+    clear_worker_files(cfg.stats_dir)  # figures of an earlier mock must not be merged in
+    if cfg.workers == 1:
+        return uvloop.run(_serve(cfg, reuseport=False, announce=True))
+    return _supervise(cfg)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

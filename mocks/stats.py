@@ -1,0 +1,346 @@
+"""The mock's self-measurement: per-worker counters, worker stats files, merging, diffs.
+
+Importing this module starts nothing and does not import aiohttp.
+
+Each worker process keeps a :class:`WorkerStats` and writes it to
+``<stats_dir>/worker-<pid>.json`` (temp file + rename, so readers never see a partial
+file).  :func:`read_stats` merges those files into the ``mock_stats.json`` shape described
+in ``artifacts/README.md``; :func:`diff_stats` subtracts two such snapshots.
+
+Definitions (the same in every worker file, merge and diff):
+
+``count``
+    generation requests answered with 200 (``POST /v1/chat/completions`` and
+    ``POST /v1/messages``): a unary one when its held response is handed to the server,
+    a stream when its last frame is handed to the socket.  It is incremented before the
+    bytes go out, so a snapshot written after a client saw its answer always includes it.
+``incomplete``
+    generation responses that nobody received: the client left during the hold, or a
+    stream was cut (client gone, shutdown) after its head.
+``hold_*``
+    one sample per generation response head: from the moment the handler had the whole
+    request body to just before the head is written.  ``hold_count`` = ``count`` +
+    ``incomplete`` + streams still running at the snapshot.
+``hold_histogram_us``
+    ``{bucket_start_us: n}`` with 10 µs buckets, sparse; keys are decimal strings
+    sorted numerically (JSON keys are strings).
+``errors``
+    400 responses.  ``by_path`` counts every request by path (unknown paths under
+    ``"<other>"``), ``by_status`` every response head by status code (499: cancelled
+    by shutdown before its head).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import os
+import time
+
+SCHEMA_VERSION = 1
+BUCKET_US = 10
+_BUCKET_NS = BUCKET_US * 1000
+FILE_PREFIX = "worker-"
+FILE_SUFFIX = ".json"
+
+try:  # orjson is faster, but the stats reader must work without it
+    import orjson as _orjson
+except ImportError:  # pragma: no cover
+    _orjson = None
+
+
+def _dumps(obj) -> bytes:
+    if _orjson is not None:
+        return _orjson.dumps(obj, option=_orjson.OPT_NON_STR_KEYS)
+    return json.dumps(obj).encode()
+
+
+def _loads(data: bytes):
+    if _orjson is not None:
+        return _orjson.loads(data)
+    return json.loads(data)
+
+
+def worker_file(stats_dir: str, pid: int) -> str:
+    return os.path.join(stats_dir, f"{FILE_PREFIX}{pid}{FILE_SUFFIX}")
+
+
+class WorkerStats:
+    """Counters of one worker process; updated on the event loop, no locking."""
+
+    __slots__ = ("pid", "started_t_unix_s", "latency_ms", "config", "count", "incomplete",
+                 "errors", "by_path", "by_status", "hist", "hold_count", "hold_sum_ns",
+                 "hold_max_ns", "version", "final")
+
+    def __init__(self, latency_ms: float, config: dict | None = None, pid: int | None = None):
+        self.pid = os.getpid() if pid is None else pid
+        self.started_t_unix_s = time.time()
+        self.latency_ms = float(latency_ms)
+        self.config = dict(config or {})
+        self.count = 0
+        self.incomplete = 0
+        self.errors = 0
+        self.by_path: dict[str, int] = {}
+        self.by_status: dict[int, int] = {}
+        self.hist: dict[int, int] = {}
+        self.hold_count = 0
+        self.hold_sum_ns = 0
+        self.hold_max_ns = 0
+        self.version = 0  # bumped on every change; the file writer compares it
+        self.final = False
+
+    def record_hold(self, hold_ns: int) -> None:
+        b = hold_ns // _BUCKET_NS * BUCKET_US
+        h = self.hist
+        h[b] = h.get(b, 0) + 1
+        self.hold_count += 1
+        self.hold_sum_ns += hold_ns
+        if hold_ns > self.hold_max_ns:
+            self.hold_max_ns = hold_ns
+
+    def record_response(self, path_key: str, status: int) -> None:
+        bp = self.by_path
+        bp[path_key] = bp.get(path_key, 0) + 1
+        bs = self.by_status
+        bs[status] = bs.get(status, 0) + 1
+        if status == 400:
+            self.errors += 1
+        self.version += 1
+
+    def snapshot(self) -> dict:
+        """The worker-file dict (also what /stats uses for the answering worker)."""
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "pid": self.pid,
+            "started_t_unix_s": self.started_t_unix_s,
+            "updated_t_unix_s": time.time(),
+            "final": self.final,
+            "latency_ms": self.latency_ms,
+            "config": self.config,
+            "count": self.count,
+            "incomplete": self.incomplete,
+            "errors": self.errors,
+            "by_path": dict(self.by_path),
+            "by_status": {str(k): v for k, v in self.by_status.items()},
+            "hold_count": self.hold_count,
+            "hold_sum_ns": self.hold_sum_ns,
+            "hold_max_ns": self.hold_max_ns,
+            # int keys (orjson writes them as strings); readers normalise with int()
+            "hold_histogram_us": dict(self.hist),
+        }
+
+    def write(self, stats_dir: str) -> dict:
+        """Write the worker file atomically; returns the snapshot written."""
+        snap = self.snapshot()
+        path = worker_file(stats_dir, self.pid)
+        tmp = f"{path}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(_dumps(snap))
+        os.replace(tmp, path)
+        return snap
+
+
+# ----------------------------------------------------------------------------- merging
+
+def _hist_int(h: dict) -> dict[int, int]:
+    return {int(k): int(v) for k, v in h.items()}
+
+
+def _hist_str(h: dict[int, int]) -> dict[str, int]:
+    return {str(k): v for k, v in sorted(h.items()) if v}
+
+
+def _hold_summary(hist: dict[int, int], sum_ns: int, max_ns: int | None) -> dict:
+    """p50/p90/p99/max/mean in ms from a 10 µs histogram (nearest rank, bucket midpoints).
+
+    ``max_ns`` is the exact maximum when known; percentiles never exceed it.
+    """
+    n = sum(hist.values())
+    if n <= 0:
+        return {"p50": None, "p90": None, "p99": None, "max": None, "mean": None}
+    items = sorted((k, v) for k, v in hist.items() if v)
+    top_upper_us = items[-1][0] + BUCKET_US
+    max_us = (max_ns / 1000.0) if max_ns is not None else top_upper_us
+
+    def pct(q: float) -> float:
+        rank = max(1, math.ceil(q * n))
+        cum = 0
+        for start, cnt in items:
+            cum += cnt
+            if cum >= rank:
+                return min(start + BUCKET_US / 2.0, max_us)
+        return max_us  # pragma: no cover
+
+    return {
+        "p50": round(pct(0.50) / 1000.0, 4),
+        "p90": round(pct(0.90) / 1000.0, 4),
+        "p99": round(pct(0.99) / 1000.0, 4),
+        "max": round(max_us / 1000.0, 4),
+        "mean": round(sum_ns / n / 1e6, 4),
+    }
+
+
+def _empty_totals() -> dict:
+    return {"count": 0, "incomplete": 0, "errors": 0, "by_path": {}, "by_status": {},
+            "hist": {}, "hold_sum_ns": 0, "hold_max_ns": 0}
+
+
+def _add_counts(dst: dict, src: dict, sign: int = 1) -> None:
+    for k, v in src.items():
+        dst[k] = dst.get(k, 0) + sign * int(v)
+
+
+def _shape(t: dict, latency_ms, workers: int, extra: dict) -> dict:
+    hist = {k: v for k, v in t["hist"].items() if v}
+    hold_count = sum(hist.values())
+    out = {
+        "schema_version": SCHEMA_VERSION,
+        "count": t["count"],
+        "by_path": {k: v for k, v in sorted(t["by_path"].items()) if v},
+        "errors": t["errors"],
+        "hold_ms": _hold_summary(hist, t["hold_sum_ns"], t["hold_max_ns"] if hold_count else None),
+        "hold_histogram_us": _hist_str(hist),
+        "latency_ms": latency_ms,
+        "workers": workers,
+        # extras (not in the minimal schema, kept so that diffs stay exact)
+        "by_status": {k: v for k, v in sorted(t["by_status"].items(), key=lambda kv: int(kv[0])) if v},
+        "incomplete": t["incomplete"],
+        "hold_count": hold_count,
+        "hold_sum_ns": t["hold_sum_ns"],
+        "hold_max_ns": t["hold_max_ns"] if hold_count else 0,
+    }
+    out.update(extra)
+    return out
+
+
+def merge_worker_snapshots(snaps: list[dict], stale_pids: list[int] | None = None) -> dict:
+    """Merge worker-file dicts into the ``mock_stats.json`` shape."""
+    t = _empty_totals()
+    latency_ms = None
+    config = None
+    for s in snaps:
+        t["count"] += int(s.get("count", 0))
+        t["incomplete"] += int(s.get("incomplete", 0))
+        t["errors"] += int(s.get("errors", 0))
+        _add_counts(t["by_path"], s.get("by_path", {}))
+        _add_counts(t["by_status"], s.get("by_status", {}))
+        _add_counts(t["hist"], _hist_int(s.get("hold_histogram_us", {})))
+        t["hold_sum_ns"] += int(s.get("hold_sum_ns", 0))
+        t["hold_max_ns"] = max(t["hold_max_ns"], int(s.get("hold_max_ns", 0)))
+        if latency_ms is None:
+            latency_ms = s.get("latency_ms")
+            config = s.get("config")
+    stale = sorted(stale_pids or [])
+    extra = {
+        "worker_pids": sorted(int(s["pid"]) for s in snaps if "pid" in s),
+        "updated_t_unix_s": min((float(s.get("updated_t_unix_s", 0.0)) for s in snaps), default=None),
+        "final": bool(snaps) and all(bool(s.get("final")) for s in snaps),
+        "fresh": not stale,
+        "stale_workers": stale,
+        "config": config or {},
+    }
+    return _shape(t, latency_ms, len(snaps), extra)
+
+
+def _load_worker_files(stats_dir: str) -> list[dict]:
+    snaps = []
+    for path in sorted(glob.glob(os.path.join(stats_dir, f"{FILE_PREFIX}*{FILE_SUFFIX}"))):
+        for _attempt in range(3):
+            try:
+                with open(path, "rb") as f:
+                    snaps.append(_loads(f.read()))
+                break
+            except FileNotFoundError:
+                break  # replaced/removed between glob and open
+            except ValueError:  # not expected (atomic rename), but never fail a read on it
+                time.sleep(0.005)
+    return snaps
+
+
+def _is_fresh(snap: dict, fresher_than_t_unix_s: float | None) -> bool:
+    if fresher_than_t_unix_s is None or snap.get("final"):
+        return True
+    return float(snap.get("updated_t_unix_s", 0.0)) > fresher_than_t_unix_s
+
+
+def read_stats(stats_dir: str, fresher_than_t_unix_s: float | None = None,
+               timeout_s: float = 2.0, _override: dict | None = None) -> dict:
+    """Merge every ``worker-<pid>.json`` in ``stats_dir`` into the ``mock_stats.json`` shape.
+
+    With ``fresher_than_t_unix_s``, wait (at most ``timeout_s``) until every worker file
+    was written after that wall-clock time (a worker's final file, written as it exits,
+    always counts as fresh).  Workers rewrite their file at least every 0.5 s even when
+    idle, so a running mock satisfies the wait within about half a second.  If the
+    deadline passes, the result still comes back, with ``fresh`` false and the lagging
+    pids in ``stale_workers``.
+
+    ``_override`` (internal, used by ``GET /stats``): a live snapshot that replaces the
+    file of the same pid.
+    """
+    deadline = time.monotonic() + max(0.0, timeout_s)
+    while True:
+        snaps = _load_worker_files(stats_dir)
+        if _override is not None:
+            snaps = [s for s in snaps if s.get("pid") != _override.get("pid")] + [_override]
+        stale = [int(s.get("pid", -1)) for s in snaps if not _is_fresh(s, fresher_than_t_unix_s)]
+        need_files = fresher_than_t_unix_s is not None and not snaps
+        if (not stale and not need_files) or time.monotonic() >= deadline:
+            out = merge_worker_snapshots(snaps, stale)
+            if need_files:
+                out["fresh"] = False
+            return out
+        time.sleep(0.02)
+
+
+def diff_stats(later: dict, earlier: dict) -> dict:
+    """``later - earlier`` for two snapshots of the same mock (same shape as read_stats).
+
+    Counts, per-path/status counts and the histogram are subtracted exactly, the hold
+    summary is recomputed from the difference.  The maximum is exact when the later
+    snapshot's maximum is new since the earlier one; otherwise it is bounded by the top
+    bucket of the difference.  Raises ValueError if ``later`` is not a continuation of
+    ``earlier`` (a count would go negative).
+    """
+    t = _empty_totals()
+    for key in ("count", "incomplete", "errors", "hold_sum_ns"):
+        t[key] = int(later.get(key, 0)) - int(earlier.get(key, 0))
+    for key in ("by_path", "by_status"):
+        _add_counts(t[key], later.get(key, {}))
+        _add_counts(t[key], earlier.get(key, {}), -1)
+    _add_counts(t["hist"], _hist_int(later.get("hold_histogram_us", {})))
+    _add_counts(t["hist"], _hist_int(earlier.get("hold_histogram_us", {})), -1)
+    negative = [k for k in ("count", "incomplete", "errors", "hold_sum_ns") if t[k] < 0]
+    negative += [f"by_path[{k}]" for k, v in t["by_path"].items() if v < 0]
+    negative += [f"by_status[{k}]" for k, v in t["by_status"].items() if v < 0]
+    negative += [f"hold_histogram_us[{k}]" for k, v in t["hist"].items() if v < 0]
+    if negative:
+        raise ValueError(f"later snapshot is not a continuation of earlier: {negative[:5]}")
+    later_max = int(later.get("hold_max_ns", 0))
+    earlier_max = int(earlier.get("hold_max_ns", 0))
+    hist = {k: v for k, v in t["hist"].items() if v}
+    if hist:
+        if later_max > earlier_max:
+            t["hold_max_ns"] = later_max  # the maximum happened inside the window
+        else:
+            top = max(hist) * 1000 + _BUCKET_NS
+            t["hold_max_ns"] = min(top, later_max) if later_max else top
+    extra = {
+        "worker_pids": later.get("worker_pids", []),
+        "updated_t_unix_s": later.get("updated_t_unix_s"),
+        "since_t_unix_s": earlier.get("updated_t_unix_s"),
+        "final": later.get("final", False),
+        "fresh": bool(later.get("fresh", True)) and bool(earlier.get("fresh", True)),
+        "stale_workers": sorted(set(later.get("stale_workers", [])) | set(earlier.get("stale_workers", []))),
+        "config": later.get("config", {}),
+    }
+    return _shape(t, later.get("latency_ms"), later.get("workers", 0), extra)
+
+
+def clear_worker_files(stats_dir: str) -> None:
+    """Remove worker files (and leftover temp files) of an earlier mock in this directory."""
+    for path in glob.glob(os.path.join(stats_dir, f"{FILE_PREFIX}*")):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass

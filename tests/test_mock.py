@@ -1,0 +1,601 @@
+"""The mock LLM provider (mocks/): shapes, timing, statistics, process handling.
+
+Each test starts the real mock as a subprocess on a free 127.0.0.1 port.  Bounds are
+tolerant: the machine is a shared, loaded 2-core box.
+"""
+import http.client
+import json
+import os
+import select
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import psutil
+import pytest
+
+REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO_DIR)
+
+from mocks import __version__  # noqa: E402
+from mocks.stats import WorkerStats, diff_stats, merge_worker_snapshots, read_stats  # noqa: E402
+
+PY = sys.executable
+BODY = {"model": "gpt-test", "messages": [{"role": "user", "content": "Hello there, mock."}]}
+
+pytestmark = pytest.mark.timeout(120)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Mock:
+    """A running ``python -m mocks.server``; stop() sends SIGTERM and waits."""
+
+    def __init__(self, stats_dir, *args, workers=1):
+        self.stats_dir = str(stats_dir)
+        for _attempt in range(3):
+            self.port = _free_port()
+            cmd = [PY, "-m", "mocks.server", "--host", "127.0.0.1", "--port", str(self.port),
+                   "--workers", str(workers), "--stats-dir", self.stats_dir, *args]
+            self.proc = subprocess.Popen(cmd, cwd=REPO_DIR, stdout=subprocess.PIPE, text=True)
+            self.line = self._read_line(30.0)
+            if self.line:
+                break
+            self.proc.wait(10)  # port taken between probe and bind: try another
+        assert self.line, "mock did not start"
+        fields = dict(kv.split("=", 1) for kv in self.line.split() if "=" in kv)
+        assert int(fields["port"]) == self.port and int(fields["pid"]) == self.proc.pid
+        assert int(fields["workers"]) == workers
+        self.workers = [c.pid for c in psutil.Process(self.proc.pid).children()]
+
+    def _read_line(self, timeout_s):
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return ""
+            r, _, _ = select.select([self.proc.stdout], [], [], 0.1)
+            if r:
+                return self.proc.stdout.readline().strip()
+        return ""
+
+    def client(self):
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=20)
+
+    def stop(self, sig=signal.SIGTERM, timeout_s=20.0):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            for c in psutil.Process(self.proc.pid).children(recursive=True):
+                c.kill()
+            self.proc.kill()
+            self.proc.wait()
+            raise
+        finally:
+            self.proc.stdout.close()
+
+
+def call(conn, method, path, body=None, headers=None):
+    """One request on a keep-alive connection: (status, headers, body, elapsed_s)."""
+    data = json.dumps(body).encode() if isinstance(body, (dict, list)) else body
+    hdrs = {"Content-Type": "application/json"}
+    hdrs.update(headers or {})
+    t0 = time.perf_counter()
+    conn.request(method, path, body=data, headers=hdrs)
+    resp = conn.getresponse()
+    raw = resp.read()
+    return resp.status, resp.headers, raw, time.perf_counter() - t0
+
+
+def stream(conn, path, body, headers=None):
+    """Streaming request: (status, headers, [(t_since_send_s, line)]) read as lines arrive."""
+    hdrs = {"Content-Type": "application/json"}
+    hdrs.update(headers or {})
+    t0 = time.perf_counter()
+    conn.request("POST", path, body=json.dumps(body).encode(), headers=hdrs)
+    resp = conn.getresponse()
+    lines = []
+    while True:
+        line = resp.readline()
+        if not line:
+            break
+        lines.append((time.perf_counter() - t0, line.decode().rstrip("\n")))
+    return resp.status, resp.headers, lines
+
+
+def sse_events(lines):
+    """Group SSE lines into events: [(t, event_name_or_None, data_str)]."""
+    out, event, t = [], None, None
+    for ts, line in lines:
+        if line.startswith("event: "):
+            event, t = line[7:], ts
+        elif line.startswith("data: "):
+            out.append((t if event else ts, event, line[6:]))
+            event = None
+    return out
+
+
+def alive(pid):
+    try:
+        p = psutil.Process(pid)
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_gone(pids, timeout_s=10.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.05)
+    return [p for p in pids if alive(p)]
+
+
+# shared mock for the shape tests: 20 ms latency, 5 chunks 30 ms apart
+CHUNKS, DELAY_MS, TOKENS, LATENCY_MS = 5, 30, 16, 20
+
+
+@pytest.fixture(scope="module")
+def mock(tmp_path_factory):
+    m = Mock(tmp_path_factory.mktemp("shared-stats"), "--latency-ms", str(LATENCY_MS),
+             "--response-tokens", str(TOKENS), "--stream-chunks", str(CHUNKS),
+             "--chunk-delay-ms", str(DELAY_MS))
+    yield m
+    assert m.stop() == 0
+
+
+@pytest.fixture()
+def conn(mock):
+    c = mock.client()
+    yield c
+    c.close()
+
+
+# ----------------------------------------------------------------------------- shapes
+
+def test_version_and_stats_import_is_light():
+    assert __version__ == "1.0.0"
+    code = "import sys, mocks.stats; assert 'aiohttp' not in sys.modules, 'aiohttp imported'"
+    subprocess.run([PY, "-c", code], cwd=REPO_DIR, check=True, timeout=30)
+
+
+def test_health_models_and_unknown_path(conn):
+    status, hdrs, raw, _ = call(conn, "GET", "/health")
+    assert status == 200 and json.loads(raw) == {"status": "ok"}
+    assert hdrs["x-mock-request-id"]
+    status, hdrs, raw, _ = call(conn, "GET", "/v1/models")
+    models = json.loads(raw)
+    assert status == 200 and models["object"] == "list"
+    assert models["data"][0]["id"] == "mock-model" and models["data"][0]["object"] == "model"
+    status, hdrs, raw, _ = call(conn, "GET", "/nope")
+    assert status == 404 and hdrs["Content-Type"].startswith("application/json")
+    assert "error" in json.loads(raw) and hdrs["x-mock-request-id"]
+    status, hdrs, raw, _ = call(conn, "GET", "/v1/chat/completions")
+    assert status == 405 and hdrs["x-mock-request-id"]
+
+
+def test_openai_unary_shape(conn):
+    status, hdrs, raw, elapsed = call(conn, "POST", "/v1/chat/completions", BODY)
+    assert status == 200 and hdrs["Content-Type"].startswith("application/json")
+    rid = hdrs["x-mock-request-id"]
+    pid, seq = rid.split("-")
+    assert int(pid) > 0 and int(seq) > 0
+    d = json.loads(raw)
+    assert d["object"] == "chat.completion" and d["model"] == "gpt-test"
+    assert d["id"] == f"chatcmpl-{rid}" and isinstance(d["created"], int)
+    choice = d["choices"][0]
+    assert choice["index"] == 0 and choice["finish_reason"] == "stop"
+    assert choice["message"]["role"] == "assistant"
+    assert len(choice["message"]["content"].split()) == TOKENS
+    u = d["usage"]
+    assert u["completion_tokens"] == TOKENS and u["prompt_tokens"] >= 1
+    assert u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"]
+    assert elapsed >= LATENCY_MS / 1000.0
+
+
+def _openai_frames(lines):
+    return [(t, data) for t, ev, data in sse_events(lines)]
+
+
+def test_openai_stream_frames_and_spacing(conn):
+    _, _, raw, _ = call(conn, "POST", "/v1/chat/completions", BODY)
+    unary_text = json.loads(raw)["choices"][0]["message"]["content"]
+    status, hdrs, lines = stream(conn, "/v1/chat/completions", dict(BODY, stream=True))
+    assert status == 200 and hdrs["Content-Type"].startswith("text/event-stream")
+    rid = hdrs["x-mock-request-id"]
+    frames = _openai_frames(lines)
+    assert frames[-1][1] == "[DONE]"
+    chunks = [json.loads(d) for _, d in frames[:-1]]
+    assert len(chunks) == 1 + CHUNKS + 1  # role, contents, finish (no usage frame asked)
+    assert all(c["object"] == "chat.completion.chunk" and c["model"] == "gpt-test"
+               and c["id"] == f"chatcmpl-{rid}" for c in chunks)
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    contents = chunks[1:-1]
+    assert all(c["choices"][0]["finish_reason"] is None for c in contents)
+    assert "".join(c["choices"][0]["delta"]["content"] for c in contents) == unary_text
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop" and chunks[-1]["choices"][0]["delta"] == {}
+    _assert_spaced([t for t, _ in frames[1:1 + CHUNKS]])
+
+
+def _assert_spaced(times, latency_ms=LATENCY_MS, delay_ms=DELAY_MS):
+    """Content frame i (1-based) is written at >= head + i * delay and head >= send + latency,
+    so it cannot arrive earlier than that after the send; and frames are not held back and
+    sent together (the client may itself be scheduled late on a loaded box: half the
+    nominal span is required)."""
+    for i, t in enumerate(times, start=1):
+        assert t >= (latency_ms + i * delay_ms) / 1000.0, (i, t)
+    span = times[-1] - times[0]
+    assert (len(times) - 1) * delay_ms / 1000.0 * 0.5 <= span <= len(times) * delay_ms / 1000.0 + 2.0, span
+
+
+def test_openai_stream_include_usage(conn):
+    body = dict(BODY, stream=True, stream_options={"include_usage": True})
+    status, _, lines = stream(conn, "/v1/chat/completions", body,
+                              headers={"x-mock-chunk-delay-ms": "0"})
+    frames = _openai_frames(lines)
+    assert status == 200 and frames[-1][1] == "[DONE]"
+    chunks = [json.loads(d) for _, d in frames[:-1]]
+    assert len(chunks) == 1 + CHUNKS + 2
+    usage = chunks[-1]
+    assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == TOKENS
+    assert chunks[-2]["choices"][0]["finish_reason"] == "stop"
+
+
+def test_anthropic_unary_shape(conn):
+    body = dict(BODY, max_tokens=100, system="Be brief.")
+    status, hdrs, raw, _ = call(conn, "POST", "/v1/messages", body)
+    assert status == 200
+    rid = hdrs["x-mock-request-id"]
+    d = json.loads(raw)
+    assert d["type"] == "message" and d["role"] == "assistant" and d["model"] == "gpt-test"
+    assert d["id"] == f"msg_{rid}" and d["stop_reason"] == "end_turn"
+    assert d["content"][0]["type"] == "text" and len(d["content"][0]["text"].split()) == TOKENS
+    assert d["usage"]["output_tokens"] == TOKENS and d["usage"]["input_tokens"] >= 1
+
+
+def test_anthropic_stream_event_order(conn):
+    _, _, raw, _ = call(conn, "POST", "/v1/messages", BODY)
+    unary_text = json.loads(raw)["content"][0]["text"]
+    status, hdrs, lines = stream(conn, "/v1/messages", dict(BODY, stream=True))
+    assert status == 200 and hdrs["Content-Type"].startswith("text/event-stream")
+    events = sse_events(lines)
+    names = [e for _, e, _ in events]
+    assert names == (["message_start", "content_block_start", "ping"] + ["content_block_delta"] * CHUNKS
+                     + ["content_block_stop", "message_delta", "message_stop"])
+    datas = [json.loads(d) for _, _, d in events]
+    assert all(d["type"] == n for d, n in zip(datas, names))
+    assert datas[0]["message"]["id"] == f"msg_{hdrs['x-mock-request-id']}"
+    assert datas[0]["message"]["model"] == "gpt-test"
+    deltas = [d["delta"]["text"] for d in datas if d["type"] == "content_block_delta"]
+    assert "".join(deltas) == unary_text
+    md = datas[-2]
+    assert md["delta"]["stop_reason"] == "end_turn" and md["usage"]["output_tokens"] == TOKENS
+    assert events[0][0] >= LATENCY_MS / 1000.0
+    _assert_spaced([t for t, _, _ in events[3:3 + CHUNKS]])
+
+
+BAD_CASES = [
+    ("malformed", b'{"model": "x", "messages": [', None),
+    ("not_object", b'[1, 2]', None),
+    ("missing_model", json.dumps({"messages": [{"role": "user", "content": "x"}]}).encode(), "model"),
+    ("missing_messages", json.dumps({"model": "x"}).encode(), "messages"),
+    ("messages_not_list", json.dumps({"model": "x", "messages": {"role": "user"}}).encode(), "messages"),
+]
+
+
+@pytest.mark.parametrize("case,raw,param", BAD_CASES, ids=[c[0] for c in BAD_CASES])
+def test_bad_requests_openai_shape(conn, case, raw, param):
+    status, hdrs, body, _ = call(conn, "POST", "/v1/chat/completions", raw)
+    assert status == 400 and hdrs["x-mock-request-id"]
+    err = json.loads(body)["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert err["type"] == "invalid_request_error" and err["message"]
+    assert err["param"] == param
+
+
+@pytest.mark.parametrize("case,raw,param", BAD_CASES, ids=[c[0] for c in BAD_CASES])
+def test_bad_requests_anthropic_shape(conn, case, raw, param):
+    status, hdrs, body, _ = call(conn, "POST", "/v1/messages", raw)
+    assert status == 400 and hdrs["x-mock-request-id"]
+    d = json.loads(body)
+    assert d["type"] == "error" and d["error"]["type"] == "invalid_request_error" and d["error"]["message"]
+
+
+def test_errors_counted_and_request_ids_unique(mock, conn):
+    before = read_stats(mock.stats_dir, fresher_than_t_unix_s=time.time())
+    ids = []
+    for path, body in [("/v1/chat/completions", BODY), ("/v1/chat/completions", b"{"),
+                       ("/v1/messages", b"[]"), ("/v1/messages", BODY), ("/health", None)]:
+        _, hdrs, _, _ = call(conn, "GET" if body is None else "POST", path, body)
+        ids.append(hdrs["x-mock-request-id"])
+    _, hdrs, _ = stream(conn, "/v1/chat/completions", dict(BODY, stream=True), {"x-mock-chunk-delay-ms": "0"})
+    ids.append(hdrs["x-mock-request-id"])
+    assert len(set(ids)) == len(ids)
+    after = read_stats(mock.stats_dir, fresher_than_t_unix_s=time.time())
+    d = diff_stats(after, before)
+    assert d["errors"] == 2 and d["count"] == 3
+    assert d["by_path"]["/v1/chat/completions"] == 3 and d["by_path"]["/v1/messages"] == 2
+    assert d["by_path"]["/health"] == 1
+
+
+def test_override_headers(conn):
+    status, _, raw, elapsed = call(conn, "POST", "/v1/chat/completions", BODY,
+                                   {"x-mock-response-tokens": "5", "x-mock-latency-ms": "150"})
+    d = json.loads(raw)
+    assert status == 200 and elapsed >= 0.150
+    assert len(d["choices"][0]["message"]["content"].split()) == 5 and d["usage"]["completion_tokens"] == 5
+    t0 = time.perf_counter()
+    status, _, lines = stream(conn, "/v1/messages", dict(BODY, stream=True),
+                              {"x-mock-chunks": "3", "x-mock-chunk-delay-ms": "0", "x-mock-latency-ms": "0",
+                               "x-mock-response-tokens": "7"})
+    fast = time.perf_counter() - t0
+    names = [e for _, e, _ in sse_events(lines)]
+    assert status == 200 and names.count("content_block_delta") == 3
+    assert fast < (LATENCY_MS + CHUNKS * DELAY_MS) / 1000.0  # neither default latency nor delays
+    texts = [json.loads(dd)["delta"]["text"] for _, e, dd in sse_events(lines) if e == "content_block_delta"]
+    assert len("".join(texts).split()) == 7
+    status, _, lines = stream(conn, "/v1/chat/completions", dict(BODY, stream=True),
+                              {"x-mock-chunks": "2", "x-mock-chunk-delay-ms": "60"})
+    frames = _openai_frames(lines)
+    assert len(frames) == 1 + 2 + 1 + 1
+    _assert_spaced([frames[1][0], frames[2][0]], delay_ms=60)
+    status, _, raw, _ = call(conn, "POST", "/v1/chat/completions", BODY, {"x-mock-chunks": "many"})
+    assert status == 400 and json.loads(raw)["error"]["param"] == "x-mock-chunks"
+
+
+# ----------------------------------------------------------------------------- timing
+
+def test_latency_accuracy_client_and_stats(tmp_path):
+    """Sequential requests at the CLI latency (60 ms) and at a per-request 5 ms: never early,
+    median within 3 ms, client-side and in the mock's stats.  A round is retried (up to 6
+    rounds) only when the shared machine's noise pushes a median out (the client's own
+    wake-ups are late under load); a mock that is systematically off fails every round."""
+    m = Mock(tmp_path / "stats", "--latency-ms", "60")
+    try:
+        c = m.client()
+        call(c, "POST", "/v1/chat/completions", BODY)  # pre-check, as the harness does
+        for lat, n, path, hdrs in ((60.0, 20, "/v1/chat/completions", {}),
+                                   (5.0, 15, "/v1/messages", {"x-mock-latency-ms": "5"})):
+            for _round in range(6):
+                before = read_stats(m.stats_dir, fresher_than_t_unix_s=time.time())
+                elapsed = [call(c, "POST", path, BODY, hdrs)[3] * 1000 for _ in range(n)]
+                d = diff_stats(read_stats(m.stats_dir, fresher_than_t_unix_s=time.time()), before)
+                # never shorter than the latency, client side and mock side; counts exact
+                assert min(elapsed) >= lat, elapsed
+                assert d["count"] == n and d["latency_ms"] == 60.0 and d["fresh"]
+                assert sum(d["hold_histogram_us"].values()) == n
+                assert min(int(k) for k in d["hold_histogram_us"]) >= lat * 1000
+                assert d["hold_ms"]["mean"] >= lat
+                h = d["hold_ms"]
+                assert h["p50"] <= h["p90"] <= h["p99"] <= h["max"]
+                if statistics.median(elapsed) <= lat + 3.0 and h["p50"] <= lat + 3.0:
+                    break
+            assert lat <= statistics.median(elapsed) <= lat + 3.0, (lat, elapsed)
+            assert lat <= d["hold_ms"]["p50"] <= lat + 3.0, (lat, d["hold_ms"])
+        c.close()
+    finally:
+        assert m.stop() == 0
+
+
+# ----------------------------------------------------------------------------- stats
+
+def test_two_workers_merged_stats_exact_and_clean_stop(tmp_path):
+    m = Mock(tmp_path / "stats", "--latency-ms", "2", workers=2)
+    assert len(m.workers) == 2
+    n = 120
+
+    def one(i):
+        c = m.client()  # a new connection each time: the kernel spreads them over workers
+        try:
+            path = "/v1/chat/completions" if i % 2 else "/v1/messages"
+            status, hdrs, _, _ = call(c, "POST", path, BODY)
+            return status, hdrs["x-mock-request-id"]
+        finally:
+            c.close()
+
+    try:
+        with ThreadPoolExecutor(8) as ex:
+            results = list(ex.map(one, range(n)))
+        t_done = time.time()
+        assert all(s == 200 for s, _ in results)
+        rids = [r for _, r in results]
+        assert len(set(rids)) == n
+        assert {int(r.split("-")[0]) for r in rids} == set(m.workers)  # both served
+        s = read_stats(m.stats_dir, fresher_than_t_unix_s=t_done)
+        assert s["fresh"] and s["workers"] == 2 and sorted(s["worker_pids"]) == sorted(m.workers)
+        assert s["count"] == n and s["hold_count"] == n
+        assert s["by_path"] == {"/v1/chat/completions": n // 2, "/v1/messages": n // 2}
+        assert sum(s["hold_histogram_us"].values()) == n and s["hold_ms"]["p50"] >= 2.0
+        c = m.client()  # GET /stats merges all workers (the other's figures may lag <= 0.5 s)
+        deadline = time.monotonic() + 5
+        while True:
+            merged = json.loads(call(c, "GET", "/stats")[2])
+            if merged["count"] == n or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        c.close()
+        assert merged["count"] == n and merged["workers"] == 2
+    finally:
+        rc = m.stop()
+    assert rc == 0
+    assert wait_gone(m.workers, 5) == []
+    final = read_stats(m.stats_dir)
+    assert final["final"] and final["count"] == n
+
+
+def test_stats_flushed_on_sigterm_after_inflight_stream_finishes(tmp_path):
+    m = Mock(tmp_path / "stats", "--latency-ms", "0", "--stream-chunks", "6", "--chunk-delay-ms", "50")
+    c = m.client()
+    n = 40
+    for _ in range(n):
+        call(c, "POST", "/v1/chat/completions", BODY)
+    # a stream in flight when SIGTERM arrives is allowed to finish (grace 1 s) and is counted
+    sc = m.client()
+    sc.request("POST", "/v1/chat/completions", body=json.dumps(dict(BODY, stream=True)).encode(),
+               headers={"Content-Type": "application/json"})
+    resp = sc.getresponse()
+    assert resp.readline().startswith(b"data: ")  # the role frame: the stream is under way
+    m.proc.send_signal(signal.SIGTERM)  # immediately: the periodic writer has not caught up
+    rest = resp.read().decode()
+    sc.close()
+    c.close()
+    assert m.stop() == 0
+    assert rest.rstrip().endswith("data: [DONE]") and rest.count("data: ") == 6 + 2
+    s = read_stats(m.stats_dir)
+    assert s["final"] and s["count"] == n + 1 and s["workers"] == 1 and s["incomplete"] == 0
+
+
+def test_client_gone_is_incomplete_not_counted(mock):
+    """A stream the client abandons, and a unary request whose client left during the
+    hold, are 'incomplete': held (in the histogram) but not counted as answered."""
+    before = read_stats(mock.stats_dir, fresher_than_t_unix_s=time.time())
+
+    def raw_request(body, extra=b""):
+        s = socket.create_connection(("127.0.0.1", mock.port), timeout=10)
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  + extra + b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        return s
+
+    with raw_request(json.dumps(dict(BODY, stream=True)).encode()) as s:
+        assert b"x-mock-request-id" in s.recv(65536).lower()  # head (and role frame) arrived
+    with raw_request(json.dumps(BODY).encode(), b"x-mock-latency-ms: 300\r\n"):
+        time.sleep(0.05)  # the request is read; leave during the hold
+    deadline = time.monotonic() + 5
+    while True:
+        after = read_stats(mock.stats_dir, fresher_than_t_unix_s=time.time())
+        d = diff_stats(after, before)
+        if d["incomplete"] == 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert d["incomplete"] == 2 and d["count"] == 0 and d["hold_count"] == 2
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_port_in_use_fails_fast(tmp_path, workers):
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)  # a listener we must not share
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        p = subprocess.run([PY, "-m", "mocks.server", "--port", str(port), "--workers", str(workers),
+                            "--stats-dir", str(tmp_path)], cwd=REPO_DIR, capture_output=True,
+                           text=True, timeout=30)
+    assert p.returncode != 0 and "cannot listen" in p.stderr and p.stdout == ""
+
+
+def test_read_stats_waits_for_fresh_files(tmp_path):
+    d = str(tmp_path)
+    a, b = WorkerStats(60, pid=111), WorkerStats(60, pid=222)
+    a.count, b.count = 3, 4
+    a.write(d)
+    b.write(d)
+    t = time.time()
+
+    def later():
+        time.sleep(0.3)
+        b.count = 5
+        b.write(d)
+        time.sleep(0.1)
+        a.write(d)
+
+    th = threading.Thread(target=later)
+    th.start()
+    t0 = time.monotonic()
+    s = read_stats(d, fresher_than_t_unix_s=t, timeout_s=5.0)
+    waited = time.monotonic() - t0
+    th.join()
+    assert s["fresh"] and s["count"] == 8 and s["workers"] == 2 and 0.3 <= waited < 4.0
+    # bounded: a file that never refreshes ends the wait at the timeout, marked stale
+    t0 = time.monotonic()
+    s = read_stats(d, fresher_than_t_unix_s=time.time() + 100, timeout_s=0.3)
+    assert not s["fresh"] and sorted(s["stale_workers"]) == [111, 222]
+    assert 0.3 <= time.monotonic() - t0 < 2.0
+    # a final file (worker exited) is complete, hence fresh
+    a.final = b.final = True
+    a.write(d)
+    b.write(d)
+    s = read_stats(d, fresher_than_t_unix_s=time.time() + 100, timeout_s=1.0)
+    assert s["fresh"] and s["final"] and s["count"] == 8
+
+
+def test_live_read_stats_sees_a_request(mock, conn):
+    call(conn, "POST", "/v1/chat/completions", BODY)
+    t = time.time()
+    before = read_stats(mock.stats_dir, fresher_than_t_unix_s=t)
+    call(conn, "POST", "/v1/chat/completions", BODY)
+    t = time.time()
+    t0 = time.monotonic()
+    after = read_stats(mock.stats_dir, fresher_than_t_unix_s=t, timeout_s=3.0)
+    assert after["fresh"] and time.monotonic() - t0 < 2.0
+    assert after["count"] == before["count"] + 1
+
+
+def test_diff_stats_exact():
+    w = WorkerStats(60, pid=1)
+    for ns in (60_001_000, 60_015_000, 61_000_000):
+        w.record_hold(ns)
+        w.count += 1
+        w.record_response("/v1/chat/completions", 200)
+    w.record_response("/v1/messages", 400)
+    earlier = merge_worker_snapshots([w.snapshot()])
+    holds = [60_002_000, 60_004_000, 60_020_000, 62_500_000]
+    for ns in holds:
+        w.record_hold(ns)
+        w.count += 1
+        w.record_response("/v1/chat/completions", 200)
+    w.record_response("/v1/chat/completions", 400)
+    later = merge_worker_snapshots([w.snapshot()])
+    d = diff_stats(later, earlier)
+    assert d["schema_version"] == 1 and d["count"] == 4 and d["errors"] == 1
+    assert d["by_path"] == {"/v1/chat/completions": 5}
+    assert d["hold_histogram_us"] == {"60000": 2, "60020": 1, "62500": 1}
+    assert d["hold_ms"]["max"] == 62.5  # new maximum: exact
+    assert d["hold_ms"]["mean"] == pytest.approx(sum(holds) / 4 / 1e6, abs=1e-4)
+    assert 60.0 <= d["hold_ms"]["p50"] <= 60.01
+    assert set(d) >= {"count", "by_path", "errors", "hold_ms", "hold_histogram_us", "latency_ms", "workers"}
+    assert set(d["hold_ms"]) == {"p50", "p90", "p99", "max", "mean"}
+    empty = diff_stats(later, later)
+    assert empty["count"] == 0 and empty["hold_histogram_us"] == {} and empty["hold_ms"]["p50"] is None
+    with pytest.raises(ValueError):
+        diff_stats(earlier, later)
+    json.dumps(d)  # serialisable as mock_stats.json
+
+
+# ----------------------------------------------------------------------------- processes
+
+def test_worker_death_stops_everything(tmp_path):
+    m = Mock(tmp_path / "stats", workers=2)
+    victim, other = m.workers
+    os.kill(victim, signal.SIGKILL)
+    try:
+        rc = m.proc.wait(15)
+    finally:
+        if m.proc.poll() is None:
+            m.stop()
+    m.proc.stdout.close()
+    assert rc != 0
+    assert wait_gone([victim, other], 5) == []
+
+
+def test_killed_parent_takes_workers_down(tmp_path):
+    m = Mock(tmp_path / "stats", workers=2)
+    m.proc.kill()  # no chance to forward anything: workers must notice on their own
+    m.proc.wait(10)
+    m.proc.stdout.close()
+    left = wait_gone(m.workers, 10)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert left == []
+    s = read_stats(m.stats_dir)
+    assert s["final"] and s["workers"] == 2  # they shut down gracefully (SIGTERM)
