@@ -1,0 +1,224 @@
+"""The A/A check: the study measuring itself.
+
+One study runs the same system twice under two names (``nginx`` and ``nginx~aa``: a name with a
+``~suffix`` runs the same gateway folder under another name). Two copies of one system must look
+alike; if they do not, the differences the study reports between *different* systems cannot be
+trusted on this machine right now.
+
+    python -m harness.aa STUDY_DIR [--a nginx] [--b nginx~aa] [--metrics m1,m2,...]
+
+exits 0 when the check passes, 1 when the noise is too high, 2 on bad input.
+
+Per metric, over the completed runs of each copy, all of these must hold:
+
+* the verdict of ``analysis.verdict`` (Welch's t-test + the 10% rule) is "no clear difference";
+* the two means are within ``max_diff`` (5%) of each other: |mean_a − mean_b| / |mean_b|, the
+  denominator floored at ``OVERHEAD_EPSILON_MS`` (0.05 ms) for overheads, which can be near 0;
+* each copy's coefficient of variation is below ``max_cov`` (``analysis.UNSTABLE_COV``, 10%):
+  with a larger spread the t-test cannot see a 10% difference at this number of runs, so its
+  "no clear difference" would mean nothing, and the report already calls such a run set unstable.
+
+The outcome is "pass" or "noise too high on this machine right now", with the reasons. It is
+never presented as a comparison of the two names: they are the same system.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import pandas as pd
+
+from harness import analysis as A
+
+PASS = "pass"
+NOISE_TOO_HIGH = "noise too high on this machine right now"
+MAX_DIFF = 0.05
+MAX_COV = A.UNSTABLE_COV
+OVERHEAD_EPSILON_MS = 0.05
+DEFAULT_A = "nginx"
+DEFAULT_B = "nginx~aa"
+DEFAULT_METRICS: tuple[str, ...] = ("throughput_rps", "overhead_vs_mock_p50_ms",
+                                    "overhead_vs_mock_p95_ms", "cpu_ms_per_request",
+                                    "rss_peak_bytes")
+MIN_RUNS = 2
+
+EXIT_PASS, EXIT_NOISE, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class AAInputError(RuntimeError):
+    """The A/A check cannot be made from this input (exit code 2)."""
+
+
+@dataclass
+class AAMetric:
+    metric: str
+    label: str
+    n_a: int
+    n_b: int
+    mean_a: float
+    mean_b: float
+    sd_a: float
+    sd_b: float
+    cov_a: float
+    cov_b: float
+    rel_diff: float          # |mean_a − mean_b| / max(|mean_b|, floor)
+    verdict: str             # analysis.verdict's words
+    verdict_reason: str
+    p_value: float
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+@dataclass
+class AAResult:
+    a: str
+    b: str
+    outcome: str             # PASS or NOISE_TOO_HIGH
+    reasons: list[str]       # why the noise is too high (empty on a pass)
+    metrics: list[AAMetric]
+    max_diff: float = MAX_DIFF
+    max_cov: float = MAX_COV
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome == PASS
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_PASS if self.passed else EXIT_NOISE
+
+    def lines(self) -> list[str]:
+        head = (f"A/A check ({self.a} and {self.b}, the same system twice): {self.outcome}")
+        out = [head]
+        if not self.passed:
+            out.append("  the study's own noise is too high to compare systems here; reasons:")
+            out += [f"  - {r}" for r in self.reasons]
+        out.append("  per metric (must be: no clear difference, means within "
+                   f"{self.max_diff:.0%}, each CoV below {self.max_cov:.0%}):")
+        for m in self.metrics:
+            out.append(f"  {'ok  ' if m.ok else 'NOISY'} {m.label}: means differ by "
+                       f"{_pct(m.rel_diff)}, {_words(m.verdict)} ({m.verdict_reason}), CoV "
+                       f"{_pct(m.cov_a)} / {_pct(m.cov_b)}, n={m.n_a}/{m.n_b}")
+        return out
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines())
+
+
+def _words(verdict: str) -> str:
+    # the verdict's own words (faster, more memory, ...) would read as a comparison of systems
+    return verdict if verdict == "no clear difference" else "a difference was found"
+
+
+def _pct(x: float) -> str:
+    return "n/a" if x is None or math.isnan(x) else f"{x:.1%}"
+
+
+def _floor(metric: str, eps: float) -> float:
+    return eps if metric.startswith("overhead") else 0.0
+
+
+def check_input(rs: pd.DataFrame, a: str, b: str) -> None:
+    """Raise AAInputError unless both copies ran, completed, at least MIN_RUNS times each."""
+    if a == b:
+        raise AAInputError(f"the two copies must have different names, got {a!r} twice")
+    systems = [str(s) for s in pd.unique(rs["system"])] if len(rs) else []
+    missing = [s for s in (a, b) if s not in systems]
+    if missing:
+        raise AAInputError(f"no runs of {' and '.join(repr(m) for m in missing)} in this study "
+                           f"(systems in it: {', '.join(systems) or 'none'}); an A/A study runs "
+                           f"one system under two names, e.g. --gateways {a},{a}~aa")
+    bad = rs[rs["system"].isin([a, b]) & (rs["status"] != "completed")]
+    if len(bad):
+        parts = [f"{r['run_id']} ({r['status']}: {r.get('reason') or 'no reason recorded'})"
+                 for _, r in bad.iterrows()]
+        raise AAInputError(f"runs that did not complete: {'; '.join(parts)}; rerun the study")
+    for s in (a, b):
+        n = int(((rs["system"] == s) & (rs["status"] == "completed")).sum())
+        if n < MIN_RUNS:
+            raise AAInputError(f"{s!r} has {n} completed run(s); the A/A check needs at least "
+                               f"{MIN_RUNS} of each copy for Welch's t-test")
+
+
+def aa_check(run_summary_df: pd.DataFrame, a: str = DEFAULT_A, b: str = DEFAULT_B,
+             metrics: Iterable[str] = DEFAULT_METRICS, max_diff: float = MAX_DIFF,
+             max_cov: float = MAX_COV, epsilon_ms: float = OVERHEAD_EPSILON_MS) -> AAResult:
+    """The A/A check over a run_summary table (raises AAInputError on bad input)."""
+    rs = run_summary_df
+    check_input(rs, a, b)
+    done = rs[rs["status"] == "completed"]
+    va, vb = done[done["system"] == a], done[done["system"] == b]
+    results: list[AAMetric] = []
+    reasons: list[str] = []
+    for metric in metrics:
+        if metric not in rs.columns:
+            raise AAInputError(f"unknown metric {metric!r} (run_summary has no such column)")
+        label = A.METRICS.get(metric, {}).get("label", metric)
+        xa = va[metric].astype("float64").tolist()
+        xb = vb[metric].astype("float64").tolist()
+        da, db = A.describe(xa), A.describe(xb)
+        if da["n"] < MIN_RUNS or db["n"] < MIN_RUNS:
+            raise AAInputError(f"{label}: {da['n']} and {db['n']} runs have a value "
+                               f"({a} and {b}); the A/A check needs at least {MIN_RUNS} each")
+        v = A.verdict(xa, xb, metric)
+        denom = max(abs(db["mean"]), _floor(metric, epsilon_ms))
+        rel = abs(da["mean"] - db["mean"]) / denom if denom > 0 else (
+            0.0 if da["mean"] == db["mean"] else math.inf)
+        m = AAMetric(metric, label, da["n"], db["n"], da["mean"], db["mean"], da["sd"], db["sd"],
+                     da["cov"], db["cov"], rel, v["verdict"], v["reason"], v["p_value"])
+        if v["verdict"] != "no clear difference":
+            m.problems.append(f"{label}: the verdict found a difference between two copies of "
+                              f"the same system ({v['reason']})")
+        if not rel <= max_diff:
+            m.problems.append(f"{label}: the two copies' means differ by {_pct(rel)} "
+                              f"(more than {max_diff:.0%})")
+        for name, d in ((a, da), (b, db)):
+            cov = d["cov"]
+            # a mean of 0 leaves the CoV undefined; judge the spread by the other checks then
+            if not math.isnan(cov) and cov >= max_cov:
+                m.problems.append(f"{label}: {name}'s runs spread too much (CoV {_pct(cov)}, "
+                                  f"at least {max_cov:.0%}): a 10% difference could not be seen")
+        reasons.extend(m.problems)
+        results.append(m)
+    outcome = PASS if not reasons else NOISE_TOO_HIGH
+    return AAResult(a, b, outcome, reasons, results, max_diff, max_cov)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m harness.aa",
+                                description="A/A check: the same system under two names in one "
+                                            "study must show no clear difference (exit 0 pass, "
+                                            "1 noise too high, 2 bad input)")
+    p.add_argument("study_dir", help="artifacts/<study-id>")
+    p.add_argument("--a", default=DEFAULT_A, help="first copy (default: %(default)s)")
+    p.add_argument("--b", default=DEFAULT_B, help="second copy (default: %(default)s)")
+    p.add_argument("--metrics", default=",".join(DEFAULT_METRICS),
+                   help="comma-separated run_summary columns (default: %(default)s)")
+    p.add_argument("--max-diff", type=float, default=MAX_DIFF,
+                   help="largest relative difference of the means (default: %(default)s)")
+    p.add_argument("--max-cov", type=float, default=MAX_COV,
+                   help="largest CoV of either copy (default: %(default)s)")
+    args = p.parse_args(argv)
+    metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
+    try:
+        try:
+            study = A.load_study(args.study_dir)
+        except A.ArtifactError as exc:
+            raise AAInputError(str(exc)) from None
+        res = aa_check(A.run_summary(study), args.a, args.b, metrics, args.max_diff, args.max_cov)
+    except AAInputError as exc:
+        print(f"A/A check: cannot be made: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(res.text)
+    return res.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
