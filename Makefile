@@ -22,9 +22,11 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 study: setup
 	$(PY) -m harness.execute --profile $(PROFILE) $(if $(GATEWAYS),--gateways $(GATEWAYS)) $(SET)
 
-## Debian packages the tests need (nginx, chromium); idempotent.
-test-deps:
+## What the tests start: Debian's nginx and chromium, and every pinned competitor (into .cache/).
+## Idempotent: a second run installs nothing.
+test-deps: setup
 	bash scripts/install-test-deps.sh
+	$(PY) -m harness.install all
 
 test: setup test-deps
 	$(PY) -m pytest -p no:cacheprovider
