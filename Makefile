@@ -7,7 +7,7 @@ GATEWAYS ?=
 SET      ?=
 STUDY    ?=
 
-.PHONY: study test test-deps report setup clean-venv
+.PHONY: study test test-deps report gate setup clean-venv
 
 setup: $(VENV)/.installed
 
@@ -30,6 +30,11 @@ test-deps: setup
 
 test: setup test-deps
 	$(PY) -m pytest -p no:cacheprovider
+
+## The performance gate (CI runs it after the tests): a `gate` study, its A/A self-check, and
+## Sluice's ratios to nginx against baselines/gate.json.
+gate: setup
+	$(PY) -m harness.gate_run
 
 ## make report STUDY=artifacts/<study-id>
 report: setup

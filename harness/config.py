@@ -102,12 +102,17 @@ PROFILES: dict[str, dict] = {
     # The HeimOS protocol: 0 -> 1,000 users over 5 min 30 s, 3 runs.
     # The measured window is the 30 s held at the top, as in every other profile.
     "published": dict(ramp_s=330.0, think_time_s=0.0),
-    # The regression gate: fixed moderate load, short enough for CI, interleaved runs.
-    "gate": dict(gateways=("direct", "nginx", "sluice"), users=50, ramp_s=5.0, hold_s=20.0,
+    # The regression gate: fixed moderate load, short enough for CI, interleaved runs; a second
+    # copy of nginx lets the gate check its own noise first (harness/gate_run.py).
+    "gate": dict(gateways=("nginx", "nginx~aa", "sluice"), users=50, ramp_s=5.0, hold_s=20.0,
                  warmup_s=2.0, think_time_s=0.05, idle_s=1.0, cooldown_s=2.0, max_hold_s=40.0),
     # The study measuring itself: nginx as A and as A' must show no clear difference.
     "aa": dict(gateways=("nginx", "nginx~aa"), users=50, ramp_s=5.0, hold_s=20.0, warmup_s=2.0,
                think_time_s=0.05, idle_s=1.0, cooldown_s=2.0, max_hold_s=40.0),
+    # Steady load on the in-house gateway, then a long cool-down: RSS, open files and in-flight
+    # requests must stay flat and return to idle (python -m harness.soak STUDY_DIR).
+    "soak": dict(gateways=("sluice",), users=100, ramp_s=5.0, hold_s=120.0, warmup_s=2.0,
+                 think_time_s=0.05, cooldown_s=15.0, runs_per_gateway=1, max_hold_s=150.0),
     # Sluice's performance target (issue 3): closed loop, 300 users, no wait, beside nginx.
     "passthrough": dict(gateways=("direct", "nginx", "sluice"), users=300, ramp_s=10.0,
                         hold_s=30.0, think_time_s=0.0),

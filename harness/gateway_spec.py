@@ -61,6 +61,8 @@ class GatewaySpec:
     headers: dict = field(default_factory=dict)
     self_overhead_header: str = ""
     self_overhead_scale_ms: float = 1.0
+    metrics_path: str = ""                   # Prometheus text endpoint on base_url, "" = none
+    inflight_gauge: str = ""                 # its gauge of requests in flight (sampled each second)
 
     @property
     def has_process(self) -> bool:
@@ -108,6 +110,7 @@ def _load_folder(name: str, gateways_dir: Path) -> GatewaySpec:
     start = data.get("start", {})
     ready = data.get("ready", {})
     request = data.get("request", {})
+    metrics = data.get("metrics", {})
     spec = GatewaySpec(
         name=name,
         kind=data["kind"],
@@ -138,6 +141,8 @@ def _load_folder(name: str, gateways_dir: Path) -> GatewaySpec:
         headers={str(k): str(v) for k, v in request.get("headers", {}).items()},
         self_overhead_header=request.get("self_overhead_header", ""),
         self_overhead_scale_ms=float(request.get("self_overhead_scale_ms", 1.0)),
+        metrics_path=metrics.get("path", ""),
+        inflight_gauge=metrics.get("inflight_gauge", ""),
     )
     if spec.runnable and not spec.has_process and "{{port}}" in spec.base_url:
         raise GatewaySpecError(f"{path}: request.base_url uses {{{{port}}}} but [start] starts nothing")

@@ -18,7 +18,7 @@ from harness.gateway_spec import GatewaySpec
 from harness.machine import host_snapshot
 from harness.plan import RunSpec
 from harness.processes import ProcessError
-from harness.sampling import SAMPLE_COLUMNS, Sampler
+from harness.sampling import SAMPLE_COLUMNS, Sampler, scrape_gauge
 from harness.store import (SAMPLE_SCHEMA, hash_run_files, read_json, sha256_file, write_json,
                            write_parquet)
 from harness.systems import start_mock, start_system
@@ -76,7 +76,11 @@ def execute_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
         manifest["ready_s"] = round(system.ready_s, 3)
         target = system.target
         if system.process is not None:
-            sampler.watch("system", lambda: [system.process.pid])
+            inflight = None
+            if gateway.metrics_path and gateway.inflight_gauge:
+                metrics_url = target.base_url.rstrip("/") + gateway.metrics_path
+                inflight = lambda: scrape_gauge(metrics_url, gateway.inflight_gauge)  # noqa: E731
+            sampler.watch("system", lambda: [system.process.pid], inflight)
         sampler.watch("mock", lambda: [mock.process.pid])
         sampler.watch("locust", lambda: [locust.pid] if locust is not None else [])
         sampler.start()
@@ -166,7 +170,8 @@ def _write_samples(run_dir: Path, spec: RunSpec) -> None:
     frame.insert(0, "run_id", spec.run_id)
     frame = frame.astype({"t_unix_s": "float64", "pid_count": "int32", "rss_bytes": "int64",
                           "cpu_percent": "float64", "cpu_seconds_total": "float64",
-                          "num_fds": "int32", "load_avg_1m": "float64", "role": str})
+                          "num_fds": "int32", "load_avg_1m": "float64", "role": str,
+                          "inflight_requests": "float64"})
     write_parquet(run_dir / "samples.parquet", frame, SAMPLE_SCHEMA)
 
 

@@ -6,21 +6,42 @@ cumulative figure never drops and CPU-ms per request covers every worker of a sy
 from __future__ import annotations
 
 import csv
+import math
 import os
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Callable
 
 import psutil
 
 SAMPLE_COLUMNS = ["t_unix_s", "role", "pid_count", "rss_bytes", "cpu_percent", "cpu_seconds_total",
-                  "num_fds", "load_avg_1m"]
+                  "num_fds", "load_avg_1m", "inflight_requests"]
+
+
+def scrape_gauge(url: str, gauge: str, timeout_s: float = 0.5) -> float:
+    """Sum of a Prometheus gauge's samples (all label sets); NaN when it cannot be read."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            text = resp.read().decode(errors="replace")
+    except (OSError, ValueError):
+        return math.nan
+    total, found = 0.0, False
+    for line in text.splitlines():
+        if line.startswith(gauge) and line[len(gauge):len(gauge) + 1] in (" ", "{"):
+            try:
+                total += float(line.rsplit(" ", 1)[1])
+                found = True
+            except ValueError:
+                pass
+    return total if found else math.nan
 
 
 class _RoleTree:
-    def __init__(self, roots: Callable[[], list[int]]):
+    def __init__(self, roots: Callable[[], list[int]], inflight: Callable[[], float] | None):
         self.roots = roots
+        self.inflight = inflight
         self.procs: dict[int, psutil.Process] = {}
         self.cpu_by_pid: dict[int, float] = {}
         self.last_total = 0.0
@@ -66,9 +87,11 @@ class Sampler:
         self._writer = None
         self._machine_cpu_last = None
 
-    def watch(self, role: str, roots: Callable[[], list[int]]) -> None:
+    def watch(self, role: str, roots: Callable[[], list[int]],
+              inflight: Callable[[], float] | None = None) -> None:
+        """roots: the role's root pids now; inflight: reads its in-flight requests, if it can."""
         with self._lock:
-            self.roles[role] = _RoleTree(roots)
+            self.roles[role] = _RoleTree(roots, inflight)
 
     def start(self) -> None:
         self.csv_path.parent.mkdir(parents=True, exist_ok=True)
@@ -99,7 +122,9 @@ class Sampler:
                 delta = max(0.0, cpu_total - tree.last_total)
                 tree.last_total = max(tree.last_total, cpu_total)
                 pct = 100.0 * delta / elapsed_s if elapsed_s > 0 else 0.0
-                rows.append([t, role, count, rss, round(pct, 2), round(cpu_total, 4), fds, load1])
+                inflight = tree.inflight() if tree.inflight else math.nan
+                rows.append([t, role, count, rss, round(pct, 2), round(cpu_total, 4), fds, load1,
+                             inflight])
         vm = psutil.virtual_memory()
         cpu_times = psutil.cpu_times()
         busy = cpu_times.user + cpu_times.system + getattr(cpu_times, "irq", 0) + \
@@ -109,7 +134,7 @@ class Sampler:
             pct = 100.0 * (busy - self._machine_cpu_last) / elapsed_s
         self._machine_cpu_last = busy
         rows.append([t, "machine", len(psutil.pids()), vm.total - vm.available, round(pct, 2),
-                     round(busy, 4), 0, load1])
+                     round(busy, 4), 0, load1, math.nan])
         self.rows.extend(rows)
         if self._writer is not None:
             self._writer.writerows(rows)

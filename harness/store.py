@@ -23,7 +23,7 @@ SAMPLE_SCHEMA = pa.schema([
     ("run_id", pa.string()), ("system", pa.string()), ("t_unix_s", pa.float64()),
     ("role", pa.string()), ("pid_count", pa.int32()), ("rss_bytes", pa.int64()),
     ("cpu_percent", pa.float64()), ("cpu_seconds_total", pa.float64()), ("num_fds", pa.int32()),
-    ("load_avg_1m", pa.float64()),
+    ("load_avg_1m", pa.float64()), ("inflight_requests", pa.float64()),
 ])
 
 

@@ -1,0 +1,387 @@
+"""Micro benchmark for tuning Sluice: the same closed-loop load against the provider
+directly and through Sluice, on loopback. Not a test and not the study (the study
+harness compares against nginx with Locust); this is for quick before/after checks.
+
+    .venv/bin/python gateways/sluice/bench_overhead.py --users 300 --seconds 15 --latency-ms 60
+    .venv/bin/python gateways/sluice/bench_overhead.py --upstream mock      # use mocks.server
+    .venv/bin/python gateways/sluice/bench_overhead.py --stream --users 100  # SSE responses
+
+It prints, per system: requests/s, latency p50/p99, p50 minus direct p50, Sluice's
+self-reported overhead (median), CPU-ms per request of the system's processes, and
+their summed peak RSS. The load generator runs in its own process (uvloop + httptools,
+keep-alive connections), as does the upstream.
+"""
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+PY = sys.executable
+
+BODY = json.dumps({
+    "model": "MODEL",
+    "messages": [{"role": "system", "content": "You are a helpful assistant."},
+                 {"role": "user", "content": "Say hello in a few words."}],
+    "max_tokens": 32,
+})
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ------------------------------------------------------------------ fast upstream
+def serve_upstream(port, latency_ms, chunks):
+    """A minimal provider (raw protocol) so the upstream is never the bottleneck."""
+    import uvloop
+    from httptools import HttpRequestParser
+
+    unary = json.dumps({
+        "id": "chatcmpl-bench", "object": "chat.completion", "created": 1, "model": "mock-model",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello there, friend!"},
+                     "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25}}).encode()
+    unary_resp = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+                  % len(unary)) + unary
+    frame = b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"mock-model",' \
+            b'"choices":[{"index":0,"delta":{"content":"tok "},"finish_reason":null}]}\n\n'
+    frame_chunk = b"%x\r\n%s\r\n" % (len(frame), frame)
+    done = b"data: [DONE]\n\n"
+    end = b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done)
+    stream_head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+    class P(asyncio.Protocol):
+        def connection_made(self, t):
+            self.t = t
+            self.p = HttpRequestParser(self)
+            self.body = []
+
+        def data_received(self, d):
+            self.p.feed_data(d)
+
+        def on_body(self, b):
+            self.body.append(b)
+
+        def on_message_complete(self):
+            stream = b'"stream": true' in b"".join(self.body) or b'"stream":true' in b"".join(self.body)
+            self.body = []
+            loop.call_later(latency_ms / 1000, self.reply, stream)
+
+        def reply(self, stream):
+            if self.t.is_closing():
+                return
+            if not stream:
+                self.t.write(unary_resp)
+                return
+            self.t.write(stream_head + frame_chunk)
+            for i in range(1, chunks):
+                loop.call_later(0.005 * i, self._w, frame_chunk)
+            loop.call_later(0.005 * chunks, self._w, end)
+
+        def _w(self, data):
+            if not self.t.is_closing():
+                self.t.write(data)
+
+    loop = uvloop.new_event_loop()
+    asyncio.set_event_loop(loop)
+    srv = loop.run_until_complete(loop.create_server(P, "127.0.0.1", port, backlog=4096))
+    loop.add_signal_handler(signal.SIGTERM, loop.stop)
+    print("ready", flush=True)
+    loop.run_forever()
+    srv.close()
+
+
+# ------------------------------------------------------------------ load generator
+def run_load(port, path, users, seconds, body, headers, overhead_header):
+    import uvloop
+    from httptools import HttpResponseParser
+
+    req = (f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\ncontent-type: application/json\r\n"
+           + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+           + f"content-length: {len(body)}\r\n\r\n").encode() + body.encode()
+    lat = []
+    ovs = []
+    errors = [0]
+    ohb = overhead_header.encode().lower()
+    stop_at = [0.0]
+    measuring = [False]
+
+    class C(asyncio.Protocol):
+        def __init__(self, done):
+            self.done = done
+            self.p = HttpResponseParser(self)
+
+        def connection_made(self, t):
+            self.t = t
+            self.send()
+
+        def send(self):
+            if time.perf_counter() >= stop_at[0]:
+                self.t.close()
+                return
+            self.t0 = time.perf_counter()
+            self.t.write(req)
+
+        def data_received(self, d):
+            self.p.feed_data(d)
+
+        def on_header(self, name, value):
+            if ohb and name.lower() == ohb:
+                self.ov = int(value)
+
+        def on_message_begin(self):
+            self.ov = None
+
+        def on_message_complete(self):
+            if measuring[0]:
+                lat.append(time.perf_counter() - self.t0)
+                if self.ov is not None:
+                    ovs.append(self.ov)
+                if self.p.get_status_code() != 200:
+                    errors[0] += 1
+            self.send()
+
+        def connection_lost(self, exc):
+            if not self.done.done():
+                self.done.set_result(None)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        warm = 2.0
+        stop_at[0] = time.perf_counter() + warm + seconds
+        dones = []
+        for _ in range(users):
+            d = loop.create_future()
+            dones.append(d)
+            await loop.create_connection(lambda d=d: C(d), "127.0.0.1", port)
+        await asyncio.sleep(warm)
+        measuring[0] = True
+        t0 = time.perf_counter()
+        print("measure-start", flush=True)
+        await asyncio.sleep(seconds)
+        measuring[0] = False
+        elapsed = time.perf_counter() - t0
+        print("measure-stop", flush=True)
+        await asyncio.wait(dones, timeout=10)
+        return elapsed
+
+    uvloop.install()
+    elapsed = asyncio.run(main())
+    lat.sort()
+    ovs.sort()
+    res = {"n": len(lat), "rps": len(lat) / elapsed, "errors": errors[0],
+           "p50_ms": lat[len(lat) // 2] * 1000 if lat else None,
+           "p99_ms": lat[int(len(lat) * 0.99)] * 1000 if lat else None,
+           "self_overhead_p50_us": ovs[len(ovs) // 2] if ovs else None}
+    print("RESULT " + json.dumps(res), flush=True)
+
+
+# ------------------------------------------------------------------ orchestration
+def _tree(pid):
+    import psutil
+    try:
+        p = psutil.Process(pid)
+        return [p] + p.children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _cpu(procs):
+    """(user, system) CPU seconds of the processes."""
+    import psutil
+    user = system = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            user += t.user
+            system += t.system
+        except psutil.Error:
+            pass
+    return user, system
+
+
+def _rss(procs):
+    import psutil
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+def measure(name, target_pid, port, path, args, headers, model, overhead_header=""):
+    body = BODY.replace("MODEL", model)
+    if args.stream:
+        body = body[:-1] + ', "stream": true}'
+    cmd = [PY, __file__, "--_load", str(port), path, str(args.users), str(args.seconds), body,
+           json.dumps(headers), overhead_header]
+    lg = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    procs = _tree(target_pid) if target_pid else []
+    cpu0 = None
+    peak = 0
+    result = None
+    for line in lg.stdout:
+        if line.startswith("measure-start"):
+            procs = _tree(target_pid) if target_pid else []
+            cpu0 = _cpu(procs)
+            # sample RSS while measuring
+            t_end = time.monotonic() + args.seconds
+            while time.monotonic() < t_end - 0.3:
+                peak = max(peak, _rss(procs))
+                time.sleep(0.25)
+        elif line.startswith("measure-stop"):
+            cpu1 = _cpu(procs)
+        elif line.startswith("RESULT "):
+            result = json.loads(line[7:])
+    lg.wait()
+    if result is None:
+        raise RuntimeError(f"{name}: load generator failed")
+    if target_pid and cpu0 is not None:
+        n = max(1, result["n"])
+        result["cpu_ms_per_req"] = (cpu1[0] + cpu1[1] - cpu0[0] - cpu0[1]) * 1000 / n
+        result["sys_share"] = (cpu1[1] - cpu0[1]) / max(1e-9, cpu1[0] + cpu1[1] - cpu0[0] - cpu0[1])
+        result["peak_rss_mb"] = peak / 1e6
+    result["system"] = name
+    return result
+
+
+def wait_http(port, path="/health", timeout=15):
+    import urllib.request
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"nothing answers on port {port}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--users", type=int, default=300)
+    ap.add_argument("--seconds", type=float, default=15)
+    ap.add_argument("--latency-ms", type=float, default=60)
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--stream", action="store_true", help="SSE responses (10 frames)")
+    ap.add_argument("--upstream", choices=("fast", "mock"), default="fast")
+    ap.add_argument("--plain", action="store_true", help="Sluice without key/alias (pure relay)")
+    ap.add_argument("--no-validate", action="store_true", help="validate_json = false")
+    ap.add_argument("--only", choices=("direct", "nginx", "sluice"), default=None)
+    ap.add_argument("--nginx", action="store_true", help="also measure nginx (gateways/nginx template)")
+    args = ap.parse_args()
+
+    up_port = free_port()
+    if args.upstream == "fast":
+        up = subprocess.Popen([PY, __file__, "--_upstream", str(up_port), str(args.latency_ms), "10"],
+                              stdout=subprocess.PIPE, text=True)
+        up.stdout.readline()
+        up_path = "/v1/chat/completions"
+    else:
+        up = subprocess.Popen([PY, "-m", "mocks.server", "--port", str(up_port), "--latency-ms",
+                               str(args.latency_ms), "--stream-chunks", "10", "--chunk-delay-ms", "5"],
+                              cwd=REPO, stdout=subprocess.DEVNULL)
+        wait_http(up_port)
+        up_path = "/v1/chat/completions"
+    results = []
+    sl = ng = None
+    tmp = tempfile.mkdtemp(prefix="sluice-bench-")
+    try:
+        if args.only in (None, "direct"):
+            results.append(measure("direct", up.pid, up_port, up_path, args, {}, "mock-model"))
+        if args.only == "nginx" or (args.only is None and args.nginx):
+            port = free_port()
+            run_dir = os.path.join(tmp, "nginx")
+            os.makedirs(run_dir)
+            with open(os.path.join(REPO, "gateways", "nginx", "nginx.conf.tmpl")) as f:
+                text = f.read()
+            for k, v in {"port": port, "workers": args.workers, "run_dir": run_dir,
+                         "upstream_host": "127.0.0.1", "upstream_port": up_port}.items():
+                text = text.replace("{{" + k + "}}", str(v))
+            with open(os.path.join(run_dir, "nginx.conf"), "w") as f:
+                f.write(text)
+            ng = subprocess.Popen(["nginx", "-p", run_dir + "/", "-c", os.path.join(run_dir, "nginx.conf"),
+                                   "-g", "daemon off;"])
+            wait_http(port)
+            results.append(measure("nginx", ng.pid, port, "/v1/chat/completions", args, {}, "mock-model"))
+            ng.send_signal(signal.SIGQUIT)
+            ng.wait(10)
+            ng = None
+        if args.only in (None, "sluice"):
+            port = free_port()
+            cfg = os.path.join(tmp, "sluice.toml")
+            with open(cfg, "w") as f:
+                f.write(f"""
+[server]
+listen = "127.0.0.1:{port}"
+workers = {args.workers}
+access_log = ""
+validate_json = {str(not args.no_validate).lower()}
+[providers.mock]
+base_url = "http://127.0.0.1:{up_port}/v1"
+api_key_env = "BENCH_KEY"
+[models.mock-model]
+provider = "mock"
+aliases = ["mock-alias"]
+""" + ("" if args.plain else """
+[keys.bench]
+key = "sk-bench"
+models = ["mock-model"]
+rpm = 1000000000
+token_budget = 1000000000000000
+"""))
+            env = dict(os.environ, BENCH_KEY="sk-provider")
+            sl = subprocess.Popen([PY, os.path.join(HERE, "run.py"), "--config", cfg], env=env)
+            wait_http(port)
+            headers = {} if args.plain else {"authorization": "Bearer sk-bench"}
+            model = "mock-model" if args.plain else "mock-alias"
+            results.append(measure("sluice", sl.pid, port, "/v1/chat/completions", args, headers, model,
+                                   "x-gateway-overhead-us"))
+    finally:
+        for p in (sl, ng, up):
+            if p is not None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+    direct = next((r for r in results if r["system"] == "direct"), None)
+    nginx = next((r for r in results if r["system"] == "nginx"), None)
+    print(f"\n{'system':8} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'+p50 ms':>8} {'self us':>8} "
+          f"{'cpu ms/req':>10} {'sys %':>6} {'rss MB':>7} {'errors':>6}")
+    for r in results:
+        extra = (r["p50_ms"] - direct["p50_ms"]) if direct and r is not direct else 0.0
+        print(f"{r['system']:8} {r['rps']:8.0f} {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} {extra:8.2f} "
+              f"{r['self_overhead_p50_us'] if r['self_overhead_p50_us'] is not None else '-':>8} "
+              f"{r.get('cpu_ms_per_req', float('nan')):10.4f} {r.get('sys_share', float('nan')) * 100:6.0f} "
+              f"{r.get('peak_rss_mb', float('nan')):7.1f} "
+              f"{r['errors']:6d}")
+    sluice = next((r for r in results if r["system"] == "sluice"), None)
+    if nginx and sluice:
+        print(f"\nsluice / nginx: throughput {sluice['rps'] / nginx['rps']:.2f}x, "
+              f"CPU per request {sluice['cpu_ms_per_req'] / nginx['cpu_ms_per_req']:.2f}x, "
+              f"peak RSS {sluice['peak_rss_mb']:.1f} MB vs {nginx['peak_rss_mb']:.1f} MB")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--_upstream":
+        serve_upstream(int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]))
+    elif len(sys.argv) > 1 and sys.argv[1] == "--_load":
+        run_load(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), float(sys.argv[5]), sys.argv[6],
+                 json.loads(sys.argv[7]), sys.argv[8])
+    else:
+        main()

@@ -1,0 +1,3 @@
+from sluice.main import main
+
+raise SystemExit(main())

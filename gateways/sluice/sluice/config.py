@@ -1,0 +1,277 @@
+"""Configuration: a TOML file read with tomllib and checked up front.
+
+Kept free of heavy imports: the supervising process loads it before anything else.
+See README.md for the reference of every key.
+"""
+import os
+import tomllib
+
+DIALECTS = ("openai", "anthropic")
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _num(table, key, default, where, minimum=0.0, integer=False):
+    value = table.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{where}.{key} must be a number, got {value!r}")
+    if integer and not isinstance(value, int):
+        raise ConfigError(f"{where}.{key} must be an integer, got {value!r}")
+    if value < minimum:
+        raise ConfigError(f"{where}.{key} must be >= {minimum}, got {value!r}")
+    return value
+
+
+def _bool(table, key, default, where):
+    value = table.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}.{key} must be true or false, got {value!r}")
+    return value
+
+
+def _str(table, key, default, where):
+    value = table.get(key, default)
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}.{key} must be a string, got {value!r}")
+    return value
+
+
+def _check_keys(table, allowed, where):
+    unknown = sorted(set(table) - set(allowed))
+    if unknown:
+        raise ConfigError(f"unknown key(s) in {where}: {', '.join(unknown)}")
+
+
+class ServerConfig:
+    KEYS = ("listen", "workers", "backlog", "max_body_bytes", "client_idle_timeout_s",
+            "shutdown_grace_s", "validate_json", "overhead_header", "access_log",
+            "access_log_flush_s", "metrics", "debug_endpoints", "require_auth",
+            "max_pipelined")
+
+    def __init__(self, t):
+        w = "[server]"
+        _check_keys(t, self.KEYS, w)
+        self.listen = _str(t, "listen", "127.0.0.1:8080", w)
+        self.host, self.port = parse_listen(self.listen)
+        self.workers = _num(t, "workers", 1, w, 1, integer=True)
+        self.backlog = _num(t, "backlog", 2048, w, 1, integer=True)
+        self.max_body_bytes = _num(t, "max_body_bytes", 4 * 1024 * 1024, w, 1, integer=True)
+        self.client_idle_timeout_s = float(_num(t, "client_idle_timeout_s", 75.0, w, 0.01))
+        self.shutdown_grace_s = float(_num(t, "shutdown_grace_s", 5.0, w, 0.0))
+        self.validate_json = _bool(t, "validate_json", True, w)
+        self.overhead_header = _bool(t, "overhead_header", True, w)
+        self.access_log = _str(t, "access_log", "", w)
+        self.access_log_flush_s = float(_num(t, "access_log_flush_s", 1.0, w, 0.05))
+        self.metrics = _bool(t, "metrics", True, w)
+        self.debug_endpoints = _bool(t, "debug_endpoints", True, w)
+        self.require_auth = t.get("require_auth")  # None = "if any key is configured"
+        if self.require_auth is not None and not isinstance(self.require_auth, bool):
+            raise ConfigError("[server].require_auth must be true or false")
+        self.max_pipelined = _num(t, "max_pipelined", 16, w, 1, integer=True)
+
+
+def split_url(url):
+    """(scheme, host, port or None, path) of an http(s) URL; no urllib import (memory)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return "", "", None, ""
+    hostport, slash, path = rest.partition("/")
+    path = slash + path
+    for cut in ("?", "#"):
+        path = path.split(cut, 1)[0]
+    if "@" in hostport:
+        raise ConfigError(f"credentials in a provider URL are not supported: {url!r}")
+    port = None
+    if hostport.startswith("["):
+        host, _, tail = hostport[1:].partition("]")
+        if tail.startswith(":"):
+            port = tail[1:]
+    else:
+        host, _, port = hostport.partition(":")
+        port = port or None
+    if port is not None:
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"invalid port in URL {url!r}")
+        port = int(port)
+    return scheme.lower(), host, port, path
+
+
+def parse_listen(text):
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ConfigError(f"[server].listen must be HOST:PORT, got {text!r}")
+    host = host.strip("[]") or "0.0.0.0"
+    port = int(port)
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"[server].listen port out of range: {port}")
+    return host, port
+
+
+class ProviderConfig:
+    KEYS = ("base_url", "dialect", "api_key_env", "api_key", "max_connections",
+            "connect_timeout_s", "response_timeout_s", "stream_idle_timeout_s",
+            "pool_idle_timeout_s", "tls_verify", "ca_file", "anthropic_version", "headers")
+
+    def __init__(self, name, t):
+        w = f"[providers.{name}]"
+        if not isinstance(t, dict):
+            raise ConfigError(f"{w} must be a table")
+        _check_keys(t, self.KEYS, w)
+        self.name = name
+        self.base_url = _str(t, "base_url", "", w)
+        scheme, host, port, path = split_url(self.base_url)
+        if scheme not in ("http", "https") or not host:
+            raise ConfigError(f"{w}.base_url must be an http:// or https:// URL, got {self.base_url!r}")
+        self.scheme = scheme
+        self.host = host
+        default_port = 443 if scheme == "https" else 80
+        self.port = port or default_port
+        host_for_header = f"[{self.host}]" if ":" in self.host else self.host
+        self.host_header = host_for_header if self.port == default_port else f"{host_for_header}:{self.port}"
+        self.path_prefix = path.rstrip("/")
+        self.dialect = _str(t, "dialect", "openai", w)
+        if self.dialect not in DIALECTS:
+            raise ConfigError(f"{w}.dialect must be one of {DIALECTS}, got {self.dialect!r}")
+        env = _str(t, "api_key_env", "", w)
+        self.api_key_env = env
+        if env:
+            if env not in os.environ:
+                raise ConfigError(f"{w}.api_key_env: environment variable {env} is not set")
+            self.api_key = os.environ[env]
+        else:
+            self.api_key = _str(t, "api_key", "", w)
+        self.max_connections = _num(t, "max_connections", 1024, w, 1, integer=True)
+        self.connect_timeout_s = float(_num(t, "connect_timeout_s", 5.0, w, 0.001))
+        self.response_timeout_s = float(_num(t, "response_timeout_s", 120.0, w, 0.001))
+        self.stream_idle_timeout_s = float(_num(t, "stream_idle_timeout_s", 120.0, w, 0.001))
+        self.pool_idle_timeout_s = float(_num(t, "pool_idle_timeout_s", 60.0, w, 0.001))
+        self.tls_verify = _bool(t, "tls_verify", True, w)
+        self.ca_file = _str(t, "ca_file", "", w)
+        self.anthropic_version = _str(t, "anthropic_version", "2023-06-01", w)
+        headers = t.get("headers", {})
+        if not isinstance(headers, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+            raise ConfigError(f"{w}.headers must be a table of strings")
+        for k, v in headers.items():
+            if any(c in k + v for c in "\r\n") or not k or ":" in k:
+                raise ConfigError(f"{w}.headers: invalid header {k!r}")
+        self.headers = headers
+
+    @property
+    def chat_path(self):
+        return self.path_prefix + ("/messages" if self.dialect == "anthropic" else "/chat/completions")
+
+
+class ModelConfig:
+    KEYS = ("provider", "upstream_model", "aliases", "max_output_tokens")
+
+    def __init__(self, name, t, providers):
+        w = f"[models.{name}]"
+        if not isinstance(t, dict):
+            raise ConfigError(f"{w} must be a table")
+        _check_keys(t, self.KEYS, w)
+        self.name = name
+        self.provider = _str(t, "provider", "", w)
+        if self.provider not in providers:
+            raise ConfigError(f"{w}.provider {self.provider!r} is not a configured provider")
+        self.upstream_model = _str(t, "upstream_model", name, w) or name
+        aliases = t.get("aliases", [])
+        if not isinstance(aliases, list) or not all(isinstance(a, str) and a for a in aliases):
+            raise ConfigError(f"{w}.aliases must be a list of non-empty strings")
+        self.aliases = aliases
+        self.max_output_tokens = _num(t, "max_output_tokens", 4096, w, 1, integer=True)
+
+
+class KeyConfig:
+    KEYS = ("key", "key_env", "key_sha256", "models", "rpm", "token_budget", "budget_period_s")
+
+    def __init__(self, name, t):
+        w = f"[keys.{name}]"
+        if not isinstance(t, dict):
+            raise ConfigError(f"{w} must be a table")
+        _check_keys(t, self.KEYS, w)
+        self.name = name
+        given = [k for k in ("key", "key_env", "key_sha256") if k in t]
+        if len(given) != 1:
+            raise ConfigError(f"{w} needs exactly one of key, key_env, key_sha256")
+        self.key = None
+        self.key_sha256 = None
+        if "key" in t:
+            self.key = _str(t, "key", "", w)
+        elif "key_env" in t:
+            env = _str(t, "key_env", "", w)
+            if env not in os.environ:
+                raise ConfigError(f"{w}.key_env: environment variable {env} is not set")
+            self.key = os.environ[env]
+        else:
+            digest = _str(t, "key_sha256", "", w).lower()
+            if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+                raise ConfigError(f"{w}.key_sha256 must be 64 hex digits")
+            self.key_sha256 = digest
+        if self.key is not None and (not self.key or any(c in self.key for c in " \r\n\t")):
+            raise ConfigError(f"{w}: the key must be non-empty and contain no whitespace")
+        models = t.get("models", ["*"])
+        if not isinstance(models, list) or not all(isinstance(m, str) for m in models):
+            raise ConfigError(f"{w}.models must be a list of model names")
+        self.models = models
+        self.rpm = _num(t, "rpm", 0, w, 0, integer=True)
+        self.token_budget = _num(t, "token_budget", 0, w, 0, integer=True)
+        self.budget_period_s = _num(t, "budget_period_s", 0, w, 0, integer=True)
+
+    def digest(self):
+        if self.key_sha256:
+            return self.key_sha256
+        import hashlib  # only when some key is given as a digest (keeps workers small)
+        return hashlib.sha256(self.key.encode()).hexdigest()
+
+
+class Config:
+    def __init__(self, data, path=None):
+        if not isinstance(data, dict):
+            raise ConfigError("config must be a TOML table")
+        _check_keys(data, ("server", "providers", "models", "keys"), "the top level")
+        self.path = path
+        self.server = ServerConfig(data.get("server", {}))
+        providers = data.get("providers", {})
+        if not providers:
+            raise ConfigError("at least one [providers.NAME] table is required")
+        self.providers = {n: ProviderConfig(n, t) for n, t in providers.items()}
+        models = data.get("models", {})
+        if not models:
+            raise ConfigError("at least one [models.NAME] table is required")
+        self.models = {n: ModelConfig(n, t, self.providers) for n, t in models.items()}
+        seen = {}
+        for m in self.models.values():
+            for alias in [m.name] + m.aliases:
+                if alias in seen and seen[alias] != m.name:
+                    raise ConfigError(f"model name or alias {alias!r} is used by both "
+                                      f"{seen[alias]!r} and {m.name!r}")
+                seen[alias] = m.name
+        self.keys = {n: KeyConfig(n, t) for n, t in data.get("keys", {}).items()}
+        digests = {}
+        any_digest = any(k.key_sha256 for k in self.keys.values())
+        for k in self.keys.values():
+            d = k.digest() if any_digest else k.key
+            if d in digests:
+                raise ConfigError(f"keys {digests[d]!r} and {k.name!r} have the same secret")
+            digests[d] = k.name
+            for m in k.models:
+                if m != "*" and m not in seen:
+                    raise ConfigError(f"[keys.{k.name}].models: unknown model {m!r}")
+        if self.server.require_auth is None:
+            self.server.require_auth = bool(self.keys)
+        if self.server.require_auth and not self.keys:
+            raise ConfigError("[server].require_auth = true but no [keys.NAME] is configured")
+
+
+def load(path):
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as e:
+        raise ConfigError(f"cannot read config {path}: {e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"invalid TOML in {path}: {e}") from None
+    return Config(data, path)

@@ -1,0 +1,59 @@
+"""Byte-level HTTP/1.1 helpers: response heads, errors in each client dialect."""
+import orjson
+
+REASONS = {
+    100: b"Continue", 200: b"OK", 201: b"Created", 204: b"No Content", 400: b"Bad Request",
+    401: b"Unauthorized", 403: b"Forbidden", 404: b"Not Found", 405: b"Method Not Allowed",
+    408: b"Request Timeout", 413: b"Payload Too Large", 429: b"Too Many Requests",
+    431: b"Request Header Fields Too Large", 499: b"Client Closed Request",
+    500: b"Internal Server Error", 502: b"Bad Gateway", 503: b"Service Unavailable",
+    504: b"Gateway Timeout", 505: b"HTTP Version Not Supported", 529: b"Overloaded",
+}
+
+STATUS_LINES = {code: b"HTTP/1.1 %d %s\r\n" % (code, reason) for code, reason in REASONS.items()}
+
+
+def status_line(code):
+    line = STATUS_LINES.get(code)
+    if line is None:
+        line = b"HTTP/1.1 %d Unknown\r\n" % code
+    return line
+
+
+# OpenAI error "type" and "code" per status; Anthropic error "type" per status.
+_OPENAI_TYPES = {
+    400: ("invalid_request_error", None), 401: ("authentication_error", "invalid_api_key"),
+    403: ("permission_error", "model_not_allowed"), 404: ("invalid_request_error", "model_not_found"),
+    405: ("invalid_request_error", "method_not_allowed"), 408: ("invalid_request_error", "request_timeout"),
+    413: ("invalid_request_error", "request_too_large"), 429: ("rate_limit_error", "rate_limit_exceeded"),
+    500: ("api_error", "internal_error"), 502: ("api_error", "upstream_unavailable"),
+    503: ("api_error", "overloaded"), 504: ("api_error", "upstream_timeout"),
+    529: ("api_error", "overloaded"),
+}
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+    404: "not_found_error", 405: "invalid_request_error", 408: "timeout_error",
+    413: "request_too_large", 429: "rate_limit_error", 500: "api_error", 502: "api_error",
+    503: "overloaded_error", 504: "timeout_error", 529: "overloaded_error",
+}
+
+
+def error_body(dialect, status, message, code=None):
+    if dialect == "anthropic":
+        etype = _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+        return orjson.dumps({"type": "error", "error": {"type": etype, "message": message}})
+    etype, default_code = _OPENAI_TYPES.get(
+        status, ("api_error" if status >= 500 else "invalid_request_error", None))
+    return orjson.dumps({"error": {"message": message, "type": etype, "param": None,
+                                   "code": code or default_code}})
+
+
+def response(status, body, content_type=b"application/json", extra=b"", close=False):
+    """A complete response with Content-Length; ``extra`` is raw header lines."""
+    return b"".join((
+        status_line(status),
+        b"content-type: ", content_type, b"\r\ncontent-length: ", b"%d" % len(body), b"\r\n",
+        extra,
+        b"connection: close\r\n\r\n" if close else b"\r\n",
+        body,
+    ))

@@ -1,0 +1,250 @@
+"""Command line, listening sockets, worker processes.
+
+``workers = 1``: one process serves.  ``workers = N > 1``: the process started
+by the user serves as worker 0 and supervises N-1 more, each started as a
+fresh interpreter (posix_spawn, so they stay in its process group) that binds
+the same port with SO_REUSEPORT; the kernel spreads connections across them.
+The supervisor restarts a worker that dies, forwards SIGTERM/SIGINT to all of
+them, and never exits before they have (SIGKILL after the grace period).
+Workers watch their parent and stop if it disappears.
+"""
+import os
+import signal
+import socket
+import sys
+import time
+
+from sluice import __version__
+from sluice.config import ConfigError, load
+
+RUN_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "run.py")
+
+
+def log(msg):
+    sys.stderr.write(f"sluice[{os.getpid()}]: {msg}\n")
+    sys.stderr.flush()
+
+
+def make_socket(host, port, backlog, reuseport):
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, stype, proto, _, addr = infos[0]
+    sock = socket.socket(family, stype, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuseport:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(addr)
+        sock.listen(backlog)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class Supervisor:
+    """Worker processes 1..N-1, run from worker 0's event loop (checked once a second)."""
+
+    def __init__(self, cfg, shared, port):
+        self.cfg = cfg
+        self.shared = shared
+        self.port = port
+        self.procs = {}       # worker index -> pid
+        self.deaths = {}      # worker index -> recent death times
+        self.respawn_at = {}  # worker index -> monotonic time
+        self.stopping = False
+
+    def spawn(self, index):
+        fd = self.shared.fd
+        os.set_inheritable(fd, True)
+        argv = [sys.executable, RUN_PY, "--config", os.path.abspath(self.cfg.path),
+                "--worker-index", str(index), "--shm-fd", str(fd),
+                "--parent-pid", str(os.getpid()), "--port", str(self.port)]
+        self.procs[index] = os.posix_spawn(sys.executable, argv, os.environ)
+
+    def spawn_all(self):
+        for i in range(1, self.cfg.server.workers):
+            self.spawn(i)
+
+    def _reap(self):
+        dead = []
+        for index, pid in list(self.procs.items()):
+            try:
+                got, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                got, status = pid, 0
+            if got == pid:
+                del self.procs[index]
+                dead.append((index, pid, status))
+        return dead
+
+    def check(self):
+        now = time.monotonic()
+        for index, pid, status in self._reap():
+            if self.stopping:
+                continue
+            code = os.waitstatus_to_exitcode(status)
+            log(f"worker {index} (pid {pid}) exited with {code}; restarting")
+            recent = [t for t in self.deaths.get(index, []) if now - t < 60] + [now]
+            self.deaths[index] = recent
+            self.respawn_at[index] = now + min(30.0, 0.5 * 2 ** (len(recent) - 1))
+        if not self.stopping:
+            for index, at in list(self.respawn_at.items()):
+                if now >= at and index not in self.procs:
+                    del self.respawn_at[index]
+                    self.spawn(index)
+
+    def terminate(self):
+        self.stopping = True
+        for pid in self.procs.values():
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    def all_exited(self):
+        self._reap()
+        return not self.procs
+
+    def kill_all(self, wait_s):
+        deadline = time.monotonic() + wait_s
+        while self.procs and time.monotonic() < deadline:
+            self._reap()
+            time.sleep(0.02)
+        for pid in self.procs.values():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for pid in self.procs.values():
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+        self.procs.clear()
+
+
+def _serve(cfg, shared, sock, worker, n_workers, supervisor=None, parent_pid=None):
+    import asyncio
+
+    import uvloop
+
+    from sluice.server import App, install_signals
+
+    loop = uvloop.new_event_loop()
+    asyncio.set_event_loop(loop)
+    app = App(cfg, loop, shared, worker, n_workers, children=supervisor)
+    app.parent_pid = parent_pid
+    app.start(sock)
+    install_signals(loop, app)
+    return loop, app
+
+
+def run_main(cfg):
+    from sluice.shared import Shared
+
+    s = cfg.server
+    n = s.workers
+    shared = Shared(len(cfg.keys), n)
+    try:
+        sock = make_socket(s.host, s.port, s.backlog, reuseport=n > 1)
+    except OSError as e:
+        log(f"cannot listen on {s.listen}: {e}")
+        return 1
+    port = sock.getsockname()[1]
+    supervisor = Supervisor(cfg, shared, port) if n > 1 else None
+    loop, app = _serve(cfg, shared, sock, 0, n, supervisor)
+    if supervisor is not None:
+        supervisor.spawn_all()
+    log(f"sluice {__version__} listening on {s.host}:{port} with {n} worker(s)")
+    try:
+        loop.run_forever()
+    finally:
+        if supervisor is not None:
+            supervisor.terminate()
+            supervisor.kill_all(2.0)
+        loop.close()
+    return 0
+
+
+def run_worker(cfg, index, shm_fd, parent_pid, port):
+    from sluice.shared import Shared
+
+    s = cfg.server
+    if os.getppid() != parent_pid:
+        return 0
+    shared = Shared(len(cfg.keys), s.workers, fd=shm_fd)
+    try:
+        sock = make_socket(s.host, port, s.backlog, reuseport=True)
+    except OSError as e:
+        log(f"worker {index} cannot listen on {s.host}:{port}: {e}")
+        return 1
+    loop, app = _serve(cfg, shared, sock, index, s.workers, parent_pid=parent_pid)
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()
+    return 0
+
+
+USAGE = """usage: sluice --config FILE [--check] [--version]
+
+  --config FILE   TOML configuration (see README.md)
+  --check         validate the configuration and exit
+  --version       print the version and exit
+"""
+
+
+def parse_args(argv):
+    """A few flags, parsed by hand: argparse costs each worker memory for nothing."""
+    opts = {"config": None, "check": False, "worker-index": None, "shm-fd": None,
+            "parent-pid": None, "port": None}
+    it = iter(argv)
+    for arg in it:
+        if arg in ("-h", "--help"):
+            sys.stdout.write(USAGE)
+            raise SystemExit(0)
+        if arg == "--version":
+            print(f"sluice {__version__}")
+            raise SystemExit(0)
+        if arg == "--check":
+            opts["check"] = True
+            continue
+        name, eq, value = arg.partition("=")
+        if not name.startswith("--") or name[2:] not in opts or name == "--check":
+            sys.stderr.write(f"sluice: unknown argument {arg!r}\n{USAGE}")
+            raise SystemExit(2)
+        if not eq:
+            value = next(it, None)
+            if value is None:
+                sys.stderr.write(f"sluice: {name} needs a value\n")
+                raise SystemExit(2)
+        opts[name[2:]] = value if name == "--config" else _int(name, value)
+    if not opts["config"]:
+        sys.stderr.write(f"sluice: --config is required\n{USAGE}")
+        raise SystemExit(2)
+    return opts
+
+
+def _int(name, value):
+    try:
+        return int(value)
+    except ValueError:
+        sys.stderr.write(f"sluice: {name} needs an integer\n")
+        raise SystemExit(2) from None
+
+
+def main(argv=None):
+    opts = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        cfg = load(opts["config"])
+    except ConfigError as e:
+        log(f"configuration error: {e}")
+        return 2
+    if opts["check"]:
+        print(f"{opts['config']}: ok ({len(cfg.providers)} provider(s), {len(cfg.models)} model(s), "
+              f"{len(cfg.keys)} key(s), {cfg.server.workers} worker(s))")
+        return 0
+    if opts["worker-index"] is not None:
+        return run_worker(cfg, opts["worker-index"], opts["shm-fd"], opts["parent-pid"], opts["port"])
+    return run_main(cfg)

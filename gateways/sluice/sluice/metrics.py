@@ -1,0 +1,199 @@
+"""Counters and histograms kept as plain Python ints in each worker.
+
+Observing is a dict update or a bisect; rendering (GET /metrics) sums this
+worker's live values with the other workers' latest snapshots (published about
+once a second through shared memory) and prints the Prometheus text format.
+"""
+from bisect import bisect_left
+
+import orjson
+
+OVERHEAD_BUCKETS = (0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                    0.01, 0.025, 0.05, 0.1)
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                   30.0, 60.0, 120.0)
+
+
+class Histogram:
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds):
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, v):
+        self.counts[bisect_left(self.bounds, v)] += 1
+        self.sum += v
+
+    def dump(self):
+        return [self.counts, self.sum]
+
+    def add(self, dumped):
+        counts, total = dumped
+        mine = self.counts
+        for i, c in enumerate(counts[:len(mine)]):
+            mine[i] += c
+        self.sum += total
+
+
+class Metrics:
+    def __init__(self):
+        self.requests = {}          # (model, status) -> count
+        self.in_flight = 0
+        self.overhead = Histogram(OVERHEAD_BUCKETS)
+        self.upstream_latency = {}  # provider -> Histogram (request sent -> response head)
+        self.stream_relay = Histogram(LATENCY_BUCKETS)  # response head -> end of stream
+        self.upstream_errors = {}   # (provider, kind) -> count
+        self.upstream_connects = {}  # provider -> count
+        self.client_disconnects = 0  # client gone before its response was complete
+        self.tokens = {}            # (key, kind) -> count
+        self.changes = 0            # bumped on every request, to skip idle snapshots
+
+    def count_request(self, model, status):
+        k = (model, status)
+        r = self.requests
+        r[k] = r.get(k, 0) + 1
+        self.changes += 1
+
+    def upstream_error(self, provider, kind):
+        k = (provider, kind)
+        self.upstream_errors[k] = self.upstream_errors.get(k, 0) + 1
+
+    def add_tokens(self, key, prompt, completion):
+        t = self.tokens
+        k = (key, "prompt")
+        t[k] = t.get(k, 0) + prompt
+        k = (key, "completion")
+        t[k] = t.get(k, 0) + completion
+
+    def latency_hist(self, provider):
+        h = self.upstream_latency.get(provider)
+        if h is None:
+            h = self.upstream_latency[provider] = Histogram(LATENCY_BUCKETS)
+        return h
+
+    # -- snapshots for the other workers --
+    def snapshot(self, gauges):
+        return orjson.dumps({
+            "requests": [[m, s, n] for (m, s), n in self.requests.items()],
+            "in_flight": self.in_flight,
+            "overhead": self.overhead.dump(),
+            "upstream_latency": {p: h.dump() for p, h in self.upstream_latency.items()},
+            "stream_relay": self.stream_relay.dump(),
+            "upstream_errors": [[p, k, n] for (p, k), n in self.upstream_errors.items()],
+            "upstream_connects": self.upstream_connects,
+            "client_disconnects": self.client_disconnects,
+            "tokens": [[k, kind, n] for (k, kind), n in self.tokens.items()],
+            "gauges": gauges,
+        })
+
+    @staticmethod
+    def merged(live, live_gauges, snapshots):
+        """A fresh Metrics (plus gauges) summing ``live`` and decoded snapshots."""
+        m = Metrics()
+        gauges = {}
+        sources = [(live_snapshot_dict(live), live_gauges)]
+        for s in snapshots:
+            sources.append((s, s.get("gauges", {})))
+        for s, g in sources:
+            for model, status, n in s["requests"]:
+                m.requests[(model, status)] = m.requests.get((model, status), 0) + n
+            m.in_flight += s["in_flight"]
+            m.overhead.add(s["overhead"])
+            for p, h in s["upstream_latency"].items():
+                m.latency_hist(p).add(h)
+            m.stream_relay.add(s["stream_relay"])
+            for p, k, n in s["upstream_errors"]:
+                m.upstream_errors[(p, k)] = m.upstream_errors.get((p, k), 0) + n
+            for p, n in s["upstream_connects"].items():
+                m.upstream_connects[p] = m.upstream_connects.get(p, 0) + n
+            m.client_disconnects += s["client_disconnects"]
+            for k, kind, n in s["tokens"]:
+                m.tokens[(k, kind)] = m.tokens.get((k, kind), 0) + n
+            for name, series in g.items():
+                dst = gauges.setdefault(name, {})
+                for labels, v in series:
+                    key = tuple(labels)
+                    dst[key] = dst.get(key, 0) + v
+        return m, gauges
+
+
+def live_snapshot_dict(m):
+    return orjson.loads(m.snapshot({}))
+
+
+def _esc(v):
+    return str(v).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _hist_lines(out, name, h, labels=""):
+    cum = 0
+    sep = "," if labels else ""
+    for bound, c in zip(h.bounds, h.counts):
+        cum += c
+        out.append(f'{name}_bucket{{{labels}{sep}le="{bound:g}"}} {cum}')
+    cum += h.counts[-1]
+    out.append(f'{name}_bucket{{{labels}{sep}le="+Inf"}} {cum}')
+    lb = "{" + labels + "}" if labels else ""
+    out.append(f"{name}_sum{lb} {h.sum:.9g}")
+    out.append(f"{name}_count{lb} {cum}")
+
+
+GAUGE_HELP = {
+    "sluice_client_connections": "Open client connections.",
+    "sluice_upstream_connections": "Upstream connections by provider and state (idle, busy, connecting).",
+    "sluice_asyncio_tasks": "asyncio tasks alive (only upstream connects use tasks).",
+    "sluice_workers": "Worker processes reporting.",
+    "sluice_resident_memory_bytes": "Resident memory summed over the reporting workers.",
+    "sluice_key_tokens_reserved": "Tokens reserved by in-flight requests, by virtual key.",
+    "sluice_key_tokens_spent": "Tokens spent in the current budget period, by virtual key.",
+}
+
+
+def render(m, gauges):
+    out = []
+    out.append("# HELP sluice_requests_total Requests answered, by model and HTTP status.")
+    out.append("# TYPE sluice_requests_total counter")
+    for (model, status), n in sorted(m.requests.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+        out.append(f'sluice_requests_total{{model="{_esc(model)}",status="{status}"}} {n}')
+    out.append("# HELP sluice_requests_in_flight Chat requests being served.")
+    out.append("# TYPE sluice_requests_in_flight gauge")
+    out.append(f"sluice_requests_in_flight {m.in_flight}")
+    out.append("# HELP sluice_overhead_seconds Time Sluice added before the response head "
+               "(its own work, not time waiting on the provider).")
+    out.append("# TYPE sluice_overhead_seconds histogram")
+    _hist_lines(out, "sluice_overhead_seconds", m.overhead)
+    out.append("# HELP sluice_upstream_latency_seconds Provider time from request sent to response head.")
+    out.append("# TYPE sluice_upstream_latency_seconds histogram")
+    for p, h in sorted(m.upstream_latency.items()):
+        _hist_lines(out, "sluice_upstream_latency_seconds", h, f'provider="{_esc(p)}"')
+    out.append("# HELP sluice_stream_relay_seconds Streaming responses: response head to last byte relayed.")
+    out.append("# TYPE sluice_stream_relay_seconds histogram")
+    _hist_lines(out, "sluice_stream_relay_seconds", m.stream_relay)
+    out.append("# HELP sluice_upstream_errors_total Provider failures by kind.")
+    out.append("# TYPE sluice_upstream_errors_total counter")
+    for (p, k), n in sorted(m.upstream_errors.items()):
+        out.append(f'sluice_upstream_errors_total{{provider="{_esc(p)}",kind="{k}"}} {n}')
+    out.append("# HELP sluice_upstream_connects_total New connections opened to each provider.")
+    out.append("# TYPE sluice_upstream_connects_total counter")
+    for p, n in sorted(m.upstream_connects.items()):
+        out.append(f'sluice_upstream_connects_total{{provider="{_esc(p)}"}} {n}')
+    out.append("# HELP sluice_client_disconnects_total Clients gone before their response was complete.")
+    out.append("# TYPE sluice_client_disconnects_total counter")
+    out.append(f"sluice_client_disconnects_total {m.client_disconnects}")
+    out.append("# HELP sluice_tokens_total Tokens used, by virtual key and kind (from provider usage).")
+    out.append("# TYPE sluice_tokens_total counter")
+    for (k, kind), n in sorted(m.tokens.items()):
+        out.append(f'sluice_tokens_total{{key="{_esc(k)}",kind="{kind}"}} {n}')
+    for name, series in sorted(gauges.items()):
+        out.append(f"# HELP {name} {GAUGE_HELP.get(name, name)}")
+        out.append(f"# TYPE {name} gauge")
+        for labels, v in sorted(series.items()):
+            if labels:
+                lab = ",".join(f'{labels[i]}="{_esc(labels[i + 1])}"' for i in range(0, len(labels), 2))
+                out.append(f"{name}{{{lab}}} {v}")
+            else:
+                out.append(f"{name} {v}")
+    out.append("")
+    return "\n".join(out).encode()

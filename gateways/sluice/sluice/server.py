@@ -1,0 +1,853 @@
+"""The client side: one asyncio Protocol per client connection, and the per-worker App.
+
+No task per request: httptools calls back into ClientConn as bytes arrive, a
+complete request is routed synchronously, and the upstream pool hands the
+request to a pooled connection (or, when none is idle, opens one).
+"""
+import asyncio
+import os
+import re
+import signal
+import sys
+import time
+from collections import deque
+from time import perf_counter
+
+import orjson
+from httptools import HttpParserError, HttpParserUpgrade, HttpRequestParser
+
+from sluice import __version__
+from sluice.http import error_body, response
+from sluice.keys import KeyStore
+from sluice.metrics import Metrics, render
+from sluice.upstream import Provider
+
+# Only for the performance gate's own test (issue 9): a Sluice slowed on purpose, by this many
+# milliseconds before each request goes upstream, must be caught by the gate. Never set in use.
+TEST_DELAY_S = float(os.environ.get("SLUICE_TEST_DELAY_MS", "0") or 0) / 1000.0
+
+loads = orjson.loads
+dumps = orjson.dumps
+JSONDecodeError = orjson.JSONDecodeError
+
+_FIRST_MODEL = re.compile(rb'\s*\{\s*"model"\s*:\s*"([^"\\]*)"')
+_ANY_MODEL = re.compile(rb'"model"\s*:\s*"([^"\\]*)"')
+_MAX_TOKENS = re.compile(rb'"max(?:_completion)?_tokens"\s*:\s*(\d+)')
+
+# request headers Sluice consumes instead of forwarding
+H_DROP, H_AUTH, H_XKEY, H_EXPECT, H_AVERSION = range(5)
+_SPECIAL = {
+    b"host": H_DROP, b"connection": H_DROP, b"keep-alive": H_DROP, b"transfer-encoding": H_DROP,
+    b"te": H_DROP, b"trailer": H_DROP, b"upgrade": H_DROP, b"proxy-authorization": H_DROP,
+    b"proxy-connection": H_DROP, b"accept-encoding": H_DROP, b"x-forwarded-for": H_DROP,
+    b"authorization": H_AUTH, b"x-api-key": H_XKEY, b"expect": H_EXPECT,
+    b"anthropic-version": H_AVERSION, b"content-length": H_DROP,
+}
+
+TICK = 0.1
+
+
+class Request:
+    __slots__ = (
+        "method", "url", "keep_alive", "http11", "token", "fwd", "too_large",
+        "has_av", "body", "t0", "t_resume", "pre", "overhead", "dialect", "translate",
+        "stream", "include_usage", "client_model", "route", "key", "reserved", "retried", "payload",
+        "model_label", "clen",
+    )
+
+    def __init__(self):
+        self.too_large = False
+        self.clen = -1
+        self.pre = 0.0
+        self.overhead = 0.0
+        self.translate = 0
+        self.stream = False
+        self.include_usage = False
+        self.key = None
+        self.reserved = 0
+        self.retried = False
+        self.route = None
+        self.model_label = "-"
+        self.dialect = "openai"
+
+
+class Route:
+    """A model name or alias as clients say it, resolved to a provider model."""
+    __slots__ = ("name", "model_cfg", "provider", "upstream", "upstream_b", "max_output")
+
+    def __init__(self, model_cfg, provider):
+        self.name = model_cfg.name
+        self.model_cfg = model_cfg
+        self.provider = provider
+        self.upstream = model_cfg.upstream_model
+        self.upstream_b = self.upstream.encode()
+        self.max_output = model_cfg.max_output_tokens
+
+
+def _headers(hdrs):
+    """Digest a request's headers: (token, forwarded header block, expect 100, anthropic-version seen)."""
+    token = None
+    expect = has_av = False
+    fwd = []
+    for name, value in hdrs.items():
+        h = _SPECIAL.get(name.lower())
+        if h is None:
+            fwd.append(name + b": " + value + b"\r\n")
+        elif h == H_AUTH:
+            token = value[7:].strip() if value[:7].lower() == b"bearer " else b""
+        elif h == H_XKEY:
+            if token is None:
+                token = value.strip()
+        elif h == H_EXPECT:
+            expect = value.lower() == b"100-continue"
+        elif h == H_AVERSION:
+            has_av = True
+            fwd.append(name + b": " + value + b"\r\n")
+    return token, b"".join(fwd), expect, has_av
+
+
+class ClientConn(asyncio.Protocol):
+    __slots__ = (
+        "app", "transport", "parser", "cur", "queue", "busy", "closed", "req", "up", "waiting",
+        "wait_since", "t_rx", "last", "peer", "eof", "rpause", "in_next", "bad",
+        "on_header", "hdrs", "hprev", "hdone", "on_url", "urlp", "on_body", "bodyp", "http11",
+    )
+
+    def __init__(self, app):
+        self.app = app
+        self.transport = None
+        self.cur = None
+        self.queue = deque()
+        self.busy = False
+        self.closed = False
+        self.req = None
+        self.up = None
+        self.waiting = None
+        self.wait_since = 0.0
+        self.eof = False
+        self.rpause = 0
+        self.in_next = False
+        self.bad = False
+        self.peer = "-"
+        self.http11 = None
+
+    # ------------------------------------------------------------ transport
+    def connection_made(self, transport):
+        self.transport = transport
+        # Headers go straight into a dict: a C-level callback, no Python frame per header.
+        # (A repeated header keeps its last value.)
+        self.hdrs = {}
+        self.on_header = self.hdrs.__setitem__
+        # URL pieces and body pieces are collected the same way (list.append)
+        self.urlp = []
+        self.on_url = self.urlp.append
+        self.bodyp = []
+        self.on_body = self.bodyp.append
+        self.hprev = None
+        self.hdone = None
+        self.parser = HttpRequestParser(self)
+        self.last = perf_counter()
+        app = self.app
+        app.clients.add(self)
+        if app.access is not None:
+            peer = transport.get_extra_info("peername")
+            self.peer = peer[0] if peer else "-"
+        if app.stopping:
+            self.close()
+
+    def connection_lost(self, exc):
+        self.closed = True
+        app = self.app
+        app.clients.discard(self)
+        self.queue.clear()
+        req = self.req
+        if req is not None:
+            # client gone before its response was complete: cancel the upstream request
+            self.req = None
+            app.metrics.client_disconnects += 1
+            up = self.up
+            if up is not None:
+                self.up = None
+                up.client = None
+                up.req = None
+                up.abort()
+                up.pool.discard(up)
+            if self.waiting is not None:
+                self.waiting.forget(self)
+                self.waiting = None
+            app.request_finished(self, req, 499, None, None)
+
+    def eof_received(self):
+        # Like nginx: a client that closes its side is gone; this is how a disconnect
+        # mid-request is noticed at all when nothing is being written to it.
+        self.eof = True
+        return None
+
+    def pause_writing(self):
+        # the client does not keep up: stop reading its next requests and stop reading the provider
+        self._pause(8)
+        up = self.up
+        if up is not None and up.transport is not None and not up.paused:
+            up.paused = True
+            up.transport.pause_reading()
+
+    def resume_writing(self):
+        self._resume(8)
+        up = self.up
+        if up is not None and up.paused and up.transport is not None:
+            up.paused = False
+            up.last_rx = perf_counter()  # the idle timeout restarts when we read again
+            up.transport.resume_reading()
+
+    def _pause(self, bit):
+        if not self.rpause and not self.closed:
+            self.transport.pause_reading()
+        self.rpause |= bit
+
+    def _resume(self, bit):
+        if self.rpause & bit:
+            self.rpause &= ~bit
+            if not self.rpause and not self.closed:
+                self.transport.resume_reading()
+
+    def pause_reading_for_upstream(self):
+        self._pause(2)
+
+    def resume_reading_for_upstream(self):
+        self._resume(2)
+
+    def write(self, data):
+        if not self.closed:
+            self.transport.write(data)
+
+    def writelines(self, parts):
+        if not self.closed:
+            self.transport.writelines(parts)
+
+    def close(self):
+        if not self.closed:
+            self.closed = True
+            self.transport.close()
+
+    # ------------------------------------------------------------ parsing
+    def data_received(self, data):
+        self.t_rx = self.last = perf_counter()
+        if self.closed or self.bad:
+            return
+        try:
+            self.parser.feed_data(data)
+        except HttpParserUpgrade:
+            if self.closed:
+                return
+            self._bad_request(400, "protocol upgrades are not supported")
+            return
+        except HttpParserError as e:
+            if self.closed:
+                return
+            if self.cur is not None and self.cur.too_large:
+                self._bad_request(413, "request body too large")
+            else:
+                self._bad_request(400, f"malformed HTTP request: {e}")
+            return
+        r = self.cur
+        if r is not None and self.bodyp:
+            # a body still arriving: enforce the limit as it grows (at most one read over it)
+            if r.too_large:
+                self.bodyp.clear()
+            else:
+                n = 0
+                for b in self.bodyp:
+                    n += len(b)
+                if n > self.app.max_body:
+                    r.too_large = True
+                    self.bodyp.clear()
+
+    def _bad_request(self, status, message):
+        """Unparseable input: answer after the responses already owed, then close."""
+        self.bad = True
+        self.cur = None
+        self._pause(4)
+        if not self.busy:
+            self.queue.clear()
+            self._error_and_close(status, message)
+        else:
+            self.queue.append((status, message))
+
+    def _error_and_close(self, status, message):
+        body = error_body("openai", status, message)
+        extra = b""
+        if self.app.overhead_header:
+            extra = b"x-gateway-overhead-us: %d\r\n" % ((perf_counter() - self.t_rx) * 1e6)
+        self.write(response(status, body, extra=extra, close=True))
+        self.close()
+
+    def on_headers_complete(self):
+        r = self.cur = Request()
+        r.t0 = self.t_rx  # for an early refusal; reset when the request is complete
+        u = self.urlp
+        r.url = u[0] if len(u) == 1 else b"".join(u)
+        u.clear()
+        p = self.parser
+        h = self.hdrs
+        # Content-Length differs per request; the rest usually repeats on a keep-alive
+        # connection, so the digest of the previous request's headers is reused when equal.
+        clen = h.pop(b"content-length", None) or h.pop(b"Content-Length", None)
+        if clen is not None:
+            r.clen = int(clen)  # llhttp already checked it is a number
+        if h != self.hprev:
+            self.hprev = dict(h)
+            self.hdone = _headers(h)
+        h.clear()
+        r.token, r.fwd, expect, r.has_av = self.hdone
+        r.method = p.get_method()
+        v = self.http11
+        if v is None:  # asked once per connection: httptools formats a string for it
+            v = self.http11 = p.get_http_version() == "1.1"
+        r.http11 = v
+        r.keep_alive = v and p.should_keep_alive()
+        if r.clen > self.app.max_body:
+            r.too_large = True
+            if not self.busy and not self.queue:
+                # refuse now rather than read a body we will not use
+                self.app.refuse_too_large(self, r)
+                raise HttpParserError("body too large")
+        elif expect and not self.busy:
+            self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def on_message_complete(self):
+        r = self.cur
+        self.cur = None
+        r.t0 = self.t_rx  # Sluice's clock for this request starts with the read that completed it
+        if self.hdrs:
+            self.hdrs.clear()  # trailer fields of a chunked body: not forwarded
+        parts = self.bodyp
+        if not parts or r.too_large:
+            r.body = b""
+        else:
+            body = r.body = parts[0] if len(parts) == 1 else b"".join(parts)
+            if len(body) > self.app.max_body:
+                r.too_large = True
+                r.body = b""
+        parts.clear()
+        if self.busy or self.queue:
+            self.queue.append(r)
+            if len(self.queue) >= self.app.max_pipelined:
+                self._pause(1)
+            if not self.busy and not self.in_next:
+                self._next()
+        else:
+            self.busy = True
+            self.app.handle(self, r)
+
+    def _next(self):
+        self.in_next = True
+        try:
+            queue = self.queue
+            while queue and not self.busy and not self.closed:
+                r = queue.popleft()
+                if type(r) is tuple:  # a parse error queued behind earlier requests
+                    self._error_and_close(*r)
+                    return
+                self.busy = True
+                t = perf_counter()
+                if r.t0 < t:
+                    r.t0 = t  # time spent queued behind earlier responses is not ours
+                self.app.handle(self, r)
+            if len(queue) < self.app.max_pipelined:
+                self._resume(1)
+        finally:
+            self.in_next = False
+
+    # ------------------------------------------------------------ responses
+    def respond(self, r, status, body, extra=b"", content_type=b"application/json", overhead_us=None):
+        """A response produced by Sluice itself (no provider involved)."""
+        keep = r.keep_alive and not self.app.stopping and not self.bad
+        if overhead_us is None:
+            overhead_us = (perf_counter() - r.t0) * 1e6
+        r.overhead = overhead_us
+        if self.app.overhead_header:
+            extra += b"x-gateway-overhead-us: %d\r\n" % overhead_us
+        self.write(response(status, body, content_type, extra, close=not keep))
+        self.done(keep)
+
+    def done(self, keep_alive):
+        """The current response is fully written."""
+        self.busy = False
+        self.last = perf_counter()  # the keep-alive idle time starts now
+        self.req = None
+        self.up = None
+        if self.rpause & 2:
+            self._resume(2)
+        if not keep_alive or self.eof and not self.queue:
+            self.close()
+            return
+        if self.queue and not self.in_next:
+            self._next()
+
+    def exchange_done(self, req, status, prompt, completion):
+        self.up = None
+        self.app.request_finished(self, req, status, prompt, completion)
+        self.done(req.keep_alive)
+
+    def upstream_failed(self, status, message):
+        req = self.req
+        self.waiting = None
+        self.up = None
+        if req is None or self.closed:
+            return
+        # our own time only: the request path before waiting on the provider
+        us = req.pre * 1e6
+        self.respond(req, status, error_body(req.dialect, status, message), overhead_us=us)
+        self.app.request_finished(self, req, status, None, None)
+
+    def abort_response(self, req, status):
+        """The response head is out but the provider failed: the client must see a broken response."""
+        self.up = None
+        self.app.request_finished(self, req, status, None, None)
+        self.req = None
+        self.busy = False
+        self.close()
+
+    def on_upstream(self, conn):
+        """The pool has a connection for the request we were waiting with."""
+        self.waiting = None
+        req = self.req
+        self.up = conn
+        req.t_resume = perf_counter()
+        conn.start(self, req, req.payload)
+
+    def retry_upstream(self, req):
+        self.up = None
+        pool = req.route.provider.pool
+        self.waiting = pool
+        self.wait_since = perf_counter()
+        req.t_resume = self.wait_since
+        pool.waiters.append(self)
+        pool.connect()
+
+
+class AccessLog:
+    """Access log lines kept in memory and written in batches (never a write per request)."""
+
+    def __init__(self, target):
+        self.entries = []
+        if target == "-":
+            self.fd = sys.stderr.fileno()
+            self.owned = False
+        else:
+            self.fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self.owned = True
+
+    def flush(self):
+        entries = self.entries
+        if not entries:
+            return
+        self.entries = []
+        out = []
+        for ts, peer, method, path, status, model, key, dur, ov, stream in entries:
+            out.append(dumps({
+                "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + (".%03dZ" % int(ts % 1 * 1000)),
+                "client": peer, "method": method, "path": path, "status": status, "model": model,
+                "key": key, "duration_ms": round(dur * 1000, 3), "overhead_us": int(ov),
+                "stream": stream}))
+            out.append(b"\n")
+        data = b"".join(out)
+        try:
+            while data:
+                n = os.write(self.fd, data)
+                data = data[n:]
+        except OSError:
+            pass
+
+    def close(self):
+        self.flush()
+        if self.owned:
+            os.close(self.fd)
+
+
+class App:
+    """Everything one worker process serves with."""
+
+    def __init__(self, cfg, loop, shared, worker=0, n_workers=1, children=None):
+        self.cfg = cfg
+        self.loop = loop
+        self.worker = worker
+        self.n_workers = n_workers
+        self.shared = shared
+        s = cfg.server
+        self.max_body = s.max_body_bytes
+        self.max_pipelined = s.max_pipelined
+        self.validate_json = s.validate_json
+        self.overhead_header = s.overhead_header
+        self.require_auth = s.require_auth
+        self.metrics_on = s.metrics
+        self.debug_on = s.debug_endpoints
+        self.idle_timeout = s.client_idle_timeout_s
+        self.metrics = Metrics()
+        self.clients = set()
+        self.stopping = False
+        self.server = None
+        self.children = children  # Supervisor in the parent process, None elsewhere
+        self.parent_pid = None
+        self.access = AccessLog(s.access_log) if s.access_log else None
+        self.providers = {n: Provider(p, self) for n, p in cfg.providers.items()}
+        self.routes = {}
+        for m in cfg.models.values():
+            route = Route(m, self.providers[m.provider])
+            for name in [m.name] + m.aliases:
+                self.routes[name] = route
+        self.keys = KeyStore(cfg.keys, shared, worker, n_workers)
+        self.models_openai = dumps({"object": "list", "data": [
+            {"id": name, "object": "model", "created": 0, "owned_by": r.provider.name}
+            for name, r in self.routes.items()]})
+        self.models_anthropic = dumps({"data": [
+            {"type": "model", "id": name, "display_name": name, "created_at": "1970-01-01T00:00:00Z"}
+            for name in self.routes], "has_more": False,
+            "first_id": next(iter(self.routes)), "last_id": list(self.routes)[-1]})
+        self.health = dumps({"status": "ok", "version": __version__})
+        self._last_slow = 0.0
+        self._last_flush = 0.0
+        self.access_flush_s = s.access_log_flush_s
+        self._snap_changes = -1
+
+    # ------------------------------------------------------------ routing
+    def handle(self, conn, r):
+        conn.req = r
+        url = r.url
+        q = url.find(b"?")
+        path = url if q < 0 else url[:q]
+        if path == b"/v1/chat/completions":
+            r.dialect = "openai"
+            if r.method != b"POST":
+                return conn.respond(r, 405, error_body("openai", 405, "use POST"), b"allow: POST\r\n")
+            return self.chat(conn, r)
+        if path == b"/v1/messages":
+            r.dialect = "anthropic"
+            if r.method != b"POST":
+                return conn.respond(r, 405, error_body("anthropic", 405, "use POST"), b"allow: POST\r\n")
+            return self.chat(conn, r)
+        dialect = "anthropic" if r.has_av else "openai"
+        if r.method != b"GET":
+            if path in (b"/health", b"/metrics", b"/v1/models", b"/debug/state"):
+                return conn.respond(r, 405, error_body(dialect, 405, "use GET"), b"allow: GET\r\n")
+            return conn.respond(r, 404, error_body(dialect, 404, f"no route for {path.decode('latin-1')}"))
+        if path == b"/health":
+            return conn.respond(r, 200, self.health)
+        if path == b"/v1/models":
+            if self.require_auth and self.keys.lookup(r.token or b"") is None:
+                return conn.respond(r, 401, error_body(dialect, 401, "missing or invalid API key"))
+            return conn.respond(r, 200, self.models_anthropic if r.has_av else self.models_openai)
+        if path == b"/metrics" and self.metrics_on:
+            return conn.respond(r, 200, self.render_metrics(), content_type=b"text/plain; version=0.0.4")
+        if path == b"/debug/state" and self.debug_on:
+            return conn.respond(r, 200, dumps(self.debug_state()))
+        return conn.respond(r, 404, error_body(dialect, 404, f"no route for {path.decode('latin-1')}"))
+
+    def refuse_too_large(self, conn, r):
+        conn.busy = True
+        conn.req = r
+        r.keep_alive = False
+        r.dialect = "anthropic" if r.url.startswith(b"/v1/messages") else "openai"
+        self.metrics.count_request("-", 413)
+        conn.respond(r, 413, error_body(r.dialect, 413, f"request body exceeds {self.max_body} bytes"))
+
+    def _reject(self, conn, r, status, message, extra=b""):
+        """Refused by Sluice before any provider was involved."""
+        m = self.metrics
+        m.count_request(r.model_label, status)
+        conn.respond(r, status, error_body(r.dialect, status, message), extra)
+        m.overhead.observe(r.overhead / 1e6)
+
+    def chat(self, conn, r):
+        dialect = r.dialect
+        if r.too_large:
+            r.keep_alive = False
+            return self._reject(conn, r, 413, f"request body exceeds {self.max_body} bytes")
+        key = None
+        token = r.token
+        if token is not None or self.require_auth:
+            key = self.keys.lookup(token) if token else None
+            if key is None and (self.require_auth or token):
+                return self._reject(conn, r, 401, "missing API key" if not token else "invalid API key")
+        body = r.body
+        obj = None
+        span = None
+        if not self.validate_json:
+            m = _FIRST_MODEL.match(body)
+            if m is not None:
+                model = m.group(1).decode()
+                span = m.span(1)
+        if span is None:
+            try:
+                obj = loads(body)
+            except JSONDecodeError as e:
+                return self._reject(conn, r, 400, f"request body is not valid JSON: {e}")
+            if type(obj) is not dict:
+                return self._reject(conn, r, 400, "request body must be a JSON object")
+            model = obj.get("model")
+            if type(model) is not str or not model:
+                return self._reject(conn, r, 400, "model: a model name (string) is required")
+        route = self.routes.get(model)
+        if route is None:
+            return self._reject(conn, r, 404, f"model {model!r} not found")
+        r.route = route
+        r.model_label = route.name
+        r.client_model = model
+        if key is not None:
+            if not key.allows(model, route.name):
+                return self._reject(conn, r, 403, f"key {key.name!r} may not use model {model!r}")
+            if key.rpm:
+                wait = self.keys.take_request(key, r.t0)
+                if wait:
+                    return self._reject(conn, r, 429, f"rate limit of {key.rpm} requests per minute "
+                                                      f"exceeded for key {key.name!r}",
+                                        b"retry-after: %d\r\n" % wait)
+        provider = route.provider
+        if provider.dialect != dialect:
+            from sluice import translate  # loaded on first use: workers that never translate stay smaller
+            if obj is None:
+                obj = loads(body)
+            try:
+                if dialect == "anthropic":
+                    new, stream = translate.anthropic_request_to_openai(obj, route.upstream)
+                    r.translate = 1
+                else:
+                    new, stream, r.include_usage = translate.openai_request_to_anthropic(
+                        obj, route.upstream, route.max_output)
+                    r.translate = 2
+                body = dumps(new)
+            except (translate.TranslationError, TypeError, ValueError, AttributeError) as e:
+                return self._reject(conn, r, 400, f"cannot translate request: {e}")
+            r.stream = stream
+        elif route.upstream != model:
+            body = self._patch_model(body, obj, model, span, route)
+        if key is not None and key.budget:
+            if obj is not None:
+                mt = obj.get("max_completion_tokens") or obj.get("max_tokens")
+                if type(mt) is not int or mt <= 0:
+                    mt = route.max_output
+            else:
+                m = _MAX_TOKENS.search(body)
+                mt = int(m.group(1)) if m else route.max_output
+            estimate = len(r.body) // 4 + mt
+            wait = self.keys.reserve(key, estimate)
+            if wait:
+                return self._reject(conn, r, 429, f"token budget of key {key.name!r} exhausted",
+                                    b"retry-after: %d\r\n" % wait)
+            r.reserved = estimate
+        r.key = key
+        fwd = r.fwd
+        if r.translate:
+            # the body is ours now: our content type, and no headers of the client's dialect
+            fwd = b"".join(ln + b"\r\n" for ln in fwd.split(b"\r\n")[:-1]
+                           if not ln.lower().startswith((b"anthropic-", b"content-type:")))
+            fwd += b"content-type: application/json\r\n"
+            if provider.dialect == "anthropic":
+                fwd += provider.anthropic_version
+        elif not r.has_av and provider.dialect == "anthropic":
+            fwd += provider.anthropic_version
+        payload = b"".join((provider.head_prefix, fwd, b"content-length: %d\r\n\r\n" % len(body), body))
+        self.metrics.in_flight += 1
+        r.payload = payload  # kept for a retry on a fresh connection
+        if TEST_DELAY_S:
+            self.loop.call_later(TEST_DELAY_S, self._send_upstream, conn, r, provider.pool)
+        else:
+            self._send_upstream(conn, r, provider.pool)
+
+    @staticmethod
+    def _send_upstream(conn, r, pool):
+        up = pool.acquire()
+        if up is not None:
+            r.t_resume = r.t0
+            conn.up = up
+            up.start(conn, r, r.payload)
+        else:
+            t = perf_counter()
+            r.pre = t - r.t0
+            conn.waiting = pool
+            conn.wait_since = t
+            pool.wait(conn)
+
+    @staticmethod
+    def _patch_model(body, obj, model, span, route):
+        """Replace only the model value's bytes; re-serialize only if it cannot be located safely."""
+        if span is None:
+            mb = model.encode()
+            m = _FIRST_MODEL.match(body)
+            if m is not None and m.group(1) == mb:
+                span = m.span(1)
+            else:
+                found = [m for m in _ANY_MODEL.finditer(body) if m.group(1) == mb]
+                if len(found) == 1 and body.count(b'"model"') == 1:
+                    span = found[0].span(1)
+                else:
+                    obj["model"] = route.upstream
+                    return dumps(obj)
+        s, e = span
+        return body[:s] + route.upstream_b + body[e:]
+
+    # ------------------------------------------------------------ accounting
+    def request_finished(self, conn, req, status, prompt, completion):
+        """Every chat request that was sent towards a provider ends here exactly once."""
+        m = self.metrics
+        m.in_flight -= 1
+        m.count_request(req.model_label, status)
+        if req.overhead:
+            m.overhead.observe(req.overhead / 1e6)
+        key = req.key
+        if key is not None and req.reserved:
+            if prompt is None:
+                prompt = len(req.body) // 4
+                completion = 0 if status >= 400 else req.reserved - prompt
+            self.keys.settle(key, req.reserved, prompt + completion)
+            req.reserved = 0
+            m.add_tokens(key.name, prompt, completion)
+        elif key is not None and prompt is not None:
+            m.add_tokens(key.name, prompt, completion)
+        if self.access is not None:
+            now = time.time()
+            self.access.entries.append((
+                now, conn.peer, req.method.decode(), req.url.decode("latin-1"), status, req.model_label,
+                key.name if key is not None else "-", perf_counter() - req.t0, req.overhead, req.stream))
+            if len(self.access.entries) >= 4096:
+                self.access.flush()
+
+    # ------------------------------------------------------------ introspection
+    def gauges(self):
+        g = {
+            "sluice_client_connections": [[[], len(self.clients)]],
+            "sluice_asyncio_tasks": [[[], len(asyncio.all_tasks(self.loop))]],
+            "sluice_workers": [[[], 1]],
+            "sluice_resident_memory_bytes": [[[], _rss()]],
+        }
+        conns = []
+        for name, p in self.providers.items():
+            idle, busy, connecting = p.pool.counts()
+            conns += [[["provider", name, "state", "idle"], idle], [["provider", name, "state", "busy"], busy],
+                      [["provider", name, "state", "connecting"], connecting]]
+        g["sluice_upstream_connections"] = conns
+        if self.n_workers == 1 or self.worker == 0:
+            res, spent = [], []
+            for rec in self.keys.records:
+                if rec.budget:
+                    s, rv = self.keys.budget_state(rec)
+                    spent.append([["key", rec.name], s])
+                    res.append([["key", rec.name], rv])
+            if res:
+                g["sluice_key_tokens_reserved"] = res
+                g["sluice_key_tokens_spent"] = spent
+        return g
+
+    def render_metrics(self):
+        live = self.gauges()
+        if self.n_workers > 1:
+            snaps = []
+            for w in range(self.n_workers):
+                if w == self.worker:
+                    continue
+                data = self.shared.read_snapshot(w)
+                if data:
+                    try:
+                        snaps.append(loads(data))
+                    except JSONDecodeError:
+                        pass
+            m, gauges = Metrics.merged(self.metrics, live, snaps)
+        else:
+            m, gauges = Metrics.merged(self.metrics, live, [])
+        return render(m, gauges)
+
+    def debug_state(self):
+        up = {}
+        for name, p in self.providers.items():
+            idle, busy, connecting = p.pool.counts()
+            up[name] = {"idle": idle, "busy": busy, "connecting": connecting,
+                        "waiters": len(p.pool.waiters), "connect_tasks": len(p.pool.tasks)}
+        return {"pid": os.getpid(), "worker": self.worker, "workers": self.n_workers,
+                "in_flight": self.metrics.in_flight, "client_connections": len(self.clients),
+                "busy_clients": sum(1 for c in self.clients if c.busy),
+                "tasks": len(asyncio.all_tasks(self.loop)), "upstream": up,
+                "requests": sum(self.metrics.requests.values()),
+                "client_disconnects": self.metrics.client_disconnects}
+
+    # ------------------------------------------------------------ housekeeping
+    def start(self, sock):
+        self.server = self.loop.run_until_complete(self.loop.create_server(
+            lambda: ClientConn(self), sock=sock, backlog=self.cfg.server.backlog))
+        self.loop.call_later(TICK, self._tick)
+
+    def _tick(self):
+        now = perf_counter()
+        for p in self.providers.values():
+            p.pool.sweep(now)
+        if now - self._last_slow >= 1.0:
+            self._last_slow = now
+            self._slow_tick(now)
+        if self.access is not None and now - self._last_flush >= self.access_flush_s:
+            self._last_flush = now
+            self.access.flush()
+        if not self._done_stopping(now):
+            self.loop.call_later(TICK, self._tick)
+
+    def _slow_tick(self, now):
+        limit = now - self.idle_timeout
+        for c in list(self.clients):
+            if not c.busy and not c.queue and c.last < limit:
+                if (c.cur is not None or c.urlp) and not c.closed:  # a request stopped half-way
+                    c.write(response(408, error_body("openai", 408, "request not completed in time"),
+                                     extra=b"x-gateway-overhead-us: 0\r\n" if self.overhead_header else b"",
+                                     close=True))
+                c.close()
+        if self.n_workers > 1 and self.metrics.changes != self._snap_changes:
+            self._snap_changes = self.metrics.changes
+            self.shared.write_snapshot(self.worker, self.metrics.snapshot(self.gauges()))
+        if self.parent_pid is not None and os.getppid() != self.parent_pid:
+            self.stop()  # the supervisor is gone: do not outlive it
+        if self.children is not None:
+            self.children.check()
+
+    def stop(self):
+        """Graceful stop: no new connections, finish what is in flight (bounded by shutdown_grace_s)."""
+        if self.stopping:
+            return
+        self.stopping = True
+        self.stop_deadline = perf_counter() + self.cfg.server.shutdown_grace_s
+        if self.children is not None:
+            self.children.terminate()
+        if self.server is not None:
+            self.server.close()
+        for c in list(self.clients):
+            if not c.busy and not c.queue:
+                c.close()
+
+    def _done_stopping(self, now):
+        if not self.stopping:
+            return False
+        busy = any(c.busy for c in self.clients)
+        if busy and now < self.stop_deadline:
+            return False
+        if self.children is not None and not self.children.all_exited() and now < self.stop_deadline + 2:
+            return False
+        for c in list(self.clients):
+            c.close()
+        for p in self.providers.values():
+            p.pool.close()
+        if self.access is not None:
+            self.access.close()
+            self.access = None
+        if self.n_workers > 1:
+            self.shared.clear_snapshot(self.worker)
+        self.loop.call_later(0.05, self.loop.stop)
+        return True
+
+
+def _rss():
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return 0
+
+
+def install_signals(loop, app):
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, app.stop)

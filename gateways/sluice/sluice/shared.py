@@ -1,0 +1,62 @@
+"""Memory shared by the worker processes (a memfd mapped by each of them).
+
+Layout: one 8-int64 slot per (virtual key, worker) for rate-limit windows and
+token budgets, then one snapshot area per worker for /metrics aggregation.
+Every worker writes only its own slots, so no lock is needed; readers sum
+over workers (see keys.py for the small overshoot this allows).
+"""
+import mmap
+import os
+import struct
+
+SLOT_FIELDS = 8
+SNAPSHOT_BYTES = 256 * 1024
+_HDR = struct.Struct("<QQ")  # sequence, length
+
+
+def _size(n_keys, n_workers):
+    key_bytes = max(1, n_keys) * n_workers * SLOT_FIELDS * 8
+    key_bytes = (key_bytes + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
+    return key_bytes, key_bytes + n_workers * SNAPSHOT_BYTES
+
+
+class Shared:
+    def __init__(self, n_keys, n_workers, fd=None):
+        self.n_workers = n_workers
+        self.key_bytes, size = _size(n_keys, n_workers)
+        self.fd = fd
+        if fd is None and n_workers > 1:
+            self.fd = fd = os.memfd_create("sluice-shared", 0)
+            os.ftruncate(fd, size)
+        if fd is None:
+            self.mm = mmap.mmap(-1, size)
+        else:
+            self.mm = mmap.mmap(fd, size)
+        self.q = memoryview(self.mm)[:self.key_bytes].cast("q")
+
+    # -- per-worker metrics snapshots (seqlock) --
+    def write_snapshot(self, worker, data):
+        off = self.key_bytes + worker * SNAPSHOT_BYTES
+        if len(data) > SNAPSHOT_BYTES - _HDR.size:
+            data = b"{}"
+        seq, _ = _HDR.unpack_from(self.mm, off)
+        _HDR.pack_into(self.mm, off, seq + 1, 0)
+        self.mm[off + 16:off + 16 + len(data)] = data
+        _HDR.pack_into(self.mm, off, seq + 2, len(data))
+
+    def read_snapshot(self, worker):
+        off = self.key_bytes + worker * SNAPSHOT_BYTES
+        for _ in range(5):
+            seq, length = _HDR.unpack_from(self.mm, off)
+            if seq & 1:
+                continue
+            data = self.mm[off + 16:off + 16 + length]
+            seq2, _ = _HDR.unpack_from(self.mm, off)
+            if seq == seq2:
+                return data if length else None
+        return None
+
+    def clear_snapshot(self, worker):
+        off = self.key_bytes + worker * SNAPSHOT_BYTES
+        seq, _ = _HDR.unpack_from(self.mm, off)
+        _HDR.pack_into(self.mm, off, seq + (2 if seq % 2 == 0 else 1), 0)

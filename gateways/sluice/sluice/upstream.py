@@ -1,0 +1,675 @@
+"""Providers, their keep-alive connection pools, and the upstream side of an exchange.
+
+An UpstreamConn is an asyncio Protocol with an httptools response parser. It is
+driven by callbacks only: the client connection hands it a request (``start``),
+and its ``data_received`` relays the response to the client. In the common
+same-dialect case the provider's bytes are written to the client as they
+arrive (chunked framing included); only the response head is rebuilt, to add
+X-Gateway-Overhead-Us. Translation and re-framing use the parser's body
+callbacks instead.
+"""
+import asyncio
+import re
+from time import perf_counter
+
+import orjson
+from httptools import HttpParserError, HttpResponseParser
+
+from sluice.http import error_body, response
+
+# exchange modes
+RAW = 0       # same dialect: upstream bytes go straight to the client
+REFRAME = 1   # same dialect, but the body must be re-framed (close-delimited upstream, HTTP/1.0 client)
+BUFFER = 2    # translated unary response, or a translated error: whole body, then one write
+TSTREAM = 3   # translated SSE stream, event by event
+
+_USAGE = re.compile(rb'"(prompt_tokens|completion_tokens|input_tokens|output_tokens)"\s*:\s*(\d+)')
+_HOP = (b"connection:", b"keep-alive:", b"proxy-connection:")
+MAX_HEAD = 64 * 1024
+MAX_BUFFERED_BODY = 64 * 1024 * 1024
+
+
+def _log_callback_error(e):
+    """A bug in our own callback surfaces as a parser error: make it visible."""
+    cause = e.__context__
+    if cause is not None and not isinstance(cause, HttpParserError):
+        import sys
+        import traceback
+        sys.stderr.write("sluice: error in upstream response handling:\n")
+        traceback.print_exception(cause, file=sys.stderr)
+
+
+def _strip_hop_headers(head):
+    lines = head.split(b"\r\n")
+    kept = [ln for ln in lines if not ln.lower().startswith(_HOP)]
+    return b"\r\n".join(kept)
+
+
+class Provider:
+    def __init__(self, cfg, app):
+        self.cfg = cfg
+        self.name = cfg.name
+        self.dialect = cfg.dialect
+        self.host = cfg.host
+        self.port = cfg.port
+        self.ssl = None
+        if cfg.scheme == "https":
+            import ssl
+            ctx = ssl.create_default_context(cafile=cfg.ca_file or None)
+            if not cfg.tls_verify:
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+            self.ssl = ctx
+        lines = [b"POST " + cfg.chat_path.encode() + b" HTTP/1.1\r\n",
+                 b"host: " + cfg.host_header.encode() + b"\r\n"]
+        if cfg.api_key:
+            if self.dialect == "anthropic":
+                lines.append(b"x-api-key: " + cfg.api_key.encode() + b"\r\n")
+            else:
+                lines.append(b"authorization: Bearer " + cfg.api_key.encode() + b"\r\n")
+        for k, v in cfg.headers.items():
+            lines.append(k.encode() + b": " + v.encode() + b"\r\n")
+        self.head_prefix = b"".join(lines)
+        self.anthropic_version = b"anthropic-version: " + cfg.anthropic_version.encode() + b"\r\n"
+        self.connect_timeout = cfg.connect_timeout_s
+        self.response_timeout = cfg.response_timeout_s
+        self.stream_idle_timeout = cfg.stream_idle_timeout_s
+        self.pool_idle_timeout = cfg.pool_idle_timeout_s
+        self.pool = Pool(self, app)
+        self.latency = app.metrics.latency_hist(cfg.name)
+
+
+class Pool:
+    """Keep-alive connections to one provider: an idle stack, a busy set, waiters."""
+
+    def __init__(self, provider, app):
+        self.provider = provider
+        self.app = app
+        self.loop = app.loop
+        self.max = provider.cfg.max_connections
+        self.idle = []       # LIFO: the most recently used connection is reused first
+        self.busy = set()
+        self.connecting = 0
+        self.waiters = []    # client connections waiting for a connection, FIFO
+        self.tasks = set()
+
+    def counts(self):
+        return len(self.idle), len(self.busy), self.connecting
+
+    def acquire(self):
+        idle = self.idle
+        while idle:
+            c = idle.pop()
+            if c.alive:
+                self.busy.add(c)
+                c.reused = True
+                return c
+        return None
+
+    def wait(self, client):
+        """``client`` needs a connection; it gets ``on_upstream(conn)`` or ``upstream_failed``."""
+        self.waiters.append(client)
+        if len(self.busy) + len(self.idle) + self.connecting < self.max:
+            self.connect()
+
+    def forget(self, client):
+        try:
+            self.waiters.remove(client)
+        except ValueError:
+            pass
+
+    def connect(self):
+        self.connecting += 1
+        task = self.loop.create_task(self._connect())
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _connect(self):
+        p = self.provider
+        conn = UpstreamConn(self)
+        kind = None
+        error = ""
+        try:
+            await asyncio.wait_for(self.loop.create_connection(
+                lambda: conn, p.host, p.port, ssl=p.ssl,
+                server_hostname=p.host if p.ssl else None), p.connect_timeout)
+        except asyncio.TimeoutError:
+            kind = "connect_timeout"
+        except (OSError, ValueError) as e:
+            kind = "connect_refused" if isinstance(e, ConnectionRefusedError) else "connect_error"
+            error = str(e) or type(e).__name__
+        except asyncio.CancelledError:
+            self.connecting -= 1
+            raise
+        self.connecting -= 1
+        app = self.app
+        if kind is not None:
+            app.metrics.upstream_error(p.name, kind)
+            while self.waiters:
+                client = self.waiters.pop(0)
+                if client.waiting is self:
+                    if kind == "connect_timeout":
+                        client.upstream_failed(504, f"provider {p.name} did not accept a connection "
+                                                    f"within {p.connect_timeout:g}s")
+                    elif kind == "connect_refused":
+                        client.upstream_failed(502, f"provider {p.name} refused the connection")
+                    else:
+                        client.upstream_failed(502, f"cannot connect to provider {p.name}: {error}")
+                    break
+            return
+        c = app.metrics.upstream_connects
+        c[p.name] = c.get(p.name, 0) + 1
+        self.give(conn)
+
+    def give(self, conn):
+        """A free connection: hand it to the oldest live waiter, or park it idle."""
+        if not conn.alive:
+            self.discard(conn)
+            return
+        if conn.paused:  # paused for a slow client that is gone now
+            conn.paused = False
+            conn.transport.resume_reading()
+        waiters = self.waiters
+        while waiters:
+            client = waiters.pop(0)
+            if client.waiting is self:
+                self.busy.add(conn)
+                try:
+                    client.on_upstream(conn)
+                except Exception:
+                    import traceback
+                    traceback.print_exc()
+                    conn.client = None
+                    conn.abort()
+                    self.discard(conn)
+                    client.upstream_failed(500, "internal error while sending the request")
+                return
+        conn.idle_since = perf_counter()
+        self.idle.append(conn)
+
+    def release(self, conn):
+        self.busy.discard(conn)
+        self.give(conn)
+
+    def discard(self, conn):
+        self.busy.discard(conn)
+        if conn in self.idle:
+            self.idle.remove(conn)
+        if self.waiters and len(self.busy) + len(self.idle) + self.connecting < self.max:
+            self.connect()
+
+    def sweep(self, now):
+        p = self.provider
+        for conn in list(self.busy):
+            conn.check_timeout(now)
+        idle = self.idle
+        limit = now - p.pool_idle_timeout
+        while idle and idle[0].idle_since < limit:
+            idle.pop(0).close()
+        if self.waiters:
+            limit = now - p.response_timeout
+            for client in list(self.waiters):
+                if client.wait_since < limit and client.waiting is self:
+                    self.waiters.remove(client)
+                    self.app.metrics.upstream_error(p.name, "pool_timeout")
+                    client.upstream_failed(504, f"no connection to provider {p.name} became free "
+                                                f"within {p.response_timeout:g}s")
+
+    def close(self):
+        for conn in self.idle + list(self.busy):
+            conn.close()
+        for t in list(self.tasks):
+            t.cancel()
+
+
+class UpstreamConn(asyncio.Protocol):
+    __slots__ = (
+        "pool", "provider", "app", "transport", "parser", "alive", "paused", "reused", "idle_since",
+        "client", "req", "mode", "head_done", "complete", "cur", "pre", "hoff", "t_rx", "t_sent",
+        "t_head", "last_rx", "nbytes", "status", "stream", "chunked_out", "close_delimited",
+        "parts", "parts_len", "sse", "translator", "scan", "usage", "frames", "tail", "client_head_sent",
+        "broken", "retry_after", "on_body", "bodyp",
+    )
+
+    def __init__(self, pool):
+        self.pool = pool
+        self.provider = pool.provider
+        self.app = pool.app
+        self.transport = None
+        # body pieces are collected by a C-level callback and handled after each feed
+        # (in the common relay mode they are simply dropped: the raw bytes went out already)
+        self.bodyp = []
+        self.on_body = self.bodyp.append
+        self.parser = HttpResponseParser(self)
+        self.alive = False
+        self.paused = False
+        self.reused = False
+        self.idle_since = 0.0
+        self.client = None
+        self.req = None
+        self.broken = False
+
+    # ------------------------------------------------------------ transport
+    def connection_made(self, transport):
+        self.transport = transport
+        self.alive = True
+
+    def connection_lost(self, exc):
+        self.alive = False
+        self.pool.discard(self)
+        client = self.client
+        if client is not None:
+            self._lost_during_exchange()
+
+    def pause_writing(self):
+        c = self.client
+        if c is not None:
+            c.pause_reading_for_upstream()
+
+    def resume_writing(self):
+        c = self.client
+        if c is not None:
+            c.resume_reading_for_upstream()
+
+    def close(self):
+        self.alive = False
+        if self.transport is not None:
+            self.transport.close()
+
+    def abort(self):
+        self.alive = False
+        if self.transport is not None:
+            self.transport.abort()
+
+    # ------------------------------------------------------------ exchange
+    def start(self, client, req, payload):
+        self.client = client
+        self.req = req
+        self.mode = RAW
+        self.head_done = False
+        self.complete = False
+        self.pre = b""
+        self.hoff = 0
+        self.nbytes = 0
+        self.status = 0
+        self.client_head_sent = False
+        self.broken = False
+        self.scan = req.reserved > 0 and req.translate == 0
+        if self.scan:
+            self.usage = {}
+            self.frames = 0
+            self.tail = b""
+        self.transport.write(payload)
+        now = perf_counter()
+        self.t_sent = self.last_rx = now
+        req.pre += now - req.t_resume
+
+    def check_timeout(self, now):
+        if self.client is None:
+            return
+        p = self.provider
+        if self.paused:
+            # reading is paused because the client does not keep up: not the provider's fault,
+            # but a client that stops reading for good must not hold the exchange forever
+            if now - self.last_rx > self.app.idle_timeout:
+                self.app.metrics.upstream_error(p.name, "client_too_slow")
+                self._fail_midstream()
+            return
+        if not self.head_done or not self.client_head_sent:
+            if not self.head_done and now - self.t_sent > p.response_timeout:
+                self.app.metrics.upstream_error(p.name, "response_timeout")
+                self._fail(504, f"provider {p.name} did not answer within {p.response_timeout:g}s")
+            elif self.head_done and now - self.last_rx > p.stream_idle_timeout:
+                self.app.metrics.upstream_error(p.name, "idle_timeout")
+                self._fail(504, f"provider {p.name} stalled for {p.stream_idle_timeout:g}s")
+        elif now - self.last_rx > p.stream_idle_timeout:
+            self.app.metrics.upstream_error(p.name, "idle_timeout")
+            self._fail_midstream()
+
+    def data_received(self, data):
+        client = self.client
+        if client is None:
+            # nothing was asked: a stray byte on an idle connection makes it unusable
+            self.abort()
+            return
+        self.t_rx = self.last_rx = perf_counter()
+        self.nbytes += len(data)
+        parts = self.bodyp
+        if self.head_done:
+            if self.mode == RAW:
+                client.write(data)
+                if self.scan:
+                    self._scan(data)
+                try:
+                    self.parser.feed_data(data)
+                except HttpParserError as e:
+                    _log_callback_error(e)
+                    self._fail_midstream()
+                    return
+                parts.clear()
+            else:
+                try:
+                    self.parser.feed_data(data)
+                    self._bodies()
+                except HttpParserError as e:
+                    _log_callback_error(e)
+                    self._fail_midstream()
+                    return
+            if self.complete:
+                self._finish()
+            return
+        self.cur = data
+        try:
+            self.parser.feed_data(data)
+            if parts:
+                if self.mode == RAW:
+                    parts.clear()
+                else:
+                    self._bodies()
+        except HttpParserError as e:
+            _log_callback_error(e)
+            parts.clear()
+            if self.client_head_sent:
+                self._fail_midstream()
+                return
+            self.app.metrics.upstream_error(self.provider.name, "bad_response")
+            self._fail(502, f"provider {self.provider.name} sent an invalid HTTP response")
+            return
+        if self.client is None:
+            return
+        if not self.head_done:
+            pre = self.pre + data if self.pre else data
+            pre = pre[self.hoff:]
+            self.hoff = 0
+            if len(pre) > MAX_HEAD:
+                self._fail(502, "provider response head too large")
+                return
+            self.pre = pre
+            return
+        self.pre = b""
+        if self.complete:
+            self._finish()
+
+    # -- parser callbacks --
+    def on_headers_complete(self):
+        buf = self.pre + self.cur if self.pre else self.cur
+        idx = buf.find(b"\r\n\r\n", self.hoff)
+        status = self.parser.get_status_code()
+        if status < 200 and status != 101:
+            # interim response (103 Early Hints...): skip it, the real head follows
+            self.hoff = idx + 4 if idx >= 0 else len(buf)
+            return
+        if idx < 0:
+            raise HttpParserError("response head without CRLF CRLF")
+        now = perf_counter()
+        self.head_done = True
+        self.status = status
+        self.t_head = now
+        req = self.req
+        app = self.app
+        self.provider.latency.observe(now - self.t_sent)
+        head = buf[self.hoff:idx + 2]
+        low = head.lower()
+        self.stream = b"text/event-stream" in low
+        self.close_delimited = (b"\ntransfer-encoding:" not in low and b"\ncontent-length:" not in low
+                                and status not in (204, 304))
+        client = self.client
+        keep = req.keep_alive and not app.stopping
+        if req.translate == 0:
+            if self.close_delimited or (not req.http11 and b"\ntransfer-encoding:" in low):
+                self.mode = REFRAME
+                self.chunked_out = req.http11
+                if not req.http11:
+                    keep = False
+                head = b"\r\n".join(ln for ln in head.split(b"\r\n")
+                                    if not ln.lower().startswith((b"transfer-encoding:", b"content-length:")))
+                if self.chunked_out:
+                    head += b"transfer-encoding: chunked\r\n"
+            else:
+                self.mode = RAW
+            if b"\nconnection:" in low or b"\nkeep-alive:" in low or b"\nproxy-connection:" in low:
+                head = _strip_hop_headers(head)
+            req.keep_alive = keep
+            extra = b"" if keep else b"connection: close\r\n"
+            if app.overhead_header:
+                us = (req.pre + (perf_counter() - self.t_rx)) * 1e6
+                req.overhead = us
+                extra = b"x-gateway-overhead-us: %d\r\n" % us + extra
+            else:
+                req.overhead = (req.pre + (perf_counter() - self.t_rx)) * 1e6
+            rest = buf[idx + 4:]
+            self.client_head_sent = True
+            if self.mode == RAW and rest:
+                client.write(b"".join((head, extra, b"\r\n", rest)))  # one send for head and body
+                if self.scan:
+                    self._scan(rest)
+            else:
+                client.write(b"".join((head, extra, b"\r\n")))
+            return
+        # translated exchange
+        from sluice import translate
+        if status == 200 and self.stream and req.stream:
+            self.mode = TSTREAM
+            self.sse = translate.SSEParser()
+            if req.translate == 1:   # anthropic client, openai provider
+                self.translator = translate.OpenAIToAnthropicStream(req.client_model)
+            else:
+                self.translator = translate.AnthropicToOpenAIStream(req.client_model, req.include_usage)
+            req.keep_alive = keep
+            us = (req.pre + (perf_counter() - self.t_rx)) * 1e6
+            req.overhead = us
+            lines = [b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"]
+            if req.http11:
+                lines.append(b"transfer-encoding: chunked\r\n")
+                self.chunked_out = True
+            else:
+                self.chunked_out = False
+                req.keep_alive = False
+            if app.overhead_header:
+                lines.append(b"x-gateway-overhead-us: %d\r\n" % us)
+            lines.append(b"\r\n" if req.keep_alive else b"connection: close\r\n\r\n")
+            self.client_head_sent = True
+            client.write(b"".join(lines))
+        else:
+            self.mode = BUFFER
+            self.parts = []
+            self.parts_len = 0
+            i = low.find(b"\nretry-after:")
+            self.retry_after = head[i + 1:head.find(b"\r\n", i + 1) + 2] if i >= 0 else b""
+
+    def _bodies(self):
+        """Body pieces of the last feed, for the modes that do not relay raw bytes."""
+        parts = self.bodyp
+        if not parts:
+            return
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        parts.clear()
+        mode = self.mode
+        client = self.client
+        if client is None:
+            return
+        if mode == TSTREAM:
+            try:
+                out = self.translator.feed(self.sse.feed(body))
+            except Exception as e:  # a bug in translation must not leave the exchange hanging
+                raise HttpParserError(f"stream translation failed: {e!r}") from e
+            if out:
+                client.write(b"%x\r\n%s\r\n" % (len(out), out) if self.chunked_out else out)
+        elif mode == BUFFER:
+            self.parts_len += len(body)
+            if self.parts_len > MAX_BUFFERED_BODY:
+                raise HttpParserError("provider response too large to translate")
+            self.parts.append(body)
+        else:  # REFRAME
+            client.write(b"%x\r\n%s\r\n" % (len(body), body) if self.chunked_out else body)
+
+    def on_message_complete(self):
+        if self.head_done:
+            self.complete = True
+            # only valid now: llhttp resets its flags once the message is over
+            self.broken = not self.parser.should_keep_alive()
+
+    # -- usage scanning for token budgets (same-dialect relays) --
+    def _scan(self, data):
+        """Token counts live in "usage" objects: look only there (and across chunk edges)."""
+        if self.stream:
+            self.frames += data.count(b"data:")
+        tail = self.tail
+        if len(tail) > 8:  # the previous chunk ended inside a usage object: scan across the edge
+            buf = tail + data
+            i = 0
+        else:
+            buf = data
+            i = data.find(b'"usage"')
+            if i < 0 and tail and b'"usage"' in tail + data[:8]:
+                buf = tail + data
+                i = buf.find(b'"usage"')
+        if i >= 0:
+            for m in _USAGE.finditer(buf, i):
+                self.usage[m.group(1)] = int(m.group(2))
+            self.tail = buf[i:] if len(buf) - i < 4096 else b""
+        else:
+            self.tail = data[-8:]
+
+    # ------------------------------------------------------------ endings
+    def _finish(self):
+        """The provider's response is complete: final writes, accounting, connection reuse."""
+        client = self.client
+        req = self.req
+        mode = self.mode
+        app = self.app
+        now = perf_counter()
+        prompt = completion = None
+        if mode == RAW:
+            if self.scan:
+                u = self.usage
+                if b"prompt_tokens" in u or b"completion_tokens" in u:
+                    prompt, completion = u.get(b"prompt_tokens", 0), u.get(b"completion_tokens", 0)
+                elif b"input_tokens" in u or b"output_tokens" in u:
+                    prompt, completion = u.get(b"input_tokens", 0), u.get(b"output_tokens", 0)
+                else:
+                    prompt = len(req.body) // 4
+                    completion = self.frames if self.stream else (self.nbytes // 4)
+        elif mode == TSTREAM:
+            out = self.translator.finish()
+            if self.chunked_out:
+                client.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(out), out) if out else b"0\r\n\r\n")
+            elif out:
+                client.write(out)
+            prompt, completion, _seen = self.translator.usage()
+        elif mode == BUFFER:
+            prompt, completion = self._write_buffered(client, req)
+        else:  # REFRAME
+            if self.chunked_out:
+                client.write(b"0\r\n\r\n")
+        if self.stream and self.client_head_sent:
+            app.metrics.stream_relay.observe(now - self.t_head)
+        reuse = self.alive and not self.broken and not self.close_delimited
+        self.client = None
+        self.req = None
+        if reuse:
+            self.pool.release(self)
+        else:
+            self.close()
+            self.pool.discard(self)
+        client.exchange_done(req, self.status, prompt, completion)
+
+    def _write_buffered(self, client, req):
+        from sluice import translate
+        body = b"".join(self.parts)
+        self.parts = None
+        status = self.status
+        prompt = completion = None
+        dialect = req.dialect
+        if status == 200:
+            try:
+                obj = orjson.loads(body)
+                if not isinstance(obj, dict):
+                    raise ValueError("not an object")
+                if req.translate == 1:
+                    out = translate.openai_response_to_anthropic(obj, req.client_model)
+                    u = out["usage"]
+                    prompt, completion = u["input_tokens"], u["output_tokens"]
+                else:
+                    out = translate.anthropic_response_to_openai(obj, req.client_model)
+                    u = out["usage"]
+                    prompt, completion = u["prompt_tokens"], u["completion_tokens"]
+                payload = orjson.dumps(out)
+            except (ValueError, TypeError, AttributeError, KeyError):
+                status = 502
+                self.status = 502
+                payload = error_body(dialect, 502, f"provider {self.provider.name} returned a "
+                                                   "response that could not be translated")
+        else:
+            if status == 529 and dialect == "openai":
+                status = 503
+                self.status = 503
+            payload = error_body(dialect, status, translate.upstream_error_message(body))
+        overhead = (req.pre + (perf_counter() - self.t_rx)) * 1e6
+        req.overhead = overhead
+        keep = req.keep_alive and not self.app.stopping
+        req.keep_alive = keep
+        extra = b"x-gateway-overhead-us: %d\r\n" % overhead if self.app.overhead_header else b""
+        if status != 200 and self.retry_after:
+            extra += self.retry_after
+        self.client_head_sent = True
+        client.write(response(status, payload, extra=extra, close=not keep))
+        return prompt, completion
+
+    def _lost_during_exchange(self):
+        """The provider closed the connection while a request was using it."""
+        if self.head_done and self.close_delimited:
+            try:
+                self._bodies()
+            except HttpParserError:
+                self._fail_midstream()
+                return
+            self._finish()  # EOF ends a close-delimited body
+            return
+        if not self.client_head_sent:
+            client = self.client
+            req = self.req
+            self.client = None
+            self.req = None
+            if self.nbytes == 0 and self.reused and not req.retried:
+                # a pooled connection the provider had already closed: retry once, fresh
+                req.retried = True
+                client.retry_upstream(req)
+                return
+            self.app.metrics.upstream_error(self.provider.name, "closed")
+            client.upstream_failed(502, f"provider {self.provider.name} closed the connection "
+                                        "before answering")
+            return
+        self.app.metrics.upstream_error(self.provider.name, "closed_midstream")
+        self._fail_midstream()
+
+    def _fail(self, status, message):
+        """Give up on this exchange before anything was sent to the client."""
+        client = self.client
+        self.client = None
+        self.req = None
+        self.abort()
+        self.pool.discard(self)
+        if client is not None:
+            client.upstream_failed(status, message)
+
+    def _fail_midstream(self):
+        """Give up after the response head went out: tell the client if we can, then close."""
+        if not self.client_head_sent:
+            self._fail(502, f"provider {self.provider.name} sent a broken response")
+            return
+        client = self.client
+        req = self.req
+        self.client = None
+        self.req = None
+        self.abort()
+        self.pool.discard(self)
+        if client is None:
+            return
+        if self.mode == TSTREAM:
+            if req.dialect == "anthropic":
+                ev = b'event: error\ndata: {"type":"error","error":{"type":"api_error","message":"provider stream failed"}}\n\n'
+            else:
+                ev = b'data: {"error":{"message":"provider stream failed","type":"api_error","param":null,"code":null}}\n\n'
+            client.write(b"%x\r\n%s\r\n" % (len(ev), ev) if self.chunked_out else ev)
+        client.abort_response(req, self.status)

@@ -1,0 +1,66 @@
+"""The CI gate in one command: run a `gate` study, check its own noise (A/A), judge Sluice.
+
+    python -m harness.gate_run [--baseline baselines/gate.json] [--set NAME=VALUE ...]
+
+The gate study interleaves nginx, a second copy of nginx (nginx~aa) and Sluice. The A/A check
+on the two nginx copies comes first: when the machine is too noisy right now for two copies of
+the same system to agree, no comparison is made — the gate says so and exits 0 (inconclusive),
+since a comparison it cannot trust must not block a change, nor pass one silently. Otherwise
+the gate's verdict decides: 0 ok, 1 a figure regressed, 2 bad input (e.g. no baseline).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from harness import aa as aa_mod
+from harness import analysis
+from harness import gate as gate_mod
+from harness.config import ConfigError, from_profile
+from harness.study import run_study
+
+EXIT_INCONCLUSIVE = 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.gate_run", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--baseline", default=str(gate_mod.DEFAULT_BASELINE))
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    overrides = {"study_id": time.strftime("gate-%Y%m%dT%H%M%SZ", time.gmtime())}
+    for item in args.set:
+        name, _, value = item.partition("=")
+        try:
+            overrides[name] = json.loads(value)
+        except ValueError:
+            overrides[name] = value
+    try:
+        result = run_study(from_profile("gate", **overrides))
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return gate_mod.EXIT_BAD_INPUT
+    if result.status != "completed":
+        print(f"gate: the gate study did not complete ({result.status})", file=sys.stderr)
+        return gate_mod.EXIT_FAIL
+    failed = [r for r in result.records if r.status != "completed"]
+    if failed:
+        print("gate: FAIL — runs failed: " + "; ".join(f"{r.run_id}: {r.reason.splitlines()[0]}"
+                                                    for r in failed))
+        return gate_mod.EXIT_FAIL
+    summary = analysis.run_summary(analysis.load_study(result.study_dir))
+    self_check = aa_mod.aa_check(summary, "nginx", "nginx~aa")
+    print(self_check.text)
+    if not self_check.passed:
+        print("gate: INCONCLUSIVE — the study's own noise is too high on this machine right now; "
+              "no comparison against the baseline is made (see the A/A reasons above)")
+        return EXIT_INCONCLUSIVE
+    verdict = gate_mod.check(result.study_dir, args.baseline)
+    print("\n".join(verdict.lines))
+    return verdict.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,214 @@
+"""Helpers for Sluice's tests: run Sluice as a real subprocess, talk HTTP to it."""
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from sluice_stub import free_port
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SLUICE_DIR = os.path.join(REPO, "gateways", "sluice")
+RUN_PY = os.path.join(SLUICE_DIR, "run.py")
+sys.path.insert(0, SLUICE_DIR)  # unit tests import the package directly
+
+KEY = "sk-test-main"
+
+
+class Sluice:
+    def __init__(self, config_text, tmp_dir, env=None):
+        self.port = free_port()
+        self.path = os.path.join(tmp_dir, f"sluice-{self.port}.toml")
+        with open(self.path, "w") as f:
+            f.write(config_text.replace("{port}", str(self.port)))
+        self.log_path = self.path + ".log"
+        self.env = dict(os.environ, **(env or {}))
+        self.proc = None
+
+    def start(self, timeout=15):
+        self.log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen([sys.executable, RUN_PY, "--config", self.path],
+                                     stdout=self.log, stderr=subprocess.STDOUT, env=self.env)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"sluice exited early:\n{self.output()}")
+            try:
+                status, _, _ = request(self.port, "GET", "/health", timeout=1)
+                if status == 200:
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"sluice did not become ready:\n{self.output()}")
+
+    def output(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def stop(self, timeout=10):
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+    def state(self):
+        status, _, body = request(self.port, "GET", "/debug/state")
+        assert status == 200
+        return json.loads(body)
+
+    def metrics(self):
+        status, _, body = request(self.port, "GET", "/metrics")
+        assert status == 200
+        return body.decode()
+
+
+def request(port, method, path, body=None, headers=None, timeout=10):
+    """One request on a fresh connection; returns (status, lower-cased headers, body bytes)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body).encode()
+        conn.request(method, path, body=body, headers=headers or {})
+        resp = conn.getresponse()
+        data = resp.read()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, data
+    finally:
+        conn.close()
+
+
+def chat(port, body, key=KEY, path="/v1/chat/completions", headers=None, timeout=10):
+    h = {"content-type": "application/json"}
+    if key is not None:
+        h["authorization"] = f"Bearer {key}"
+    h.update(headers or {})
+    return request(port, "POST", path, body, h, timeout)
+
+
+def raw_exchange(port, data, timeout=10, until_closed=False, expect_responses=1):
+    """Send raw bytes, read until ``expect_responses`` complete responses (or close)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(data)
+        buf = b""
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except socket.timeout:
+                break
+            if not chunk:
+                break
+            buf += chunk
+            if not until_closed and count_responses(buf) >= expect_responses:
+                break
+        return buf
+    finally:
+        s.close()
+
+
+def count_responses(buf):
+    """Complete HTTP responses in ``buf`` (Content-Length or chunked bodies)."""
+    n = 0
+    pos = 0
+    while True:
+        end = buf.find(b"\r\n\r\n", pos)
+        if end < 0:
+            return n
+        head = buf[pos:end].lower()
+        body_start = end + 4
+        if head.startswith(b"http/1.1 1"):  # interim (100 Continue): no body
+            pos = body_start
+        elif b"content-length:" in head:
+            length = int(head.split(b"content-length:")[1].split(b"\r\n")[0])
+            if len(buf) < body_start + length:
+                return n
+            pos = body_start + length
+        elif b"transfer-encoding: chunked" in head:
+            term = buf.find(b"\r\n0\r\n\r\n", body_start - 2)
+            if term < 0:
+                return n
+            pos = term + 7
+        else:
+            return n
+        n += 1
+
+
+BASE_CONFIG = """
+[server]
+listen = "127.0.0.1:{port}"
+workers = 1
+max_body_bytes = 65536
+debug_endpoints = true
+
+[providers.stub]
+base_url = "STUB/v1"
+api_key_env = "SLUICE_TEST_PROVIDER_KEY"
+
+[providers.anth]
+base_url = "STUB/v1"
+dialect = "anthropic"
+api_key = "sk-ant-provider"
+
+[providers.down]
+base_url = "http://127.0.0.1:DOWNPORT/v1"
+connect_timeout_s = 2
+
+[providers.slow]
+base_url = "STUB/v1"
+response_timeout_s = 0.5
+stream_idle_timeout_s = 0.5
+
+[models.mock-model]
+provider = "stub"
+aliases = ["fast", "gpt-4o-mini"]
+
+[models.claude]
+provider = "anth"
+upstream_model = "claude-x"
+aliases = ["claude-alias"]
+
+[models.down-model]
+provider = "down"
+
+[models.slow-model]
+provider = "slow"
+
+[keys.main]
+key = "sk-test-main"
+
+[keys.limited]
+key = "sk-test-limited"
+models = ["claude"]
+
+[keys.rpm]
+key = "sk-test-rpm"
+rpm = 2
+
+[keys.budget]
+key = "sk-test-budget"
+token_budget = 200
+
+[keys.hashed]
+key_sha256 = "HASHED"
+"""
+
+HASHED_SECRET = "sk-test-hashed"
+
+
+def base_config(stub_url, extra=""):
+    import hashlib
+    down = free_port()  # nothing listens there
+    return (BASE_CONFIG.replace("STUB", stub_url).replace("DOWNPORT", str(down))
+            .replace("HASHED", hashlib.sha256(HASHED_SECRET.encode()).hexdigest()) + extra)
+
+

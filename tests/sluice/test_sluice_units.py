@@ -1,0 +1,192 @@
+"""In-process unit tests: translation, SSE parsing, rate limits and budgets, config checks."""
+import json
+
+import pytest
+
+import sluice_helpers  # noqa: F401  (puts gateways/sluice on sys.path)
+from sluice import translate
+from sluice.config import Config, ConfigError, split_url
+from sluice.keys import KeyStore
+from sluice.shared import Shared
+
+
+def test_sse_parser_handles_split_frames_and_crlf():
+    p = translate.SSEParser()
+    assert p.feed(b"event: a\r\ndata: {\"x\":") == []
+    assert p.feed(b"1}\r\n\r\ndata: line1\ndata: line2\n\n: comment\n\ndata: [DO") == [
+        (b"a", b'{"x":1}'), (None, b"line1\nline2")]
+    assert p.feed(b"NE]\n\n") == [(None, b"[DONE]")]
+
+
+def test_anthropic_request_with_tools_to_openai():
+    req = {"model": "m", "max_tokens": 10, "system": [{"type": "text", "text": "S"}],
+           "stop_sequences": ["END"], "tools": [{"name": "get", "description": "d",
+                                                 "input_schema": {"type": "object"}}],
+           "tool_choice": {"type": "any"},
+           "messages": [
+               {"role": "user", "content": "q"},
+               {"role": "assistant", "content": [{"type": "text", "text": "calling"},
+                                                 {"type": "tool_use", "id": "t1", "name": "get",
+                                                  "input": {"a": 1}}]},
+               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "42"}]}]}
+    out, stream = translate.anthropic_request_to_openai(req, "up")
+    assert not stream
+    assert out["model"] == "up" and out["stop"] == ["END"] and out["tool_choice"] == "required"
+    assert out["tools"][0]["function"]["name"] == "get"
+    assert out["messages"][0] == {"role": "system", "content": "S"}
+    assert out["messages"][2]["tool_calls"][0]["function"] == {"name": "get", "arguments": '{"a":1}'}
+    assert out["messages"][3] == {"role": "tool", "tool_call_id": "t1", "content": "42"}
+
+
+def test_openai_request_with_tools_to_anthropic():
+    req = {"model": "m", "messages": [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": [{"type": "text", "text": "q"},
+                                     {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAA"}}]},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"k\":2}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "res"}],
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+        "tool_choice": "auto", "temperature": 1.7, "stop": "X", "stream": True,
+        "stream_options": {"include_usage": True}}
+    out, stream, usage = translate.openai_request_to_anthropic(req, "claude", 321)
+    assert stream and usage
+    assert out["max_tokens"] == 321 and out["system"] == "S" and out["temperature"] == 1.0
+    assert out["stop_sequences"] == ["X"] and out["tool_choice"] == {"type": "auto"}
+    assert out["messages"][0]["content"][1]["source"] == {"type": "base64", "media_type": "image/png", "data": "AAA"}
+    assert out["messages"][1] == {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "c1", "name": "f", "input": {"k": 2}}]}
+    assert out["messages"][2]["content"][0] == {"type": "tool_result", "tool_use_id": "c1", "content": "res"}
+    with pytest.raises(translate.TranslationError):
+        translate.openai_request_to_anthropic({"messages": [], "n": 3}, "c", 1)
+
+
+def test_tool_call_responses_both_ways():
+    oa = {"id": "x", "choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"a\":1}"}}]},
+        "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}
+    an = translate.openai_response_to_anthropic(oa, "m")
+    assert an["stop_reason"] == "tool_use"
+    assert an["content"] == [{"type": "tool_use", "id": "c1", "name": "f", "input": {"a": 1}}]
+    back = translate.anthropic_response_to_openai(an, "m")
+    assert back["choices"][0]["finish_reason"] == "tool_calls"
+    assert json.loads(back["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]) == {"a": 1}
+
+
+def test_stream_translators_tool_calls():
+    t = translate.OpenAIToAnthropicStream("m")
+    chunks = [
+        {"id": "a", "choices": [{"delta": {"role": "assistant", "content": "Hi"}}]},
+        {"id": "a", "choices": [{"delta": {"tool_calls": [{"index": 0, "id": "c1", "function": {
+            "name": "f", "arguments": ""}}]}}]},
+        {"id": "a", "choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{\"a\""}}]}}]},
+        {"id": "a", "choices": [{"delta": {}, "finish_reason": "tool_calls"}]},
+    ]
+    out = t.feed([(None, json.dumps(c).encode()) for c in chunks]) + t.feed([(None, b"[DONE]")])
+    kinds = [line[7:] for line in out.decode().split("\n") if line.startswith("event: ")]
+    assert kinds == ["message_start", "content_block_start", "content_block_delta", "content_block_stop",
+                     "content_block_start", "content_block_delta", "content_block_stop", "message_delta",
+                     "message_stop"]
+    assert b'"stop_reason":"tool_use"' in out
+    assert t.finish() == b""
+
+    a = translate.AnthropicToOpenAIStream("m", include_usage=False)
+    events = [
+        (b"message_start", {"type": "message_start", "message": {"id": "msg_1", "usage": {"input_tokens": 5}}}),
+        (b"content_block_start", {"type": "content_block_start", "index": 0,
+                                  "content_block": {"type": "tool_use", "id": "t", "name": "f"}}),
+        (b"content_block_delta", {"type": "content_block_delta", "index": 0,
+                                  "delta": {"type": "input_json_delta", "partial_json": "{}"}}),
+        (b"message_delta", {"type": "message_delta", "delta": {"stop_reason": "tool_use"},
+                            "usage": {"output_tokens": 7}}),
+        (b"message_stop", {"type": "message_stop"})]
+    out = a.feed([(k, json.dumps(v).encode()) for k, v in events]).decode()
+    frames = [f[6:] for f in out.split("\n\n") if f.startswith("data: ")]
+    assert frames[-1] == "[DONE]"
+    assert json.loads(frames[1])["choices"][0]["delta"]["tool_calls"][0]["function"]["name"] == "f"
+    assert json.loads(frames[-2])["choices"][0]["finish_reason"] == "tool_calls"
+    assert a.usage() == (5, 7, True)
+
+
+class _K:
+    def __init__(self, name, **kw):
+        self.name = name
+        self.key = "k-" + name
+        self.key_sha256 = None
+        self.models = kw.get("models", ["*"])
+        self.rpm = kw.get("rpm", 0)
+        self.token_budget = kw.get("budget", 0)
+        self.budget_period_s = kw.get("period", 0)
+
+
+def test_rpm_sliding_window_across_workers():
+    keys = {"a": _K("a", rpm=4)}
+    shared = Shared(1, 2)
+    w0 = KeyStore(keys, shared, 0, 2)
+    w1 = KeyStore(keys, shared, 1, 2)
+    rec0, rec1 = w0.lookup(b"k-a"), w1.lookup(b"k-a")
+    t = 6000.0  # start of a window
+    assert w0.take_request(rec0, t) == 0
+    assert w1.take_request(rec1, t + 1) == 0
+    assert w0.take_request(rec0, t + 2) == 0
+    assert w1.take_request(rec1, t + 3) == 0
+    wait = w0.take_request(rec0, t + 4)  # the fifth within the minute, counted over both workers
+    assert 50 <= wait <= 120
+    # next window: the previous one still weighs (4 * 0.75 = 3 at +15 s): one more is allowed
+    assert w1.take_request(rec1, t + 75) == 0
+    assert w0.take_request(rec0, t + 76) > 0
+    # two windows later everything has decayed
+    assert w0.take_request(rec0, t + 200) == 0
+
+
+def test_budget_reserve_and_settle():
+    keys = {"b": _K("b", budget=100)}
+    shared = Shared(1, 1)
+    ks = KeyStore(keys, shared, 0, 1)
+    rec = ks.lookup(b"k-b")
+    assert ks.reserve(rec, 60) == 0
+    assert ks.reserve(rec, 50) == 1          # in flight reservations may still settle lower
+    ks.settle(rec, 60, 10)
+    assert ks.budget_state(rec) == (10, 0)
+    assert ks.reserve(rec, 90) == 0
+    ks.settle(rec, 90, 90)
+    assert ks.reserve(rec, 1) == 86400       # exhausted, never resets
+    assert ks.budget_state(rec) == (100, 0)
+
+
+def _cfg(extra):
+    base = {"providers": {"p": {"base_url": "http://127.0.0.1:9/v1"}}, "models": {"m": {"provider": "p"}}}
+    for k, v in extra.items():
+        base.setdefault(k, {}).update(v)
+    return Config(base)
+
+
+def test_config_validation():
+    c = _cfg({})
+    assert c.providers["p"].chat_path == "/v1/chat/completions" and c.providers["p"].port == 9
+    assert not c.server.require_auth
+    with pytest.raises(ConfigError, match="provider"):
+        _cfg({"models": {"x": {"provider": "nope"}}})
+    with pytest.raises(ConfigError, match="used by both"):
+        _cfg({"models": {"x": {"provider": "p", "aliases": ["m"]}}})
+    with pytest.raises(ConfigError, match="exactly one"):
+        _cfg({"keys": {"k": {"models": ["m"]}}})
+    with pytest.raises(ConfigError, match="unknown model"):
+        _cfg({"keys": {"k": {"key": "s", "models": ["zz"]}}})
+    with pytest.raises(ConfigError, match="not set"):
+        _cfg({"providers": {"q": {"base_url": "https://h", "api_key_env": "SLUICE_SURELY_UNSET_VAR"}}})
+    assert _cfg({"keys": {"k": {"key": "s"}}}).server.require_auth
+    assert split_url("https://[::1]:8443/a/b?x") == ("https", "::1", 8443, "/a/b")
+    assert split_url("http://api.example.com") == ("http", "api.example.com", None, "")
+
+
+def test_usage_scanner_across_chunk_edges():
+    from sluice.upstream import UpstreamConn
+    u = UpstreamConn.__new__(UpstreamConn)  # only the scanner's own fields are used
+    data = b'data: {"id":"x","choices":[],"usage":{"prompt_tokens":123,"completion_tokens":45}}\n\n'
+    for stream in (False, True):
+        for cut in range(1, len(data)):
+            u.stream, u.frames, u.tail, u.usage = stream, 0, b"", {}
+            u._scan(data[:cut])
+            u._scan(data[cut:])
+            assert u.usage == {b"prompt_tokens": 123, b"completion_tokens": 45}, cut
