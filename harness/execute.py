@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 from pathlib import Path
@@ -54,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     import papermill
+    # papermill relays the notebook's output (the study's progress lines) through logging.
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     study_dir = config.study_dir
     study_dir.mkdir(parents=True, exist_ok=True)
     executed = study_dir / "head_to_head.ipynb"

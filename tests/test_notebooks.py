@@ -20,6 +20,8 @@ def test_study_command_executes_the_notebook(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     study = out / "nb-smoke"
     assert "report:" in done.stdout and str(study) in done.stdout
+    output = done.stdout + done.stderr
+    assert "nginx run 1] verified" in output and "completed in" in output  # progress is visible
     assert json.loads((study / "manifest.json").read_text())["status"] == "completed"
     executed = nbformat.read(study / "head_to_head.ipynb", as_version=4)
     outputs = [o for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", [])]

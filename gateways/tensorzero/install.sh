@@ -1,40 +1,14 @@
 #!/usr/bin/env bash
-# Install the TensorZero gateway for the Sluice study, isolated under CACHE_DIR.
-#   install.sh CACHE_DIR [PYTHON]          install (does nothing if already installed)
-#   install.sh --check CACHE_DIR [PYTHON]  exit 0 iff installed from the current pins
-# Idempotent and cached: the stamp records a fingerprint of the lock file, the shim's
-# source and the Python version; a matching stamp means nothing is reinstalled.
-set -euo pipefail
+# Install the TensorZero gateway (the PyPI wheel) and build its bind-port shim, isolated under
+# CACHE_DIR (scripts/pip-venv.sh). The shim's source is part of the fingerprint.
+#   install.sh [--check] CACHE_DIR [PYTHON]
 NAME=tensorzero
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-CHECK=0
-if [[ ${1:-} == --check ]]; then CHECK=1; shift; fi
-CACHE=${1:?usage: install.sh [--check] CACHE_DIR [PYTHON]}
-PY=${2:-python3}
-
-die() { echo "[$NAME] install FAILED: $*" >&2; exit 1; }
-run() { echo "[$NAME] + $*" >&2; "$@" || die "command failed (exit $?): $*"; }
-
-VENV=$CACHE/venv
-STAMP=$CACHE/.installed
-fingerprint() {
-    { cat "$HERE/requirements.txt" "$HERE/bindport.c"; "$PY" -c 'import sys; print(sys.version)'; } | sha256sum | cut -d' ' -f1
+FINGERPRINT_FILES=("$HERE/requirements.txt" "$HERE/bindport.c")
+source "$HERE/../../scripts/pip-venv.sh"
+installed() { [[ -x $VENV/bin/python && -f $CACHE/bindport.so ]]; }
+post_install() {
+    run nice -n 19 gcc -O2 -shared -fPIC -o "$CACHE/bindport.so" "$HERE/bindport.c" -ldl
+    run "$VENV/bin/python" -c "import tensorzero"
 }
-WANT=$(fingerprint) || die "cannot run $PY"
-if [[ -f $STAMP && $(cat "$STAMP") == "$WANT" && -x $VENV/bin/python && -f $CACHE/bindport.so ]]; then
-    [[ $CHECK == 1 ]] || echo "[$NAME] already installed in $CACHE"
-    exit 0
-fi
-[[ $CHECK == 1 ]] && exit 1
-
-START=$(date +%s)
-run mkdir -p "$CACHE"
-rm -f "$STAMP"
-rm -rf "$VENV"
-run nice -n 19 "$PY" -m venv "$VENV"
-run nice -n 19 "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-input \
-    --require-hashes --no-deps -r "$HERE/requirements.txt"
-run nice -n 19 gcc -O2 -shared -fPIC -o "$CACHE/bindport.so" "$HERE/bindport.c" -ldl
-run "$VENV/bin/python" -c "import tensorzero"
-echo "$WANT" > "$STAMP"
-echo "[$NAME] installed in $CACHE in $(( $(date +%s) - START )) s"
+pip_venv_main "$@"
