@@ -42,6 +42,7 @@ MOCK_HOLD_TOLERANCE_MS = 2.0         # the mock's hold-time p99 must be within t
 MOCK_CPU_LIMIT_FRACTION = 0.9        # the mock's CPU must stay below this share of its workers' cores
 OTHER_CPU_LIMIT_PERCENT = 20.0       # other processes' mean CPU in the window (100 = one core);
                                      # beyond the issue's list: on a shared machine they compete
+OFFERED_SHARE = 0.90                 # serving this share of a paced offered load: not a limit
 UNSTABLE_COV = 0.10                  # a run set with CoV >= 10 % is unstable
 VERDICT_ALPHA = 0.05                 # Welch's t-test p below this ...
 VERDICT_MIN_EFFECT = 0.10            # ... and the ratio off 1 by at least this: a verdict
@@ -494,6 +495,11 @@ def classify(row: Mapping) -> tuple[str, list[str]]:
     cm = row.get("count_match")
     if cm is not None and not (isinstance(cm, float) and math.isnan(cm)) and not bool(cm):
         reasons.append("the mock's count does not match the successful rows")
+    offered, tput = _num(row.get("offered_rps")), _num(row.get("throughput_rps"))
+    if not math.isnan(offered) and not math.isnan(tput) and tput >= OFFERED_SHARE * offered:
+        reasons.append(f"the users' think time capped the load at ~{offered:.0f} req/s and the "
+                       f"system served {tput:.0f} req/s: the offered load, not the system, set "
+                       "the throughput")
     return ("behaviour" if reasons else "capacity"), reasons
 
 
@@ -644,6 +650,12 @@ def run_summary(study: Study, bin_users: int = DEFAULT_BIN_USERS,
         rec["other_cpu_mean_percent"] = (machine - sum(v for v in ours if not math.isnan(v))
                                          if not math.isnan(machine) else math.nan)
         rec["cpu_count"] = _cpu_count(study)
+        # Closed-loop users that wait between calls offer at most users / (think + latency).
+        load_spec = (run.get("spec") or {}).get("load") or {}
+        think, users = _num(load_spec.get("think_time_s")), _num(load_spec.get("users"))
+        p50_s = _num(rec.get("latency_p50_ms")) / 1000.0
+        rec["offered_rps"] = (users / (think + p50_s) if think > 0 and not math.isnan(p50_s)
+                              else math.nan)
         label, reasons = classify(rec)
         rec["label"] = label
         rec["label_reasons"] = "; ".join(reasons)

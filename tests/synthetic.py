@@ -122,7 +122,9 @@ class SyntheticStudy:
 
 # timeline offsets of one run, seconds after its t0
 IDLE_S, WARMUP_S, RAMP_S, HOLD_S, TAIL_S, COOLDOWN_S = 3.0, 4.0, 20.0, 10.0, 1.0, 5.0
-USERS, WARMUP_USERS, MOCK_LATENCY_MS, THINK_S = 200, 5, 60.0, 1.0
+# No think time: the users push as hard as the system lets them (as in the saturation profile),
+# so a run can be labelled capacity; a paced load is labelled behaviour (see test_analysis).
+USERS, WARMUP_USERS, MOCK_LATENCY_MS, THINK_S = 200, 5, 60.0, 0.0
 
 
 def _phases(t0: float) -> dict[str, float]:

@@ -227,6 +227,8 @@ def _capacity_row(**over):
     ({"status": "running"}, "still running"),
     ({"locust_cpu_peak_percent": math.nan}, "Locust CPU was not sampled"),
     ({"mock_hold_p99_ms": None}, "hold-time p99 is unknown"),
+    ({"offered_rps": 200.0, "throughput_rps": 185.0}, "the offered load, not the system, set"),
+    ({"offered_rps": 200.0, "throughput_rps": 120.0}, None),   # well below the offer: the system
 ])
 def test_classify_each_criterion(over, words):
     label, reasons = A.classify(_capacity_row(**over))
