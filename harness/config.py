@@ -50,6 +50,9 @@ class StudyConfig:
     mock_latency_ms: float = 60.0        # the mock's fixed hold before the response head
     mock_workers: int = 1                # mock processes on one port (SO_REUSEPORT)
     mock_response_tokens: int = 16       # words in each mock completion
+    stream: bool = False                 # streaming lane: SSE responses, timed frame by frame
+    stream_chunks: int = 20              # content frames per streamed response
+    chunk_delay_ms: float = 20.0         # the mock's gap between content frames
     gateway_workers: int = field(default_factory=lambda: os.cpu_count() or 1)  # per system
     ready_timeout_s: float = 60.0        # a system not ready by then fails its run
     seed: int = 0                        # orders systems within each round of the plan
@@ -78,7 +81,8 @@ class StudyConfig:
 
     def planned_rows(self) -> int:
         """Upper estimate of raw rows: every user at its fastest possible pace for the whole load."""
-        per_call_s = max(self.think_time_s + self.mock_latency_ms / 1000.0, 1e-3)
+        stream_s = self.stream_chunks * self.chunk_delay_ms / 1000.0 if self.stream else 0.0
+        per_call_s = max(self.think_time_s + self.mock_latency_ms / 1000.0 + stream_s, 1e-3)
         rate_cap = 20_000.0 * self.locust_processes  # no Locust process completes more than this
         rate = min(self.users / per_call_s, rate_cap)
         load_s = self.warmup_s + self.ramp_s + self.max_hold_s
@@ -109,6 +113,9 @@ PROFILES: dict[str, dict] = {
     # The study measuring itself: nginx as A and as A' must show no clear difference.
     "aa": dict(gateways=("nginx", "nginx~aa"), users=50, ramp_s=5.0, hold_s=20.0, warmup_s=2.0,
                think_time_s=0.05, idle_s=1.0, cooldown_s=2.0, max_hold_s=40.0),
+    # The streaming lane: every response an SSE stream of 20 frames 20 ms apart after the head;
+    # time to first token and each gap between frames are measured by the load generator.
+    "streaming": dict(users=200, ramp_s=30.0, hold_s=30.0, stream=True),
     # Steady load on the in-house gateway, then a long cool-down: RSS, open files and in-flight
     # requests must stay flat and return to idle (python -m harness.soak STUDY_DIR).
     "soak": dict(gateways=("sluice",), users=100, ramp_s=5.0, hold_s=120.0, warmup_s=2.0,
@@ -174,12 +181,12 @@ def validate(config: StudyConfig) -> None:
              f"gateways: unknown gateway {name!r} (no {gateways_dir / folder / 'gateway.toml'}); "
              f"known: {known_gateways(gateways_dir)}")
     for name in ("runs_per_gateway", "users", "warmup_users", "locust_processes", "mock_workers",
-                 "gateway_workers", "mock_response_tokens"):
+                 "gateway_workers", "mock_response_tokens", "stream_chunks"):
         need(getattr(config, name) >= 1, f"{name}: must be at least 1, got {getattr(config, name)}")
     need(config.base_port == 0 or 1024 <= config.base_port <= 65534,
          f"base_port: must be 0 (any free port) or 1024..65534, got {config.base_port}")
     for name in ("ramp_s", "hold_s", "warmup_s", "idle_s", "cooldown_s", "think_time_s",
-                 "mock_latency_ms", "min_hold_requests"):
+                 "mock_latency_ms", "min_hold_requests", "chunk_delay_ms"):
         need(getattr(config, name) >= 0, f"{name}: must not be negative, got {getattr(config, name)}")
     for name in ("request_timeout_s", "ready_timeout_s", "max_hold_s"):
         need(getattr(config, name) > 0, f"{name}: must be positive, got {getattr(config, name)}")

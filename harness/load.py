@@ -58,7 +58,8 @@ def start_locust(spec: RunSpec, target: Target, run_dir: Path) -> ManagedProcess
         "min_hold_requests": spec.load.min_hold_requests, "max_hold_s": spec.load.max_hold_s,
         "warmup_s": spec.load.warmup_s, "warmup_users": spec.load.warmup_users,
         "think_time_s": spec.load.think_time_s, "request_timeout_s": spec.load.request_timeout_s,
-        "max_tokens": spec.load.max_tokens, "raw_dir": str(run_dir / "raw"),
+        "max_tokens": spec.load.max_tokens, "stream": spec.load.stream,
+        "raw_dir": str(run_dir / "raw"),
         "phases_file": str(run_dir / "phases.json"),
     }
     (run_dir / "raw").mkdir(parents=True, exist_ok=True)
@@ -160,16 +161,19 @@ def consolidate_rows(run_dir: Path, run_id: str, system: str, phases: dict) -> p
     frames = []
     for path in sorted(glob.glob(str(run_dir / "raw" / "requests-*.csv"))):
         try:
-            frames.append(pd.read_csv(path, dtype={"error_kind": str, "error": str,
-                                                   "mock_request_id": str, "worker_host": str},
-                                      keep_default_na=False, na_values={"self_overhead_ms": [""],
-                                                                         "process_users": [""]}))
+            frames.append(pd.read_csv(
+                path, dtype={"error_kind": str, "error": str, "mock_request_id": str,
+                             "worker_host": str, "chunk_gaps_ms": str, "stream_done": str},
+                keep_default_na=False,
+                na_values={c: [""] for c in ("self_overhead_ms", "process_users", "ttfb_ms",
+                                             "ttft_ms", "chunks")}))
         except (pd.errors.EmptyDataError, pd.errors.ParserError):
             continue  # a process killed before its header was written
     raw = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
         columns=["start_t_unix_s", "latency_ms", "status_code", "response_bytes", "error_kind",
                  "error", "process_users", "worker_pid", "worker_host", "mock_request_id",
-                 "self_overhead_ms"])
+                 "self_overhead_ms", "ttfb_ms", "ttft_ms", "chunks", "chunk_gaps_ms",
+                 "stream_done"])
     raw = raw.sort_values("start_t_unix_s", kind="stable").reset_index(drop=True)
     start_t = raw["start_t_unix_s"].astype("float64").to_numpy()
     users = _users_at(start_t, raw, run_dir)
@@ -183,6 +187,11 @@ def consolidate_rows(run_dir: Path, run_id: str, system: str, phases: dict) -> p
         "worker_pid": raw["worker_pid"].astype("int32"), "worker_host": raw["worker_host"].astype(str),
         "mock_request_id": raw["mock_request_id"].astype(str),
         "self_overhead_ms": pd.to_numeric(raw["self_overhead_ms"], errors="coerce").astype("float64"),
+        "ttfb_ms": pd.to_numeric(raw["ttfb_ms"], errors="coerce").astype("float64"),
+        "ttft_ms": pd.to_numeric(raw["ttft_ms"], errors="coerce").astype("float64"),
+        "chunks": pd.to_numeric(raw["chunks"], errors="coerce").fillna(0).astype("int32"),
+        "chunk_gaps_ms": [[float(g) for g in str(v).split()] for v in raw["chunk_gaps_ms"]],
+        "stream_done": raw["stream_done"].astype(str) == "True",
     })
     write_parquet(run_dir / "requests.parquet", frame, REQUEST_SCHEMA)
     return frame

@@ -8,6 +8,7 @@ import csv
 import json
 import math
 import os
+import re
 import socket
 import time
 
@@ -18,13 +19,17 @@ SETTINGS = json.load(open(os.environ["SLUICE_LOAD_FILE"]))
 HOSTNAME = socket.gethostname()
 RAW_COLUMNS = ["start_t_unix_s", "latency_ms", "status_code", "response_bytes", "error_kind",
                "error", "process_users", "worker_pid", "worker_host", "mock_request_id",
-               "self_overhead_ms"]
+               "self_overhead_ms", "ttfb_ms", "ttft_ms", "chunks", "chunk_gaps_ms", "stream_done"]
+STREAM = SETTINGS["stream"]
+# An OpenAI SSE frame that carries text: a non-empty "content" string in its delta.
+CONTENT_FRAME = re.compile(rb'"content"\s*:\s*"[^"]')
 
 _body = json.dumps({
     "model": SETTINGS["model"],
     "messages": [{"role": "system", "content": "You are a helpful assistant."},
                  {"role": "user", "content": "Say hello in a few words."}],
     "max_tokens": SETTINGS["max_tokens"],
+    **({"stream": True} if STREAM else {}),
 }).encode()
 _headers = {"Content-Type": "application/json", **SETTINGS["headers"]}
 _overhead_header = SETTINGS["self_overhead_header"]
@@ -84,7 +89,7 @@ def _classify(exception, status_code):
 
 @events.request.add_listener
 def on_request(request_type, name, response_time, response_length, response=None, exception=None,
-               start_time=None, **kwargs):
+               start_time=None, context=None, **kwargs):
     if ROWS.writer is None:
         ROWS.open()
     status = getattr(response, "status_code", 0) or 0
@@ -99,11 +104,14 @@ def on_request(request_type, name, response_time, response_length, response=None
                 pass
     kind, error = _classify(exception, status)
     runner = ROWS.runner
+    timing = (context or {}).get("stream") or {}
     ROWS.writer.writerow([
         f"{start_time:.6f}" if start_time else f"{time.time() - response_time / 1000:.6f}",
         f"{response_time:.3f}", status, response_length or 0, kind, error,
         runner.user_count if runner else "", os.getpid(), HOSTNAME,
-        headers.get("x-mock-request-id", ""), overhead])
+        headers.get("x-mock-request-id", ""), overhead,
+        timing.get("ttfb_ms", ""), timing.get("ttft_ms", ""), timing.get("chunks", ""),
+        timing.get("chunk_gaps_ms", ""), timing.get("done", "")])
     ROWS.maybe_flush(time.monotonic())
 
 
@@ -131,6 +139,9 @@ class ChatUser(FastHttpUser):
     @task
     def chat(self):
         try:
+            if STREAM:
+                self.chat_stream()
+                return
             with self.client.post(SETTINGS["chat_path"], data=_body, headers=_headers,
                                   catch_response=True, name="chat") as resp:
                 if resp.status_code != 200:
@@ -140,6 +151,45 @@ class ChatUser(FastHttpUser):
         except GreenletExit:
             ROWS.killed_inflight += 1
             raise
+
+    def chat_stream(self):
+        """Locust times a stream only to its headers, so the frames are timed here: each SSE
+        line is read as soon as it is complete (readline, not a fixed-size read that would wait
+        for several frames), and the row's latency becomes the whole stream's duration."""
+        start = time.perf_counter()
+        with self.client.post(SETTINGS["chat_path"], data=_body, headers=_headers,
+                              catch_response=True, stream=True, name="chat") as resp:
+            timing = {"ttfb_ms": round(resp.request_meta["response_time"], 3), "done": False}
+            resp.request_meta["context"] = {**resp.request_meta.get("context", {}),
+                                            "stream": timing}
+            if resp.status_code != 200:
+                resp._response.read()  # drain the error body: the connection stays usable
+                resp.failure(f"HTTP {resp.status_code}")
+                return
+            arrivals, size = [], 0
+            try:
+                while True:
+                    line = resp._response.readline(b"\n")
+                    if not line:
+                        break
+                    size += len(line)
+                    if line.startswith(b"data:"):
+                        if line[5:].strip() == b"[DONE]":
+                            timing["done"] = True
+                        elif CONTENT_FRAME.search(line):
+                            arrivals.append(time.perf_counter())
+            except Exception as exc:  # a stream cut short is that system's error
+                resp.failure(f"stream broken after {len(arrivals)} frames: {type(exc).__name__}")
+            end = time.perf_counter()
+            resp.request_meta["response_time"] = (end - start) * 1000.0
+            resp.request_meta["response_length"] = size
+            timing["chunks"] = len(arrivals)
+            if arrivals:
+                timing["ttft_ms"] = round((arrivals[0] - start) * 1000.0, 3)
+                timing["chunk_gaps_ms"] = " ".join(f"{(b - a) * 1000.0:.3f}"
+                                                   for a, b in zip(arrivals, arrivals[1:]))
+            else:
+                resp.failure("stream carried no content frame")
 
 
 class StudyShape(LoadTestShape):

@@ -24,6 +24,7 @@ class LoadShape:
     locust_processes: int
     request_timeout_s: float
     max_tokens: int
+    stream: bool = False
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,8 @@ class MockSettings:
     latency_ms: float
     workers: int
     response_tokens: int
+    stream_chunks: int = 20
+    chunk_delay_ms: float = 20.0
 
 
 @dataclass(frozen=True)
@@ -75,9 +78,11 @@ def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec]) -> list[RunSpe
         min_hold_requests=config.min_hold_requests, max_hold_s=config.max_hold_s,
         warmup_s=config.warmup_s, warmup_users=config.warmup_users,
         think_time_s=config.think_time_s, locust_processes=config.locust_processes,
-        request_timeout_s=config.request_timeout_s, max_tokens=config.mock_response_tokens)
+        request_timeout_s=config.request_timeout_s, max_tokens=config.mock_response_tokens,
+        stream=config.stream)
     mock = MockSettings(latency_ms=config.mock_latency_ms, workers=config.mock_workers,
-                        response_tokens=config.mock_response_tokens)
+                        response_tokens=config.mock_response_tokens,
+                        stream_chunks=config.stream_chunks, chunk_delay_ms=config.chunk_delay_ms)
     rng = random.Random(config.seed)
     plan = []
     for round_index in range(1, config.runs_per_gateway + 1):

@@ -70,7 +70,8 @@ def execute_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
     status, reason = "completed", ""
     try:
         mock = start_mock(run_dir, spec.mock.latency_ms, spec.mock.workers, spec.mock.response_tokens,
-                          port=spec.mock_port)
+                          port=spec.mock_port, stream_chunks=spec.mock.stream_chunks,
+                          chunk_delay_ms=spec.mock.chunk_delay_ms)
         system = start_system(gateway, run_dir, mock.url, mock.port, spec.gateway_workers,
                               spec.ready_timeout_s, port=spec.system_port)
         manifest["ready_s"] = round(system.ready_s, 3)

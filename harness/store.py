@@ -17,6 +17,9 @@ REQUEST_SCHEMA = pa.schema([
     ("error_kind", pa.string()), ("error", pa.string()), ("users", pa.int32()),
     ("phase", pa.string()), ("worker_pid", pa.int32()), ("worker_host", pa.string()),
     ("mock_request_id", pa.string()), ("self_overhead_ms", pa.float64()),
+    # streaming lane (NaN / 0 / empty / false for unary requests)
+    ("ttfb_ms", pa.float64()), ("ttft_ms", pa.float64()), ("chunks", pa.int32()),
+    ("chunk_gaps_ms", pa.list_(pa.float64())), ("stream_done", pa.bool_()),
 ])
 
 SAMPLE_SCHEMA = pa.schema([

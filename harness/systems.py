@@ -98,13 +98,15 @@ class MockHandle:
 
 
 def start_mock(run_dir: Path, latency_ms: float, workers: int, response_tokens: int,
-               ready_timeout_s: float = 20.0, port: int = 0) -> MockHandle:
+               ready_timeout_s: float = 20.0, port: int = 0, stream_chunks: int = 20,
+               chunk_delay_ms: float = 20.0) -> MockHandle:
     port = port or free_port()
     stats_dir = run_dir / "mock-stats"
     stats_dir.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "mocks.server", "--host", "127.0.0.1", "--port", str(port),
             "--latency-ms", str(latency_ms), "--workers", str(workers),
-            "--response-tokens", str(response_tokens), "--stats-dir", str(stats_dir)]
+            "--response-tokens", str(response_tokens), "--stats-dir", str(stats_dir),
+            "--stream-chunks", str(stream_chunks), "--chunk-delay-ms", str(chunk_delay_ms)]
     proc = ManagedProcess("mock", argv, run_dir / "mock.log", cwd=REPO_DIR,
                           env={**os.environ, "PYTHONPATH": str(REPO_DIR)})
     url = f"http://127.0.0.1:{port}"

@@ -33,8 +33,8 @@ REPORT_NAME = "report.html"
 MIB = 1024.0 * 1024.0
 
 # The report, in order. The notebook displays these same sections one by one.
-SECTIONS = ("style", "header", "banner", "headline", "plots", "self_overhead", "verdicts",
-            "stability", "runs", "methodology", "artifacts")
+SECTIONS = ("style", "header", "banner", "headline", "plots", "streaming", "self_overhead",
+            "verdicts", "stability", "runs", "methodology", "artifacts")
 
 
 # --- the data every section reads ----------------------------------------------------------------
@@ -699,6 +699,37 @@ def _self_rows(data: ReportData) -> list[dict]:
     return rows
 
 
+def section_streaming(data: ReportData) -> str:
+    table = A.stream_summary(data.study)
+    if table.empty:
+        return ""
+    return _render("""
+<div class="sluice-report" id="streaming">
+<h2>Streaming lane</h2>
+<p>Every response was an SSE stream: the mock held {{ set_latency }} ms before the head, then sent
+{{ chunks }} content frames {{ gap }} ms apart. The load generator timed each frame as it arrived
+(Locust alone stops at the headers). Per run, over the measured window's successful streams;
+overheads are against the direct baseline's mean. A system whose frames arrive much closer
+together than the mock sent them (median gap under {{ share }} of the set gap) buffered the stream
+and is marked.</p>
+<table id="streaming-table">
+<thead><tr><th>run</th><th>streams</th><th>failed</th><th>TTFB p50</th><th>TTFT p50</th><th>TTFT p99</th>
+<th>TTFT overhead p50</th><th>gap p50</th><th>gap p99</th><th>gap overhead p99</th><th>frames (mean)</th>
+<th>ended with [DONE]</th><th>buffered?</th></tr></thead>
+<tbody>{% for r in rows %}<tr><td>{{ r.run_id }}{% if r.status != "completed" %} ({{ r.status }}){% endif %}</td>
+<td class="n">{{ r.streams }}</td><td class="n">{{ r.failed_streams }}</td>
+<td class="n">{{ r.ttfb_p50_ms|num(2) }}</td><td class="n">{{ r.ttft_p50_ms|num(2) }}</td>
+<td class="n">{{ r.ttft_p99_ms|num(2) }}</td><td class="n">{{ r.ttft_overhead_p50_ms|num(2) }}</td>
+<td class="n">{{ r.gap_p50_ms|num(2) }}</td><td class="n">{{ r.gap_p99_ms|num(2) }}</td>
+<td class="n">{{ r.gap_overhead_p99_ms|num(2) }}</td><td class="n">{{ r.chunks_mean|num(1) }}</td>
+<td class="n">{{ (100 * r.done_share)|num(0, suffix="%") }}</td>
+<td>{{ "BUFFERED" if r.buffered else "no" }}</td></tr>{% endfor %}</tbody></table>
+<p>All times in ms. TTFB: time to the response head; TTFT: time to the first content frame.</p>
+</div>""", rows=table.to_dict("records"), set_latency=A.mock_latency_ms(data.study, data.study.runs[0]),
+        chunks=table["set_chunks"].iloc[0], gap=table["set_gap_ms"].iloc[0],
+        share=f"{A.BUFFERED_GAP_SHARE:.0%}")
+
+
 def section_self_overhead(data: ReportData) -> str:
     rows = _self_rows(data)
     return _render("""
@@ -736,7 +767,8 @@ the client-observed figure is the one a user pays.</p>
 CONFIG_LOAD_KEYS = ["users", "warmup_users", "warmup_s", "ramp_s", "hold_s", "min_hold_requests",
                     "max_hold_s", "think_time_s", "locust_processes", "request_timeout_s", "idle_s",
                     "cooldown_s", "gateway_workers", "ready_timeout_s"]
-CONFIG_MOCK_KEYS = ["mock_latency_ms", "mock_workers", "mock_response_tokens"]
+CONFIG_MOCK_KEYS = ["mock_latency_ms", "mock_workers", "mock_response_tokens", "stream",
+                    "stream_chunks", "chunk_delay_ms"]
 
 
 def section_methodology(data: ReportData) -> str:

@@ -33,22 +33,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SCHEMA_VERSION = 1
-BASE_T = 1_760_000_000.0
+from harness.store import REQUEST_SCHEMA, SAMPLE_SCHEMA, SCHEMA_VERSION
 
-REQUEST_SCHEMA = pa.schema([
-    ("run_id", pa.string()), ("system", pa.string()), ("start_t_unix_s", pa.float64()),
-    ("latency_ms", pa.float64()), ("status_code", pa.int32()), ("response_bytes", pa.int64()),
-    ("error_kind", pa.string()), ("error", pa.string()), ("users", pa.int32()),
-    ("phase", pa.string()), ("worker_pid", pa.int32()), ("worker_host", pa.string()),
-    ("mock_request_id", pa.string()), ("self_overhead_ms", pa.float64()),
-])
-SAMPLE_SCHEMA = pa.schema([
-    ("run_id", pa.string()), ("system", pa.string()), ("t_unix_s", pa.float64()),
-    ("role", pa.string()), ("pid_count", pa.int32()), ("rss_bytes", pa.int64()),
-    ("cpu_percent", pa.float64()), ("cpu_seconds_total", pa.float64()), ("num_fds", pa.int32()),
-    ("load_avg_1m", pa.float64()),
-])
+BASE_T = 1_760_000_000.0
+# Columns of the real schema that the synthetic unary runs leave at their unary values.
+UNARY_DEFAULTS = {"ttfb_ms": math.nan, "ttft_ms": math.nan, "chunks": 0, "stream_done": False}
 
 
 @dataclass(frozen=True)
@@ -369,6 +358,8 @@ def make_study(root: str | Path, study_id: str = "synthetic-study",
         rdf, sdf, mock, exp = _run(s, n, p, t0, rng, direct_mean)
         run_dir = path / "runs" / s / str(n)        # as harness/runner.py names it
         (run_dir / "raw").mkdir(parents=True, exist_ok=True)
+        rdf = rdf.assign(**UNARY_DEFAULTS, chunk_gaps_ms=[[] for _ in range(len(rdf))])
+        sdf = sdf.assign(inflight_requests=math.nan)
         _write_parquet(rdf, REQUEST_SCHEMA, run_dir / "requests.parquet")
         _write_parquet(sdf, SAMPLE_SCHEMA, run_dir / "samples.parquet")
         _write_json(mock, run_dir / "mock_stats.json")
