@@ -121,10 +121,10 @@ def execute_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
         manifest["failed_t_unix_s"] = time.time()
         progress(f"FAILED: {reason.splitlines()[0]}")
     finally:
+        sampler.stop()  # first: samples describe live processes, never ones being torn down
         for proc in (locust, system.process if system else None, mock.process if mock else None):
             if proc is not None:
                 proc.stop()
-        sampler.stop()
         manifest["host_after"] = host_snapshot()
         _finish(manifest, spec, run_dir, mock, baseline_stats, status, reason)
     return RunRecord(spec.run_id, spec.system, spec.run_index, manifest["status"], manifest["reason"],

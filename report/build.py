@@ -323,6 +323,7 @@ STYLE = """
 .sluice-report .tag.capacity { background: #4ac26b; color: #fff; }
 .sluice-report .tag.behaviour { background: #d4a72c; color: #fff; }
 .sluice-report .tag.failed { background: #cf222e; color: #fff; }
+.sluice-report .tag.not.run { background: #6e7781; color: #fff; }
 .sluice-report .note { background: #ddf4ff; border-left: 4px solid #54aeff; padding: 8px 12px;
   margin: 0.8em 0; }
 .sluice-report .verdict-better { color: #116329; font-weight: 600; }
@@ -373,7 +374,7 @@ def _banner_context(data: ReportData) -> dict:
     ran = {s["system"] for s in systems}
     for name, meta in (m.get("systems") or {}).items():
         if name not in ran:
-            systems.append({"system": name, "label": "failed", "runs": 0, "completed": 0,
+            systems.append({"system": name, "label": "not run", "runs": 0, "completed": 0,
                             "reasons": [f"not run: {meta.get('not_runnable_reason') or 'no runs'}"]})
     measured = [s for s in systems if s["completed"] > 0]
     behaviour = [s for s in measured if s["label"] == "behaviour"]
