@@ -22,7 +22,6 @@ Definitions (the report's methodology prints the same text, from ``DEFINITIONS``
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import warnings
@@ -33,6 +32,8 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 from scipy import stats
+
+from harness.store import sha256_file
 
 SCHEMA_VERSION = 1
 
@@ -166,14 +167,6 @@ class Study:
     @property
     def completed_run_ids(self) -> list[str]:
         return [r["run_id"] for r in self.runs if r.get("status") == "completed"]
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def verify_run_files(run_dir: Path, run_manifest: Mapping) -> None:

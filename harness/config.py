@@ -142,6 +142,18 @@ def from_profile(profile: str = "standard", **overrides) -> StudyConfig:
     return StudyConfig(profile=profile, **values)
 
 
+def parse_overrides(items: list[str]) -> dict:
+    """Command-line `--set NAME=VALUE` items; a value is read as JSON when it parses as JSON."""
+    overrides = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        try:
+            overrides[name] = json.loads(value)
+        except ValueError:
+            overrides[name] = value
+    return overrides
+
+
 def known_gateways(gateways_dir: Path) -> list[str]:
     if not gateways_dir.is_dir():
         return []

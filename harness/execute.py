@@ -8,7 +8,6 @@ study directory next to the artifacts it produced.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
@@ -32,13 +31,7 @@ def parse(argv: list[str]) -> tuple[dict, config_mod.StudyConfig]:
                         help="override any StudyConfig field, e.g. --set runs_per_gateway=1")
     parser.add_argument("--no-report", action="store_true", help="skip building report.html")
     args = parser.parse_args(argv)
-    overrides = {}
-    for item in args.set:
-        name, _, value = item.partition("=")
-        try:
-            overrides[name] = json.loads(value)
-        except ValueError:
-            overrides[name] = value
+    overrides = config_mod.parse_overrides(args.set)
     gateways = args.gateways or (None if "gateways" in config_mod.PROFILES[args.profile] else "all")
     config = config_mod.from_profile(args.profile, gateways=gateways, **overrides).with_study_id()
     config_mod.validate(config)

@@ -7,7 +7,6 @@ The notebooks call run_study(); this module's command line does the same without
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 import threading
@@ -179,15 +178,9 @@ def parse_args(argv: list[str]) -> StudyConfig:
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="override any StudyConfig field, e.g. --set users=200 (JSON values)")
     args = parser.parse_args(argv)
-    overrides = {}
+    overrides = config_mod.parse_overrides(args.set)
     if args.gateways:
         overrides["gateways"] = args.gateways
-    for item in args.set:
-        name, _, value = item.partition("=")
-        try:
-            overrides[name] = json.loads(value)
-        except ValueError:
-            overrides[name] = value
     return config_mod.from_profile(args.profile, **overrides)
 
 
