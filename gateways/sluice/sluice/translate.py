@@ -225,7 +225,20 @@ def openai_response_to_anthropic(resp, model):
     }
 
 
-class OpenAIToAnthropicStream:
+class _StreamTranslator:
+    """What both stream directions share: closing the stream and the token counts seen."""
+
+    def finish(self):
+        """Called at the end of the upstream body (the provider may omit its terminator)."""
+        out = []
+        self._finish(out)
+        return b"".join(out)
+
+    def usage(self):
+        return self.input_tokens, self.output_tokens, self.usage_seen
+
+
+class OpenAIToAnthropicStream(_StreamTranslator):
     """OpenAI chat.completion.chunk events -> Anthropic message stream events."""
 
     def __init__(self, model):
@@ -330,15 +343,6 @@ class OpenAIToAnthropicStream:
             "usage": {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens}}))
         out.append(_anthropic_event(b"message_stop", {"type": "message_stop"}))
         self.done = True
-
-    def finish(self):
-        """Called at the end of the upstream body (the provider may omit [DONE])."""
-        out = []
-        self._finish(out)
-        return b"".join(out)
-
-    def usage(self):
-        return self.input_tokens, self.output_tokens, self.usage_seen
 
 
 # ====================================================== OpenAI -> Anthropic
@@ -483,7 +487,7 @@ def anthropic_response_to_openai(resp, model):
     }
 
 
-class AnthropicToOpenAIStream:
+class AnthropicToOpenAIStream(_StreamTranslator):
     """Anthropic message stream events -> OpenAI chat.completion.chunk events."""
 
     def __init__(self, model, include_usage):
@@ -579,14 +583,6 @@ class AnthropicToOpenAIStream:
                           "total_tokens": self.input_tokens + self.output_tokens}}))
         out.append(b"data: [DONE]\n\n")
         self.done = True
-
-    def finish(self):
-        out = []
-        self._finish(out)
-        return b"".join(out)
-
-    def usage(self):
-        return self.input_tokens, self.output_tokens, self.usage_seen
 
 
 # ============================================================ error bodies
