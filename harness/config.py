@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -10,14 +11,24 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.topology import load_processes, topology_problems
+
 REPO_DIR = Path(__file__).resolve().parent.parent
 GATEWAYS_DIR = REPO_DIR / "gateways"
 
 # Locust warns above this many users spawned per second per process; a ramp steeper than
 # this is not something one load generator process can produce honestly.
 MAX_SPAWN_RATE_PER_PROCESS = 100.0
+# Largest request body the lane sends: below every system's body limit (nginx 16m, Sluice 16 MiB).
+MAX_REQUEST_BYTES = 8 * 1024 * 1024
 # Bytes one raw request row costs across the raw CSV and the Parquet file, with margin.
 BYTES_PER_PLANNED_ROW = 400
+# One Locust process generates at most about this many requests per second here (README:
+# ~5,400 req/s with no think time); an open-loop step above it would measure Locust, not the system.
+OPEN_LOOP_MAX_RATE_PER_PROCESS = 5000.0
+# Open loop: users >= this x rate x time per request (Little's law), so the schedule does not
+# wait for a free user until latency has at least doubled.
+OPEN_LOOP_USER_HEADROOM = 2.0
 
 
 class ConfigError(ValueError):
@@ -53,11 +64,20 @@ class StudyConfig:
     stream: bool = False                 # streaming lane: SSE responses, timed frame by frame
     stream_chunks: int = 20              # content frames per streamed response
     chunk_delay_ms: float = 20.0         # the mock's gap between content frames
+    open_loop_rates_per_s: tuple[float, ...] = ()  # open-loop lane: offered req/s, one step each,
+                                         # ascending; () = closed loop (users, ramp, think time)
+    open_loop_step_s: float = 20.0       # seconds each open-loop step lasts (its measured window)
+    feature: str = ""                    # feature-cost lane: each system is called as its
+                                         # [features.NAME] says ("" = [request] as declared)
+    request_bytes: int = 0               # request body size: 0 = a small chat; N = an agent-style
+                                         # conversation of N bytes (harness/bodies.py)
     gateway_workers: int = field(default_factory=lambda: os.cpu_count() or 1)  # per system
     ready_timeout_s: float = 60.0        # a system not ready by then fails its run
     seed: int = 0                        # orders systems within each round of the plan
     gateways_dir: str = "gateways"       # where the system folders are (relative to the repo)
     base_port: int = 0                   # 0: any free ports; N: the mock on N, the system on N+1
+    topology: str = ""                   # a topology file: which host runs what
+                                         # (harness/topology.py); "" = all on this machine
     out_dir: str = "artifacts"           # the study directory is out_dir/study_id
     study_id: str = ""                   # "" = a UTC timestamp chosen when the study starts
 
@@ -74,17 +94,31 @@ class StudyConfig:
     def systems_dir(self) -> Path:
         return _repo_path(self.gateways_dir)
 
+    @property
+    def topology_path(self) -> str:
+        """The topology file, absolute ("" = everything on this machine)."""
+        return str(_repo_path(self.topology)) if self.topology else ""
+
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["gateways"] = list(self.gateways)
         return d
 
-    def planned_rows(self) -> int:
-        """Upper estimate of raw rows: every user at its fastest possible pace for the whole load."""
+    def per_call_s(self) -> float:
+        """The shortest time one request can take: the mock's hold plus its stream."""
         stream_s = self.stream_chunks * self.chunk_delay_ms / 1000.0 if self.stream else 0.0
-        per_call_s = max(self.think_time_s + self.mock_latency_ms / 1000.0 + stream_s, 1e-3)
+        return self.mock_latency_ms / 1000.0 + stream_s
+
+    def planned_rows(self) -> int:
+        """Upper estimate of raw rows: every user at its fastest possible pace for the whole load
+        (open loop: exactly the schedule's slots)."""
+        if self.open_loop_rates_per_s:
+            slots = (self.open_loop_rates_per_s[0] * self.warmup_s
+                     + sum(self.open_loop_rates_per_s) * self.open_loop_step_s)
+            return int(slots * self.runs_per_gateway * len(self.gateways))
+        call_s = max(self.think_time_s + self.per_call_s(), 1e-3)
         rate_cap = 20_000.0 * self.locust_processes  # no Locust process completes more than this
-        rate = min(self.users / per_call_s, rate_cap)
+        rate = min(self.users / call_s, rate_cap)
         load_s = self.warmup_s + self.ramp_s + self.max_hold_s
         return int(rate * load_s * self.runs_per_gateway * len(self.gateways))
 
@@ -120,9 +154,24 @@ PROFILES: dict[str, dict] = {
     # requests must stay flat and return to idle (python -m harness.soak STUDY_DIR).
     "soak": dict(gateways=("sluice",), users=100, ramp_s=5.0, hold_s=120.0, warmup_s=2.0,
                  think_time_s=0.05, cooldown_s=15.0, runs_per_gateway=1, max_hold_s=150.0),
+    # The feature-cost lane: Sluice called one feature at a time, interleaved in the same rounds
+    # with its passthrough and with the same load straight to the mock in each client dialect,
+    # with agent-sized bodies (32 KiB here; request_bytes=307200 for 300 KiB, stream=true for SSE).
+    "feature_cost": dict(gateways=("direct@passthrough", "direct@anthropic_to_openai",
+                                   "sluice@passthrough", "sluice@alias", "sluice@auth_budget",
+                                   "sluice@anthropic_to_openai", "sluice@openai_to_anthropic"),
+                         users=20, ramp_s=5.0, hold_s=20.0, warmup_s=2.0, think_time_s=0.25,
+                         idle_s=1.0, cooldown_s=2.0, max_hold_s=60.0, request_bytes=32768),
     # Sluice's performance target (issue 3): closed loop, 300 users, no wait, beside nginx.
     "passthrough": dict(gateways=("direct", "nginx", "sluice"), users=300, ramp_s=10.0,
                         hold_s=30.0, think_time_s=0.0),
+    # The open-loop lane: a fixed arrival schedule in steps of offered req/s, each request's
+    # intended start recorded, so a slow system cannot hide by being sent less (coordinated
+    # omission). 500 users keep 2,400 req/s on schedule up to ~200 ms per request; one Locust
+    # process on 2 shared cores generates 2,400 req/s with room to spare.
+    "open_loop": dict(gateways=("direct", "nginx", "sluice"), users=500, warmup_s=10.0,
+                      ramp_s=0.0, hold_s=0.0, think_time_s=0.0, open_loop_step_s=20.0,
+                      open_loop_rates_per_s=(100.0, 200.0, 400.0, 800.0, 1200.0, 1600.0, 2400.0)),
 }
 
 
@@ -139,7 +188,20 @@ def from_profile(profile: str = "standard", **overrides) -> StudyConfig:
     if "gateways" in values:
         values["gateways"] = parse_gateways(values["gateways"],
                                             _repo_path(values.get("gateways_dir", "gateways")))
+    if "open_loop_rates_per_s" in values:
+        values["open_loop_rates_per_s"] = parse_rates(values["open_loop_rates_per_s"])
     return StudyConfig(profile=profile, **values)
+
+
+def parse_rates(value) -> tuple[float, ...]:
+    """Open-loop rates: a list, a JSON list in a string, or "100,200"."""
+    try:
+        if isinstance(value, str):
+            text = value.strip()
+            value = json.loads(text) if text.startswith("[") else [v for v in text.split(",") if v.strip()]
+        return tuple(float(v) for v in value)
+    except (TypeError, ValueError):
+        raise ConfigError([f"open_loop_rates_per_s: not a list of numbers: {value!r}"]) from None
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -188,13 +250,16 @@ def validate(config: StudyConfig) -> None:
     need(len(config.gateways) > 0, "gateways: at least one system is needed")
     need(len(set(config.gateways)) == len(config.gateways), "gateways: a system is listed twice")
     for name in config.gateways:
-        folder = name.split("~", 1)[0]  # 'nginx~aa': the same system under a second name
+        # 'nginx~aa': the same system under a second name; 'sluice@alias': called as its feature says
+        folder = name.split("@", 1)[0].split("~", 1)[0]
         need((gateways_dir / folder / "gateway.toml").is_file(),
              f"gateways: unknown gateway {name!r} (no {gateways_dir / folder / 'gateway.toml'}); "
              f"known: {known_gateways(gateways_dir)}")
     for name in ("runs_per_gateway", "users", "warmup_users", "locust_processes", "mock_workers",
                  "gateway_workers", "mock_response_tokens", "stream_chunks"):
         need(getattr(config, name) >= 1, f"{name}: must be at least 1, got {getattr(config, name)}")
+    need(0 <= config.request_bytes <= MAX_REQUEST_BYTES,
+         f"request_bytes: must be 0 (small chat) to {MAX_REQUEST_BYTES}, got {config.request_bytes}")
     need(config.base_port == 0 or 1024 <= config.base_port <= 65534,
          f"base_port: must be 0 (any free port) or 1024..65534, got {config.base_port}")
     for name in ("ramp_s", "hold_s", "warmup_s", "idle_s", "cooldown_s", "think_time_s",
@@ -206,20 +271,62 @@ def validate(config: StudyConfig) -> None:
          f"max_hold_s: must be at least hold_s ({config.hold_s}), got {config.max_hold_s}")
     need(config.warmup_users <= config.users,
          f"warmup_users: must not exceed users ({config.users}), got {config.warmup_users}")
-    if config.users >= 1 and config.locust_processes >= 1:
+    if config.users >= 1 and config.locust_processes >= 1 and not config.open_loop_rates_per_s:
         steepest = config.users / max(config.ramp_s, 1e-9)
-        limit = MAX_SPAWN_RATE_PER_PROCESS * config.locust_processes
+        processes = load_processes(config.topology_path, config.locust_processes)
+        limit = MAX_SPAWN_RATE_PER_PROCESS * processes
         need(steepest <= limit,
              f"ramp_s: {config.users} users in {config.ramp_s} s needs {steepest:.0f} users/s, more than "
-             f"{limit:.0f}/s that {config.locust_processes} Locust process(es) can spawn; use ramp_s >= "
+             f"{limit:.0f}/s that {processes} Locust process(es) can spawn; use ramp_s >= "
              f"{config.users / limit:.1f}")
     need(config.mock_latency_ms / 1000.0 < config.request_timeout_s,
          "request_timeout_s: must exceed the mock latency")
+    if config.open_loop_rates_per_s:
+        problems.extend(_open_loop_problems(config))
+    if config.topology:
+        topology_lines = topology_problems(config.topology_path)
+        problems.extend(topology_lines)
+        split = not topology_lines and load_processes(config.topology_path, 0) > 0
+        need(not split or config.locust_processes == 1,
+             f"locust_processes: the topology's locust_workers set the load processes; leave "
+             f"locust_processes at 1, got {config.locust_processes}")
+        need(not split or not config.open_loop_rates_per_s,
+             "open_loop_rates_per_s: the open-loop schedule lives in one Locust process; use a "
+             "topology without locust_workers")
     need(bool(config.out_dir), "out_dir: must not be empty")
     if config.out_dir and not problems:
         _check_out_dir(config, problems)
     if problems:
         raise ConfigError(problems)
+
+
+def _open_loop_problems(config: StudyConfig) -> list[str]:
+    """An arrival schedule this load generator can keep, or the reasons it cannot."""
+    rates = config.open_loop_rates_per_s
+    if any(r <= 0 for r in rates) or list(rates) != sorted(set(rates)):
+        return [f"open_loop_rates_per_s: must be positive and strictly ascending, got {list(rates)}"]
+    problems = []
+    if config.open_loop_step_s < 1.0:
+        problems.append(f"open_loop_step_s: must be at least 1 s, got {config.open_loop_step_s}")
+    if config.locust_processes != 1:
+        problems.append(f"locust_processes: the open-loop schedule lives in one Locust process, "
+                        f"got {config.locust_processes}")
+    if rates[-1] > OPEN_LOOP_MAX_RATE_PER_PROCESS:
+        problems.append(f"open_loop_rates_per_s: {rates[-1]:g} req/s is more than one Locust process "
+                        f"generates honestly here ({OPEN_LOOP_MAX_RATE_PER_PROCESS:g})")
+    if config.think_time_s != 0:
+        problems.append(f"think_time_s: the open-loop schedule paces the requests; set it to 0, "
+                        f"got {config.think_time_s}")
+    needed = math.ceil(rates[-1] * config.per_call_s() * OPEN_LOOP_USER_HEADROOM)
+    if config.users < needed:
+        problems.append(f"users: {rates[-1]:g} req/s x {config.per_call_s() * 1000:g} ms per request "
+                        f"needs at least {needed} users (Little's law, x{OPEN_LOOP_USER_HEADROOM:g} "
+                        f"headroom), got {config.users}")
+    spawn_s = config.users / MAX_SPAWN_RATE_PER_PROCESS
+    if config.warmup_s < spawn_s:
+        problems.append(f"warmup_s: the open loop starts all {config.users} users in the warm-up at "
+                        f"{MAX_SPAWN_RATE_PER_PROCESS:g}/s; use warmup_s >= {spawn_s:g}")
+    return problems
 
 
 def _check_out_dir(config: StudyConfig, problems: list[str]) -> None:

@@ -15,8 +15,9 @@ from harness.config import GATEWAYS_DIR, REPO_DIR
 
 SCHEMA_VERSION = 1
 KINDS = ("baseline", "in-house", "competitor")
-PLACEHOLDERS = ("port", "upstream_url", "upstream_host", "upstream_port", "run_dir", "gateway_dir",
-                "cache_dir", "repo_dir", "python", "workers")
+PLACEHOLDERS = ("port", "listen_host", "upstream_url", "upstream_host", "upstream_port", "run_dir",
+                "gateway_dir", "cache_dir", "repo_dir", "python", "workers")
+DIALECT_PATHS = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
 
@@ -28,6 +29,26 @@ class GatewaySpecError(ValueError):
 class TemplateFile:
     template: str            # relative to the gateway folder
     output: str              # relative to the run directory
+
+
+@dataclass(frozen=True)
+class Feature:
+    """How the load generator calls a system to exercise one feature (the feature-cost lane).
+    Unset fields fall back to [request]; an Anthropic client calls the dialect's own path."""
+    name: str
+    dialect: str = "openai"
+    chat_path: str | None = None
+    model: str | None = None
+    headers: dict | None = None
+
+
+@dataclass(frozen=True)
+class RequestPlan:
+    """What one run's requests look like: resolved from [request] and, if any, a feature."""
+    chat_path: str
+    model: str
+    headers: dict
+    dialect: str
 
 
 @dataclass(frozen=True)
@@ -55,7 +76,7 @@ class GatewaySpec:
     ready_status: int = 200
     ready_timeout_s: float = 30.0
     warmup_requests: int = 0
-    base_url: str = "http://127.0.0.1:{{port}}"
+    base_url: str = "http://{{listen_host}}:{{port}}"
     chat_path: str = "/v1/chat/completions"
     model: str = "mock-model"
     headers: dict = field(default_factory=dict)
@@ -63,10 +84,25 @@ class GatewaySpec:
     self_overhead_scale_ms: float = 1.0
     metrics_path: str = ""                   # Prometheus text endpoint on base_url, "" = none
     inflight_gauge: str = ""                 # its gauge of requests in flight (sampled each second)
+    features: dict = field(default_factory=dict)  # name -> Feature ([features.NAME] tables)
 
     @property
     def has_process(self) -> bool:
         return bool(self.start_command)
+
+    def request_plan(self, feature: str = "") -> RequestPlan:
+        """The requests of a run with `feature` ("" = [request] as declared)."""
+        if not feature:
+            return RequestPlan(self.chat_path, self.model, dict(self.headers), "openai")
+        if feature not in self.features:
+            raise GatewaySpecError(f"{self.name} declares no feature {feature!r} "
+                                   f"(it has: {', '.join(sorted(self.features)) or 'none'})")
+        f = self.features[feature]
+        default_path = self.chat_path if f.dialect == "openai" else DIALECT_PATHS[f.dialect]
+        return RequestPlan(chat_path=f.chat_path or default_path,
+                           model=self.model if f.model is None else f.model,
+                           headers=dict(self.headers if f.headers is None else f.headers),
+                           dialect=f.dialect)
 
     @property
     def cache_dir(self) -> Path:
@@ -80,8 +116,14 @@ def _strings(value, where: str, path: Path) -> tuple[str, ...]:
 
 
 def folder_of(system: str) -> str:
-    """'nginx~aa' names a second copy of the system in gateways/nginx (for A/A checks)."""
-    return system.split("~", 1)[0]
+    """'nginx~aa' names a second copy of the system in gateways/nginx (for A/A checks);
+    'sluice@alias' is gateways/sluice called with one feature (the feature-cost lane)."""
+    return system.split("@", 1)[0].split("~", 1)[0]
+
+
+def feature_of(system: str) -> str:
+    """'sluice@alias' is Sluice called as its [features.alias] says ('' when no '@')."""
+    return system.split("@", 1)[1] if "@" in system else ""
 
 
 def load_gateway_spec(system: str, gateways_dir: Path = GATEWAYS_DIR) -> GatewaySpec:
@@ -135,7 +177,7 @@ def _load_folder(name: str, gateways_dir: Path) -> GatewaySpec:
         ready_status=int(ready.get("status", 200)),
         ready_timeout_s=float(ready.get("timeout_s", 30)),
         warmup_requests=int(ready.get("warmup_requests", 0)),
-        base_url=request.get("base_url", "http://127.0.0.1:{{port}}"),
+        base_url=request.get("base_url", "http://{{listen_host}}:{{port}}"),
         chat_path=request.get("chat_path", "/v1/chat/completions"),
         model=request.get("model", "mock-model"),
         headers={str(k): str(v) for k, v in request.get("headers", {}).items()},
@@ -143,6 +185,7 @@ def _load_folder(name: str, gateways_dir: Path) -> GatewaySpec:
         self_overhead_scale_ms=float(request.get("self_overhead_scale_ms", 1.0)),
         metrics_path=metrics.get("path", ""),
         inflight_gauge=metrics.get("inflight_gauge", ""),
+        features=_features(data.get("features", {}), path),
     )
     if spec.runnable and not spec.has_process and "{{port}}" in spec.base_url:
         raise GatewaySpecError(f"{path}: request.base_url uses {{{{port}}}} but [start] starts nothing")
@@ -153,10 +196,33 @@ def _load_folder(name: str, gateways_dir: Path) -> GatewaySpec:
     return spec
 
 
+def _features(table, path: Path) -> dict:
+    if not isinstance(table, dict):
+        raise GatewaySpecError(f"{path}: [features] must be a table of [features.NAME] tables")
+    features = {}
+    for name, f in table.items():
+        where = f"{path}: [features.{name}]"
+        if not isinstance(f, dict):
+            raise GatewaySpecError(f"{where} must be a table")
+        unknown = sorted(set(f) - {"dialect", "chat_path", "model", "headers"})
+        if unknown:
+            raise GatewaySpecError(f"{where}: unknown key(s) {unknown}")
+        dialect = f.get("dialect", "openai")
+        if dialect not in DIALECT_PATHS:
+            raise GatewaySpecError(f"{where}: dialect must be one of {sorted(DIALECT_PATHS)}")
+        headers = f.get("headers")
+        features[name] = Feature(name=name, dialect=dialect, chat_path=f.get("chat_path"),
+                                 model=f.get("model"),
+                                 headers=None if headers is None else {str(k): str(v) for k, v in headers.items()})
+    return features
+
+
 def _check_placeholders(spec: GatewaySpec, path: Path) -> None:
     texts = [*spec.install_check, *spec.install_command, *spec.start_command, *spec.version_command,
              *spec.start_env.values(), *spec.headers.values(), spec.base_url, spec.chat_path,
              spec.ready_path]
+    for f in spec.features.values():
+        texts += [f.chat_path or "", *(f.headers or {}).values()]
     texts += [(spec.directory / tf.template).read_text() for tf in spec.start_files]
     for text in texts:
         for match in _PLACEHOLDER.finditer(text):

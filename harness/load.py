@@ -4,7 +4,6 @@ from __future__ import annotations
 import csv
 import glob
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -14,12 +13,16 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from harness.config import MAX_SPAWN_RATE_PER_PROCESS
+from harness.bodies import DIALECTS, chat_body
 from harness.plan import RunSpec
+from harness.hosts import pid_file, start_on
 from harness.processes import ManagedProcess, ProcessError, log_tail
 from harness.store import REQUEST_SCHEMA, write_parquet
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 CPU_WARNING_MARKER = "CPU usage"          # Locust: "CPU usage above 90%! This may constrain..."
+WORKERS_WAIT_S = 60                     # the master gives up if its workers have not all connected
 PHASE_ORDER = ("warmup_start_t_unix_s", "ramp_start_t_unix_s", "hold_start_t_unix_s",
                "hold_end_t_unix_s")
 
@@ -33,6 +36,7 @@ class Target:
     headers: dict
     self_overhead_header: str
     self_overhead_scale_ms: float
+    dialect: str = "openai"          # the client's dialect: which body and which SSE frames
 
 
 @dataclass(frozen=True)
@@ -46,10 +50,22 @@ class LoadResult:
 
 
 def planned_load_s(spec: RunSpec) -> float:
-    return spec.load.warmup_s + spec.load.ramp_s + spec.load.max_hold_s
+    steps_s = len(spec.load.open_loop_rates_per_s) * spec.load.open_loop_step_s
+    return spec.load.warmup_s + max(spec.load.ramp_s + spec.load.max_hold_s, steps_s)
 
 
-def start_locust(spec: RunSpec, target: Target, run_dir: Path) -> ManagedProcess:
+def write_body(spec: RunSpec, target: Target, run_dir: Path) -> Path:
+    """Every request of the run sends these bytes (built from the recorded seed)."""
+    path = run_dir / "request-body.json"
+    path.write_bytes(chat_body(target.dialect, target.model, spec.load.max_tokens, spec.load.stream,
+                               spec.load.request_bytes, spec.seed))
+    return path
+
+
+def start_locust(spec: RunSpec, target: Target, run_dir: Path,
+                 master_port: int = 0) -> ManagedProcess:
+    """Locust on the topology's master host; with locust_workers it is Locust's own master,
+    listening on master_port for the workers start_workers() starts."""
     settings = {
         "chat_path": target.chat_path, "model": target.model, "headers": target.headers,
         "self_overhead_header": target.self_overhead_header.lower(),
@@ -59,6 +75,13 @@ def start_locust(spec: RunSpec, target: Target, run_dir: Path) -> ManagedProcess
         "warmup_s": spec.load.warmup_s, "warmup_users": spec.load.warmup_users,
         "think_time_s": spec.load.think_time_s, "request_timeout_s": spec.load.request_timeout_s,
         "max_tokens": spec.load.max_tokens, "stream": spec.load.stream,
+        "body_file": str(write_body(spec, target, run_dir)),
+        "content_frame": DIALECTS[target.dialect].content_frame,
+        "done_frame": DIALECTS[target.dialect].done_frame,
+        "unary_marker": DIALECTS[target.dialect].unary_marker,
+        "open_loop_rates_per_s": list(spec.load.open_loop_rates_per_s),
+        "open_loop_step_s": spec.load.open_loop_step_s,
+        "open_loop_spawn_rate_per_s": MAX_SPAWN_RATE_PER_PROCESS,
         "raw_dir": str(run_dir / "raw"),
         "phases_file": str(run_dir / "phases.json"),
     }
@@ -72,12 +95,53 @@ def start_locust(spec: RunSpec, target: Target, run_dir: Path) -> ManagedProcess
             # Users finish the request they are in when the load stops, so the mock's count
             # and the rows can match exactly; whatever is still unanswered after this is killed.
             "--stop-timeout", f"{int(spec.load.request_timeout_s) + 5}s"]
-    if spec.load.locust_processes > 1:
+    topology = spec.topology
+    master = topology.host(topology.locust_master)
+    if topology.locust_workers:
+        argv += ["--master", "--master-bind-host", master.address,
+                 "--master-bind-port", str(master_port),
+                 "--expect-workers", str(topology.worker_count),
+                 "--expect-workers-max-wait", str(WORKERS_WAIT_S)]
+    elif spec.load.locust_processes > 1:
         argv += ["--processes", str(spec.load.locust_processes)]
-    env = {**os.environ, "SLUICE_LOAD_FILE": str(settings_path), "PYTHONUNBUFFERED": "1"}
+    env = {"SLUICE_LOAD_FILE": str(settings_path), "PYTHONUNBUFFERED": "1",
+           "SLUICE_WORKER_HOST": master.name}
     # Normally Locust has exited by itself before stop(); on an interrupt it gets 5 s to flush.
-    return ManagedProcess("locust", argv, run_dir / "locust-stdout.log", cwd=run_dir, env=env,
-                          stop_signal="SIGTERM", stop_timeout_s=5)
+    return start_on(master, "locust", argv, run_dir / "locust-stdout.log",
+                    pid_file(run_dir, "locust-master"), cwd=run_dir, env=env,
+                    stop_signal="SIGTERM", stop_timeout_s=5)
+
+
+def worker_labels(spec: RunSpec) -> list[tuple[str, str]]:
+    """(host name, pid-file label) of every worker process the topology places, in order."""
+    labels = []
+    for workers in spec.topology.locust_workers:
+        for _ in range(workers.count):
+            labels.append((workers.host, f"locust-worker-{len(labels) + 1}"))
+    return labels
+
+
+def start_workers(spec: RunSpec, run_dir: Path, master_port: int) -> list[ManagedProcess]:
+    """Locust workers (`--worker`) on their hosts, connecting to the master; each writes its own
+    raw rows, labelled with its host's name from the topology."""
+    topology = spec.topology
+    master = topology.host(topology.locust_master)
+    started: list[ManagedProcess] = []
+    try:
+        for name, label in worker_labels(spec):
+            argv = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--worker",
+                    "--master-host", master.address, "--master-port", str(master_port),
+                    "--logfile", str(run_dir / f"{label}.log"), "--loglevel", "INFO"]
+            env = {"SLUICE_LOAD_FILE": str(run_dir / "load.json"), "PYTHONUNBUFFERED": "1",
+                   "SLUICE_WORKER_HOST": name}
+            started.append(start_on(topology.host(name), "locust", argv,
+                                    run_dir / f"{label}-stdout.log", pid_file(run_dir, label),
+                                    cwd=run_dir, env=env, stop_signal="SIGTERM", stop_timeout_s=5))
+    except Exception:
+        for proc in started:
+            proc.stop()
+        raise
+    return started
 
 
 def read_progress(run_dir: Path) -> tuple[int, int]:
@@ -112,7 +176,8 @@ def wait_locust(proc: ManagedProcess, spec: RunSpec, run_dir: Path,
             raise ProcessError(f"Locust still running after {bound:.0f} s (its bound)")
         if elapsed - last_report >= progress_every_s:
             users, requests = read_progress(run_dir)
-            planned = spec.load.warmup_s + spec.load.ramp_s + spec.load.hold_s
+            steps_s = len(spec.load.open_loop_rates_per_s) * spec.load.open_loop_step_s
+            planned = spec.load.warmup_s + max(spec.load.ramp_s + spec.load.hold_s, steps_s)
             progress(f"users {users:>5}  requests {requests:>8}  elapsed {elapsed:5.0f} s  "
                      f"remaining ~{max(0.0, planned - elapsed):4.0f} s")
             last_report = elapsed
@@ -135,8 +200,11 @@ def collect(proc: ManagedProcess, run_dir: Path, started_t_unix_s: float) -> Loa
         except (OSError, ValueError):
             pass
     log = (run_dir / "locust.log")
-    text = log.read_text(errors="replace") if log.exists() else ""
-    warnings = [line for line in text.splitlines() if CPU_WARNING_MARKER in line]
+    warnings = []
+    workers = [p for p in sorted(run_dir.glob("locust-worker-*.log")) if "stdout" not in p.name]
+    for path in [log, *workers]:  # each worker warns about its own CPU
+        text = path.read_text(errors="replace") if path.exists() else ""
+        warnings += [line for line in text.splitlines() if CPU_WARNING_MARKER in line]
     if proc.returncode not in (0, None) and not phases:
         raise ProcessError(f"Locust exited with code {proc.returncode} before the load began.\n"
                            f"--- log tail ---\n{log_tail(run_dir / 'locust-stdout.log')}\n"
@@ -163,17 +231,20 @@ def consolidate_rows(run_dir: Path, run_id: str, system: str, phases: dict) -> p
         try:
             frames.append(pd.read_csv(
                 path, dtype={"error_kind": str, "error": str, "mock_request_id": str,
-                             "worker_host": str, "chunk_gaps_ms": str, "stream_done": str},
+                             "worker_host": str, "chunk_gaps_ms": str, "stream_done": str,
+                             "waited_for_user": str},
                 keep_default_na=False,
                 na_values={c: [""] for c in ("self_overhead_ms", "process_users", "ttfb_ms",
-                                             "ttft_ms", "chunks")}))
+                                             "ttft_ms", "chunks", "intended_start_t_unix_s",
+                                             "offered_rate_per_s", "step_index")}))
         except (pd.errors.EmptyDataError, pd.errors.ParserError):
             continue  # a process killed before its header was written
     raw = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
         columns=["start_t_unix_s", "latency_ms", "status_code", "response_bytes", "error_kind",
                  "error", "process_users", "worker_pid", "worker_host", "mock_request_id",
                  "self_overhead_ms", "ttfb_ms", "ttft_ms", "chunks", "chunk_gaps_ms",
-                 "stream_done"])
+                 "stream_done", "intended_start_t_unix_s", "offered_rate_per_s", "step_index",
+                 "waited_for_user"])
     raw = raw.sort_values("start_t_unix_s", kind="stable").reset_index(drop=True)
     start_t = raw["start_t_unix_s"].astype("float64").to_numpy()
     users = _users_at(start_t, raw, run_dir)
@@ -192,6 +263,11 @@ def consolidate_rows(run_dir: Path, run_id: str, system: str, phases: dict) -> p
         "chunks": pd.to_numeric(raw["chunks"], errors="coerce").fillna(0).astype("int32"),
         "chunk_gaps_ms": [[float(g) for g in str(v).split()] for v in raw["chunk_gaps_ms"]],
         "stream_done": raw["stream_done"].astype(str) == "True",
+        "intended_start_t_unix_s": pd.to_numeric(raw["intended_start_t_unix_s"],
+                                                 errors="coerce").astype("float64"),
+        "offered_rate_per_s": pd.to_numeric(raw["offered_rate_per_s"], errors="coerce").astype("float64"),
+        "step_index": pd.to_numeric(raw["step_index"], errors="coerce").fillna(0).astype("int32"),
+        "waited_for_user": raw["waited_for_user"].astype(str) == "True",
     })
     write_parquet(run_dir / "requests.parquet", frame, REQUEST_SCHEMA)
     return frame

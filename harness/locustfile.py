@@ -4,6 +4,7 @@ Settings come from the JSON file named by SLUICE_LOAD_FILE (written by harness/l
 Every request becomes one raw CSV row in <raw_dir>/requests-<pid>.csv; the harness turns
 them into requests.parquet. The shape writes its phase timestamps to <phases_file>.
 """
+import collections
 import csv
 import json
 import math
@@ -12,25 +13,26 @@ import re
 import socket
 import time
 
+import gevent
 from gevent import GreenletExit
+from gevent.event import AsyncResult
 from locust import FastHttpUser, LoadTestShape, constant, events, task
 
 SETTINGS = json.load(open(os.environ["SLUICE_LOAD_FILE"]))
-HOSTNAME = socket.gethostname()
+# The topology's name for this host (harness/load.py sets it); pids are unique only per host.
+HOSTNAME = os.environ.get("SLUICE_WORKER_HOST") or socket.gethostname()
 RAW_COLUMNS = ["start_t_unix_s", "latency_ms", "status_code", "response_bytes", "error_kind",
                "error", "process_users", "worker_pid", "worker_host", "mock_request_id",
-               "self_overhead_ms", "ttfb_ms", "ttft_ms", "chunks", "chunk_gaps_ms", "stream_done"]
+               "self_overhead_ms", "ttfb_ms", "ttft_ms", "chunks", "chunk_gaps_ms", "stream_done",
+               "intended_start_t_unix_s", "offered_rate_per_s", "step_index", "waited_for_user"]
 STREAM = SETTINGS["stream"]
-# An OpenAI SSE frame that carries text: a non-empty "content" string in its delta.
-CONTENT_FRAME = re.compile(rb'"content"\s*:\s*"[^"]')
-
-_body = json.dumps({
-    "model": SETTINGS["model"],
-    "messages": [{"role": "system", "content": "You are a helpful assistant."},
-                 {"role": "user", "content": "Say hello in a few words."}],
-    "max_tokens": SETTINGS["max_tokens"],
-    **({"stream": True} if STREAM else {}),
-}).encode()
+# The client dialect's SSE frames: one that carries text, and the one that ends the stream.
+CONTENT_FRAME = re.compile(SETTINGS["content_frame"].encode())
+DONE_FRAME = re.compile(SETTINGS["done_frame"].encode())
+UNARY_MARKER = SETTINGS["unary_marker"].encode()
+# Built by the harness (harness/bodies.py) from the run's dialect, size and seed.
+with open(SETTINGS["body_file"], "rb") as _f:
+    _body = _f.read()
 _headers = {"Content-Type": "application/json", **SETTINGS["headers"]}
 _overhead_header = SETTINGS["self_overhead_header"]
 _overhead_scale = SETTINGS["self_overhead_scale_ms"]
@@ -55,7 +57,7 @@ class RawRows:
     def open(self):
         if self.file is None:
             os.makedirs(SETTINGS["raw_dir"], exist_ok=True)
-            path = os.path.join(SETTINGS["raw_dir"], f"requests-{os.getpid()}.csv")
+            path = os.path.join(SETTINGS["raw_dir"], f"requests-{HOSTNAME}-{os.getpid()}.csv")
             self.file = open(path, "w", newline="", buffering=1 << 20)
             self.writer = csv.writer(self.file)
             self.writer.writerow(RAW_COLUMNS)
@@ -68,6 +70,70 @@ class RawRows:
 
 
 ROWS = RawRows()
+
+
+class Schedule:
+    """The open-loop arrival schedule: a warm-up at the first rate, then each rate for step_s.
+    One dispatcher greenlet wakes at every slot and hands it to the user that came free last
+    (its connection is the warmest); a slot that falls due while every user is busy waits in a
+    backlog for the next free user, and keeps its intended start, so that wait is measured."""
+
+    def __init__(self, rates, step_s, warmup_s):
+        self.rates, self.step_s, self.warmup_s = rates, step_s, warmup_s
+        self.t0 = None
+        self.idle = []                      # AsyncResults of users waiting for a slot (a stack)
+        self.backlog = collections.deque()  # slots that fell due with no user free
+        self.done = False
+
+    @property
+    def steps_start_t(self):
+        return self.t0 + self.warmup_s
+
+    @property
+    def end_t(self):
+        return self.steps_start_t + len(self.rates) * self.step_s
+
+    def slots(self):
+        """(intended start, step index, offered rate) in order; step 0 is the warm-up."""
+        steps = [(self.t0, self.warmup_s, self.rates[0], 0)] + [
+            (self.steps_start_t + i * self.step_s, self.step_s, rate, i + 1)
+            for i, rate in enumerate(self.rates)]
+        for start, length, rate, index in steps:
+            k = 0
+            while k / rate < length:
+                yield start + k / rate, index, rate
+                k += 1
+
+    def start(self):
+        self.t0 = time.time()
+        gevent.spawn(self.dispatch)
+
+    def dispatch(self):
+        for slot in self.slots():
+            delay = slot[0] - time.time()
+            if delay > 0:
+                gevent.sleep(delay)
+            if self.idle:
+                self.idle.pop().set((*slot, False))
+            else:
+                self.backlog.append((*slot, True))
+        self.done = True
+        while self.idle:
+            self.idle.pop().set(None)
+
+    def take(self):
+        """The next slot for a free user (blocks until one falls due); None when there are none."""
+        if self.backlog:
+            return self.backlog.popleft()
+        if self.done or self.t0 is None:
+            return None
+        waiter = AsyncResult()
+        self.idle.append(waiter)
+        return waiter.get()
+
+
+SCHEDULE = (Schedule(SETTINGS["open_loop_rates_per_s"], SETTINGS["open_loop_step_s"],
+                     SETTINGS["warmup_s"]) if SETTINGS.get("open_loop_rates_per_s") else None)
 
 
 def _classify(exception, status_code):
@@ -105,13 +171,15 @@ def on_request(request_type, name, response_time, response_length, response=None
     kind, error = _classify(exception, status)
     runner = ROWS.runner
     timing = (context or {}).get("stream") or {}
+    slot = (context or {}).get("slot") or ("", "", "", "")
     ROWS.writer.writerow([
         f"{start_time:.6f}" if start_time else f"{time.time() - response_time / 1000:.6f}",
         f"{response_time:.3f}", status, response_length or 0, kind, error,
         runner.user_count if runner else "", os.getpid(), HOSTNAME,
         headers.get("x-mock-request-id", ""), overhead,
         timing.get("ttfb_ms", ""), timing.get("ttft_ms", ""), timing.get("chunks", ""),
-        timing.get("chunk_gaps_ms", ""), timing.get("done", "")])
+        timing.get("chunk_gaps_ms", ""), timing.get("done", ""),
+        f"{slot[0]:.6f}" if slot[0] != "" else "", slot[2], slot[1], slot[3]])
     ROWS.maybe_flush(time.monotonic())
 
 
@@ -124,7 +192,7 @@ def on_init(environment, **kwargs):
 @events.quitting.add_listener
 def on_quitting(environment, **kwargs):
     # Requests still unanswered when the stop timeout killed their user never produce a row.
-    path = os.path.join(SETTINGS["raw_dir"], f"inflight-{os.getpid()}.json")
+    path = os.path.join(SETTINGS["raw_dir"], f"inflight-{HOSTNAME}-{os.getpid()}.json")
     with open(path, "w") as f:
         json.dump({"inflight_at_stop": ROWS.killed_inflight, "t_unix_s": time.time()}, f)
     ROWS.close()
@@ -135,9 +203,19 @@ class ChatUser(FastHttpUser):
     network_timeout = SETTINGS["request_timeout_s"]
     connection_timeout = SETTINGS["request_timeout_s"]
     insecure = True
+    slot = None
+
+    def context(self):
+        # Locust merges this into every request's context: the open-loop slot reaches the row.
+        return {"slot": self.slot} if self.slot else {}
 
     @task
     def chat(self):
+        if SCHEDULE is not None:
+            self.slot = SCHEDULE.take()
+            if self.slot is None:  # the schedule has not begun or has ended: nothing to send
+                gevent.sleep(1.0)
+                return
         try:
             if STREAM:
                 self.chat_stream()
@@ -146,7 +224,7 @@ class ChatUser(FastHttpUser):
                                   catch_response=True, name="chat") as resp:
                 if resp.status_code != 200:
                     resp.failure(f"HTTP {resp.status_code}")
-                elif not resp.content or b'"choices"' not in resp.content:
+                elif not resp.content or UNARY_MARKER not in resp.content:
                     resp.failure("HTTP 200 without a chat completion body")
         except GreenletExit:
             ROWS.killed_inflight += 1
@@ -174,7 +252,7 @@ class ChatUser(FastHttpUser):
                         break
                     size += len(line)
                     if line.startswith(b"data:"):
-                        if line[5:].strip() == b"[DONE]":
+                        if DONE_FRAME.search(line):
                             timing["done"] = True
                         elif CONTENT_FRAME.search(line):
                             arrivals.append(time.perf_counter())
@@ -203,13 +281,15 @@ class StudyShape(LoadTestShape):
         self.phases = {}
         self.requests_at_hold_start = None
 
-    def _mark(self, name):
+    def _mark(self, name, t=None):
         if name not in self.phases:
-            self.phases[name] = time.time()
+            self.phases[name] = time.time() if t is None else t
             with open(SETTINGS["phases_file"], "w") as f:
                 json.dump(self.phases, f)
 
     def tick(self):
+        if SCHEDULE is not None:
+            return self.open_loop_tick()
         t = self.get_run_time()
         warmup, ramp = SETTINGS["warmup_s"], SETTINGS["ramp_s"]
         users, warm_users = SETTINGS["users"], SETTINGS["warmup_users"]
@@ -231,3 +311,18 @@ class StudyShape(LoadTestShape):
             return users, spawn_rate
         self._mark("hold_end_t_unix_s")
         return None
+
+    def open_loop_tick(self):
+        """Every user at once (they only wait for slots); the phases are the schedule's exact
+        boundaries (the steps are the measured window); stop when the last step has ended."""
+        if SCHEDULE.t0 is None:
+            SCHEDULE.start()
+            self._mark("warmup_start_t_unix_s", SCHEDULE.t0)
+        now = time.time()
+        if now >= SCHEDULE.steps_start_t:
+            self._mark("ramp_start_t_unix_s", SCHEDULE.steps_start_t)
+            self._mark("hold_start_t_unix_s", SCHEDULE.steps_start_t)
+        if now >= SCHEDULE.end_t:
+            self._mark("hold_end_t_unix_s", SCHEDULE.end_t)
+            return None
+        return SETTINGS["users"], SETTINGS["open_loop_spawn_rate_per_s"]

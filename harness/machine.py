@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import platform
 import socket
@@ -79,3 +80,18 @@ def git_commit() -> str:
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
     return (commit or "unknown") + ("-dirty" if dirty else "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m harness.machine --facts|--snapshot`: JSON on stdout, read on another host
+    through its command prefix (harness/hosts.py)."""
+    what = (sys.argv[1:] if argv is None else argv) or ["--facts"]
+    if what[0] not in ("--facts", "--snapshot"):
+        print("usage: python -m harness.machine --facts|--snapshot", file=sys.stderr)
+        return 2
+    print(json.dumps(machine_facts() if what[0] == "--facts" else host_snapshot()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

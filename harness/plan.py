@@ -5,10 +5,11 @@ import dataclasses
 import hashlib
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from harness.config import StudyConfig
-from harness.gateway_spec import GatewaySpec
+from harness.gateway_spec import GatewaySpec, feature_of
+from harness.topology import Topology, load_processes, local_topology, topology_of
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,10 @@ class LoadShape:
     request_timeout_s: float
     max_tokens: int
     stream: bool = False
+    open_loop_rates_per_s: tuple[float, ...] = ()   # () = closed loop
+    open_loop_step_s: float = 0.0                   # 0 in closed loop: it changes nothing there
+    feature: str = ""                               # "" = each system's [request] as declared
+    request_bytes: int = 0                          # 0 = the small default chat body
 
 
 @dataclass(frozen=True)
@@ -55,17 +60,20 @@ class RunSpec:
     comparison_key: str
     mock_port: int = 0        # 0: any free port (ports do not change what runs: not in the key)
     system_port: int = 0
+    topology: Topology = field(default_factory=local_topology)  # which host runs what
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
 
 def comparison_key(system: str, load: LoadShape, mock: MockSettings, gateway_workers: int,
-                   gateway_toml_sha256: str) -> str:
+                   gateway_toml_sha256: str, topology: Topology | None = None) -> str:
     """SHA-256 of the run's full configuration. Runs with equal keys ran the same thing; the
     run index, round and position are deliberately left out so repeated runs share a key."""
     payload = {"system": system, "load": dataclasses.asdict(load), "mock": dataclasses.asdict(mock),
                "gateway_workers": gateway_workers, "gateway_toml_sha256": gateway_toml_sha256}
+    if topology is not None and topology.source:  # runs on one machine keep their earlier keys
+        payload["topology"] = topology.key()
     canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -73,16 +81,20 @@ def comparison_key(system: str, load: LoadShape, mock: MockSettings, gateway_wor
 def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec]) -> list[RunSpec]:
     """Round r runs every system once, in an order shuffled by the seed, so slow drift of the
     machine (thermal, other tenants) spreads over all systems instead of landing on one."""
-    load = LoadShape(
+    base_load = LoadShape(
         users=config.users, ramp_s=config.ramp_s, hold_s=config.hold_s,
         min_hold_requests=config.min_hold_requests, max_hold_s=config.max_hold_s,
         warmup_s=config.warmup_s, warmup_users=config.warmup_users,
-        think_time_s=config.think_time_s, locust_processes=config.locust_processes,
+        think_time_s=config.think_time_s,
+        locust_processes=load_processes(config.topology_path, config.locust_processes),
         request_timeout_s=config.request_timeout_s, max_tokens=config.mock_response_tokens,
-        stream=config.stream)
+        stream=config.stream, open_loop_rates_per_s=tuple(config.open_loop_rates_per_s),
+        open_loop_step_s=config.open_loop_step_s if config.open_loop_rates_per_s else 0.0,
+        feature=config.feature, request_bytes=config.request_bytes)
     mock = MockSettings(latency_ms=config.mock_latency_ms, workers=config.mock_workers,
                         response_tokens=config.mock_response_tokens,
                         stream_chunks=config.stream_chunks, chunk_delay_ms=config.chunk_delay_ms)
+    topology = topology_of(config.topology_path)
     rng = random.Random(config.seed)
     plan = []
     for round_index in range(1, config.runs_per_gateway + 1):
@@ -90,6 +102,8 @@ def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec]) -> list[RunSpe
         rng.shuffle(order)
         for position, system in enumerate(order):
             spec = specs[system]
+            # the feature-cost lane: 'sluice@alias' runs with its own feature, in the same rounds
+            load = dataclasses.replace(base_load, feature=feature_of(system) or config.feature)
             plan.append(RunSpec(
                 run_id=f"{system}-{round_index}", system=system, run_index=round_index,
                 round=round_index, position=position, load=load, mock=mock,
@@ -98,6 +112,6 @@ def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec]) -> list[RunSpe
                 ready_timeout_s=max(config.ready_timeout_s, spec.ready_timeout_s),
                 gateway_toml_sha256=spec.toml_sha256, seed=config.seed,
                 comparison_key=comparison_key(system, load, mock, config.gateway_workers,
-                                              spec.toml_sha256),
+                                              spec.toml_sha256, topology), topology=topology,
                 mock_port=config.base_port, system_port=config.base_port + 1 if config.base_port else 0))
     return plan

@@ -13,11 +13,12 @@ from typing import Callable
 
 import pandas as pd
 
+from harness import hosts
 from harness import load as load_stage
 from harness.gateway_spec import GatewaySpec
 from harness.machine import host_snapshot
 from harness.plan import RunSpec
-from harness.processes import ProcessError
+from harness.processes import ProcessError, free_port
 from harness.sampling import SAMPLE_COLUMNS, Sampler, scrape_gauge
 from harness.store import (SAMPLE_SCHEMA, hash_run_files, read_json, sha256_file, write_json,
                            write_parquet)
@@ -26,6 +27,10 @@ from harness.verify import pre_check, send_chat
 from mocks.stats import diff_stats, read_stats
 
 import mocks
+
+
+# A sampler on another host stops by itself this long after the run should have ended.
+SAMPLER_MARGIN_S = 300.0
 
 
 class Interrupted(BaseException):
@@ -62,47 +67,76 @@ def execute_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
         "version": version, "mock_version": mocks.__version__,
         "locust_version": _locust_version(), "started_t_unix_s": time.time(),
         "phases": {}, "checks": {}, "mock": {}, "locust": {}, "host_before": host_snapshot(),
+        "hosts": hosts.describe(spec.topology),
     }
+    for name, facts in hosts.read_all(spec.topology, hosts.facts).items():
+        manifest["hosts"][name]["before"] = facts
     write_json(run_dir / "manifest.json", manifest)
-    sampler = Sampler(run_dir / "raw" / "samples.csv")
+    topology = spec.topology
+    here = next((h.name for h in topology.hosts if h.local), "controller")
+    sampler = Sampler(run_dir / "raw" / "samples.csv", host=here)
     mock = system = locust = None
+    workers: list = []
+    remote_samplers: list = []
     baseline_stats = None
     status, reason = "completed", ""
     try:
         mock = start_mock(run_dir, spec.mock.latency_ms, spec.mock.workers, spec.mock.response_tokens,
                           port=spec.mock_port, stream_chunks=spec.mock.stream_chunks,
-                          chunk_delay_ms=spec.mock.chunk_delay_ms)
+                          chunk_delay_ms=spec.mock.chunk_delay_ms,
+                          host=topology.host(topology.mock))
         system = start_system(gateway, run_dir, mock.url, mock.port, spec.gateway_workers,
-                              spec.ready_timeout_s, port=spec.system_port)
+                              spec.ready_timeout_s, port=spec.system_port,
+                              host=topology.host(topology.system), upstream_host=mock.address,
+                              feature=spec.load.feature)
         manifest["ready_s"] = round(system.ready_s, 3)
         target = system.target
-        if system.process is not None:
-            inflight = None
-            if gateway.metrics_path and gateway.inflight_gauge:
-                metrics_url = target.base_url.rstrip("/") + gateway.metrics_path
-                inflight = lambda: scrape_gauge(metrics_url, gateway.inflight_gauge)  # noqa: E731
+        manifest["request"] = {"feature": spec.load.feature, "dialect": target.dialect,
+                               "chat_path": target.chat_path, "model": target.model,
+                               "request_bytes": spec.load.request_bytes}
+        gauge = None
+        if gateway.metrics_path and gateway.inflight_gauge:
+            gauge = (target.base_url.rstrip("/") + gateway.metrics_path, gateway.inflight_gauge)
+        # Processes here are sampled by this process; those on other hosts by a sampler there.
+        if system.process is not None and topology.host(topology.system).local:
+            inflight = (lambda: scrape_gauge(*gauge)) if gauge else None  # noqa: E731
             sampler.watch("system", lambda: [system.process.pid], inflight)
-        sampler.watch("mock", lambda: [mock.process.pid])
-        sampler.watch("locust", lambda: [locust.pid] if locust is not None else [])
+        if topology.host(topology.mock).local:
+            sampler.watch("mock", lambda: [mock.process.pid])
+        if any(topology.host(h).local for h in (topology.locust_master,
+                                                 *(w.host for w in topology.locust_workers))):
+            sampler.watch("locust", lambda: [p.pid for p in (locust, *workers) if p is not None
+                                             and not isinstance(p, hosts.RemoteProcess)])
         sampler.start()
+        remote_samplers = hosts.start_samplers(
+            topology, run_dir, _remote_roles(spec, system.process is not None),
+            {"system": gauge} if gauge else {},
+            max_s=load_stage.planned_load_s(spec) + spec.ready_timeout_s + spec.idle_s
+            + spec.cooldown_s + SAMPLER_MARGIN_S)
         time.sleep(spec.idle_s)
         for _ in range(gateway.warmup_requests):
-            send_chat(target.base_url, target.chat_path, target.model, target.headers)
+            send_chat(target.base_url, target.chat_path, target.model, target.headers,
+                      dialect=target.dialect)
         check = pre_check(target.base_url, target.chat_path, target.model, target.headers,
-                          mock.stats_dir, spec.load.request_timeout_s)
+                          mock.stats_dir, spec.load.request_timeout_s, dialect=target.dialect,
+                          request_bytes=spec.load.request_bytes)
         baseline_stats = check.pop("_snapshot")
         manifest["checks"]["pre_request"] = check
         if check["problem"] or not check["mock_saw_it"]:
             raise ProcessError(f"pre-check failed: {check['problem'] or 'the mock never saw it'}")
         progress("verified: one request reached the mock; starting load")
         load_started = time.time()
-        locust = load_stage.start_locust(spec, target, run_dir)
+        master_port = free_port() if topology.locust_workers else 0
+        locust = load_stage.start_locust(spec, target, run_dir, master_port)
         try:
+            workers = load_stage.start_workers(spec, run_dir, master_port) if master_port else []
             load_stage.wait_locust(
                 locust, spec, run_dir, progress,
                 system_alive=lambda: system.process is None or system.process.alive())
         finally:
-            locust.stop()
+            locust.stop()  # the master first: it tells its workers to quit
+            for worker in workers:
+                worker.stop()
         result = load_stage.collect(locust, run_dir, load_started)
         manifest["phases"] = {**result.phases, "load_end_t_unix_s": result.ended_t_unix_s}
         manifest["checks"]["inflight_at_stop"] = result.inflight_at_stop
@@ -112,6 +146,9 @@ def execute_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
         if "hold_end_t_unix_s" not in result.phases:
             raise ProcessError("the load ended before its hold phase completed "
                                f"(phases seen: {sorted(result.phases)})")
+        lost = [f"{w.pid} (exit {w.returncode})" for w in workers if w.returncode not in (0, None)]
+        if lost:  # the master carries on with the rest: the load was not the one planned
+            raise ProcessError(f"Locust worker(s) failed during the load: {', '.join(lost)}")
         time.sleep(spec.cooldown_s)
     except Interrupted:
         status, reason = "interrupted", "the study was interrupted"
@@ -122,10 +159,13 @@ def execute_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
         progress(f"FAILED: {reason.splitlines()[0]}")
     finally:
         sampler.stop()  # first: samples describe live processes, never ones being torn down
-        for proc in (locust, system.process if system else None, mock.process if mock else None):
+        for proc in (*remote_samplers, locust, *workers, system.process if system else None,
+                     mock.process if mock else None):
             if proc is not None:
                 proc.stop()
         manifest["host_after"] = host_snapshot()
+        for name, after in hosts.read_all(topology).items():
+            manifest["hosts"][name]["after"] = after
         _finish(manifest, spec, run_dir, mock, baseline_stats, status, reason)
     return RunRecord(spec.run_id, spec.system, spec.run_index, manifest["status"], manifest["reason"],
                      run_dir, spec.comparison_key, manifest["started_t_unix_s"],
@@ -161,18 +201,36 @@ def _finish(manifest: dict, spec: RunSpec, run_dir: Path, mock, baseline_stats, 
     write_json(run_dir / "manifest.json", manifest)
 
 
+def _remote_roles(spec: RunSpec, has_system: bool) -> dict[str, dict[str, list[str]]]:
+    """host -> role -> pid-file labels of the processes a sampler on that host must watch."""
+    topology = spec.topology
+    roles: dict[str, dict[str, list[str]]] = {h.name: {} for h in topology.hosts if not h.local}
+    placed = [(topology.mock, "mock", "mock"), (topology.locust_master, "locust", "locust-master"),
+              *((host, "locust", label) for host, label in load_stage.worker_labels(spec))]
+    if has_system:
+        placed.append((topology.system, "system", "system"))
+    for host, role, label in placed:
+        if host in roles:
+            roles[host].setdefault(role, []).append(label)
+    return roles
+
+
 def _write_samples(run_dir: Path, spec: RunSpec) -> None:
-    path = run_dir / "raw" / "samples.csv"
-    try:
-        frame = pd.read_csv(path)
-    except (OSError, pd.errors.EmptyDataError):
-        frame = pd.DataFrame(columns=SAMPLE_COLUMNS)
+    frames = []
+    # This machine's samples, then those of each other host (raw/samples-<host>.csv).
+    for path in [run_dir / "raw" / "samples.csv", *sorted((run_dir / "raw").glob("samples-*.csv"))]:
+        try:
+            frames.append(pd.read_csv(path, dtype={"host": str}, keep_default_na=False,
+                                      na_values={"inflight_requests": ["", "nan"]}))
+        except (OSError, pd.errors.EmptyDataError):
+            continue  # a sampler that never wrote its header
+    frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=SAMPLE_COLUMNS)
     frame.insert(0, "system", spec.system)
     frame.insert(0, "run_id", spec.run_id)
     frame = frame.astype({"t_unix_s": "float64", "pid_count": "int32", "rss_bytes": "int64",
                           "cpu_percent": "float64", "cpu_seconds_total": "float64",
                           "num_fds": "int32", "load_avg_1m": "float64", "role": str,
-                          "inflight_requests": "float64"})
+                          "inflight_requests": "float64", "host": str})
     write_parquet(run_dir / "samples.parquet", frame, SAMPLE_SCHEMA)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import math
 import os
+import socket
 import threading
 import time
 import urllib.request
@@ -17,7 +18,7 @@ from typing import Callable
 import psutil
 
 SAMPLE_COLUMNS = ["t_unix_s", "role", "pid_count", "rss_bytes", "cpu_percent", "cpu_seconds_total",
-                  "num_fds", "load_avg_1m", "inflight_requests"]
+                  "num_fds", "load_avg_1m", "inflight_requests", "host"]
 
 
 def scrape_gauge(url: str, gauge: str, timeout_s: float = 0.5) -> float:
@@ -75,8 +76,9 @@ class Sampler:
     """Samples named roles every interval_s in a background thread; rows also go to a CSV as
     they are taken, so a crash keeps what was sampled."""
 
-    def __init__(self, csv_path: Path, interval_s: float = 1.0):
+    def __init__(self, csv_path: Path, interval_s: float = 1.0, host: str = ""):
         self.csv_path = Path(csv_path)
+        self.host = host or socket.gethostname()  # the topology's name for this machine
         self.interval_s = interval_s
         self.roles: dict[str, _RoleTree] = {}
         self.rows: list[list] = []
@@ -104,10 +106,11 @@ class Sampler:
 
     def _loop(self) -> None:
         next_t = time.monotonic()
-        last_t = time.monotonic()
+        last_t = None
         while not self._stop.is_set():
             now = time.monotonic()
-            self.sample_once(now - last_t)
+            # The first sample has no interval: its CPU seconds set the baseline, not a rate.
+            self.sample_once(now - last_t if last_t is not None else 0.0)
             last_t = now
             next_t += self.interval_s
             self._stop.wait(max(0.0, next_t - time.monotonic()))
@@ -124,7 +127,7 @@ class Sampler:
                 pct = 100.0 * delta / elapsed_s if elapsed_s > 0 else 0.0
                 inflight = tree.inflight() if tree.inflight else math.nan
                 rows.append([t, role, count, rss, round(pct, 2), round(cpu_total, 4), fds, load1,
-                             inflight])
+                             inflight, self.host])
         vm = psutil.virtual_memory()
         cpu_times = psutil.cpu_times()
         busy = cpu_times.user + cpu_times.system + getattr(cpu_times, "irq", 0) + \
@@ -134,7 +137,7 @@ class Sampler:
             pct = 100.0 * (busy - self._machine_cpu_last) / elapsed_s
         self._machine_cpu_last = busy
         rows.append([t, "machine", len(psutil.pids()), vm.total - vm.available, round(pct, 2),
-                     round(busy, 4), 0, load1, math.nan])
+                     round(busy, 4), 0, load1, math.nan, self.host])
         self.rows.extend(rows)
         if self._writer is not None:
             self._writer.writerows(rows)

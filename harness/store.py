@@ -20,6 +20,9 @@ REQUEST_SCHEMA = pa.schema([
     # streaming lane (NaN / 0 / empty / false for unary requests)
     ("ttfb_ms", pa.float64()), ("ttft_ms", pa.float64()), ("chunks", pa.int32()),
     ("chunk_gaps_ms", pa.list_(pa.float64())), ("stream_done", pa.bool_()),
+    # open-loop lane (NaN / NaN / 0 / false in closed loop)
+    ("intended_start_t_unix_s", pa.float64()), ("offered_rate_per_s", pa.float64()),
+    ("step_index", pa.int32()), ("waited_for_user", pa.bool_()),
 ])
 
 SAMPLE_SCHEMA = pa.schema([
@@ -27,6 +30,7 @@ SAMPLE_SCHEMA = pa.schema([
     ("role", pa.string()), ("pid_count", pa.int32()), ("rss_bytes", pa.int64()),
     ("cpu_percent", pa.float64()), ("cpu_seconds_total", pa.float64()), ("num_fds", pa.int32()),
     ("load_avg_1m", pa.float64()), ("inflight_requests", pa.float64()),
+    ("host", pa.string()),    # the topology's name of the host the sample was taken on
 ])
 
 

@@ -15,14 +15,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import config as config_mod
+from harness import hosts
 from harness.config import ConfigError, StudyConfig
-from harness.gateway_spec import GatewaySpec, GatewaySpecError, load_gateway_spec
+from harness.gateway_spec import GatewaySpec, GatewaySpecError, feature_of, load_gateway_spec
 from harness.machine import git_commit, machine_facts, package_versions
 from harness.plan import RunSpec, make_plan
-from harness.processes import port_in_use, stop_all
+from harness.processes import ProcessError, port_in_use, stop_all
 from harness.runner import Interrupted, RunRecord, completed_record, execute_run
 from harness.store import read_json, write_json
 from harness.systems import InstallResult, install, missing_binary, read_version
+from harness.topology import topology_of
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,11 @@ def prepare(config: StudyConfig) -> tuple[StudyConfig, dict[str, GatewaySpec], l
         except GatewaySpecError as exc:
             problems.append(f"gateways: {exc}")
             continue
+        feature = feature_of(name) or config.feature
+        if feature and specs[name].runnable and feature not in specs[name].features:
+            problems.append(f"{'gateways' if feature_of(name) else 'feature'}: {name} declares no "
+                            f"feature {feature!r} in its gateway.toml "
+                            f"(it has: {', '.join(sorted(specs[name].features)) or 'none'})")
         if specs[name].runnable and not specs[name].install_command:
             missing = missing_binary(specs[name])
             if missing:
@@ -54,10 +61,25 @@ def prepare(config: StudyConfig) -> tuple[StudyConfig, dict[str, GatewaySpec], l
             if port_in_use(port):
                 problems.append(f"base_port: port {port} (for {role}) is already in use on 127.0.0.1; "
                                 f"stop what listens there or choose another base_port (0 = any free port)")
+    problems += _unreachable_hosts(config)
     if problems:
         raise ConfigError(problems)
     config = config.with_study_id()
     return config, specs, make_plan(config, specs)
+
+
+def _unreachable_hosts(config: StudyConfig) -> list[str]:
+    """Each other host of the topology must run this repository's Python through its prefix."""
+    topology = topology_of(config.topology_path)
+    problems = []
+    for name in topology.roles():
+        host = topology.host(name)
+        if not host.local:
+            try:
+                hosts.snapshot(host)
+            except ProcessError as exc:
+                problems.append(f"topology: {exc}")
+    return problems
 
 
 def _handle_signal(signum, frame):
@@ -75,7 +97,8 @@ def run_study(config: StudyConfig, progress=print) -> StudyResult:
         "study_id": config.study_id, "status": "running", "reason": "", "config": config.to_dict(),
         "plan": [{"run_id": r.run_id, "system": r.system, "run_index": r.run_index, "round": r.round,
                   "position": r.position, "comparison_key": r.comparison_key} for r in plan],
-        "runs": [], "machine": machine_facts(), "versions": package_versions(),
+        "runs": [], "machine": machine_facts(), "hosts": _hosts_facts(config),
+        "versions": package_versions(),
         "git_commit": git_commit(), "started_t_unix_s": time.time(), "systems": {},
     }
     if (study_dir / "manifest.json").exists():  # resuming: keep the history of attempts
@@ -153,6 +176,15 @@ def _install_all(specs, study_dir, skipped, manifest, progress) -> dict[str, str
         versions[name] = entry["version"] = read_version(spec)
         progress(f"{name}: {spec.kind} {versions[name]} ({result.message})")
     return versions
+
+
+def _hosts_facts(config: StudyConfig) -> dict:
+    """Which role runs where, and each host's kernel, CPU model, cores and load, read there."""
+    topology = topology_of(config.topology_path)
+    described = hosts.describe(topology)
+    for name, facts in hosts.read_all(topology, hosts.facts).items():
+        described[name]["facts"] = facts
+    return described
 
 
 def _record_entry(record: RunRecord, study_dir: Path) -> dict:

@@ -11,8 +11,13 @@ from pathlib import Path
 
 from harness.config import REPO_DIR
 from harness.gateway_spec import GatewaySpec, render
+from harness.hosts import pid_file, start_on
 from harness.processes import ManagedProcess, free_port, wait_ready
 from harness.load import Target
+from harness.topology import Host
+
+# No topology: every process on this machine, on the loopback address, as always.
+LOCALHOST = Host("localhost", "127.0.0.1")
 
 
 @dataclass(frozen=True)
@@ -95,27 +100,30 @@ class MockHandle:
     url: str
     port: int
     stats_dir: Path
+    address: str = "127.0.0.1"
 
 
 def start_mock(run_dir: Path, latency_ms: float, workers: int, response_tokens: int,
                ready_timeout_s: float = 20.0, port: int = 0, stream_chunks: int = 20,
-               chunk_delay_ms: float = 20.0) -> MockHandle:
+               chunk_delay_ms: float = 20.0, host: Host | None = None) -> MockHandle:
+    """host: where it runs (None: this machine at 127.0.0.1); it listens on the host's address."""
+    host = host or LOCALHOST
     port = port or free_port()
     stats_dir = run_dir / "mock-stats"
     stats_dir.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "mocks.server", "--host", "127.0.0.1", "--port", str(port),
+    argv = [sys.executable, "-m", "mocks.server", "--host", host.address, "--port", str(port),
             "--latency-ms", str(latency_ms), "--workers", str(workers),
             "--response-tokens", str(response_tokens), "--stats-dir", str(stats_dir),
             "--stream-chunks", str(stream_chunks), "--chunk-delay-ms", str(chunk_delay_ms)]
-    proc = ManagedProcess("mock", argv, run_dir / "mock.log", cwd=REPO_DIR,
-                          env={**os.environ, "PYTHONPATH": str(REPO_DIR)})
-    url = f"http://127.0.0.1:{port}"
+    proc = start_on(host, "mock", argv, run_dir / "mock.log", pid_file(run_dir, "mock"),
+                    cwd=REPO_DIR, env={"PYTHONPATH": str(REPO_DIR)})
+    url = f"http://{host.address}:{port}"
     try:
         wait_ready(proc, url + "/health", 200, ready_timeout_s, "mock provider")
     except Exception:
         proc.stop()
         raise
-    return MockHandle(proc, url, port, stats_dir)
+    return MockHandle(proc, url, port, stats_dir, host.address)
 
 
 @dataclass(frozen=True)
@@ -126,26 +134,29 @@ class StartedSystem:
 
 
 def start_system(spec: GatewaySpec, run_dir: Path, upstream_url: str, upstream_port: int,
-                 workers: int, ready_timeout_s: float, port: int = 0) -> StartedSystem:
+                 workers: int, ready_timeout_s: float, port: int = 0, host: Host | None = None,
+                 upstream_host: str = "127.0.0.1", feature: str = "") -> StartedSystem:
+    """host: where it runs and listens (None: this machine at 127.0.0.1)."""
+    host = host or LOCALHOST
     port = port or free_port()
-    values = {**_base_values(spec), "port": port, "upstream_url": upstream_url,
-              "upstream_host": "127.0.0.1", "upstream_port": upstream_port,
-              "run_dir": run_dir, "workers": workers}
+    values = {**_base_values(spec), "port": port, "listen_host": host.address,
+              "upstream_url": upstream_url, "upstream_host": upstream_host,
+              "upstream_port": upstream_port, "run_dir": run_dir, "workers": workers}
     for tf in spec.start_files:
         out = run_dir / tf.output
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(render((spec.directory / tf.template).read_text(), values))
-    target = Target(base_url=render(spec.base_url, values), chat_path=render(spec.chat_path, values),
-                    model=spec.model, headers={k: render(v, values) for k, v in spec.headers.items()},
+    requests = spec.request_plan(feature)
+    target = Target(base_url=render(spec.base_url, values), chat_path=render(requests.chat_path, values),
+                    model=requests.model, headers={k: render(v, values) for k, v in requests.headers.items()},
                     self_overhead_header=spec.self_overhead_header,
-                    self_overhead_scale_ms=spec.self_overhead_scale_ms)
+                    self_overhead_scale_ms=spec.self_overhead_scale_ms, dialect=requests.dialect)
     proc = None
     if spec.has_process:
-        env = {**os.environ, "PYTHONPATH": str(REPO_DIR),
-               **{k: render(v, values) for k, v in spec.start_env.items()}}
-        proc = ManagedProcess(spec.name, [render(a, values) for a in spec.start_command],
-                              run_dir / "system.log", cwd=run_dir, env=env,
-                              stop_signal=spec.stop_signal, stop_timeout_s=spec.stop_timeout_s)
+        env = {"PYTHONPATH": str(REPO_DIR), **{k: render(v, values) for k, v in spec.start_env.items()}}
+        proc = start_on(host, "system", [render(a, values) for a in spec.start_command],
+                        run_dir / "system.log", pid_file(run_dir, "system"), cwd=run_dir, env=env,
+                        stop_signal=spec.stop_signal, stop_timeout_s=spec.stop_timeout_s)
     try:
         ready_s = wait_ready(proc, target.base_url.rstrip("/") + render(spec.ready_path, values),
                              spec.ready_status, ready_timeout_s, f"{spec.name}")

@@ -8,10 +8,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.bodies import chat_body
 from mocks.stats import read_stats
-
-CHAT_BODY = {"model": "", "messages": [{"role": "user", "content": "Say hello in a few words."}],
-             "max_tokens": 16}
 
 
 @dataclass(frozen=True)
@@ -23,10 +21,10 @@ class Reply:
 
 
 def send_chat(base_url: str, chat_path: str, model: str, headers: dict, stream: bool = False,
-              timeout_s: float = 30.0) -> Reply:
-    body = dict(CHAT_BODY, model=model, stream=stream)
+              timeout_s: float = 30.0, dialect: str = "openai", request_bytes: int = 0) -> Reply:
+    body = chat_body(dialect, model, 16, stream, request_bytes)
     request = urllib.request.Request(
-        base_url.rstrip("/") + chat_path, data=json.dumps(body).encode(), method="POST",
+        base_url.rstrip("/") + chat_path, data=body, method="POST",
         headers={"Content-Type": "application/json", **headers})
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as resp:
@@ -38,12 +36,14 @@ def send_chat(base_url: str, chat_path: str, model: str, headers: dict, stream: 
         return Reply(0, {}, b"", f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}")
 
 
-def reply_problem(reply: Reply, stream: bool) -> str:
+def reply_problem(reply: Reply, stream: bool, dialect: str = "openai") -> str:
     """'' when the reply is a well-formed chat completion (or stream), else what is wrong."""
     if reply.error:
         return f"{reply.error}: {reply.body[:300].decode(errors='replace')}"
     if reply.status != 200:
         return f"HTTP {reply.status}"
+    if dialect == "anthropic":
+        return _anthropic_problem(reply.body, stream)
     if stream:
         if b"data: [DONE]" not in reply.body or b"chat.completion.chunk" not in reply.body:
             return f"not an OpenAI SSE stream: {reply.body[:200]!r}"
@@ -57,18 +57,34 @@ def reply_problem(reply: Reply, stream: bool) -> str:
     return ""
 
 
+def _anthropic_problem(body: bytes, stream: bool) -> str:
+    if stream:
+        if b"message_stop" not in body or b"content_block_delta" not in body:
+            return f"not an Anthropic SSE stream: {body[:200]!r}"
+        return ""
+    try:
+        message = json.loads(body)
+        if message["type"] != "message" or not any(b.get("type") == "text" for b in message["content"]):
+            return "no text block in the message"
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return f"not an Anthropic message: {body[:200]!r}"
+    return ""
+
+
 def mock_snapshot(stats_dir: Path, timeout_s: float = 3.0) -> dict:
     """The mock's merged stats, no older than now (every worker has flushed since)."""
     return read_stats(stats_dir, fresher_than_t_unix_s=time.time(), timeout_s=timeout_s)
 
 
 def pre_check(base_url: str, chat_path: str, model: str, headers: dict, stats_dir: Path,
-              timeout_s: float) -> dict:
-    """One request through the system must come back well-formed and must reach the mock."""
+              timeout_s: float, dialect: str = "openai", request_bytes: int = 0) -> dict:
+    """One request through the system, as the load will send it (dialect, body size), must come
+    back well-formed and must reach the mock."""
     before = mock_snapshot(stats_dir)
-    reply = send_chat(base_url, chat_path, model, headers, timeout_s=timeout_s)
+    reply = send_chat(base_url, chat_path, model, headers, timeout_s=timeout_s, dialect=dialect,
+                      request_bytes=request_bytes)
     after = mock_snapshot(stats_dir)
     seen = after["count"] - before["count"]
-    return {"status": reply.status, "problem": reply_problem(reply, stream=False),
+    return {"status": reply.status, "problem": reply_problem(reply, stream=False, dialect=dialect),
             "mock_request_id": reply.headers.get("x-mock-request-id", ""),
             "mock_saw_it": seen >= 1, "mock_count_delta": seen, "_snapshot": after}

@@ -33,7 +33,8 @@ REPORT_NAME = "report.html"
 MIB = 1024.0 * 1024.0
 
 # The report, in order. The notebook displays these same sections one by one.
-SECTIONS = ("style", "header", "banner", "headline", "plots", "streaming", "self_overhead",
+SECTIONS = ("style", "header", "banner", "headline", "plots", "streaming", "open_loop", "feature_cost",
+            "self_overhead",
             "verdicts", "stability", "runs", "methodology", "artifacts")
 
 
@@ -729,6 +730,116 @@ and is marked.</p>
 </div>""", rows=table.to_dict("records"), set_latency=A.mock_latency_ms(data.study, data.study.runs[0]),
         chunks=table["set_chunks"].iloc[0], gap=table["set_gap_ms"].iloc[0],
         share=f"{A.BUFFERED_GAP_SHARE:.0%}")
+
+
+def plot_open_loop(data: ReportData, steps: pd.DataFrame) -> str | None:
+    """p99 added latency and achieved/offered rate vs offered rate, each run a line."""
+    if steps.empty:
+        return None
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.2))
+    order = {s: i for i, s in enumerate(data.study.systems)}
+    steps = steps.assign(_o=steps["system"].map(order)).sort_values(["_o", "run_index", "offered_rps"])
+    for (system, run_id), g in steps.groupby(["system", "run_id"], sort=False):
+        st = g["status"].iloc[0]
+        style = dict(color=data.colors.get(system, "k"), label=run_id + ("" if st == "completed" else f" ({st})"),
+                     **_run_style(st, g["run_index"].iloc[0]))
+        axes[0].plot(g["offered_rps"], g["p99_added_ms"], **style)
+        axes[1].plot(g["offered_rps"], g["achieved_rps"] / g["offered_rps"], **style)
+    for b in A.OPEN_LOOP_BOUNDS_MS:
+        axes[0].axhline(b, color="#999", linewidth=0.8, linestyle="--")
+    axes[0].set_yscale("symlog", linthresh=10)
+    axes[0].set_ylabel("p99 added latency vs direct (ms, from the intended start)")
+    axes[1].axhline(A.KEPT_UP_SHARE, color="#999", linewidth=0.8, linestyle="--")
+    axes[1].set_ylabel("achieved / offered")
+    rates = sorted(steps["offered_rps"].unique())
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_xticks(rates, [f"{r:g}" for r in rates])
+        ax.minorticks_off()
+        ax.set_xlabel("offered rate (req/s)")
+    axes[0].set_title("p99 added latency per step (dashed: the declared bounds)")
+    axes[1].set_title(f"achieved / offered rate (dashed: {A.KEPT_UP_SHARE:.0%})")
+    axes[0].legend(ncol=3, fontsize=8, loc="upper left")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def section_open_loop(data: ReportData) -> str:
+    steps = A.open_loop_steps(data.study)
+    if steps.empty:
+        return ""
+    table = A.open_loop_table(data.study, steps=steps)
+    rows = steps.sort_values(["system", "run_index", "offered_rps"]).to_dict("records")
+    return _render("""
+<div class="sluice-report" id="open-loop">
+<h2>Open-loop lane</h2>
+<p>A fixed arrival schedule in steps of {{ step_s }} s at {{ rates }} req/s, whatever the system's
+answers: each request keeps the time it was meant to start, and latency is counted from then, so a
+slow system cannot hide by being sent less (coordinated omission). Per system, mean ± sd over
+completed runs. (The headline table above pools every step of a run into one window; this
+section is the one to read for an open-loop study.)</p>
+<table id="open-loop-table">
+<thead><tr>{% for c in columns %}<th>{{ c }}</th>{% endfor %}</tr></thead>
+<tbody>{% for r in table %}<tr>{% for c in columns %}<td{% if c != "system" %} class="n"{% endif %}>{{ r[c] }}</td>{% endfor %}</tr>{% endfor %}</tbody></table>
+{% if plot %}<figure id="plot-open-loop"><img class="plot" alt="open-loop steps" src="{{ plot }}">
+<figcaption>Each run a line, one point per step. Left: p99 latency from the intended start minus the
+direct baseline's at the same rate; right: the share of the offered rate served.</figcaption></figure>{% endif %}
+<details><summary>Every step of every run</summary>
+<div class="wide"><table id="open-loop-steps-table">
+<thead><tr><th>run</th><th>offered (req/s)</th><th>achieved (req/s)</th><th>slots</th><th>unsent</th>
+<th>failed</th><th>p50 from intended</th><th>p99 from intended</th><th>p50 from start</th>
+<th>p99 from start</th><th>schedule lag p99</th><th>p99 added</th><th>kept up</th><th>why not</th></tr></thead>
+<tbody>{% for r in rows %}<tr class="{{ 'ok' if r.kept_up else 'failed' }}"><td>{{ r.run_id }}{% if r.status != "completed" %} ({{ r.status }}){% endif %}</td>
+<td class="n">{{ r.offered_rps|num(0) }}</td><td class="n">{{ r.achieved_rps|num(1) }}</td>
+<td class="n">{{ r.scheduled }}</td><td class="n">{{ r.unsent }}</td><td class="n">{{ r.failed }}</td>
+<td class="n">{{ r.from_intended_p50_ms|num(2) }}</td><td class="n">{{ r.from_intended_p99_ms|num(2) }}</td>
+<td class="n">{{ r.from_start_p50_ms|num(2) }}</td><td class="n">{{ r.from_start_p99_ms|num(2) }}</td>
+<td class="n">{{ r.schedule_lag_p99_ms|num(2) }}</td><td class="n">{{ r.p99_added_ms|num(2) }}</td>
+<td>{{ "yes" if r.kept_up else "no" }}</td><td>{{ r.reasons }}</td></tr>{% endfor %}</tbody></table></div>
+</details>
+<dl>{% for k, v in definitions %}<dt><strong>{{ k }}</strong></dt><dd>{{ v }}</dd>{% endfor %}</dl>
+</div>""", table=table.to_dict("records"), columns=list(table.columns), rows=rows,
+        plot=plot_open_loop(data, steps), step_s=f"{_step_s(data):g}",
+        rates=", ".join(f"{r:g}" for r in sorted(steps["offered_rps"].unique())),
+        definitions=list(A.OPEN_LOOP_DEFINITIONS.items()))
+
+
+def section_feature_cost(data: ReportData) -> str:
+    cost = A.feature_cost(data.study, data.rs)
+    if cost.empty:
+        return ""
+    table = A.feature_cost_table(data.study, cost)
+    details = cost[cost["verdict"] != "reference"].to_dict("records")
+    return _render("""
+<div class="sluice-report" id="feature-cost">
+<h2>Feature-cost lane</h2>
+<p>Each <code>system@feature</code> is the system called as its <code>[features.NAME]</code> in
+<code>gateway.toml</code> says, so that one feature is on; all of them ran interleaved in the same
+rounds, with request bodies of {{ body }}. Each feature is compared with the same system's
+passthrough: "added" is the difference of the two run sets' means, ± the two sds combined, and
+the verdict is Welch's t-test with the 10% rule, as everywhere in this report. The last latency
+column is against the direct baseline called in the same client dialect.</p>
+<table id="feature-cost-table">
+<thead><tr>{% for c in columns %}<th>{{ c }}</th>{% endfor %}</tr></thead>
+<tbody>{% for r in table %}<tr>{% for c in columns %}<td{% if c != "system" and c != "dialect" %} class="n"{% endif %}>{{ r[c] }}</td>{% endfor %}</tr>{% endfor %}</tbody></table>
+<details><summary>Every comparison, with its reason</summary>
+<table id="feature-cost-details">
+<thead><tr><th>system</th><th>metric</th><th>feature mean</th><th>passthrough mean</th><th>added</th><th>verdict</th><th>why</th></tr></thead>
+<tbody>{% for r in details %}<tr><td>{{ r.system }}</td><td>{{ r.metric }}</td><td class="n">{{ r.mean|num(3) }}</td>
+<td class="n">{{ r.passthrough_mean|num(3) }}</td><td class="n">{{ r.added_mean|num(3) }}</td>
+<td>{{ r.verdict }}</td><td>{{ r.reason }}</td></tr>{% endfor %}</tbody></table>
+</details>
+</div>""", table=table.to_dict("records"), columns=list(table.columns), details=details,
+        body=", ".join(sorted({f"{b / 1024:g} KiB" if b else "the small default chat"
+                                for b in cost["request_bytes"]})))
+
+
+def _step_s(data: ReportData) -> float:
+    for run in data.study.runs:
+        if A.is_open_loop(run):
+            return float(run["spec"]["load"]["open_loop_step_s"])
+    return math.nan
 
 
 def section_self_overhead(data: ReportData) -> str:

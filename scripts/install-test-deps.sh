@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Debian packages the test suite needs: nginx (a baseline system) and chromium (the report
-# screenshot test). Idempotent: installs only what is missing.
+# Debian packages the test suite needs: nginx (a baseline system), chromium (the report
+# screenshot test) and iproute2 (`ip netns`: the multi-host test's hosts). Idempotent: installs
+# only what is missing.
 set -euo pipefail
 missing=()
 command -v nginx >/dev/null 2>&1 || missing+=(nginx-light)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
     echo "missing Debian packages: ${missing[*]}; run: sudo apt-get install -y ${missing[*]}" >&2

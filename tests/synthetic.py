@@ -36,8 +36,10 @@ import pyarrow.parquet as pq
 from harness.store import REQUEST_SCHEMA, SAMPLE_SCHEMA, SCHEMA_VERSION
 
 BASE_T = 1_760_000_000.0
-# Columns of the real schema that the synthetic unary runs leave at their unary values.
-UNARY_DEFAULTS = {"ttfb_ms": math.nan, "ttft_ms": math.nan, "chunks": 0, "stream_done": False}
+# Columns of the real schema that the synthetic unary, closed-loop runs leave at their defaults.
+UNARY_DEFAULTS = {"ttfb_ms": math.nan, "ttft_ms": math.nan, "chunks": 0, "stream_done": False,
+                  "intended_start_t_unix_s": math.nan, "offered_rate_per_s": math.nan,
+                  "step_index": 0, "waited_for_user": False}
 
 
 @dataclass(frozen=True)
@@ -359,7 +361,7 @@ def make_study(root: str | Path, study_id: str = "synthetic-study",
         run_dir = path / "runs" / s / str(n)        # as harness/runner.py names it
         (run_dir / "raw").mkdir(parents=True, exist_ok=True)
         rdf = rdf.assign(**UNARY_DEFAULTS, chunk_gaps_ms=[[] for _ in range(len(rdf))])
-        sdf = sdf.assign(inflight_requests=math.nan)
+        sdf = sdf.assign(inflight_requests=math.nan, host="synthetic-host")
         _write_parquet(rdf, REQUEST_SCHEMA, run_dir / "requests.parquet")
         _write_parquet(sdf, SAMPLE_SCHEMA, run_dir / "samples.parquet")
         _write_json(mock, run_dir / "mock_stats.json")

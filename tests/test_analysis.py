@@ -423,3 +423,20 @@ def test_fmt_mean_sd():
     assert A.fmt_mean_sd({"n": 3, "mean": 1.23456, "sd": 0.1}, 2) == "1.23 ± 0.10 (n=3)"
     assert A.fmt_mean_sd({"n": 1, "mean": 5.0, "sd": math.nan}, 1) == "5.0 (n=1)"
     assert A.fmt_mean_sd({"n": 0, "mean": math.nan, "sd": math.nan}) == "—"
+
+
+def test_other_cpu_counts_hosts_of_one_machine_once():
+    """Network-namespace hosts share one machine: its CPU is read once, ours summed over them;
+    separate machines are judged apart and the busiest is reported."""
+    def rows(host, role, pct):
+        return [{"t_unix_s": t, "host": host, "role": role, "cpu_percent": pct} for t in (1.0, 2.0)]
+    samples = pd.DataFrame(rows("a", "machine", 100.0) + rows("b", "machine", 100.0)
+                           + rows("a", "locust", 30.0) + rows("b", "system", 50.0)
+                           + rows("c", "machine", 40.0) + rows("c", "mock", 10.0))
+    run = {"hosts": {"a": {"before": {"hostname": "vm"}}, "b": {"before": {"hostname": "vm"}},
+                     "c": {"before": {"hostname": "other"}}}}
+    machine, other = A._other_cpu(run, samples, 0.0, 3.0)
+    assert (machine, other) == (40.0, 30.0)  # 'other': 40 − 10 = 30 beats vm: 100 − (30 + 50)
+    run["hosts"]["c"]["before"]["hostname"] = "vm"  # all three one machine: read once, ours summed
+    samples.loc[samples["host"] == "c", "cpu_percent"] = samples["role"].map({"machine": 100.0, "mock": 10.0})
+    assert A._other_cpu(run, samples, 0.0, 3.0) == (100.0, 10.0)

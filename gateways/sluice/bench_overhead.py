@@ -5,6 +5,7 @@ harness compares against nginx with Locust); this is for quick before/after chec
     .venv/bin/python gateways/sluice/bench_overhead.py --users 300 --seconds 15 --latency-ms 60
     .venv/bin/python gateways/sluice/bench_overhead.py --upstream mock      # use mocks.server
     .venv/bin/python gateways/sluice/bench_overhead.py --stream --users 100  # SSE responses
+    .venv/bin/python gateways/sluice/bench_overhead.py --users 1000 --think-ms 1000 --workers 2 --nginx
 
 It prints, per system: requests/s, latency p50/p99, p50 minus direct p50, Sluice's
 self-reported overhead (median), CPU-ms per request of the system's processes, and
@@ -102,7 +103,7 @@ def serve_upstream(port, latency_ms, chunks):
 
 
 # ------------------------------------------------------------------ load generator
-def run_load(port, path, users, seconds, body, headers, overhead_header):
+def run_load(port, path, users, seconds, body, headers, overhead_header, think_s=0.0):
     import uvloop
     from httptools import HttpResponseParser
 
@@ -149,7 +150,10 @@ def run_load(port, path, users, seconds, body, headers, overhead_header):
                     ovs.append(self.ov)
                 if self.p.get_status_code() != 200:
                     errors[0] += 1
-            self.send()
+            if think_s:
+                asyncio.get_running_loop().call_later(think_s, self.send)
+            else:
+                self.send()
 
         def connection_lost(self, exc):
             if not self.done.done():
@@ -226,7 +230,7 @@ def measure(name, target_pid, port, path, args, headers, model, overhead_header=
     if args.stream:
         body = body[:-1] + ', "stream": true}'
     cmd = [PY, __file__, "--_load", str(port), path, str(args.users), str(args.seconds), body,
-           json.dumps(headers), overhead_header]
+           json.dumps(headers), overhead_header, str(args.think_ms / 1000.0)]
     lg = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     procs = _tree(target_pid) if target_pid else []
     cpu0 = None
@@ -276,6 +280,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=15)
     ap.add_argument("--latency-ms", type=float, default=60)
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--think-ms", type=float, default=0.0,
+                    help="each user waits this long between calls (the study's paced regime)")
     ap.add_argument("--stream", action="store_true", help="SSE responses (10 frames)")
     ap.add_argument("--upstream", choices=("fast", "mock"), default="fast")
     ap.add_argument("--plain", action="store_true", help="Sluice without key/alias (pure relay)")
@@ -309,7 +315,8 @@ def main():
             with open(os.path.join(REPO, "gateways", "nginx", "nginx.conf.tmpl")) as f:
                 text = f.read()
             for k, v in {"port": port, "workers": args.workers, "run_dir": run_dir,
-                         "upstream_host": "127.0.0.1", "upstream_port": up_port}.items():
+                         "upstream_host": "127.0.0.1", "upstream_port": up_port,
+                         "listen_host": "127.0.0.1"}.items():
                 text = text.replace("{{" + k + "}}", str(v))
             with open(os.path.join(run_dir, "nginx.conf"), "w") as f:
                 f.write(text)
@@ -382,6 +389,6 @@ if __name__ == "__main__":
         serve_upstream(int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]))
     elif len(sys.argv) > 1 and sys.argv[1] == "--_load":
         run_load(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), float(sys.argv[5]), sys.argv[6],
-                 json.loads(sys.argv[7]), sys.argv[8])
+                 json.loads(sys.argv[7]), sys.argv[8], float(sys.argv[9]))
     else:
         main()

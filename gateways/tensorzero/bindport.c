@@ -4,12 +4,15 @@
  * tensorzero's Python wheel serves its Rust gateway over HTTP only through
  * `_start_http_gateway`, which always binds 127.0.0.1:0 (a port the kernel picks).
  * The study must tell every system which port to listen on, so this shim rewrites
- * the FIRST bind() of a TCP socket to 127.0.0.1:0 into 127.0.0.1:$SLUICE_BIND_PORT.
+ * the FIRST bind() of a TCP socket to 127.0.0.1:0 into $SLUICE_BIND_HOST:$SLUICE_BIND_PORT
+ * (the host defaults to 127.0.0.1; a study topology may place the gateway on another address).
  * It touches nothing else: every later bind() and every socket call on the request
  * path go straight to libc, so it costs nothing per request.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +39,11 @@ int bind(int fd, const struct sockaddr *addr, socklen_t len)
             struct sockaddr_in fixed;
             memcpy(&fixed, in, sizeof(fixed));
             fixed.sin_port = htons((unsigned short)atoi(want));
+            const char *host = getenv("SLUICE_BIND_HOST");
+            if (host && *host && inet_pton(AF_INET, host, &fixed.sin_addr) != 1) {
+                errno = EINVAL;
+                return -1;
+            }
             rewritten = 1;
             return real_bind(fd, (const struct sockaddr *)&fixed, sizeof(fixed));
         }

@@ -1,0 +1,54 @@
+"""The 1-second sampler, run on another host beside the processes placed there.
+
+    python -m harness.host_sampler SPEC.json
+
+SPEC names the host, the CSV to write (in the shared run directory) and, per role, the pid
+files of its processes (written by harness.launch; read each second, so a process started
+later is picked up). Runs until SIGTERM, or max_s at most should the harness be gone; the
+harness consolidates the CSV into samples.parquet.
+"""
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from harness.sampling import Sampler, scrape_gauge
+
+
+def read_pids(paths: list[str]) -> list[int]:
+    pids = []
+    for path in paths:
+        try:
+            pids.append(int(Path(path).read_text().split()[0]))
+        except (OSError, ValueError, IndexError):
+            continue  # not started yet (or never): nothing to sample for it
+    return pids
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m harness.host_sampler SPEC.json", file=sys.stderr)
+        return 2
+    spec = json.loads(Path(argv[0]).read_text())
+    sampler = Sampler(Path(spec["csv"]), host=spec["host"])
+    for role, entry in spec["roles"].items():
+        inflight = None
+        if entry.get("metrics_url") and entry.get("gauge"):
+            inflight = (lambda url=entry["metrics_url"], gauge=entry["gauge"]:  # noqa: E731
+                        scrape_gauge(url, gauge))
+        sampler.watch(role, lambda files=entry["pid_files"]: read_pids(files), inflight)
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    sampler.start()
+    done.wait(timeout=float(spec["max_s"]))
+    sampler.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

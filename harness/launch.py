@@ -1,0 +1,112 @@
+"""Start and stop one process on a host, run there through the host's command prefix.
+
+    python -m harness.launch --pid-file F [--cwd D] -- COMMAND...
+        records its pid in F, then becomes COMMAND (exec): the pid in F is the real process,
+        the leader of its own process group.
+    python -m harness.launch --stop F [--signal SIGTERM] [--timeout-s 10]
+        signals that group, waits, then SIGKILLs the group and every descendant seen.
+
+Through `ip netns exec` the harness's local pid is already the real one; through ssh it is only
+the client, so stopping must happen on the host itself, by this module.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+POLL_S = 0.05
+
+
+def launch(pid_file: Path, cwd: str, command: list[str]) -> None:
+    try:
+        os.setsid()
+    except OSError:
+        pass  # already a group leader (started in a new session): the group is ours already
+    if cwd:
+        os.chdir(cwd)
+    pid_file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = pid_file.with_name(pid_file.name + ".tmp")
+    tmp.write_text(f"{os.getpid()}\n")
+    os.replace(tmp, pid_file)
+    os.execvp(command[0], command)
+
+
+def _gone(p: psutil.Process) -> bool:
+    try:
+        return not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
+def stop(pid_file: Path, sig: signal.Signals, timeout_s: float) -> int:
+    """0 when nothing of the process is left (or it never started), 1 otherwise."""
+    try:
+        pid = int(pid_file.read_text().split()[0])
+        written = pid_file.stat().st_mtime
+        root = psutil.Process(pid)
+        # A pid reused by an unrelated process after ours exited is not ours to stop.
+        if root.create_time() > written + 1.0:
+            return 0
+        tree = [root, *root.children(recursive=True)]
+    except (OSError, ValueError, IndexError, psutil.Error):
+        return 0
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not all(_gone(p) for p in tree):
+        tree += [c for p in tree if not _gone(p) for c in _children(p) if c not in tree]
+        time.sleep(POLL_S)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for p in tree:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline and not all(_gone(p) for p in tree):
+        time.sleep(POLL_S)
+    return 0 if all(_gone(p) for p in tree) else 1
+
+
+def _children(p: psutil.Process) -> list[psutil.Process]:
+    try:
+        return p.children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    command: list[str] = []
+    if "--" in argv:
+        at = argv.index("--")
+        argv, command = argv[:at], argv[at + 1:]
+    parser = argparse.ArgumentParser(prog="python -m harness.launch", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pid-file", type=Path)
+    parser.add_argument("--cwd", default="")
+    parser.add_argument("--stop", type=Path, metavar="PID_FILE")
+    parser.add_argument("--signal", default="SIGTERM")
+    parser.add_argument("--timeout-s", type=float, default=10.0)
+    args = parser.parse_args(argv)
+    if args.stop:
+        return stop(args.stop, getattr(signal, args.signal), args.timeout_s)
+    if not args.pid_file or not command:
+        parser.error("either --stop PID_FILE, or --pid-file F -- COMMAND...")
+    launch(args.pid_file, args.cwd, command)
+    return 127  # not reached: exec replaced this process or raised
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,413 @@
+"""Suites of cells: a base configuration plus axes, expanded into studies that can be compared.
+
+    python -m harness.suite notebooks/suites/streaming.toml --dry-run     # cells, exclusions, keys
+    python -m harness.suite notebooks/suites/streaming.toml [--out-dir artifacts/suites] [--suite-id ID]
+    python -m harness.suite --compare artifacts/suites/A artifacts/suites/B
+
+A suite file is TOML::
+
+    name = "streaming"                 # names the suite's directory
+    profile = "streaming"              # the preset the base starts from (default: standard)
+    [base]                             # settings every cell shares, by path (see below)
+    gateways = ["nginx", "sluice"]     # the direct baseline is added to every cell
+    load.users = 200
+    [axes]                             # path = [values]; the cells are every combination
+    request.stream = [false, true]
+    mock.latency_ms = [60, 500]
+    [[exclude]]                        # optional: combinations left out on purpose, and why
+    where = { request.stream = false, mock.latency_ms = 500 }
+    reason = "..."
+
+A path is a StudyConfig field by its own name (``users``) or a dotted path ``section.name``
+that means the field ``name`` or ``section_name`` of that section (``mock.latency_ms`` is
+``mock_latency_ms``); the sections and their fields are ``NAMESPACE``. Each runnable cell is a
+whole study in ``<out-dir>/<suite-id>/<cell-id>/``; the suite's ``manifest.json`` lists every
+cell with its axis values, its comparison key and, for a cell left out, the reason (a declared
+exclusion or the configuration's validation error). Two suites are compared cell by cell only
+where the comparison keys are equal.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import itertools
+import json
+import sys
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+
+from harness import analysis as A
+from harness import config as config_mod
+from harness.config import ConfigError, StudyConfig
+from harness.gateway_spec import GatewaySpecError, load_gateway_spec
+from harness.store import read_json, sha256_file, write_json
+
+BASELINE = "direct"
+DEFAULT_OUT_DIR = "artifacts/suites"
+NAMESPACE: dict[str, tuple[str, ...]] = {
+    "load": ("users", "ramp_s", "hold_s", "min_hold_requests", "max_hold_s", "warmup_s",
+             "warmup_users", "think_time_s", "locust_processes", "request_timeout_s",
+             "open_loop_rates_per_s", "open_loop_step_s"),
+    "mock": ("mock_latency_ms", "mock_workers", "mock_response_tokens", "stream_chunks",
+             "chunk_delay_ms"),
+    "request": ("stream", "feature", "request_bytes"),
+    "gateway": ("gateways", "gateway_workers", "ready_timeout_s"),
+    "study": ("runs_per_gateway", "seed", "idle_s", "cooldown_s"),
+}
+# Set by the suite itself, never by a cell; and left out of the comparison key because they
+# do not change what runs (where it is written, what it is called, which preset it came from).
+SUITE_OWNED = ("out_dir", "study_id", "profile")
+NOT_IN_KEY = SUITE_OWNED + ("base_port", "gateways_dir")
+# The per-cell table: (run_summary metric, column label, digits).
+CELL_METRICS = (("throughput_rps", "throughput (req/s)", 1),
+                ("overhead_vs_direct_p50_ms", "p50 added vs direct (ms)", 2),
+                ("overhead_vs_direct_p99_ms", "p99 added vs direct (ms)", 2),
+                ("cpu_ms_per_request", "CPU-ms / request", 3),
+                ("errors_total", "errors", 0))
+
+
+class SuiteError(ValueError):
+    """A suite file that cannot be expanded; raised before any process starts."""
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    description: str
+    profile: str
+    base: dict            # field -> value
+    axes: dict            # dotted path -> list of values, in file order
+    exclude: tuple        # ({path: value}, reason) pairs
+    path: Path
+    text: str
+
+
+@dataclass(frozen=True)
+class Cell:
+    cell_id: str
+    values: dict                  # axis path -> this cell's value
+    config: StudyConfig | None    # None when the combination cannot even be built
+    comparison_key: str           # "" for a cell left out
+    excluded: str                 # "" = runnable; otherwise why it was left out
+
+
+def field_of(path: str) -> str:
+    """The StudyConfig field a path names; SuiteError when it names none."""
+    fields = {f.name for f in dataclasses.fields(StudyConfig)} - set(SUITE_OWNED)
+    section, dot, name = path.partition(".")
+    if not dot:
+        if path in fields:
+            return path
+        raise SuiteError(f"{path}: not a setting; use a StudyConfig field or one of "
+                         f"{sorted(NAMESPACE)}.<name>")
+    if section not in NAMESPACE:
+        raise SuiteError(f"{path}: unknown section {section!r}; sections: {sorted(NAMESPACE)}")
+    for candidate in (name, f"{section}_{name}"):
+        if candidate in NAMESPACE[section]:
+            return candidate
+    raise SuiteError(f"{path}: {section} has no {name!r}; it has "
+                     f"{[f.removeprefix(section + '_') for f in NAMESPACE[section]]}")
+
+
+def _flatten(table: dict, prefix: str = "") -> dict:
+    """TOML's dotted keys arrive nested ({load: {users: 1}}); paths are flat ('load.users')."""
+    flat = {}
+    for key, value in table.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flatten(value, path + "."))
+        else:
+            flat[path] = value
+    return flat
+
+
+def load_suite(path: str | Path) -> Suite:
+    path = resolve_path(path)
+    try:
+        text = path.read_text()
+        data = tomllib.loads(text)
+    except OSError as exc:
+        raise SuiteError(f"{path}: cannot read the suite file ({exc.strerror or exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SuiteError(f"{path}: not valid TOML: {exc}") from None
+    unknown = sorted(set(data) - {"name", "description", "profile", "base", "axes", "exclude"})
+    if unknown:
+        raise SuiteError(f"{path}: unknown keys {unknown}")
+    name = str(data.get("name") or path.stem)
+    if not name.replace("-", "").replace("_", "").isalnum():
+        raise SuiteError(f"{path}: name {name!r} must be letters, digits, '-' or '_'")
+    profile = str(data.get("profile", "standard"))
+    if profile not in config_mod.PROFILES:
+        raise SuiteError(f"{path}: unknown profile {profile!r}; choose one of {sorted(config_mod.PROFILES)}")
+    base = {field_of(p): v for p, v in _flatten(data.get("base", {})).items()}
+    axes = _flatten(data.get("axes", {}))
+    if not axes:
+        raise SuiteError(f"{path}: [axes] is empty; a suite needs at least one axis")
+    seen: dict[str, str] = {}
+    for axis, values in axes.items():
+        target = field_of(axis)
+        if target in seen:
+            raise SuiteError(f"{path}: axes {seen[target]!r} and {axis!r} both set {target}")
+        seen[target] = axis
+        if not isinstance(values, list) or not values:
+            raise SuiteError(f"{path}: axis {axis!r} must be a non-empty list of values")
+    exclude = []
+    for i, rule in enumerate(data.get("exclude", [])):
+        where = _flatten(rule.get("where", {})) if isinstance(rule, dict) else {}
+        if not where or not rule.get("reason"):
+            raise SuiteError(f"{path}: exclude[{i}] needs a 'where' table and a 'reason'")
+        stray = sorted(set(where) - set(axes))
+        if stray:
+            raise SuiteError(f"{path}: exclude[{i}] names {stray}, which are not axes")
+        exclude.append((where, str(rule["reason"])))
+    return Suite(name=name, description=str(data.get("description", "")), profile=profile,
+                 base=base, axes=axes, exclude=tuple(exclude), path=path, text=text)
+
+
+def resolve_path(path: str | Path) -> Path:
+    """As given when it exists (relative to here), else relative to the repository."""
+    p = Path(path)
+    return p if p.is_absolute() or p.exists() else config_mod.REPO_DIR / p
+
+
+def comparison_key(config: StudyConfig) -> str:
+    """SHA-256 of everything that decides what a cell runs: every setting (where it is written
+    and under which name aside) and the gateway.toml of every system in it."""
+    settings = {k: v for k, v in config.to_dict().items() if k not in NOT_IN_KEY}
+    tomls = {name: load_gateway_spec(name, config.systems_dir).toml_sha256 for name in config.gateways}
+    canonical = json.dumps({"config": settings, "gateway_toml_sha256": tomls}, sort_keys=True,
+                           separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def expand(suite: Suite, out_dir: str = DEFAULT_OUT_DIR) -> list[Cell]:
+    """Every combination of the axes, in file order; each runnable one a validated StudyConfig
+    with the direct baseline among its systems. Nothing is started."""
+    cells = []
+    combos = itertools.product(*suite.axes.values())
+    for index, combo in enumerate(combos, 1):
+        values = dict(zip(suite.axes, combo))
+        cell_id = f"cell-{index:02d}"
+        declared = [reason for where, reason in suite.exclude
+                    if all(values[p] == v for p, v in where.items())]
+        if declared:
+            cells.append(Cell(cell_id, values, None, "", f"excluded by the suite: {declared[0]}"))
+            continue
+        settings = {**suite.base, **{field_of(p): v for p, v in values.items()}}
+        try:
+            config = config_mod.from_profile(suite.profile, **settings, out_dir=out_dir,
+                                             study_id=cell_id)
+            if BASELINE not in config.gateways:
+                config = dataclasses.replace(config, gateways=(BASELINE, *config.gateways))
+            config_mod.validate(config)
+            key = comparison_key(config)
+        except ConfigError as exc:
+            cells.append(Cell(cell_id, values, None, "", "cannot run: " + "; ".join(exc.problems)))
+            continue
+        except (GatewaySpecError, TypeError) as exc:
+            cells.append(Cell(cell_id, values, None, "", f"cannot run: {exc}"))
+            continue
+        cells.append(Cell(cell_id, values, config, key, ""))
+    return cells
+
+
+def cells_table(cells: list[Cell]) -> pd.DataFrame:
+    """One row per cell: its axis values, comparison key (first 12 hex digits), and why it was
+    left out ('' when it runs)."""
+    return pd.DataFrame([{"cell": c.cell_id, **{k: _show(v) for k, v in c.values.items()},
+                          "systems": ", ".join(c.config.gateways) if c.config else "",
+                          "comparison_key": c.comparison_key[:12], "left out": c.excluded}
+                         for c in cells])
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, (list, tuple, bool)) else str(value)
+
+
+@dataclass(frozen=True)
+class SuiteResult:
+    suite_dir: Path
+    status: str
+    cells: tuple
+
+
+def run_suite(suite: Suite, cells: list[Cell], out_dir: str = DEFAULT_OUT_DIR, suite_id: str = "",
+              progress: Callable[[str], None] = print) -> SuiteResult:
+    """Run every runnable cell as a study (with its baseline) in its own directory, one after
+    the other; the suite manifest is rewritten after each. A suite run again with the same
+    suite_id keeps every run that completed with the same comparison key."""
+    from harness.study import run_study  # here: expanding a suite must not need the runner
+
+    suite_id = suite_id or f"{suite.name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    suite_dir = config_mod._repo_path(out_dir) / suite_id
+    suite_dir.mkdir(parents=True, exist_ok=True)
+    manifest = {"suite_id": suite_id, "name": suite.name, "description": suite.description,
+                "suite_file": str(suite.path), "suite_file_sha256": sha256_file(suite.path),
+                "suite_text": suite.text, "profile": suite.profile, "axes": suite.axes,
+                "status": "running", "started_t_unix_s": time.time(),
+                "cells": [_cell_entry(c) for c in cells]}
+    write_json(suite_dir / "manifest.json", manifest)
+    runnable = [(i, c) for i, c in enumerate(cells) if c.config is not None]
+    status = "completed"
+    try:
+        for n, (i, cell) in enumerate(runnable, 1):
+            label = f"[cell {n}/{len(runnable)} {cell.cell_id} " + \
+                    ", ".join(f"{k}={_show(v)}" for k, v in cell.values.items()) + "]"
+            progress(f"{label} starting")
+            config = dataclasses.replace(cell.config, out_dir=str(suite_dir), study_id=cell.cell_id)
+            result = run_study(config, progress=lambda m, label=label: progress(f"{label} {m}"))
+            manifest["cells"][i].update(status=result.status, dir=cell.cell_id,
+                                        skipped=result.skipped)
+            write_json(suite_dir / "manifest.json", manifest)
+            if result.status != "completed":
+                status = "interrupted" if result.status == "interrupted" else "failed"
+            if result.status == "interrupted":
+                break
+    except BaseException as exc:
+        status = "failed"
+        manifest["reason"] = f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        manifest["status"], manifest["ended_t_unix_s"] = status, time.time()
+        write_json(suite_dir / "manifest.json", manifest)
+    progress(f"suite {status}: {suite_dir}")
+    return SuiteResult(suite_dir, status, tuple(cells))
+
+
+def _cell_entry(cell: Cell) -> dict:
+    return {"cell_id": cell.cell_id, "values": cell.values, "comparison_key": cell.comparison_key,
+            "excluded": cell.excluded, "status": "excluded" if cell.excluded else "pending",
+            "dir": "", "config": cell.config.to_dict() if cell.config else None}
+
+
+# --- results -------------------------------------------------------------------------------------
+
+def _cell_summaries(suite_dir: Path) -> tuple[dict, list[tuple[dict, pd.DataFrame, A.Study]]]:
+    """The suite manifest, and per cell that has a study: (entry, run_summary, study)."""
+    suite_dir = Path(suite_dir)
+    manifest = read_json(suite_dir / "manifest.json")
+    out = []
+    for entry in manifest["cells"]:
+        study_dir = suite_dir / entry["dir"] if entry.get("dir") else None
+        if study_dir is None or not (study_dir / "manifest.json").is_file():
+            continue
+        study = A.load_study(study_dir)
+        out.append((entry, A.run_summary(study), study))
+    return manifest, out
+
+
+def suite_table(suite_dir: str | Path) -> pd.DataFrame:
+    """One row per cell and system: axis values, completed runs, and mean ± sd (n) over them of
+    throughput, added latency vs the cell's direct baseline, CPU-ms per request and errors; plus
+    the lane's own headline when the cell streamed (TTFT added) or ran open loop (where it
+    stopped keeping up)."""
+    manifest, cells = _cell_summaries(Path(suite_dir))
+    rows = []
+    for entry, rs, study in cells:
+        summary = A.system_summary(rs, [m for m, _, _ in CELL_METRICS]) if len(rs) else None
+        stream = A.stream_summary(study)
+        steps = A.open_loop_steps(study)
+        capacity = A.open_loop_capacity(steps) if not steps.empty else None
+        for system in study.systems:
+            sub = rs[rs["system"] == system] if len(rs) else rs
+            row = {"cell": entry["cell_id"], **{k: _show(v) for k, v in entry["values"].items()},
+                   "system": system, "key": entry["comparison_key"][:12],
+                   "runs": f"{int((sub['status'] == 'completed').sum())} of {len(sub)}"}
+            for metric, label, digits in CELL_METRICS:
+                d = summary[(summary["system"] == system) & (summary["metric"] == metric)] \
+                    if summary is not None else pd.DataFrame()
+                row[label] = A.fmt_mean_sd(d.iloc[0].to_dict(), digits) if len(d) else "—"
+            if not stream.empty:
+                s = stream[(stream["system"] == system) & (stream["status"] == "completed")]
+                row["TTFT p50 added (ms)"] = A.fmt_mean_sd(A.describe(s["ttft_overhead_p50_ms"]), 2)
+            if capacity is not None:
+                c = capacity[capacity["system"] == system]
+                row["stopped keeping up at (req/s)"] = A.fmt_mean_sd(
+                    {k: c[f"stopped_at_rps_{k}"].iloc[0] for k in ("n", "mean", "sd")}, 0) \
+                    if len(c) else "—"
+            rows.append(row)
+    return pd.DataFrame(rows).fillna("—")   # a lane's column is empty in the other lane's cells
+
+
+def compare_suites(a_dir: str | Path, b_dir: str | Path,
+                   metrics: tuple[str, ...] = tuple(m for m, _, _ in CELL_METRICS if m != "errors_total"),
+                   ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Suite B against suite A, cell by cell where the comparison keys are equal: per system and
+    metric, the means, B/A and the verdict (analysis.verdict). The second table lists the cells
+    of either suite that have no equal key in the other, which are not compared."""
+    ma, ca = _cell_summaries(Path(a_dir))
+    mb, cb = _cell_summaries(Path(b_dir))
+    by_key_a = {e["comparison_key"]: (e, rs) for e, rs, _ in ca}
+    by_key_b = {e["comparison_key"]: (e, rs) for e, rs, _ in cb}
+    rows = []
+    for key in [k for k in by_key_b if k in by_key_a]:
+        (ea, ra), (eb, rb) = by_key_a[key], by_key_b[key]
+        for system in [s for s in pd.unique(rb["system"]) if s in set(ra["system"])]:
+            da = ra[(ra["system"] == system) & (ra["status"] == "completed")]
+            db = rb[(rb["system"] == system) & (rb["status"] == "completed")]
+            for m in metrics:
+                v = A.verdict(db[m].astype("float64").tolist(), da[m].astype("float64").tolist(), m)
+                rows.append({"cell_a": ea["cell_id"], "cell_b": eb["cell_id"],
+                             **{k: _show(x) for k, x in eb["values"].items()}, "system": system,
+                             "metric": m, "mean_a": v["mean_ref"], "mean_b": v["mean"],
+                             "ratio_b_over_a": v["ratio"], "p_value": v["p_value"],
+                             "verdict": v["verdict"], "reason": v["reason"]})
+    apart = []
+    for suite_id, own, other in ((ma["suite_id"], by_key_a, by_key_b), (mb["suite_id"], by_key_b, by_key_a)):
+        for key, (entry, _) in own.items():
+            if key not in other:
+                apart.append({"suite": suite_id, "cell": entry["cell_id"],
+                              **{k: _show(x) for k, x in entry["values"].items()},
+                              "comparison_key": key[:12],
+                              "why": "no cell with this comparison key in the other suite"})
+    return pd.DataFrame(rows), pd.DataFrame(apart)
+
+
+# --- command line --------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.suite", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("suite", nargs="?", help="a suite file, e.g. notebooks/suites/streaming.toml")
+    parser.add_argument("--out-dir", default=DEFAULT_OUT_DIR)
+    parser.add_argument("--suite-id", default="", help="default: <name>-<UTC timestamp>; an "
+                        "existing one resumes it")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="list the cells, the combinations left out and why, and the keys")
+    parser.add_argument("--compare", nargs=2, metavar=("SUITE_DIR_A", "SUITE_DIR_B"))
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    with pd.option_context("display.width", 200, "display.max_columns", 50,
+                           "display.max_colwidth", 120):
+        if args.compare:
+            compared, apart = compare_suites(*args.compare)
+            print(compared.to_string(index=False) if len(compared) else "no cell has a key in both")
+            if len(apart):
+                print("\nnot comparable:\n" + apart.to_string(index=False))
+            return 0
+        if not args.suite:
+            parser.error("a suite file (or --compare A B) is needed")
+        try:
+            suite = load_suite(args.suite)
+            cells = expand(suite, args.out_dir)
+        except SuiteError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(cells_table(cells).to_string(index=False))
+        if args.dry_run:
+            return 0
+        if not any(c.config for c in cells):
+            print("error: no cell of this suite can run", file=sys.stderr)
+            return 2
+        result = run_suite(suite, cells, args.out_dir, args.suite_id)
+        print(suite_table(result.suite_dir).to_string(index=False))
+    return 0 if result.status == "completed" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

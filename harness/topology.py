@@ -1,0 +1,198 @@
+"""Where each role of a run executes: the study's hosts and their command prefixes.
+
+A topology file (TOML, named by the study's `topology` setting) lists hosts and places the
+mock, the system under test, the Locust master and Locust's workers on them. A host with an
+empty prefix is this machine; any other host runs its processes as `prefix + command`
+(`ssh HOST`, `ip netns exec NAME`, ...). No file means everything on this machine, as before.
+Every host must see the repository, its venv and the study's out_dir at the same paths.
+"""
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import shutil
+import socket
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+_HOST_KEYS = {"address", "prefix", "quote"}
+_ROLE_KEYS = {"mock", "system", "locust_master", "locust_workers"}
+
+
+class TopologyError(ValueError):
+    """A topology file that cannot be used; one line per problem."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("; ".join(problems))
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    address: str                 # the IPv4 address the other hosts (and this machine) reach it at
+    prefix: tuple[str, ...] = ()  # () = this machine
+    quote: bool = False          # the prefix hands one command line to a shell (ssh does)
+
+    @property
+    def local(self) -> bool:
+        return not self.prefix
+
+
+@dataclass(frozen=True)
+class Workers:
+    host: str
+    count: int
+
+
+@dataclass(frozen=True)
+class Topology:
+    hosts: tuple[Host, ...]
+    mock: str
+    system: str
+    locust_master: str
+    locust_workers: tuple[Workers, ...] = ()   # () = no master/worker split
+    source: str = ""                           # the file it came from ("" = the default)
+
+    def host(self, name: str) -> Host:
+        return next(h for h in self.hosts if h.name == name)
+
+    @property
+    def worker_count(self) -> int:
+        return sum(w.count for w in self.locust_workers)
+
+    def roles(self) -> dict[str, list[str]]:
+        """host name -> the roles it runs ('locust-worker' once per worker process)."""
+        placed = {h.name: [] for h in self.hosts}
+        placed[self.mock].append("mock")
+        placed[self.system].append("system")
+        placed[self.locust_master].append("locust-master")
+        for w in self.locust_workers:
+            placed[w.host] += ["locust-worker"] * w.count
+        return {name: roles for name, roles in placed.items() if roles}
+
+    def key(self) -> dict:
+        """What changes a run's meaning (part of its comparison key): placement, not prefixes."""
+        return {"hosts": {h.name: h.address for h in self.hosts}, "mock": self.mock,
+                "system": self.system, "locust_master": self.locust_master,
+                "locust_workers": [dataclasses.asdict(w) for w in self.locust_workers]}
+
+
+def local_topology() -> Topology:
+    """Everything on this machine at 127.0.0.1: the study as it ran before topologies."""
+    name = socket.gethostname()
+    return Topology(hosts=(Host(name, "127.0.0.1"),), mock=name, system=name, locust_master=name)
+
+
+def load_topology(path: str | Path) -> Topology:
+    """Parse and check a topology file; TopologyError lists every problem."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise TopologyError([f"{path}: cannot read it ({exc.strerror or exc})"]) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise TopologyError([f"{path}: not valid TOML: {exc}"]) from None
+    problems: list[str] = []
+    if data.get("schema_version") != SCHEMA_VERSION:
+        problems.append(f"{path}: schema_version must be {SCHEMA_VERSION}")
+    for key in sorted(set(data) - {"schema_version", "hosts", "roles"}):
+        problems.append(f"{path}: unknown key {key!r}")
+    hosts = _hosts(data.get("hosts"), path, problems)
+    roles = data.get("roles")
+    if not isinstance(roles, dict):
+        problems.append(f"{path}: [roles] is missing")
+        raise TopologyError(problems)
+    for key in sorted(set(roles) - _ROLE_KEYS):
+        problems.append(f"{path}: roles: unknown key {key!r}")
+    names = {h.name for h in hosts}
+
+    def placed(role: str) -> str:
+        name = roles.get(role)
+        if not isinstance(name, str):
+            problems.append(f"{path}: roles.{role} must name a host")
+        elif name not in names:
+            problems.append(f"{path}: roles.{role}: unknown host {name!r}; hosts: {sorted(names)}")
+        return name if isinstance(name, str) else ""
+
+    mock, system, master = placed("mock"), placed("system"), placed("locust_master")
+    workers = []
+    entries = roles.get("locust_workers", [])
+    if not isinstance(entries, list):
+        problems.append(f"{path}: roles.locust_workers must be a list of {{host, count}}")
+        entries = []
+    for i, entry in enumerate(entries):
+        where = f"{path}: roles.locust_workers[{i}]"
+        if not isinstance(entry, dict) or set(entry) - {"host", "count"}:
+            problems.append(f"{where}: must be {{host = NAME, count = N}}")
+            continue
+        if entry.get("host") not in names:
+            problems.append(f"{where}: unknown host {entry.get('host')!r}; hosts: {sorted(names)}")
+        count = entry.get("count", 1)
+        if not isinstance(count, int) or count < 1:
+            problems.append(f"{where}: count must be a whole number >= 1, got {count!r}")
+        workers.append(Workers(str(entry.get("host")), count if isinstance(count, int) else 0))
+    if problems:
+        raise TopologyError(problems)
+    return Topology(hosts=tuple(hosts), mock=mock, system=system, locust_master=master,
+                    locust_workers=tuple(workers), source=str(path.resolve()))
+
+
+def _hosts(table, path: Path, problems: list[str]) -> list[Host]:
+    if not isinstance(table, dict) or not table:
+        problems.append(f"{path}: [hosts.NAME] tables are missing")
+        return []
+    hosts = []
+    for name, entry in table.items():
+        where = f"{path}: hosts.{name}"
+        if not isinstance(entry, dict):
+            problems.append(f"{where}: must be a table")
+            continue
+        for key in sorted(set(entry) - _HOST_KEYS):
+            problems.append(f"{where}: unknown key {key!r}")
+        address = entry.get("address")
+        try:
+            ipaddress.IPv4Address(address)
+        except ValueError:  # IPv4: it goes into URLs and host:port settings unbracketed
+            problems.append(f"{where}: address must be an IPv4 address, got {address!r}")
+        prefix = entry.get("prefix", [])
+        if not isinstance(prefix, list) or not all(isinstance(p, str) and p for p in prefix):
+            problems.append(f"{where}: prefix must be a list of non-empty strings")
+            prefix = []
+        elif prefix and shutil.which(prefix[0]) is None:
+            problems.append(f"{where}: prefix command {prefix[0]!r} is not runnable here "
+                            f"(not found on PATH)")
+        quote = entry.get("quote", False)
+        if not isinstance(quote, bool):
+            problems.append(f"{where}: quote must be true or false")
+        hosts.append(Host(str(name), str(address), tuple(prefix), bool(quote)))
+    if sum(h.local for h in hosts) > 1:
+        problems.append(f"{path}: only one host may be this machine (an empty prefix); "
+                        f"got {[h.name for h in hosts if h.local]}")
+    return hosts
+
+
+def topology_problems(path: str) -> list[str]:
+    """'topology: ...' lines for the study's validation ([] when the file is usable)."""
+    try:
+        load_topology(path)
+    except TopologyError as exc:
+        return [f"topology: {p}" for p in exc.problems]
+    return []
+
+
+def topology_of(path: str) -> Topology:
+    return load_topology(path) if path else local_topology()
+
+
+def load_processes(topology_path: str, locust_processes: int) -> int:
+    """Locust processes that generate load: the workers of a topology, else locust_processes."""
+    if topology_path:
+        try:
+            workers = load_topology(topology_path).worker_count
+        except TopologyError:
+            return locust_processes
+        return workers or locust_processes
+    return locust_processes

@@ -1,0 +1,125 @@
+"""The feature-cost lane: features declared in gateway.toml, 'system@feature' entries, the
+analysis against passthrough (synthetic data with known answers), and one real tiny study."""
+import json
+import math
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from harness import analysis as A
+from harness.config import REPO_DIR, ConfigError, from_profile
+from harness.gateway_spec import GatewaySpecError, feature_of, folder_of, load_gateway_spec
+from harness.study import prepare
+from synthetic import RunParams, make_study
+
+BASE = ('schema_version = 1\nname = "x"\nkind = "competitor"\n'
+        '[request]\nbase_url = "{{upstream_url}}"\nmodel = "m"\n')
+
+
+def write(tmp_path, text):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "gateway.toml").write_text(BASE + text)
+    return tmp_path
+
+
+def test_a_feature_overrides_only_what_it_names(tmp_path):
+    d = write(tmp_path, '[features.alias]\nmodel = "a"\n[features.anthropic]\ndialect = "anthropic"\n')
+    spec = load_gateway_spec("x", d)
+    assert spec.request_plan("alias").model == "a"
+    plan = spec.request_plan("anthropic")
+    assert (plan.model, plan.dialect, plan.chat_path) == ("m", "anthropic", "/v1/messages")
+    assert spec.request_plan("").dialect == "openai"
+    with pytest.raises(GatewaySpecError, match="declares no feature 'budget'"):
+        spec.request_plan("budget")
+
+
+@pytest.mark.parametrize("text,error", [
+    ('[features.a]\ndialect = "gemini"\n', "dialect must be one of"),
+    ('[features.a]\nmodle = "m"\n', "unknown key"),
+    ('[features.a]\nheaders = { k = "{{nope}}" }\n', "unknown placeholder"),
+])
+def test_bad_feature_tables_are_refused(tmp_path, text, error):
+    with pytest.raises(GatewaySpecError, match=error):
+        load_gateway_spec("x", write(tmp_path, text))
+
+
+def test_system_at_feature_names():
+    assert folder_of("sluice~b@alias") == "sluice" and feature_of("sluice@alias") == "alias"
+    assert feature_of("nginx~aa") == ""
+
+
+def test_a_feature_a_system_lacks_fails_before_anything_starts():
+    with pytest.raises(ConfigError, match="nginx@alias declares no feature 'alias'"):
+        prepare(from_profile("smoke", gateways=("direct", "nginx@alias")))
+    with pytest.raises(ConfigError, match="feature: nginx declares no feature"):
+        prepare(from_profile("smoke", gateways=("nginx",), feature="auth_budget"))
+    with pytest.raises(ConfigError, match="request_bytes"):
+        prepare(from_profile("smoke", gateways=("direct",), request_bytes=-1))
+
+
+def test_plan_gives_each_entry_its_feature_and_its_own_key():
+    _, specs, plan = prepare(from_profile("feature_cost", runs_per_gateway=1))
+    by_system = {s.system: s for s in plan}
+    assert by_system["sluice@alias"].load.feature == "alias"
+    assert by_system["sluice@alias"].load.request_bytes == 32768
+    assert len({s.comparison_key for s in plan}) == len(plan)
+
+
+def test_feature_cost_against_passthrough_with_known_answers(tmp_path):
+    """Overheads 0.5 / 0.9 ms and CPU 0.15 / 0.20 cores at the same rate: the alias adds
+    0.4 ms at every percentile and 0.05 cores' worth of CPU per request."""
+    def runs(overhead, cores):
+        return [RunParams(overhead_ms=overhead + d, cpu_cores=cores + d / 10, hold_rate=180)
+                for d in (-0.01, 0.0, 0.01)]
+    params = {"direct@passthrough": [RunParams(overhead_ms=0.2, cpu_cores=None)] * 3,
+              "sluice@passthrough": runs(0.5, 0.15), "sluice@alias": runs(0.9, 0.20)}
+    study = A.load_study(make_study(tmp_path, params=params).path)
+    cost = A.feature_cost(study)
+    alias = cost[(cost["system"] == "sluice@alias")].set_index("metric")
+    assert alias.loc["latency_p50_ms", "added_mean"] == pytest.approx(0.4, abs=1e-6)
+    assert alias.loc["latency_p99_ms", "added_mean"] == pytest.approx(0.4, abs=1e-6)
+    assert alias.loc["latency_p50_ms", "vs_direct_mean"] == pytest.approx(0.7, abs=1e-6)
+    # CPU-ms per request = cores × 1000 / rate
+    assert alias.loc["cpu_ms_per_request", "added_mean"] == pytest.approx(0.05 * 1000 / 180, rel=0.02)
+    assert alias.loc["cpu_ms_per_request", "verdict"] == "more CPU"
+    table = A.feature_cost_table(study, cost)
+    assert list(table["system"]) == ["sluice@passthrough", "sluice@alias"]
+    assert table.iloc[0]["median latency added (ms)"] == "reference"
+    assert table.iloc[1]["median latency added (ms)"].startswith("0.40 ±")
+
+
+def test_feature_cost_is_empty_without_features(tmp_path):
+    study = A.load_study(make_study(tmp_path).path)
+    assert A.feature_cost(study).empty and A.feature_cost_table(study).empty
+
+
+@pytest.mark.integration
+def test_feature_cost_lane_runs_through_papermill(tmp_path):
+    """Every feature of Sluice for real, beside the direct baseline in both dialects, with
+    32 KiB agent-style bodies; the report gains its feature-cost section."""
+    out = tmp_path / "artifacts"
+    done = subprocess.run(
+        [sys.executable, "-m", "harness.execute", "--profile", "feature_cost",
+         "--set", "runs_per_gateway=1", "--set", "users=3", "--set", "warmup_users=1",
+         "--set", "ramp_s=1", "--set", "hold_s=2", "--set", "warmup_s=1", "--set", "idle_s=0.5",
+         "--set", "cooldown_s=0.5", "--set", f'out_dir="{out}"', "--set", 'study_id="fc"'],
+        cwd=REPO_DIR, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    study = out / "fc"
+    assert json.loads((study / "manifest.json").read_text())["status"] == "completed"
+    for run_dir in (study / "runs").glob("*/1"):
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        assert manifest["status"] == "completed", (run_dir, manifest["reason"])
+        assert (run_dir / "request-body.json").stat().st_size == 32768
+        rows = pd.read_parquet(run_dir / "requests.parquet")
+        assert len(rows) and (rows["status_code"] == 200).all()
+        assert manifest["checks"]["count_match"]
+        expected = "anthropic" if "anthropic_to_openai" in run_dir.parent.name else "openai"
+        assert manifest["request"]["dialect"] == expected
+    mock = json.loads((study / "runs" / "sluice@anthropic_to_openai" / "1" / "mock_stats.json").read_text())
+    assert "/v1/chat/completions" in json.dumps(mock)  # translated: the provider saw OpenAI calls
+    html = (study / "report.html").read_text()
+    assert 'id="feature-cost-table"' in html and "sluice@openai_to_anthropic" in html
+    assert not math.isnan(A.feature_cost(A.load_study(study))["mean"].iloc[0])

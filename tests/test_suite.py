@@ -1,0 +1,179 @@
+"""Suites of cells: paths, expansion, exclusions, comparison keys, comparing two suites, and the
+smoke suite for real through papermill."""
+import dataclasses
+import json
+import shutil
+
+import nbformat
+import pytest
+
+from harness import suite as S
+from harness.config import REPO_DIR
+from harness.store import write_json
+from synthetic import RunParams, make_study
+
+
+def write_suite(tmp_path, text, name="t.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+BASIC = """
+name = "basic"
+profile = "smoke"
+[base]
+gateways = ["nginx"]
+load.think_time_s = 0.2
+[axes]
+request.stream = [false, true]
+load.users = [0, 4]
+[[exclude]]
+where = { request.stream = true, load.users = 4 }
+reason = "not needed here"
+"""
+
+
+@pytest.mark.parametrize("path,field", [("load.users", "users"), ("mock.latency_ms", "mock_latency_ms"),
+                                        ("request.stream", "stream"), ("gateway.workers", "gateway_workers"),
+                                        ("mock.stream_chunks", "stream_chunks"), ("seed", "seed"),
+                                        ("load.open_loop_rates_per_s", "open_loop_rates_per_s")])
+def test_paths_name_fields(path, field):
+    assert S.field_of(path) == field
+
+
+@pytest.mark.parametrize("path,message", [("colour", "not a setting"), ("net.users", "unknown section"),
+                                          ("mock.users", "mock has no 'users'"),
+                                          ("out_dir", "not a setting"), ("study.study_id", "study has no")])
+def test_bad_paths_are_named(path, message):
+    with pytest.raises(S.SuiteError, match=message):
+        S.field_of(path)
+
+
+def test_expansion_exclusions_and_baseline(tmp_path):
+    cells = S.expand(S.load_suite(write_suite(tmp_path, BASIC)), str(tmp_path / "out"))
+    assert [c.values for c in cells] == [
+        {"request.stream": False, "load.users": 0}, {"request.stream": False, "load.users": 4},
+        {"request.stream": True, "load.users": 0}, {"request.stream": True, "load.users": 4}]
+    assert cells[0].excluded.startswith("cannot run: users: must be at least 1")
+    assert cells[2].excluded.startswith("cannot run: users: must be at least 1")
+    assert cells[3].excluded == "excluded by the suite: not needed here"
+    runnable = cells[1]
+    assert runnable.excluded == "" and runnable.config.gateways == ("direct", "nginx")
+    assert (runnable.config.users, runnable.config.think_time_s, runnable.config.stream) == (4, 0.2, False)
+    assert len(runnable.comparison_key) == 64 and all(c.comparison_key == "" for c in cells if c.excluded)
+
+
+def test_comparison_key_is_the_whole_configuration(tmp_path):
+    suite = S.load_suite(write_suite(tmp_path, BASIC))
+    a = S.expand(suite, str(tmp_path / "a"))[1]
+    b = S.expand(suite, str(tmp_path / "b"))[1]
+    assert a.comparison_key == b.comparison_key          # where it is written does not count
+    assert S.comparison_key(dataclasses.replace(a.config, study_id="x")) == a.comparison_key
+    for change in (dict(users=5), dict(seed=1), dict(mock_latency_ms=61.0),
+                   dict(gateways=("direct", "nginx", "sluice"))):
+        assert S.comparison_key(dataclasses.replace(a.config, **change)) != a.comparison_key, change
+
+
+@pytest.mark.parametrize("text,message", [
+    ('name = "x"\n[axes]\n', "needs at least one axis"),
+    ('[axes]\nload.users = 4\n', "must be a non-empty list"),
+    ('[axes]\nload.users = [1]\nusers = [2]\n', "both set users"),
+    ('[axes]\nload.users = [1]\n[[exclude]]\nwhere = { seed = 1 }\nreason = "r"\n', "not axes"),
+    ('profile = "fast"\n[axes]\nload.users = [1]\n', "unknown profile"),
+    ('colour = 1\n[axes]\nload.users = [1]\n', "unknown keys"),
+    ('[axes\n', "not valid TOML"),
+])
+def test_bad_suite_files_are_refused_before_anything_runs(tmp_path, text, message):
+    with pytest.raises(S.SuiteError, match=message):
+        S.load_suite(write_suite(tmp_path, text))
+
+
+def test_dry_run_lists_cells_keys_and_reasons(tmp_path, capsys):
+    assert S.main([str(write_suite(tmp_path, BASIC)), "--dry-run", "--out-dir", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("cannot run: users: must be at least 1") == 2 and "not needed here" in out
+    assert not (tmp_path / "o" / "basic").exists()
+    assert S.main([str(tmp_path / "missing.toml"), "--dry-run"]) == 2
+
+
+@pytest.mark.parametrize("name", ["smoke", "streaming", "load-levels"])
+def test_committed_suites_expand(name):
+    cells = S.expand(S.load_suite(REPO_DIR / "notebooks" / "suites" / f"{name}.toml"))
+    runnable = [c for c in cells if not c.excluded]
+    assert runnable and all(c.config.gateways[0] == "direct" for c in runnable)
+    assert len({c.comparison_key for c in runnable}) == len(runnable)
+
+
+def _fake_suite(root, suite_id, cells):
+    """A suite directory whose cells are synthetic studies: (cell_id, key, values, params)."""
+    entries = []
+    for cell_id, key, values, params in cells:
+        make_study(root / suite_id, study_id=cell_id, params=params)
+        entries.append({"cell_id": cell_id, "values": values, "comparison_key": key, "excluded": "",
+                        "status": "completed", "dir": cell_id})
+    write_json(root / suite_id / "manifest.json", {"suite_id": suite_id, "cells": entries})
+    return root / suite_id
+
+
+def test_suites_are_compared_only_where_keys_match(tmp_path):
+    base = {"direct": [RunParams(overhead_ms=o, cpu_cores=None) for o in (0.2, 0.25, 0.3)],
+            "nginx": [RunParams(overhead_ms=o) for o in (0.8, 0.82, 0.84)]}
+    slower = {**base, "nginx": [RunParams(overhead_ms=o) for o in (8.0, 8.2, 8.4)]}
+    a = _fake_suite(tmp_path, "a", [("cell-01", "k1" * 32, {"load.users": 10}, base),
+                                    ("cell-02", "k2" * 32, {"load.users": 100}, base)])
+    b = _fake_suite(tmp_path, "b", [("cell-01", "k1" * 32, {"load.users": 10}, slower),
+                                    ("cell-02", "k3" * 32, {"load.users": 100}, base)])
+    compared, apart = S.compare_suites(a, b)
+    assert set(compared["cell_a"]) == {"cell-01"} and set(compared["system"]) == {"direct", "nginx"}
+    row = compared[(compared.system == "nginx") & (compared.metric == "overhead_vs_direct_p50_ms")].iloc[0]
+    assert row.verdict == "slower" and row.mean_b > row.mean_a
+    same = compared[(compared.system == "nginx") & (compared.metric == "throughput_rps")].iloc[0]
+    assert same.ratio_b_over_a == pytest.approx(1.0)
+    assert sorted(zip(apart["suite"], apart["cell"])) == [("a", "cell-02"), ("b", "cell-02")]
+    assert set(apart["why"]) == {"no cell with this comparison key in the other suite"}
+
+
+def test_suite_table_has_a_row_per_cell_and_system(tmp_path):
+    params = {"direct": [RunParams(overhead_ms=o, cpu_cores=None) for o in (0.2, 0.25)],
+              "nginx": [RunParams(overhead_ms=o) for o in (0.8, 0.9)]}
+    suite_dir = _fake_suite(tmp_path, "s", [("cell-01", "k" * 64, {"load.users": 10}, params)])
+    table = S.suite_table(suite_dir)
+    assert list(table["system"]) == ["direct", "nginx"] and list(table["load.users"]) == ["10", "10"]
+    assert table.loc[1, "runs"] == "2 of 2" and "(n=2)" in table.loc[1, "p50 added vs direct (ms)"]
+
+
+@pytest.mark.integration
+def test_smoke_suite_through_papermill(tmp_path):
+    import papermill
+    out = tmp_path / "suites"
+    executed = tmp_path / "suite.ipynb"
+    papermill.execute_notebook(
+        str(REPO_DIR / "notebooks" / "suite.ipynb"), str(executed), kernel_name="python3",
+        cwd=str(REPO_DIR / "notebooks"), progress_bar=False,
+        parameters={"suite_file": "notebooks/suites/smoke.toml", "out_dir": str(out),
+                    "suite_id": "smoke-test"})
+    suite_dir = out / "smoke-test"
+    manifest = json.loads((suite_dir / "manifest.json").read_text())
+    assert manifest["schema_version"] == 1 and manifest["status"] == "completed"
+    by_status = {}
+    for cell in manifest["cells"]:
+        by_status.setdefault(cell["status"], []).append(cell)
+    assert len(by_status["completed"]) == 2 and len(by_status["excluded"]) == 2
+    assert all("request_timeout_s: must exceed the mock latency" in c["excluded"]
+               for c in by_status["excluded"])
+    for cell in by_status["completed"]:
+        study = json.loads((suite_dir / cell["dir"] / "manifest.json").read_text())
+        assert study["status"] == "completed" and study["config"]["gateways"] == ["direct", "nginx"]
+        assert [r["status"] for r in study["runs"]] == ["completed", "completed"]
+        assert study["config"]["stream"] == cell["values"]["request.stream"]
+    report = (suite_dir / "report.html").read_text()
+    assert 'id="suite-cells-table"' in report and 'id="suite-table"' in report
+    assert "cell-01/report.html" in report and "TTFT p50 added (ms)" in report
+    nb = nbformat.read(executed, as_version=4)
+    text = json.dumps([c.get("outputs") for c in nb.cells if c.cell_type == "code"])
+    assert "cannot run" in text and "p99 added vs direct (ms)" in text
+    # a second suite with the same cells is comparable cell by cell, by key
+    shutil.copytree(suite_dir, out / "copy")
+    compared, apart = S.compare_suites(suite_dir, out / "copy")
+    assert set(compared["cell_a"]) == {c["cell_id"] for c in by_status["completed"]} and apart.empty
