@@ -45,7 +45,8 @@ import pandas as pd
 from harness import analysis as A
 from harness import config as config_mod
 from harness.config import ConfigError, StudyConfig
-from harness.gateway_spec import GatewaySpecError, load_gateway_spec
+from harness.gateway_spec import GatewaySpecError, folder_of, load_gateway_spec
+from harness.study import prepare
 from harness.store import read_json, sha256_file, write_json
 
 BASELINE = "direct"
@@ -203,9 +204,9 @@ def expand(suite: Suite, out_dir: str = DEFAULT_OUT_DIR) -> list[Cell]:
         try:
             config = config_mod.from_profile(suite.profile, **settings, out_dir=out_dir,
                                              study_id=cell_id)
-            if BASELINE not in config.gateways:
+            if not any(folder_of(g) == BASELINE for g in config.gateways):  # 'direct@...' counts
                 config = dataclasses.replace(config, gateways=(BASELINE, *config.gateways))
-            config_mod.validate(config)
+            prepare(config)  # every check a study makes before it starts (features, binaries, ...)
             key = comparison_key(config)
         except ConfigError as exc:
             cells.append(Cell(cell_id, values, None, "", "cannot run: " + "; ".join(exc.problems)))

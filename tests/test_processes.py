@@ -7,6 +7,7 @@ import pytest
 
 from harness import processes
 from harness.processes import ManagedProcess, ProcessError, free_port, port_in_use, wait_ready
+from polling import wait_for
 
 SPAWNER = ("import subprocess, sys, time\n"
            "kids = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']) for _ in range(3)]\n"
@@ -19,15 +20,6 @@ STUBBORN = ("import os, signal, subprocess, sys, time\n"
             "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
             "print('ready', flush=True)\n"
             "time.sleep(60)\n")
-
-
-def wait_for(predicate, timeout_s=10.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_stop_takes_down_the_whole_tree(tmp_path):

@@ -1,7 +1,6 @@
 """Topology files are checked before anything starts; processes on 'other hosts' (here through
 prefixes that run on this machine: `env`, and `sh -c` as ssh would) start and stop there."""
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -12,6 +11,7 @@ from harness.hosts import RemoteProcess, command_on, facts, snapshot, start_on
 from harness.plan import make_plan
 from harness.study import main
 from harness.topology import Host, TopologyError, load_topology, local_topology
+from polling import wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "topologies"
@@ -127,15 +127,6 @@ def test_commands_for_a_shell_prefix_are_quoted_into_one_line():
     assert argv[:2] == ["ssh", "h"] and len(argv) == 3
     assert "'daemon off;'" in argv[2] and "'A=x y'" in argv[2]
     assert command_on(Host("l", "127.0.0.1"), ["a", "b"]) == ["a", "b"]
-
-
-def wait_for(predicate, timeout_s=10.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 SPAWNER = ("import subprocess, sys, time\n"
