@@ -667,11 +667,17 @@ def run_summary(study: Study, bin_users: int = DEFAULT_BIN_USERS,
         rec["machine_cpu_mean_percent"] = machine
         rec["other_cpu_mean_percent"] = other
         rec["cpu_count"] = _cpu_count(study)
-        # Closed-loop users that wait between calls offer at most users / (think + latency).
-        load_spec = (run.get("spec") or {}).get("load") or {}
+        # Closed-loop users that wait between calls offer at most users / (think + the fastest
+        # possible call: the mock's hold plus its stream). Not the measured latency: by Little's
+        # law a closed loop's throughput always equals users / (think + latency), so a slow
+        # system would look as if the think time, not it, had set its throughput.
+        spec = run.get("spec") or {}
+        load_spec, mock_spec = spec.get("load") or {}, spec.get("mock") or {}
         think, users = _num(load_spec.get("think_time_s")), _num(load_spec.get("users"))
-        p50_s = _num(rec.get("latency_p50_ms")) / 1000.0
-        rec["offered_rps"] = (users / (think + p50_s) if think > 0 and not math.isnan(p50_s)
+        floor_s = (_num(mock_spec.get("latency_ms")) + (
+            _num(mock_spec.get("stream_chunks")) * _num(mock_spec.get("chunk_delay_ms"))
+            if load_spec.get("stream") else 0.0)) / 1000.0
+        rec["offered_rps"] = (users / (think + floor_s) if think > 0 and not math.isnan(floor_s)
                               else math.nan)
         label, reasons = classify(rec)
         rec["label"] = label
@@ -1024,6 +1030,7 @@ def head_to_head_table(study: Study, reference: str | None = None,
 # --- the streaming lane --------------------------------------------------------------------------
 
 BUFFERED_GAP_SHARE = 0.25   # frames arriving this much closer together than the mock sent them
+BUFFERED_FIRST_TOKEN_SHARE = 0.9  # ... and the first of them this late in the stream: buffered
 
 
 def stream_summary(study: Study, direct: str = DEFAULT_DIRECT) -> pd.DataFrame:
@@ -1053,8 +1060,17 @@ def stream_summary(study: Study, direct: str = DEFAULT_DIRECT) -> pd.DataFrame:
                "done_share": float(ok["stream_done"].mean()) if len(ok) else math.nan,
                "set_chunks": mock.get("stream_chunks"), "set_gap_ms": mock.get("chunk_delay_ms")}
         set_gap = _num(rec["set_gap_ms"])
-        rec["buffered"] = bool(not math.isnan(rec["gap_p50_ms"]) and not math.isnan(set_gap)
-                               and rec["gap_p50_ms"] < BUFFERED_GAP_SHARE * set_gap)
+        # Frames closer together than sent: held back and released in a burst. A proxy that
+        # buffers the whole stream releases its first token only at the end; one that falls
+        # behind under load releases bunches along the way, with its first token early.
+        held = (ok["ttft_ms"] / ok["latency_ms"]).to_numpy(dtype="float64") if len(ok) else np.array([])
+        rec["first_token_at_share_p50"] = _pct(held[~np.isnan(held)], 50)
+        close = bool(not math.isnan(rec["gap_p50_ms"]) and not math.isnan(set_gap)
+                     and rec["gap_p50_ms"] < BUFFERED_GAP_SHARE * set_gap)
+        late = bool(not math.isnan(rec["first_token_at_share_p50"])
+                    and rec["first_token_at_share_p50"] >= BUFFERED_FIRST_TOKEN_SHARE)
+        rec["buffered"] = close and late
+        rec["bunched"] = close and not late
         out.append(rec)
     table = pd.DataFrame(out)
     if table.empty:

@@ -725,11 +725,15 @@ and is marked.</p>
 <td class="n">{{ r.gap_p50_ms|num(2) }}</td><td class="n">{{ r.gap_p99_ms|num(2) }}</td>
 <td class="n">{{ r.gap_overhead_p99_ms|num(2) }}</td><td class="n">{{ r.chunks_mean|num(1) }}</td>
 <td class="n">{{ (100 * r.done_share)|num(0, suffix="%") }}</td>
-<td>{{ "BUFFERED" if r.buffered else "no" }}</td></tr>{% endfor %}</tbody></table>
-<p>All times in ms. TTFB: time to the response head; TTFT: time to the first content frame.</p>
+<td>{{ "BUFFERED" if r.buffered else ("bunched" if r.bunched else "no") }}</td></tr>{% endfor %}</tbody></table>
+<p>All times in ms. TTFB: time to the response head; TTFT: time to the first content frame.
+<em>BUFFERED</em>: frames arrived in a burst (median gap under {{ share }} of the set gap) and the
+first of them came only at the end of the stream (median at ≥ {{ late }} of its duration): the
+stream was held back whole. <em>bunched</em>: frames arrived in bursts but the first came early:
+the system fell behind and relayed in batches, which is a load effect, not buffering by design.</p>
 </div>""", rows=table.to_dict("records"), set_latency=A.mock_latency_ms(data.study, data.study.runs[0]),
         chunks=table["set_chunks"].iloc[0], gap=table["set_gap_ms"].iloc[0],
-        share=f"{A.BUFFERED_GAP_SHARE:.0%}")
+        share=f"{A.BUFFERED_GAP_SHARE:.0%}", late=f"{A.BUFFERED_FIRST_TOKEN_SHARE:.0%}")
 
 
 def plot_open_loop(data: ReportData, steps: pd.DataFrame) -> str | None:

@@ -440,3 +440,18 @@ def test_other_cpu_counts_hosts_of_one_machine_once():
     run["hosts"]["c"]["before"]["hostname"] = "vm"  # all three one machine: read once, ours summed
     samples.loc[samples["host"] == "c", "cpu_percent"] = samples["role"].map({"machine": 100.0, "mock": 10.0})
     assert A._other_cpu(run, samples, 0.0, 3.0) == (100.0, 10.0)
+
+
+def test_offered_load_comes_from_the_mock_not_from_the_measured_latency(tmp_path):
+    """200 users with 1 s think time offer at most 200 / (1 + 0.06) ≈ 189 req/s. A system at
+    180 req/s served the offer; one at 60 req/s did not, however slow its own answers made the
+    closed loop (Little's law would always make users / (think + its latency) match it)."""
+    made = make_study(tmp_path)
+    for manifest_path in (made.path / "runs").glob("*/*/manifest.json"):
+        manifest = json.loads(manifest_path.read_text())
+        manifest["spec"]["load"]["think_time_s"] = 1.0
+        manifest_path.write_text(json.dumps(manifest))
+    rs = A.run_summary(A.load_study(made.path)).set_index("run_id")
+    assert rs.loc["direct-1", "offered_rps"] == pytest.approx(200 / 1.06)
+    assert "the offered load, not the system" in rs.loc["direct-1", "label_reasons"]
+    assert "the offered load, not the system" not in rs.loc["litellm-1", "label_reasons"]

@@ -43,13 +43,20 @@ def test_summary_sees_no_buffering_and_small_overheads(stream_study):
     assert table.loc["direct", "ttft_overhead_p50_ms"] == pytest.approx(0.0)
 
 
-def test_a_buffering_system_is_marked(stream_study):
+def test_a_buffering_system_is_marked_and_a_lagging_one_only_bunched(stream_study):
+    """Frames in one burst at the end of the stream: buffered. Frames in bursts but the first
+    one early (a system falling behind under load): bunched, not buffered."""
     rows = stream_study.requests.copy()
     nginx = rows.system == "nginx"
     rows.loc[nginx, "chunk_gaps_ms"] = pd.Series([[0.05] * (CHUNKS - 1)] * int(nginx.sum()),
                                                  index=rows.index[nginx])
-    table = analysis.stream_summary(dataclasses.replace(stream_study, requests=rows))
-    assert table.set_index("system").loc["nginx", "buffered"]
+    lagging = analysis.stream_summary(dataclasses.replace(stream_study, requests=rows))
+    row = lagging.set_index("system").loc["nginx"]
+    assert row.bunched and not row.buffered
+    rows.loc[nginx, "ttft_ms"] = rows.loc[nginx, "latency_ms"] - 1.0
+    held = analysis.stream_summary(dataclasses.replace(stream_study, requests=rows))
+    row = held.set_index("system").loc["nginx"]
+    assert row.buffered and not row.bunched
 
 
 def test_report_has_a_streaming_section(stream_study):
