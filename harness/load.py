@@ -49,9 +49,13 @@ class LoadResult:
     ended_t_unix_s: float
 
 
+def _schedule_s(spec: RunSpec) -> float:
+    """Seconds of the open-loop steps (0 in closed loop)."""
+    return len(spec.load.open_loop_rates_per_s) * spec.load.open_loop_step_s
+
+
 def planned_load_s(spec: RunSpec) -> float:
-    steps_s = len(spec.load.open_loop_rates_per_s) * spec.load.open_loop_step_s
-    return spec.load.warmup_s + max(spec.load.ramp_s + spec.load.max_hold_s, steps_s)
+    return spec.load.warmup_s + max(spec.load.ramp_s + spec.load.max_hold_s, _schedule_s(spec))
 
 
 def write_body(spec: RunSpec, target: Target, run_dir: Path) -> Path:
@@ -176,8 +180,7 @@ def wait_locust(proc: ManagedProcess, spec: RunSpec, run_dir: Path,
             raise ProcessError(f"Locust still running after {bound:.0f} s (its bound)")
         if elapsed - last_report >= progress_every_s:
             users, requests = read_progress(run_dir)
-            steps_s = len(spec.load.open_loop_rates_per_s) * spec.load.open_loop_step_s
-            planned = spec.load.warmup_s + max(spec.load.ramp_s + spec.load.hold_s, steps_s)
+            planned = spec.load.warmup_s + max(spec.load.ramp_s + spec.load.hold_s, _schedule_s(spec))
             progress(f"users {users:>5}  requests {requests:>8}  elapsed {elapsed:5.0f} s  "
                      f"remaining ~{max(0.0, planned - elapsed):4.0f} s")
             last_report = elapsed
