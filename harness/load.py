@@ -264,7 +264,9 @@ def consolidate_rows(run_dir: Path, run_id: str, system: str, phases: dict) -> p
         "ttfb_ms": pd.to_numeric(raw["ttfb_ms"], errors="coerce").astype("float64"),
         "ttft_ms": pd.to_numeric(raw["ttft_ms"], errors="coerce").astype("float64"),
         "chunks": pd.to_numeric(raw["chunks"], errors="coerce").fillna(0).astype("int32"),
-        "chunk_gaps_ms": [[float(g) for g in str(v).split()] for v in raw["chunk_gaps_ms"]],
+        # object dtype even when empty: a run that failed before its load still gets its table
+        "chunk_gaps_ms": pd.Series([[float(g) for g in str(v).split()] for v in raw["chunk_gaps_ms"]],
+                                   dtype=object),
         "stream_done": raw["stream_done"].astype(str) == "True",
         "intended_start_t_unix_s": pd.to_numeric(raw["intended_start_t_unix_s"],
                                                  errors="coerce").astype("float64"),

@@ -75,6 +75,8 @@ def test_never_ready_ends_at_the_deadline_with_log_tail(systems_dir, tmp_path):
     assert record.status == "failed" and "not ready after 2 s" in record.reason
     assert "warming caches forever" in record.reason
     assert "warming caches forever" in (record.run_dir / "system.log").read_text()
+    assert "artifacts not written" not in record.reason  # its (empty) tables exist all the same
+    assert len(pd.read_parquet(record.run_dir / "requests.parquet")) == 0
     leftovers = [p for p in psutil.process_iter(["cmdline"])
                  if "warming caches forever" in " ".join(p.info["cmdline"] or [])]
     assert leftovers == []
