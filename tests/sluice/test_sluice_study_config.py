@@ -50,7 +50,8 @@ def test_study_config_against_the_mock(tmp_path):
     with open(os.path.join(SLUICE_DIR, "gateway.toml"), "rb") as f:
         spec = tomllib.load(f)
     mock_port, port = free_port(), free_port()
-    values = {"port": port, "upstream_url": f"http://127.0.0.1:{mock_port}", "upstream_host": "127.0.0.1",
+    values = {"port": port, "listen_host": "127.0.0.1",
+              "upstream_url": f"http://127.0.0.1:{mock_port}", "upstream_host": "127.0.0.1",
               "upstream_port": mock_port, "run_dir": str(tmp_path), "gateway_dir": SLUICE_DIR,
               "cache_dir": str(tmp_path), "repo_dir": REPO, "python": sys.executable, "workers": 2}
     for f in spec["start"]["files"]:
@@ -82,13 +83,23 @@ def test_study_config_against_the_mock(tmp_path):
         status, h, data = request(port, "POST", req["chat_path"], dict(body, stream=True), headers)
         assert status == 200 and h["content-type"].startswith("text/event-stream")
         assert data.rstrip().endswith(b"data: [DONE]")
-        status, _, _ = request(port, "POST", req["chat_path"], body, {"content-type": "application/json"})
+        # the feature-cost lane calls it without a key too (require_auth = false); a wrong key
+        # is still refused
+        status, _, _ = request(port, "POST", req["chat_path"], dict(body, model="mock-model"),
+                               {"content-type": "application/json"})
+        assert status == 200
+        status, _, _ = request(port, "POST", req["chat_path"], body,
+                               {"content-type": "application/json", "authorization": "Bearer sk-wrong"})
         assert status == 401
-        # the translated path against the mock's Anthropic dialect is not configured in the study;
-        # an Anthropic client through the OpenAI provider is
+        # both translations: an Anthropic client through the OpenAI provider, and an OpenAI
+        # client through the mock's Anthropic dialect
         status, _, data = request(port, "POST", "/v1/messages", dict(body, max_tokens=16),
                                   {"x-api-key": "sk-sluice-study", "content-type": "application/json"})
         assert status == 200 and json.loads(data)["type"] == "message"
+        status, _, data = request(port, "POST", req["chat_path"],
+                                  dict(body, model="mock-model-via-anthropic"),
+                                  {"content-type": "application/json"})
+        assert status == 200 and json.loads(data)["choices"][0]["message"]["content"]
     finally:
         if gw is not None:
             _stop(gw)
