@@ -1,8 +1,8 @@
 """Virtual keys: bearer token -> allowed models, requests-per-minute limit, token budget.
 
 State lives in shared memory (shared.py), one slot per (key, worker):
-  0 rpm window id   1 requests in that window   2 requests in the window before
-  3 budget period   4 tokens spent in period    5 tokens reserved (in flight)
+  0 rpm window id   1 requests counted in that window   2 requests in the window before
+  3 budget period   4 tokens spent in period   5 tokens reserved (in flight)   6 tokens leased
 A worker writes only its own slot and reads everyone's, so the checks need no
 lock. Two workers admitting at the same instant can overshoot a limit by at
 most one request (or one reservation) per worker; that is the price of a
@@ -10,26 +10,57 @@ lock-free hot path and is documented.
 
 RPM uses a sliding-window counter (current minute plus the previous minute
 weighted by how much of it still overlaps the last 60 s).
+
+Leases keep the shared memory off the hot path. When a worker admits a request
+after reading every worker's slot, it also claims a lease: a share of what is
+still free (at most 1/(2 x workers) of it), published at once as counted
+(requests) or leased (tokens). Later requests are admitted from the lease with
+a local subtraction, until it is spent or its window or period ends. Others
+see a lease as used, so leases never let a limit be exceeded: concurrent
+claims each take at most 1/(2 x workers) of the free room they saw, together
+at most half of it. Near a limit the free room is small and the lease is
+zero, so every request reads the shared slots exactly as without leases.
+Unused leases are given back every second (``return_leases``), so another
+worker is refused for a lease it cannot use for at most a second.
+
+Token accounting keeps spent + reserved + leased constant when a request
+settles (the difference to its reservation goes back to, or comes out of, the
+lease), so a settle only changes this worker's numbers; they are published
+with the next claim or the next second.
 """
 import math
 import time
+from time import perf_counter
 
 from sluice.shared import SLOT_FIELDS
 
 WINDOW = 60.0
+INF = float("inf")
 
 
 class KeyRecord:
-    __slots__ = ("name", "index", "all_models", "models", "rpm", "budget", "period")
+    __slots__ = ("name", "index", "all_models", "models", "allowed", "rpm", "budget", "period", "base",
+                 # requests per minute, this worker: window, count (lease included), lease, lease end
+                 "wid", "cur", "prev", "rpm_lease", "rpm_until",
+                 # token budget, this worker: period, spent, reserved, lease, period end (perf_counter)
+                 "pid", "spent", "reserved", "lease", "budget_until",
+                 "prompt_tokens", "completion_tokens")
 
-    def __init__(self, cfg, index):
+    def __init__(self, cfg, index, base):
         self.name = cfg.name
         self.index = index
+        self.base = base  # this worker's slot
         self.all_models = "*" in cfg.models
         self.models = frozenset(m for m in cfg.models if m != "*")
+        self.allowed = frozenset()  # every name (aliases included) it may call: set by the App
         self.rpm = cfg.rpm
         self.budget = cfg.token_budget
         self.period = cfg.budget_period_s
+        self.wid = self.cur = self.prev = self.rpm_lease = 0
+        self.rpm_until = -INF
+        self.pid = self.spent = self.reserved = self.lease = 0
+        self.budget_until = -INF
+        self.prompt_tokens = self.completion_tokens = 0
 
     def allows(self, requested, canonical):
         return self.all_models or canonical in self.models or requested in self.models
@@ -45,18 +76,15 @@ class KeyStore:
         self.by_token = {}
         self.by_digest = {}
         for i, kc in enumerate(key_cfgs.values()):
-            rec = KeyRecord(kc, i)
+            rec = KeyRecord(kc, i, (i * n_workers + worker) * SLOT_FIELDS)
             self.records.append(rec)
             if kc.key is not None:
                 self.by_token[kc.key.encode()] = rec
             else:
                 self.by_digest[kc.key_sha256] = rec
-            # this worker's in-flight reservations died with its predecessor
-            self.q[self._base(rec) + 5] = 0
-
-    def _base(self, rec, worker=None):
-        w = self.worker if worker is None else worker
-        return (rec.index * self.n_workers + w) * SLOT_FIELDS
+            # this worker's reservations and leases died with its predecessor
+            self.q[rec.base + 5] = 0
+            self.q[rec.base + 6] = 0
 
     def lookup(self, token):
         rec = self.by_token.get(token)
@@ -69,24 +97,29 @@ class KeyStore:
 
     # -- requests per minute --
     def take_request(self, rec, now):
-        """Count one request; return 0 when allowed, else seconds to wait."""
+        """Count one request at ``now`` (perf_counter); return 0 when allowed, else seconds to wait."""
+        if rec.rpm_lease and now < rec.rpm_until:
+            rec.rpm_lease -= 1
+            return 0
         q = self.q
+        b = rec.base
         wid = int(now // WINDOW)
+        if rec.wid != wid:  # roll this worker's window; an unused lease was never a request
+            rec.prev = rec.cur - rec.rpm_lease if rec.wid == wid - 1 else 0
+            rec.cur = 0
+            rec.wid = wid
+        elif rec.rpm_lease:  # a lease from before ``now``: not requests either
+            rec.cur -= rec.rpm_lease
+        rec.rpm_lease = 0
+        cur = rec.cur
+        prev = rec.prev
         n = self.n_workers
-        b = (rec.index * n + self.worker) * SLOT_FIELDS
-        ow = q[b]
-        if ow != wid:  # roll this worker's window
-            q[b + 2] = q[b + 1] if ow == wid - 1 else 0
-            q[b + 1] = 0
-            q[b] = wid
-        if n == 1:
-            cur = q[b + 1]
-            prev = q[b + 2]
-        else:
-            cur = prev = 0
-            base0 = rec.index * n * SLOT_FIELDS
+        if n > 1:
+            b0 = rec.index * n * SLOT_FIELDS
             for w in range(n):
-                bw = base0 + w * SLOT_FIELDS
+                if w == self.worker:
+                    continue
+                bw = b0 + w * SLOT_FIELDS
                 ow = q[bw]
                 if ow == wid:
                     cur += q[bw + 1]
@@ -95,10 +128,24 @@ class KeyStore:
                     prev += q[bw + 1]
         elapsed = now - wid * WINDOW
         limit = rec.rpm
-        if prev * (1.0 - elapsed / WINDOW) + cur + 1 > limit:
+        free = limit - (prev * (1.0 - elapsed / WINDOW) + cur + 1)
+        if free < 0:
+            self._publish_rpm(rec)
             return self._rpm_retry(limit, cur, prev, elapsed)
-        q[b + 1] += 1
+        # the sliding window only frees room as the minute goes on, so a lease stays valid to its end
+        lease = int(free) // (2 * n) if n > 1 else int(free)
+        rec.cur += 1 + lease
+        rec.rpm_lease = lease
+        rec.rpm_until = (wid + 1) * WINDOW
+        self._publish_rpm(rec)
         return 0
+
+    def _publish_rpm(self, rec):
+        q = self.q
+        b = rec.base
+        q[b] = rec.wid
+        q[b + 1] = rec.cur
+        q[b + 2] = rec.prev
 
     @staticmethod
     def _rpm_retry(limit, cur, prev, elapsed):
@@ -113,41 +160,94 @@ class KeyStore:
         return max(1, math.ceil(rest + max(0.0, t2)))
 
     # -- token budget --
-    def _period(self, rec, wall):
-        return int(wall // rec.period) if rec.period else 0
-
     def budget_state(self, rec, wall=None):
-        """(spent in the current period, reserved in flight), summed over workers."""
+        """(spent in the current period, reserved in flight), summed over workers; leases excluded."""
         q = self.q
-        pid = int((time.time() if wall is None else wall) // rec.period) if rec.period else 0
-        spent = reserved = 0
+        wall = time.time() if wall is None else wall
+        pid = int(wall // rec.period) if rec.period else 0
+        self._roll_period(rec, pid, wall)
+        spent, reserved = rec.spent, rec.reserved
         b = rec.index * self.n_workers * SLOT_FIELDS
-        for _ in range(self.n_workers):
-            if q[b + 3] == pid:
-                spent += q[b + 4]
-            reserved += q[b + 5]
+        for w in range(self.n_workers):
+            if w != self.worker:
+                if q[b + 3] == pid:
+                    spent += q[b + 4]
+                reserved += q[b + 5]
             b += SLOT_FIELDS
         return spent, reserved
 
+    def _roll_period(self, rec, pid, wall):
+        rec.budget_until = (perf_counter() + (pid + 1) * rec.period - wall) if rec.period else INF
+        if rec.pid != pid:
+            rec.pid = pid
+            rec.spent = 0
+            rec.lease = 0
+            self._publish_budget(rec)
+
     def reserve(self, rec, tokens):
         """Reserve ``tokens``; return 0 when granted, else seconds to wait."""
+        if rec.lease >= tokens and perf_counter() < rec.budget_until:
+            rec.lease -= tokens
+            rec.reserved += tokens
+            return 0
         wall = time.time()
+        rec.lease = 0  # claimed again below from what is free now
         spent, reserved = self.budget_state(rec, wall)
-        if spent + reserved + tokens > rec.budget:
-            if spent + tokens <= rec.budget:
-                return 1  # in-flight reservations may settle lower
+        leased = self._others_leased(rec)
+        budget = rec.budget
+        if spent + reserved + leased + tokens > budget:
+            self._publish_budget(rec)
+            if spent + tokens <= budget:
+                return 1  # in-flight reservations may settle lower, other workers' leases come back
             if rec.period:
-                return max(1, math.ceil((self._period(rec, wall) + 1) * rec.period - wall))
+                return max(1, math.ceil((rec.pid + 1) * rec.period - wall))
             return 86400
-        self.q[(rec.index * self.n_workers + self.worker) * SLOT_FIELDS + 5] += tokens
+        n = self.n_workers
+        free = budget - (spent + reserved + leased + tokens)
+        rec.lease = free // (2 * n) if n > 1 else free
+        rec.reserved += tokens
+        self._publish_budget(rec)
         return 0
 
-    def settle(self, rec, reserved, actual):
+    def _others_leased(self, rec):
         q = self.q
-        b = (rec.index * self.n_workers + self.worker) * SLOT_FIELDS
-        pid = int(time.time() // rec.period) if rec.period else 0
-        if q[b + 3] != pid:
-            q[b + 3] = pid
-            q[b + 4] = 0
-        q[b + 5] -= reserved
-        q[b + 4] += max(0, int(actual))
+        total = 0
+        b = rec.index * self.n_workers * SLOT_FIELDS
+        for w in range(self.n_workers):
+            if w != self.worker:
+                total += q[b + 6]
+            b += SLOT_FIELDS
+        return total
+
+    def _publish_budget(self, rec):
+        q = self.q
+        b = rec.base
+        q[b + 3] = rec.pid
+        q[b + 4] = rec.spent
+        q[b + 5] = rec.reserved
+        q[b + 6] = rec.lease
+
+    def settle(self, rec, reserved, actual):
+        actual = max(0, int(actual))
+        rec.reserved -= reserved
+        if perf_counter() < rec.budget_until:
+            rec.spent += actual
+            rec.lease += reserved - actual  # may go below 0: the next request claims anew
+        else:  # the period ended while the request was in flight: it counts in the new one
+            wall = time.time()
+            self._roll_period(rec, int(wall // rec.period) if rec.period else 0, wall)
+            rec.spent += actual
+        if rec.lease < 0:
+            rec.lease = 0
+            self._publish_budget(rec)
+
+    def return_leases(self):
+        """Give unused leases back and publish this worker's numbers (called once a second)."""
+        for rec in self.records:
+            if rec.rpm_lease:
+                rec.cur -= rec.rpm_lease
+                rec.rpm_lease = 0
+                self._publish_rpm(rec)
+            if rec.budget:
+                rec.lease = 0
+                self._publish_budget(rec)

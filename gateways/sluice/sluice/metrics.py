@@ -60,13 +60,6 @@ class Metrics:
         k = (provider, kind)
         self.upstream_errors[k] = self.upstream_errors.get(k, 0) + 1
 
-    def add_tokens(self, key, prompt, completion):
-        t = self.tokens
-        k = (key, "prompt")
-        t[k] = t.get(k, 0) + prompt
-        k = (key, "completion")
-        t[k] = t.get(k, 0) + completion
-
     def latency_hist(self, provider):
         h = self.upstream_latency.get(provider)
         if h is None:

@@ -111,6 +111,7 @@ class ClientConn(asyncio.Protocol):
         "app", "transport", "parser", "cur", "queue", "busy", "closed", "req", "up", "waiting",
         "wait_since", "t_rx", "last", "peer", "eof", "rpause", "in_next", "bad",
         "on_header", "hdrs", "hprev", "hdone", "on_url", "urlp", "on_body", "bodyp", "http11",
+        "on_message_begin", "between", "known", "n_complete", "last_req",
     )
 
     def __init__(self, app):
@@ -145,6 +146,13 @@ class ClientConn(asyncio.Protocol):
         self.on_body = self.bodyp.append
         self.hprev = None
         self.hdone = None
+        # ``between`` is non-empty while the parser waits for a new message: llhttp clears it
+        # (a C-level call) at a message's first byte, on_message_complete refills it
+        self.between = [True]
+        self.on_message_begin = self.between.clear
+        self.known = None  # the previous request's head, split around its Content-Length value
+        self.n_complete = 0
+        self.last_req = None
         self.parser = HttpRequestParser(self)
         self.last = perf_counter()
         app = self.app
@@ -231,9 +239,13 @@ class ClientConn(asyncio.Protocol):
 
     # ------------------------------------------------------------ parsing
     def data_received(self, data):
-        self.t_rx = self.last = perf_counter()
+        t = self.t_rx = self.last = perf_counter()
         if self.closed or self.bad:
             return
+        at_start = self.between and not self.busy and not self.queue
+        if at_start and self.known is not None and self._known_request(data, t):
+            return
+        n_complete = self.n_complete
         try:
             self.parser.feed_data(data)
         except HttpParserUpgrade:
@@ -261,6 +273,59 @@ class ClientConn(asyncio.Protocol):
                 if n > self.app.max_body:
                     r.too_large = True
                     self.bodyp.clear()
+        elif at_start and self.n_complete == n_complete + 1 and self.between and not self.closed:
+            self._learn_head(data)
+
+    # A client on a keep-alive connection usually sends every request with the same head but
+    # for Content-Length. When a read holds exactly one such request, it is taken without the
+    # parser (a byte comparison, the length's digits, a slice); anything else is parsed.
+    def _learn_head(self, data):
+        """The read was exactly one request, parsed: remember its head for the next one."""
+        r = self.last_req
+        if r.clen < 0 or r.too_large or self.hdone[2]:  # no length, refused, or Expect: 100-continue
+            return
+        end = data.find(b"\r\n\r\n") + 4
+        if end < 4 or end + r.clen != len(data):
+            return
+        low = data[:end].lower()
+        i = low.find(b"\r\ncontent-length:")
+        if i < 0 or low.find(b"\r\ncontent-length:", i + 1) >= 0:
+            return
+        v = i + 17
+        while low[v] in b" \t":
+            v += 1
+        j = data.find(b"\r\n", v)
+        if not data[v:j].isdigit():
+            return
+        self.known = (data[:v], v, data[j:end], len(data[j:end]), r.method, r.url, r.token, r.fwd,
+                      r.has_av, r.http11, r.keep_alive)
+
+    def _known_request(self, data, t):
+        prefix, v, suffix, n_suffix, method, url, token, fwd, has_av, http11, keep_alive = self.known
+        if not data.startswith(prefix):
+            return False
+        j = data.find(b"\r\n", v, v + 20)
+        if j < 0 or not data[v:j].isdigit() or not data.startswith(suffix, j):
+            return False
+        start = j + n_suffix
+        clen = len(data) - start
+        if int(data[v:j]) != clen or clen > self.app.max_body:
+            return False
+        r = Request()
+        r.t0 = t
+        r.method = method
+        r.url = url
+        r.token = token
+        r.fwd = fwd
+        r.has_av = has_av
+        r.http11 = http11
+        r.keep_alive = keep_alive
+        r.clen = clen
+        r.body = data[start:]
+        self.n_complete += 1
+        self.busy = True
+        self.app.handle(self, r)
+        return True
 
     def _bad_request(self, status, message):
         """Unparseable input: answer after the responses already owed, then close."""
@@ -317,6 +382,9 @@ class ClientConn(asyncio.Protocol):
     def on_message_complete(self):
         r = self.cur
         self.cur = None
+        self.between.append(True)
+        self.n_complete += 1
+        self.last_req = r
         r.t0 = self.t_rx  # Sluice's clock for this request starts with the read that completed it
         if self.hdrs:
             self.hdrs.clear()  # trailer fields of a chunked body: not forwarded
@@ -497,6 +565,8 @@ class App:
             for name in [m.name] + m.aliases:
                 self.routes[name] = route
         self.keys = KeyStore(cfg.keys, shared, worker, n_workers)
+        for rec in self.keys.records:  # model names and aliases each key may call
+            rec.allowed = frozenset(n for n, r in self.routes.items() if rec.allows(n, r.name))
         self.models_openai = dumps({"object": "list", "data": [
             {"id": name, "object": "model", "created": 0, "owned_by": r.provider.name}
             for name, r in self.routes.items()]})
@@ -594,7 +664,7 @@ class App:
         r.model_label = route.name
         r.client_model = model
         if key is not None:
-            if not key.allows(model, route.name):
+            if model not in key.allowed:
                 return self._reject(conn, r, 403, f"key {key.name!r} may not use model {model!r}")
             if key.rpm:
                 wait = self.keys.take_request(key, r.t0)
@@ -701,9 +771,11 @@ class App:
                 completion = 0 if status >= 400 else req.reserved - prompt
             self.keys.settle(key, req.reserved, prompt + completion)
             req.reserved = 0
-            m.add_tokens(key.name, prompt, completion)
+            key.prompt_tokens += prompt
+            key.completion_tokens += completion
         elif key is not None and prompt is not None:
-            m.add_tokens(key.name, prompt, completion)
+            key.prompt_tokens += prompt
+            key.completion_tokens += completion
         if self.access is not None:
             now = time.time()
             self.access.entries.append((
@@ -738,7 +810,16 @@ class App:
                 g["sluice_key_tokens_spent"] = spent
         return g
 
+    def _sync_tokens(self):
+        """Token counts are kept on the key records (cheaper per request); metrics read them here."""
+        t = self.metrics.tokens
+        for rec in self.keys.records:
+            if rec.prompt_tokens or rec.completion_tokens:
+                t[(rec.name, "prompt")] = rec.prompt_tokens
+                t[(rec.name, "completion")] = rec.completion_tokens
+
     def render_metrics(self):
+        self._sync_tokens()
         live = self.gauges()
         if self.n_workers > 1:
             snaps = []
@@ -797,6 +878,8 @@ class App:
                                      extra=b"x-gateway-overhead-us: 0\r\n" if self.overhead_header else b"",
                                      close=True))
                 c.close()
+        self.keys.return_leases()
+        self._sync_tokens()
         if self.n_workers > 1 and self.metrics.changes != self._snap_changes:
             self._snap_changes = self.metrics.changes
             self.shared.write_snapshot(self.worker, self.metrics.snapshot(self.gauges()))

@@ -10,6 +10,7 @@ callbacks instead.
 """
 import asyncio
 import re
+from bisect import bisect_left
 from time import perf_counter
 
 import orjson
@@ -37,6 +38,12 @@ def _log_callback_error(e):
         import traceback
         sys.stderr.write("sluice: error in upstream response handling:\n")
         traceback.print_exception(cause, file=sys.stderr)
+
+
+def _closes(low):
+    """Whether a lowercased head's Connection header says close."""
+    i = low.find(b"\nconnection:")
+    return b"close" in low[i:low.find(b"\n", i + 1)]
 
 
 def _strip_hop_headers(head):
@@ -225,7 +232,7 @@ class Pool:
 class UpstreamConn(asyncio.Protocol):
     __slots__ = (
         "pool", "provider", "app", "transport", "parser", "alive", "paused", "reused", "idle_since",
-        "client", "req", "mode", "head_done", "complete", "cur", "pre", "hoff", "t_rx", "t_sent",
+        "client", "req", "mode", "head_done", "open", "on_message_complete", "cur", "pre", "hoff", "t_rx", "t_sent",
         "t_head", "last_rx", "nbytes", "status", "stream", "chunked_out", "close_delimited",
         "parts", "parts_len", "sse", "translator", "scan", "usage", "frames", "tail", "client_head_sent",
         "broken", "retry_after", "on_body", "bodyp",
@@ -240,6 +247,9 @@ class UpstreamConn(asyncio.Protocol):
         # (in the common relay mode they are simply dropped: the raw bytes went out already)
         self.bodyp = []
         self.on_body = self.bodyp.append
+        # ``open`` is emptied by llhttp (a C-level call) when a response is complete
+        self.open = [True]
+        self.on_message_complete = self.open.clear
         self.parser = HttpResponseParser(self)
         self.alive = False
         self.paused = False
@@ -287,7 +297,8 @@ class UpstreamConn(asyncio.Protocol):
         self.req = req
         self.mode = RAW
         self.head_done = False
-        self.complete = False
+        if not self.open:
+            self.open.append(True)
         self.pre = b""
         self.hoff = 0
         self.nbytes = 0
@@ -355,7 +366,7 @@ class UpstreamConn(asyncio.Protocol):
                     _log_callback_error(e)
                     self._fail_midstream()
                     return
-            if self.complete:
+            if not self.open:
                 self._finish()
             return
         self.cur = data
@@ -387,7 +398,7 @@ class UpstreamConn(asyncio.Protocol):
             self.pre = pre
             return
         self.pre = b""
-        if self.complete:
+        if not self.open:
             self._finish()
 
     # -- parser callbacks --
@@ -401,18 +412,24 @@ class UpstreamConn(asyncio.Protocol):
             return
         if idx < 0:
             raise HttpParserError("response head without CRLF CRLF")
-        now = perf_counter()
+        if not self.open:  # emptied by an interim response that came before this head
+            self.open.append(True)
         self.head_done = True
         self.status = status
-        self.t_head = now
         req = self.req
         app = self.app
-        self.provider.latency.observe(now - self.t_sent)
         head = buf[self.hoff:idx + 2]
         low = head.lower()
         self.stream = b"text/event-stream" in low
-        self.close_delimited = (b"\ntransfer-encoding:" not in low and b"\ncontent-length:" not in low
+        self.close_delimited = (b"\ncontent-length:" not in low and b"\ntransfer-encoding:" not in low
                                 and status not in (204, 304))
+        # whether the provider keeps the connection (read from the head: llhttp forgets it
+        # once the response is over, and asking it from a callback costs a Python call)
+        self.broken = head.startswith(b"HTTP/1.0") or (b"\nconnection:" in low and _closes(low))
+        now = self.t_head = perf_counter()
+        h = self.provider.latency
+        h.counts[bisect_left(h.bounds, now - self.t_sent)] += 1
+        h.sum += now - self.t_sent
         client = self.client
         keep = req.keep_alive and not app.stopping
         if req.translate == 0:
@@ -431,12 +448,9 @@ class UpstreamConn(asyncio.Protocol):
                 head = _strip_hop_headers(head)
             req.keep_alive = keep
             extra = b"" if keep else b"connection: close\r\n"
+            us = req.overhead = (req.pre + (now - self.t_rx)) * 1e6
             if app.overhead_header:
-                us = (req.pre + (perf_counter() - self.t_rx)) * 1e6
-                req.overhead = us
                 extra = b"x-gateway-overhead-us: %d\r\n" % us + extra
-            else:
-                req.overhead = (req.pre + (perf_counter() - self.t_rx)) * 1e6
             rest = buf[idx + 4:]
             self.client_head_sent = True
             if self.mode == RAW and rest:
@@ -502,12 +516,6 @@ class UpstreamConn(asyncio.Protocol):
             self.parts.append(body)
         else:  # REFRAME
             client.write(b"%x\r\n%s\r\n" % (len(body), body) if self.chunked_out else body)
-
-    def on_message_complete(self):
-        if self.head_done:
-            self.complete = True
-            # only valid now: llhttp resets its flags once the message is over
-            self.broken = not self.parser.should_keep_alive()
 
     # -- usage scanning for token budgets (same-dialect relays) --
     def _scan(self, data):
