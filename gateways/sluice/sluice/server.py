@@ -6,6 +6,7 @@ request to a pooled connection (or, when none is idle, opens one).
 """
 import asyncio
 import os
+from bisect import bisect_left
 import re
 import signal
 import sys
@@ -48,27 +49,22 @@ TICK = 0.1
 
 
 class Request:
-    __slots__ = (
-        "method", "url", "keep_alive", "http11", "token", "fwd", "too_large",
-        "has_av", "body", "t0", "t_resume", "pre", "overhead", "dialect", "translate",
-        "stream", "include_usage", "client_model", "route", "key", "reserved", "retried", "payload",
-        "model_label", "clen",
-    )
-
-    def __init__(self):
-        self.too_large = False
-        self.clen = -1
-        self.pre = 0.0
-        self.overhead = 0.0
-        self.translate = 0
-        self.stream = False
-        self.include_usage = False
-        self.key = None
-        self.reserved = 0
-        self.retried = False
-        self.route = None
-        self.model_label = "-"
-        self.dialect = "openai"
+    """One client request. Defaults live on the class: a request sets only what differs."""
+    too_large = False
+    clen = -1
+    pre = 0.0            # seconds of our own work before waiting on the provider
+    overhead = 0.0       # microseconds, as reported in the overhead header
+    translate = 0        # 0 same dialect, 1 Anthropic client to OpenAI provider, 2 the reverse
+    stream = False
+    include_usage = False
+    key = None
+    reserved = 0         # tokens reserved from the key's budget
+    retried = False
+    route = None
+    model_label = "-"
+    dialect = "openai"
+    payload = None
+    client_model = None
 
 
 class Route:
@@ -455,7 +451,12 @@ class ClientConn(asyncio.Protocol):
     def exchange_done(self, req, status, prompt, completion):
         self.up = None
         self.app.request_finished(self, req, status, prompt, completion)
-        self.done(req.keep_alive)
+        # done(), inlined for the common case
+        self.busy = False
+        self.last = perf_counter()
+        self.req = None
+        if self.rpause or not req.keep_alive or self.eof or self.queue:
+            self.done(req.keep_alive)
 
     def upstream_failed(self, status, message):
         req = self.req
@@ -636,7 +637,7 @@ class App:
         key = None
         token = r.token
         if token is not None or self.require_auth:
-            key = self.keys.lookup(token) if token else None
+            key = (self.keys.by_token.get(token) or self.keys.lookup(token)) if token else None
             if key is None and (self.require_auth or token):
                 return self._reject(conn, r, 401, "missing API key" if not token else "invalid API key")
         body = r.body
@@ -721,6 +722,12 @@ class App:
         r.payload = payload  # kept for a retry on a fresh connection
         if TEST_DELAY_S:
             self.loop.call_later(TEST_DELAY_S, self._send_upstream, conn, r, provider.pool)
+            return
+        up = provider.pool.acquire()  # _send_upstream, inlined
+        if up is not None:
+            r.t_resume = r.t0
+            conn.up = up
+            up.start(conn, r, payload)
         else:
             self._send_upstream(conn, r, provider.pool)
 
@@ -761,9 +768,15 @@ class App:
         """Every chat request that was sent towards a provider ends here exactly once."""
         m = self.metrics
         m.in_flight -= 1
-        m.count_request(req.model_label, status)
+        m.changes += 1
+        k = (req.model_label, status)
+        counts = m.requests
+        counts[k] = counts.get(k, 0) + 1
         if req.overhead:
-            m.overhead.observe(req.overhead / 1e6)
+            h = m.overhead
+            v = req.overhead / 1e6
+            h.counts[bisect_left(h.bounds, v)] += 1
+            h.sum += v
         key = req.key
         if key is not None and req.reserved:
             if prompt is None:

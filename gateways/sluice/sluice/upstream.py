@@ -420,12 +420,15 @@ class UpstreamConn(asyncio.Protocol):
         app = self.app
         head = buf[self.hoff:idx + 2]
         low = head.lower()
-        self.stream = b"text/event-stream" in low
-        self.close_delimited = (b"\ncontent-length:" not in low and b"\ntransfer-encoding:" not in low
+        # bytes.find, not ``in``: CPython 3.11's bytes ``in`` first tries the operand as an int and
+        # formats (then drops) a TypeError each time
+        find = low.find
+        self.stream = find(b"text/event-stream") >= 0
+        self.close_delimited = (find(b"\ncontent-length:") < 0 and find(b"\ntransfer-encoding:") < 0
                                 and status not in (204, 304))
         # whether the provider keeps the connection (read from the head: llhttp forgets it
         # once the response is over, and asking it from a callback costs a Python call)
-        self.broken = head.startswith(b"HTTP/1.0") or (b"\nconnection:" in low and _closes(low))
+        self.broken = head.startswith(b"HTTP/1.0") or (find(b"\nconnection:") >= 0 and _closes(low))
         now = self.t_head = perf_counter()
         h = self.provider.latency
         h.counts[bisect_left(h.bounds, now - self.t_sent)] += 1
@@ -433,7 +436,7 @@ class UpstreamConn(asyncio.Protocol):
         client = self.client
         keep = req.keep_alive and not app.stopping
         if req.translate == 0:
-            if self.close_delimited or (not req.http11 and b"\ntransfer-encoding:" in low):
+            if self.close_delimited or (not req.http11 and find(b"\ntransfer-encoding:") >= 0):
                 self.mode = REFRAME
                 self.chunked_out = req.http11
                 if not req.http11:
@@ -444,7 +447,7 @@ class UpstreamConn(asyncio.Protocol):
                     head += b"transfer-encoding: chunked\r\n"
             else:
                 self.mode = RAW
-            if b"\nconnection:" in low or b"\nkeep-alive:" in low or b"\nproxy-connection:" in low:
+            if find(b"\nconnection:") >= 0 or find(b"\nkeep-alive:") >= 0 or find(b"\nproxy-connection:") >= 0:
                 head = _strip_hop_headers(head)
             req.keep_alive = keep
             extra = b"" if keep else b"connection: close\r\n"
@@ -529,12 +532,13 @@ class UpstreamConn(asyncio.Protocol):
         else:
             buf = data
             i = data.find(b'"usage"')
-            if i < 0 and tail and b'"usage"' in tail + data[:8]:
+            if i < 0 and tail and (tail + data[:8]).find(b'"usage"') >= 0:
                 buf = tail + data
                 i = buf.find(b'"usage"')
         if i >= 0:
-            for m in _USAGE.finditer(buf, i):
-                self.usage[m.group(1)] = int(m.group(2))
+            usage = self.usage
+            for name, value in _USAGE.findall(buf, i):
+                usage[name] = int(value)
             self.tail = buf[i:] if len(buf) - i < 4096 else b""
         else:
             self.tail = data[-8:]
@@ -572,14 +576,19 @@ class UpstreamConn(asyncio.Protocol):
                 client.write(b"0\r\n\r\n")
         if self.stream and self.client_head_sent:
             app.metrics.stream_relay.observe(now - self.t_head)
-        reuse = self.alive and not self.broken and not self.close_delimited
         self.client = None
         self.req = None
-        if reuse:
-            self.pool.release(self)
+        pool = self.pool
+        if self.alive and not self.broken and not self.close_delimited:
+            if pool.waiters or self.paused:
+                pool.release(self)
+            else:  # Pool.release, when nobody waits
+                pool.busy.discard(self)
+                self.idle_since = now
+                pool.idle.append(self)
         else:
             self.close()
-            self.pool.discard(self)
+            pool.discard(self)
         client.exchange_done(req, self.status, prompt, completion)
 
     def _write_buffered(self, client, req):
