@@ -122,6 +122,50 @@ def test_keep_alive_and_chunked_request_body(sluice, stub):
     assert stub.requests[-2]["body"] == body.replace(b'"fast"', b'"mock-model"')
 
 
+def test_repeated_request_heads_with_new_lengths_bodies_and_splits(sluice, stub):
+    """A head seen before on the connection is taken without the parser; every variation
+    (another length, another header, a body split over reads, two requests in one read) must
+    still be forwarded exactly."""
+    def req(body, extra=b""):
+        return (b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer " + KEY.encode()
+                + b"\r\n" + extra + b"content-length: %d\r\ncontent-type: application/json\r\n\r\n" % len(body)
+                + body)
+
+    bodies = [json.dumps({"model": m, "messages": [{"role": "user", "content": c}]}).encode()
+              for m, c in (("fast", "one"), ("fast", "a longer second one"), ("mock-model", "3"),
+                           ("fast", "four"), ("fast", "five"), ("fast", "six"), ("fast", "seven"))]
+    sends = [[req(bodies[0])], [req(bodies[1])], [req(bodies[2], b"x-other: yes\r\n")], [req(bodies[3])]]
+    split = req(bodies[4])
+    sends.append([split[:-5], split[-5:]])          # the body arrives in two reads
+    sends.append([req(bodies[5]) + req(bodies[6])])  # two requests in one read
+    s = socket.create_connection(("127.0.0.1", sluice.port), timeout=10)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        buf = b""
+        want = 0
+        for parts in sends:
+            first = len(stub.requests)
+            for i, part in enumerate(parts):
+                s.sendall(part)
+                if i + 1 < len(parts):
+                    import time
+                    time.sleep(0.05)
+            want += 2 if len(parts) == 1 and parts[0].count(b"POST ") == 2 else 1
+            while count_responses(buf) < want:
+                chunk = s.recv(65536)
+                assert chunk, buf
+                buf += chunk
+            assert len(stub.requests) > first
+    finally:
+        s.close()
+    assert buf.count(b"HTTP/1.1 200 OK") == 7
+    sent = stub.requests[-7:]
+    for body, got in zip(bodies, sent):
+        assert got["body"] == body.replace(b'"fast"', b'"mock-model"'), got["body"]
+    headers = [{k.lower() for k in r["headers"]} for r in sent]
+    assert "x-other" in headers[2] and "x-other" not in headers[3]
+
+
 def test_pipelined_requests_answered_in_order(sluice, stub):
     reqs = b""
     for tag, delay in (("first", 300), ("second", 100), ("third", 0)):

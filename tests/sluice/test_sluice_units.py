@@ -190,3 +190,70 @@ def test_usage_scanner_across_chunk_edges():
             u._scan(data[:cut])
             u._scan(data[cut:])
             assert u.usage == {b"prompt_tokens": 123, b"completion_tokens": 45}, cut
+
+
+def test_rpm_leases_never_let_workers_exceed_the_limit():
+    """With room to spare a worker claims a lease; the others count it as used."""
+    keys = {"a": _K("a", rpm=100)}
+    shared = Shared(1, 2)
+    w0, w1 = KeyStore(keys, shared, 0, 2), KeyStore(keys, shared, 1, 2)
+    rec0, rec1 = w0.lookup(b"k-a"), w1.lookup(b"k-a")
+    t = 6000.0
+    assert w0.take_request(rec0, t) == 0
+    assert rec0.rpm_lease == (100 - 1) // 4  # a quarter of the free room (two workers)
+    admitted = 1
+    for i in range(300):  # the two workers take turns within one minute
+        w, rec = (w0, rec0) if i % 2 else (w1, rec1)
+        if w.take_request(rec, t + 1 + i * 0.1) == 0:
+            admitted += 1
+    assert admitted <= 100
+    # leases unused at the end are given back: the room is there again
+    w0.return_leases()
+    w1.return_leases()
+    assert rec0.rpm_lease == rec1.rpm_lease == 0
+    spent = rec0.cur + rec1.cur
+    assert spent == admitted
+
+
+def test_rpm_lease_is_not_counted_as_requests_in_the_next_window():
+    keys = {"a": _K("a", rpm=1000)}
+    shared = Shared(1, 1)
+    ks = KeyStore(keys, shared, 0, 1)
+    rec = ks.lookup(b"k-a")
+    assert ks.take_request(rec, 6000.0) == 0
+    assert rec.rpm_lease == 999  # one worker: all the free room (1 + 999 = the limit)
+    assert ks.take_request(rec, 6001.0) == 0  # from the lease
+    assert ks.take_request(rec, 6065.0) == 0  # next window: two requests before, not 1000
+    assert rec.prev == 2
+
+
+def test_budget_leases_keep_spent_plus_held_constant():
+    keys = {"b": _K("b", budget=1000)}
+    shared = Shared(1, 2)
+    w0, w1 = KeyStore(keys, shared, 0, 2), KeyStore(keys, shared, 1, 2)
+    rec0, rec1 = w0.lookup(b"k-b"), w1.lookup(b"k-b")
+    assert w0.reserve(rec0, 100) == 0
+    assert rec0.lease == (1000 - 100) // 4
+    held = rec0.spent + rec0.reserved + rec0.lease
+    assert w0.reserve(rec0, 50) == 0          # from the lease: nothing published
+    w0.settle(rec0, 100, 30)                  # 70 back into the lease
+    w0.settle(rec0, 50, 60)                   # 10 more than reserved, out of the lease
+    assert rec0.spent + rec0.reserved + rec0.lease == held
+    assert w0.budget_state(rec0) == (90, 0)
+    # the other worker sees worker 0's published numbers (spent, reserved and lease) as taken
+    assert w1.reserve(rec1, 1000 - held + 1) == 1  # blocked by a lease: room comes back soon
+    w0.return_leases()
+    assert w1.reserve(rec1, 1000 - 90) == 0
+    assert w1.budget_state(rec1) == (90, 910)
+
+
+def test_budget_overdraft_beyond_the_lease_is_published():
+    keys = {"b": _K("b", budget=100)}
+    shared = Shared(1, 2)
+    w0, w1 = KeyStore(keys, shared, 0, 2), KeyStore(keys, shared, 1, 2)
+    rec0, rec1 = w0.lookup(b"k-b"), w1.lookup(b"k-b")
+    assert w0.reserve(rec0, 10) == 0
+    w0.settle(rec0, 10, 95)                   # the provider used far more than reserved
+    assert rec0.lease == 0
+    assert w1.budget_state(rec1) == (95, 0)   # seen by the other worker at once
+    assert w1.reserve(rec1, 10) == 86400
