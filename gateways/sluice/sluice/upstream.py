@@ -550,7 +550,7 @@ class UpstreamConn(asyncio.Protocol):
         req = self.req
         mode = self.mode
         app = self.app
-        now = perf_counter()
+        now = self.t_rx  # the read that completed the response
         prompt = completion = None
         if mode == RAW:
             if self.scan:
