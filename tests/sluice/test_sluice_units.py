@@ -257,3 +257,16 @@ def test_budget_overdraft_beyond_the_lease_is_published():
     assert rec0.lease == 0
     assert w1.budget_state(rec1) == (95, 0)   # seen by the other worker at once
     assert w1.reserve(rec1, 10) == 86400
+
+
+def test_bench_hotpath_completes_exchanges_in_memory():
+    """The tuning tool runs Sluice's own request and response path end to end without sockets."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    tool = Path(__file__).resolve().parents[2] / "gateways" / "sluice" / "bench_hotpath.py"
+    for extra in ([], ["--plain"]):
+        out = subprocess.run([sys.executable, str(tool), "--requests", "200", *extra],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert "us of Python per request" in out.stdout

@@ -348,7 +348,8 @@ class UpstreamConn(asyncio.Protocol):
         parts = self.bodyp
         if self.head_done:
             if self.mode == RAW:
-                client.write(data)
+                if not client.closed:  # ClientConn.write, inlined: this runs once per stream frame
+                    client.transport.write(data)
                 if self.scan:
                     self._scan(data)
                 try:
