@@ -6,11 +6,11 @@ request to a pooled connection (or, when none is idle, opens one).
 """
 import asyncio
 import os
-from bisect import bisect_left
 import re
 import signal
 import sys
 import time
+from bisect import bisect_left
 from collections import deque
 from time import perf_counter
 
