@@ -10,7 +10,6 @@ import re
 import signal
 import sys
 import time
-from bisect import bisect_left
 from collections import deque
 from time import perf_counter
 
@@ -451,12 +450,7 @@ class ClientConn(asyncio.Protocol):
     def exchange_done(self, req, status, prompt, completion):
         self.up = None
         self.app.request_finished(self, req, status, prompt, completion)
-        # done(), inlined for the common case
-        self.busy = False
-        self.last = perf_counter()
-        self.req = None
-        if self.rpause or not req.keep_alive or self.eof or self.queue:
-            self.done(req.keep_alive)
+        self.done(req.keep_alive)
 
     def upstream_failed(self, status, message):
         req = self.req
@@ -722,12 +716,6 @@ class App:
         r.payload = payload  # kept for a retry on a fresh connection
         if TEST_DELAY_S:
             self.loop.call_later(TEST_DELAY_S, self._send_upstream, conn, r, provider.pool)
-            return
-        up = provider.pool.acquire()  # _send_upstream, inlined
-        if up is not None:
-            r.t_resume = r.t0
-            conn.up = up
-            up.start(conn, r, payload)
         else:
             self._send_upstream(conn, r, provider.pool)
 
@@ -768,15 +756,9 @@ class App:
         """Every chat request that was sent towards a provider ends here exactly once."""
         m = self.metrics
         m.in_flight -= 1
-        m.changes += 1
-        k = (req.model_label, status)
-        counts = m.requests
-        counts[k] = counts.get(k, 0) + 1
+        m.count_request(req.model_label, status)
         if req.overhead:
-            h = m.overhead
-            v = req.overhead / 1e6
-            h.counts[bisect_left(h.bounds, v)] += 1
-            h.sum += v
+            m.overhead.observe(req.overhead / 1e6)
         key = req.key
         if key is not None and req.reserved:
             if prompt is None:

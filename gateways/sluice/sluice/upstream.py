@@ -10,7 +10,6 @@ callbacks instead.
 """
 import asyncio
 import re
-from bisect import bisect_left
 from time import perf_counter
 
 import orjson
@@ -40,10 +39,9 @@ def _log_callback_error(e):
         traceback.print_exception(cause, file=sys.stderr)
 
 
-def _closes(low):
-    """Whether a lowercased head's Connection header says close."""
-    i = low.find(b"\nconnection:")
-    return b"close" in low[i:low.find(b"\n", i + 1)]
+def _closes(low, i):
+    """Whether the Connection header at ``i`` of a lowercased head says close."""
+    return low.find(b"close", i, low.find(b"\n", i + 1)) >= 0
 
 
 def _strip_hop_headers(head):
@@ -429,11 +427,10 @@ class UpstreamConn(asyncio.Protocol):
                                 and status not in (204, 304))
         # whether the provider keeps the connection (read from the head: llhttp forgets it
         # once the response is over, and asking it from a callback costs a Python call)
-        self.broken = head.startswith(b"HTTP/1.0") or (find(b"\nconnection:") >= 0 and _closes(low))
+        connection = find(b"\nconnection:")
+        self.broken = head.startswith(b"HTTP/1.0") or (connection >= 0 and _closes(low, connection))
         now = self.t_head = perf_counter()
-        h = self.provider.latency
-        h.counts[bisect_left(h.bounds, now - self.t_sent)] += 1
-        h.sum += now - self.t_sent
+        self.provider.latency.observe(now - self.t_sent)
         client = self.client
         keep = req.keep_alive and not app.stopping
         if req.translate == 0:
@@ -448,7 +445,7 @@ class UpstreamConn(asyncio.Protocol):
                     head += b"transfer-encoding: chunked\r\n"
             else:
                 self.mode = RAW
-            if find(b"\nconnection:") >= 0 or find(b"\nkeep-alive:") >= 0 or find(b"\nproxy-connection:") >= 0:
+            if connection >= 0 or find(b"\nkeep-alive:") >= 0 or find(b"\nproxy-connection:") >= 0:
                 head = _strip_hop_headers(head)
             req.keep_alive = keep
             extra = b"" if keep else b"connection: close\r\n"
@@ -579,17 +576,11 @@ class UpstreamConn(asyncio.Protocol):
             app.metrics.stream_relay.observe(now - self.t_head)
         self.client = None
         self.req = None
-        pool = self.pool
         if self.alive and not self.broken and not self.close_delimited:
-            if pool.waiters or self.paused:
-                pool.release(self)
-            else:  # Pool.release, when nobody waits
-                pool.busy.discard(self)
-                self.idle_since = now
-                pool.idle.append(self)
+            self.pool.release(self)
         else:
             self.close()
-            pool.discard(self)
+            self.pool.discard(self)
         client.exchange_done(req, self.status, prompt, completion)
 
     def _write_buffered(self, client, req):
