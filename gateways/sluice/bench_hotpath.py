@@ -12,7 +12,6 @@ larger (cold caches, uvloop, the kernel), but it moves with this one.
     .venv/bin/python gateways/sluice/bench_hotpath.py --profile    # cProfile of the same loop
 """
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -20,25 +19,6 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-
-CONFIG = """
-[server]
-listen = "127.0.0.1:1"
-workers = {workers}
-access_log = ""
-require_auth = false
-validate_json = {validate}
-[providers.mock]
-base_url = "http://127.0.0.1:9/v1"
-[models.mock-model]
-provider = "mock"
-aliases = ["mock-alias"]
-[keys.bench]
-key = "sk-bench"
-models = ["mock-model"]
-rpm = 1000000000
-token_budget = 1000000000000000
-"""
 
 
 class MemoryTransport:
@@ -82,27 +62,24 @@ def build(args):
     from sluice.shared import Shared
     from sluice.upstream import UpstreamConn
 
+    from bench_overhead import BODY, UNARY_ANSWER, sluice_config
+
+    os.environ.setdefault("BENCH_KEY", "sk-provider")  # never sent: no socket is opened
     with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
-        f.write(CONFIG.format(workers=args.workers, validate=str(not args.no_validate).lower()))
+        # the key is configured either way; --plain requests simply do not present it
+        f.write(sluice_config(1, 9, args.workers, not args.no_validate, with_key=True, require_auth=False))
     try:
         cfg = load(f.name)
     finally:
         os.unlink(f.name)
     loop = uvloop.new_event_loop()
     app = App(cfg, loop, Shared(len(cfg.keys), args.workers), 0, args.workers)
-    body = json.dumps({"model": "mock-model" if args.plain else "mock-alias",
-                       "messages": [{"role": "system", "content": "You are a helpful assistant."},
-                                    {"role": "user", "content": "Say hello in a few words."}],
-                       "max_tokens": 32}).encode()
+    body = BODY.replace("MODEL", "mock-model" if args.plain else "mock-alias").encode()
     auth = b"" if args.plain else b"authorization: Bearer sk-bench\r\n"
     request = (b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\nuser-agent: bench\r\n"
                b"accept: */*\r\ncontent-type: application/json\r\n" + auth
                + b"content-length: %d\r\n\r\n" % len(body) + body)
-    answer = json.dumps({
-        "id": "chatcmpl-bench", "object": "chat.completion", "created": 1, "model": "mock-model",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello there, friend!"},
-                     "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25}}).encode()
+    answer = UNARY_ANSWER
     response = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-request-id: 1\r\n"
                 b"content-length: %d\r\n\r\n" % len(answer) + answer)
     pool = next(iter(app.providers.values())).pool

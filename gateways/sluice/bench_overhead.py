@@ -35,6 +35,41 @@ BODY = json.dumps({
 })
 
 
+def sluice_config(port, upstream_port, workers, validate_json=True, with_key=True, require_auth=None):
+    """The Sluice config both benchmarks measure: one provider, an alias, and (``with_key``) a
+    virtual key whose rate limit and budget are checked on every request but never reached.
+    The provider's key comes from $BENCH_KEY."""
+    text = f"""
+[server]
+listen = "127.0.0.1:{port}"
+workers = {workers}
+access_log = ""
+validate_json = {str(validate_json).lower()}
+""" + ("" if require_auth is None else f"require_auth = {str(require_auth).lower()}\n") + f"""
+[providers.mock]
+base_url = "http://127.0.0.1:{upstream_port}/v1"
+api_key_env = "BENCH_KEY"
+[models.mock-model]
+provider = "mock"
+aliases = ["mock-alias"]
+"""
+    if with_key:
+        text += """
+[keys.bench]
+key = "sk-bench"
+models = ["mock-model"]
+rpm = 1000000000
+token_budget = 1000000000000000
+"""
+    return text
+
+UNARY_ANSWER = json.dumps({
+    "id": "chatcmpl-bench", "object": "chat.completion", "created": 1, "model": "mock-model",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello there, friend!"},
+                 "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25}}).encode()
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -47,11 +82,7 @@ def serve_upstream(port, latency_ms, chunks):
     import uvloop
     from httptools import HttpRequestParser
 
-    unary = json.dumps({
-        "id": "chatcmpl-bench", "object": "chat.completion", "created": 1, "model": "mock-model",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello there, friend!"},
-                     "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25}}).encode()
+    unary = UNARY_ANSWER
     unary_resp = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
                   % len(unary)) + unary
     frame = b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"mock-model",' \
@@ -331,25 +362,7 @@ def main():
             port = free_port()
             cfg = os.path.join(tmp, "sluice.toml")
             with open(cfg, "w") as f:
-                f.write(f"""
-[server]
-listen = "127.0.0.1:{port}"
-workers = {args.workers}
-access_log = ""
-validate_json = {str(not args.no_validate).lower()}
-[providers.mock]
-base_url = "http://127.0.0.1:{up_port}/v1"
-api_key_env = "BENCH_KEY"
-[models.mock-model]
-provider = "mock"
-aliases = ["mock-alias"]
-""" + ("" if args.plain else """
-[keys.bench]
-key = "sk-bench"
-models = ["mock-model"]
-rpm = 1000000000
-token_budget = 1000000000000000
-"""))
+                f.write(sluice_config(port, up_port, args.workers, not args.no_validate, with_key=not args.plain))
             env = dict(os.environ, BENCH_KEY="sk-provider")
             sl = subprocess.Popen([PY, os.path.join(HERE, "run.py"), "--config", cfg], env=env)
             wait_http(port)

@@ -119,12 +119,15 @@ class _K:
         self.budget_period_s = kw.get("period", 0)
 
 
+def _workers(key, n):
+    """``n`` workers' key stores over one shared memory, each with its record of ``key``."""
+    shared = Shared(1, n)
+    stores = [KeyStore({key.name: key}, shared, w, n) for w in range(n)]
+    return [(ks, ks.lookup(key.key.encode())) for ks in stores]
+
+
 def test_rpm_sliding_window_across_workers():
-    keys = {"a": _K("a", rpm=4)}
-    shared = Shared(1, 2)
-    w0 = KeyStore(keys, shared, 0, 2)
-    w1 = KeyStore(keys, shared, 1, 2)
-    rec0, rec1 = w0.lookup(b"k-a"), w1.lookup(b"k-a")
+    (w0, rec0), (w1, rec1) = _workers(_K("a", rpm=4), 2)
     t = 6000.0  # start of a window
     assert w0.take_request(rec0, t) == 0
     assert w1.take_request(rec1, t + 1) == 0
@@ -140,10 +143,7 @@ def test_rpm_sliding_window_across_workers():
 
 
 def test_budget_reserve_and_settle():
-    keys = {"b": _K("b", budget=100)}
-    shared = Shared(1, 1)
-    ks = KeyStore(keys, shared, 0, 1)
-    rec = ks.lookup(b"k-b")
+    [(ks, rec)] = _workers(_K("b", budget=100), 1)
     assert ks.reserve(rec, 60) == 0
     assert ks.reserve(rec, 50) == 1          # in flight reservations may still settle lower
     ks.settle(rec, 60, 10)
@@ -194,10 +194,7 @@ def test_usage_scanner_across_chunk_edges():
 
 def test_rpm_leases_never_let_workers_exceed_the_limit():
     """With room to spare a worker claims a lease; the others count it as used."""
-    keys = {"a": _K("a", rpm=100)}
-    shared = Shared(1, 2)
-    w0, w1 = KeyStore(keys, shared, 0, 2), KeyStore(keys, shared, 1, 2)
-    rec0, rec1 = w0.lookup(b"k-a"), w1.lookup(b"k-a")
+    (w0, rec0), (w1, rec1) = _workers(_K("a", rpm=100), 2)
     t = 6000.0
     assert w0.take_request(rec0, t) == 0
     assert rec0.rpm_lease == (100 - 1) // 4  # a quarter of the free room (two workers)
@@ -216,10 +213,7 @@ def test_rpm_leases_never_let_workers_exceed_the_limit():
 
 
 def test_rpm_lease_is_not_counted_as_requests_in_the_next_window():
-    keys = {"a": _K("a", rpm=1000)}
-    shared = Shared(1, 1)
-    ks = KeyStore(keys, shared, 0, 1)
-    rec = ks.lookup(b"k-a")
+    [(ks, rec)] = _workers(_K("a", rpm=1000), 1)
     assert ks.take_request(rec, 6000.0) == 0
     assert rec.rpm_lease == 999  # one worker: all the free room (1 + 999 = the limit)
     assert ks.take_request(rec, 6001.0) == 0  # from the lease
@@ -228,10 +222,7 @@ def test_rpm_lease_is_not_counted_as_requests_in_the_next_window():
 
 
 def test_budget_leases_keep_spent_plus_held_constant():
-    keys = {"b": _K("b", budget=1000)}
-    shared = Shared(1, 2)
-    w0, w1 = KeyStore(keys, shared, 0, 2), KeyStore(keys, shared, 1, 2)
-    rec0, rec1 = w0.lookup(b"k-b"), w1.lookup(b"k-b")
+    (w0, rec0), (w1, rec1) = _workers(_K("b", budget=1000), 2)
     assert w0.reserve(rec0, 100) == 0
     assert rec0.lease == (1000 - 100) // 4
     held = rec0.spent + rec0.reserved + rec0.lease
@@ -248,10 +239,7 @@ def test_budget_leases_keep_spent_plus_held_constant():
 
 
 def test_budget_overdraft_beyond_the_lease_is_published():
-    keys = {"b": _K("b", budget=100)}
-    shared = Shared(1, 2)
-    w0, w1 = KeyStore(keys, shared, 0, 2), KeyStore(keys, shared, 1, 2)
-    rec0, rec1 = w0.lookup(b"k-b"), w1.lookup(b"k-b")
+    (w0, rec0), (w1, rec1) = _workers(_K("b", budget=100), 2)
     assert w0.reserve(rec0, 10) == 0
     w0.settle(rec0, 10, 95)                   # the provider used far more than reserved
     assert rec0.lease == 0
