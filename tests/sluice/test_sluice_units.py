@@ -258,3 +258,14 @@ def test_bench_hotpath_completes_exchanges_in_memory():
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         assert "us of Python per request" in out.stdout
+
+
+def test_budget_settled_after_its_period_ended_is_published_in_the_new_period():
+    (w0, rec0), (w1, rec1) = _workers(_K("b", budget=1000, period=3600), 2)
+    assert w0.reserve(rec0, 100) == 0
+    rec0.budget_until = 0.0                   # as if the period ended while the request was in flight
+    w0.settle(rec0, 100, 40)
+    assert w1.budget_state(rec1)[1] == 0      # the reservation is gone for the other worker too
+    assert w1.budget_state(rec1)[0] in (0, 40)  # 40 in the new period (0 if the hour turned meanwhile)
+    import time
+    assert w1._budget_totals(rec1, time.time())[2] == rec0.lease  # its lease, as published

@@ -38,6 +38,11 @@ WINDOW = 60.0
 INF = float("inf")
 
 
+def _period(rec, wall):
+    """The budget period ``wall`` (Unix seconds) falls in; 0 for a budget that never resets."""
+    return int(wall // rec.period) if rec.period else 0
+
+
 class KeyRecord:
     __slots__ = ("name", "index", "all_models", "models", "allowed", "rpm", "budget", "period", "base",
                  # requests per minute, this worker: window, count (lease included), lease, lease end
@@ -102,7 +107,6 @@ class KeyStore:
             rec.rpm_lease -= 1
             return 0
         q = self.q
-        b = rec.base
         wid = int(now // WINDOW)
         if rec.wid != wid:  # roll this worker's window; an unused lease was never a request
             rec.prev = rec.cur - rec.rpm_lease if rec.wid == wid - 1 else 0
@@ -162,19 +166,24 @@ class KeyStore:
     # -- token budget --
     def budget_state(self, rec, wall=None):
         """(spent in the current period, reserved in flight), summed over workers; leases excluded."""
+        spent, reserved, _ = self._budget_totals(rec, time.time() if wall is None else wall)
+        return spent, reserved
+
+    def _budget_totals(self, rec, wall):
+        """(spent, reserved, other workers' leases): this worker's own numbers, the others' published."""
         q = self.q
-        wall = time.time() if wall is None else wall
-        pid = int(wall // rec.period) if rec.period else 0
+        pid = _period(rec, wall)
         self._roll_period(rec, pid, wall)
-        spent, reserved = rec.spent, rec.reserved
+        spent, reserved, leased = rec.spent, rec.reserved, 0
         b = rec.index * self.n_workers * SLOT_FIELDS
         for w in range(self.n_workers):
             if w != self.worker:
                 if q[b + 3] == pid:
                     spent += q[b + 4]
                 reserved += q[b + 5]
+                leased += q[b + 6]
             b += SLOT_FIELDS
-        return spent, reserved
+        return spent, reserved, leased
 
     def _roll_period(self, rec, pid, wall):
         rec.budget_until = (perf_counter() + (pid + 1) * rec.period - wall) if rec.period else INF
@@ -192,8 +201,7 @@ class KeyStore:
             return 0
         wall = time.time()
         rec.lease = 0  # claimed again below from what is free now
-        spent, reserved = self.budget_state(rec, wall)
-        leased = self._others_leased(rec)
+        spent, reserved, leased = self._budget_totals(rec, wall)
         budget = rec.budget
         if spent + reserved + leased + tokens > budget:
             self._publish_budget(rec)
@@ -209,16 +217,6 @@ class KeyStore:
         self._publish_budget(rec)
         return 0
 
-    def _others_leased(self, rec):
-        q = self.q
-        total = 0
-        b = rec.index * self.n_workers * SLOT_FIELDS
-        for w in range(self.n_workers):
-            if w != self.worker:
-                total += q[b + 6]
-            b += SLOT_FIELDS
-        return total
-
     def _publish_budget(self, rec):
         q = self.q
         b = rec.base
@@ -230,13 +228,16 @@ class KeyStore:
     def settle(self, rec, reserved, actual):
         actual = max(0, int(actual))
         rec.reserved -= reserved
-        if perf_counter() < rec.budget_until:
-            rec.spent += actual
-            rec.lease += reserved - actual  # may go below 0: the next request claims anew
-        else:  # the period ended while the request was in flight: it counts in the new one
+        if perf_counter() >= rec.budget_until:
+            # the period ended while the request was in flight: it counts in the new one, and the
+            # reservation is not refunded into a lease, so the numbers changed: publish them
             wall = time.time()
-            self._roll_period(rec, int(wall // rec.period) if rec.period else 0, wall)
+            self._roll_period(rec, _period(rec, wall), wall)
             rec.spent += actual
+            self._publish_budget(rec)
+            return
+        rec.spent += actual
+        rec.lease += reserved - actual  # below 0 means this worker used more than it published
         if rec.lease < 0:
             rec.lease = 0
             self._publish_budget(rec)

@@ -631,7 +631,7 @@ class App:
         key = None
         token = r.token
         if token is not None or self.require_auth:
-            key = (self.keys.by_token.get(token) or self.keys.lookup(token)) if token else None
+            key = self.keys.lookup(token) if token else None
             if key is None and (self.require_auth or token):
                 return self._reject(conn, r, 401, "missing API key" if not token else "invalid API key")
         body = r.body
