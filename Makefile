@@ -20,13 +20,13 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 
 ## make study [PROFILE=standard] [GATEWAYS=all|direct,nginx,...] [SET="--set runs_per_gateway=1"]
 study: setup
-	$(PY) -m harness.execute --profile $(PROFILE) $(if $(GATEWAYS),--gateways $(GATEWAYS)) $(SET)
+	$(PY) -m harness.commands.execute --profile $(PROFILE) $(if $(GATEWAYS),--gateways $(GATEWAYS)) $(SET)
 
 ## What the tests start: Debian's nginx and chromium, and every pinned competitor (into .cache/).
 ## Idempotent: a second run installs nothing.
 test-deps: setup
 	bash scripts/install-test-deps.sh
-	$(PY) -m harness.install all
+	$(PY) -m harness.commands.install all
 
 test: setup test-deps
 	$(PY) -m pytest -p no:cacheprovider
@@ -34,7 +34,7 @@ test: setup test-deps
 ## The performance gate (CI runs it after the tests): a `gate` study, its A/A self-check, and
 ## Sluice's ratios to nginx against baselines/gate.json.
 gate: setup
-	$(PY) -m harness.gate_run
+	$(PY) -m harness.checks.gate_run
 
 ## make report STUDY=artifacts/<study-id>
 report: setup

@@ -2,7 +2,7 @@
 
     python -m report.build STUDY_DIR [--via-notebook] [--reference nginx] [--bin-users 50]
 
-writes STUDY_DIR/report.html: every number computed by harness.analysis from the raw rows and
+writes STUDY_DIR/report.html: every number computed by harness.stats from the raw rows and
 samples, every plot embedded as a base64 PNG, every raw artifact linked by a relative path.
 The same sections are what notebooks/report.ipynb displays (``--via-notebook`` executes it with
 papermill and exports it with nbconvert, code cells left out).
@@ -25,7 +25,7 @@ import jinja2
 import numpy as np
 import pandas as pd
 
-from harness import analysis as A
+from harness import stats as A
 
 REPO_DIR = Path(__file__).resolve().parent.parent
 NOTEBOOK = REPO_DIR / "notebooks" / "report.ipynb"
@@ -353,7 +353,7 @@ def section_header(data: ReportData) -> str:
 profile <code>{{ profile }}</code> · {{ started|when }} → {{ ended|when }} ·
 systems: {{ systems|join(", ") }} · reference for verdicts: <strong>{{ reference or "none" }}</strong></p>
 <p>Every number below is computed from the raw per-request rows (<code>requests.parquet</code>) and
-1-second process samples (<code>samples.parquet</code>) of each run by <code>harness/analysis.py</code>,
+1-second process samples (<code>samples.parquet</code>) of each run by <code>harness/stats/</code>,
 never from the load generator's rounded summaries; the <a href="#artifacts">artifacts</a> section
 links every file and gives the pandas code that re-derives them.</p>
 </div>""", study_id=m.get("study_id") or data.study.path.name, status=m.get("status", "?"),
@@ -364,7 +364,7 @@ links every file and gives the pandas code that re-derives them.</p>
 
 def _banner_context(data: ReportData) -> dict:
     m = data.study.manifest
-    cores = A._cpu_count(data.study)
+    cores = A.cpu_count(data.study)
     systems = []
     order = {sname: i for i, sname in enumerate(data.study.systems)}
     labels = data.labels.assign(_o=data.labels["system"].map(order)).sort_values("_o", kind="mergesort")
@@ -992,10 +992,10 @@ overhead_p50 = ok.groupby("run_id").latency_ms.median() - manifest["config"]["mo
 print(pd.DataFrame({{"throughput_rps": throughput, "overhead_p50_ms": overhead_p50}}))
 
 # or every figure of this report
-from harness import analysis
-s = analysis.load_study(study)
-print(analysis.run_summary(s))
-print(analysis.head_to_head_table(s))'''
+from harness import stats
+s = stats.load_study(study)
+print(stats.run_summary(s))
+print(stats.head_to_head_table(s))'''
 
 
 def section_artifacts(data: ReportData) -> str:
@@ -1090,7 +1090,7 @@ def _build_via_notebook(study_dir: Path, out: Path, reference: str | None, bin_u
         if cell.get("cell_type") == "code":
             cell["outputs"] = [o for o in cell.get("outputs", [])
                                if not (o.get("output_type") == "stream" and o.get("name") == "stderr")]
-    study_id = (A._read_json(study_dir / "manifest.json").get("study_id") or study_dir.name)
+    study_id = (A.read_json(study_dir / "manifest.json").get("study_id") or study_dir.name)
     nb.metadata["title"] = f"Sluice report: {study_id}"
     exporter = HTMLExporter(template_name="lab", exclude_input=True, exclude_input_prompt=True,
                             exclude_output_prompt=True,

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import suite as S
-from harness.store import read_json
+from harness.run import suite as S
+from harness.run.store import read_json
 from report import build
 
 REPORT_NAME = "report.html"

@@ -1,7 +1,7 @@
 """A synthetic study directory with known answers, laid out exactly as artifacts/README.md says.
 
 Every figure the analysis computes is fixed by construction here and returned in ``expected``
-(computed from the construction's formulas, not from harness.analysis), so tests compare the
+(computed from the construction's formulas, not from harness.stats), so tests compare the
 analysis with the truth:
 
 * the hold window holds N = rate × hold_s requests, evenly spaced; the successful ones have
@@ -33,7 +33,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.store import REQUEST_SCHEMA, SAMPLE_SCHEMA, SCHEMA_VERSION
+from harness.run.store import REQUEST_SCHEMA, SAMPLE_SCHEMA, SCHEMA_VERSION
 
 BASE_T = 1_760_000_000.0
 # Columns of the real schema that the synthetic unary, closed-loop runs leave at their defaults.

@@ -1,4 +1,4 @@
-"""harness.aa: one system under two names must show no clear difference, or the study says its own
+"""harness.checks.aa: one system under two names must show no clear difference, or the study says its own
 noise is too high. Synthetic studies (tests/synthetic.py) through load_study and run_summary, and
 small run_summary-shaped tables."""
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from synthetic import default_params, make_study  # noqa: E402
 
-from harness import aa as AA  # noqa: E402
-from harness import analysis as A  # noqa: E402
+from harness.checks import aa as AA  # noqa: E402
+from harness import stats as A  # noqa: E402
 
 COPY = "nginx~aa"
 

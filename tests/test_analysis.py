@@ -1,4 +1,4 @@
-"""harness.analysis against a synthetic study whose every figure is known by construction."""
+"""harness.stats against a synthetic study whose every figure is known by construction."""
 from __future__ import annotations
 
 import json
@@ -14,7 +14,7 @@ from scipy import stats
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from synthetic import RunParams, default_params, make_study  # noqa: E402
 
-from harness import analysis as A  # noqa: E402
+from harness import stats as A  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -435,11 +435,11 @@ def test_other_cpu_counts_hosts_of_one_machine_once():
                            + rows("c", "machine", 40.0) + rows("c", "mock", 10.0))
     run = {"hosts": {"a": {"before": {"hostname": "vm"}}, "b": {"before": {"hostname": "vm"}},
                      "c": {"before": {"hostname": "other"}}}}
-    machine, other = A._other_cpu(run, samples, 0.0, 3.0)
+    machine, other = A.other_cpu(run, samples, 0.0, 3.0)
     assert (machine, other) == (40.0, 30.0)  # 'other': 40 − 10 = 30 beats vm: 100 − (30 + 50)
     run["hosts"]["c"]["before"]["hostname"] = "vm"  # all three one machine: read once, ours summed
     samples.loc[samples["host"] == "c", "cpu_percent"] = samples["role"].map({"machine": 100.0, "mock": 10.0})
-    assert A._other_cpu(run, samples, 0.0, 3.0) == (100.0, 10.0)
+    assert A.other_cpu(run, samples, 0.0, 3.0) == (100.0, 10.0)
 
 
 def test_offered_load_comes_from_the_mock_not_from_the_measured_latency(tmp_path):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.bodies import DIALECTS, chat_body
+from harness.run.bodies import DIALECTS, chat_body
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "gateways" / "sluice"))
 from sluice import translate  # noqa: E402

@@ -1,8 +1,8 @@
-"""The pinned competitor gateways, each at smoke scale through harness.smoke.check_system:
+"""The pinned competitor gateways, each at smoke scale through harness.run.smoke.check_system:
 start it from its gateway.toml in front of a real mock, one unary and one streaming request,
 the mock saw them, stop it, nothing of it left.
 
-`make test` installs every runnable competitor first (python -m harness.install all); run by
+`make test` installs every runnable competitor first (python -m harness.commands.install all); run by
 hand without that, a competitor that is not installed is skipped with the command that installs
 it, except under CI, where a missing install is a failure.
 """
@@ -12,10 +12,10 @@ import re
 
 import pytest
 
-from harness.config import GATEWAYS_DIR
-from harness.gateway_spec import load_gateway_spec
-from harness.smoke import check_system
-from harness.systems import is_installed
+from harness.model.config import GATEWAYS_DIR
+from harness.model.gateway_spec import load_gateway_spec
+from harness.run.smoke import check_system
+from harness.run.systems import is_installed
 
 STREAM_NOT_SSE = "stream: not an OpenAI SSE stream"
 

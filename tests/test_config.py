@@ -3,7 +3,7 @@ import dataclasses
 
 import pytest
 
-from harness.config import ConfigError, PROFILES, StudyConfig, from_profile, validate
+from harness.model.config import ConfigError, PROFILES, StudyConfig, from_profile, validate
 
 
 def problems_of(config):

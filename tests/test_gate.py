@@ -1,4 +1,4 @@
-"""harness.gate: thresholds, direction, the baseline file, the messages, on synthetic studies
+"""harness.checks.gate: thresholds, direction, the baseline file, the messages, on synthetic studies
 (tests/synthetic.py, through load_study and run_summary) and small run_summary-shaped tables."""
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from synthetic import default_params, make_study  # noqa: E402
 
-from harness import analysis as A  # noqa: E402
-from harness import gate as G  # noqa: E402
+from harness import stats as A  # noqa: E402
+from harness.checks import gate as G  # noqa: E402
 
 BASE_COMMIT = "abc123def4567890abc123def4567890abc12345"
 
@@ -269,7 +269,7 @@ def test_missing_baseline_tells_to_refresh_and_check_never_writes_it(studies, tm
     res = G.check(studies["base"].path, missing)
     assert res.exit_code == 2
     assert f"no baseline at {missing}" in res.text
-    assert "python -m harness.gate refresh" in res.text
+    assert "python -m harness.checks.gate refresh" in res.text
     assert not missing.exists()
 
 
@@ -339,7 +339,7 @@ def test_cli_exit_codes_and_output(studies, tmp_path, capsys):
     capsys.readouterr()
     assert G.main(["check", str(studies["base"].path), "--baseline",
                    str(tmp_path / "missing.json")]) == 2
-    assert "harness.gate refresh" in capsys.readouterr().err
+    assert "harness.checks.gate refresh" in capsys.readouterr().err
     fresh = tmp_path / "fresh.json"
     assert G.main(["refresh", str(studies["slow"].path), "--baseline", str(fresh)]) == 0
     assert json.loads(fresh.read_text())["study_id"] == "slow"

@@ -1,9 +1,9 @@
 """The gate catches a Sluice slowed on purpose (SLUICE_TEST_DELAY_MS), measured for real."""
 import pytest
 
-from harness import gate
-from harness.config import from_profile
-from harness.study import run_study
+from harness.checks import gate
+from harness.model.config import from_profile
+from harness.run.study import run_study
 
 pytestmark = pytest.mark.integration
 

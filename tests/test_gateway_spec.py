@@ -1,8 +1,8 @@
 """gateway.toml is read strictly: unknown placeholders and bad kinds are errors up front."""
 import pytest
 
-from harness.config import GATEWAYS_DIR, known_gateways
-from harness.gateway_spec import GatewaySpecError, load_gateway_spec, render
+from harness.model.config import GATEWAYS_DIR, known_gateways
+from harness.model.gateway_spec import GatewaySpecError, load_gateway_spec, render
 
 
 def write(tmp_path, name, text, files=()):

@@ -1,7 +1,7 @@
 """Plans interleave systems round by round, in a seeded order, with stable comparison keys."""
-from harness.config import from_profile
-from harness.gateway_spec import load_gateway_spec
-from harness.plan import make_plan
+from harness.model.config import from_profile
+from harness.model.gateway_spec import load_gateway_spec
+from harness.model.plan import make_plan
 
 
 def specs(names):

@@ -5,8 +5,8 @@ import time
 import psutil
 import pytest
 
-from harness import processes
-from harness.processes import ManagedProcess, ProcessError, free_port, port_in_use, wait_ready
+from harness.run import processes
+from harness.run.processes import ManagedProcess, ProcessError, free_port, port_in_use, wait_ready
 from polling import wait_for
 
 SPAWNER = ("import subprocess, sys, time\n"

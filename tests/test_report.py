@@ -96,7 +96,7 @@ def _fmt(values, digits):
 
 def _recompute(study_dir: Path) -> dict[str, dict[str, list[float]]]:
     """The headline figures per system and completed run, from the Parquet files and the run
-    manifests with plain pandas: independent of harness.analysis."""
+    manifests with plain pandas: independent of harness.stats."""
     manifest = json.loads((study_dir / "manifest.json").read_text())
     out: dict[str, dict[str, list[float]]] = {}
     for entry in manifest["runs"]:

@@ -4,9 +4,9 @@ import dataclasses
 import pandas as pd
 import pytest
 
-from harness import analysis
-from harness.config import from_profile
-from harness.study import run_study
+from harness import stats
+from harness.model.config import from_profile
+from harness.run.study import run_study
 from report.build import render_report_html
 
 pytestmark = pytest.mark.integration
@@ -20,7 +20,7 @@ def stream_study(tmp_path_factory):
                           out_dir=str(tmp_path_factory.mktemp("artifacts")))
     result = run_study(config, progress=lambda m: None)
     assert [r.status for r in result.records] == ["completed"] * 3, [r.reason for r in result.records]
-    return analysis.load_study(result.study_dir)
+    return stats.load_study(result.study_dir)
 
 
 def test_rows_carry_frame_timings(stream_study):
@@ -34,7 +34,7 @@ def test_rows_carry_frame_timings(stream_study):
 
 
 def test_summary_sees_no_buffering_and_small_overheads(stream_study):
-    table = analysis.stream_summary(stream_study).set_index("system")
+    table = stats.stream_summary(stream_study).set_index("system")
     assert set(table.index) == {"direct", "nginx", "sluice"}
     for system, row in table.iterrows():
         assert not row.buffered, system
@@ -50,11 +50,11 @@ def test_a_buffering_system_is_marked_and_a_lagging_one_only_bunched(stream_stud
     nginx = rows.system == "nginx"
     rows.loc[nginx, "chunk_gaps_ms"] = pd.Series([[0.05] * (CHUNKS - 1)] * int(nginx.sum()),
                                                  index=rows.index[nginx])
-    lagging = analysis.stream_summary(dataclasses.replace(stream_study, requests=rows))
+    lagging = stats.stream_summary(dataclasses.replace(stream_study, requests=rows))
     row = lagging.set_index("system").loc["nginx"]
     assert row.bunched and not row.buffered
     rows.loc[nginx, "ttft_ms"] = rows.loc[nginx, "latency_ms"] - 1.0
-    held = analysis.stream_summary(dataclasses.replace(stream_study, requests=rows))
+    held = stats.stream_summary(dataclasses.replace(stream_study, requests=rows))
     row = held.set_index("system").loc["nginx"]
     assert row.buffered and not row.bunched
 

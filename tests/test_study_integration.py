@@ -5,9 +5,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from harness.config import ConfigError, from_profile
-from harness.store import REQUEST_SCHEMA, SAMPLE_SCHEMA, sha256_file
-from harness.study import main, run_study
+from harness.model.config import ConfigError, from_profile
+from harness.run.store import REQUEST_SCHEMA, SAMPLE_SCHEMA, sha256_file
+from harness.run.study import main, run_study
 
 pytestmark = pytest.mark.integration
 

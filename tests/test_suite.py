@@ -7,9 +7,9 @@ import shutil
 import nbformat
 import pytest
 
-from harness import suite as S
-from harness.config import REPO_DIR
-from harness.store import write_json
+from harness.run import suite as S
+from harness.model.config import REPO_DIR
+from harness.run.store import write_json
 from synthetic import RunParams, make_study
 
 

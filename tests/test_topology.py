@@ -6,11 +6,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness.config import ConfigError, from_profile, validate
-from harness.hosts import RemoteProcess, command_on, facts, snapshot, start_on
-from harness.plan import make_plan
-from harness.study import main
-from harness.topology import Host, TopologyError, load_topology, local_topology
+from harness.model.config import ConfigError, from_profile, validate
+from harness.remote.hosts import RemoteProcess, command_on, facts, snapshot, start_on
+from harness.model.plan import make_plan
+from harness.run.study import main
+from harness.model.topology import Host, TopologyError, load_topology, local_topology
 from polling import wait_for
 
 REPO = Path(__file__).resolve().parent.parent
@@ -97,7 +97,7 @@ def test_bad_topology_fails_study_validation_before_anything_starts(tmp_path, ca
 
 
 def test_the_plan_counts_the_workers_and_keys_the_placement(tmp_path):
-    from harness.gateway_spec import load_gateway_spec
+    from harness.model.gateway_spec import load_gateway_spec
     path = write(tmp_path, GOOD)
     config = from_profile("smoke", gateways=["nginx"], topology=str(path))
     local = from_profile("smoke", gateways=["nginx"])

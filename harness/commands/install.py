@@ -1,7 +1,7 @@
 """Install systems under test ahead of a study (the study does the same on its own).
 
-    python -m harness.install all            # every runnable system under gateways/
-    python -m harness.install litellm nginx
+    python -m harness.commands.install all            # every runnable system under gateways/
+    python -m harness.commands.install litellm nginx
 
 Idempotent: each system's declared check decides whether its install step runs. A failed
 install names the system and its command, and the others go on.
@@ -11,9 +11,9 @@ from __future__ import annotations
 import sys
 import time
 
-from harness.config import GATEWAYS_DIR, REPO_DIR, known_gateways
-from harness.gateway_spec import load_gateway_spec
-from harness.systems import install, read_version
+from harness.model.config import GATEWAYS_DIR, REPO_DIR, known_gateways
+from harness.model.gateway_spec import load_gateway_spec
+from harness.run.systems import install, read_version
 
 
 def main(argv: list[str] | None = None) -> int:

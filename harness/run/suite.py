@@ -1,8 +1,8 @@
 """Suites of cells: a base configuration plus axes, expanded into studies that can be compared.
 
-    python -m harness.suite notebooks/suites/streaming.toml --dry-run     # cells, exclusions, keys
-    python -m harness.suite notebooks/suites/streaming.toml [--out-dir artifacts/suites] [--suite-id ID]
-    python -m harness.suite --compare artifacts/suites/A artifacts/suites/B
+    python -m harness.run.suite notebooks/suites/streaming.toml --dry-run     # cells, exclusions, keys
+    python -m harness.run.suite notebooks/suites/streaming.toml [--out-dir artifacts/suites] [--suite-id ID]
+    python -m harness.run.suite --compare artifacts/suites/A artifacts/suites/B
 
 A suite file is TOML::
 
@@ -42,12 +42,12 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from harness import analysis as A
-from harness import config as config_mod
-from harness.config import ConfigError, StudyConfig
-from harness.gateway_spec import GatewaySpecError, folder_of, load_gateway_spec
-from harness.study import prepare
-from harness.store import read_json, sha256_file, write_json
+from harness import stats as A
+from harness.model import config as config_mod
+from harness.model.config import ConfigError, StudyConfig
+from harness.model.gateway_spec import GatewaySpecError, folder_of, load_gateway_spec
+from harness.run.study import prepare
+from harness.run.store import read_json, sha256_file, write_json
 
 BASELINE = "direct"
 DEFAULT_OUT_DIR = "artifacts/suites"
@@ -243,7 +243,7 @@ def run_suite(suite: Suite, cells: list[Cell], out_dir: str = DEFAULT_OUT_DIR, s
     """Run every runnable cell as a study (with its baseline) in its own directory, one after
     the other; the suite manifest is rewritten after each. A suite run again with the same
     suite_id keeps every run that completed with the same comparison key."""
-    from harness.study import run_study  # here: expanding a suite must not need the runner
+    from harness.run.study import run_study  # here: expanding a suite must not need the runner
 
     suite_id = suite_id or f"{suite.name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     suite_dir = config_mod._repo_path(out_dir) / suite_id
@@ -373,7 +373,7 @@ def compare_suites(a_dir: str | Path, b_dir: str | Path,
 # --- command line --------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.suite", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m harness.run.suite", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("suite", nargs="?", help="a suite file, e.g. notebooks/suites/streaming.toml")
     parser.add_argument("--out-dir", default=DEFAULT_OUT_DIR)

@@ -1,9 +1,9 @@
 """Start and stop one process on a host, run there through the host's command prefix.
 
-    python -m harness.launch --pid-file F [--cwd D] -- COMMAND...
+    python -m harness.remote.launch --pid-file F [--cwd D] -- COMMAND...
         records its pid in F, then becomes COMMAND (exec): the pid in F is the real process,
         the leader of its own process group.
-    python -m harness.launch --stop F [--signal SIGTERM] [--timeout-s 10]
+    python -m harness.remote.launch --stop F [--signal SIGTERM] [--timeout-s 10]
         signals that group, waits, then SIGKILLs the group and every descendant seen.
 
 Through `ip netns exec` the harness's local pid is already the real one; through ssh it is only
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     if "--" in argv:
         at = argv.index("--")
         argv, command = argv[:at], argv[at + 1:]
-    parser = argparse.ArgumentParser(prog="python -m harness.launch", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m harness.remote.launch", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pid-file", type=Path)
     parser.add_argument("--cwd", default="")

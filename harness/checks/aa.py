@@ -5,7 +5,7 @@ One study runs the same system twice under two names (``nginx`` and ``nginx~aa``
 alike; if they do not, the differences the study reports between *different* systems cannot be
 trusted on this machine right now.
 
-    python -m harness.aa STUDY_DIR [--a nginx] [--b nginx~aa] [--metrics m1,m2,...]
+    python -m harness.checks.aa STUDY_DIR [--a nginx] [--b nginx~aa] [--metrics m1,m2,...]
 
 exits 0 when the check passes, 1 when the noise is too high, 2 on bad input.
 
@@ -31,7 +31,7 @@ from typing import Iterable, Sequence
 
 import pandas as pd
 
-from harness import analysis as A
+from harness import stats as A
 
 PASS = "pass"
 NOISE_TOO_HIGH = "noise too high on this machine right now"
@@ -196,7 +196,7 @@ def aa_check(run_summary_df: pd.DataFrame, a: str = DEFAULT_A, b: str = DEFAULT_
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m harness.aa",
+    p = argparse.ArgumentParser(prog="python -m harness.checks.aa",
                                 description="A/A check: the same system under two names in one "
                                             "study must show no clear difference (exit 0 pass, "
                                             "1 noise too high, 2 bad input)")

@@ -9,12 +9,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.config import REPO_DIR
-from harness.gateway_spec import GatewaySpec, render
-from harness.hosts import pid_file, start_on
-from harness.processes import ManagedProcess, free_port, wait_ready
-from harness.load import Target
-from harness.topology import Host
+from harness.model.config import REPO_DIR
+from harness.model.gateway_spec import GatewaySpec, render
+from harness.remote.hosts import pid_file, start_on
+from harness.run.processes import ManagedProcess, free_port, wait_ready
+from harness.run.load import Target
+from harness.model.topology import Host
 
 # No topology: every process on this machine, on the loopback address, as always.
 LOCALHOST = Host("localhost", "127.0.0.1")

@@ -1,7 +1,7 @@
 """Processes, facts and samplers on the hosts of a topology.
 
 On this machine a process starts as before. On any other host it starts as
-`prefix + env K=V... python -m harness.launch --pid-file F -- COMMAND`, and is stopped by the
+`prefix + env K=V... python -m harness.remote.launch --pid-file F -- COMMAND`, and is stopped by the
 same module run through the same prefix, so a remote process is stopped there, not only its
 local client (ssh).
 """
@@ -14,10 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.config import REPO_DIR
-from harness.machine import host_snapshot, machine_facts
-from harness.processes import ManagedProcess, ProcessError
-from harness.topology import Host, Topology
+from harness.model.config import REPO_DIR
+from harness.remote.machine import host_snapshot, machine_facts
+from harness.run.processes import ManagedProcess, ProcessError
+from harness.model.topology import Host, Topology
 
 REMOTE_CALL_TIMEOUT_S = 30.0
 
@@ -39,7 +39,7 @@ class RemoteProcess(ManagedProcess):
         self.host = host
         self.pid_file = Path(pid_file)
         self.pid_file.unlink(missing_ok=True)
-        launcher = [sys.executable, "-m", "harness.launch", "--pid-file", str(self.pid_file),
+        launcher = [sys.executable, "-m", "harness.remote.launch", "--pid-file", str(self.pid_file),
                     "--cwd", str(cwd or REPO_DIR), "--", *argv]
         super().__init__(role, command_on(host, launcher, env), log_path, cwd=REPO_DIR,
                          env={**os.environ, "PYTHONPATH": str(REPO_DIR)}, stop_signal=stop_signal,
@@ -47,7 +47,7 @@ class RemoteProcess(ManagedProcess):
 
     def stop(self) -> None:
         """Stop it on its host first (bounded), then whatever runs locally (the prefix's client)."""
-        stopper = [sys.executable, "-m", "harness.launch", "--stop", str(self.pid_file),
+        stopper = [sys.executable, "-m", "harness.remote.launch", "--stop", str(self.pid_file),
                    "--signal", self.stop_signal.name, "--timeout-s", str(self.stop_timeout_s)]
         try:
             subprocess.run(command_on(self.host, stopper), cwd=REPO_DIR, capture_output=True,
@@ -70,7 +70,7 @@ def start_on(host: Host, role: str, argv: list[str], log_path: Path, pid_file: P
 
 
 def _call(host: Host, what: str) -> dict:
-    argv = command_on(host, [sys.executable, "-m", "harness.machine", what])
+    argv = command_on(host, [sys.executable, "-m", "harness.remote.machine", what])
     try:
         done = subprocess.run(argv, cwd=REPO_DIR, capture_output=True, text=True,
                               timeout=REMOTE_CALL_TIMEOUT_S,
@@ -139,7 +139,7 @@ def start_samplers(topology: Topology, run_dir: Path, roles: dict[str, dict[str,
             spec_path.parent.mkdir(parents=True, exist_ok=True)
             spec_path.write_text(json.dumps(spec, indent=2))
             started.append(start_on(host, f"sampler@{name}",
-                                    [sys.executable, "-m", "harness.host_sampler", str(spec_path)],
+                                    [sys.executable, "-m", "harness.remote.host_sampler", str(spec_path)],
                                     run_dir / f"sampler-{name}.log",
                                     pid_file(run_dir, f"sampler-{name}"), cwd=REPO_DIR,
                                     stop_timeout_s=5))

@@ -13,17 +13,17 @@ from typing import Callable
 
 import pandas as pd
 
-from harness import hosts
-from harness import load as load_stage
-from harness.gateway_spec import GatewaySpec
-from harness.machine import host_snapshot
-from harness.plan import RunSpec
-from harness.processes import ProcessError, free_port
-from harness.sampling import SAMPLE_COLUMNS, Sampler, scrape_gauge
-from harness.store import (SAMPLE_SCHEMA, hash_run_files, read_json, sha256_file, write_json,
+from harness.remote import hosts
+from harness.run import load as load_stage
+from harness.model.gateway_spec import GatewaySpec
+from harness.remote.machine import host_snapshot
+from harness.model.plan import RunSpec
+from harness.run.processes import ProcessError, free_port
+from harness.run.sampling import SAMPLE_COLUMNS, Sampler, scrape_gauge
+from harness.run.store import (SAMPLE_SCHEMA, hash_run_files, read_json, sha256_file, write_json,
                            write_parquet)
-from harness.systems import start_mock, start_system
-from harness.verify import pre_check, send_chat
+from harness.run.systems import start_mock, start_system
+from harness.run.verify import pre_check, send_chat
 from mocks.stats import diff_stats, read_stats
 
 import mocks

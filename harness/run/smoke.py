@@ -8,10 +8,10 @@ from pathlib import Path
 
 import psutil
 
-from harness.gateway_spec import load_gateway_spec
-from harness.processes import log_tail
-from harness.systems import install, is_installed, read_version, start_mock, start_system
-from harness.verify import mock_snapshot, reply_problem, send_chat
+from harness.model.gateway_spec import load_gateway_spec
+from harness.run.processes import log_tail
+from harness.run.systems import install, is_installed, read_version, start_mock, start_system
+from harness.run.verify import mock_snapshot, reply_problem, send_chat
 
 
 @dataclass(frozen=True)

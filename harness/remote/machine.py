@@ -12,7 +12,7 @@ import time
 
 import psutil
 
-from harness.config import REPO_DIR
+from harness.model.config import REPO_DIR
 
 PACKAGES = ("locust", "pandas", "pyarrow", "psutil", "aiohttp", "uvloop", "httptools", "orjson",
             "papermill", "scipy", "matplotlib")
@@ -83,11 +83,11 @@ def git_commit() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m harness.machine --facts|--snapshot`: JSON on stdout, read on another host
+    """`python -m harness.remote.machine --facts|--snapshot`: JSON on stdout, read on another host
     through its command prefix (harness/hosts.py)."""
     what = (sys.argv[1:] if argv is None else argv) or ["--facts"]
     if what[0] not in ("--facts", "--snapshot"):
-        print("usage: python -m harness.machine --facts|--snapshot", file=sys.stderr)
+        print("usage: python -m harness.remote.machine --facts|--snapshot", file=sys.stderr)
         return 2
     print(json.dumps(machine_facts() if what[0] == "--facts" else host_snapshot()))
     return 0

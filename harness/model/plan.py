@@ -7,9 +7,9 @@ import json
 import random
 from dataclasses import dataclass, field
 
-from harness.config import StudyConfig
-from harness.gateway_spec import GatewaySpec, feature_of
-from harness.topology import Topology, load_processes, local_topology, topology_of
+from harness.model.config import StudyConfig
+from harness.model.gateway_spec import GatewaySpec, feature_of
+from harness.model.topology import Topology, load_processes, local_topology, topology_of
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.bodies import chat_body
+from harness.run.bodies import chat_body
 from mocks.stats import read_stats
 
 

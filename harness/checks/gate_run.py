@@ -1,6 +1,6 @@
 """The CI gate in one command: run a `gate` study, check its own noise (A/A), judge Sluice.
 
-    python -m harness.gate_run [--baseline baselines/gate.json] [--set NAME=VALUE ...]
+    python -m harness.checks.gate_run [--baseline baselines/gate.json] [--set NAME=VALUE ...]
 
 The gate study interleaves nginx, a second copy of nginx (nginx~aa) and Sluice. The A/A check
 on the two nginx copies comes first: when the machine is too noisy right now for two copies of
@@ -15,17 +15,17 @@ import argparse
 import sys
 import time
 
-from harness import aa as aa_mod
-from harness import analysis
-from harness import gate as gate_mod
-from harness.config import ConfigError, from_profile, parse_overrides
-from harness.study import run_study
+from harness.checks import aa as aa_mod
+from harness import stats
+from harness.checks import gate as gate_mod
+from harness.model.config import ConfigError, from_profile, parse_overrides
+from harness.run.study import run_study
 
 EXIT_INCONCLUSIVE = 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.gate_run", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m harness.checks.gate_run", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", default=str(gate_mod.DEFAULT_BASELINE))
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         print("gate: FAIL — runs failed: " + "; ".join(f"{r.run_id}: {r.reason.splitlines()[0]}"
                                                     for r in failed))
         return gate_mod.EXIT_FAIL
-    summary = analysis.run_summary(analysis.load_study(result.study_dir))
+    summary = stats.run_summary(stats.load_study(result.study_dir))
     self_check = aa_mod.aa_check(summary, "nginx", "nginx~aa")
     print(self_check.text)
     verdict = gate_mod.check(result.study_dir, args.baseline)

@@ -1,9 +1,9 @@
 """The 1-second sampler, run on another host beside the processes placed there.
 
-    python -m harness.host_sampler SPEC.json
+    python -m harness.remote.host_sampler SPEC.json
 
 SPEC names the host, the CSV to write (in the shared run directory) and, per role, the pid
-files of its processes (written by harness.launch; read each second, so a process started
+files of its processes (written by harness.remote.launch; read each second, so a process started
 later is picked up). Runs until SIGTERM, or max_s at most should the harness be gone; the
 harness consolidates the CSV into samples.parquet.
 """
@@ -15,7 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
-from harness.sampling import Sampler, scrape_gauge
+from harness.run.sampling import Sampler, scrape_gauge
 
 
 def read_pids(paths: list[str]) -> list[int]:
@@ -31,7 +31,7 @@ def read_pids(paths: list[str]) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m harness.host_sampler SPEC.json", file=sys.stderr)
+        print("usage: python -m harness.remote.host_sampler SPEC.json", file=sys.stderr)
         return 2
     spec = json.loads(Path(argv[0]).read_text())
     sampler = Sampler(Path(spec["csv"]), host=spec["host"])

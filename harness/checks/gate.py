@@ -1,8 +1,8 @@
 """The performance regression gate: Sluice's figures, as ratios to nginx measured in the same
 study, against a committed baseline (baselines/gate.json, documented in baselines/README.md).
 
-    python -m harness.gate check   STUDY_DIR [--baseline baselines/gate.json]
-    python -m harness.gate refresh STUDY_DIR [--baseline baselines/gate.json]
+    python -m harness.checks.gate check   STUDY_DIR [--baseline baselines/gate.json]
+    python -m harness.checks.gate refresh STUDY_DIR [--baseline baselines/gate.json]
 
 ``check`` exits 0 when no figure regressed, 1 when at least one did (one ``FAIL`` line each),
 2 on bad input (no baseline, a study without the candidate or the reference, failed runs of
@@ -48,8 +48,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from harness import analysis as A
-from harness.config import REPO_DIR
+from harness import stats as A
+from harness.model.config import REPO_DIR
 
 SCHEMA_VERSION = 1
 DEFAULT_CANDIDATE = "sluice"
@@ -329,7 +329,7 @@ def write_baseline(path: str | Path, baseline: Mapping) -> Path:
 
 
 def _refresh_hint(path: Path) -> str:
-    return (f"run `python -m harness.gate refresh artifacts/<study-id> --baseline {path}` on an "
+    return (f"run `python -m harness.checks.gate refresh artifacts/<study-id> --baseline {path}` on an "
             "accepted gate study and commit the file")
 
 
@@ -459,7 +459,7 @@ def refresh(study_dir: str | Path, baseline_path: str | Path = DEFAULT_BASELINE,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m harness.gate", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m harness.checks.gate", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     for name, text in (("check", "judge a study against the baseline (exit 0 ok, 1 regression, "

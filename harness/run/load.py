@@ -13,12 +13,12 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from harness.config import MAX_SPAWN_RATE_PER_PROCESS
-from harness.bodies import DIALECTS, chat_body
-from harness.plan import RunSpec
-from harness.hosts import pid_file, start_on
-from harness.processes import ManagedProcess, ProcessError, log_tail
-from harness.store import REQUEST_SCHEMA, write_parquet
+from harness.model.config import MAX_SPAWN_RATE_PER_PROCESS
+from harness.run.bodies import DIALECTS, chat_body
+from harness.model.plan import RunSpec
+from harness.remote.hosts import pid_file, start_on
+from harness.run.processes import ManagedProcess, ProcessError, log_tail
+from harness.run.store import REQUEST_SCHEMA, write_parquet
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 CPU_WARNING_MARKER = "CPU usage"          # Locust: "CPU usage above 90%! This may constrain..."

@@ -1,6 +1,6 @@
 """The study command: execute the study notebook with papermill, then build the report.
 
-    python -m harness.execute --profile standard --gateways all
+    python -m harness.commands.execute --profile standard --gateways all
 
 Parameters are checked before anything starts; the executed notebook is written into the
 study directory next to the artifacts it produced.
@@ -11,17 +11,16 @@ import argparse
 import logging
 import sys
 import time
-from pathlib import Path
 
-from harness import config as config_mod
-from harness.config import REPO_DIR, ConfigError
-from harness.store import read_json
+from harness.model import config as config_mod
+from harness.model.config import REPO_DIR, ConfigError
+from harness.run.store import read_json
 
 NOTEBOOK = REPO_DIR / "notebooks" / "head_to_head.ipynb"
 
 
 def parse(argv: list[str]) -> tuple[dict, config_mod.StudyConfig]:
-    parser = argparse.ArgumentParser(prog="python -m harness.execute", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m harness.commands.execute", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", default="standard", choices=sorted(config_mod.PROFILES))
     parser.add_argument("--gateways", default=None,

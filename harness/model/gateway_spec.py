@@ -11,7 +11,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.config import GATEWAYS_DIR, REPO_DIR
+from harness.model.config import GATEWAYS_DIR, REPO_DIR
 
 SCHEMA_VERSION = 1
 KINDS = ("baseline", "in-house", "competitor")

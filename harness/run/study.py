@@ -1,6 +1,6 @@
 """Run a whole study: validate, install, plan, execute every run, seal the study manifest.
 
-    python -m harness.study --profile smoke --gateways direct,nginx
+    python -m harness.run.study --profile smoke --gateways direct,nginx
 
 The notebooks call run_study(); this module's command line does the same without Jupyter.
 """
@@ -14,17 +14,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import config as config_mod
-from harness import hosts
-from harness.config import ConfigError, StudyConfig
-from harness.gateway_spec import GatewaySpec, GatewaySpecError, feature_of, load_gateway_spec
-from harness.machine import git_commit, machine_facts, package_versions
-from harness.plan import RunSpec, make_plan
-from harness.processes import ProcessError, port_in_use, stop_all
-from harness.runner import Interrupted, RunRecord, completed_record, execute_run
-from harness.store import read_json, write_json
-from harness.systems import InstallResult, install, missing_binary, read_version
-from harness.topology import topology_of
+from harness.model import config as config_mod
+from harness.remote import hosts
+from harness.model.config import ConfigError, StudyConfig
+from harness.model.gateway_spec import GatewaySpec, GatewaySpecError, feature_of, load_gateway_spec
+from harness.remote.machine import git_commit, machine_facts, package_versions
+from harness.model.plan import RunSpec, make_plan
+from harness.run.processes import ProcessError, port_in_use, stop_all
+from harness.run.run import Interrupted, RunRecord, completed_record, execute_run
+from harness.run.store import read_json, write_json
+from harness.run.systems import InstallResult, install, missing_binary, read_version
+from harness.model.topology import topology_of
 
 
 @dataclass(frozen=True)
@@ -203,7 +203,7 @@ def _eta(started: float, done: int, left: int) -> str:
 
 
 def parse_args(argv: list[str]) -> StudyConfig:
-    parser = argparse.ArgumentParser(prog="python -m harness.study", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m harness.run.study", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", default="standard", choices=sorted(config_mod.PROFILES))
     parser.add_argument("--gateways", help="comma-separated system names (default: direct,nginx)")

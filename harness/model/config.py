@@ -11,9 +11,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.topology import load_processes, topology_problems
+from harness.model.topology import load_processes, topology_problems
 
-REPO_DIR = Path(__file__).resolve().parent.parent
+REPO_DIR = Path(__file__).resolve().parents[2]
 GATEWAYS_DIR = REPO_DIR / "gateways"
 
 # Locust warns above this many users spawned per second per process; a ramp steeper than
@@ -151,7 +151,7 @@ PROFILES: dict[str, dict] = {
     # time to first token and each gap between frames are measured by the load generator.
     "streaming": dict(users=200, ramp_s=30.0, hold_s=30.0, stream=True),
     # Steady load on the in-house gateway, then a long cool-down: RSS, open files and in-flight
-    # requests must stay flat and return to idle (python -m harness.soak STUDY_DIR).
+    # requests must stay flat and return to idle (python -m harness.checks.soak STUDY_DIR).
     "soak": dict(gateways=("sluice",), users=100, ramp_s=5.0, hold_s=120.0, warmup_s=2.0,
                  think_time_s=0.05, cooldown_s=15.0, runs_per_gateway=1, max_hold_s=150.0),
     # The feature-cost lane: Sluice called one feature at a time, interleaved in the same rounds

@@ -1,0 +1,30 @@
+"""The statistics of a study, computed from the raw artifacts only (artifacts/README.md).
+
+Everything here is a pure function over the Parquet rows, the samples and the manifests of one
+study directory: no Locust summary, no rounding before the end. The run is the unit: each figure
+is computed per run, then summarised across the runs of a system, then compared with a reference
+system.
+
+Definitions (the report's methodology prints the same text, from ``DEFINITIONS``):
+
+* measured window: ``[hold_start, hold_end)`` from the run manifest's ``phases``; a request belongs
+  to it when its ``start_t_unix_s`` falls inside (the same rows as ``phase == "hold"``);
+* latency percentiles: over the window's successful requests (``error_kind == ""``), numpy's
+  default linear interpolation;
+* throughput: successful requests started in the window / the window's length;
+* overhead vs mock: a latency percentile minus the mock's set latency;
+* overhead vs direct: a latency percentile minus the same percentile of the direct baseline
+  (mean over its completed runs) at the same user count (bins of ``bin_users``);
+* CPU-ms per request: the ``system`` role's ``cpu_seconds_total`` difference over the window
+  (linearly interpolated at the window's edges) × 1000 / requests started in the window;
+* memory (``system`` role, tree-summed RSS): idle = median before the load starts, peak = max over
+  the run, steady = median during the window, recovered = the last sample after the load ended.
+"""
+from harness.stats.across import *  # noqa: F401,F403
+from harness.stats.feature_cost import *  # noqa: F401,F403
+from harness.stats.loading import *  # noqa: F401,F403
+from harness.stats.metrics import *  # noqa: F401,F403
+from harness.stats.open_loop import *  # noqa: F401,F403
+from harness.stats.ramp import *  # noqa: F401,F403
+from harness.stats.runs import *  # noqa: F401,F403
+from harness.stats.streaming import *  # noqa: F401,F403

@@ -1,0 +1,345 @@
+"""Per-run figures: the measured window, latency percentiles, throughput, CPU and memory, and whether a run shows capacity or behaviour."""
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from harness.stats.loading import (
+    Study,
+    _load_avg_before,
+    _locust_processes,
+    _mock_workers,
+    _num,
+    _phase,
+    cpu_count,
+    mock_latency_ms,
+)
+from harness.stats.metrics import (
+    DEFAULT_BIN_USERS,
+    DEFAULT_DIRECT,
+    ERROR_KINDS,
+    LOCUST_CPU_LIMIT_PERCENT,
+    MOCK_CPU_LIMIT_FRACTION,
+    MOCK_HOLD_TOLERANCE_MS,
+    OFFERED_SHARE,
+    OTHER_CPU_LIMIT_PERCENT,
+    PERCENTILES,
+)
+
+
+def _pct(values: np.ndarray | pd.Series, q: float) -> float:
+    a = np.asarray(values, dtype="float64")
+    a = a[~np.isnan(a)]
+    return float(np.percentile(a, q)) if a.size else math.nan
+
+
+def _interp(t: np.ndarray, v: np.ndarray, at: float) -> float:
+    if t.size == 0 or math.isnan(at):
+        return math.nan
+    if at < t[0] or at > t[-1]:
+        # outside the sampled span: only the nearest sample within 1.5 s is trusted
+        nearest = t[0] if at < t[0] else t[-1]
+        if abs(at - nearest) > 1.5:
+            return math.nan
+    return float(np.interp(at, t, v))
+
+
+def users_bin(users: pd.Series | np.ndarray, bin_users: int = DEFAULT_BIN_USERS) -> np.ndarray:
+    """The lower edge of each user count's bin: floor(users / bin_users) * bin_users."""
+    u = np.asarray(users, dtype="int64")
+    return (u // int(bin_users)) * int(bin_users)
+
+
+def window_rows(study: Study, run: Mapping) -> pd.DataFrame:
+    """The rows of a run sent inside its measured window [hold_start, hold_end)."""
+    lo, hi = _phase(run, "hold_start"), _phase(run, "hold_end")
+    rows = study.requests[study.requests["run_id"] == run.get("run_id")]
+    if math.isnan(lo) or math.isnan(hi):
+        return rows.iloc[0:0]
+    t = rows["start_t_unix_s"]
+    return rows[(t >= lo) & (t < hi)]
+
+
+def _ok(rows: pd.DataFrame) -> pd.DataFrame:
+    return rows[rows["error_kind"].fillna("") == ""]
+
+
+def _direct_bins(study: Study, direct: str, bin_users: int) -> pd.DataFrame | None:
+    """Per users-bin, the direct baseline's window percentiles, averaged over its completed runs."""
+    per_run = []
+    for run in study.runs:
+        if run.get("system") != direct or run.get("status") != "completed":
+            continue
+        ok = _ok(window_rows(study, run))
+        if not len(ok):
+            continue
+        b = users_bin(ok["users"], bin_users)
+        for edge, grp in ok.groupby(b):
+            per_run.append({"bin": int(edge), "run_id": run["run_id"],
+                            **{f"p{q}": _pct(grp["latency_ms"], q) for q in PERCENTILES}})
+    if not per_run:
+        return None
+    return pd.DataFrame(per_run).groupby("bin")[[f"p{q}" for q in PERCENTILES]].mean()
+
+
+# --- capacity or behaviour -----------------------------------------------------------------------
+
+def classify(row: Mapping) -> tuple[str, list[str]]:
+    """('capacity' | 'behaviour' | 'failed', reasons) for one run_summary row (or a dict with the
+    same keys). Capacity needs positive evidence for every criterion; missing data is a reason."""
+    if row.get("status") != "completed":
+        status = row.get("status")
+        if status == "running":
+            return "failed", ["run still running (not finished when the study was read)"]
+        return "failed", [f"run {status}: {row.get('reason') or 'no reason recorded'}"]
+    reasons: list[str] = []
+    peak = _num(row.get("locust_cpu_peak_percent"))
+    procs = _num(row.get("locust_processes"))
+    procs = procs if procs > 0 else 1.0   # NaN compares False
+    limit = LOCUST_CPU_LIMIT_PERCENT * procs
+    if math.isnan(peak):
+        reasons.append("Locust CPU was not sampled")
+    elif peak >= limit:
+        reasons.append(f"Locust CPU peaked at {peak:.0f}% (limit {limit:.0f}% for "
+                       f"{procs:.0f} process{'es' if procs != 1 else ''}): the load generator "
+                       "limited the load")
+    if bool(row.get("locust_cpu_warning")):
+        reasons.append("Locust printed its high-CPU warning")
+    hold99, set_ms = _num(row.get("mock_hold_p99_ms")), _num(row.get("mock_latency_ms"))
+    if math.isnan(hold99) or math.isnan(set_ms):
+        reasons.append("the mock's hold-time p99 is unknown")
+    elif hold99 - set_ms > MOCK_HOLD_TOLERANCE_MS:
+        reasons.append(f"the mock's hold-time p99 was {hold99:.2f} ms for a set {set_ms:g} ms "
+                       f"(+{hold99 - set_ms:.2f} ms > {MOCK_HOLD_TOLERANCE_MS:g} ms): the mock "
+                       "was slowed")
+    mpeak, mlimit = _num(row.get("mock_cpu_peak_percent")), _num(row.get("mock_cpu_limit_percent"))
+    if math.isnan(mpeak):
+        reasons.append("the mock's CPU was not sampled")
+    elif not math.isnan(mlimit) and mpeak >= mlimit:
+        reasons.append(f"the mock's CPU peaked at {mpeak:.0f}% (limit {mlimit:.0f}%)")
+    load, cores = _num(row.get("load_avg_before")), _num(row.get("cpu_count"))
+    if math.isnan(load) or math.isnan(cores):
+        reasons.append("the load average before the run is unknown")
+    elif load >= cores:
+        reasons.append(f"the load average before the run was {load:.2f} on {cores:.0f} cores: "
+                       "the machine was already busy")
+    other = _num(row.get("other_cpu_mean_percent"))
+    if not math.isnan(other) and other > OTHER_CPU_LIMIT_PERCENT:
+        reasons.append(f"other processes on the machine used {other:.0f}% CPU on average during "
+                       f"the window (> {OTHER_CPU_LIMIT_PERCENT:.0f}%)")
+    failures = sum(int(_num(row.get(f"errors_{k}")) or 0) for k in ERROR_KINDS
+                   if not math.isnan(_num(row.get(f"errors_{k}"))))
+    if failures:
+        parts = [f"{int(row.get(f'errors_{k}'))} {k}" for k in ERROR_KINDS
+                 if _num(row.get(f"errors_{k}")) > 0]
+        reasons.append(f"{failures} failed request{'s' if failures != 1 else ''} "
+                       f"({', '.join(parts)})")
+    cm = row.get("count_match")
+    if cm is not None and not (isinstance(cm, float) and math.isnan(cm)) and not bool(cm):
+        reasons.append("the mock's count does not match the successful rows")
+    offered, tput = _num(row.get("offered_rps")), _num(row.get("throughput_rps"))
+    if not math.isnan(offered) and not math.isnan(tput) and tput >= OFFERED_SHARE * offered:
+        reasons.append(f"the users' think time capped the load at ~{offered:.0f} req/s and the "
+                       f"system served {tput:.0f} req/s: the offered load, not the system, set "
+                       "the throughput")
+    return ("behaviour" if reasons else "capacity"), reasons
+
+
+# --- per run -------------------------------------------------------------------------------------
+
+def other_cpu(run: Mapping, samples: pd.DataFrame, start: float, end: float) -> tuple[float, float]:
+    """(machine CPU, CPU of processes not ours) as window means, % of one core. With several
+    hosts, hosts that report the same hostname are one machine (network namespaces share it):
+    a machine's own figure comes from any of its hosts, ours is summed over all of them; the
+    busiest machine is reported."""
+    w = samples[(samples["t_unix_s"] >= start) & (samples["t_unix_s"] < end)]
+    if "host" not in w.columns:
+        w = w.assign(host="")
+    facts = run.get("hosts") or {}
+    machine_of = {h: ((facts.get(h) or {}).get("before") or {}).get("hostname") or h
+                  for h in pd.unique(w["host"])}
+    worst = (math.nan, math.nan)
+    for name in sorted(set(machine_of.values()), key=str):
+        hosts = [h for h, m in machine_of.items() if m == name]
+        here = w[w["host"].isin(hosts)]
+
+        def mean_of(rows: pd.DataFrame) -> float:
+            v = rows["cpu_percent"].to_numpy(dtype="float64")
+            v = v[~np.isnan(v)]
+            return float(v.mean()) if v.size else math.nan
+        machine = mean_of(here[here["role"] == "machine"])
+        if math.isnan(machine):
+            continue
+        ours = [mean_of(here[(here["role"] == role) & (here["host"] == h)])
+                for role in ("system", "mock", "locust") for h in hosts]
+        other = machine - sum(v for v in ours if not math.isnan(v))
+        if math.isnan(worst[1]) or other > worst[1]:
+            worst = (machine, other)
+    return worst
+
+
+def run_summary(study: Study, bin_users: int = DEFAULT_BIN_USERS,
+                direct: str = DEFAULT_DIRECT) -> pd.DataFrame:
+    """One row per run (plan order) with every per-run figure; see the module docstring."""
+    direct_bins = _direct_bins(study, direct, bin_users)
+    has_direct_run = any(r.get("system") == direct for r in study.runs)
+    out = []
+    for run in study.runs:
+        rid = run.get("run_id")
+        status = run.get("status") or "unknown"
+        rows = study.requests[study.requests["run_id"] == rid]
+        samples = study.samples[study.samples["run_id"] == rid]
+        w = window_rows(study, run)
+        ok = _ok(w)
+        hs, he = _phase(run, "hold_start"), _phase(run, "hold_end")
+        ws = _phase(run, "warmup_start")
+        rs = _phase(run, "ramp_start")
+        le = _phase(run, "load_end")
+        load_start = ws if not math.isnan(ws) else rs
+        window_s = he - hs
+        rec: dict[str, Any] = {
+            "run_id": rid, "system": run.get("system"), "run_index": run.get("run_index"),
+            "round": run.get("round"), "position": run.get("position"), "status": status,
+            "reason": run.get("reason", "") or "", "comparison_key": run.get("comparison_key", ""),
+            "window_start_t_unix_s": hs, "window_end_t_unix_s": he, "window_s": window_s,
+            "requests_total": int(len(rows)), "requests_in_window": int(len(w)),
+            "successful_in_window": int(len(ok)),
+        }
+        rec["throughput_rps"] = (len(ok) / window_s) if window_s and window_s > 0 else math.nan
+        lat = ok["latency_ms"].to_numpy(dtype="float64")
+        for q in PERCENTILES:
+            rec[f"latency_p{q}_ms"] = _pct(lat, q)
+        mlat = mock_latency_ms(study, run)
+        rec["mock_latency_ms"] = mlat
+        for q in PERCENTILES:
+            rec[f"overhead_vs_mock_p{q}_ms"] = rec[f"latency_p{q}_ms"] - mlat
+
+        # overhead vs the direct baseline, same percentile, same users bin
+        reason = ""
+        if direct_bins is None:
+            reason = (f"no completed {direct!r} run in this study" if not has_direct_run
+                      else f"no completed {direct!r} run with requests in its window")
+            vals = {q: math.nan for q in PERCENTILES}
+        elif not len(ok):
+            reason = "no successful requests in this run's window"
+            vals = {q: math.nan for q in PERCENTILES}
+        else:
+            b = users_bin(ok["users"], bin_users)
+            acc = {q: 0.0 for q in PERCENTILES}
+            weight = 0
+            for edge, grp in ok.groupby(b):
+                if int(edge) not in direct_bins.index:
+                    continue
+                for q in PERCENTILES:
+                    acc[q] += len(grp) * (_pct(grp["latency_ms"], q) - direct_bins.loc[int(edge), f"p{q}"])
+                weight += len(grp)
+            if weight:
+                vals = {q: acc[q] / weight for q in PERCENTILES}
+            else:
+                vals = {q: math.nan for q in PERCENTILES}
+                reason = f"no {direct!r} window data at this run's user counts"
+        for q in PERCENTILES:
+            rec[f"overhead_vs_direct_p{q}_ms"] = vals[q]
+        rec["overhead_vs_direct_reason"] = reason
+
+        # errors over the whole run
+        kinds = rows["error_kind"].fillna("")
+        known = kinds.isin(["", *ERROR_KINDS])
+        for k in ERROR_KINDS:
+            rec[f"errors_{k}"] = int((kinds == k).sum()) + (int((~known).sum()) if k == "other" else 0)
+        rec["errors_total"] = int(sum(rec[f"errors_{k}"] for k in ERROR_KINDS))
+        rec["errors_in_window"] = int(len(w) - len(ok))
+        checks = run.get("checks") or {}
+        infl = checks.get("inflight_at_stop")
+        rec["inflight_at_stop"] = float(infl) if infl is not None else math.nan
+        cm = checks.get("count_match")
+        rec["count_match"] = bool(cm) if cm is not None else None
+
+        # CPU per request and memory, from the system role
+        sysm = samples[samples["role"] == "system"].sort_values("t_unix_s")
+        t = sysm["t_unix_s"].to_numpy(dtype="float64")
+        cpu_reason = ""
+        if not len(sysm):
+            cpu = math.nan
+            cpu_reason = "no samples of a system process (a system the client calls directly?)"
+        else:
+            c = sysm["cpu_seconds_total"].to_numpy(dtype="float64")
+            cpu = _interp(t, c, he) - _interp(t, c, hs)
+            if math.isnan(cpu):
+                cpu_reason = "the samples do not cover the measured window"
+        rec["cpu_seconds_in_window"] = cpu
+        rec["cpu_ms_per_request"] = (cpu * 1000.0 / len(w)) if len(w) and not math.isnan(cpu) else math.nan
+        if not len(w) and not cpu_reason:
+            cpu_reason = "no requests in the window"
+        rec["cpu_reason"] = cpu_reason
+        rss = sysm["rss_bytes"].to_numpy(dtype="float64")
+        def _median(mask):
+            return float(np.median(rss[mask])) if mask.any() else math.nan
+        rec["rss_idle_bytes"] = _median(t < load_start) if not math.isnan(load_start) else math.nan
+        rec["rss_peak_bytes"] = float(rss.max()) if rss.size else math.nan
+        rec["rss_steady_bytes"] = _median((t >= hs) & (t < he)) if not math.isnan(hs) else math.nan
+        after = t >= le if not math.isnan(le) else np.zeros(t.shape, bool)
+        rec["rss_recovered_bytes"] = float(rss[after][-1]) if after.any() else math.nan
+
+        # self-reported overhead
+        so = ok["self_overhead_ms"].to_numpy(dtype="float64")
+        so = so[~np.isnan(so)]
+        rec["self_overhead_rows"] = int(so.size)
+        rec["self_overhead_p50_ms"] = _pct(so, 50)
+        rec["self_overhead_p95_ms"] = _pct(so, 95)
+
+        # what else might have limited the result
+        def _peak(role):
+            s = samples[samples["role"] == role]
+            if not math.isnan(load_start) and not math.isnan(le):
+                s = s[(s["t_unix_s"] >= load_start) & (s["t_unix_s"] <= le)]
+            v = s["cpu_percent"].to_numpy(dtype="float64")
+            v = v[~np.isnan(v)]
+            return float(v.max()) if v.size else math.nan
+        locust = run.get("locust") or {}
+        rec["locust_cpu_peak_percent"] = _peak("locust")
+        rec["locust_processes"] = _locust_processes(study, run)
+        rec["locust_cpu_warning"] = bool(locust.get("cpu_warning", False))
+        mock = run.get("mock") or {}
+        hold99 = mock.get("hold_ms_p99")
+        if hold99 is None:
+            hold99 = (study.mock_stats.get(rid, {}).get("hold_ms") or {}).get("p99")
+        rec["mock_hold_p99_ms"] = _num(hold99)
+        hold50 = mock.get("hold_ms_p50")
+        if hold50 is None:
+            hold50 = (study.mock_stats.get(rid, {}).get("hold_ms") or {}).get("p50")
+        rec["mock_hold_p50_ms"] = _num(hold50)
+        rec["mock_cpu_peak_percent"] = _peak("mock")
+        rec["mock_cpu_limit_percent"] = 100.0 * _mock_workers(study, run) * MOCK_CPU_LIMIT_FRACTION
+        rec["load_avg_before"] = _load_avg_before(run, samples)
+        machine, other = other_cpu(run, samples, hs, he)
+        rec["machine_cpu_mean_percent"] = machine
+        rec["other_cpu_mean_percent"] = other
+        rec["cpu_count"] = cpu_count(study)
+        # Closed-loop users that wait between calls offer at most users / (think + the fastest
+        # possible call: the mock's hold plus its stream). Not the measured latency: by Little's
+        # law a closed loop's throughput always equals users / (think + latency), so a slow
+        # system would look as if the think time, not it, had set its throughput.
+        spec = run.get("spec") or {}
+        load_spec, mock_spec = spec.get("load") or {}, spec.get("mock") or {}
+        think, users = _num(load_spec.get("think_time_s")), _num(load_spec.get("users"))
+        floor_s = (_num(mock_spec.get("latency_ms")) + (
+            _num(mock_spec.get("stream_chunks")) * _num(mock_spec.get("chunk_delay_ms"))
+            if load_spec.get("stream") else 0.0)) / 1000.0
+        rec["offered_rps"] = (users / (think + floor_s) if think > 0 and not math.isnan(floor_s)
+                              else math.nan)
+        label, reasons = classify(rec)
+        rec["label"] = label
+        rec["label_reasons"] = "; ".join(reasons)
+        out.append(rec)
+    df = pd.DataFrame(out)
+    if not len(df):
+        return pd.DataFrame(columns=["run_id", "system", "run_index", "status", "label"])
+    return df
+
+
+# --- across runs ---------------------------------------------------------------------------------
+
