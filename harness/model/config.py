@@ -45,6 +45,10 @@ class StudyConfig:
 
     gateways: tuple[str, ...] = ("direct", "nginx")  # systems, by folder name under gateways/
     profile: str = "standard"            # which preset the values came from (recorded)
+    reference_system: str = "nginx"      # verdicts compare every system with this one (when it ran)
+    aa_pair: tuple[str, ...] = ()        # two copies of one system that must agree (A/A check);
+                                         # () = no A/A check in this study
+    gate_system: str = "sluice"          # the system the regression gate judges against the reference
     runs_per_gateway: int = 3            # each system is run this many times, interleaved
     users: int = 1000                    # closed-loop users at the top of the ramp
     ramp_s: float = 120.0                # seconds from warm-up users to `users`, linear
@@ -102,6 +106,7 @@ class StudyConfig:
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["gateways"] = list(self.gateways)
+        d["aa_pair"] = list(self.aa_pair)
         return d
 
     def per_call_s(self) -> float:
@@ -142,10 +147,10 @@ PROFILES: dict[str, dict] = {
     "published": dict(ramp_s=330.0, think_time_s=0.0),
     # The regression gate: fixed moderate load, short enough for CI, interleaved runs; a second
     # copy of nginx lets the gate check its own noise first (harness/gate_run.py).
-    "gate": dict(gateways=("nginx", "nginx~aa", "sluice"), users=50, ramp_s=5.0, hold_s=20.0,
+    "gate": dict(gateways=("nginx", "nginx~aa", "sluice"), aa_pair=("nginx", "nginx~aa"), users=50, ramp_s=5.0, hold_s=20.0,
                  warmup_s=2.0, think_time_s=0.05, idle_s=1.0, cooldown_s=2.0, max_hold_s=40.0),
     # The study measuring itself: nginx as A and as A' must show no clear difference.
-    "aa": dict(gateways=("nginx", "nginx~aa"), users=50, ramp_s=5.0, hold_s=20.0, warmup_s=2.0,
+    "aa": dict(gateways=("nginx", "nginx~aa"), aa_pair=("nginx", "nginx~aa"), users=50, ramp_s=5.0, hold_s=20.0, warmup_s=2.0,
                think_time_s=0.05, idle_s=1.0, cooldown_s=2.0, max_hold_s=40.0),
     # The streaming lane: every response an SSE stream of 20 frames 20 ms apart after the head;
     # time to first token and each gap between frames are measured by the load generator.
@@ -188,6 +193,8 @@ def from_profile(profile: str = "standard", **overrides) -> StudyConfig:
     if "gateways" in values:
         values["gateways"] = parse_gateways(values["gateways"],
                                             _repo_path(values.get("gateways_dir", "gateways")))
+    if "aa_pair" in values:
+        values["aa_pair"] = tuple(parse_gateways(values["aa_pair"]))
     if "open_loop_rates_per_s" in values:
         values["open_loop_rates_per_s"] = parse_rates(values["open_loop_rates_per_s"])
     return StudyConfig(profile=profile, **values)
@@ -248,6 +255,8 @@ def validate(config: StudyConfig) -> None:
             problems.append(message)
 
     need(len(config.gateways) > 0, "gateways: at least one system is needed")
+    need(not config.aa_pair or (len(config.aa_pair) == 2 and set(config.aa_pair) <= set(config.gateways)),
+         f"aa_pair: must be two of the study's systems, got {list(config.aa_pair)}")
     need(len(set(config.gateways)) == len(config.gateways), "gateways: a system is listed twice")
     for name in config.gateways:
         # 'nginx~aa': the same system under a second name; 'sluice@alias': called as its feature says

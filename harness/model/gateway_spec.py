@@ -15,6 +15,10 @@ from harness.model.config import GATEWAYS_DIR, REPO_DIR
 
 SCHEMA_VERSION = 1
 KINDS = ("baseline", "in-house", "competitor")
+# What a system is for the analysis. floor: the load sent straight to the mock, the latency every
+# overhead is measured from; hop: the cost of one plain HTTP proxy hop, the usual reference;
+# system: any other system under test.
+ROLES = ("floor", "hop", "system")
 PLACEHOLDERS = ("port", "listen_host", "upstream_url", "upstream_host", "upstream_port", "run_dir",
                 "gateway_dir", "cache_dir", "repo_dir", "python", "workers")
 DIALECT_PATHS = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
@@ -56,6 +60,7 @@ class GatewaySpec:
     name: str
     kind: str
     language: str
+    role: str
     description: str
     directory: Path
     toml_sha256: str                         # identity of the declaration, part of comparison keys
@@ -147,6 +152,8 @@ def _load_folder(name: str, gateways_dir: Path) -> GatewaySpec:
         raise GatewaySpecError(f"{path}: name must equal the folder name {name!r}")
     if data.get("kind") not in KINDS:
         raise GatewaySpecError(f"{path}: kind must be one of {KINDS}")
+    if data.get("role", "system") not in ROLES:
+        raise GatewaySpecError(f"{path}: role must be one of {ROLES}")
     version = data.get("version", {})
     install = data.get("install", {})
     start = data.get("start", {})
@@ -156,6 +163,7 @@ def _load_folder(name: str, gateways_dir: Path) -> GatewaySpec:
     spec = GatewaySpec(
         name=name,
         kind=data["kind"],
+        role=data.get("role", "system"),
         language=data.get("language", ""),
         description=data.get("description", ""),
         directory=(gateways_dir / name).resolve(),

@@ -154,7 +154,7 @@ def run_study(config: StudyConfig, progress=print) -> StudyResult:
 def _install_all(specs, study_dir, skipped, manifest, progress) -> dict[str, str]:
     versions = {}
     for name, spec in specs.items():
-        entry = {"kind": spec.kind, "language": spec.language, "description": spec.description,
+        entry = {"kind": spec.kind, "role": spec.role, "language": spec.language, "description": spec.description,
                  "runnable": spec.runnable, "not_runnable_reason": spec.not_runnable_reason,
                  "not_runnable_command": spec.not_runnable_command, "version": "",
                  "gateway_toml_sha256": spec.toml_sha256}
