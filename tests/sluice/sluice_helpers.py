@@ -149,6 +149,10 @@ listen = "127.0.0.1:{port}"
 workers = 1
 max_body_bytes = 65536
 debug_endpoints = true
+# the stub is steered by x-test-* request headers; some tests forward headers of their own
+forward_request_headers = ["content-type", "accept", "user-agent", "anthropic-version", "x-test-*",
+                           "x-custom-*", "x-other", "x-mock-*"]
+forward_response_headers = ["content-type", "date", "retry-after", "x-request-id", "x-test-*"]
 
 [providers.stub]
 base_url = "STUB/v1"

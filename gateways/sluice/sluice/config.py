@@ -38,6 +38,35 @@ def _str(table, key, default, where):
     return value
 
 
+def _has_ctl(text):
+    """Control characters (CR, LF, NUL...) would split or corrupt what Sluice writes."""
+    return any(c < " " or c == "\x7f" for c in text)
+
+
+def _names(table, key, default, where):
+    """A list of header names, lowercased; a trailing ``*`` makes a prefix."""
+    value = table.get(key, default)
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"{where}.{key} must be a list of header names")
+    out = []
+    for v in value:
+        name = v.lower()
+        if not all(c.isalnum() or c in "-_." for c in name.rstrip("*")) or "*" in name[:-1]:
+            raise ConfigError(f"{where}.{key}: invalid header name {v!r}")
+        out.append(name)
+    return tuple(out)
+
+
+# Client headers forwarded to providers by default: what the request needs, nothing that
+# chooses the provider account's organization, project or paid beta features.
+DEFAULT_REQUEST_HEADERS = ("content-type", "accept", "user-agent", "anthropic-version",
+                           "x-request-id", "x-stainless-*")
+# Provider headers relayed to clients by default: none that describe the provider account
+# (openai-organization, openai-project, x-ratelimit-*, anthropic-ratelimit-*, set-cookie).
+DEFAULT_RESPONSE_HEADERS = ("content-type", "cache-control", "date", "retry-after", "x-request-id",
+                            "request-id", "openai-processing-ms", "openai-version")
+
+
 def _check_keys(table, allowed, where):
     unknown = sorted(set(table) - set(allowed))
     if unknown:
@@ -48,7 +77,9 @@ class ServerConfig:
     KEYS = ("listen", "workers", "backlog", "max_body_bytes", "client_idle_timeout_s",
             "shutdown_grace_s", "validate_json", "overhead_header", "access_log",
             "access_log_flush_s", "metrics", "debug_endpoints", "require_auth",
-            "max_pipelined")
+            "max_pipelined", "max_url_bytes", "max_header_bytes", "max_headers",
+            "client_header_timeout_s", "client_body_timeout_s", "max_client_connections",
+            "metrics_token", "forward_request_headers", "forward_response_headers")
 
     def __init__(self, t):
         w = "[server]"
@@ -65,11 +96,23 @@ class ServerConfig:
         self.access_log = _str(t, "access_log", "", w)
         self.access_log_flush_s = float(_num(t, "access_log_flush_s", 1.0, w, 0.05))
         self.metrics = _bool(t, "metrics", True, w)
-        self.debug_endpoints = _bool(t, "debug_endpoints", True, w)
+        self.debug_endpoints = _bool(t, "debug_endpoints", False, w)
         self.require_auth = t.get("require_auth")  # None = "if any key is configured"
         if self.require_auth is not None and not isinstance(self.require_auth, bool):
             raise ConfigError("[server].require_auth must be true or false")
         self.max_pipelined = _num(t, "max_pipelined", 16, w, 1, integer=True)
+        # request head limits, as nginx's large_client_header_buffers 4 8k
+        self.max_url_bytes = _num(t, "max_url_bytes", 8192, w, 64, integer=True)
+        self.max_header_bytes = _num(t, "max_header_bytes", 32768, w, 256, integer=True)
+        self.max_headers = _num(t, "max_headers", 100, w, 1, integer=True)
+        self.client_header_timeout_s = float(_num(t, "client_header_timeout_s", 30.0, w, 0.01))
+        self.client_body_timeout_s = float(_num(t, "client_body_timeout_s", 120.0, w, 0.01))
+        self.max_client_connections = _num(t, "max_client_connections", 4096, w, 1, integer=True)
+        self.metrics_token = _str(t, "metrics_token", "", w)
+        if _has_ctl(self.metrics_token) or " " in self.metrics_token:
+            raise ConfigError(f"{w}.metrics_token must not contain spaces or control characters")
+        self.forward_request_headers = _names(t, "forward_request_headers", DEFAULT_REQUEST_HEADERS, w)
+        self.forward_response_headers = _names(t, "forward_response_headers", DEFAULT_RESPONSE_HEADERS, w)
 
 
 def split_url(url):
@@ -131,6 +174,10 @@ class ProviderConfig:
         host_for_header = f"[{self.host}]" if ":" in self.host else self.host
         self.host_header = host_for_header if self.port == default_port else f"{host_for_header}:{self.port}"
         self.path_prefix = path.rstrip("/")
+        if _has_ctl(path) or " " in path:
+            raise ConfigError(f"{w}.base_url: the path must not contain spaces or control characters")
+        if _has_ctl(host) or " " in host:
+            raise ConfigError(f"{w}.base_url: invalid host {host!r}")
         self.dialect = _str(t, "dialect", "openai", w)
         if self.dialect not in DIALECTS:
             raise ConfigError(f"{w}.dialect must be one of {DIALECTS}, got {self.dialect!r}")
@@ -142,6 +189,8 @@ class ProviderConfig:
             self.api_key = os.environ[env]
         else:
             self.api_key = _str(t, "api_key", "", w)
+        if _has_ctl(self.api_key):
+            raise ConfigError(f"{w}: the API key must not contain control characters (CR, LF...)")
         self.max_connections = _num(t, "max_connections", 1024, w, 1, integer=True)
         self.connect_timeout_s = float(_num(t, "connect_timeout_s", 5.0, w, 0.001))
         self.response_timeout_s = float(_num(t, "response_timeout_s", 120.0, w, 0.001))
@@ -150,12 +199,14 @@ class ProviderConfig:
         self.tls_verify = _bool(t, "tls_verify", True, w)
         self.ca_file = _str(t, "ca_file", "", w)
         self.anthropic_version = _str(t, "anthropic_version", "2023-06-01", w)
+        if _has_ctl(self.anthropic_version):
+            raise ConfigError(f"{w}.anthropic_version must not contain control characters")
         headers = t.get("headers", {})
         if not isinstance(headers, dict) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
             raise ConfigError(f"{w}.headers must be a table of strings")
         for k, v in headers.items():
-            if any(c in k + v for c in "\r\n") or not k or ":" in k:
+            if _has_ctl(k + v) or not k or ":" in k or " " in k:
                 raise ConfigError(f"{w}.headers: invalid header {k!r}")
         self.headers = headers
 
@@ -177,6 +228,9 @@ class ModelConfig:
         if self.provider not in providers:
             raise ConfigError(f"{w}.provider {self.provider!r} is not a configured provider")
         self.upstream_model = _str(t, "upstream_model", name, w) or name
+        # patched into JSON bodies as bytes: nothing that needs escaping
+        if _has_ctl(self.upstream_model) or '"' in self.upstream_model or "\\" in self.upstream_model:
+            raise ConfigError(f"{w}.upstream_model must not contain quotes, backslashes or control characters")
         aliases = t.get("aliases", [])
         if not isinstance(aliases, list) or not all(isinstance(a, str) and a for a in aliases):
             raise ConfigError(f"{w}.aliases must be a list of non-empty strings")
@@ -228,7 +282,8 @@ class KeyConfig:
 
 
 class Config:
-    def __init__(self, data, path=None):
+    def __init__(self, data, path=None, raw=None):
+        self.raw = raw  # the file's bytes: workers are given these, never the file again
         if not isinstance(data, dict):
             raise ConfigError("config must be a TOML table")
         _check_keys(data, ("server", "providers", "models", "keys"), "the top level")
@@ -266,12 +321,23 @@ class Config:
             raise ConfigError("[server].require_auth = true but no [keys.NAME] is configured")
 
 
-def load(path):
+def load(path, fd=None):
+    """The config at ``path``; from ``fd`` instead when given (a worker reads the bytes its
+    supervisor loaded, so an edited file cannot change one worker's view of the layout)."""
     try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
+        if fd is None:
+            with open(path, "rb") as f:
+                raw = f.read()
+        else:
+            raw = b""
+            while True:
+                piece = os.pread(fd, 1 << 20, len(raw))
+                if not piece:
+                    break
+                raw += piece
+        data = tomllib.loads(raw.decode("utf-8"))
     except OSError as e:
         raise ConfigError(f"cannot read config {path}: {e}") from None
-    except tomllib.TOMLDecodeError as e:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"invalid TOML in {path}: {e}") from None
-    return Config(data, path)
+    return Config(data, path, raw)

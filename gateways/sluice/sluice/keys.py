@@ -87,9 +87,13 @@ class KeyStore:
                 self.by_token[kc.key.encode()] = rec
             else:
                 self.by_digest[kc.key_sha256] = rec
-            # this worker's reservations and leases died with its predecessor
-            self.q[rec.base + 5] = 0
-            self.q[rec.base + 6] = 0
+            # a restarted worker keeps what its predecessor counted (requests this window, tokens
+            # spent this period); only that worker's reservations and leases died with it
+            q = self.q
+            b = rec.base
+            rec.wid, rec.cur, rec.prev, rec.pid, rec.spent = q[b], q[b + 1], q[b + 2], q[b + 3], q[b + 4]
+            q[b + 5] = 0
+            q[b + 6] = 0
 
     def lookup(self, token):
         rec = self.by_token.get(token)

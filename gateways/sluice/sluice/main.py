@@ -53,11 +53,16 @@ class Supervisor:
         self.deaths = {}      # worker index -> recent death times
         self.respawn_at = {}  # worker index -> monotonic time
         self.stopping = False
+        # the configuration as this process loaded it, for every worker it starts or restarts
+        self.config_fd = os.memfd_create("sluice-config", 0)
+        os.write(self.config_fd, cfg.raw)
 
     def spawn(self, index):
         fd = self.shared.fd
         os.set_inheritable(fd, True)
+        os.set_inheritable(self.config_fd, True)
         argv = [sys.executable, RUN_PY, "--config", os.path.abspath(self.cfg.path),
+                "--config-fd", str(self.config_fd),
                 "--worker-index", str(index), "--shm-fd", str(fd),
                 "--parent-pid", str(os.getpid()), "--port", str(self.port)]
         self.procs[index] = os.posix_spawn(sys.executable, argv, os.environ)
@@ -141,11 +146,11 @@ def _serve(cfg, shared, sock, worker, n_workers, supervisor=None, parent_pid=Non
 
 
 def run_main(cfg):
-    from sluice.shared import Shared
+    from sluice.shared import Shared, snapshot_bytes
 
     s = cfg.server
     n = s.workers
-    shared = Shared(len(cfg.keys), n)
+    shared = Shared(len(cfg.keys), n, snapshot_bytes(cfg))
     try:
         sock = make_socket(s.host, s.port, s.backlog, reuseport=n > 1)
     except OSError as e:
@@ -168,12 +173,12 @@ def run_main(cfg):
 
 
 def run_worker(cfg, index, shm_fd, parent_pid, port):
-    from sluice.shared import Shared
+    from sluice.shared import Shared, snapshot_bytes
 
     s = cfg.server
     if os.getppid() != parent_pid:
         return 0
-    shared = Shared(len(cfg.keys), s.workers, fd=shm_fd)
+    shared = Shared(len(cfg.keys), s.workers, snapshot_bytes(cfg), fd=shm_fd)
     try:
         sock = make_socket(s.host, port, s.backlog, reuseport=True)
     except OSError as e:
@@ -198,7 +203,7 @@ USAGE = """usage: sluice --config FILE [--check] [--version]
 def parse_args(argv):
     """A few flags, parsed by hand: argparse costs each worker memory for nothing."""
     opts = {"config": None, "check": False, "worker-index": None, "shm-fd": None,
-            "parent-pid": None, "port": None}
+            "parent-pid": None, "port": None, "config-fd": None}
     it = iter(argv)
     for arg in it:
         if arg in ("-h", "--help"):
@@ -237,7 +242,7 @@ def _int(name, value):
 def main(argv=None):
     opts = parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        cfg = load(opts["config"])
+        cfg = load(opts["config"], opts["config-fd"])
     except ConfigError as e:
         log(f"configuration error: {e}")
         return 2

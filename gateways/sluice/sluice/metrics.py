@@ -47,6 +47,7 @@ class Metrics:
         self.upstream_errors = {}   # (provider, kind) -> count
         self.upstream_connects = {}  # provider -> count
         self.client_disconnects = 0  # client gone before its response was complete
+        self.connections_refused = 0  # over max_client_connections
         self.tokens = {}            # (key, kind) -> count
         self.changes = 0            # bumped on every request, to skip idle snapshots
 
@@ -77,6 +78,7 @@ class Metrics:
             "upstream_errors": [[p, k, n] for (p, k), n in self.upstream_errors.items()],
             "upstream_connects": self.upstream_connects,
             "client_disconnects": self.client_disconnects,
+            "connections_refused": self.connections_refused,
             "tokens": [[k, kind, n] for (k, kind), n in self.tokens.items()],
             "gauges": gauges,
         })
@@ -102,6 +104,7 @@ class Metrics:
             for p, n in s["upstream_connects"].items():
                 m.upstream_connects[p] = m.upstream_connects.get(p, 0) + n
             m.client_disconnects += s["client_disconnects"]
+            m.connections_refused += s.get("connections_refused", 0)
             for k, kind, n in s["tokens"]:
                 m.tokens[(k, kind)] = m.tokens.get((k, kind), 0) + n
             for name, series in g.items():
@@ -175,6 +178,10 @@ def render(m, gauges):
     out.append("# HELP sluice_client_disconnects_total Clients gone before their response was complete.")
     out.append("# TYPE sluice_client_disconnects_total counter")
     out.append(f"sluice_client_disconnects_total {m.client_disconnects}")
+    out.append("# HELP sluice_client_connections_refused_total Connections refused (503) over "
+               "max_client_connections.")
+    out.append("# TYPE sluice_client_connections_refused_total counter")
+    out.append(f"sluice_client_connections_refused_total {m.connections_refused}")
     out.append("# HELP sluice_tokens_total Tokens used, by virtual key and kind (from provider usage).")
     out.append("# TYPE sluice_tokens_total counter")
     for (k, kind), n in sorted(m.tokens.items()):

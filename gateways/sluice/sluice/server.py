@@ -20,7 +20,7 @@ from sluice import __version__
 from sluice.http import error_body, response
 from sluice.keys import KeyStore
 from sluice.metrics import Metrics, render
-from sluice.upstream import Provider
+from sluice.upstream import Provider, response_filter
 
 # Only for the performance gate's own test (issue 9): a Sluice slowed on purpose, by this many
 # milliseconds before each request goes upstream, must be caught by the gate. Never set in use.
@@ -35,22 +35,30 @@ _ANY_MODEL = re.compile(rb'"model"\s*:\s*"([^"\\]*)"')
 _MAX_TOKENS = re.compile(rb'"max(?:_completion)?_tokens"\s*:\s*(\d+)')
 
 # request headers Sluice consumes instead of forwarding
-H_DROP, H_AUTH, H_XKEY, H_EXPECT, H_AVERSION = range(5)
+H_DROP, H_AUTH, H_XKEY, H_EXPECT, H_AVERSION, H_CLEN, H_UPGRADE = range(7)
 _SPECIAL = {
     b"host": H_DROP, b"connection": H_DROP, b"keep-alive": H_DROP, b"transfer-encoding": H_DROP,
-    b"te": H_DROP, b"trailer": H_DROP, b"upgrade": H_DROP, b"proxy-authorization": H_DROP,
+    b"te": H_DROP, b"trailer": H_DROP, b"upgrade": H_UPGRADE, b"proxy-authorization": H_DROP,
     b"proxy-connection": H_DROP, b"accept-encoding": H_DROP, b"x-forwarded-for": H_DROP,
     b"authorization": H_AUTH, b"x-api-key": H_XKEY, b"expect": H_EXPECT,
-    b"anthropic-version": H_AVERSION, b"content-length": H_DROP,
+    b"anthropic-version": H_AVERSION, b"content-length": H_CLEN,
 }
 
 TICK = 0.1
+MAX_TOKENS_RESERVED = 1 << 32   # a reservation's max_tokens part, whatever a body asks
+MAX_USAGE = 1 << 40             # provider usage above this is not believed (estimated instead)
+
+# rpause bits: why reading from a client is paused
+P_QUEUE, P_UPSTREAM, P_BAD, P_WRITE, P_FINAL, P_BURST = 1, 2, 4, 8, 16, 32
 
 
 class Request:
     """One client request. Defaults live on the class: a request sets only what differs."""
-    too_large = False
     clen = -1
+    left = -1            # Content-Length body bytes still to come
+    pieces = None        # body pieces of earlier reads (a body longer than one read)
+    blen = 0             # body bytes received so far
+    upgrade = False
     pre = 0.0            # seconds of our own work before waiting on the provider
     overhead = 0.0       # microseconds, as reported in the overhead header
     translate = 0        # 0 same dialect, 1 Anthropic client to OpenAI provider, 2 the reverse
@@ -62,7 +70,7 @@ class Request:
     route = None
     model_label = "-"
     dialect = "openai"
-    payload = None
+    payload = None       # set when the request goes towards a provider (counted in flight)
     client_model = None
 
 
@@ -79,15 +87,30 @@ class Route:
         self.max_output = model_cfg.max_output_tokens
 
 
-def _headers(hdrs):
-    """Digest a request's headers: (token, forwarded header block, expect 100, anthropic-version seen)."""
+class HeaderPolicy:
+    """Which client headers go to providers: the configured names and name prefixes."""
+
+    def __init__(self, names):
+        self.names = frozenset(n.encode() for n in names if not n.endswith("*"))
+        self.prefixes = tuple(n[:-1].encode() for n in names if n.endswith("*"))
+
+    def allows(self, low):
+        return low in self.names or (self.prefixes and low.startswith(self.prefixes))
+
+
+def _headers(hdrs, policy):
+    """Digest a request's headers: (token, forwarded header block, expect 100, anthropic-version
+    seen, a Content-Length spelled in an unusual case, Upgrade asked)."""
     token = None
-    expect = has_av = False
+    expect = has_av = upgrade = False
+    clen = None
     fwd = []
     for name, value in hdrs.items():
-        h = _SPECIAL.get(name.lower())
+        low = name.lower()
+        h = _SPECIAL.get(low)
         if h is None:
-            fwd.append(name + b": " + value + b"\r\n")
+            if policy.allows(low):
+                fwd.append(name + b": " + value + b"\r\n")
         elif h == H_AUTH:
             token = value[7:].strip() if value[:7].lower() == b"bearer " else b""
         elif h == H_XKEY:
@@ -97,16 +120,22 @@ def _headers(hdrs):
             expect = value.lower() == b"100-continue"
         elif h == H_AVERSION:
             has_av = True
-            fwd.append(name + b": " + value + b"\r\n")
-    return token, b"".join(fwd), expect, has_av
+            if policy.allows(low):
+                fwd.append(name + b": " + value + b"\r\n")
+        elif h == H_CLEN:
+            clen = value
+        elif h == H_UPGRADE:
+            upgrade = True
+    return token, b"".join(fwd), expect, has_av, clen, upgrade
 
 
 class ClientConn(asyncio.Protocol):
     __slots__ = (
         "app", "transport", "parser", "cur", "queue", "busy", "closed", "req", "up", "waiting",
         "wait_since", "t_rx", "last", "peer", "eof", "rpause", "in_next", "bad",
-        "on_header", "hdrs", "hprev", "hdone", "on_url", "urlp", "on_body", "bodyp", "http11",
+        "on_header", "hdrs", "hprev", "hdone", "on_url", "urlp", "on_body", "bodyp",
         "on_message_begin", "between", "known", "n_complete", "last_req",
+        "backlog", "tail", "hbytes", "t_begin", "final", "burst", "feeding",
     )
 
     def __init__(self, app):
@@ -125,11 +154,26 @@ class ClientConn(asyncio.Protocol):
         self.in_next = False
         self.bad = False
         self.peer = "-"
-        self.http11 = None
+        self.backlog = None   # bytes read but not parsed yet (parsing stopped between parts)
+        self.tail = b""       # the last bytes of a read that ended inside a head or a chunked body
+        self.hbytes = 0       # bytes of the head being received
+        self.t_begin = 0.0    # when its first bytes arrived
+        self.final = False    # a request that closes the connection was read: nothing after it is
+        self.burst = 0
+        self.feeding = False
 
     # ------------------------------------------------------------ transport
     def connection_made(self, transport):
         self.transport = transport
+        app = self.app
+        if len(app.clients) >= app.max_clients:
+            # over the per-worker cap: a clean refusal instead of a connection we cannot afford
+            self.closed = True
+            app.metrics.connections_refused += 1
+            transport.write(response(503, error_body("openai", 503, "too many client connections"),
+                                     extra=b"retry-after: 1\r\n", close=True))
+            transport.close()
+            return
         # Headers go straight into a dict: a C-level callback, no Python frame per header.
         # (A repeated header keeps its last value.)
         self.hdrs = {}
@@ -150,7 +194,6 @@ class ClientConn(asyncio.Protocol):
         self.last_req = None
         self.parser = HttpRequestParser(self)
         self.last = perf_counter()
-        app = self.app
         app.clients.add(self)
         if app.access is not None:
             peer = transport.get_extra_info("peername")
@@ -163,14 +206,17 @@ class ClientConn(asyncio.Protocol):
         app = self.app
         app.clients.discard(self)
         self.queue.clear()
+        self.backlog = None
         req = self.req
         if req is not None:
             # client gone before its response was complete: cancel the upstream request
             self.req = None
             app.metrics.client_disconnects += 1
             up = self.up
+            relayed = None
             if up is not None:
                 self.up = None
+                relayed = up.relayed_usage()
                 up.client = None
                 up.req = None
                 up.abort()
@@ -178,7 +224,13 @@ class ClientConn(asyncio.Protocol):
             if self.waiting is not None:
                 self.waiting.forget(self)
                 self.waiting = None
-            app.request_finished(self, req, 499, None, None)
+            if req.payload is not None:
+                if relayed is None:
+                    app.request_finished(self, req, 499, None, None)
+                else:  # charged for what was relayed, not only the prompt
+                    app.request_finished(self, req, 499, relayed[0], relayed[1])
+            else:
+                app.metrics.count_request(req.model_label, 499)
 
     def eof_received(self):
         # Like nginx: a client that closes its side is gone; this is how a disconnect
@@ -188,19 +240,19 @@ class ClientConn(asyncio.Protocol):
 
     def pause_writing(self):
         # the client does not keep up: stop reading its next requests and stop reading the provider
-        self._pause(8)
+        self._pause(P_WRITE)
         up = self.up
         if up is not None and up.transport is not None and not up.paused:
             up.paused = True
             up.transport.pause_reading()
 
     def resume_writing(self):
-        self._resume(8)
         up = self.up
         if up is not None and up.paused and up.transport is not None:
             up.paused = False
             up.last_rx = perf_counter()  # the idle timeout restarts when we read again
             up.transport.resume_reading()
+        self._resume(P_WRITE)
 
     def _pause(self, bit):
         if not self.rpause and not self.closed:
@@ -211,13 +263,23 @@ class ClientConn(asyncio.Protocol):
         if self.rpause & bit:
             self.rpause &= ~bit
             if not self.rpause and not self.closed:
+                if self.backlog is not None and not self.feeding:
+                    # what was read before parsing stopped comes first
+                    data = self.backlog
+                    self.backlog = None
+                    self._parse(data)
+                    if self.rpause or self.closed:
+                        return
                 self.transport.resume_reading()
 
+    def _unburst(self):
+        self._resume(P_BURST)
+
     def pause_reading_for_upstream(self):
-        self._pause(2)
+        self._pause(P_UPSTREAM)
 
     def resume_reading_for_upstream(self):
-        self._resume(2)
+        self._resume(P_UPSTREAM)
 
     def write(self, data):
         if not self.closed:
@@ -235,41 +297,98 @@ class ClientConn(asyncio.Protocol):
     # ------------------------------------------------------------ parsing
     def data_received(self, data):
         t = self.t_rx = self.last = perf_counter()
-        if self.closed or self.bad:
+        if self.closed or self.bad or self.final:
+            return
+        if self.backlog is not None:  # parsing is stopped: keep the order of the bytes
+            self.backlog += data
             return
         at_start = self.between and not self.busy and not self.queue
         if at_start and self.known is not None and self._known_request(data, t):
             return
         n_complete = self.n_complete
-        try:
-            self.parser.feed_data(data)
-        except HttpParserUpgrade:
-            if self.closed:
-                return
-            self._bad_request(400, "protocol upgrades are not supported")
-            return
-        except HttpParserError as e:
-            if self.closed:
-                return
-            if self.cur is not None and self.cur.too_large:
-                self._bad_request(413, "request body too large")
-            else:
-                self._bad_request(400, f"malformed HTTP request: {e}")
-            return
-        r = self.cur
-        if r is not None and self.bodyp:
-            # a body still arriving: enforce the limit as it grows (at most one read over it)
-            if r.too_large:
-                self.bodyp.clear()
-            else:
-                n = 0
-                for b in self.bodyp:
-                    n += len(b)
-                if n > self.app.max_body:
-                    r.too_large = True
-                    self.bodyp.clear()
-        elif at_start and self.n_complete == n_complete + 1 and self.between and not self.closed:
+        self._parse(data)
+        if at_start and self.n_complete == n_complete + 1 and self.between and not self.closed:
             self._learn_head(data)
+
+    def _parse(self, data):
+        """Feed the parser one part at a time: a head up to its CRLF CRLF, a body up to its
+        length (or, chunked, up to a CRLF CRLF). So every head is measured before it is parsed,
+        at most a couple of requests complete per part, and parsing can stop between parts:
+        while the client does not read (backpressure), the pipeline is full, a burst of answers
+        was written, or a request closed the connection. What is left waits in ``backlog``
+        (at most one read)."""
+        parser = self.parser
+        app = self.app
+        n = len(data)
+        pos = 0
+        self.feeding = True
+        self.burst = 0
+        try:
+            while pos < n:
+                if self.rpause or self.closed:
+                    if not self.closed and not self.bad and not self.final:
+                        self.backlog = data[pos:]
+                    return
+                r = self.cur
+                if r is None or r.left < 0:  # a head, or a chunked body: up to a CRLF CRLF
+                    end = -1
+                    if pos == 0 and self.tail:  # one that began in the previous read
+                        end = (self.tail + data[:3]).find(b"\r\n\r\n")
+                        if end >= 0:
+                            end += 4 - len(self.tail)
+                        self.tail = b""
+                    if end < 0:
+                        end = data.find(b"\r\n\r\n", pos)
+                        end = n if end < 0 else end + 4
+                    if r is None:
+                        size = self.hbytes + end - pos
+                        if size > app.max_head:
+                            self._head_too_large()
+                            return
+                        if not self.hbytes:
+                            self.t_begin = self.t_rx
+                        self.hbytes = size
+                else:  # a Content-Length body: exactly what is left of it
+                    end = pos + r.left
+                    if end > n:
+                        end = n
+                    r.left -= end - pos
+                parser.feed_data(data if end - pos == n else data[pos:end])
+                pos = end
+                r = self.cur
+                if r is not None and self.bodyp:
+                    self._body_progress(r)
+            if self.cur is not None or not self.between:
+                if self.cur is None or self.cur.left < 0:
+                    self.tail = data[-3:]
+        except HttpParserUpgrade:
+            if not self.closed and not self.bad:
+                self._bad_request(400, "protocol upgrades are not supported")
+        except HttpParserError as e:
+            if not self.closed and not self.bad:
+                self._bad_request(400, f"malformed HTTP request: {e}")
+        finally:
+            self.feeding = False
+
+    def _body_progress(self, r):
+        """A body longer than one read: keep one piece per read, count it, enforce the limit."""
+        parts = self.bodyp
+        piece = parts[0] if len(parts) == 1 else b"".join(parts)
+        parts.clear()
+        r.blen += len(piece)
+        if r.blen > self.app.max_body:
+            self._bad_request(413, f"request body exceeds {self.app.max_body} bytes")
+            return
+        if r.pieces is None:
+            r.pieces = [piece]
+        else:
+            r.pieces.append(piece)
+
+    def _head_too_large(self):
+        if self.cur is None and not self.hdrs and self.urlp and sum(map(len, self.urlp)) > self.app.max_url:
+            self._bad_request(414, f"request URL exceeds {self.app.max_url} bytes")
+        else:
+            self._bad_request(431, f"request head exceeds {self.app.max_head} bytes")
 
     # A client on a keep-alive connection usually sends every request with the same head but
     # for Content-Length. When a read holds exactly one such request, it is taken without the
@@ -277,8 +396,8 @@ class ClientConn(asyncio.Protocol):
     def _learn_head(self, data):
         """The read was exactly one request, parsed: remember its head for the next one."""
         r = self.last_req
-        if r.clen < 0 or r.too_large or self.hdone[2]:  # no length, refused, or Expect: 100-continue
-            return
+        if r.clen < 0 or self.hdone[2] or not r.keep_alive or r.upgrade:
+            return  # no length, refused, Expect: 100-continue, or the last request of the connection
         end = data.find(b"\r\n\r\n") + 4
         if end < 4 or end + r.clen != len(data):
             return
@@ -319,22 +438,45 @@ class ClientConn(asyncio.Protocol):
         r.body = data[start:]
         self.n_complete += 1
         self.busy = True
-        self.app.handle(self, r)
+        try:
+            self.app.handle(self, r)
+        except Exception:
+            self.app.internal_error(self, r)
         return True
 
-    def _bad_request(self, status, message):
-        """Unparseable input: answer after the responses already owed, then close."""
+    def dialect(self, r=None):
+        """The client's dialect as far as the request shows it (for protocol-level errors)."""
+        if r is None:
+            r = self.cur
+        if r is not None:
+            url = r.url
+            if r.has_av:
+                return "anthropic"
+        else:
+            url = self.urlp[0] if self.urlp else b""
+        return "anthropic" if url.startswith(b"/v1/messages") else "openai"
+
+    def timed_out(self, message):
+        """A request that did not arrive in time: 408 (after the responses owed), then close."""
+        self.t_rx = perf_counter()
+        self._bad_request(408, message)
+
+    def _bad_request(self, status, message, r=None):
+        """Unusable input: answer after the responses already owed, then close."""
+        dialect = self.dialect(r)
         self.bad = True
         self.cur = None
-        self._pause(4)
+        self.backlog = None
+        self._pause(P_BAD)
+        self.app.metrics.count_request("-", status)
         if not self.busy:
             self.queue.clear()
-            self._error_and_close(status, message)
+            self._error_and_close(status, message, dialect)
         else:
-            self.queue.append((status, message))
+            self.queue.append((status, message, dialect))
 
-    def _error_and_close(self, status, message):
-        body = error_body("openai", status, message)
+    def _error_and_close(self, status, message, dialect):
+        body = error_body(dialect, status, message)
         extra = b""
         if self.app.overhead_header:
             extra = b"x-gateway-overhead-us: %d\r\n" % ((perf_counter() - self.t_rx) * 1e6)
@@ -343,34 +485,42 @@ class ClientConn(asyncio.Protocol):
 
     def on_headers_complete(self):
         r = self.cur = Request()
-        r.t0 = self.t_rx  # for an early refusal; reset when the request is complete
+        r.t0 = self.t_rx  # for an early refusal and the body deadline; reset when complete
+        self.hbytes = 0
         u = self.urlp
         r.url = u[0] if len(u) == 1 else b"".join(u)
         u.clear()
         p = self.parser
         h = self.hdrs
+        app = self.app
         # Content-Length differs per request; the rest usually repeats on a keep-alive
         # connection, so the digest of the previous request's headers is reused when equal.
         clen = h.pop(b"content-length", None) or h.pop(b"Content-Length", None)
-        if clen is not None:
-            r.clen = int(clen)  # llhttp already checked it is a number
         if h != self.hprev:
+            if len(h) > app.max_headers:
+                self._bad_request(431, f"more than {app.max_headers} request header fields")
+                raise HttpParserError("too many headers")
             self.hprev = dict(h)
-            self.hdone = _headers(h)
+            self.hdone = _headers(h, app.forward_policy)
         h.clear()
-        r.token, r.fwd, expect, r.has_av = self.hdone
-        r.method = p.get_method()
-        v = self.http11
-        if v is None:  # asked once per connection: httptools formats a string for it
-            v = self.http11 = p.get_http_version() == "1.1"
-        r.http11 = v
+        r.token, r.fwd, expect, r.has_av, odd_clen, upgrade = self.hdone
+        if clen is None:
+            clen = odd_clen
+        if clen is not None:
+            r.clen = r.left = int(clen)  # llhttp already checked it is a number
+        r.method = method = p.get_method()
+        if len(r.url) > app.max_url:
+            self._bad_request(414, f"request URL exceeds {app.max_url} bytes")
+            raise HttpParserError("URL too long")
+        # the version of each request, not of the connection's first
+        r.http11 = v = p.get_http_version() == "1.1"
         r.keep_alive = v and p.should_keep_alive()
-        if r.clen > self.app.max_body:
-            r.too_large = True
-            if not self.busy and not self.queue:
-                # refuse now rather than read a body we will not use
-                self.app.refuse_too_large(self, r)
-                raise HttpParserError("body too large")
+        if method == b"CONNECT" or (upgrade and p.should_upgrade()):
+            r.upgrade = True  # refused once the message is complete (llhttp stops there)
+        elif r.clen > app.max_body:
+            # refuse now (after the responses owed) rather than read a body we will not use
+            self._bad_request(413, f"request body exceeds {app.max_body} bytes")
+            raise HttpParserError("body too large")
         elif expect and not self.busy:
             self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
@@ -378,29 +528,52 @@ class ClientConn(asyncio.Protocol):
         r = self.cur
         self.cur = None
         self.between.append(True)
+        if self.final or self.bad:
+            return
         self.n_complete += 1
         self.last_req = r
         r.t0 = self.t_rx  # Sluice's clock for this request starts with the read that completed it
         if self.hdrs:
             self.hdrs.clear()  # trailer fields of a chunked body: not forwarded
         parts = self.bodyp
-        if not parts or r.too_large:
+        if r.pieces is not None:
+            r.body = b"".join(r.pieces + parts) if parts else b"".join(r.pieces)
+            r.pieces = None
+        elif not parts:
             r.body = b""
         else:
-            body = r.body = parts[0] if len(parts) == 1 else b"".join(parts)
-            if len(body) > self.app.max_body:
-                r.too_large = True
-                r.body = b""
+            r.body = parts[0] if len(parts) == 1 else b"".join(parts)
         parts.clear()
+        if r.upgrade:
+            if r.method == b"CONNECT":
+                self._bad_request(405, "CONNECT is not supported", r)
+            else:
+                self._bad_request(400, "protocol upgrades are not supported", r)
+            return
+        if len(r.body) > self.app.max_body:
+            self._bad_request(413, f"request body exceeds {self.app.max_body} bytes", r)
+            return
+        if not r.keep_alive:
+            # the connection ends with this request: nothing after it is read or answered
+            self.final = True
+            self._pause(P_FINAL)
+        self.burst += 1
+        if self.burst >= self.app.max_pipelined and not self.final:
+            # a burst of pipelined requests in one read: give other connections their turn
+            self._pause(P_BURST)
+            self.app.loop.call_soon(self._unburst)
         if self.busy or self.queue:
             self.queue.append(r)
             if len(self.queue) >= self.app.max_pipelined:
-                self._pause(1)
+                self._pause(P_QUEUE)
             if not self.busy and not self.in_next:
                 self._next()
         else:
             self.busy = True
-            self.app.handle(self, r)
+            try:
+                self.app.handle(self, r)
+            except Exception:
+                self.app.internal_error(self, r)
 
     def _next(self):
         self.in_next = True
@@ -408,16 +581,19 @@ class ClientConn(asyncio.Protocol):
             queue = self.queue
             while queue and not self.busy and not self.closed:
                 r = queue.popleft()
-                if type(r) is tuple:  # a parse error queued behind earlier requests
+                if type(r) is tuple:  # a refusal queued behind earlier requests
                     self._error_and_close(*r)
                     return
                 self.busy = True
                 t = perf_counter()
                 if r.t0 < t:
                     r.t0 = t  # time spent queued behind earlier responses is not ours
-                self.app.handle(self, r)
+                try:
+                    self.app.handle(self, r)
+                except Exception:
+                    self.app.internal_error(self, r)
             if len(queue) < self.app.max_pipelined:
-                self._resume(1)
+                self._resume(P_QUEUE)
         finally:
             self.in_next = False
 
@@ -430,7 +606,10 @@ class ClientConn(asyncio.Protocol):
         r.overhead = overhead_us
         if self.app.overhead_header:
             extra += b"x-gateway-overhead-us: %d\r\n" % overhead_us
-        self.write(response(status, body, content_type, extra, close=not keep))
+        data = response(status, body, content_type, extra, close=not keep)
+        if r.method == b"HEAD":  # the head a GET would get, without its body
+            data = data[:len(data) - len(body)]
+        self.write(data)
         self.done(keep)
 
     def done(self, keep_alive):
@@ -439,8 +618,8 @@ class ClientConn(asyncio.Protocol):
         self.last = perf_counter()  # the keep-alive idle time starts now
         self.req = None
         self.up = None
-        if self.rpause & 2:
-            self._resume(2)
+        if self.rpause & P_UPSTREAM:
+            self._resume(P_UPSTREAM)
         if not keep_alive or self.eof and not self.queue:
             self.close()
             return
@@ -540,6 +719,14 @@ class App:
         s = cfg.server
         self.max_body = s.max_body_bytes
         self.max_pipelined = s.max_pipelined
+        self.max_url = s.max_url_bytes
+        self.max_head = s.max_header_bytes
+        self.max_headers = s.max_headers
+        self.max_clients = s.max_client_connections
+        self.header_timeout = s.client_header_timeout_s
+        self.body_timeout = s.client_body_timeout_s
+        self.metrics_token = s.metrics_token.encode() or None
+        self.forward_policy = HeaderPolicy(s.forward_request_headers)
         self.validate_json = s.validate_json
         self.overhead_header = s.overhead_header
         self.require_auth = s.require_auth
@@ -553,6 +740,7 @@ class App:
         self.children = children  # Supervisor in the parent process, None elsewhere
         self.parent_pid = None
         self.access = AccessLog(s.access_log) if s.access_log else None
+        self.response_filter = response_filter(s.forward_response_headers)
         self.providers = {n: Provider(p, self) for n, p in cfg.providers.items()}
         self.routes = {}
         for m in cfg.models.values():
@@ -603,18 +791,50 @@ class App:
                 return conn.respond(r, 401, error_body(dialect, 401, "missing or invalid API key"))
             return conn.respond(r, 200, self.models_anthropic if r.has_av else self.models_openai)
         if path == b"/metrics" and self.metrics_on:
+            if self.metrics_token is not None and r.token != self.metrics_token:
+                return conn.respond(r, 401, error_body(dialect, 401, "/metrics needs its bearer token"))
             return conn.respond(r, 200, self.render_metrics(), content_type=b"text/plain; version=0.0.4")
         if path == b"/debug/state" and self.debug_on:
             return conn.respond(r, 200, dumps(self.debug_state()))
         return conn.respond(r, 404, error_body(dialect, 404, f"no route for {path.decode('latin-1')}"))
 
-    def refuse_too_large(self, conn, r):
-        conn.busy = True
-        conn.req = r
+    def internal_error(self, conn, r):
+        """A bug met while handling ``r``: a 500 in the client's dialect (or, once a response head
+        went out, a closed connection), counted, the reservation and the in-flight count released."""
+        import traceback
+        sys.stderr.write("sluice: internal error while handling a request:\n")
+        traceback.print_exc(file=sys.stderr)
+        if conn.req is not r:
+            return  # that request was already answered; what failed came after it
+        up = conn.up
+        head_sent = False
+        if up is not None:
+            conn.up = None
+            head_sent = up.client_head_sent
+            up.client = None
+            up.req = None
+            up.abort()
+            up.pool.discard(up)
+        if conn.waiting is not None:
+            conn.waiting.forget(conn)
+            conn.waiting = None
         r.keep_alive = False
-        r.dialect = "anthropic" if r.url.startswith(b"/v1/messages") else "openai"
-        self.metrics.count_request("-", 413)
-        conn.respond(r, 413, error_body(r.dialect, 413, f"request body exceeds {self.max_body} bytes"))
+        if r.payload is not None:
+            self.request_finished(conn, r, 500, None, None)
+        else:
+            self.metrics.count_request(r.model_label, 500)
+            if r.reserved:
+                self.keys.settle(r.key, r.reserved, 0)
+                r.reserved = 0
+        if head_sent or conn.closed:
+            conn.req = None
+            conn.busy = False
+            conn.close()
+            return
+        try:
+            conn.respond(r, 500, error_body(r.dialect, 500, "internal error"))
+        except Exception:
+            conn.close()
 
     def _reject(self, conn, r, status, message, extra=b""):
         """Refused by Sluice before any provider was involved."""
@@ -625,9 +845,6 @@ class App:
 
     def chat(self, conn, r):
         dialect = r.dialect
-        if r.too_large:
-            r.keep_alive = False
-            return self._reject(conn, r, 413, f"request body exceeds {self.max_body} bytes")
         key = None
         token = r.token
         if token is not None or self.require_auth:
@@ -639,9 +856,13 @@ class App:
         span = None
         if not self.validate_json:
             m = _FIRST_MODEL.match(body)
-            if m is not None:
-                model = m.group(1).decode()
-                span = m.span(1)
+            # only a model key that occurs once: with a repeated one, the body is parsed
+            if m is not None and body.find(b'"model"', m.end()) < 0:
+                try:
+                    model = m.group(1).decode()
+                    span = m.span(1)
+                except UnicodeDecodeError:
+                    return self._reject(conn, r, 400, "model: not valid UTF-8")
         if span is None:
             try:
                 obj = loads(body)
@@ -654,7 +875,7 @@ class App:
                 return self._reject(conn, r, 400, "model: a model name (string) is required")
         route = self.routes.get(model)
         if route is None:
-            return self._reject(conn, r, 404, f"model {model!r} not found")
+            return self._reject(conn, r, 404, f"model {model[:200]!r} not found")
         r.route = route
         r.model_label = route.name
         r.client_model = model
@@ -681,26 +902,32 @@ class App:
                         obj, route.upstream, route.max_output)
                     r.translate = 2
                 body = dumps(new)
-            except (translate.TranslationError, TypeError, ValueError, AttributeError) as e:
+            except (translate.TranslationError, TypeError, ValueError, AttributeError, RecursionError) as e:
                 return self._reject(conn, r, 400, f"cannot translate request: {e}")
             r.stream = stream
         elif route.upstream != model:
             body = self._patch_model(body, obj, model, span, route)
+            if body is None:
+                return self._reject(conn, r, 400, "request body is nested too deeply to rewrite its model")
+        r.key = key
         if key is not None and key.budget:
+            mt = None
+            if obj is None:
+                m = _MAX_TOKENS.search(body)
+                if m is not None and _MAX_TOKENS.search(body, m.end()) is None:
+                    mt = int(m.group(1))
+                elif m is not None:  # a repeated key: read it as the provider's parser would
+                    obj = loads(body)
             if obj is not None:
                 mt = obj.get("max_completion_tokens") or obj.get("max_tokens")
-                if type(mt) is not int or mt <= 0:
-                    mt = route.max_output
-            else:
-                m = _MAX_TOKENS.search(body)
-                mt = int(m.group(1)) if m else route.max_output
-            estimate = len(r.body) // 4 + mt
+            if type(mt) is not int or mt <= 0:
+                mt = route.max_output
+            estimate = len(r.body) // 4 + min(mt, MAX_TOKENS_RESERVED)
             wait = self.keys.reserve(key, estimate)
             if wait:
                 return self._reject(conn, r, 429, f"token budget of key {key.name!r} exhausted",
                                     b"retry-after: %d\r\n" % wait)
             r.reserved = estimate
-        r.key = key
         fwd = r.fwd
         if r.translate:
             # the body is ours now: our content type, and no headers of the client's dialect
@@ -747,7 +974,10 @@ class App:
                     span = found[0].span(1)
                 else:
                     obj["model"] = route.upstream
-                    return dumps(obj)
+                    try:
+                        return dumps(obj)
+                    except orjson.JSONEncodeError:  # deeper than orjson serializes
+                        return None
         s, e = span
         return body[:s] + route.upstream_b + body[e:]
 
@@ -760,10 +990,13 @@ class App:
         if req.overhead:
             m.overhead.observe(req.overhead / 1e6)
         key = req.key
+        if prompt is not None and not (type(prompt) is int and type(completion) is int
+                                       and 0 <= prompt <= MAX_USAGE and 0 <= completion <= MAX_USAGE):
+            prompt = None  # usage a provider got wrong (huge, negative, not a number): estimated
         if key is not None and req.reserved:
             if prompt is None:
                 prompt = len(req.body) // 4
-                completion = 0 if status >= 400 else req.reserved - prompt
+                completion = 0 if status >= 400 else max(0, req.reserved - prompt)
             self.keys.settle(key, req.reserved, prompt + completion)
             req.reserved = 0
             key.prompt_tokens += prompt
@@ -827,7 +1060,7 @@ class App:
                         snaps.append(loads(data))
                     except JSONDecodeError:
                         pass
-            m, gauges = Metrics.merged(self.metrics, live, snaps)
+            m, gauges = Metrics.merged(self.metrics, live, [s for s in snaps if type(s) is dict and "requests" in s])
         else:
             m, gauges = Metrics.merged(self.metrics, live, [])
         return render(m, gauges)
@@ -866,13 +1099,25 @@ class App:
 
     def _slow_tick(self, now):
         limit = now - self.idle_timeout
+        head_limit = now - self.header_timeout
+        body_limit = now - self.body_timeout
         for c in list(self.clients):
+            if c.closed or c.bad:
+                continue
+            r = c.cur
+            if r is not None:  # a body arriving: the whole body has a deadline
+                if r.t0 < body_limit:
+                    c.timed_out(f"request body not received within {self.body_timeout:g}s")
+                    continue
+            elif c.hbytes and not c.final:  # a head arriving: so has the whole head
+                if c.t_begin < head_limit:
+                    c.timed_out(f"request head not received within {self.header_timeout:g}s")
+                    continue
             if not c.busy and not c.queue and c.last < limit:
-                if (c.cur is not None or c.urlp) and not c.closed:  # a request stopped half-way
-                    c.write(response(408, error_body("openai", 408, "request not completed in time"),
-                                     extra=b"x-gateway-overhead-us: 0\r\n" if self.overhead_header else b"",
-                                     close=True))
-                c.close()
+                if r is not None or c.hbytes:  # a request stopped half-way
+                    c.timed_out("request not completed in time")
+                else:
+                    c.close()
         self.keys.return_leases()
         self._sync_tokens()
         if self.n_workers > 1 and self.metrics.changes != self._snap_changes:

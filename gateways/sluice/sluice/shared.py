@@ -14,16 +14,25 @@ SNAPSHOT_BYTES = 256 * 1024
 _HDR = struct.Struct("<QQ")  # sequence, length
 
 
-def _size(n_keys, n_workers):
+def snapshot_bytes(cfg):
+    """Room for one worker's snapshot: it grows with the labels the config allows (models with
+    every status, providers with every error kind, keys with their token counts)."""
+    # a model label can carry every status a provider may relay (about 500, 40 bytes each)
+    size = SNAPSHOT_BYTES + 24 * 1024 * len(cfg.models) + 1024 * (len(cfg.providers) + len(cfg.keys))
+    return (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
+
+
+def _size(n_keys, n_workers, snap):
     key_bytes = max(1, n_keys) * n_workers * SLOT_FIELDS * 8
     key_bytes = (key_bytes + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
-    return key_bytes, key_bytes + n_workers * SNAPSHOT_BYTES
+    return key_bytes, key_bytes + n_workers * snap
 
 
 class Shared:
-    def __init__(self, n_keys, n_workers, fd=None):
+    def __init__(self, n_keys, n_workers, snap=SNAPSHOT_BYTES, fd=None):
         self.n_workers = n_workers
-        self.key_bytes, size = _size(n_keys, n_workers)
+        self.snap = snap
+        self.key_bytes, size = _size(n_keys, n_workers, snap)
         self.fd = fd
         if fd is None and n_workers > 1:
             self.fd = fd = os.memfd_create("sluice-shared", 0)
@@ -36,16 +45,16 @@ class Shared:
 
     # -- per-worker metrics snapshots (seqlock) --
     def write_snapshot(self, worker, data):
-        off = self.key_bytes + worker * SNAPSHOT_BYTES
-        if len(data) > SNAPSHOT_BYTES - _HDR.size:
-            data = b"{}"
+        off = self.key_bytes + worker * self.snap
+        if len(data) > self.snap - _HDR.size:
+            data = b""  # too large to publish (readers skip it); its counters stay in this worker
         seq, _ = _HDR.unpack_from(self.mm, off)
         _HDR.pack_into(self.mm, off, seq + 1, 0)
         self.mm[off + 16:off + 16 + len(data)] = data
         _HDR.pack_into(self.mm, off, seq + 2, len(data))
 
     def read_snapshot(self, worker):
-        off = self.key_bytes + worker * SNAPSHOT_BYTES
+        off = self.key_bytes + worker * self.snap
         for _ in range(5):
             seq, length = _HDR.unpack_from(self.mm, off)
             if seq & 1:
@@ -57,6 +66,6 @@ class Shared:
         return None
 
     def clear_snapshot(self, worker):
-        off = self.key_bytes + worker * SNAPSHOT_BYTES
+        off = self.key_bytes + worker * self.snap
         seq, _ = _HDR.unpack_from(self.mm, off)
         _HDR.pack_into(self.mm, off, seq + (2 if seq % 2 == 0 else 1), 0)

@@ -10,6 +10,7 @@ callbacks instead.
 """
 import asyncio
 import re
+from functools import partial
 from time import perf_counter
 
 import orjson
@@ -24,9 +25,42 @@ BUFFER = 2    # translated unary response, or a translated error: whole body, th
 TSTREAM = 3   # translated SSE stream, event by event
 
 _USAGE = re.compile(rb'"(prompt_tokens|completion_tokens|input_tokens|output_tokens)"\s*:\s*(\d+)')
-_HOP = (b"connection:", b"keep-alive:", b"proxy-connection:")
 MAX_HEAD = 64 * 1024
 MAX_BUFFERED_BODY = 64 * 1024 * 1024
+# A request that fails on a reused connection before any byte came back is retried once, fresh,
+# only if the provider closed within this time of the send: the race with a provider closing an
+# idle connection. A later close may mean the provider had the request, so it is not sent twice.
+STALE_RETRY_S = 1.0
+
+
+def response_filter(names):
+    """A regex matching the provider response header lines not to relay (on the lowercased head):
+    every line whose name is not allowed. The framing headers are always kept."""
+    exact = [n for n in names if not n.endswith("*")] + ["content-length", "transfer-encoding"]
+    prefixes = [n[:-1] for n in names if n.endswith("*")]
+    alts = [re.escape(n.encode()) + rb"[ \t]*:" for n in exact] + [re.escape(p.encode()) for p in prefixes]
+    return re.compile(rb"\r\n(?!(?:" + b"|".join(alts) + rb")|\Z)[^\r\n]*")
+
+
+def _chunked_end(buf):
+    """The end of a chunked body starting at ``buf[0]`` when it ends in ``buf``, else -1."""
+    pos = 0
+    n = len(buf)
+    while pos < n:
+        eol = buf.find(b"\r\n", pos)
+        if eol < 0:
+            return -1
+        try:
+            size = int(buf[pos:eol].split(b";", 1)[0], 16)
+        except ValueError:
+            return -1  # llhttp reports it
+        if size == 0:
+            if buf.startswith(b"\r\n", eol + 2):
+                return eol + 4
+            end = buf.find(b"\r\n\r\n", eol)
+            return -1 if end < 0 else end + 4
+        pos = eol + 2 + size + 2
+    return -1
 
 
 def _log_callback_error(e):
@@ -39,21 +73,41 @@ def _log_callback_error(e):
         traceback.print_exception(cause, file=sys.stderr)
 
 
+_last_connect_log = {}
+
+
+def _log_connect_error(provider, error):
+    """At most one line a second per provider."""
+    import sys
+    import time
+    now = time.monotonic()
+    if now - _last_connect_log.get(provider.name, -2.0) >= 1.0:
+        _last_connect_log[provider.name] = now
+        sys.stderr.write(f"sluice: cannot connect to provider {provider.name}: {error}\n")
+
+
 def _closes(low, i):
     """Whether the Connection header at ``i`` of a lowercased head says close."""
     return low.find(b"close", i, low.find(b"\n", i + 1)) >= 0
 
 
-def _strip_hop_headers(head):
-    lines = head.split(b"\r\n")
-    kept = [ln for ln in lines if not ln.lower().startswith(_HOP)]
-    return b"\r\n".join(kept)
+def _drop_lines(head, low, drop_re, m):
+    """``head`` without the lines ``drop_re`` finds in its lowercased copy ``low``."""
+    out = []
+    pos = 0
+    while m is not None:
+        out.append(head[pos:m.start()])
+        pos = m.end()
+        m = drop_re.search(low, pos)
+    out.append(head[pos:])
+    return b"".join(out)
 
 
 class Provider:
     def __init__(self, cfg, app):
         self.cfg = cfg
         self.name = cfg.name
+        self.drop_re = app.response_filter
         self.dialect = cfg.dialect
         self.host = cfg.host
         self.port = cfg.port
@@ -158,8 +212,9 @@ class Pool:
                                                     f"within {p.connect_timeout:g}s")
                     elif kind == "connect_refused":
                         client.upstream_failed(502, f"provider {p.name} refused the connection")
-                    else:
-                        client.upstream_failed(502, f"cannot connect to provider {p.name}: {error}")
+                    else:  # the cause (addresses included) is for the log, not for clients
+                        _log_connect_error(p, error)
+                        client.upstream_failed(502, f"cannot connect to provider {p.name}")
                     break
             return
         c = app.metrics.upstream_connects
@@ -233,7 +288,8 @@ class UpstreamConn(asyncio.Protocol):
         "client", "req", "mode", "head_done", "open", "on_message_complete", "cur", "pre", "hoff", "t_rx", "t_sent",
         "t_head", "last_rx", "nbytes", "status", "stream", "chunked_out", "close_delimited",
         "parts", "parts_len", "sse", "translator", "scan", "usage", "frames", "tail", "client_head_sent",
-        "broken", "retry_after", "on_body", "bodyp",
+        "broken", "retry_after", "on_body", "bodyp", "on_message_begin", "begins", "left", "hout",
+        "chunked_cut",
     )
 
     def __init__(self, pool):
@@ -248,6 +304,10 @@ class UpstreamConn(asyncio.Protocol):
         # ``open`` is emptied by llhttp (a C-level call) when a response is complete
         self.open = [True]
         self.on_message_complete = self.open.clear
+        # one entry per response begun: a second one means bytes followed the response's end
+        self.begins = []
+        self.on_message_begin = partial(self.begins.append, True)
+        self.hout = None
         self.parser = HttpResponseParser(self)
         self.alive = False
         self.paused = False
@@ -303,6 +363,7 @@ class UpstreamConn(asyncio.Protocol):
         self.status = 0
         self.client_head_sent = False
         self.broken = False
+        self.begins.clear()
         self.scan = req.reserved > 0 and req.translate == 0
         if self.scan:
             self.usage = {}
@@ -341,25 +402,52 @@ class UpstreamConn(asyncio.Protocol):
             # nothing was asked: a stray byte on an idle connection makes it unusable
             self.abort()
             return
+        try:
+            self._received(client, data)
+        except Exception:  # a bug of ours must not leave the exchange hanging
+            import sys
+            import traceback
+            sys.stderr.write("sluice: error in upstream response handling:\n")
+            traceback.print_exc(file=sys.stderr)
+            if self.client is not None:
+                self.app.metrics.upstream_error(self.provider.name, "internal")
+                self._fail_midstream() if self.client_head_sent else self._fail(500, "internal error")
+
+    def _received(self, client, data):
         self.t_rx = self.last_rx = perf_counter()
         self.nbytes += len(data)
         parts = self.bodyp
         if self.head_done:
+            left = self.left
+            if left >= 0:  # Content-Length: nothing past its end is the response
+                if len(data) > left:
+                    data = data[:left]
+                    self.broken = True
+                self.left = left - len(data)
+            try:
+                self.parser.feed_data(data)
+            except HttpParserError as e:
+                if self.open:
+                    _log_callback_error(e)
+                    parts.clear()
+                    self._fail_midstream()
+                    return
+                self.broken = True  # garbage after the response's end
+            if not self.open and len(self.begins) > 1 and left < 0:
+                # bytes after a chunked response's end, in the read that ended it: where exactly
+                # it ended is not known, so nothing of this read is relayed
+                parts.clear()
+                self.broken = True
+                self._fail_midstream()
+                return
             if self.mode == RAW:
                 if not client.closed:  # ClientConn.write, inlined: this runs once per stream frame
                     client.transport.write(data)
                 if self.scan:
                     self._scan(data)
-                try:
-                    self.parser.feed_data(data)
-                except HttpParserError as e:
-                    _log_callback_error(e)
-                    self._fail_midstream()
-                    return
                 parts.clear()
             else:
                 try:
-                    self.parser.feed_data(data)
                     self._bodies()
                 except HttpParserError as e:
                     _log_callback_error(e)
@@ -371,20 +459,19 @@ class UpstreamConn(asyncio.Protocol):
         self.cur = data
         try:
             self.parser.feed_data(data)
-            if parts:
-                if self.mode == RAW:
-                    parts.clear()
-                else:
-                    self._bodies()
         except HttpParserError as e:
-            _log_callback_error(e)
             parts.clear()
-            if self.client_head_sent:
-                self._fail_midstream()
+            if self.head_done and not self.open:
+                self.broken = True  # garbage after the response's end
+            else:
+                _log_callback_error(e)
+                if self.client_head_sent:
+                    self._fail_midstream()
+                    return
+                self.hout = None
+                self.app.metrics.upstream_error(self.provider.name, "bad_response")
+                self._fail(502, f"provider {self.provider.name} sent an invalid HTTP response")
                 return
-            self.app.metrics.upstream_error(self.provider.name, "bad_response")
-            self._fail(502, f"provider {self.provider.name} sent an invalid HTTP response")
-            return
         if self.client is None:
             return
         if not self.head_done:
@@ -397,17 +484,45 @@ class UpstreamConn(asyncio.Protocol):
             self.pre = pre
             return
         self.pre = b""
+        out = self.hout
+        if out is not None:  # a relayed head: written once the whole read was parsed
+            self.hout = None
+            if not self.open and len(self.begins) > 1 and self.left < 0 and not self.chunked_cut:
+                parts.clear()
+                self.app.metrics.upstream_error(self.provider.name, "bad_response")
+                self._fail(502, f"provider {self.provider.name} sent bytes after its response")
+                return
+            self.client_head_sent = True
+            client.write(out)
+        if parts:
+            if self.mode == RAW:
+                parts.clear()
+            else:
+                if not self.open and len(self.begins) > 1:
+                    parts.clear()
+                    self.broken = True
+                    self._fail_midstream()
+                    return
+                try:
+                    self._bodies()
+                except HttpParserError as e:
+                    _log_callback_error(e)
+                    self._fail_midstream()
+                    return
         if not self.open:
             self._finish()
 
     # -- parser callbacks --
     def on_headers_complete(self):
+        if self.head_done:  # a second response head: bytes after the response's end
+            raise HttpParserError("bytes after the response")
         buf = self.pre + self.cur if self.pre else self.cur
         idx = buf.find(b"\r\n\r\n", self.hoff)
         status = self.parser.get_status_code()
         if status < 200 and status != 101:
             # interim response (103 Early Hints...): skip it, the real head follows
             self.hoff = idx + 4 if idx >= 0 else len(buf)
+            self.begins.clear()
             return
         if idx < 0:
             raise HttpParserError("response head without CRLF CRLF")
@@ -423,8 +538,16 @@ class UpstreamConn(asyncio.Protocol):
         # formats (then drops) a TypeError each time
         find = low.find
         self.stream = find(b"text/event-stream") >= 0
-        self.close_delimited = (find(b"\ncontent-length:") < 0 and find(b"\ntransfer-encoding:") < 0
-                                and status not in (204, 304))
+        cl = find(b"\ncontent-length:")
+        te = find(b"\ntransfer-encoding:")
+        self.close_delimited = cl < 0 and te < 0 and status not in (204, 304)
+        # where the response ends, to relay nothing after it: Content-Length bytes, or -1
+        if te >= 0 or self.close_delimited:
+            self.left = -1
+        elif cl >= 0:
+            self.left = int(low[cl + 16:low.find(b"\r", cl)])  # llhttp checked it is a number
+        else:
+            self.left = 0
         # whether the provider keeps the connection (read from the head: llhttp forgets it
         # once the response is over, and asking it from a callback costs a Python call)
         connection = find(b"\nconnection:")
@@ -434,6 +557,10 @@ class UpstreamConn(asyncio.Protocol):
         client = self.client
         keep = req.keep_alive and not app.stopping
         if req.translate == 0:
+            # only the allowed provider headers reach the client (hop-by-hop ones never do)
+            m = self.provider.drop_re.search(low)
+            if m is not None:
+                head = _drop_lines(head, low, self.provider.drop_re, m)
             if self.close_delimited or (not req.http11 and find(b"\ntransfer-encoding:") >= 0):
                 self.mode = REFRAME
                 self.chunked_out = req.http11
@@ -445,20 +572,34 @@ class UpstreamConn(asyncio.Protocol):
                     head += b"transfer-encoding: chunked\r\n"
             else:
                 self.mode = RAW
-            if connection >= 0 or find(b"\nkeep-alive:") >= 0 or find(b"\nproxy-connection:") >= 0:
-                head = _strip_hop_headers(head)
             req.keep_alive = keep
             extra = b"" if keep else b"connection: close\r\n"
             us = req.overhead = (req.pre + (now - self.t_rx)) * 1e6
             if app.overhead_header:
                 extra = b"x-gateway-overhead-us: %d\r\n" % us + extra
-            rest = buf[idx + 4:]
-            self.client_head_sent = True
-            if self.mode == RAW and rest:
-                client.write(b"".join((head, extra, b"\r\n", rest)))  # one send for head and body
-                if self.scan:
+            if self.mode == RAW:
+                rest = buf[idx + 4:]
+                self.chunked_cut = False
+                left = self.left
+                if left >= 0:
+                    if len(rest) > left:  # more than its Content-Length: not relayed
+                        rest = rest[:left]
+                        self.broken = True
+                    self.left = left - len(rest)
+                elif rest.find(b"\r\n\r\n") >= 0:  # a chunked body that may end in this read
+                    end = _chunked_end(rest)
+                    if end >= 0:
+                        self.chunked_cut = True
+                        if end < len(rest):
+                            rest = rest[:end]
+                            self.broken = True
+                if self.scan and rest:
                     self._scan(rest)
+                # written once the read is parsed (nothing past the response's end goes out);
+                # head and first body bytes in one send
+                self.hout = b"".join((head, extra, b"\r\n", rest))
             else:
+                self.client_head_sent = True
                 client.write(b"".join((head, extra, b"\r\n")))
             return
         # translated exchange
@@ -541,6 +682,27 @@ class UpstreamConn(asyncio.Protocol):
         else:
             self.tail = data[-8:]
 
+    def relayed_usage(self):
+        """(prompt, completion) for what the client was sent so far, or None when nothing of the
+        response was: a client that leaves mid-stream pays for what it received."""
+        req = self.req
+        if req is None or not self.client_head_sent:
+            return None
+        if self.mode == TSTREAM:
+            prompt, completion, _seen = self.translator.usage()
+            return prompt, completion
+        if self.mode == RAW and self.scan:
+            return self._raw_usage(req)
+        return None
+
+    def _raw_usage(self, req):
+        u = self.usage
+        if b"prompt_tokens" in u or b"completion_tokens" in u:
+            return u.get(b"prompt_tokens", 0), u.get(b"completion_tokens", 0)
+        if b"input_tokens" in u or b"output_tokens" in u:
+            return u.get(b"input_tokens", 0), u.get(b"output_tokens", 0)
+        return len(req.body) // 4, self.frames if self.stream else (self.nbytes // 4)
+
     # ------------------------------------------------------------ endings
     def _finish(self):
         """The provider's response is complete: final writes, accounting, connection reuse."""
@@ -552,14 +714,7 @@ class UpstreamConn(asyncio.Protocol):
         prompt = completion = None
         if mode == RAW:
             if self.scan:
-                u = self.usage
-                if b"prompt_tokens" in u or b"completion_tokens" in u:
-                    prompt, completion = u.get(b"prompt_tokens", 0), u.get(b"completion_tokens", 0)
-                elif b"input_tokens" in u or b"output_tokens" in u:
-                    prompt, completion = u.get(b"input_tokens", 0), u.get(b"output_tokens", 0)
-                else:
-                    prompt = len(req.body) // 4
-                    completion = self.frames if self.stream else (self.nbytes // 4)
+                prompt, completion = self._raw_usage(req)
         elif mode == TSTREAM:
             out = self.translator.finish()
             if self.chunked_out:
@@ -640,7 +795,8 @@ class UpstreamConn(asyncio.Protocol):
             req = self.req
             self.client = None
             self.req = None
-            if self.nbytes == 0 and self.reused and not req.retried:
+            if (self.nbytes == 0 and self.reused and not req.retried
+                    and perf_counter() - self.t_sent < STALE_RETRY_S):
                 # a pooled connection the provider had already closed: retry once, fresh
                 req.retried = True
                 client.retry_upstream(req)
