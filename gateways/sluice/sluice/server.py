@@ -46,7 +46,6 @@ _SPECIAL = {
 
 TICK = 0.1
 MAX_TOKENS_RESERVED = 1 << 32   # a reservation's max_tokens part, whatever a body asks
-MAX_USAGE = 1 << 40             # provider usage above this is not believed (estimated instead)
 
 # rpause bits: why reading from a client is paused
 P_QUEUE, P_UPSTREAM, P_BAD, P_WRITE, P_FINAL, P_BURST = 1, 2, 4, 8, 16, 32
@@ -922,7 +921,7 @@ class App:
                 mt = obj.get("max_completion_tokens") or obj.get("max_tokens")
             if type(mt) is not int or mt <= 0:
                 mt = route.max_output
-            estimate = len(r.body) // 4 + min(mt, MAX_TOKENS_RESERVED)
+            estimate = len(r.body) // 4 + (mt if mt < MAX_TOKENS_RESERVED else MAX_TOKENS_RESERVED)
             wait = self.keys.reserve(key, estimate)
             if wait:
                 return self._reject(conn, r, 429, f"token budget of key {key.name!r} exhausted",
@@ -990,9 +989,6 @@ class App:
         if req.overhead:
             m.overhead.observe(req.overhead / 1e6)
         key = req.key
-        if prompt is not None and not (type(prompt) is int and type(completion) is int
-                                       and 0 <= prompt <= MAX_USAGE and 0 <= completion <= MAX_USAGE):
-            prompt = None  # usage a provider got wrong (huge, negative, not a number): estimated
         if key is not None and req.reserved:
             if prompt is None:
                 prompt = len(req.body) // 4

@@ -24,7 +24,8 @@ REFRAME = 1   # same dialect, but the body must be re-framed (close-delimited up
 BUFFER = 2    # translated unary response, or a translated error: whole body, then one write
 TSTREAM = 3   # translated SSE stream, event by event
 
-_USAGE = re.compile(rb'"(prompt_tokens|completion_tokens|input_tokens|output_tokens)"\s*:\s*(\d+)')
+# at most 12 digits: a larger count is not believed (the estimate is charged instead)
+_USAGE = re.compile(rb'"(prompt_tokens|completion_tokens|input_tokens|output_tokens)"\s*:\s*(\d{1,12})(?!\d)')
 MAX_HEAD = 64 * 1024
 MAX_BUFFERED_BODY = 64 * 1024 * 1024
 # A request that fails on a reused connection before any byte came back is retried once, fresh,
@@ -40,6 +41,23 @@ def response_filter(names):
     prefixes = [n[:-1] for n in names if n.endswith("*")]
     alts = [re.escape(n.encode()) + rb"[ \t]*:" for n in exact] + [re.escape(p.encode()) for p in prefixes]
     return re.compile(rb"\r\n(?!(?:" + b"|".join(alts) + rb")|\Z)[^\r\n]*")
+
+
+MAX_USAGE = 10 ** 12
+
+
+def _believed(prompt, completion):
+    """Usage as a provider reported it, or (None, None) when it cannot be true (not a number,
+    negative, huge): the request is then charged the estimate."""
+    if (type(prompt) is int and type(completion) is int
+            and 0 <= prompt <= MAX_USAGE and 0 <= completion <= MAX_USAGE):
+        return prompt, completion
+    return None, None
+
+
+def _clen(head, i):
+    """The Content-Length value of the header line at ``i`` (llhttp checked it is a number)."""
+    return int(head[head.find(b":", i) + 1:head.find(b"\r", i)])
 
 
 def _chunked_end(buf):
@@ -289,7 +307,6 @@ class UpstreamConn(asyncio.Protocol):
         "t_head", "last_rx", "nbytes", "status", "stream", "chunked_out", "close_delimited",
         "parts", "parts_len", "sse", "translator", "scan", "usage", "frames", "tail", "client_head_sent",
         "broken", "retry_after", "on_body", "bodyp", "on_message_begin", "begins", "left", "hout",
-        "chunked_cut",
     )
 
     def __init__(self, pool):
@@ -403,7 +420,99 @@ class UpstreamConn(asyncio.Protocol):
             self.abort()
             return
         try:
-            self._received(client, data)
+            self.t_rx = self.last_rx = perf_counter()
+            self.nbytes += len(data)
+            parts = self.bodyp
+            if self.head_done:
+                left = self.left
+                if left >= 0:  # Content-Length: nothing past its end is the response
+                    if len(data) > left:
+                        data = data[:left]
+                        self.broken = True
+                    self.left = left - len(data)
+                after = False  # bytes that follow the response's end in this read
+                try:
+                    self.parser.feed_data(data)
+                except HttpParserError as e:
+                    if self.open:
+                        _log_callback_error(e)
+                        parts.clear()
+                        self._fail_midstream()
+                        return
+                    after = True
+                if not self.open and left < 0 and (after or len(self.begins) > 1):
+                    # bytes after a chunked response's end, in the read that ended it: where
+                    # exactly it ended is not known, so nothing of this read is relayed
+                    parts.clear()
+                    self.broken = True
+                    self._fail_midstream()
+                    return
+                if self.mode == RAW:
+                    if not client.closed:  # ClientConn.write, inlined: this runs once per stream frame
+                        client.transport.write(data)
+                    if self.scan:
+                        self._scan(data)
+                    parts.clear()
+                else:
+                    try:
+                        self._bodies()
+                    except HttpParserError as e:
+                        _log_callback_error(e)
+                        self._fail_midstream()
+                        return
+                if not self.open:
+                    self._finish()
+                return
+            self.cur = data
+            after = False  # bytes that follow the response's end in this read
+            try:
+                self.parser.feed_data(data)
+            except HttpParserError as e:
+                parts.clear()
+                if self.head_done and not self.open:
+                    after = True
+                else:
+                    _log_callback_error(e)
+                    if self.client_head_sent:
+                        self._fail_midstream()
+                        return
+                    self.hout = None
+                    self.app.metrics.upstream_error(self.provider.name, "bad_response")
+                    self._fail(502, f"provider {self.provider.name} sent an invalid HTTP response")
+                    return
+            if self.client is None:
+                return
+            if not self.head_done:
+                pre = self.pre + data if self.pre else data
+                pre = pre[self.hoff:]
+                self.hoff = 0
+                if len(pre) > MAX_HEAD:
+                    self._fail(502, "provider response head too large")
+                    return
+                self.pre = pre
+                return
+            self.pre = b""
+            if not self.open and len(self.begins) > 1:
+                after = True
+            if self.hout is not None and self._write_head(client, after):
+                return
+            if parts:
+                if self.mode == RAW:
+                    parts.clear()
+                elif after:
+                    parts.clear()
+                    self.broken = True
+                    self._fail_midstream()
+                    return
+                else:
+                    try:
+                        self._bodies()
+                    except HttpParserError as e:
+                        _log_callback_error(e)
+                        self._fail_midstream()
+                        return
+            if not self.open:
+                self._finish()
         except Exception:  # a bug of ours must not leave the exchange hanging
             import sys
             import traceback
@@ -411,106 +520,31 @@ class UpstreamConn(asyncio.Protocol):
             traceback.print_exc(file=sys.stderr)
             if self.client is not None:
                 self.app.metrics.upstream_error(self.provider.name, "internal")
-                self._fail_midstream() if self.client_head_sent else self._fail(500, "internal error")
-
-    def _received(self, client, data):
-        self.t_rx = self.last_rx = perf_counter()
-        self.nbytes += len(data)
-        parts = self.bodyp
-        if self.head_done:
-            left = self.left
-            if left >= 0:  # Content-Length: nothing past its end is the response
-                if len(data) > left:
-                    data = data[:left]
-                    self.broken = True
-                self.left = left - len(data)
-            try:
-                self.parser.feed_data(data)
-            except HttpParserError as e:
-                if self.open:
-                    _log_callback_error(e)
-                    parts.clear()
-                    self._fail_midstream()
-                    return
-                self.broken = True  # garbage after the response's end
-            if not self.open and len(self.begins) > 1 and left < 0:
-                # bytes after a chunked response's end, in the read that ended it: where exactly
-                # it ended is not known, so nothing of this read is relayed
-                parts.clear()
-                self.broken = True
-                self._fail_midstream()
-                return
-            if self.mode == RAW:
-                if not client.closed:  # ClientConn.write, inlined: this runs once per stream frame
-                    client.transport.write(data)
-                if self.scan:
-                    self._scan(data)
-                parts.clear()
-            else:
-                try:
-                    self._bodies()
-                except HttpParserError as e:
-                    _log_callback_error(e)
-                    self._fail_midstream()
-                    return
-            if not self.open:
-                self._finish()
-            return
-        self.cur = data
-        try:
-            self.parser.feed_data(data)
-        except HttpParserError as e:
-            parts.clear()
-            if self.head_done and not self.open:
-                self.broken = True  # garbage after the response's end
-            else:
-                _log_callback_error(e)
                 if self.client_head_sent:
                     self._fail_midstream()
-                    return
-                self.hout = None
-                self.app.metrics.upstream_error(self.provider.name, "bad_response")
-                self._fail(502, f"provider {self.provider.name} sent an invalid HTTP response")
-                return
-        if self.client is None:
-            return
-        if not self.head_done:
-            pre = self.pre + data if self.pre else data
-            pre = pre[self.hoff:]
-            self.hoff = 0
-            if len(pre) > MAX_HEAD:
-                self._fail(502, "provider response head too large")
-                return
-            self.pre = pre
-            return
-        self.pre = b""
-        out = self.hout
-        if out is not None:  # a relayed head: written once the whole read was parsed
-            self.hout = None
-            if not self.open and len(self.begins) > 1 and self.left < 0 and not self.chunked_cut:
-                parts.clear()
+                else:
+                    self._fail(500, "internal error")
+
+    def _write_head(self, client, after):
+        """The relayed head and the body bytes of its read, written once the read is parsed:
+        nothing past the response's end goes out. True when the exchange failed instead."""
+        head, extra, rest, low, cl = self.hout
+        self.hout = None
+        if self.open:  # the body goes on in later reads
+            self.left = _clen(low, cl) - len(rest) if cl >= 0 else -1
+        elif after:
+            self.broken = True
+            end = _clen(low, cl) if cl >= 0 else _chunked_end(rest)
+            if end < 0:
                 self.app.metrics.upstream_error(self.provider.name, "bad_response")
                 self._fail(502, f"provider {self.provider.name} sent bytes after its response")
-                return
-            self.client_head_sent = True
-            client.write(out)
-        if parts:
-            if self.mode == RAW:
-                parts.clear()
-            else:
-                if not self.open and len(self.begins) > 1:
-                    parts.clear()
-                    self.broken = True
-                    self._fail_midstream()
-                    return
-                try:
-                    self._bodies()
-                except HttpParserError as e:
-                    _log_callback_error(e)
-                    self._fail_midstream()
-                    return
-        if not self.open:
-            self._finish()
+                return True
+            rest = rest[:end]
+        if self.scan and rest:
+            self._scan(rest)
+        self.client_head_sent = True
+        client.write(b"".join((head, extra, b"\r\n", rest)))  # one send for head and body
+        return False
 
     # -- parser callbacks --
     def on_headers_complete(self):
@@ -538,16 +572,11 @@ class UpstreamConn(asyncio.Protocol):
         # formats (then drops) a TypeError each time
         find = low.find
         self.stream = find(b"text/event-stream") >= 0
+        # llhttp refuses Content-Length with Transfer-Encoding: one of them frames the body
         cl = find(b"\ncontent-length:")
-        te = find(b"\ntransfer-encoding:")
-        self.close_delimited = cl < 0 and te < 0 and status not in (204, 304)
-        # where the response ends, to relay nothing after it: Content-Length bytes, or -1
-        if te >= 0 or self.close_delimited:
-            self.left = -1
-        elif cl >= 0:
-            self.left = int(low[cl + 16:low.find(b"\r", cl)])  # llhttp checked it is a number
-        else:
-            self.left = 0
+        self.close_delimited = cl < 0 and find(b"\ntransfer-encoding:") < 0 and status not in (204, 304)
+        # where the response ends, to relay nothing after it: Content-Length bytes left, or -1
+        self.left = -1 if cl < 0 and status not in (204, 304) else 0
         # whether the provider keeps the connection (read from the head: llhttp forgets it
         # once the response is over, and asking it from a callback costs a Python call)
         connection = find(b"\nconnection:")
@@ -578,31 +607,16 @@ class UpstreamConn(asyncio.Protocol):
             if app.overhead_header:
                 extra = b"x-gateway-overhead-us: %d\r\n" % us + extra
             if self.mode == RAW:
-                rest = buf[idx + 4:]
-                self.chunked_cut = False
-                left = self.left
-                if left >= 0:
-                    if len(rest) > left:  # more than its Content-Length: not relayed
-                        rest = rest[:left]
-                        self.broken = True
-                    self.left = left - len(rest)
-                elif rest.find(b"\r\n\r\n") >= 0:  # a chunked body that may end in this read
-                    end = _chunked_end(rest)
-                    if end >= 0:
-                        self.chunked_cut = True
-                        if end < len(rest):
-                            rest = rest[:end]
-                            self.broken = True
-                if self.scan and rest:
-                    self._scan(rest)
-                # written once the read is parsed (nothing past the response's end goes out);
-                # head and first body bytes in one send
-                self.hout = b"".join((head, extra, b"\r\n", rest))
+                self.hout = (head, extra, buf[idx + 4:], low, cl)  # written once the read is parsed
             else:
+                if cl >= 0:
+                    self.left = _clen(low, cl) - (len(buf) - idx - 4)
                 self.client_head_sent = True
                 client.write(b"".join((head, extra, b"\r\n")))
             return
         # translated exchange
+        if cl >= 0:
+            self.left = _clen(low, cl) - (len(buf) - idx - 4)
         from sluice import translate
         if status == 200 and self.stream and req.stream:
             self.mode = TSTREAM
@@ -690,7 +704,7 @@ class UpstreamConn(asyncio.Protocol):
             return None
         if self.mode == TSTREAM:
             prompt, completion, _seen = self.translator.usage()
-            return prompt, completion
+            return _believed(prompt, completion)
         if self.mode == RAW and self.scan:
             return self._raw_usage(req)
         return None
@@ -721,7 +735,7 @@ class UpstreamConn(asyncio.Protocol):
                 client.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(out), out) if out else b"0\r\n\r\n")
             elif out:
                 client.write(out)
-            prompt, completion, _seen = self.translator.usage()
+            prompt, completion = _believed(*self.translator.usage()[:2])
         elif mode == BUFFER:
             prompt, completion = self._write_buffered(client, req)
         else:  # REFRAME
@@ -753,11 +767,11 @@ class UpstreamConn(asyncio.Protocol):
                 if req.translate == 1:
                     out = translate.openai_response_to_anthropic(obj, req.client_model)
                     u = out["usage"]
-                    prompt, completion = u["input_tokens"], u["output_tokens"]
+                    prompt, completion = _believed(u["input_tokens"], u["output_tokens"])
                 else:
                     out = translate.anthropic_response_to_openai(obj, req.client_model)
                     u = out["usage"]
-                    prompt, completion = u["prompt_tokens"], u["completion_tokens"]
+                    prompt, completion = _believed(u["prompt_tokens"], u["completion_tokens"])
                 payload = orjson.dumps(out)
             except (ValueError, TypeError, AttributeError, KeyError):
                 status = 502
