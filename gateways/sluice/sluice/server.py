@@ -45,6 +45,7 @@ _SPECIAL = {
 }
 
 TICK = 0.1
+LINGER_S = 2.0  # after a last response, what the client still sends is read and dropped this long
 MAX_TOKENS_RESERVED = 1 << 32   # a reservation's max_tokens part, whatever a body asks
 
 # rpause bits: why reading from a client is paused
@@ -54,6 +55,10 @@ P_QUEUE, P_UPSTREAM, P_BAD, P_WRITE, P_FINAL, P_BURST = 1, 2, 4, 8, 16, 32
 class Request:
     """One client request. Defaults live on the class: a request sets only what differs."""
     clen = -1
+    has_av = False
+    url = b""
+    method = b""
+    body = b""
     left = -1            # Content-Length body bytes still to come
     pieces = None        # body pieces of earlier reads (a body longer than one read)
     blen = 0             # body bytes received so far
@@ -171,7 +176,7 @@ class ClientConn(asyncio.Protocol):
             app.metrics.connections_refused += 1
             transport.write(response(503, error_body("openai", 503, "too many client connections"),
                                      extra=b"retry-after: 1\r\n", close=True))
-            transport.close()
+            _linger(transport, app.loop)
             return
         # Headers go straight into a dict: a C-level callback, no Python frame per header.
         # (A repeated header keeps its last value.)
@@ -293,6 +298,15 @@ class ClientConn(asyncio.Protocol):
             self.closed = True
             self.transport.close()
 
+    def close_after_response(self):
+        """Close once the last response is out, without losing it to a reset: see _linger."""
+        if not self.closed:
+            self.closed = True
+            if self.rpause:
+                self.rpause = 0
+                self.transport.resume_reading()
+            _linger(self.transport, self.app.loop)
+
     # ------------------------------------------------------------ parsing
     def data_received(self, data):
         t = self.t_rx = self.last = perf_counter()
@@ -342,7 +356,7 @@ class ClientConn(asyncio.Protocol):
                     if r is None:
                         size = self.hbytes + end - pos
                         if size > app.max_head:
-                            self._head_too_large()
+                            self._head_too_large(data, pos)
                             return
                         if not self.hbytes:
                             self.t_begin = self.t_rx
@@ -383,8 +397,12 @@ class ClientConn(asyncio.Protocol):
         else:
             r.pieces.append(piece)
 
-    def _head_too_large(self):
-        if self.cur is None and not self.hdrs and self.urlp and sum(map(len, self.urlp)) > self.app.max_url:
+    def _head_too_large(self, data, pos):
+        # still on the request line (no CRLF yet) and it is longer than a URL may be: 414
+        line = data.find(b"\r\n", pos)
+        line = (len(data) if line < 0 else line) - pos
+        if not self.hdrs and sum(map(len, self.urlp)) + line > self.app.max_url and (
+                not self.hbytes or line == len(data) - pos):
             self._bad_request(414, f"request URL exceeds {self.app.max_url} bytes")
         else:
             self._bad_request(431, f"request head exceeds {self.app.max_head} bytes")
@@ -480,7 +498,7 @@ class ClientConn(asyncio.Protocol):
         if self.app.overhead_header:
             extra = b"x-gateway-overhead-us: %d\r\n" % ((perf_counter() - self.t_rx) * 1e6)
         self.write(response(status, body, extra=extra, close=True))
-        self.close()
+        self.close_after_response()
 
     def on_headers_complete(self):
         r = self.cur = Request()
@@ -619,7 +637,10 @@ class ClientConn(asyncio.Protocol):
         self.up = None
         if self.rpause & P_UPSTREAM:
             self._resume(P_UPSTREAM)
-        if not keep_alive or self.eof and not self.queue:
+        if not keep_alive:
+            self.close_after_response()
+            return
+        if self.eof and not self.queue:
             self.close()
             return
         if self.queue and not self.in_next:
@@ -1157,6 +1178,21 @@ class App:
             self.shared.clear_snapshot(self.worker)
         self.loop.call_later(0.05, self.loop.stop)
         return True
+
+
+def _linger(transport, loop):
+    """Half-close after a last response, then drop what the client still sends until it closes
+    or LINGER_S passes (as nginx's lingering close): closing with unread bytes would send a
+    reset, and the client could lose the response."""
+    if not transport.can_write_eof():
+        transport.close()
+        return
+    try:
+        transport.write_eof()
+    except (OSError, RuntimeError):
+        transport.close()
+        return
+    loop.call_later(LINGER_S, transport.close)
 
 
 def _rss():

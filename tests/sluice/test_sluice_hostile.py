@@ -1,0 +1,558 @@
+"""Hostile clients and lying providers, over raw sockets to a running Sluice: every limit answers
+with its status and closes, nothing hangs, memory stays bounded, budgets hold."""
+import json
+import os
+import re
+import signal
+import socket
+import threading
+import time
+
+import psutil
+import pytest
+
+from sluice_helpers import KEY, base_config, chat, count_responses, raw_exchange, request
+from sluice_stub import free_port, wait_until
+
+ENV = {"SLUICE_TEST_PROVIDER_KEY": "sk-provider-secret"}
+MSG = [{"role": "user", "content": "hi"}]
+AUTH = b"authorization: Bearer " + KEY.encode() + b"\r\n"
+
+
+def _cfg(stub_url, server_extra="", extra=""):
+    return base_config(stub_url, extra).replace("max_body_bytes = 65536",
+                                                "max_body_bytes = 65536\n" + server_extra)
+
+
+def _post(body, path=b"/v1/chat/completions", headers=b"", auth=AUTH):
+    if isinstance(body, (dict, list)):
+        body = json.dumps(body).encode()
+    return (b"POST " + path + b" HTTP/1.1\r\nhost: x\r\n" + auth + headers
+            + b"content-length: %d\r\n\r\n" % len(body) + body)
+
+
+def _read_all(s, limit=10.0):
+    """Everything until the peer closes (bounded by the socket timeout and ``limit``)."""
+    buf = b""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            chunk = s.recv(65536)
+        except (socket.timeout, ConnectionResetError):
+            break
+        if not chunk:
+            break
+        buf += chunk
+    return buf
+
+
+def _rss(pid):
+    return psutil.Process(pid).memory_info().rss
+
+
+def _health_ms(port):
+    t = time.perf_counter()
+    assert request(port, "GET", "/health", timeout=5)[0] == 200
+    return (time.perf_counter() - t) * 1000
+
+
+def _spent(gw, key):
+    m = re.search(r'sluice_key_tokens_spent\{key="%s"\} (\d+)' % key, gw.metrics())
+    return int(m.group(1)) if m else 0
+
+
+class LyingProvider:
+    """A provider that answers every request with scripted raw bytes, on a kept-open connection."""
+
+    def __init__(self, answer, close_after_s=None):
+        self.answer = answer
+        self.close_after_s = close_after_s
+        self.requests = []
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c):
+        c.settimeout(30)
+        buf = b""
+        try:
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    chunk = c.recv(65536)
+                    if not chunk:
+                        return
+                    buf += chunk
+                head, _, buf = buf.partition(b"\r\n\r\n")
+                n = int(re.search(rb"content-length: *(\d+)", head, re.I).group(1))
+                while len(buf) < n:
+                    buf += c.recv(65536)
+                self.requests.append((head, buf[:n]))
+                buf = buf[n:]
+                if self.close_after_s is not None:
+                    time.sleep(self.close_after_s)
+                    return
+                answer = self.answer(head) if callable(self.answer) else self.answer
+                c.sendall(answer)
+        except OSError:
+            return
+        finally:
+            c.close()
+
+    def close(self):
+        self.sock.close()
+
+
+def _liar_config(url, dialect="openai", server_extra=""):
+    return f"""
+[server]
+listen = "127.0.0.1:{{port}}"
+workers = 1
+debug_endpoints = true
+{server_extra}
+
+[providers.liar]
+base_url = "{url}/v1"
+dialect = "{dialect}"
+response_timeout_s = 5
+
+[models.m]
+provider = "liar"
+
+[keys.k]
+key = "{KEY}"
+token_budget = 100000
+"""
+
+
+# ------------------------------------------------------------------ 1. pipelined answers
+def test_pipelined_metrics_are_bounded_by_backpressure(make_sluice, stub):
+    gw = make_sluice(_cfg(stub.url), env=ENV)
+    base = _rss(gw.proc.pid)
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    s.settimeout(10)
+    s.connect(("127.0.0.1", gw.port))
+    try:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 7500)  # never read (yet)
+        time.sleep(1.0)
+        grown = _rss(gw.proc.pid) - base
+        assert grown < 20e6, grown
+        assert _health_ms(gw.port) < 1000  # another connection is served meanwhile
+        # reading lets the answers through, one per request
+        n = 0
+        tail = b""
+        while n < 300:
+            chunk = s.recv(1 << 20)
+            assert chunk
+            n += (tail + chunk).count(b"HTTP/1.1 200 OK") - tail.count(b"HTTP/1.1 200 OK")
+            tail = (tail + chunk)[-16:]
+    finally:
+        s.close()
+
+
+def test_pipelined_404s_stop_when_the_client_does_not_read(sluice):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.settimeout(10)
+    s.connect(("127.0.0.1", sluice.port))
+    try:
+        s.sendall(b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n" * 20000)
+        time.sleep(0.5)
+        # the worker holds back: answers are produced as the client reads them
+        assert _health_ms(sluice.port) < 1000
+        n = 0
+        tail = b""
+        while n < 20000:
+            chunk = s.recv(1 << 20)
+            assert chunk
+            n += (tail + chunk).count(b"HTTP/1.1 404") - tail.count(b"HTTP/1.1 404")
+            tail = (tail + chunk)[-16:]
+        assert n == 20000
+    finally:
+        s.close()
+
+
+# ------------------------------------------------------------------ 2. head limits
+def test_huge_header_value_431_and_close(make_sluice, stub):
+    gw = make_sluice(_cfg(stub.url), env=ENV)
+    base = _rss(gw.proc.pid)
+    s = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
+    try:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nx-big: ")
+        sent = 0
+        try:
+            while sent < 32 << 20:
+                s.sendall(b"a" * 65536)
+                sent += 65536
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        buf = _read_all(s)
+    finally:
+        s.close()
+    assert buf.startswith(b"HTTP/1.1 431"), buf[:100]
+    assert b"connection: close" in buf
+    assert _rss(gw.proc.pid) - base < 20e6
+    assert _health_ms(gw.port) < 1000
+
+
+def test_too_many_headers_431(sluice):
+    head = b"GET /health HTTP/1.1\r\nHost: x\r\n" + b"".join(b"x-h%d: 1\r\n" % i for i in range(150)) + b"\r\n"
+    buf = raw_exchange(sluice.port, head, until_closed=True)
+    assert buf.startswith(b"HTTP/1.1 431")
+    # many repeats of one name are bounded by the head size
+    head = b"GET /health HTTP/1.1\r\nHost: x\r\n" + b"x-h: 1\r\n" * 100000 + b"\r\n"
+    buf = raw_exchange(sluice.port, head, until_closed=True)
+    assert buf.startswith(b"HTTP/1.1 431")
+
+
+def test_long_url_414(sluice):
+    buf = raw_exchange(sluice.port, b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", until_closed=True)
+    assert buf.startswith(b"HTTP/1.1 414")
+    s = socket.create_connection(("127.0.0.1", sluice.port), timeout=10)
+    try:
+        s.sendall(b"GET /")
+        try:
+            for _ in range(128):  # 8 MB, refused after the first 32 KiB
+                s.sendall(b"a" * 65536)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        assert _read_all(s).startswith(b"HTTP/1.1 414")
+    finally:
+        s.close()
+
+
+# ------------------------------------------------------------------ 3. chunked bodies
+def test_tiny_chunks_are_linear_and_bounded(make_sluice, stub):
+    gw = make_sluice(_cfg(stub.url).replace("max_body_bytes = 65536", "max_body_bytes = 2000000"), env=ENV)
+    base = _rss(gw.proc.pid)
+    cpu0 = psutil.Process(gw.proc.pid).cpu_times()
+    body = json.dumps({"model": "mock-model", "messages": MSG, "pad": "p" * 1_000_000}).encode()
+    chunked = b"".join(b"1\r\n" + body[i:i + 1] + b"\r\n" for i in range(len(body))) + b"0\r\n\r\n"
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n" + AUTH + b"transfer-encoding: chunked\r\n\r\n"
+    buf = raw_exchange(gw.port, head + chunked, timeout=60)
+    assert buf.startswith(b"HTTP/1.1 200"), buf[:200]
+    cpu1 = psutil.Process(gw.proc.pid).cpu_times()
+    assert (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system) < 5.0  # quadratic took 15 s
+    assert _rss(gw.proc.pid) - base < 40e6
+
+
+def test_oversize_chunked_body_413_without_draining(sluice):
+    s = socket.create_connection(("127.0.0.1", sluice.port), timeout=10)
+    try:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n" + AUTH + b"transfer-encoding: chunked\r\n\r\n")
+        try:
+            for _ in range(100):  # 100 x 64 KiB, far over the 64 KiB limit, never terminated
+                s.sendall(b"10000\r\n" + b"x" * 65536 + b"\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        buf = _read_all(s)
+    finally:
+        s.close()
+    assert buf.startswith(b"HTTP/1.1 413") and b"connection: close" in buf
+
+
+def test_early_413_whatever_the_header_case(sluice):
+    for name in (b"CONTENT-LENGTH", b"content-Length"):
+        s = socket.create_connection(("127.0.0.1", sluice.port), timeout=10)
+        try:
+            s.sendall(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\n" + name + b": 10000000\r\n\r\n")
+            buf = _read_all(s)  # answered before any body byte was sent
+        finally:
+            s.close()
+        assert buf.startswith(b"HTTP/1.1 413"), buf[:100]
+        assert json.loads(buf.split(b"\r\n\r\n", 1)[1])["type"] == "error"  # Anthropic shape
+
+
+# ------------------------------------------------------------------ 4. budgets and disconnects
+def test_disconnect_before_usage_is_charged_for_what_was_relayed(make_sluice, stub):
+    gw = make_sluice(_cfg(stub.url, extra="\n[keys.budget2]\nkey = \"sk-budget2\"\ntoken_budget = 100000\n"),
+                     env=ENV)
+    body = json.dumps({"model": "fast", "stream": True, "stream_options": {"include_usage": True},
+                       "messages": MSG, "max_tokens": 500}).encode()
+    s = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
+    s.sendall(_post(body, auth=b"authorization: Bearer sk-budget2\r\n",
+                    headers=b"x-test-chunks: 200\r\nx-test-chunk-delay-ms: 10\r\n"))
+    buf = b""
+    while buf.count(b"data: ") < 40:
+        chunk = s.recv(65536)
+        assert chunk
+        buf += chunk
+    s.close()  # before the usage frame and [DONE]
+    assert wait_until(lambda: gw.state()["in_flight"] == 0)
+    assert wait_until(lambda: _spent(gw, "budget2") >= len(body) // 4 + 40, timeout=5), _spent(gw, "budget2")
+
+
+# ------------------------------------------------------------------ 5. failures inside a request
+def test_deep_alias_body_is_answered(sluice):
+    deep = b"[" * 300 + b"]" * 300
+    # the model cannot be located in the bytes (two "model" keys): the body would be re-serialized
+    body = b'{"messages": [], "x": ' + deep + b', "meta": {"model": "fast"}, "model": "fast"}'
+    buf = raw_exchange(sluice.port, _post(body) + _post({"model": "mock-model", "messages": MSG}),
+                       expect_responses=2)
+    assert count_responses(buf) == 2
+    assert buf.startswith(b"HTTP/1.1 400") and b"HTTP/1.1 200" in buf
+    assert wait_until(lambda: sluice.state()["in_flight"] == 0)
+
+
+def test_odd_model_values_are_answered(make_sluice, stub):
+    gw = make_sluice(_cfg(stub.url, "validate_json = false"), env=ENV)
+    for body in (b'{"model": 5, "messages": []}', b'{"model": "\xff\xfe", "messages": []}',
+                 b'{"model": null}', b'{"model": "fast", "model": 7}'):
+        buf = raw_exchange(gw.port, _post(body), timeout=5)
+        assert count_responses(buf) == 1, (body, buf)
+        assert buf.startswith((b"HTTP/1.1 400", b"HTTP/1.1 404")), (body, buf[:100])
+    assert gw.state()["in_flight"] == 0
+
+
+# ------------------------------------------------------------------ 6. a provider that says too much
+def test_bytes_after_content_length_never_reach_the_client(make_sluice):
+    evil = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nEVIL!"
+    liar = LyingProvider(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}" + evil)
+    try:
+        gw = make_sluice(_liar_config(liar.url))
+        req = _post({"model": "m", "messages": MSG})
+        buf = raw_exchange(gw.port, req + req, expect_responses=2, timeout=5)
+        assert count_responses(buf) == 2
+        assert b"EVIL" not in buf
+        # the connection that carried the extra bytes was not reused
+        assert len(liar.requests) == 2
+    finally:
+        liar.close()
+
+
+def test_bytes_after_a_chunked_end_never_reach_the_client(make_sluice):
+    answer = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
+              b"2\r\n{}\r\n0\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nEVIL!")
+    liar = LyingProvider(answer)
+    try:
+        gw = make_sluice(_liar_config(liar.url))
+        req = _post({"model": "m", "messages": MSG})
+        buf = raw_exchange(gw.port, req + req, expect_responses=2, timeout=5)
+        assert count_responses(buf) == 2 and b"EVIL" not in buf
+    finally:
+        liar.close()
+
+
+def test_usage_that_cannot_be_true_leaves_the_key_usable(make_sluice):
+    for usage in (b'"x"', b"null", b"-5", b"99999999999999999999999"):
+        body = (b'{"id":"m","type":"message","role":"assistant","model":"m","content":[{"type":"text",'
+                b'"text":"hi"}],"stop_reason":"end_turn","usage":{"input_tokens":' + usage
+                + b',"output_tokens":' + usage + b"}}")
+        liar = LyingProvider(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+                             % len(body) + body)
+        try:
+            gw = make_sluice(_liar_config(liar.url, dialect="anthropic"))
+            for _ in range(2):
+                status, _, _ = chat(gw.port, {"model": "m", "messages": MSG})
+                assert status in (200, 502)
+            assert gw.state()["in_flight"] == 0
+            assert 0 <= _spent(gw, "k") < 100000
+            gw.stop()
+        finally:
+            liar.close()
+
+
+# ------------------------------------------------------------------ 7. worker restarts
+def test_restarted_worker_keeps_counted_usage_and_the_loaded_config(make_sluice, stub):
+    cfg = _cfg(stub.url).replace("workers = 1", "workers = 2")
+    gw = make_sluice(cfg, env=ENV)
+    parent = psutil.Process(gw.proc.pid)
+    assert wait_until(lambda: len(parent.children()) == 1)
+    child = parent.children()[0]
+    for _ in range(30):
+        assert chat(gw.port, {"model": "fast", "messages": MSG, "max_tokens": 1}, key="sk-test-budget")[0] in (200, 429)
+    time.sleep(1.5)  # every worker publishes within a second
+    spent = _spent(gw, "budget")
+    assert spent > 0
+    with open(gw.path, "a") as f:  # an edited file must not reach the restarted worker
+        f.write('\n[keys.late]\nkey = "sk-late"\n')
+    os.kill(child.pid, signal.SIGKILL)
+    assert wait_until(lambda: [c.pid for c in parent.children() if c.status() != psutil.STATUS_ZOMBIE]
+                      not in ([], [child.pid]), timeout=10)
+    time.sleep(2.0)
+    assert _spent(gw, "budget") == spent
+    for _ in range(10):
+        assert chat(gw.port, {"model": "fast", "messages": MSG}, key="sk-late")[0] == 401
+
+
+# ------------------------------------------------------------------ 8. protocol corners
+def test_head_gets_no_body(sluice):
+    buf = raw_exchange(sluice.port, b"HEAD /health HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n",
+                       timeout=5, expect_responses=2)
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    assert int(re.search(rb"content-length: (\d+)", head).group(1)) > 0
+    assert rest.startswith(b"HTTP/1.1 200"), rest[:50]  # the next response follows the head directly
+
+
+@pytest.mark.parametrize("req", [
+    b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n",
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n"
+    b"content-length: 2\r\n\r\n{}",
+])
+def test_upgrade_and_connect_get_one_response(sluice, req):
+    buf = raw_exchange(sluice.port, req, until_closed=True, timeout=5)
+    assert buf.count(b"HTTP/1.1 ") == 1 and buf.startswith((b"HTTP/1.1 400", b"HTTP/1.1 405")), buf
+
+
+def test_duplicate_keys_cannot_pass_the_model_list(make_sluice, stub):
+    gw = make_sluice(_cfg(stub.url, "validate_json = false"), env=ENV)
+    n = len(stub.requests)
+    body = b'{"model": "claude", "model": "mock-model", "messages": [{"role": "user", "content": "x"}]}'
+    status, _, _ = chat(gw.port, body, key="sk-test-limited")
+    assert status == 403
+    assert len(stub.requests) == n
+
+
+def test_metrics_snapshot_of_a_large_config_is_merged(make_sluice, stub):
+    models = "".join(f'\n[models.m{i}]\nprovider = "stub"\n' for i in range(300))
+    gw = make_sluice(_cfg(stub.url, extra=models).replace("workers = 1", "workers = 2"), env=ENV)
+    for i in range(300):
+        chat(gw.port, {"model": f"m{i}", "messages": MSG}, headers={"x-test-status": "418"})
+    time.sleep(1.5)
+    text = gw.metrics()
+    total = sum(int(v) for v in re.findall(r'sluice_requests_total\{model="m\d+",status="418"\} (\d+)', text))
+    assert total == 300
+
+
+# ------------------------------------------------------------------ 9. slowloris, connection cap
+def test_slowloris_gets_408_within_the_head_deadline(make_sluice, stub):
+    gw = make_sluice(_cfg(stub.url, "client_header_timeout_s = 1\nclient_body_timeout_s = 1"), env=ENV)
+    for prefix in (b"GET /health HTTP/1.1\r\nHo", _post({"model": "fast", "messages": MSG})[:-10]):
+        s = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
+        try:
+            s.sendall(prefix)
+            buf = b""
+            deadline = time.monotonic() + 6
+            s.settimeout(0.2)
+            while time.monotonic() < deadline:
+                try:
+                    s.sendall(b"s" if prefix.startswith(b"GET") else b" ")  # one byte now and then
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        break
+                    buf += chunk
+                except socket.timeout:
+                    continue
+                except (BrokenPipeError, ConnectionResetError):
+                    break
+        finally:
+            s.close()
+        assert buf.startswith(b"HTTP/1.1 408"), buf[:100]
+
+
+def test_connection_cap_refuses_cleanly(make_sluice, stub):
+    gw = make_sluice(_cfg(stub.url, "max_client_connections = 5"), env=ENV)
+    held = [socket.create_connection(("127.0.0.1", gw.port), timeout=5) for _ in range(5)]
+    try:
+        time.sleep(0.3)
+        buf = raw_exchange(gw.port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n", until_closed=True, timeout=5)
+        assert count_responses(buf) == 1
+        assert buf.startswith(b"HTTP/1.1 503") and b"retry-after" in buf
+    finally:
+        for s in held:
+            s.close()
+    assert wait_until(lambda: request(gw.port, "GET", "/health")[0] == 200)
+    assert "sluice_client_connections_refused_total 1" in gw.metrics()
+
+
+# ------------------------------------------------------------------ 10. provider-account headers
+def test_account_headers_are_not_forwarded_either_way(make_sluice):
+    liar = LyingProvider(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nopenai-organization: org-secret\r\n"
+                         b"openai-project: proj-secret\r\nx-ratelimit-remaining-tokens: 99\r\nx-request-id: r1\r\n"
+                         b"content-length: 2\r\n\r\n{}")
+    try:
+        gw = make_sluice(_liar_config(liar.url))
+        status, headers, _ = chat(gw.port, {"model": "m", "messages": MSG},
+                                  headers={"OpenAI-Organization": "org-other", "OpenAI-Project": "p",
+                                           "anthropic-beta": "paid", "x-custom": "1"})
+        assert status == 200
+        sent = liar.requests[-1][0].lower()
+        assert b"openai-organization" not in sent and b"openai-project" not in sent
+        assert b"anthropic-beta" not in sent and b"x-custom" not in sent
+        assert b"user-agent" in sent or b"content-type" in sent
+        assert "openai-organization" not in headers and "openai-project" not in headers
+        assert not any(k.startswith("x-ratelimit") for k in headers)
+        assert headers["x-request-id"] == "r1"
+    finally:
+        liar.close()
+
+
+# ------------------------------------------------------------------ 11. smaller ones
+def test_http_version_is_read_per_request(sluice):
+    reqs = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.0\r\n\r\n"
+    buf = raw_exchange(sluice.port, reqs, until_closed=True, timeout=5)
+    first, second = buf.split(b"HTTP/1.1 200", 2)[1:]
+    assert b"connection: close" not in first and b"connection: close" in second
+
+
+def test_nothing_after_a_closing_request_is_answered(sluice):
+    reqs = (b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            + b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" * 3)
+    buf = raw_exchange(sluice.port, reqs, until_closed=True, timeout=5)
+    assert buf.count(b"HTTP/1.1 200") == 1
+
+
+def test_a_late_close_is_not_retried(make_sluice):
+    liar = LyingProvider(b"", close_after_s=1.5)  # reads the request, closes without answering
+    ok = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+    first = LyingProvider(ok)
+    try:
+        # one request over a pooled connection, then the provider changes its mind: a stand-in
+        # that accepts on the same port is not possible, so the same liar serves both roles
+        gw = make_sluice(_liar_config(liar.url))
+        status, _, _ = chat(gw.port, {"model": "m", "messages": MSG}, timeout=10)
+        assert status == 502
+        assert len(liar.requests) == 1  # sent once, not twice
+    finally:
+        liar.close()
+        first.close()
+
+
+def test_config_values_with_line_breaks_are_refused(tmp_path):
+    from sluice.config import Config, ConfigError
+    base = {"providers": {"p": {"base_url": "http://h/v1"}}, "models": {"m": {"provider": "p"}}}
+    for table, key, value in (("providers", "api_key", "a\r\nx-evil: 1"),
+                              ("providers", "anthropic_version", "1\nx: y"),
+                              ("models", "upstream_model", 'a"b'),
+                              ("providers", "base_url", "http://h/v1 HTTP/1.1\r\nx")):
+        data = json.loads(json.dumps(base))
+        target = data[table]["p" if table == "providers" else "m"]
+        target[key] = value
+        with pytest.raises(ConfigError):
+            Config(data)
+
+
+def test_parser_errors_and_408_in_the_client_dialect(make_sluice, stub):
+    gw = make_sluice(_cfg(stub.url, "client_header_timeout_s = 0.5"), env=ENV)
+    buf = raw_exchange(gw.port, b"POST /v1/messages HTTP/1.1\r\nHost: x\r\ncontent-length: 1\r\n"
+                       b"transfer-encoding: chunked\r\n\r\n", until_closed=True, timeout=5)
+    assert buf.startswith(b"HTTP/1.1 400")
+    assert json.loads(buf.split(b"\r\n\r\n", 1)[1])["type"] == "error"
+    buf = raw_exchange(gw.port, b"POST /v1/messages HTTP/1.1\r\nHost: x\r\n", until_closed=True, timeout=5)
+    assert buf.startswith(b"HTTP/1.1 408")
+    assert json.loads(buf.split(b"\r\n\r\n", 1)[1])["type"] == "error"
+
+
+def test_connect_errors_do_not_show_addresses(sluice):
+    status, _, data = chat(sluice.port, {"model": "down-model", "messages": MSG})
+    assert status == 502 and b"127.0.0.1" not in data
+
+
+def test_metrics_token_and_debug_state_off_by_default(make_sluice, stub):
+    cfg = _cfg(stub.url, 'metrics_token = "scrape-me"').replace("debug_endpoints = true\n", "")
+    gw = make_sluice(cfg, env=ENV)
+    assert request(gw.port, "GET", "/metrics")[0] == 401
+    assert request(gw.port, "GET", "/metrics", headers={"authorization": "Bearer scrape-me"})[0] == 200
+    assert request(gw.port, "GET", "/debug/state")[0] == 404
