@@ -104,6 +104,24 @@ def test_unary_split_body_and_keep_alive_order(tmp_path):
     assert summarize(df)["in_gateway_us"]["p50"] == 55.0  # of 50, 55 and 65
 
 
+def test_gateway_streaming_the_body_measured_to_the_last_byte(tmp_path):
+    """The client sends head and body apart; the gateway passes the head on at once (as
+    nginx does without request buffering): to the last byte is 20 µs, first byte -680."""
+    p = Pcap()
+    req = post("b1")
+    cut = req.index(b"\r\n\r\n") + 4
+    p.send(50001, GW, 0, req[:cut])
+    p.send(50101, MOCK, 20, req[:cut])
+    p.send(50001, GW, 700, req[cut:])
+    p.send(50101, MOCK, 720, req[cut:])
+    p.send(MOCK, 50101, 5720, unary_response())
+    p.send(GW, 50001, 5750, unary_response())
+    df, _ = wire_times(p.write(tmp_path / "w.pcap"), mock_port=MOCK, gateway_port=GW)
+    row = df.iloc[0]
+    assert row["request_path_us"] == 20.0 and row["request_first_path_us"] == -680.0
+    assert row["mock_wire_us"] == 5000.0 and row["in_gateway_us"] == 50.0
+
+
 def test_pipelined_requests_in_one_segment(tmp_path):
     p = Pcap()
     p.send(50001, GW, 0, post("p1") + post("p2"))

@@ -4,13 +4,20 @@ connections (written by :mod:`harness.run.capture`).  Run after the run, never d
 Per request (tied across the two connections by its id):
 
 ``request_path_us``
-    first byte of the gateway's request to the mock - last byte of the client's request
-    to the gateway;
+    last byte of the gateway's request to the mock - last byte of the client's request
+    to the gateway: what the gateway adds before the mock has the whole request (and
+    starts its hold);
+``request_first_path_us``
+    first byte of the gateway's request to the mock - last byte of the client's request.
+    The same as ``request_path_us`` for a gateway that forwards a request in one write
+    once it has all of it; negative for one that streams the body (nginx with
+    ``proxy_request_buffering off`` sends the head on before a client's separately sent
+    body has arrived), which is why ``request_path_us`` is measured to the last byte;
 ``response_path_us``
     first byte of the gateway's response to the client - first byte of the mock's
     response to the gateway;
 ``in_gateway_us``
-    their sum: the time the gateway holds the request and the response;
+    ``request_path_us + response_path_us``: the time the gateway adds;
 ``frame_path_p50_us`` / ``frame_path_max_us``
     for streams, the same as ``response_path_us`` for every body-carrying segment
     ("frame"), paired by order within the response;
@@ -57,7 +64,7 @@ COLUMNS = (
     "client_request_last_t_unix_ns", "upstream_request_first_t_unix_ns",
     "upstream_request_last_t_unix_ns", "upstream_response_first_t_unix_ns",
     "client_response_first_t_unix_ns",
-    "request_path_us", "response_path_us", "in_gateway_us", "mock_wire_us",
+    "request_path_us", "request_first_path_us", "response_path_us", "in_gateway_us", "mock_wire_us",
     "frames_paired", "frame_path_p50_us", "frame_path_max_us",
 )
 
@@ -276,9 +283,12 @@ def wire_times(pcap_path: str, mock_port: int, gateway_port: int | None = None) 
             row["client_response_first_t_unix_ns"] = r.first_t_ns if r else None
             ups = by_id.get(rid) if rid else None
             u = ups[-1] if ups else None  # the last attempt is the one answered
-            if ups:
+            if ups:  # the request path runs to the first attempt
                 joined += 1
-                row["upstream_request_first_t_unix_ns"] = ups[0]["req"].first_t_ns
+                first = ups[0]["req"]
+                row["upstream_request_first_t_unix_ns"] = first.first_t_ns
+                row["request_path_us"] = _us(first.last_t_ns, q.last_t_ns)
+                row["request_first_path_us"] = _us(first.first_t_ns, q.last_t_ns)
         if u is not None:
             uq, ur = u["req"], u["resp"]
             row["upstream_port"] = u["port"]
@@ -288,8 +298,6 @@ def wire_times(pcap_path: str, mock_port: int, gateway_port: int | None = None) 
             row["upstream_response_first_t_unix_ns"] = ur.first_t_ns if ur else None
             row["mock_wire_us"] = _us(row["upstream_response_first_t_unix_ns"], uq.last_t_ns)
             if gateway_port is not None:
-                row["request_path_us"] = _us(row["upstream_request_first_t_unix_ns"],
-                                             row["client_request_last_t_unix_ns"])
                 row["response_path_us"] = _us(row["client_response_first_t_unix_ns"],
                                               row["upstream_response_first_t_unix_ns"])
                 if row["request_path_us"] is not None and row["response_path_us"] is not None:
@@ -330,7 +338,8 @@ def wire_times(pcap_path: str, mock_port: int, gateway_port: int | None = None) 
 def summarize(per_request: pd.DataFrame) -> dict:
     """p50/p90/p99/max (µs) of the wire times over the joined requests."""
     out = {}
-    for col in ("request_path_us", "response_path_us", "in_gateway_us", "mock_wire_us", "frame_path_p50_us"):
+    for col in ("request_path_us", "request_first_path_us", "response_path_us", "in_gateway_us", "mock_wire_us",
+                "frame_path_p50_us"):
         v = per_request[col].dropna().astype("float64")
         out[col] = None if v.empty else {
             "n": int(len(v)), "p50": float(v.quantile(0.5)), "p90": float(v.quantile(0.9)),
