@@ -722,3 +722,17 @@ def test_request_log_buffer_cap_and_write_failure_counted(tmp_path):
 def test_read_request_log_empty_dir(tmp_path):
     df = read_request_log(str(tmp_path))
     assert len(df) == 0 and list(df.columns) == [c for c, _ in REQUEST_LOG_COLUMNS]
+
+
+def test_loadcheck_reports_self_time():
+    """mocks.loadcheck (the many-connections instrument check) runs end to end, small."""
+    out = subprocess.run([PY, "-m", "mocks.loadcheck", "--connections", "10", "--duration-s", "1",
+                          "--ramp-s", "0.2", "--think-s", "0.05", "--latency-ms", "5"],
+                         cwd=REPO_DIR, capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, PYTHONPATH=REPO_DIR))
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    assert r["ok"] == r["answered"] > 0 and r["measured_requests"] > 0
+    t = r["self_time_ms"]
+    assert t["requests"] == r["measured_requests"] and t["hold_applied_ms"]["p50"] >= 5.0
+    assert t["hold_over_ms"]["p50"] >= 0.0 and r["mock_cpu_cores"] >= 0.0
