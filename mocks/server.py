@@ -25,6 +25,15 @@ Per-request overrides (request headers): ``x-mock-latency-ms``, ``x-mock-chunks`
 
 Every response carries ``x-mock-request-id: <pid>-<seq>``.
 
+Per-request log: every worker logs each request (``mocks.stats.RequestLog``: one CSV
+line in ``<stats_dir>/requests-<pid>.csv``, flushed with the stats file) under the load
+generator's id.  The id is the marker ``[rid:<id>]`` found last in the request body (the
+load generator puts it in the last user message, which every gateway forwards
+unchanged), else the ``x-request-id`` header (a gateway may replace that header with its
+own id, so the marker wins); ids are 1-64 characters of ``[A-Za-z0-9._:-]``, anything
+else logs as ``""``.  Every response is written inside the handler so that the time its
+head (and last byte) went to the socket can be logged.
+
 With ``--workers K`` (K > 1) this process is a supervisor: it starts K worker processes
 (this module again, each binding the port with SO_REUSEPORT), forwards SIGTERM/SIGINT to
 them, waits for them and exits; if a worker dies on its own, it stops the others and
@@ -40,6 +49,7 @@ import ctypes
 import gc
 import itertools
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -50,11 +60,12 @@ import time
 import orjson
 import uvloop
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
 from mocks import __version__
 from mocks.bodies import Renderer, models_body, prompt_tokens
-from mocks.stats import WorkerStats, clear_worker_files, read_stats, worker_file
+from mocks.stats import RequestLog, WorkerStats, clear_worker_files, read_stats, worker_file
 from mocks.timer import PreciseTimer
 
 _mono = time.monotonic_ns
@@ -70,6 +81,11 @@ H_LATENCY = "x-mock-latency-ms"
 H_CHUNKS = "x-mock-chunks"
 H_DELAY = "x-mock-chunk-delay-ms"
 H_TOKENS = "x-mock-response-tokens"
+H_CLIENT_RID = "x-request-id"
+
+_RID_MARK = b"[rid:"
+_RID_IN_BODY = re.compile(rb"\[rid:([A-Za-z0-9._:-]{1,64})\]")
+_RID_VALID = re.compile(r"[A-Za-z0-9._:-]{1,64}\Z")
 
 MAX_MS = 3_600_000.0
 MAX_CHUNKS = 100_000
@@ -105,6 +121,55 @@ def _generic_error(status: int, kind: str, message: str) -> bytes:
                                                      "param": None, "code": kind}})
 
 
+def request_id_of(headers, body: bytes) -> str:
+    """The load generator's id: the last ``[rid:<id>]`` in the body, else ``x-request-id``."""
+    i = body.rfind(_RID_MARK)
+    if i >= 0:
+        m = _RID_IN_BODY.match(body, i)
+        if m is not None:
+            return m.group(1).decode()
+    v = headers.get(H_CLIENT_RID)
+    if v is not None and _RID_VALID.match(v):
+        return v
+    return ""
+
+
+def _head_bytes(request: BaseRequest) -> int:
+    """Size of the request head as sent (exact for ``Name: value`` header lines)."""
+    n = len(request.method) + len(request.raw_path) + 14  # " ", " HTTP/1.1\r\n", final "\r\n"
+    for k, v in request.raw_headers:
+        n += len(k) + len(v) + 4
+    return n
+
+
+def _bytes_out(resp) -> int:
+    w = resp._payload_writer  # None once the eof went out; body_length then has the total
+    return w.output_size if w is not None else resp.body_length
+
+
+class _Protocol(RequestHandler):
+    """aiohttp's connection handler, noting its peer's port and when request bytes last
+    arrived (the request log's ``arrival_lag_ns`` starts there)."""
+
+    rx_ns = 0
+    peer_port = 0
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self.peer_port = peer[1]
+
+    def data_received(self, data: bytes) -> None:
+        self.rx_ns = _mono()
+        super().data_received(data)
+
+
+class _Server(web.Server):
+    def __call__(self) -> RequestHandler:
+        return _Protocol(self, loop=self._loop, **self._kwargs)
+
+
 def _ms_header(value: str, name: str) -> int:
     try:
         ms = float(value)
@@ -128,9 +193,10 @@ def _int_header(value: str, name: str, lo: int, hi: int) -> int:
 class MockApp:
     """The request handler of one worker."""
 
-    def __init__(self, cfg, stats: WorkerStats, timer: PreciseTimer):
+    def __init__(self, cfg, stats: WorkerStats, timer: PreciseTimer, log: RequestLog):
         self.cfg = cfg
         self.stats = stats
+        self.log = log
         self.timer = timer
         self.renderer = Renderer()
         self.lat_ns = int(round(cfg.latency_ms * 1_000_000))
@@ -155,31 +221,57 @@ class MockApp:
     # ------------------------------------------------------------------ dispatch
     async def handle(self, request: BaseRequest) -> web.StreamResponse:
         """Route; each handler records its own response in the stats (a stream records its
-        head as it is written and its completion separately)."""
+        head as it is written and its completion separately) and in the request log
+        (the ones here: through :meth:`_send`)."""
         rid = self._rid_prefix + str(next(self._seq))
         path = request.path
         route = self._routes.get(path)
         if route is None:
             self.stats.record_response(OTHER_PATH, 404)
-            return web.Response(status=404, body=_generic_error(404, "not_found_error", f"Unknown path: {path}"),
-                                headers={CT: JSON_CT, RID: rid})
+            return await self._send(request, rid, OTHER_PATH, web.Response(
+                status=404, body=_generic_error(404, "not_found_error", f"Unknown path: {path}"),
+                headers={CT: JSON_CT, RID: rid}))
         method, fn = route
         if request.method != method and not (method == "GET" and request.method == "HEAD"):
             self.stats.record_response(path, 405)
-            return web.Response(status=405, body=_generic_error(
+            return await self._send(request, rid, path, web.Response(status=405, body=_generic_error(
                 405, "method_not_allowed", f"Method {request.method} not allowed on {path}; use {method}"),
-                headers={CT: JSON_CT, RID: rid, "Allow": method})
+                headers={CT: JSON_CT, RID: rid, "Allow": method}))
         try:
             return await fn(request, rid, path)
         except web.HTTPException as exc:  # e.g. 413 from request.read()
             self.stats.record_response(path, exc.status)
-            return web.Response(status=exc.status, body=_generic_error(
+            return await self._send(request, rid, path, web.Response(status=exc.status, body=_generic_error(
                 exc.status, "invalid_request_error" if exc.status < 500 else "api_error", exc.reason),
-                headers={CT: JSON_CT, RID: rid})
+                headers={CT: JSON_CT, RID: rid}))
         except Exception as exc:  # never let aiohttp answer without our header
             self.stats.record_response(path, 500)
-            return web.Response(status=500, body=_generic_error(500, "api_error", f"mock error: {exc!r}"),
-                                headers={CT: JSON_CT, RID: rid})
+            return await self._send(request, rid, path, web.Response(
+                status=500, body=_generic_error(500, "api_error", f"mock error: {exc!r}"),
+                headers={CT: JSON_CT, RID: rid}))
+
+    async def _send(self, request, rid: str, path: str, resp, body: bytes = b"", t0: int = 0,
+                    hold_set: int = 0) -> web.StreamResponse:
+        """Write a whole (unheld or already held) response now and log it.  ``t0``: when
+        the body was read (0: not read; the request's last bytes count instead)."""
+        t_start = _mono()
+        if not t0:
+            t0 = t_start
+        proto = request.protocol
+        rx, port = (proto.rx_ns, proto.peer_port) if proto is not None else (t0, 0)
+        status = resp.status
+        out = 0
+        try:
+            await resp.prepare(request)
+            await resp.write_eof()
+            out = resp.body_length
+        except ConnectionError:
+            status = 499  # the client left: nobody got this answer
+        t_done = _mono()
+        self.log.record(request_id_of(request.headers, body), rid, path, status, "", t0, hold_set,
+                        t_start - t0, t_done, t_done, _head_bytes(request) + len(body), out,
+                        max(0, t0 - rx), t_done - t_start, port)
+        return resp
 
     def _overrides(self, headers):
         lat, n, chunks, delay = self.lat_ns, self.tokens, self.chunks, self.delay_ns
@@ -223,9 +315,10 @@ class MockApp:
                              "messages", "empty_array")
         return req, model, messages
 
-    def _bad(self, rid: str, path: str, body: bytes) -> web.Response:
+    async def _bad(self, request, rid: str, path: str, error: bytes, body: bytes, t0: int) -> web.Response:
         self.stats.record_response(path, 400)
-        return web.Response(status=400, body=body, headers={CT: JSON_CT, RID: rid})
+        return await self._send(request, rid, path, web.Response(
+            status=400, body=error, headers={CT: JSON_CT, RID: rid}), body, t0)
 
     # ------------------------------------------------------------------ generation
     async def openai(self, request: BaseRequest, rid: str, path: str) -> web.StreamResponse:
@@ -235,16 +328,16 @@ class MockApp:
             req, model, messages = self._parse(body)
             lat, n, chunks, delay = self._overrides(request.headers)
         except BadRequest as e:
-            return self._bad(rid, path, _openai_error(e.message, e.param, e.code))
+            return await self._bad(request, rid, path, _openai_error(e.message, e.param, e.code), body, t0)
         p = prompt_tokens(messages)
         if req.get("stream") is True:
             so = req.get("stream_options")
             inc = type(so) is dict and so.get("include_usage") is True
             first, middle, last = self.renderer.openai_stream(rid.encode(), model, n, chunks, p, inc)
-            return await self._stream(request, rid, path, t0, lat, delay, first, middle, last)
+            return await self._stream(request, rid, path, body, t0, lat, delay, first, middle, last)
         resp = web.Response(body=self.renderer.openai_unary(rid.encode(), model, n, p),
                             headers={CT: JSON_CT, RID: rid})
-        return await self._unary(request, resp, path, t0, lat)
+        return await self._unary(request, rid, resp, path, body, t0, lat)
 
     async def anthropic(self, request: BaseRequest, rid: str, path: str) -> web.StreamResponse:
         body = await request.read()
@@ -253,14 +346,14 @@ class MockApp:
             req, model, messages = self._parse(body)
             lat, n, chunks, delay = self._overrides(request.headers)
         except BadRequest as e:
-            return self._bad(rid, path, _anthropic_error(e.message))
+            return await self._bad(request, rid, path, _anthropic_error(e.message), body, t0)
         p = prompt_tokens(messages, req.get("system"))
         if req.get("stream") is True:
             first, middle, last = self.renderer.anthropic_stream(rid.encode(), model, n, chunks, p)
-            return await self._stream(request, rid, path, t0, lat, delay, first, middle, last)
+            return await self._stream(request, rid, path, body, t0, lat, delay, first, middle, last)
         resp = web.Response(body=self.renderer.anthropic_unary(rid.encode(), model, n, p),
                             headers={CT: JSON_CT, RID: rid})
-        return await self._unary(request, resp, path, t0, lat)
+        return await self._unary(request, rid, resp, path, body, t0, lat)
 
     async def _hold(self, path: str, deadline: int) -> None:
         try:
@@ -269,7 +362,7 @@ class MockApp:
             self.stats.record_response(path, 499)
             raise
 
-    async def _unary(self, request, resp, path: str, t0: int, lat: int):
+    async def _unary(self, request, rid: str, resp, path: str, body: bytes, t0: int, lat: int):
         # the response is fully built before the hold: only the head's write follows it
         if lat:
             deadline = t0 + lat
@@ -283,9 +376,9 @@ class MockApp:
         else:
             st.count += 1  # counted before the bytes go out, so a reader never sees it missing
         st.record_response(path, 200)
-        return resp
+        return await self._send(request, rid, path, resp, body, t0, lat)
 
-    async def _stream(self, request, rid: str, path: str, t0: int, lat: int, delay: int,
+    async def _stream(self, request, rid: str, path: str, body: bytes, t0: int, lat: int, delay: int,
                       first: bytes, middle: list, last: bytes):
         resp = web.StreamResponse(headers={CT: SSE_CT, "Cache-Control": "no-cache", RID: rid})
         if lat:
@@ -298,10 +391,13 @@ class MockApp:
         st.record_hold(t_head - t0)
         st.record_response(path, 200)
         counted = False
+        t_written = t_head
+        status = 200
         try:
-            await resp.prepare(request)  # writes the head now
+            await resp.prepare(request)  # the head goes out with the first frame
             if delay:
                 await resp.write(first)
+                t_written = _mono()
                 i = 0
                 for frame in middle:  # frame i at head + i * delay: no drift
                     i += 1
@@ -316,31 +412,40 @@ class MockApp:
                 st.count += 1
                 counted = True
                 await resp.write(first + b"".join(middle) + last)
+                t_written = _mono()
             await resp.write_eof()
         except BaseException as exc:  # client gone mid-stream, or cancelled at shutdown
             if counted:
                 st.count -= 1
             st.incomplete += 1
             st.version += 1
-            if isinstance(exc, ConnectionError):
-                return resp
-            raise
+            status = 499
+            if not isinstance(exc, ConnectionError):
+                raise
+        finally:
+            t_last = _mono()
+            proto = request.protocol
+            rx, port = (proto.rx_ns, proto.peer_port) if proto is not None else (t0, 0)
+            self.log.record(request_id_of(request.headers, body), rid, path, status, "", t0, lat,
+                            t_head - t0, t_written, t_last, _head_bytes(request) + len(body),
+                            _bytes_out(resp), max(0, t0 - rx), t_written - t_head, port)
         st.version += 1
         return resp
 
     # ------------------------------------------------------------------ others
     async def models(self, request: BaseRequest, rid: str, path: str) -> web.Response:
         self.stats.record_response(path, 200)
-        return web.Response(body=self._models, headers={CT: JSON_CT, RID: rid})
+        return await self._send(request, rid, path, web.Response(body=self._models, headers={CT: JSON_CT, RID: rid}))
 
     async def health(self, request: BaseRequest, rid: str, path: str) -> web.Response:
         self.stats.record_response(path, 200)
-        return web.Response(body=self._health, headers={CT: JSON_CT, RID: rid})
+        return await self._send(request, rid, path, web.Response(body=self._health, headers={CT: JSON_CT, RID: rid}))
 
     async def stats_handler(self, request: BaseRequest, rid: str, path: str) -> web.Response:
         self.stats.record_response(path, 200)
         merged = read_stats(self.cfg.stats_dir, _override=self.stats.snapshot())
-        return web.Response(body=orjson.dumps(merged), headers={CT: JSON_CT, RID: rid})
+        return await self._send(request, rid, path, web.Response(body=orjson.dumps(merged),
+                                                                 headers={CT: JSON_CT, RID: rid}))
 
 
 # ============================================================================ worker
@@ -366,12 +471,22 @@ def _startup_line(cfg, pid: int, workers: int, port: int) -> str:
             f"workers={workers} latency_ms={cfg.latency_ms:g} stats_dir={cfg.stats_dir}")
 
 
-async def _stats_writer(stats: WorkerStats, stats_dir: str) -> None:
+async def _stats_writer(stats: WorkerStats, stats_dir: str, log: RequestLog) -> None:
     last_version = stats.version
     last_write = time.monotonic()
     warned = False
+    log_warned = False
     while True:
         await asyncio.sleep(STATS_INTERVAL_S)
+        try:
+            log.flush()
+        except OSError as exc:
+            if not log_warned:
+                print(f"sluice-mock: cannot write the request log {log.path}: {exc}", file=sys.stderr, flush=True)
+                log_warned = True
+        if log.dropped != stats.log_dropped:
+            stats.log_dropped = log.dropped
+            stats.version += 1
         now = time.monotonic()
         if stats.version != last_version or now - last_write >= STATS_HEARTBEAT_S:
             last_version = stats.version
@@ -399,13 +514,14 @@ async def _serve(cfg, reuseport: bool, announce: bool) -> int:
     stats = WorkerStats(cfg.latency_ms, _config_record(cfg))
     timer = PreciseTimer(loop, force_fallback=(cfg.timer == "loop"))
     stats.config["timer"] = timer.kind
-    app = MockApp(cfg, stats, timer)
+    log = RequestLog(cfg.stats_dir)
+    app = MockApp(cfg, stats, timer, log)
     max_body = cfg.max_body_bytes
 
     def request_factory(message, payload, protocol, writer, task):
         return BaseRequest(message, payload, protocol, writer, task, loop, client_max_size=max_body)
 
-    server = web.Server(app.handle, request_factory=request_factory, access_log=None)
+    server = _Server(app.handle, request_factory=request_factory, access_log=None)
     try:
         sock = _make_socket(cfg.host, cfg.port, reuseport, cfg.backlog)
     except OSError as exc:
@@ -415,7 +531,7 @@ async def _serve(cfg, reuseport: bool, announce: bool) -> int:
     stats.write(cfg.stats_dir)  # also the readiness signal for a supervisor
     if announce:
         print(_startup_line(cfg, os.getpid(), 1, sock.getsockname()[1]), flush=True)
-    writer = asyncio.create_task(_stats_writer(stats, cfg.stats_dir))
+    writer = asyncio.create_task(_stats_writer(stats, cfg.stats_dir, log))
     gc.collect()
     gc.freeze()  # startup objects need no more scanning
 
@@ -426,6 +542,11 @@ async def _serve(cfg, reuseport: bool, announce: bool) -> int:
         await server.shutdown(cfg.shutdown_grace_s)
     finally:
         writer.cancel()
+        try:
+            log.close()
+        except OSError as exc:
+            print(f"sluice-mock: cannot write the request log {log.path}: {exc}", file=sys.stderr, flush=True)
+        stats.log_dropped = log.dropped
         stats.final = True
         stats.write(cfg.stats_dir)
         timer.close()

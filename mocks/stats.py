@@ -28,6 +28,13 @@ Definitions (the same in every worker file, merge and diff):
     400 responses.  ``by_path`` counts every request by path (unknown paths under
     ``"<other>"``), ``by_status`` every response head by status code (499: cancelled
     by shutdown before its head).
+``log_dropped``
+    request-log records lost because the log buffer was full or could not be written.
+
+Per-request log
+    Each worker also appends one CSV line per request to
+    ``<stats_dir>/requests-<pid>.csv`` (see :class:`RequestLog` for the columns);
+    :func:`read_request_log` merges the workers' files into one DataFrame.
 """
 
 from __future__ import annotations
@@ -43,6 +50,8 @@ BUCKET_US = 10
 _BUCKET_NS = BUCKET_US * 1000
 FILE_PREFIX = "worker-"
 FILE_SUFFIX = ".json"
+LOG_PREFIX = "requests-"
+LOG_SUFFIX = ".csv"
 
 try:  # orjson is faster, but the stats reader must work without it
     import orjson as _orjson
@@ -71,7 +80,7 @@ class WorkerStats:
 
     __slots__ = ("pid", "started_t_unix_s", "latency_ms", "config", "count", "incomplete",
                  "errors", "by_path", "by_status", "hist", "hold_count", "hold_sum_ns",
-                 "hold_max_ns", "version", "final")
+                 "hold_max_ns", "version", "final", "log_dropped")
 
     def __init__(self, latency_ms: float, config: dict | None = None, pid: int | None = None):
         self.pid = os.getpid() if pid is None else pid
@@ -89,6 +98,7 @@ class WorkerStats:
         self.hold_max_ns = 0
         self.version = 0  # bumped on every change; the file writer compares it
         self.final = False
+        self.log_dropped = 0
 
     def record_hold(self, hold_ns: int) -> None:
         b = hold_ns // _BUCKET_NS * BUCKET_US
@@ -126,6 +136,7 @@ class WorkerStats:
             "hold_count": self.hold_count,
             "hold_sum_ns": self.hold_sum_ns,
             "hold_max_ns": self.hold_max_ns,
+            "log_dropped": self.log_dropped,
             # int keys (orjson writes them as strings); readers normalise with int()
             "hold_histogram_us": dict(self.hist),
         }
@@ -183,7 +194,7 @@ def _hold_summary(hist: dict[int, int], sum_ns: int, max_ns: int | None) -> dict
 
 def _empty_totals() -> dict:
     return {"count": 0, "incomplete": 0, "errors": 0, "by_path": {}, "by_status": {},
-            "hist": {}, "hold_sum_ns": 0, "hold_max_ns": 0}
+            "hist": {}, "hold_sum_ns": 0, "hold_max_ns": 0, "log_dropped": 0}
 
 
 def _add_counts(dst: dict, src: dict, sign: int = 1) -> None:
@@ -209,6 +220,7 @@ def _shape(t: dict, latency_ms, workers: int, extra: dict) -> dict:
         "hold_count": hold_count,
         "hold_sum_ns": t["hold_sum_ns"],
         "hold_max_ns": t["hold_max_ns"] if hold_count else 0,
+        "log_dropped": t["log_dropped"],
     }
     out.update(extra)
     return out
@@ -223,6 +235,7 @@ def merge_worker_snapshots(snaps: list[dict], stale_pids: list[int] | None = Non
         t["count"] += int(s.get("count", 0))
         t["incomplete"] += int(s.get("incomplete", 0))
         t["errors"] += int(s.get("errors", 0))
+        t["log_dropped"] += int(s.get("log_dropped", 0))
         _add_counts(t["by_path"], s.get("by_path", {}))
         _add_counts(t["by_status"], s.get("by_status", {}))
         _add_counts(t["hist"], _hist_int(s.get("hold_histogram_us", {})))
@@ -303,7 +316,7 @@ def diff_stats(later: dict, earlier: dict) -> dict:
     ``earlier`` (a count would go negative).
     """
     t = _empty_totals()
-    for key in ("count", "incomplete", "errors", "hold_sum_ns"):
+    for key in ("count", "incomplete", "errors", "hold_sum_ns", "log_dropped"):
         t[key] = int(later.get(key, 0)) - int(earlier.get(key, 0))
     for key in ("by_path", "by_status"):
         _add_counts(t[key], later.get(key, {}))
@@ -338,9 +351,129 @@ def diff_stats(later: dict, earlier: dict) -> dict:
 
 
 def clear_worker_files(stats_dir: str) -> None:
-    """Remove worker files (and leftover temp files) of an earlier mock in this directory."""
-    for path in glob.glob(os.path.join(stats_dir, f"{FILE_PREFIX}*")):
+    """Remove worker files, request logs (and leftover temp files) of an earlier mock in
+    this directory."""
+    paths = glob.glob(os.path.join(stats_dir, f"{FILE_PREFIX}*"))
+    paths += glob.glob(os.path.join(stats_dir, f"{LOG_PREFIX}*{LOG_SUFFIX}"))
+    for path in paths:
         try:
             os.unlink(path)
         except FileNotFoundError:
             pass
+
+
+# ----------------------------------------------------------------------------- request log
+
+def request_log_file(stats_dir: str, pid: int) -> str:
+    return os.path.join(stats_dir, f"{LOG_PREFIX}{pid}{LOG_SUFFIX}")
+
+
+# (column, dtype) in file order; times are wall-clock ns, durations monotonic ns
+REQUEST_LOG_COLUMNS = (
+    ("request_id", "string"),            # the load generator's id ("" when none was found)
+    ("mock_seq", "string"),              # the mock's own <pid>-<seq> (x-mock-request-id)
+    ("path", "string"),
+    ("worker_pid", "int64"),
+    ("status_code", "int64"),
+    ("fault", "string"),                 # injected fault ("" = none)
+    ("body_end_t_unix_ns", "int64"),     # whole request body read: the hold starts
+    ("hold_set_ns", "int64"),            # the hold asked for (setting or x-mock-latency-ms)
+    ("hold_applied_ns", "int64"),        # body end -> head write started
+    ("head_written_t_unix_ns", "int64"),  # response head handed to the socket
+    ("last_frame_written_t_unix_ns", "int64"),  # last byte handed to the socket
+    ("bytes_in", "int64"),               # request head + body
+    ("bytes_out", "int64"),              # response head + body
+    ("arrival_lag_ns", "int64"),         # request's last bytes received -> body end
+    ("write_ns", "int64"),               # head write started -> head handed to the socket
+    ("peer_port", "int64"),              # the client's (gateway's) source port
+)
+_LOG_HEADER = (",".join(c for c, _ in REQUEST_LOG_COLUMNS) + "\n").encode()
+_LOG_LINE = b"%s,%s,%s,%d,%d,%s,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d\n"
+
+
+class RequestLog:
+    """One worker's per-request log: a CSV line per request, buffered in memory.
+
+    ``record`` formats the line at once (about a microsecond, spread over the requests)
+    so that ``flush`` is only a join and one ``write``: no pause on the event loop long
+    enough to show in the holds.  Times are given as ``time.monotonic_ns()`` values and
+    written as wall clock (``time.time_ns()`` scale) through an offset that ``flush``
+    re-reads: every duration between two logged times is a monotonic one.  At most
+    ``max_buffered`` lines wait for a flush; beyond that, and when a write fails, lines
+    are dropped and counted in ``dropped``.  Ids and paths are written unquoted: the mock
+    only logs ids made of ``[A-Za-z0-9._:-]`` and its own route keys.
+    """
+
+    __slots__ = ("path", "pid", "max_buffered", "dropped", "_buf", "_offset_ns", "_fd")
+
+    def __init__(self, stats_dir: str, pid: int | None = None, max_buffered: int = 200_000):
+        self.pid = os.getpid() if pid is None else pid
+        self.path = request_log_file(stats_dir, self.pid)
+        self.max_buffered = max_buffered
+        self.dropped = 0
+        self._buf: list[bytes] = []
+        self._offset_ns = time.time_ns() - time.monotonic_ns()
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        os.write(self._fd, _LOG_HEADER)
+
+    def record(self, request_id: str, mock_seq: str, path: str, status: int, fault: str,
+               body_end_ns: int, hold_set_ns: int, hold_applied_ns: int, head_written_ns: int,
+               last_written_ns: int, bytes_in: int, bytes_out: int, arrival_lag_ns: int,
+               write_ns: int, peer_port: int) -> None:
+        buf = self._buf
+        if len(buf) >= self.max_buffered:
+            self.dropped += 1
+            return
+        off = self._offset_ns
+        buf.append(_LOG_LINE % (
+            request_id.encode(), mock_seq.encode(), path.encode(), self.pid, status, fault.encode(),
+            body_end_ns + off, hold_set_ns, hold_applied_ns, head_written_ns + off,
+            last_written_ns + off, bytes_in, bytes_out, arrival_lag_ns, write_ns, peer_port))
+
+    def flush(self) -> None:
+        """Append the buffered lines to the file; raises OSError (the lines are dropped)."""
+        self._offset_ns = time.time_ns() - time.monotonic_ns()
+        buf = self._buf
+        if not buf or self._fd < 0:
+            return
+        self._buf = []
+        data = b"".join(buf)
+        try:
+            while data:  # a regular file takes it in one write; loop for the rare short one
+                data = data[os.write(self._fd, data):]
+        except OSError:
+            self.dropped += data.count(b"\n")
+            raise
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+
+def read_request_log(stats_dir: str):
+    """All workers' request logs in ``stats_dir`` as one pandas DataFrame (columns and
+    dtypes: ``REQUEST_LOG_COLUMNS``), sorted by ``body_end_t_unix_ns``.
+
+    Safe while the mock runs: a line still being written (no newline yet) is left out.
+    """
+    import io
+
+    import pandas as pd
+
+    dtypes = dict(REQUEST_LOG_COLUMNS)
+    parts = []
+    for path in sorted(glob.glob(os.path.join(stats_dir, f"{LOG_PREFIX}*{LOG_SUFFIX}"))):
+        with open(path, "rb") as f:
+            data = f.read()
+        data = data[:data.rfind(b"\n") + 1]
+        if data.count(b"\n") <= 1:
+            continue
+        parts.append(pd.read_csv(io.BytesIO(data), dtype=dtypes, keep_default_na=False))
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in REQUEST_LOG_COLUMNS})
+    df = pd.concat(parts, ignore_index=True)
+    return df.sort_values("body_end_t_unix_ns", kind="stable", ignore_index=True)

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Debian packages the test suite needs: nginx (a baseline system), chromium (the report
-# screenshot test) and iproute2 (`ip netns`: the multi-host test's hosts). Idempotent: installs
+# screenshot test), iproute2 (`ip netns`: the multi-host test's hosts) and tcpdump (wire
+# timing captures). Idempotent: installs
 # only what is missing.
 set -euo pipefail
 missing=()
 command -v nginx >/dev/null 2>&1 || missing+=(nginx-light)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v tcpdump >/dev/null 2>&1 || [ -x /usr/bin/tcpdump ] || missing+=(tcpdump)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
     echo "missing Debian packages: ${missing[*]}; run: sudo apt-get install -y ${missing[*]}" >&2

@@ -1,0 +1,347 @@
+"""Wire-timed in-gateway time, from a pcap of the client->gateway and gateway->mock
+connections (written by :mod:`harness.run.capture`).  Run after the run, never during it.
+
+Per request (tied across the two connections by its id):
+
+``request_path_us``
+    last byte of the gateway's request to the mock - last byte of the client's request
+    to the gateway: what the gateway adds before the mock has the whole request (and
+    starts its hold);
+``request_first_path_us``
+    first byte of the gateway's request to the mock - last byte of the client's request.
+    The same as ``request_path_us`` for a gateway that forwards a request in one write
+    once it has all of it; negative for one that streams the body (nginx with
+    ``proxy_request_buffering off`` sends the head on before a client's separately sent
+    body has arrived), which is why ``request_path_us`` is measured to the last byte;
+``response_path_us``
+    first byte of the gateway's response to the client - first byte of the mock's
+    response to the gateway;
+``in_gateway_us``
+    ``request_path_us + response_path_us``: the time the gateway adds;
+``frame_path_p50_us`` / ``frame_path_max_us``
+    for streams, the same as ``response_path_us`` for every body-carrying segment
+    ("frame"), paired by order within the response;
+``mock_wire_us``
+    the mock's time on the wire: first byte of its response - last byte of the request
+    it got (for the direct baseline, with no gateway, this is the only figure).
+
+How: segments are grouped into one-directional TCP flows by 4-tuple and ordered by
+sequence number (first transmission kept, retransmissions dropped).  An HTTP message
+starts where a segment (or, for pipelined messages, the end of the previous message's
+Content-Length body) begins with a request line or ``HTTP/1.``; it ends at its
+Content-Length, else where the next message starts.  The request id is the last
+``[rid:<id>]`` among the captured bytes of the request, else its ``x-request-id``
+header (the mock's own rule; see ``mocks.server``).  A response belongs to the oldest
+unanswered request that started before it on the same connection (HTTP/1.1 keep-alive
+order); a response whose request was before the capture window has none and is
+skipped.  Only the first ``snaplen`` bytes of each segment are in the capture: an id
+beyond them is not found and that request cannot be joined (counted, not guessed).
+
+Which connection is which comes from the ports: the client->gateway flows are those to
+``gateway_port``, the gateway->mock flows those to ``mock_port``.  With
+``gateway_port=None`` (the direct baseline) the flows to ``mock_port`` are the client's
+and only mock-side figures come back.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from dataclasses import dataclass, field
+
+import dpkt
+import pandas as pd
+
+_METHODS = (b"POST ", b"GET ", b"PUT ", b"HEAD ", b"DELETE ", b"PATCH ", b"OPTIONS ")
+_RESPONSE_START = b"HTTP/1."
+_RID_IN_BODY = re.compile(rb"\[rid:([A-Za-z0-9._:-]{1,64})\]")
+_RID_HEADER = re.compile(rb"\r\nx-request-id:[ \t]*([A-Za-z0-9._:-]{1,64})[ \t]*\r\n", re.IGNORECASE)
+_CLEN = re.compile(rb"\r\ncontent-length:[ \t]*(\d+)", re.IGNORECASE)
+_SEQ_MOD = 1 << 32
+
+COLUMNS = (
+    "request_id", "client_port", "upstream_port",
+    "client_request_last_t_unix_ns", "upstream_request_first_t_unix_ns",
+    "upstream_request_last_t_unix_ns", "upstream_response_first_t_unix_ns",
+    "client_response_first_t_unix_ns",
+    "request_path_us", "request_first_path_us", "response_path_us", "in_gateway_us", "mock_wire_us",
+    "frames_paired", "frame_path_p50_us", "frame_path_max_us",
+)
+
+
+@dataclass
+class Message:
+    """One HTTP message on one flow, as far as the capture shows it."""
+    start_off: int
+    first_t_ns: int
+    last_t_ns: int
+    head: bytes                      # captured bytes of its first segment, from its start
+    end_off: int | None              # known from Content-Length, else None
+    captured: list = field(default_factory=list)   # (offset, captured bytes), in order
+    frame_t_ns: list = field(default_factory=list)  # times of segments carrying body bytes
+    request_id: str = ""
+
+
+def _ts_ns(ts) -> int:
+    # dpkt gives a Decimal for nanosecond pcaps (exact) and a float for microsecond ones
+    if isinstance(ts, float):
+        return round(ts * 1e6) * 1000
+    return int(ts * 1_000_000_000)
+
+
+def _ip_of(buf: bytes, linktype: int):
+    if linktype == dpkt.pcap.DLT_EN10MB:
+        eth = dpkt.ethernet.Ethernet(buf)
+        return eth.data
+    if linktype == dpkt.pcap.DLT_LINUX_SLL:
+        return dpkt.sll.SLL(buf).data
+    if linktype in (dpkt.pcap.DLT_RAW, 101):  # LINKTYPE_RAW
+        return dpkt.ip.IP(buf)
+    raise ValueError(f"unsupported pcap link type {linktype}")
+
+
+def read_segments(pcap_path: str) -> dict:
+    """``{(src, sport, dst, dport): [(seq, payload_len, t_ns, captured_bytes), ...]}``
+    for every IPv4 TCP segment carrying payload, in capture order."""
+    flows: dict = {}
+    with open(pcap_path, "rb") as f:
+        reader = dpkt.pcap.Reader(f)
+        linktype = reader.datalink()
+        for ts, buf in reader:
+            try:
+                ip = _ip_of(buf, linktype)
+            except (dpkt.UnpackError, ValueError):
+                continue
+            if not isinstance(ip, dpkt.ip.IP) or not isinstance(ip.data, dpkt.tcp.TCP):
+                continue
+            tcp = ip.data
+            length = ip.len - ip.hl * 4 - tcp.off * 4  # the real length: the capture is cut
+            if length <= 0:
+                continue
+            key = (socket.inet_ntoa(ip.src), tcp.sport, socket.inet_ntoa(ip.dst), tcp.dport)
+            flows.setdefault(key, []).append((tcp.seq, length, _ts_ns(ts), bytes(tcp.data)))
+    return flows
+
+
+def _ordered(segments: list) -> list:
+    """(offset from the first seen byte, length, t_ns, captured) in stream order; the
+    first transmission of each offset kept."""
+    base = segments[0][0]
+    seen = set()
+    out = []
+    for seq, length, t, data in segments:
+        off = (seq - base) % _SEQ_MOD
+        if off >= _SEQ_MOD // 2:
+            off -= _SEQ_MOD  # a segment from before the first seen one (reordered)
+        if off in seen:
+            continue  # retransmission
+        seen.add(off)
+        out.append((off, length, t, data))
+    out.sort(key=lambda s: (s[0], s[2]))
+    return out
+
+
+def _starts_message(data: bytes, is_request: bool) -> bool:
+    if is_request:
+        return data.startswith(_METHODS)
+    return data.startswith(_RESPONSE_START)
+
+
+def _new_message(pos: int, t: int, data: bytes) -> Message:
+    end = None
+    head_end = data.find(b"\r\n\r\n")
+    if head_end >= 0:
+        m = _CLEN.search(data, 0, head_end + 2)
+        if m:
+            end = pos + head_end + 4 + int(m.group(1))
+    return Message(start_off=pos, first_t_ns=t, last_t_ns=t, head=data, end_off=end)
+
+
+def split_messages(segments: list, is_request: bool) -> list[Message]:
+    """HTTP messages of one flow (see the module docstring)."""
+    msgs: list[Message] = []
+    cur: Message | None = None
+    for off, length, t, data in _ordered(segments):
+        pos = off
+        end_seg = off + length
+        while pos < end_seg:
+            rel = pos - off
+            piece = data[rel:] if rel < len(data) else b""
+            at_boundary = cur is None or (cur.end_off is not None and pos >= cur.end_off) or \
+                (cur.end_off is None and rel == 0)
+            if at_boundary and piece and _starts_message(piece, is_request):
+                cur = _new_message(pos, t, piece)
+                msgs.append(cur)
+            elif cur is None or (cur.end_off is not None and pos >= cur.end_off):
+                cur = None  # bytes of a message that started before the capture
+                break
+            # this segment's bytes up to the message's end belong to it
+            stop = end_seg if cur.end_off is None else min(end_seg, cur.end_off)
+            cur.last_t_ns = t
+            if piece:
+                cur.captured.append((pos, piece[:stop - pos]))
+            body_from = cur.start_off + cur.head.find(b"\r\n\r\n") + 4 if b"\r\n\r\n" in cur.head else None
+            if body_from is None or stop > body_from:
+                cur.frame_t_ns.append(t)
+            pos = stop
+    for m in msgs:
+        m.request_id = find_request_id(m)
+    return msgs
+
+
+def find_request_id(msg: Message) -> str:
+    """The last ``[rid:<id>]`` in the captured bytes, else the ``x-request-id`` header."""
+    # contiguous pieces are joined (a marker may span segments); a gap (bytes cut by the
+    # snap length) becomes a NUL, which no id contains
+    parts = []
+    next_off = None
+    for off, piece in msg.captured:
+        if next_off is not None and off != next_off:
+            parts.append(b"\0")
+        parts.append(piece)
+        next_off = off + len(piece)
+    found = None
+    for m in _RID_IN_BODY.finditer(b"".join(parts)):
+        found = m.group(1)
+    if found is None:
+        m = _RID_HEADER.search(msg.head)
+        if m is None:
+            return ""
+        found = m.group(1)
+    return found.decode()
+
+
+def pair_responses(requests: list[Message], responses: list[Message]) -> list[tuple[Message, Message]]:
+    """(request, response) by keep-alive order: each response goes to the oldest
+    unanswered request that started before it."""
+    pairs = []
+    i = 0
+    for resp in responses:
+        # a response before the oldest unanswered request answers one sent before the capture
+        if i < len(requests) and requests[i].first_t_ns <= resp.first_t_ns:
+            pairs.append((requests[i], resp))
+            i += 1
+    return pairs
+
+
+def _exchanges(flows: dict, server_port: int) -> list[dict]:
+    """Request/response exchanges on the connections to ``server_port``."""
+    out = []
+    for (src, sport, dst, dport), segs in flows.items():
+        if dport != server_port:
+            continue
+        reqs = split_messages(segs, True)
+        back = flows.get((dst, dport, src, sport), [])
+        resps = split_messages(back, False) if back else []
+        answered = {id(q): r for q, r in pair_responses(reqs, resps)}
+        for q in reqs:
+            r = answered.get(id(q))
+            out.append({"request_id": q.request_id, "port": sport, "req": q, "resp": r})
+    out.sort(key=lambda e: e["req"].first_t_ns)
+    return out
+
+
+def _us(a, b):
+    return (a - b) / 1000.0 if a is not None and b is not None else None
+
+
+def wire_times(pcap_path: str, mock_port: int, gateway_port: int | None = None) -> tuple[pd.DataFrame, dict]:
+    """Per-request wire times from a capture; see the module docstring.
+
+    Returns ``(per_request, summary)``: ``per_request`` has ``COLUMNS`` (times in
+    ``*_t_unix_ns``, durations in ``*_us``; NA where not seen), one row per request on
+    the client side (per request to the mock for the direct baseline).  ``summary``:
+    ``client_requests``, ``client_requests_without_id``, ``upstream_requests``,
+    ``upstream_requests_without_id``, ``upstream_ids_seen_more_than_once`` (gateway
+    retries), ``joined`` (client requests found on the upstream side), ``join_rate``
+    (joined / client requests with an id), ``responses_paired`` (client side) and
+    ``frame_count_mismatches`` (streams whose two sides had different frame counts).
+    """
+    flows = read_segments(pcap_path)
+    upstream = _exchanges(flows, mock_port)
+    if gateway_port is None:
+        client = upstream
+        by_id: dict = {}
+    else:
+        client = _exchanges(flows, gateway_port)
+        by_id = {}
+        for e in upstream:
+            if e["request_id"]:
+                by_id.setdefault(e["request_id"], []).append(e)
+    rows = []
+    joined = mismatches = 0
+    for c in client:
+        q, r = c["req"], c["resp"]
+        rid = c["request_id"]
+        row = dict.fromkeys(COLUMNS)
+        row["request_id"] = rid
+        if gateway_port is None:
+            u = c
+        else:
+            row["client_port"] = c["port"]
+            row["client_request_last_t_unix_ns"] = q.last_t_ns
+            row["client_response_first_t_unix_ns"] = r.first_t_ns if r else None
+            ups = by_id.get(rid) if rid else None
+            u = ups[-1] if ups else None  # the last attempt is the one answered
+            if ups:  # the request path runs to the first attempt
+                joined += 1
+                first = ups[0]["req"]
+                row["upstream_request_first_t_unix_ns"] = first.first_t_ns
+                row["request_path_us"] = _us(first.last_t_ns, q.last_t_ns)
+                row["request_first_path_us"] = _us(first.first_t_ns, q.last_t_ns)
+        if u is not None:
+            uq, ur = u["req"], u["resp"]
+            row["upstream_port"] = u["port"]
+            if row["upstream_request_first_t_unix_ns"] is None:
+                row["upstream_request_first_t_unix_ns"] = uq.first_t_ns
+            row["upstream_request_last_t_unix_ns"] = uq.last_t_ns
+            row["upstream_response_first_t_unix_ns"] = ur.first_t_ns if ur else None
+            row["mock_wire_us"] = _us(row["upstream_response_first_t_unix_ns"], uq.last_t_ns)
+            if gateway_port is not None:
+                row["response_path_us"] = _us(row["client_response_first_t_unix_ns"],
+                                              row["upstream_response_first_t_unix_ns"])
+                if row["request_path_us"] is not None and row["response_path_us"] is not None:
+                    row["in_gateway_us"] = row["request_path_us"] + row["response_path_us"]
+                if r is not None and ur is not None:
+                    a, b = r.frame_t_ns, ur.frame_t_ns
+                    n = min(len(a), len(b))
+                    mismatches += len(a) != len(b)
+                    if n:
+                        paths = pd.Series([(a[i] - b[i]) / 1000.0 for i in range(n)])
+                        row["frames_paired"] = n
+                        row["frame_path_p50_us"] = float(paths.median())
+                        row["frame_path_max_us"] = float(paths.max())
+        rows.append(row)
+    df = pd.DataFrame(rows, columns=list(COLUMNS))
+    for col in COLUMNS:
+        if col.endswith("_t_unix_ns") or col.endswith("_port") or col == "frames_paired":
+            df[col] = df[col].astype("Int64")
+        elif col.endswith("_us"):
+            df[col] = df[col].astype("Float64")
+    df["request_id"] = df["request_id"].astype("string")
+    with_id = sum(1 for c in client if c["request_id"])
+    up_ids = [e["request_id"] for e in upstream if e["request_id"]]
+    summary = {
+        "client_requests": len(client),
+        "client_requests_without_id": len(client) - with_id,
+        "upstream_requests": len(upstream),
+        "upstream_requests_without_id": len(upstream) - len(up_ids),
+        "upstream_ids_seen_more_than_once": len(up_ids) - len(set(up_ids)),
+        "joined": joined if gateway_port is not None else with_id,
+        "join_rate": ((joined if gateway_port is not None else with_id) / with_id) if with_id else None,
+        "responses_paired": sum(1 for c in client if c["resp"] is not None),
+        "frame_count_mismatches": mismatches,
+    }
+    return df, summary
+
+
+def summarize(per_request: pd.DataFrame) -> dict:
+    """p50/p90/p99/max (µs) of the wire times over the joined requests."""
+    out = {}
+    for col in ("request_path_us", "request_first_path_us", "response_path_us", "in_gateway_us", "mock_wire_us",
+                "frame_path_p50_us"):
+        v = per_request[col].dropna().astype("float64")
+        out[col] = None if v.empty else {
+            "n": int(len(v)), "p50": float(v.quantile(0.5)), "p90": float(v.quantile(0.9)),
+            "p99": float(v.quantile(0.99)), "max": float(v.max())}
+    return out

@@ -1,0 +1,137 @@
+"""Is the mock still an exact instrument at many connections?  Starts the mock, holds
+``--connections`` keep-alive connections open from one asyncio (uvloop) client, each
+sending a request with an id, reading the answer and waiting ``--think-s`` (the study's
+closed loop), then stops the mock and prints, as JSON, the mock's own added time and its
+holds from its per-request log (``harness.stats.identity.mock_self_time``), the mock's CPU
+time, and how much of the time some task on the machine waited for a CPU (Linux PSI,
+``/proc/pressure/cpu``): on a shared machine the holds' tail is mostly that wait.
+
+    python -m mocks.loadcheck --connections 1000 --workers 1 --latency-ms 60 --duration-s 20
+
+Load goes to 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import uvloop
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _cpu_pressure_us() -> int | None:
+    """Cumulative µs in which some task waited for a CPU (None without PSI)."""
+    try:
+        with open("/proc/pressure/cpu") as f:
+            return int(f.readline().rsplit("total=", 1)[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _cpu_s(pid: int) -> float:
+    import psutil
+    p = psutil.Process(pid)
+    t = p.cpu_times()
+    total = t.user + t.system
+    for c in p.children(recursive=True):
+        try:
+            ct = c.cpu_times()
+            total += ct.user + ct.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def _request(rid: str) -> bytes:
+    body = (b'{"model":"mock-model","messages":[{"role":"user","content":"[rid:%s] Say hello."}]}'
+            % rid.encode())
+    return (b"POST /v1/chat/completions HTTP/1.1\r\nHost: mock\r\nx-request-id: %s\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (rid.encode(), len(body))) + body
+
+
+async def _user(k: int, port: int, stop_at: float, think_s: float, ramp_s: float, done: list) -> None:
+    await asyncio.sleep(random.random() * ramp_s)  # connections open spread over the ramp
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    i = 0
+    try:
+        while time.monotonic() < stop_at:
+            writer.write(_request(f"c{k}-{i}"))
+            head = await reader.readuntil(b"\r\n\r\n")
+            clen = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            await reader.readexactly(clen)
+            done.append(head.startswith(b"HTTP/1.1 200"))
+            i += 1
+            await asyncio.sleep(think_s * (0.5 + random.random()))  # mean think_s, desynchronised
+    finally:
+        writer.close()
+
+
+async def _load(port: int, connections: int, duration_s: float, think_s: float, ramp_s: float) -> list:
+    done: list = []
+    stop_at = time.monotonic() + ramp_s + duration_s
+    await asyncio.gather(*(_user(k, port, stop_at, think_s, ramp_s, done) for k in range(connections)))
+    return done
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m mocks.loadcheck", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--connections", type=int, default=1000)
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--latency-ms", type=float, default=60.0)
+    ap.add_argument("--duration-s", type=float, default=20.0, help="measured part, after the ramp")
+    ap.add_argument("--ramp-s", type=float, default=5.0)
+    ap.add_argument("--think-s", type=float, default=1.0)
+    args = ap.parse_args(argv)
+
+    from harness.stats.identity import mock_self_time
+    from mocks.stats import read_request_log
+
+    stats_dir = tempfile.mkdtemp(prefix="sluice-mock-loadcheck-")
+    port = _free_port()
+    mock = subprocess.Popen([sys.executable, "-m", "mocks.server", "--port", str(port), "--workers",
+                             str(args.workers), "--latency-ms", str(args.latency_ms), "--stats-dir", stats_dir],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        if "ready" not in (mock.stdout.readline() or ""):
+            print("mock did not start", file=sys.stderr)
+            return 1
+        t_load_ns = time.time_ns()
+        t0 = time.monotonic()
+        psi0, cpu0 = _cpu_pressure_us(), _cpu_s(mock.pid)
+        done = uvloop.run(_load(port, args.connections, args.duration_s, args.think_s, args.ramp_s))
+        elapsed_s = time.monotonic() - t0
+        psi1, cpu1 = _cpu_pressure_us(), _cpu_s(mock.pid)
+    finally:
+        mock.send_signal(signal.SIGTERM)
+        mock.wait(30)
+    log = read_request_log(stats_dir)
+    # the measured part: after the ramp (all connections open)
+    log = log[log["body_end_t_unix_ns"] >= t_load_ns + int(args.ramp_s * 1e9)]
+    dur_s = (log["body_end_t_unix_ns"].max() - log["body_end_t_unix_ns"].min()) / 1e9 if len(log) else 0
+    out = {"connections": args.connections, "workers": args.workers, "latency_ms": args.latency_ms,
+           "answered": len(done), "ok": sum(done), "measured_requests": int(len(log)),
+           "rate_per_s": round(len(log) / dur_s, 1) if dur_s else None,
+           "mock_cpu_cores": round((cpu1 - cpu0) / elapsed_s, 3),
+           "cpu_pressure_some_pct": round((psi1 - psi0) / 1e4 / elapsed_s, 1) if psi0 is not None else None,
+           "self_time_ms": mock_self_time(log), "stats_dir": stats_dir}
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
