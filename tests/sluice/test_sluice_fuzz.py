@@ -102,8 +102,8 @@ def test_random_requests_keep_the_invariants(fuzz_sluice, reqs, split):
             try:
                 chunk = s.recv(65536)
             except socket.timeout:
-                if count_responses(buf) >= len(reqs):
-                    break
+                if count_responses(buf) >= len(reqs) or (buf and b"HEAD " in data):
+                    break  # (a response to HEAD has a length but no body: not countable)
                 continue
             except ConnectionResetError:
                 break

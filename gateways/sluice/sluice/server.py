@@ -635,8 +635,8 @@ class ClientConn(asyncio.Protocol):
         self.last = perf_counter()  # the keep-alive idle time starts now
         self.req = None
         self.up = None
-        if self.rpause & P_UPSTREAM:
-            self._resume(P_UPSTREAM)
+        if self.rpause & 2:  # P_UPSTREAM
+            self._resume(2)
         if not keep_alive:
             self.close_after_response()
             return

@@ -494,8 +494,18 @@ class UpstreamConn(asyncio.Protocol):
             self.pre = b""
             if not self.open and len(self.begins) > 1:
                 after = True
-            if self.hout is not None and self._write_head(client, after):
-                return
+            out = self.hout
+            if out is not None:
+                if self.open or after:
+                    if self._write_head(client, after):
+                        return
+                else:  # the whole response in this read, nothing after it (the common unary case)
+                    self.hout = None
+                    rest = out[2]
+                    if self.scan and rest:
+                        self._scan(rest)
+                    self.client_head_sent = True
+                    client.write(b"".join((out[0], out[1], b"\r\n", rest)))  # one send for head and body
             if parts:
                 if self.mode == RAW:
                     parts.clear()
