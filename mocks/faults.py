@@ -235,7 +235,7 @@ def load_schedule(arg: str) -> list[Fault]:
 class FaultPlan:
     """The per-request faults of one worker (``down`` windows are run by the server)."""
 
-    __slots__ = ("faults", "seed", "epoch_unix_s")
+    __slots__ = ("faults",)
 
     def __init__(self, faults: list[Fault], seed: int, epoch_unix_s: float, now_unix_s: float,
                  now_mono_ns: int):
@@ -243,8 +243,6 @@ class FaultPlan:
         for f in faults:
             f.place(epoch_mono_ns, seed)
         self.faults = [f for f in faults if f.kind != "down"]
-        self.seed = seed
-        self.epoch_unix_s = epoch_unix_s
 
     def pick(self, t_mono_ns: int) -> Fault | None:
         for f in self.faults:
