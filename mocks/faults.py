@@ -20,12 +20,18 @@ body arrived inside ``[start, start + duration)``.  Kind-specific keys:
 
 ``status``     ``status`` (400-599, required), ``retry_after_s`` (whole seconds, sent as
                ``Retry-After``; default 1 for 429, none otherwise), ``hold_ms`` (wait
-               before the error, default 0).  The body is the dialect's real error shape.
+               before the error, default 0).  The body is the dialect's real error shape,
+               also for stream requests: OpenAI ``{"error": {"message", "type", "param",
+               "code"}}`` (429: type ``requests``, code ``rate_limit_exceeded``; 5xx:
+               type ``server_error``), Anthropic ``{"type": "error", "error": {"type",
+               "message"}, "request_id"}`` (429 ``rate_limit_error``, 500 ``api_error``,
+               529 ``overloaded_error``).
 ``slow``       ``hold_ms`` (required): the hold before the head instead of the latency.
-``reset``      after the normal hold, the head and ``after_bytes`` body bytes (unary;
-               default half the body) or the opening frame and ``after_frames`` content
-               frames (stream; default half of them) are written, then the connection
-               is aborted with a TCP RST (SO_LINGER 0).
+``reset``      after the normal hold, the head (with the whole body's Content-Length) and
+               ``after_bytes`` body bytes (unary; default half the body, at most all but
+               one byte) or the opening frame and ``after_frames`` content frames (stream,
+               on the normal frame schedule; default half of them) are written, then the
+               connection is aborted with a TCP RST (SO_LINGER 0).
 ``stall``      as ``reset`` up to the cut, then nothing more is sent until the client
                leaves or ``stall_s`` (default 30) passes; then the connection is closed
                (FIN) without the rest of the body.
