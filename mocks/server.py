@@ -1,7 +1,8 @@
 """Sluice's mock LLM provider: OpenAI and Anthropic dialects, fixed latency, self-measured.
 
     python -m mocks.server --host 127.0.0.1 --port N --latency-ms 60 --workers 1 \\
-        --stats-dir DIR --response-tokens 16 --stream-chunks 20 --chunk-delay-ms 20
+        --stats-dir DIR --response-tokens 16 --stream-chunks 20 --chunk-delay-ms 20 \\
+        [--faults SCHEDULE.json --fault-seed 0 --fault-epoch-unix-s T]
 
 Endpoints
     POST /v1/chat/completions   OpenAI chat.completion, or SSE chat.completion.chunk frames
@@ -24,6 +25,19 @@ Per-request overrides (request headers): ``x-mock-latency-ms``, ``x-mock-chunks`
 ``x-mock-chunk-delay-ms``, ``x-mock-response-tokens``; an invalid value is a 400.
 
 Every response carries ``x-mock-request-id: <pid>-<seq>``.
+
+Faults (see ``mocks.faults`` for the schedule's format and what each does on the wire):
+``--faults JSON_OR_FILE`` (a list of fault specs, each with a share and a window),
+``--fault-seed N`` (which requests get them; recorded in the stats' config) and
+``--fault-epoch-unix-s T`` (the windows' zero; default the mock's start, shared by all
+workers).  A request header ``x-mock-fault: ...`` forces a fault on one request.  Only
+generation requests get per-request faults (status, slow, reset, stall, malformed),
+chosen once the body is read and valid; the request log's ``fault`` column names it
+(``status:<code>``, ``slow``, ``reset``, ``stall``, ``malformed``; ``""`` none) and its
+``status_code`` is the status of the head written (499: the client left first).  A
+``down`` window closes every worker's listener and connections, so connects are refused
+until it ends; the stats file records when each worker applied it (``down_windows``).
+Without a schedule the cost per request is one header lookup and one ``is None`` test.
 
 Per-request log: every worker logs each request (``mocks.stats.RequestLog``: one CSV
 line in ``<stats_dir>/requests-<pid>.csv``, flushed with the stats file) under the load
@@ -52,6 +66,7 @@ import os
 import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -65,6 +80,8 @@ from aiohttp.web_request import BaseRequest
 
 from mocks import __version__
 from mocks.bodies import Renderer, models_body, prompt_tokens
+from mocks.faults import (FaultError, FaultPlan, anthropic_error_body, broken_frame, broken_json,
+                          load_schedule, openai_error_body, parse_header)
 from mocks.stats import RequestLog, WorkerStats, clear_worker_files, read_stats, worker_file
 from mocks.timer import PreciseTimer
 
@@ -82,6 +99,7 @@ H_CHUNKS = "x-mock-chunks"
 H_DELAY = "x-mock-chunk-delay-ms"
 H_TOKENS = "x-mock-response-tokens"
 H_CLIENT_RID = "x-request-id"
+H_FAULT = "x-mock-fault"
 
 _RID_MARK = b"[rid:"
 _RID_IN_BODY = re.compile(rb"\[rid:([A-Za-z0-9._:-]{1,64})\]")
@@ -95,6 +113,11 @@ STATS_INTERVAL_S = 0.25   # write the worker file this often when it changed ...
 STATS_HEARTBEAT_S = 0.5   # ... and at least this often anyway (freshness for read_stats)
 
 OTHER_PATH = "<other>"
+
+FLUSH_WAIT_S = 1.0           # a reset waits at most this long for its partial body to leave
+REOPEN_TRIES = 100           # after a down window: bind attempts, REOPEN_GAP_S apart
+REOPEN_GAP_S = 0.1
+_LINGER_RST = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends an RST
 
 
 class BadRequest(Exception):
@@ -149,10 +172,12 @@ def _bytes_out(resp) -> int:
 
 class _Protocol(RequestHandler):
     """aiohttp's connection handler, noting its peer's port and when request bytes last
-    arrived (the request log's ``arrival_lag_ns`` starts there)."""
+    arrived (the request log's ``arrival_lag_ns`` starts there); a stalled response
+    waits on ``lost_waiter`` for the client to leave."""
 
     rx_ns = 0
     peer_port = 0
+    lost_waiter = None
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
@@ -163,6 +188,12 @@ class _Protocol(RequestHandler):
     def data_received(self, data: bytes) -> None:
         self.rx_ns = _mono()
         super().data_received(data)
+
+    def connection_lost(self, exc) -> None:
+        w = self.lost_waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+        super().connection_lost(exc)
 
 
 class _Server(web.Server):
@@ -199,6 +230,8 @@ class MockApp:
         self.log = log
         self.timer = timer
         self.renderer = Renderer()
+        self.plan = (FaultPlan(cfg.fault_schedule, cfg.fault_seed, cfg.fault_epoch_unix_s, time.time(), _mono())
+                     if cfg.fault_schedule else None)
         self.lat_ns = int(round(cfg.latency_ms * 1_000_000))
         self.tokens = cfg.response_tokens
         self.chunks = cfg.stream_chunks
@@ -251,7 +284,7 @@ class MockApp:
                 headers={CT: JSON_CT, RID: rid}))
 
     async def _send(self, request, rid: str, path: str, resp, body: bytes = b"", t0: int = 0,
-                    hold_set: int = 0) -> web.StreamResponse:
+                    hold_set: int = 0, fault: str = "") -> web.StreamResponse:
         """Write a whole (unheld or already held) response now and log it.  ``t0``: when
         the body was read (0: not read; the request's last bytes count instead)."""
         t_start = _mono()
@@ -268,7 +301,7 @@ class MockApp:
         except ConnectionError:
             status = 499  # the client left: nobody got this answer
         t_done = _mono()
-        self.log.record(request_id_of(request.headers, body), rid, path, status, "", t0, hold_set,
+        self.log.record(request_id_of(request.headers, body), rid, path, status, fault, t0, hold_set,
                         t_start - t0, t_done, t_done, _head_bytes(request) + len(body), out,
                         max(0, t0 - rx), t_done - t_start, port)
         return resp
@@ -287,7 +320,13 @@ class MockApp:
         v = headers.get(H_DELAY)
         if v is not None:
             delay = _ms_header(v, H_DELAY)
-        return lat, n, chunks, delay
+        v = headers.get(H_FAULT)
+        if v is not None:
+            try:
+                return lat, n, chunks, delay, parse_header(v)
+            except FaultError as e:
+                raise BadRequest(f"Invalid header {H_FAULT}: {e}", H_FAULT, "invalid_value")
+        return lat, n, chunks, delay, None
 
     @staticmethod
     def _parse(body: bytes):
@@ -326,17 +365,24 @@ class MockApp:
         t0 = _mono()  # the whole request is here: the hold starts
         try:
             req, model, messages = self._parse(body)
-            lat, n, chunks, delay = self._overrides(request.headers)
+            lat, n, chunks, delay, fault = self._overrides(request.headers)
         except BadRequest as e:
             return await self._bad(request, rid, path, _openai_error(e.message, e.param, e.code), body, t0)
+        if fault is None and self.plan is not None:
+            fault = self.plan.pick(t0)
         p = prompt_tokens(messages)
         if req.get("stream") is True:
             so = req.get("stream_options")
             inc = type(so) is dict and so.get("include_usage") is True
             first, middle, last = self.renderer.openai_stream(rid.encode(), model, n, chunks, p, inc)
+            if fault is not None:
+                return await self._faulted(request, rid, path, body, t0, lat, delay, fault, False,
+                                           None, first, middle, last)
             return await self._stream(request, rid, path, body, t0, lat, delay, first, middle, last)
-        resp = web.Response(body=self.renderer.openai_unary(rid.encode(), model, n, p),
-                            headers={CT: JSON_CT, RID: rid})
+        out = self.renderer.openai_unary(rid.encode(), model, n, p)
+        if fault is not None:
+            return await self._faulted(request, rid, path, body, t0, lat, delay, fault, False, out)
+        resp = web.Response(body=out, headers={CT: JSON_CT, RID: rid})
         return await self._unary(request, rid, resp, path, body, t0, lat)
 
     async def anthropic(self, request: BaseRequest, rid: str, path: str) -> web.StreamResponse:
@@ -344,15 +390,22 @@ class MockApp:
         t0 = _mono()
         try:
             req, model, messages = self._parse(body)
-            lat, n, chunks, delay = self._overrides(request.headers)
+            lat, n, chunks, delay, fault = self._overrides(request.headers)
         except BadRequest as e:
             return await self._bad(request, rid, path, _anthropic_error(e.message), body, t0)
+        if fault is None and self.plan is not None:
+            fault = self.plan.pick(t0)
         p = prompt_tokens(messages, req.get("system"))
         if req.get("stream") is True:
             first, middle, last = self.renderer.anthropic_stream(rid.encode(), model, n, chunks, p)
+            if fault is not None:
+                return await self._faulted(request, rid, path, body, t0, lat, delay, fault, True,
+                                           None, first, middle, last)
             return await self._stream(request, rid, path, body, t0, lat, delay, first, middle, last)
-        resp = web.Response(body=self.renderer.anthropic_unary(rid.encode(), model, n, p),
-                            headers={CT: JSON_CT, RID: rid})
+        out = self.renderer.anthropic_unary(rid.encode(), model, n, p)
+        if fault is not None:
+            return await self._faulted(request, rid, path, body, t0, lat, delay, fault, True, out)
+        resp = web.Response(body=out, headers={CT: JSON_CT, RID: rid})
         return await self._unary(request, rid, resp, path, body, t0, lat)
 
     async def _hold(self, path: str, deadline: int) -> None:
@@ -362,7 +415,8 @@ class MockApp:
             self.stats.record_response(path, 499)
             raise
 
-    async def _unary(self, request, rid: str, resp, path: str, body: bytes, t0: int, lat: int):
+    async def _unary(self, request, rid: str, resp, path: str, body: bytes, t0: int, lat: int,
+                     fault: str = ""):
         # the response is fully built before the hold: only the head's write follows it
         if lat:
             deadline = t0 + lat
@@ -376,10 +430,10 @@ class MockApp:
         else:
             st.count += 1  # counted before the bytes go out, so a reader never sees it missing
         st.record_response(path, 200)
-        return await self._send(request, rid, path, resp, body, t0, lat)
+        return await self._send(request, rid, path, resp, body, t0, lat, fault)
 
     async def _stream(self, request, rid: str, path: str, body: bytes, t0: int, lat: int, delay: int,
-                      first: bytes, middle: list, last: bytes):
+                      first: bytes, middle: list, last: bytes, fault: str = ""):
         resp = web.StreamResponse(headers={CT: SSE_CT, "Cache-Control": "no-cache", RID: rid})
         if lat:
             deadline = t0 + lat
@@ -426,11 +480,126 @@ class MockApp:
             t_last = _mono()
             proto = request.protocol
             rx, port = (proto.rx_ns, proto.peer_port) if proto is not None else (t0, 0)
-            self.log.record(request_id_of(request.headers, body), rid, path, status, "", t0, lat,
+            self.log.record(request_id_of(request.headers, body), rid, path, status, fault, t0, lat,
                             t_head - t0, t_written, t_last, _head_bytes(request) + len(body),
                             _bytes_out(resp), max(0, t0 - rx), t_written - t_head, port)
         st.version += 1
         return resp
+
+    # ------------------------------------------------------------------ faults
+    async def _faulted(self, request, rid: str, path: str, body: bytes, t0: int, lat: int, delay: int,
+                       fault, anthropic: bool, out: bytes | None, first: bytes = b"", middle=(),
+                       last: bytes = b""):
+        """Answer a generation request with ``fault`` (``out``: the unary body; None for a
+        stream of ``first``, ``middle``, ``last``)."""
+        kind = fault.kind
+        self.stats.record_fault(fault.label)
+        if kind == "status":
+            return await self._status_fault(request, rid, path, body, t0, fault, anthropic)
+        if kind == "slow":
+            lat = fault.hold_ns
+        elif kind == "malformed":
+            if out is not None:
+                out = broken_json(out)
+            else:
+                middle = list(middle)
+                k = min(fault.after_frames or 0, len(middle) - 1)
+                middle[k] = broken_frame(middle[k])
+        elif out is not None:  # reset / stall of a unary answer: the head promises the whole body
+            cut = len(out) // 2 if fault.after_bytes is None else min(fault.after_bytes, len(out) - 1)
+            resp = web.StreamResponse(headers={CT: JSON_CT, RID: rid})
+            resp.content_length = len(out)
+            return await self._cut(request, rid, path, body, t0, lat, 0, resp, [out[:cut]], fault)
+        else:
+            k = len(middle) // 2 if fault.after_frames is None else min(fault.after_frames, len(middle))
+            resp = web.StreamResponse(headers={CT: SSE_CT, "Cache-Control": "no-cache", RID: rid})
+            return await self._cut(request, rid, path, body, t0, lat, delay, resp, [first, *middle[:k]], fault)
+        if out is None:
+            return await self._stream(request, rid, path, body, t0, lat, delay, first, middle, last, fault.label)
+        return await self._unary(request, rid, web.Response(body=out, headers={CT: JSON_CT, RID: rid}),
+                                 path, body, t0, lat, fault.label)
+
+    async def _status_fault(self, request, rid: str, path: str, body: bytes, t0: int, fault, anthropic: bool):
+        if fault.hold_ns:
+            await self._hold(path, t0 + fault.hold_ns)
+        status, retry = fault.status, fault.retry_after_s
+        headers = {CT: JSON_CT, RID: rid}
+        if retry is not None:
+            headers["Retry-After"] = str(retry)
+        err = anthropic_error_body(status, rid, retry) if anthropic else openai_error_body(status, retry)
+        self.stats.record_response(path, status)
+        return await self._send(request, rid, path, web.Response(status=status, body=err, headers=headers),
+                                body, t0, fault.hold_ns, fault.label)
+
+    async def _cut(self, request, rid: str, path: str, body: bytes, t0: int, lat: int, delay: int, resp,
+                   pieces: list, fault) -> web.StreamResponse:
+        """Reset or stall: after the hold, write the head and ``pieces`` (piece i at head +
+        i × delay), then abort the connection with an RST (reset), or send nothing more until
+        the client leaves or ``stall_s`` passes and then close it (stall)."""
+        if lat:
+            deadline = t0 + lat
+            if _mono() < deadline:
+                await self._hold(path, deadline)
+        st = self.stats
+        t_head = _mono()
+        st.record_hold(t_head - t0)
+        st.record_response(path, 200)
+        st.incomplete += 1  # nobody gets the whole answer
+        status = 200
+        t_written = t_last = t_head
+        tr = request.transport
+        try:
+            await resp.prepare(request)
+            resp._payload_writer.send_headers()  # the head goes out even with no body bytes
+            for i, piece in enumerate(pieces):
+                due = t_head + i * delay
+                if _mono() < due:
+                    await self.timer.wait_until(due)
+                if piece:
+                    await resp.write(piece)
+                t_last = _mono()
+                if i == 0:
+                    t_written = t_last
+            if tr is None or tr.is_closing():
+                raise ConnectionResetError("client gone before the cut")
+            await self._flushed(tr)
+            if fault.kind == "reset":
+                tr.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RST)
+                tr.abort()
+            else:
+                await self._until_lost(request.protocol, fault.stall_s)
+                tr.close()
+        except ConnectionError:
+            status = 499  # the client left before the cut
+        finally:
+            proto = request.protocol
+            rx, port = (proto.rx_ns, proto.peer_port) if proto is not None else (t0, 0)
+            self.log.record(request_id_of(request.headers, body), rid, path, status, fault.label, t0, lat,
+                            t_head - t0, t_written, t_last, _head_bytes(request) + len(body),
+                            _bytes_out(resp), max(0, t0 - rx), t_written - t_head, port)
+            st.version += 1
+        return resp
+
+    @staticmethod
+    async def _flushed(tr) -> None:
+        """Wait (bounded) until the transport handed its buffered bytes to the kernel."""
+        deadline = _mono() + int(FLUSH_WAIT_S * 1e9)
+        while tr.get_write_buffer_size() and not tr.is_closing() and _mono() < deadline:
+            await asyncio.sleep(0.001)
+
+    @staticmethod
+    async def _until_lost(proto, stall_s: float) -> None:
+        if proto is None or proto.transport is None:
+            return
+        loop = asyncio.get_running_loop()
+        lost = loop.create_future()
+        proto.lost_waiter = lost
+        timeout = loop.call_later(stall_s, lambda: lost.done() or lost.set_result(None))
+        try:
+            await lost
+        finally:
+            timeout.cancel()
+            proto.lost_waiter = None
 
     # ------------------------------------------------------------------ others
     async def models(self, request: BaseRequest, rid: str, path: str) -> web.Response:
@@ -500,9 +669,67 @@ async def _stats_writer(stats: WorkerStats, stats_dir: str, log: RequestLog) -> 
 
 
 def _config_record(cfg) -> dict:
-    return {"latency_ms": cfg.latency_ms, "response_tokens": cfg.response_tokens,
-            "stream_chunks": cfg.stream_chunks, "chunk_delay_ms": cfg.chunk_delay_ms,
-            "workers": cfg.workers, "mock_version": __version__}
+    rec = {"latency_ms": cfg.latency_ms, "response_tokens": cfg.response_tokens,
+           "stream_chunks": cfg.stream_chunks, "chunk_delay_ms": cfg.chunk_delay_ms,
+           "workers": cfg.workers, "mock_version": __version__}
+    if cfg.fault_schedule:
+        rec.update(faults=[f.record() for f in cfg.fault_schedule], fault_seed=cfg.fault_seed,
+                   fault_epoch_unix_s=cfg.fault_epoch_unix_s)
+    return rec
+
+
+class _Listener:
+    """The worker's listening server, closed and reopened by ``down`` faults."""
+
+    def __init__(self, loop, server, sock, cfg, reuseport: bool):
+        self.loop, self.server, self.sock, self.cfg, self.reuseport = loop, server, sock, cfg, reuseport
+        self.port = sock.getsockname()[1]
+        self.srv = None
+
+    async def open(self) -> None:
+        self.srv = await self.loop.create_server(self.server, sock=self.sock, backlog=self.cfg.backlog)
+
+    def close(self) -> None:
+        if self.srv is not None:
+            self.srv.close()  # the loop detached self.sock and closes its fd now: connects are refused
+            self.srv = None
+
+    async def reopen(self) -> bool:
+        for _ in range(REOPEN_TRIES):
+            try:
+                self.sock = _make_socket(self.cfg.host, self.port, self.reuseport, self.cfg.backlog)
+            except OSError as exc:
+                error = exc
+                await asyncio.sleep(REOPEN_GAP_S)
+                continue
+            await self.open()
+            return True
+        print(f"sluice-mock: cannot listen again on {self.cfg.host}:{self.port} after a down window: {error}",
+              file=sys.stderr, flush=True)
+        return False
+
+
+async def _down_windows(cfg, listener: _Listener, stats: WorkerStats, stop: asyncio.Event) -> None:
+    """Run the schedule's ``down`` faults: refuse connections from start to end."""
+    downs = sorted((f for f in cfg.fault_schedule if f.kind == "down"), key=lambda f: f.start_s)
+    for f in downs:
+        start = cfg.fault_epoch_unix_s + f.start_s
+        end = start + f.duration_s
+        if end <= time.time():
+            continue
+        await asyncio.sleep(max(0.0, start - time.time()))
+        listener.close()
+        for conn in listener.server.connections:  # the provider is gone for everyone
+            conn.force_close()
+        t_down = time.time()
+        await asyncio.sleep(max(0.0, end - time.time()))
+        ok = await listener.reopen()
+        stats.down_windows.append({"fault_index": f.index, "start_t_unix_s": t_down, "end_t_unix_s": time.time()})
+        stats.version += 1
+        if not ok:
+            stats.config["listen_failed"] = True
+            stop.set()
+            return
 
 
 async def _serve(cfg, reuseport: bool, announce: bool) -> int:
@@ -527,17 +754,22 @@ async def _serve(cfg, reuseport: bool, announce: bool) -> int:
     except OSError as exc:
         print(f"sluice-mock: cannot listen on {cfg.host}:{cfg.port}: {exc}", file=sys.stderr, flush=True)
         return 2
-    srv = await loop.create_server(server, sock=sock, backlog=cfg.backlog)
+    listener = _Listener(loop, server, sock, cfg, reuseport)
+    await listener.open()
     stats.write(cfg.stats_dir)  # also the readiness signal for a supervisor
     if announce:
-        print(_startup_line(cfg, os.getpid(), 1, sock.getsockname()[1]), flush=True)
+        print(_startup_line(cfg, os.getpid(), 1, listener.port), flush=True)
     writer = asyncio.create_task(_stats_writer(stats, cfg.stats_dir, log))
+    downs = (asyncio.create_task(_down_windows(cfg, listener, stats, stop))
+             if any(f.kind == "down" for f in cfg.fault_schedule) else None)
     gc.collect()
     gc.freeze()  # startup objects need no more scanning
 
     await stop.wait()
 
-    srv.close()  # stop accepting; then let in-flight requests finish (bounded)
+    if downs is not None:
+        downs.cancel()
+    listener.close()  # stop accepting; then let in-flight requests finish (bounded)
     try:
         await server.shutdown(cfg.shutdown_grace_s)
     finally:
@@ -550,7 +782,7 @@ async def _serve(cfg, reuseport: bool, announce: bool) -> int:
         stats.final = True
         stats.write(cfg.stats_dir)
         timer.close()
-    return 0
+    return 2 if stats.config.get("listen_failed") else 0
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -572,7 +804,9 @@ def _child_argv(cfg) -> list[str]:
             "--response-tokens", str(cfg.response_tokens), "--stream-chunks", str(cfg.stream_chunks),
             "--chunk-delay-ms", repr(cfg.chunk_delay_ms), "--models", ",".join(cfg.models),
             "--shutdown-grace-s", repr(cfg.shutdown_grace_s), "--backlog", str(cfg.backlog),
-            "--max-body-bytes", str(cfg.max_body_bytes), "--timer", cfg.timer, "--worker-of", str(os.getpid())]
+            "--max-body-bytes", str(cfg.max_body_bytes), "--timer", cfg.timer, "--worker-of", str(os.getpid()),
+            *(("--faults", cfg.faults, "--fault-seed", str(cfg.fault_seed),
+                "--fault-epoch-unix-s", repr(cfg.fault_epoch_unix_s)) if cfg.faults else ())]
 
 
 def _stop_children(children, sig=signal.SIGTERM) -> None:
@@ -687,6 +921,11 @@ def _parse_args(argv=None):
                     help="how holds and chunk gaps are timed: a timerfd (sub-ms, Linux; default) or the "
                          "event loop's millisecond timers")
     ap.add_argument("--max-body-bytes", type=int, default=64 * 1024 * 1024)
+    ap.add_argument("--faults", default=None, metavar="JSON_OR_FILE",
+                    help="fault schedule: a JSON list (inline, or the path of a file); see mocks.faults")
+    ap.add_argument("--fault-seed", type=int, default=0, help="which requests get a fault (default 0)")
+    ap.add_argument("--fault-epoch-unix-s", type=float, default=None,
+                    help="the faults' start_s counts from this wall-clock time (default: the mock's start)")
     ap.add_argument("--worker-of", type=int, default=None, help=argparse.SUPPRESS)
     cfg = ap.parse_args(argv)
     if cfg.workers < 1:
@@ -700,6 +939,12 @@ def _parse_args(argv=None):
     if not (0 < cfg.port < 65536):
         ap.error("--port must be between 1 and 65535")
     cfg.models = [m for m in cfg.models.split(",") if m] or ["mock-model"]
+    try:
+        cfg.fault_schedule = load_schedule(cfg.faults) if cfg.faults else []
+    except FaultError as exc:
+        ap.error(f"--faults: {exc}")
+    if cfg.fault_epoch_unix_s is None:
+        cfg.fault_epoch_unix_s = time.time()  # a supervisor passes its own to every worker
     return cfg
 
 

@@ -30,6 +30,16 @@ Definitions (the same in every worker file, merge and diff):
     by shutdown before its head).
 ``log_dropped``
     request-log records lost because the log buffer was full or could not be written.
+``faults``
+    ``{label: n}``: generation requests answered with an injected fault (``mocks.faults``;
+    labels as in the request log's ``fault`` column: ``status:<code>``, ``slow``,
+    ``reset``, ``stall``, ``malformed``).  A status fault is counted in ``by_status`` and
+    has no hold sample; a reset or stall is ``incomplete``; a slow or malformed answer
+    is in ``count`` like any other 200.
+``down_windows``
+    ``[{pid, fault_index, start_t_unix_s, end_t_unix_s}]``: when each worker actually
+    closed and reopened its listener for a ``down`` fault (refused connects never reach
+    the request log).
 
 Per-request log
     Each worker also appends one CSV line per request to
@@ -80,7 +90,7 @@ class WorkerStats:
 
     __slots__ = ("pid", "started_t_unix_s", "latency_ms", "config", "count", "incomplete",
                  "errors", "by_path", "by_status", "hist", "hold_count", "hold_sum_ns",
-                 "hold_max_ns", "version", "final", "log_dropped")
+                 "hold_max_ns", "version", "final", "log_dropped", "faults", "down_windows")
 
     def __init__(self, latency_ms: float, config: dict | None = None, pid: int | None = None):
         self.pid = os.getpid() if pid is None else pid
@@ -99,6 +109,8 @@ class WorkerStats:
         self.version = 0  # bumped on every change; the file writer compares it
         self.final = False
         self.log_dropped = 0
+        self.faults: dict[str, int] = {}
+        self.down_windows: list[dict] = []
 
     def record_hold(self, hold_ns: int) -> None:
         b = hold_ns // _BUCKET_NS * BUCKET_US
@@ -116,6 +128,11 @@ class WorkerStats:
         bs[status] = bs.get(status, 0) + 1
         if status == 400:
             self.errors += 1
+        self.version += 1
+
+    def record_fault(self, label: str) -> None:
+        f = self.faults
+        f[label] = f.get(label, 0) + 1
         self.version += 1
 
     def snapshot(self) -> dict:
@@ -137,6 +154,8 @@ class WorkerStats:
             "hold_sum_ns": self.hold_sum_ns,
             "hold_max_ns": self.hold_max_ns,
             "log_dropped": self.log_dropped,
+            "faults": dict(self.faults),
+            "down_windows": [dict(w, pid=self.pid) for w in self.down_windows],
             # int keys (orjson writes them as strings); readers normalise with int()
             "hold_histogram_us": dict(self.hist),
         }
@@ -194,7 +213,8 @@ def _hold_summary(hist: dict[int, int], sum_ns: int, max_ns: int | None) -> dict
 
 def _empty_totals() -> dict:
     return {"count": 0, "incomplete": 0, "errors": 0, "by_path": {}, "by_status": {},
-            "hist": {}, "hold_sum_ns": 0, "hold_max_ns": 0, "log_dropped": 0}
+            "hist": {}, "hold_sum_ns": 0, "hold_max_ns": 0, "log_dropped": 0, "faults": {},
+            "down_windows": []}
 
 
 def _add_counts(dst: dict, src: dict, sign: int = 1) -> None:
@@ -221,6 +241,8 @@ def _shape(t: dict, latency_ms, workers: int, extra: dict) -> dict:
         "hold_sum_ns": t["hold_sum_ns"],
         "hold_max_ns": t["hold_max_ns"] if hold_count else 0,
         "log_dropped": t["log_dropped"],
+        "faults": {k: v for k, v in sorted(t["faults"].items()) if v},
+        "down_windows": sorted(t["down_windows"], key=lambda w: (w["start_t_unix_s"], w["pid"])),
     }
     out.update(extra)
     return out
@@ -238,6 +260,8 @@ def merge_worker_snapshots(snaps: list[dict], stale_pids: list[int] | None = Non
         t["log_dropped"] += int(s.get("log_dropped", 0))
         _add_counts(t["by_path"], s.get("by_path", {}))
         _add_counts(t["by_status"], s.get("by_status", {}))
+        _add_counts(t["faults"], s.get("faults", {}))
+        t["down_windows"] += s.get("down_windows", [])
         _add_counts(t["hist"], _hist_int(s.get("hold_histogram_us", {})))
         t["hold_sum_ns"] += int(s.get("hold_sum_ns", 0))
         t["hold_max_ns"] = max(t["hold_max_ns"], int(s.get("hold_max_ns", 0)))
@@ -309,7 +333,8 @@ def read_stats(stats_dir: str, fresher_than_t_unix_s: float | None = None,
 def diff_stats(later: dict, earlier: dict) -> dict:
     """``later - earlier`` for two snapshots of the same mock (same shape as read_stats).
 
-    Counts, per-path/status counts and the histogram are subtracted exactly, the hold
+    Counts, per-path/status/fault counts and the histogram are subtracted exactly (down
+    windows: those of ``later`` not in ``earlier``), the hold
     summary is recomputed from the difference.  The maximum is exact when the later
     snapshot's maximum is new since the earlier one; otherwise it is bounded by the top
     bucket of the difference.  Raises ValueError if ``later`` is not a continuation of
@@ -318,14 +343,17 @@ def diff_stats(later: dict, earlier: dict) -> dict:
     t = _empty_totals()
     for key in ("count", "incomplete", "errors", "hold_sum_ns", "log_dropped"):
         t[key] = int(later.get(key, 0)) - int(earlier.get(key, 0))
-    for key in ("by_path", "by_status"):
+    for key in ("by_path", "by_status", "faults"):
         _add_counts(t[key], later.get(key, {}))
         _add_counts(t[key], earlier.get(key, {}), -1)
+    seen = {(w["pid"], w["start_t_unix_s"]) for w in earlier.get("down_windows", [])}
+    t["down_windows"] = [w for w in later.get("down_windows", []) if (w["pid"], w["start_t_unix_s"]) not in seen]
     _add_counts(t["hist"], _hist_int(later.get("hold_histogram_us", {})))
     _add_counts(t["hist"], _hist_int(earlier.get("hold_histogram_us", {})), -1)
     negative = [k for k in ("count", "incomplete", "errors", "hold_sum_ns") if t[k] < 0]
     negative += [f"by_path[{k}]" for k, v in t["by_path"].items() if v < 0]
     negative += [f"by_status[{k}]" for k, v in t["by_status"].items() if v < 0]
+    negative += [f"faults[{k}]" for k, v in t["faults"].items() if v < 0]
     negative += [f"hold_histogram_us[{k}]" for k, v in t["hist"].items() if v < 0]
     if negative:
         raise ValueError(f"later snapshot is not a continuation of earlier: {negative[:5]}")

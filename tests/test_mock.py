@@ -166,7 +166,7 @@ def conn(mock):
 # ----------------------------------------------------------------------------- shapes
 
 def test_version_and_stats_import_is_light():
-    assert __version__ == "1.0.0"
+    assert __version__ == "1.1.0"
     code = "import sys, mocks.stats; assert 'aiohttp' not in sys.modules, 'aiohttp imported'"
     subprocess.run([PY, "-c", code], cwd=REPO_DIR, check=True, timeout=30)
 

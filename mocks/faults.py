@@ -1,0 +1,344 @@
+"""Provider faults for the mock: the schedule, its validation, which request gets which
+fault, the per-request header, and the providers' real error bodies.
+
+Importing this module starts nothing and does not import aiohttp.
+
+Schedule (``--faults``: a JSON list, inline or in a file): one object per fault::
+
+    [{"kind": "status", "status": 500, "share": 0.2, "start_s": 10, "duration_s": 30},
+     {"kind": "status", "status": 429, "retry_after_s": 1, "share": 0.3},
+     {"kind": "slow", "hold_ms": 2000, "share": 0.1, "start_s": 5, "duration_s": 20},
+     {"kind": "reset", "share": 0.05},
+     {"kind": "stall", "after_frames": 3, "stall_s": 5, "share": 0.1},
+     {"kind": "malformed", "share": 0.02},
+     {"kind": "down", "start_s": 40, "duration_s": 10}]
+
+Keys of every kind: ``kind``; ``start_s`` (default 0) and ``duration_s`` (default: until
+the mock stops), seconds after the fault epoch (``--fault-epoch-unix-s``, default the
+mock's start); ``share`` in [0, 1] (default 1) of the generation requests whose whole
+body arrived inside ``[start, start + duration)``.  Kind-specific keys:
+
+``status``     ``status`` (400-599, required), ``retry_after_s`` (whole seconds, sent as
+               ``Retry-After``; default 1 for 429, none otherwise), ``hold_ms`` (wait
+               before the error, default 0).  The body is the dialect's real error shape,
+               also for stream requests: OpenAI ``{"error": {"message", "type", "param",
+               "code"}}`` (429: type ``requests``, code ``rate_limit_exceeded``; 5xx:
+               type ``server_error``), Anthropic ``{"type": "error", "error": {"type",
+               "message"}, "request_id"}`` (429 ``rate_limit_error``, 500 ``api_error``,
+               529 ``overloaded_error``).
+``slow``       ``hold_ms`` (required): the hold before the head instead of the latency.
+``reset``      after the normal hold, the head (with the whole body's Content-Length) and
+               ``after_bytes`` body bytes (unary; default half the body, at most all but
+               one byte) or the opening frame and ``after_frames`` content frames (stream,
+               on the normal frame schedule; default half of them) are written, then the
+               connection is aborted with a TCP RST (SO_LINGER 0).
+``stall``      as ``reset`` up to the cut, then nothing more is sent until the client
+               leaves or ``stall_s`` (default 30) passes; then the connection is closed
+               (FIN) without the rest of the body.
+``malformed``  a 200 whose body is not valid JSON: the unary body cut in half (with a
+               matching Content-Length), or content frame ``after_frames`` (default 0) of a
+               stream with its JSON cut in half (the other frames are normal).
+``down``       ``duration_s`` required, no ``share``: every worker closes its listener and
+               its open connections at the start (connects are refused) and listens again
+               at the end.  ``down`` windows may not overlap.
+
+Unknown keys, keys of another kind and bad values are rejected with a one-line error
+naming the key (``faults[i].key``).
+
+Which request gets a fault: specs are tried in list order, the first that picks a request
+wins.  Each spec numbers the requests it is asked about (per worker, from 0); in every
+block of 100 consecutive numbers it picks a seeded random set whose size makes the share
+exact over each block (``floor(100·share·(b+1)) − floor(100·share·b)`` in block b), so a
+run is reproducible from ``--fault-seed`` and the share is exact over any 100 requests.
+
+Per-request header (tests): ``x-mock-fault: KIND[=VALUE][;key=value]...`` with the kind's
+keys above (no ``share``/``start_s``/``duration_s``, no ``down``); ``status=503`` and
+``slow=2000`` (ms) are shorthands.  E.g. ``status=429;retry_after_s=2``, ``reset``,
+``reset;after_bytes=10``, ``stall;after_frames=2;stall_s=1``, ``malformed``.  The header
+takes precedence over the schedule; an invalid one is a 400.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import random
+
+import orjson
+
+KINDS = ("status", "slow", "reset", "stall", "malformed", "down")
+_COMMON = ("kind", "share", "start_s", "duration_s")
+_KEYS = {
+    "status": _COMMON + ("status", "retry_after_s", "hold_ms"),
+    "slow": _COMMON + ("hold_ms",),
+    "reset": _COMMON + ("after_bytes", "after_frames"),
+    "stall": _COMMON + ("after_bytes", "after_frames", "stall_s"),
+    "malformed": _COMMON + ("after_frames",),
+    "down": ("kind", "start_s", "duration_s"),
+}
+_REQUIRED = {"status": ("status",), "slow": ("hold_ms",), "down": ("duration_s",)}
+_SHORTHAND = {"status": "status", "slow": "hold_ms"}  # header: KIND=VALUE sets this key
+
+BLOCK = 100
+MAX_S = 86_400.0
+MAX_HOLD_MS = 3_600_000.0
+MAX_COUNT = 1 << 40
+DEFAULT_STALL_S = 30.0
+DEFAULT_429_RETRY_AFTER_S = 1
+
+
+class FaultError(ValueError):
+    """A schedule or header that cannot be used; the message names the key."""
+
+
+class Fault:
+    """One validated fault spec; times in monotonic ns once :meth:`place` ran."""
+
+    __slots__ = ("index", "kind", "share", "start_s", "duration_s", "status", "retry_after_s",
+                 "hold_ns", "after_bytes", "after_frames", "stall_s", "label",
+                 "start_ns", "end_ns", "_seed", "_n", "_block", "_chosen")
+
+    def __init__(self, index: int, d: dict):
+        self.index = index
+        self.kind = d["kind"]
+        self.share = d.get("share", 1.0)
+        self.start_s = d.get("start_s", 0.0)
+        self.duration_s = d.get("duration_s")
+        self.status = d.get("status", 0)
+        retry = d.get("retry_after_s")
+        if retry is None and self.status == 429:
+            retry = DEFAULT_429_RETRY_AFTER_S
+        self.retry_after_s = retry
+        self.hold_ns = round(d.get("hold_ms", 0) * 1_000_000)
+        self.after_bytes = d.get("after_bytes")    # None: the kind's default
+        self.after_frames = d.get("after_frames")
+        self.stall_s = d.get("stall_s", DEFAULT_STALL_S)
+        self.label = f"status:{self.status}" if self.kind == "status" else self.kind
+        self.start_ns = 0
+        self.end_ns = 0
+        self._seed = 0
+        self._n = 0
+        self._block = -1
+        self._chosen: frozenset = frozenset()
+
+    def place(self, epoch_mono_ns: int, seed: int) -> None:
+        self.start_ns = epoch_mono_ns + int(self.start_s * 1e9)
+        self.end_ns = (self.start_ns + int(self.duration_s * 1e9) if self.duration_s is not None
+                       else 1 << 62)
+        self._seed = seed
+
+    def picks(self) -> bool:
+        """Whether the next request asked about gets this fault (exact share per block)."""
+        n = self._n
+        self._n = n + 1
+        b, pos = divmod(n, BLOCK)
+        if b != self._block:
+            self._block = b
+            scaled = self.share * BLOCK
+            k = math.floor(scaled * (b + 1) + 1e-9) - math.floor(scaled * b + 1e-9)
+            rng = random.Random(f"{self._seed}:{self.index}:{b}")  # str seeds are stable across runs
+            self._chosen = frozenset(rng.sample(range(BLOCK), k))
+        return pos in self._chosen
+
+    def record(self) -> dict:
+        """The spec as given (defaults filled in), for the stats file."""
+        d = {"kind": self.kind, "start_s": self.start_s, "duration_s": self.duration_s}
+        if self.kind != "down":
+            d["share"] = self.share
+        for key in ("status", "retry_after_s", "after_bytes", "after_frames"):
+            if key in _KEYS[self.kind] and getattr(self, key) is not None:
+                d[key] = getattr(self, key)
+        if "hold_ms" in _KEYS[self.kind]:
+            d["hold_ms"] = self.hold_ns / 1e6
+        if self.kind == "stall":
+            d["stall_s"] = self.stall_s
+        return d
+
+
+def _number(where: str, v, lo: float, hi: float, integer: bool = False):
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise FaultError(f"{where}: must be a number (got {v!r})")
+    if integer and v != int(v):
+        raise FaultError(f"{where}: must be a whole number (got {v!r})")
+    if not (lo <= v <= hi):  # also rejects NaN
+        raise FaultError(f"{where}: must be between {lo:g} and {hi:g} (got {v!r})")
+    return int(v) if integer else float(v)
+
+
+def _check_value(where: str, key: str, v):
+    if key == "share":
+        return _number(where, v, 0.0, 1.0)
+    if key == "start_s":
+        return _number(where, v, 0.0, MAX_S)
+    if key == "duration_s":
+        v = _number(where, v, 0.0, MAX_S)
+        if v <= 0:
+            raise FaultError(f"{where}: must be greater than 0 (got {v!r})")
+        return v
+    if key == "status":
+        return _number(where, v, 400, 599, integer=True)
+    if key == "retry_after_s":
+        return _number(where, v, 0, 86_400, integer=True)
+    if key == "hold_ms":
+        return _number(where, v, 0.0, MAX_HOLD_MS)
+    if key in ("after_bytes", "after_frames"):
+        return _number(where, v, 0, MAX_COUNT, integer=True)
+    if key == "stall_s":
+        return _number(where, v, 0.0, MAX_S)
+    raise AssertionError(key)  # pragma: no cover (keys are checked against _KEYS first)
+
+
+def _check_spec(where: str, d, allowed_kinds=KINDS) -> dict:
+    if not isinstance(d, dict):
+        raise FaultError(f"{where}: must be an object (got {type(d).__name__})")
+    kind = d.get("kind")
+    if kind not in allowed_kinds:
+        raise FaultError(f"{where}.kind: must be one of {', '.join(allowed_kinds)} (got {kind!r})")
+    out = {"kind": kind}
+    for key, v in d.items():
+        if key == "kind":
+            continue
+        if key not in _KEYS[kind]:
+            raise FaultError(f"{where}.{key}: unknown key for kind {kind!r} "
+                             f"(allowed: {', '.join(_KEYS[kind][1:])})")
+        out[key] = _check_value(f"{where}.{key}", key, v)
+    for key in _REQUIRED.get(kind, ()):
+        if key not in out:
+            raise FaultError(f"{where}.{key}: required for kind {kind!r}")
+    return out
+
+
+def parse_schedule(text: str) -> list[Fault]:
+    """A schedule from JSON text; raises FaultError naming the bad key."""
+    try:
+        data = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise FaultError(f"faults: not valid JSON ({exc})") from None
+    if not isinstance(data, list):
+        raise FaultError(f"faults: must be a JSON list of fault objects (got {type(data).__name__})")
+    faults = [Fault(i, _check_spec(f"faults[{i}]", d)) for i, d in enumerate(data)]
+    downs = sorted((f for f in faults if f.kind == "down"), key=lambda f: f.start_s)
+    for a, b in itertools.pairwise(downs):
+        if b.start_s < a.start_s + a.duration_s:
+            raise FaultError(f"faults[{b.index}].start_s: down windows may not overlap "
+                             f"(faults[{a.index}] lasts until {a.start_s + a.duration_s:g} s)")
+    return faults
+
+
+def load_schedule(arg: str) -> list[Fault]:
+    """``--faults``: inline JSON (starting with ``[``) or the path of a JSON file."""
+    if arg.lstrip().startswith("["):
+        return parse_schedule(arg)
+    try:
+        with open(os.path.expanduser(arg), "rb") as f:
+            text = f.read()
+    except OSError as exc:
+        raise FaultError(f"faults: cannot read {arg}: {exc.strerror}") from None
+    return parse_schedule(text)
+
+
+class FaultPlan:
+    """The per-request faults of one worker (``down`` windows are run by the server)."""
+
+    __slots__ = ("faults",)
+
+    def __init__(self, faults: list[Fault], seed: int, epoch_unix_s: float, now_unix_s: float,
+                 now_mono_ns: int):
+        epoch_mono_ns = now_mono_ns + int((epoch_unix_s - now_unix_s) * 1e9)
+        for f in faults:
+            f.place(epoch_mono_ns, seed)
+        self.faults = [f for f in faults if f.kind != "down"]
+
+    def pick(self, t_mono_ns: int) -> Fault | None:
+        for f in self.faults:
+            if f.start_ns <= t_mono_ns < f.end_ns and f.picks():
+                return f
+        return None
+
+
+def parse_header(value: str) -> Fault:
+    """``x-mock-fault`` → a Fault (share 1, no window); raises FaultError."""
+    parts = [p.strip() for p in value.split(";")]
+    kind, eq, first = parts[0].partition("=")
+    kind = kind.strip()
+    d: dict = {"kind": kind}
+    if kind not in KINDS or kind == "down":
+        raise FaultError(f"kind must be one of {', '.join(KINDS[:-1])} (got {kind!r})")
+    if eq:
+        if kind not in _SHORTHAND:
+            raise FaultError(f"{kind!r} takes no value; use {kind};key=value")
+        parts[0:1] = [kind, f"{_SHORTHAND[kind]}={first}"]
+    for p in parts[1:]:
+        key, eq, raw = p.partition("=")
+        key = key.strip()
+        if not eq or key in _COMMON:
+            raise FaultError(f"{p!r}: expected key=value with a key of kind {kind!r} "
+                             f"({', '.join(_KEYS[kind][4:])})")
+        try:
+            d[key] = float(raw) if any(c in raw for c in ".eE") else int(raw)
+        except ValueError:
+            raise FaultError(f"{key}: {raw.strip()!r} is not a number") from None
+    return Fault(-1, _check_spec("x-mock-fault", d, KINDS[:-1]))
+
+
+# ----------------------------------------------------------------------------- error bodies
+
+_OPENAI_ERRORS = {  # status -> (type, code, message) as OpenAI sends them
+    429: ("requests", "rate_limit_exceeded",
+          "Rate limit reached for requests. Please try again in {retry}."),
+    500: ("server_error", None, "The server had an error while processing your request. Sorry about that!"),
+    502: ("server_error", None, "Bad gateway."),
+    503: ("server_error", None, "The engine is currently overloaded, please try again later."),
+    504: ("server_error", None, "Gateway timeout."),
+}
+_ANTHROPIC_ERRORS = {  # status -> (type, message) as Anthropic sends them
+    400: ("invalid_request_error", "Invalid request."),
+    401: ("authentication_error", "invalid x-api-key"),
+    403: ("permission_error", "Your API key does not have permission to use the specified resource."),
+    404: ("not_found_error", "The requested resource could not be found."),
+    413: ("request_too_large", "Request exceeds the maximum allowed number of bytes."),
+    429: ("rate_limit_error", ("This request would exceed the rate limit for your organization. "
+                               "Please try again in {retry}.")),
+    500: ("api_error", "Internal server error"),
+    503: ("api_error", "Service unavailable"),
+    504: ("timeout_error", "Request timed out"),
+    529: ("overloaded_error", "Overloaded"),
+}
+
+
+def _retry_text(retry_after_s) -> str:
+    return f"{retry_after_s}s" if retry_after_s is not None else "a moment"
+
+
+def openai_error_body(status: int, retry_after_s=None) -> bytes:
+    """``{"error": {"message", "type", "param", "code"}}`` as OpenAI answers ``status``."""
+    kind, code, message = _OPENAI_ERRORS.get(
+        status, ("server_error" if status >= 500 else "invalid_request_error", None,
+                 f"The server answered {status}."))
+    return orjson.dumps({"error": {"message": message.format(retry=_retry_text(retry_after_s)),
+                                   "type": kind, "param": None, "code": code}})
+
+
+def anthropic_error_body(status: int, request_id: str, retry_after_s=None) -> bytes:
+    """``{"type": "error", "error": {"type", "message"}, "request_id"}`` as Anthropic
+    answers ``status`` (529: ``overloaded_error``)."""
+    kind, message = _ANTHROPIC_ERRORS.get(
+        status, ("api_error" if status >= 500 else "invalid_request_error", f"The server answered {status}."))
+    return orjson.dumps({"type": "error", "error": {"type": kind,
+                                                     "message": message.format(retry=_retry_text(retry_after_s))},
+                         "request_id": "req_" + request_id})
+
+
+def broken_json(body: bytes) -> bytes:
+    """``body`` (a JSON document) cut in half: never valid JSON."""
+    return body[:max(1, len(body) // 2)]
+
+
+def broken_frame(frame: bytes) -> bytes:
+    """An SSE frame whose ``data:`` JSON is cut in half; still a well-formed frame."""
+    i = frame.rfind(b"data: ")
+    if i < 0:
+        return frame
+    data = frame[i + 6:].rstrip(b"\n")
+    return frame[:i + 6] + broken_json(data) + b"\n\n"

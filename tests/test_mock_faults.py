@@ -1,0 +1,431 @@
+"""The mock's provider faults (mocks/faults.py, mocks/server.py): the schedule and its
+validation, the x-mock-fault header, what each fault does on the wire, exact shares, the
+windows, the down window over several workers, and the log's fault column.
+
+Wire tests start the real mock on a free 127.0.0.1 port; windows are a few seconds long.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO_DIR)
+
+from mocks.faults import (BLOCK, FaultError, FaultPlan, anthropic_error_body,  # noqa: E402
+                          broken_frame, openai_error_body, parse_header, parse_schedule)
+from mocks.stats import diff_stats, merge_worker_snapshots, read_request_log, read_stats  # noqa: E402
+from test_mock import BODY, PY, Mock, call, sse_events, stream  # noqa: E402
+
+pytestmark = pytest.mark.timeout(60)
+
+OPENAI = "/v1/chat/completions"
+ANTHROPIC = "/v1/messages"
+CHUNKS, DELAY_MS, LATENCY_MS = 4, 30, 20
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def raw_request(port, path=OPENAI, body=None, headers=b"", timeout_s=10.0):
+    """One request over a raw socket: (bytes received, how it ended: "eof" or "reset"),
+    with the time of the last received bytes and of the end, relative to the send."""
+    data = json.dumps(body or BODY).encode()
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
+    got, end, t_last = b"", "eof", 0.0
+    t0 = time.monotonic()
+    try:
+        s.sendall(b"POST %s HTTP/1.1\r\nHost: mock\r\nContent-Type: application/json\r\n%s"
+                  b"Content-Length: %d\r\n\r\n%s" % (path.encode(), headers, len(data), data))
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except ConnectionResetError:
+                end = "reset"
+                break
+            if not chunk:
+                break
+            got += chunk
+            t_last = time.monotonic() - t0
+    finally:
+        s.close()
+    return got, end, t_last, time.monotonic() - t0
+
+
+def split_head(raw):
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    hdrs = {k.lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:])}
+    return int(lines[0].split()[1]), hdrs, body
+
+
+def sse_data(lines):
+    return [d for _, _, d in sse_events(lines)]
+
+
+def log_by_request_id(stats_dir):
+    log = read_request_log(stats_dir)
+    return {r.request_id: r for r in log.itertuples() if r.request_id}
+
+
+def wait_logged(stats_dir, request_ids, timeout_s=5.0):
+    """The mock flushes its log every 0.25 s: wait until these ids are in it."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        rows = log_by_request_id(stats_dir)
+        if all(r in rows for r in request_ids):
+            return rows
+        time.sleep(0.05)
+    raise AssertionError(f"not logged within {timeout_s} s: {set(request_ids) - set(rows)}")
+
+
+@pytest.fixture(scope="module")
+def mock(tmp_path_factory):
+    m = Mock(tmp_path_factory.mktemp("fault-stats"), "--latency-ms", str(LATENCY_MS),
+             "--stream-chunks", str(CHUNKS), "--chunk-delay-ms", str(DELAY_MS))
+    yield m
+    assert m.stop() == 0
+
+
+@pytest.fixture()
+def conn(mock):
+    c = mock.client()
+    yield c
+    c.close()
+
+
+# ----------------------------------------------------------------------------- schedule and header
+
+@pytest.mark.parametrize("spec, key", [
+    ('[{"kind": "status", "status": 500, "share": 1.5}]', "faults[0].share"),
+    ('[{"kind": "status"}]', "faults[0].status"),
+    ('[{"kind": "status", "status": 200}]', "faults[0].status"),
+    ('[{"kind": "slow", "hold_ms": 5, "retry_after_s": 1}]', "faults[0].retry_after_s"),
+    ('[{"kind": "reset"}, {"kind": "explode"}]', "faults[1].kind"),
+    ('[{"kind": "down", "duration_s": 1, "share": 0.5}]', "faults[0].share"),
+    ('[{"kind": "down", "start_s": 1}]', "faults[0].duration_s"),
+    ('[{"kind": "down", "duration_s": 5}, {"kind": "down", "start_s": 2, "duration_s": 1}]',
+     "faults[1].start_s"),
+    ('[{"kind": "stall", "after_frames": 1.5}]', "faults[0].after_frames"),
+    ('[{"kind": "slow", "hold_ms": "2000"}]', "faults[0].hold_ms"),
+    ('[{"kind": "reset", "duration_s": 0}]', "faults[0].duration_s"),
+    ('{"kind": "reset"}', "faults:"),
+    ('[{"kind": "reset"', "faults:"),
+])
+def test_schedule_errors_name_the_key(spec, key):
+    with pytest.raises(FaultError) as e:
+        parse_schedule(spec)
+    assert str(e.value).startswith(key) and "\n" not in str(e.value)
+
+
+def test_cli_rejects_a_bad_schedule_in_one_line(tmp_path):
+    bad = tmp_path / "faults.json"
+    bad.write_text('[{"kind": "status", "status": 503, "shares": 0.2}]')
+    for arg, key in ((str(bad), "faults[0].shares"), (str(tmp_path / "missing.json"), "cannot read")):
+        p = subprocess.run([PY, "-m", "mocks.server", "--port", "1", "--faults", arg], cwd=REPO_DIR,
+                           capture_output=True, text=True, timeout=30)
+        assert p.returncode == 2 and key in p.stderr.strip().splitlines()[-1], p.stderr
+
+
+def test_header_syntax():
+    f = parse_header("status=429")
+    assert (f.kind, f.status, f.retry_after_s, f.label) == ("status", 429, 1, "status:429")
+    f = parse_header("status=503; retry_after_s=3; hold_ms=5")
+    assert (f.status, f.retry_after_s, f.hold_ns) == (503, 3, 5_000_000)
+    assert parse_header("status=500").retry_after_s is None
+    assert parse_header("slow=2000").hold_ns == 2_000_000_000
+    f = parse_header("stall;after_frames=2;stall_s=1.5")
+    assert (f.kind, f.after_frames, f.stall_s) == ("stall", 2, 1.5)
+    assert parse_header("reset").after_bytes is None and parse_header("malformed").kind == "malformed"
+    for bad in ("down", "status", "status=abc", "reset=5", "reset;share=0.5", "slow=-1", "stall;foo=1",
+                "malformed;after_bytes=3", ""):
+        with pytest.raises(FaultError):
+            parse_header(bad)
+
+
+def _picked(plan, n):
+    return [i for i in range(n) if plan.pick(0) is not None]
+
+
+@pytest.mark.parametrize("share", [0.05, 0.2, 0.3, 0.29, 0.333, 1.0, 0.0])
+def test_share_is_exact_per_block_and_reproducible(share):
+    def plan(seed):
+        return FaultPlan(parse_schedule(json.dumps([{"kind": "reset", "share": share}])), seed, 0.0, 0.0, 0)
+    picked = _picked(plan(7), 10 * BLOCK)
+    for b in range(10):
+        in_block = sum(b * BLOCK <= i < (b + 1) * BLOCK for i in picked)
+        assert abs(in_block - share * BLOCK) < 1  # floor steps: exact to the request
+    assert abs(len(picked) - share * 10 * BLOCK) < 1
+    assert picked == _picked(plan(7), 10 * BLOCK)
+    if 0 < share < 1:
+        assert picked != _picked(plan(8), 10 * BLOCK)
+
+
+def test_specs_tried_in_order_and_windowed():
+    faults = parse_schedule(json.dumps([
+        {"kind": "status", "status": 500, "share": 0.5, "start_s": 1, "duration_s": 1},
+        {"kind": "slow", "hold_ms": 10, "share": 1.0, "start_s": 1.5}]))
+    plan = FaultPlan(faults, 0, epoch_unix_s=100.0, now_unix_s=100.0, now_mono_ns=0)
+    assert plan.pick(999_999_999) is None                                   # before any window
+    first = [plan.pick(1_000_000_000) for _ in range(BLOCK)]              # only spec 0's window
+    assert sum(f is not None for f in first) == BLOCK // 2 and {f.label for f in first if f} == {"status:500"}
+    both = [plan.pick(1_600_000_000) for _ in range(BLOCK)]
+    assert {f.label for f in both} == {"status:500", "slow"}              # spec 0 first, the rest slow
+    assert all(plan.pick(2_000_000_000).label == "slow" for _ in range(10))  # spec 0 ended
+
+
+def test_error_bodies_are_the_providers_shapes():
+    e = json.loads(openai_error_body(429, 1))["error"]
+    assert set(e) == {"message", "type", "param", "code"} and e["code"] == "rate_limit_exceeded"
+    assert e["type"] == "requests" and e["param"] is None and "1s" in e["message"]
+    for status in (500, 503):
+        e = json.loads(openai_error_body(status))["error"]
+        assert e["type"] == "server_error" and e["code"] is None and e["message"]
+    a = json.loads(anthropic_error_body(529, "1-2"))
+    assert a == {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"},
+                 "request_id": "req_1-2"}
+    assert json.loads(anthropic_error_body(429, "x", 2))["error"]["type"] == "rate_limit_error"
+    assert json.loads(anthropic_error_body(500, "x"))["error"]["type"] == "api_error"
+    frame = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0}\n\n'
+    broken = broken_frame(frame)
+    assert broken.startswith(b"event: content_block_delta\ndata: {") and broken.endswith(b"\n\n")
+    with pytest.raises(ValueError):
+        json.loads(broken.split(b"data: ")[1])
+
+
+# ----------------------------------------------------------------------------- on the wire (header)
+
+@pytest.mark.parametrize("path, header, status, retry_after, error_type", [
+    (OPENAI, "status=429", 429, "1", "requests"),
+    (OPENAI, "status=500", 500, None, "server_error"),
+    (OPENAI, "status=503;retry_after_s=4", 503, "4", "server_error"),
+    (ANTHROPIC, "status=529", 529, None, "overloaded_error"),
+    (ANTHROPIC, "status=429;retry_after_s=2", 429, "2", "rate_limit_error"),
+])
+def test_status_fault(conn, path, header, status, retry_after, error_type):
+    for body in (BODY, dict(BODY, stream=True)):  # a stream request gets the same JSON error
+        got, hdrs, raw, elapsed = call(conn, "POST", path, body, {"x-mock-fault": header, "x-mock-latency-ms": "1000"})
+        assert got == status and hdrs.get("Retry-After") == retry_after
+        assert hdrs["Content-Type"].startswith("application/json") and hdrs["x-mock-request-id"]
+        d = json.loads(raw)
+        if path == OPENAI:
+            assert set(d["error"]) == {"message", "type", "param", "code"} and d["error"]["type"] == error_type
+        else:
+            assert d["type"] == "error" and d["error"]["type"] == error_type and d["request_id"]
+        assert elapsed < 0.5  # an error is answered at once, not after the hold, unless hold_ms says so
+
+
+def test_status_fault_hold(conn):
+    _, _, _, elapsed = call(conn, "POST", OPENAI, BODY, {"x-mock-fault": "status=500;hold_ms=150"})
+    assert elapsed >= 0.150
+
+
+def test_slow_holds_at_least_hold_ms(conn):
+    got, _, raw, elapsed = call(conn, "POST", OPENAI, BODY, {"x-mock-fault": "slow=300"})
+    assert got == 200 and json.loads(raw)["object"] == "chat.completion" and elapsed >= 0.300
+    got, _, lines = stream(conn, ANTHROPIC, dict(BODY, stream=True), {"x-mock-fault": "slow=250"})
+    assert got == 200 and lines[0][0] >= 0.250 and sse_events(lines)[-1][1] == "message_stop"
+
+
+@pytest.mark.parametrize("path", [OPENAI, ANTHROPIC])
+def test_reset_unary_cuts_mid_body_with_rst(mock, path):
+    raw, end, _, _ = raw_request(mock.port, path, headers=b"x-mock-fault: reset;after_bytes=25\r\n")
+    status, hdrs, body = split_head(raw)
+    assert end == "reset" and status == 200
+    assert len(body) == 25 < int(hdrs["content-length"])  # the head promised the whole body
+    raw, end, _, _ = raw_request(mock.port, path, headers=b"x-mock-fault: reset\r\n")  # default: half
+    _, hdrs, body = split_head(raw)
+    assert end == "reset" and len(body) == int(hdrs["content-length"]) // 2
+
+
+def test_reset_stream_after_frames(mock):
+    raw, end, t_last, _ = raw_request(mock.port, OPENAI, dict(BODY, stream=True),
+                                      b"x-mock-fault: reset;after_frames=2\r\n")
+    status, hdrs, body = split_head(raw)
+    assert end == "reset" and status == 200 and hdrs["content-type"].startswith("text/event-stream")
+    assert body.count(b"data: ") == 3 and b"[DONE]" not in body  # the opening frame and 2 content frames
+    assert t_last >= (LATENCY_MS + 2 * DELAY_MS) / 1000 * 0.95      # on the frame schedule
+
+
+def test_stall_stream_goes_silent_then_closes(mock):
+    raw, end, t_last, t_end = raw_request(mock.port, ANTHROPIC, dict(BODY, stream=True),
+                                          b"x-mock-fault: stall;after_frames=1;stall_s=0.8\r\n")
+    _, _, body = split_head(raw)
+    assert end == "eof" and b"message_stop" not in body and not body.endswith(b"0\r\n\r\n")
+    assert body.count(b"event: content_block_delta") == 1  # one content frame, then nothing
+    assert t_end - t_last >= 0.8 - 0.05                   # silent for stall_s, then closed
+
+
+def test_stall_unary_and_client_giving_up(mock):
+    s = socket.create_connection(("127.0.0.1", mock.port), timeout=5)
+    data = json.dumps(dict(BODY, messages=[{"role": "user", "content": "[rid:stall-gives-up] hi"}])).encode()
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: m\r\nx-mock-fault: stall;after_bytes=10;stall_s=50\r\n"
+              b"Content-Length: %d\r\n\r\n%s" % (len(data), data))
+    got = b""
+    while b"\r\n\r\n" not in got or len(got.partition(b"\r\n\r\n")[2]) < 10:
+        chunk = s.recv(65536)
+        assert chunk, got
+        got += chunk
+    s.settimeout(0.3)
+    with pytest.raises(TimeoutError):  # nothing more comes
+        s.recv(65536)
+    s.close()  # the client gives up; the mock must not wait the 50 s
+    rows = wait_logged(mock.stats_dir, ["stall-gives-up"])
+    r = rows["stall-gives-up"]
+    assert r.fault == "stall" and r.status_code == 200
+
+
+def test_malformed_unary_and_stream(conn):
+    got, hdrs, raw, _ = call(conn, "POST", OPENAI, BODY, {"x-mock-fault": "malformed"})
+    assert got == 200 and int(hdrs["Content-Length"]) == len(raw) and raw.startswith(b'{"id":')
+    with pytest.raises(ValueError):
+        json.loads(raw)
+    got, _, lines = stream(conn, OPENAI, dict(BODY, stream=True), {"x-mock-fault": "malformed;after_frames=1"})
+    data = sse_data(lines)
+    assert got == 200 and data[-1] == "[DONE]" and len(data) == CHUNKS + 3
+    bad = []
+    for i, d in enumerate(data[:-1]):
+        try:
+            json.loads(d)
+        except ValueError:
+            bad.append(i)
+    assert bad == [2]  # content frame 1 (after the opening frame)
+
+
+def test_bad_header_is_400_and_bad_body_is_never_faulted(conn):
+    got, _, raw, _ = call(conn, "POST", OPENAI, BODY, {"x-mock-fault": "explode"})
+    assert got == 400 and json.loads(raw)["error"]["param"] == "x-mock-fault"
+    got, _, raw, _ = call(conn, "POST", ANTHROPIC, BODY, {"x-mock-fault": "slow=nope"})
+    assert got == 400 and "x-mock-fault" in json.loads(raw)["error"]["message"]
+    got, _, _, _ = call(conn, "POST", OPENAI, b"{not json", {"x-mock-fault": "status=503"})
+    assert got == 400
+
+
+def test_log_fault_column_and_stats(mock, conn):
+    before = read_stats(mock.stats_dir, fresher_than_t_unix_s=time.time())
+    cases = {"lg-429": "status=429", "lg-slow": "slow=30", "lg-mal": "malformed", "lg-none": None}
+    for rid, header in cases.items():
+        hdrs = {"x-request-id": rid}
+        if header:
+            hdrs["x-mock-fault"] = header
+        call(conn, "POST", OPENAI, BODY, hdrs)
+    raw_request(mock.port, headers=b"x-request-id: lg-reset\r\nx-mock-fault: reset\r\n")
+    rows = wait_logged(mock.stats_dir, [*cases, "lg-reset"])
+    assert {r: (rows[r].fault, rows[r].status_code) for r in [*cases, "lg-reset"]} == {
+        "lg-429": ("status:429", 429), "lg-slow": ("slow", 200), "lg-mal": ("malformed", 200),
+        "lg-none": ("", 200), "lg-reset": ("reset", 200)}
+    assert rows["lg-slow"].hold_set_ns == 30_000_000 and rows["lg-429"].hold_set_ns == 0
+    d = diff_stats(read_stats(mock.stats_dir, fresher_than_t_unix_s=time.time()), before)
+    assert d["faults"] == {"malformed": 1, "reset": 1, "slow": 1, "status:429": 1}
+    assert d["by_status"]["429"] == 1 and d["count"] == 3 and d["incomplete"] == 1
+
+
+# ----------------------------------------------------------------------------- schedules
+
+def _send(conn, n, prefix):
+    for i in range(n):
+        call(conn, "POST", OPENAI, BODY, {"x-request-id": f"{prefix}{i}"})
+
+
+def test_schedule_share_exact_and_matches_the_seeded_plan(tmp_path):
+    schedule = [{"kind": "status", "status": 500, "share": 0.2}, {"kind": "malformed", "share": 0.1}]
+    m = Mock(tmp_path, "--latency-ms", "0", "--faults", json.dumps(schedule), "--fault-seed", "42")
+    try:
+        c = m.client()
+        _send(c, 2 * BLOCK, "sh")
+        c.close()
+        rows = wait_logged(m.stats_dir, [f"sh{i}" for i in range(2 * BLOCK)])
+        config = read_stats(m.stats_dir)["config"]
+    finally:
+        assert m.stop() == 0
+    got = [rows[f"sh{i}"].fault for i in range(2 * BLOCK)]
+    assert got.count("status:500") == 40  # exact over every 100 requests
+    assert abs(got.count("malformed") - 16) <= 10  # 10% of the 160 the first spec left
+    plan = FaultPlan(parse_schedule(json.dumps(schedule)), 42, 0.0, 0.0, 0)
+    assert got == [(f.label if (f := plan.pick(0)) else "") for _ in range(2 * BLOCK)]  # reproducible
+    assert config["fault_seed"] == 42 and config["faults"][0]["share"] == 0.2
+
+
+def test_window_start_and_end_are_respected(tmp_path):
+    epoch = time.time() + 1.5  # after the mock is up
+    schedule = [{"kind": "status", "status": 503, "share": 0.5, "start_s": 1.0, "duration_s": 1.0}]
+    m = Mock(tmp_path, "--latency-ms", "0", "--faults", json.dumps(schedule),
+             "--fault-epoch-unix-s", repr(epoch))
+    try:
+        c = m.client()
+        i = 0
+        while time.time() < epoch + 2.5 and i < 20_000:
+            call(c, "POST", OPENAI, BODY)
+            i += 1
+        c.close()
+        time.sleep(0.4)
+        log = read_request_log(m.stats_dir)
+    finally:
+        assert m.stop() == 0
+    t_s = (log["body_end_t_unix_ns"] / 1e9) - epoch
+    before, inside, after = log[t_s < 1.0], log[(t_s >= 1.0) & (t_s < 2.0)], log[t_s >= 2.0]
+    assert len(before) > 10 and len(inside) > 10 and len(after) > 10
+    assert (before["fault"] == "").all() and (after["fault"] == "").all()
+    faulted = inside["fault"] == "status:503"
+    assert (inside["fault"][~faulted] == "").all() and (inside["status_code"][faulted] == 503).all()
+    assert abs(faulted.sum() - len(inside) / 2) <= BLOCK / 2  # exact per block; the last one is partial
+
+
+def test_down_window_refuses_connects_on_every_worker_then_accepts(tmp_path):
+    epoch = time.time() + 1.5
+    m = Mock(tmp_path, "--latency-ms", "0", "--faults", '[{"kind": "down", "start_s": 1.0, "duration_s": 1.0}]',
+             "--fault-epoch-unix-s", repr(epoch), workers=2)
+    try:
+        keep = m.client()
+        call(keep, "POST", OPENAI, BODY)  # a keep-alive connection open before the window
+        seen = []
+        while time.time() < epoch + 2.6:
+            try:
+                socket.create_connection(("127.0.0.1", m.port), timeout=1).close()
+                r = "ok"
+            except ConnectionRefusedError:
+                r = "refused"
+            t = time.time() - epoch
+            if not seen or seen[-1][1] != r:
+                seen.append((t, r))
+            time.sleep(0.005)
+        with pytest.raises((ConnectionError, OSError)):  # it was closed at the start of the window
+            call(keep, "POST", OPENAI, BODY)
+        keep.close()
+        fresh = m.client()
+        got, _, _, _ = call(fresh, "POST", OPENAI, BODY)
+        fresh.close()
+        stats = read_stats(m.stats_dir, fresher_than_t_unix_s=time.time())
+    finally:
+        assert m.stop() == 0
+    assert [r for _, r in seen] == ["ok", "refused", "ok"] and got == 200
+    assert 0.95 <= seen[1][0] <= 1.2 and 1.95 <= seen[2][0] <= 2.3
+    windows = stats["down_windows"]
+    assert sorted(w["pid"] for w in windows) == sorted(m.workers)
+    for w in windows:
+        assert abs(w["start_t_unix_s"] - (epoch + 1.0)) < 0.1 and abs(w["end_t_unix_s"] - (epoch + 2.0)) < 0.2
+
+
+def test_two_mocks_side_by_side(tmp_path):
+    a = Mock(tmp_path / "a", "--latency-ms", "0", "--faults", '[{"kind": "status", "status": 503}]')
+    b = Mock(tmp_path / "b", "--latency-ms", "0")
+    try:
+        assert call(a.client(), "POST", OPENAI, BODY)[0] == 503
+        assert call(b.client(), "POST", OPENAI, BODY)[0] == 200
+    finally:
+        assert a.stop() == 0 and b.stop() == 0
+
+
+def test_merge_and_diff_carry_faults_and_windows():
+    w1 = {"pid": 1, "faults": {"reset": 2}, "down_windows": [
+        {"pid": 1, "fault_index": 0, "start_t_unix_s": 5.0, "end_t_unix_s": 6.0}]}
+    w2 = {"pid": 2, "faults": {"reset": 1, "status:429": 4}, "down_windows": []}
+    merged = merge_worker_snapshots([w1, w2])
+    assert merged["faults"] == {"reset": 3, "status:429": 4} and len(merged["down_windows"]) == 1
+    later = merge_worker_snapshots([dict(w1, faults={"reset": 5}, down_windows=w1["down_windows"] + [
+        {"pid": 1, "fault_index": 1, "start_t_unix_s": 9.0, "end_t_unix_s": 10.0}]), w2])
+    d = diff_stats(later, merged)
+    assert d["faults"] == {"reset": 3} and [w["fault_index"] for w in d["down_windows"]] == [1]
