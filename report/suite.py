@@ -45,6 +45,11 @@ _COMPARE_NUMBERS = {"metric", "n", "n_ref", "mean", "sd", "mean_ref", "sd_ref", 
                     "t", "p_value", "outcome", "basis"}
 
 
+def cells_frame(suite_dir: str | Path) -> pd.DataFrame:
+    """The per-cell table as the report shows it (for notebooks)."""
+    return suite_cells(S.suite_table(suite_dir), S.CELL_METRICS + S.LANE_METRICS, "").frame()
+
+
 def render_suite_html(suite_dir: str | Path, compare_with: str | Path | None = None) -> str:
     suite_dir = Path(suite_dir)
     manifest = read_json(suite_dir / "manifest.json")

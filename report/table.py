@@ -29,6 +29,11 @@ class Cell:
     def text(self) -> str:
         return "".join(("\n" if p.br else "") + p.text for p in self.parts)
 
+    @property
+    def main_text(self) -> str:
+        """The text without its small print (a system's kind and version under its name)."""
+        return "".join(("\n" if p.br else "") + p.text for p in self.parts if not p.small)
+
 
 def cell(text: object = "", cls: str = "", span: str = "", header: bool = False,
          strong: bool = False) -> Cell:
@@ -54,8 +59,9 @@ class Table:
     wide: bool = False          # in a horizontally scrolling box
 
     def frame(self) -> pd.DataFrame:
-        names = [c.text.split("\n")[0] for c in self.columns]
-        return pd.DataFrame([[c.text for c in r.cells] for r in self.rows], columns=names or None)
+        names = [c.main_text for c in self.columns]
+        return pd.DataFrame([[c.main_text for c in r.cells] for r in self.rows],
+                            columns=names or None)
 
     @property
     def empty(self) -> bool:
