@@ -204,7 +204,8 @@ def plot_open_loop(data: ReportData, steps: pd.DataFrame) -> str | None:
     steps = steps.assign(_o=steps["system"].map(order)).sort_values(["_o", "run_index", "offered_rps"])
     for (system, run_id), g in steps.groupby(["system", "run_id"], sort=False):
         st = g["status"].iloc[0]
-        style = dict(color=data.colors.get(system, "k"), label=run_id + ("" if st == "completed" else f" ({st})"),
+        style = dict(color=data.colors.get(system, "k"),
+                     label=run_id + ("" if st == "completed" else f" ({st})"),
                      **_run_style(st, g["run_index"].iloc[0]))
         axes[0].plot(g["offered_rps"], g["p99_added_ms"], **style)
         axes[1].plot(g["offered_rps"], g["achieved_rps"] / g["offered_rps"], **style)

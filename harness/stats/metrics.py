@@ -1,4 +1,5 @@
-"""Thresholds, metric definitions and the methodology's words, shared by every statistic."""
+"""Thresholds, the figures summarised and compared, and the methodology's words, shared by every
+statistic. How each figure is named and shown is the metric registry's (harness/model/metrics.py)."""
 from __future__ import annotations
 
 SCHEMA_VERSION = 1
