@@ -50,9 +50,9 @@ def heading(m: str | Metric, qualifier: str = "") -> str:
 def mean_sd(d: Mapping[str, Any], m: str | Metric) -> str:
     """'mean ± sd (n=…)'; 'mean (n=1)' for a single run; '—' when there is none."""
     m = _m(m)
-    n = int(d.get("n") or 0)
-    if n == 0 or isnan(d.get("mean")):
+    if isnan(d.get("n")) or not d.get("n") or isnan(d.get("mean")):
         return DASH
+    n = int(d["n"])
     mean = d["mean"] / m.scale
     if n == 1 or isnan(d.get("sd")):
         return f"{mean:.{m.digits}f} (n={n})"

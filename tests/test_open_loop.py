@@ -219,6 +219,6 @@ def test_open_loop_lane_through_papermill(tmp_path):
     executed = nbformat.read(out / "ol-smoke" / "head_to_head.ipynb", as_version=4)
     html = "".join(o.get("data", {}).get("text/html", "") for c in executed.cells
                    if c.cell_type == "code" for o in c.get("outputs", []))
-    assert "sustained, p99 added ≤ 10 ms (req/s)" in html
+    assert "sustained with p99 added ≤ 10 ms (req/s)" in html
     report = (out / "ol-smoke" / "report.html").read_text()
     assert 'id="open-loop-table"' in report and "kept up to 40" in report
