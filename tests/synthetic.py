@@ -101,6 +101,7 @@ def _default_params() -> dict[str, list[RunParams]]:
 
 KINDS = {"direct": "baseline", "nginx": "baseline", "sluice": "in-house", "litellm": "competitor"}
 VERSIONS = {"direct": "-", "nginx": "1.22.1", "sluice": "0.1.0", "litellm": "1.74.0"}
+ROLES = {"direct": "floor", "nginx": "hop"}   # as gateways/*/gateway.toml say
 
 
 @dataclass
@@ -432,6 +433,7 @@ def make_study(root: str | Path, study_id: str = "synthetic-study",
         "schema_version": SCHEMA_VERSION, "study_id": study_id, "status": status,
         "reason": "" if status == "completed" else "interrupted by the test",
         "config": {"gateways": systems, "profile": "synthetic", "runs_per_gateway": runs_per,
+                   "reference_system": "nginx", "gate_system": "sluice", "aa_pair": [],
                    "users": USERS, "ramp_s": RAMP_S, "hold_s": HOLD_S, "warmup_s": WARMUP_S,
                    "warmup_users": WARMUP_USERS, "idle_s": IDLE_S, "cooldown_s": COOLDOWN_S,
                    "think_time_s": THINK_S, "locust_processes": 1, "request_timeout_s": 30.0,
@@ -448,6 +450,7 @@ def make_study(root: str | Path, study_id: str = "synthetic-study",
         "git_commit": "0123456789abcdef0123456789abcdef01234567-dirty",
         "started_t_unix_s": BASE_T, "ended_t_unix_s": BASE_T + 60.0 * len(plan),
         "systems": {s: {"kind": KINDS.get(s, "competitor"), "version": VERSIONS.get(s, "0"),
+                        "role": ROLES.get(s.split("@")[0].split("~")[0], "system"),
                         "runnable": True, "not_runnable_reason": ""} for s in systems},
     }
     _write_json(manifest, path / "manifest.json")

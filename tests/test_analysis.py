@@ -15,6 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from synthetic import RunParams, default_params, make_study  # noqa: E402
 
 from harness import stats as A  # noqa: E402
+from report import format as F  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +88,7 @@ def test_run_without_manifest_is_kept_as_failed(tmp_path):
     study = A.load_study(s.path)
     rs = A.run_summary(study)
     row = rs.set_index("run_id").loc["nginx-4"]
-    assert row["status"] == "interrupted" and row["label"] == "failed"
+    assert row["status"] == "interrupted" and row["label"] is A.Label.FAILED
     assert "Ctrl-C" in row["label_reasons"]
     summ = A.system_summary(rs)
     thr = summ[(summ.system == "nginx") & (summ.metric == "throughput_rps")].iloc[0]
@@ -114,6 +115,8 @@ def test_run_summary_known_answers(syn, rs, figure):
         if figure not in exp:
             continue
         got, want = by_run.loc[run_id, figure], exp[figure]
+        if isinstance(got, A.Label):
+            got = got.value
         if isinstance(want, str):
             assert got == want, (run_id, figure)
         else:
@@ -154,6 +157,17 @@ def test_cpu_per_request_counts_every_request_in_the_window(rs):
     assert row["cpu_ms_per_request"] == pytest.approx(1.5 * 10.0 * 1000 / 620)
 
 
+def test_the_floor_is_the_system_whose_role_says_so(tmp_path):
+    """Not a name: with nginx declared the floor, overheads are measured against nginx."""
+    s = make_study(tmp_path)
+    m = json.loads((s.path / "manifest.json").read_text())
+    m["systems"]["direct"]["role"], m["systems"]["nginx"]["role"] = "system", "floor"
+    (s.path / "manifest.json").write_text(json.dumps(m))
+    rs = A.run_summary(A.load_study(s.path)).set_index("run_id")
+    assert rs.loc["nginx-1", "overhead_vs_direct_p50_ms"] == pytest.approx(0.0, abs=0.05)
+    assert rs.loc["direct-1", "overhead_vs_direct_p50_ms"] < 0
+
+
 def test_direct_has_no_process_so_no_cpu_or_memory(rs):
     row = rs.set_index("run_id").loc["direct-1"]
     assert math.isnan(row["cpu_ms_per_request"]) and math.isnan(row["rss_peak_bytes"])
@@ -166,7 +180,8 @@ def test_overhead_vs_direct_is_nan_with_a_reason_without_direct(tmp_path):
     s = make_study(tmp_path, params=params)
     rs = A.run_summary(A.load_study(s.path))
     assert rs["overhead_vs_direct_p50_ms"].isna().all()
-    assert (rs["overhead_vs_direct_reason"] == "no completed 'direct' run in this study").all()
+    assert (rs["overhead_vs_direct_reason"]
+            == "no floor system (gateway.toml role \"floor\") in this study").all()
     # overhead vs the mock does not need the direct baseline
     assert rs.set_index("run_id").loc["nginx-1", "overhead_vs_mock_p50_ms"] == pytest.approx(
         s.expected["nginx-1"]["overhead_vs_mock_p50_ms"])
@@ -191,7 +206,7 @@ REASON_WORDS = {"locust cpu": "Locust CPU peaked", "locust warning": "high-CPU w
 def test_labels_and_their_reasons(syn, rs):
     by_run = rs.set_index("run_id")
     for run_id, exp in syn.expected.items():
-        assert by_run.loc[run_id, "label"] == exp["label"], run_id
+        assert by_run.loc[run_id, "label"].value == exp["label"], run_id
         text = by_run.loc[run_id, "label_reasons"]
         for key in exp.get("label_reasons", []):
             assert REASON_WORDS[key] in text, (run_id, key, text)
@@ -233,28 +248,28 @@ def _capacity_row(**over):
 def test_classify_each_criterion(over, words):
     label, reasons = A.classify(_capacity_row(**over))
     if over.get("status") == "running":
-        assert label == "failed" and any(words in r for r in reasons)
+        assert label is A.Label.FAILED and any(words in r for r in reasons)
         return
     if words is None:
-        assert (label, reasons) == ("capacity", [])
+        assert (label, reasons) == (A.Label.CAPACITY, [])
     else:
-        assert label == "behaviour"
+        assert label is A.Label.BEHAVIOUR
         assert any(words in r for r in reasons), reasons
 
 
 def test_other_processes_competing_for_the_cpu_make_it_behaviour(tmp_path):
     params = {"nginx": [RunParams(other_cpu=o) for o in (5.0, 80.0)]}
     rs = A.run_summary(A.load_study(make_study(tmp_path, params=params).path)).set_index("run_id")
-    assert rs.loc["nginx-1", "label"] == "capacity"
+    assert rs.loc["nginx-1", "label"] is A.Label.CAPACITY
     assert rs.loc["nginx-1", "other_cpu_mean_percent"] == pytest.approx(5.0)
-    assert rs.loc["nginx-2", "label"] == "behaviour"
+    assert rs.loc["nginx-2", "label"] is A.Label.BEHAVIOUR
     assert "other processes on the machine used 80% CPU" in rs.loc["nginx-2", "label_reasons"]
 
 
 def test_system_labels(rs):
     labels = A.system_labels(rs).set_index("system")
-    assert labels.loc["nginx", "label"] == "capacity"
-    assert labels.loc["sluice", "label"] == "behaviour"
+    assert labels.loc["nginx", "label"] is A.Label.CAPACITY
+    assert labels.loc["sluice", "label"] is A.Label.BEHAVIOUR
     assert any(r.startswith("sluice-1: ") for r in labels.loc["sluice", "reasons"])
     assert labels.loc["litellm", "completed"] == 2
 
@@ -329,10 +344,11 @@ def test_ratio_and_its_propagated_sd():
 def test_verdict_both_ways(metric, sys_vals, ref_vals, outcome, word):
     df = pd.concat([_frame({"x": sys_vals}, metric), _frame({"ref": ref_vals}, metric)])
     c = A.compare(df, reference="ref", metrics=[metric]).iloc[0]
-    assert c["outcome"] == outcome and c["verdict"] == word
+    assert c["outcome"] is A.Outcome(outcome) and c["basis"] is A.Basis.TESTED
+    assert F.verdict_word(c["outcome"], metric) == word
     assert c["p_value"] == pytest.approx(_welch_p(sys_vals, ref_vals), rel=1e-9)
     assert c["p_value"] < 0.05 and abs(c["ratio"] - 1) >= 0.10
-    assert "< 0.05" in c["reason"]
+    assert "< 0.05" in F.verdict_reason(c)
 
 
 def test_significant_but_under_ten_percent_is_no_clear_difference():
@@ -340,8 +356,8 @@ def test_significant_but_under_ten_percent_is_no_clear_difference():
     df = pd.concat([_frame({"x": sys_vals}), _frame({"ref": ref_vals})])
     c = A.compare(df, reference="ref", metrics=["throughput_rps"]).iloc[0]
     assert c["p_value"] < 0.001
-    assert c["verdict"] == "no clear difference"
-    assert "only 5.0% off 1 (< 10%)" in c["reason"]
+    assert c["outcome"] is A.Outcome.NO_CLEAR_DIFFERENCE
+    assert "only 5.0% off 1 (< 10%)" in F.verdict_reason(c)
 
 
 def test_large_but_noisy_is_no_clear_difference():
@@ -350,36 +366,38 @@ def test_large_but_noisy_is_no_clear_difference():
     c = A.compare(df, reference="ref", metrics=["throughput_rps"]).iloc[0]
     assert c["ratio"] == pytest.approx(1.5)
     assert c["p_value"] >= 0.05
-    assert c["verdict"] == "no clear difference" and "≥ 0.05" in c["reason"]
+    assert c["outcome"] is A.Outcome.NO_CLEAR_DIFFERENCE and "≥ 0.05" in F.verdict_reason(c)
 
 
 def test_ten_percent_rule_boundary():
     # identical runs within each set: the difference is certain, only the 10 % rule decides
     df = pd.concat([_frame({"x": [110.0] * 3}), _frame({"ref": [100.0] * 3})])
-    assert A.compare(df, reference="ref", metrics=["throughput_rps"]).iloc[0]["verdict"] == "faster"
+    assert (A.compare(df, reference="ref", metrics=["throughput_rps"]).iloc[0]["outcome"]
+            is A.Outcome.BETTER)
     df = pd.concat([_frame({"x": [109.0] * 3}), _frame({"ref": [100.0] * 3})])
-    assert (A.compare(df, reference="ref", metrics=["throughput_rps"]).iloc[0]["verdict"]
-            == "no clear difference")
+    assert (A.compare(df, reference="ref", metrics=["throughput_rps"]).iloc[0]["outcome"]
+            is A.Outcome.NO_CLEAR_DIFFERENCE)
 
 
 def test_too_few_runs_and_missing_reference():
     df = pd.concat([_frame({"x": [130.0]}), _frame({"ref": [100.0, 101.0]})])
     c = A.compare(df, reference="ref", metrics=["throughput_rps"]).iloc[0]
-    assert c["verdict"] == "no clear difference" and "too few completed runs" in c["reason"]
+    assert c["basis"] is A.Basis.TOO_FEW_RUNS
+    assert "too few completed runs" in F.verdict_reason(c)
     with pytest.raises(KeyError, match="nginx"):
         A.compare(df, reference="nginx")
 
 
 def test_compare_on_the_synthetic_study(rs):
-    c = A.compare(rs).set_index(["system", "metric"])
-    assert c.loc[("litellm", "throughput_rps"), "verdict"] == "slower"
-    assert c.loc[("sluice", "throughput_rps"), "verdict"] == "no clear difference"
-    assert c.loc[("sluice", "cpu_ms_per_request"), "verdict"] == "less CPU"
+    c = A.compare(rs, "nginx", floor="direct").set_index(["system", "metric"])
+    assert c.loc[("litellm", "throughput_rps"), "outcome"] is A.Outcome.WORSE
+    assert c.loc[("sluice", "throughput_rps"), "outcome"] is A.Outcome.NO_CLEAR_DIFFERENCE
+    assert c.loc[("sluice", "cpu_ms_per_request"), "outcome"] is A.Outcome.BETTER
     assert c.loc[("litellm", "throughput_rps"), "n"] == 2           # the failed run is out
-    assert "not compared" in c.loc[("direct", "overhead_vs_direct_p50_ms"), "reason"]
+    assert c.loc[("direct", "overhead_vs_direct_p50_ms"), "basis"] is A.Basis.NOT_COMPARED
 
 
-# --- along the ramp and the headline table -------------------------------------------------------
+# --- along the ramp -------------------------------------------------------------------------------
 
 def test_ramp_curve(syn, study):
     rc = A.ramp_curve(study, bin_users=50)
@@ -399,30 +417,6 @@ def test_ramp_curve(syn, study):
     assert l1.loc[150, "throughput_rps"] == pytest.approx(60, rel=0.03)
     # a failed run still shows the part of the ramp it ran
     assert (rc.run_id == "litellm-2").any()
-
-
-def test_head_to_head_table(syn, study, rs):
-    t = A.head_to_head_table(study).set_index("system")
-    assert list(t.index) == ["direct", "nginx", "sluice", "litellm"]
-    assert t.loc["nginx", "kind"] == "baseline" and t.loc["nginx", "version"] == "1.22.1"
-    thr = [syn.expected[f"nginx-{i}"]["throughput_rps"] for i in (1, 2, 3)]
-    assert t.loc["nginx", "throughput (req/s)"] == (
-        f"{np.mean(thr):.1f} ± {np.std(thr, ddof=1):.1f} (n=3)")
-    lit = [syn.expected[f"litellm-{i}"]["overhead_vs_mock_p50_ms"] for i in (1, 3)]
-    assert t.loc["litellm", "median overhead vs mock (ms)"] == (
-        f"{np.mean(lit):.2f} ± {np.std(lit, ddof=1):.2f} (n=2)")
-    assert t.loc["litellm", "runs"] == "2 of 3 completed"
-    assert t.loc["nginx", "vs nginx"] == "reference"
-    assert "throughput: slower" in t.loc["litellm", "vs nginx"]
-    assert t.loc["direct", "CPU-ms / request"] == "—"
-    assert t.loc["nginx", "peak RSS (MiB)"] == "48.0 ± 0.0 (n=3)"
-    assert t.loc["nginx", "result"] == "capacity"
-
-
-def test_fmt_mean_sd():
-    assert A.fmt_mean_sd({"n": 3, "mean": 1.23456, "sd": 0.1}, 2) == "1.23 ± 0.10 (n=3)"
-    assert A.fmt_mean_sd({"n": 1, "mean": 5.0, "sd": math.nan}, 1) == "5.0 (n=1)"
-    assert A.fmt_mean_sd({"n": 0, "mean": math.nan, "sd": math.nan}) == "—"
 
 
 def test_other_cpu_counts_hosts_of_one_machine_once():

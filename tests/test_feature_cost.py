@@ -9,6 +9,8 @@ import pandas as pd
 import pytest
 
 from harness import stats as A
+from report import format as F
+from report import tables
 from harness.model.config import REPO_DIR, ConfigError, from_profile
 from harness.model.gateway_spec import GatewaySpecError, feature_of, folder_of, load_gateway_spec
 from harness.run.study import prepare
@@ -80,19 +82,22 @@ def test_feature_cost_against_passthrough_with_known_answers(tmp_path):
     alias = cost[(cost["system"] == "sluice@alias")].set_index("metric")
     assert alias.loc["latency_p50_ms", "added_mean"] == pytest.approx(0.4, abs=1e-6)
     assert alias.loc["latency_p99_ms", "added_mean"] == pytest.approx(0.4, abs=1e-6)
-    assert alias.loc["latency_p50_ms", "vs_direct_mean"] == pytest.approx(0.7, abs=1e-6)
+    assert alias.loc["latency_p50_ms", "vs_floor_mean"] == pytest.approx(0.7, abs=1e-6)
     # CPU-ms per request = cores × 1000 / rate
     assert alias.loc["cpu_ms_per_request", "added_mean"] == pytest.approx(0.05 * 1000 / 180, rel=0.02)
-    assert alias.loc["cpu_ms_per_request", "verdict"] == "more CPU"
-    table = A.feature_cost_table(study, cost)
+    assert alias.loc["cpu_ms_per_request", "outcome"] is A.Outcome.WORSE
+    assert F.verdict_word(alias.loc["cpu_ms_per_request", "outcome"], "cpu_ms_per_request") == \
+        "more CPU"
+    table = tables.feature_cost(cost, study.systems).frame()
     assert list(table["system"]) == ["sluice@passthrough", "sluice@alias"]
-    assert table.iloc[0]["median latency added (ms)"] == "reference"
-    assert table.iloc[1]["median latency added (ms)"].startswith("0.40 ±")
+    added = F.heading("latency_p50_ms", "added")
+    assert table.iloc[0][added] == "reference"
+    assert table.iloc[1][added].startswith("0.40 ±")
 
 
 def test_feature_cost_is_empty_without_features(tmp_path):
     study = A.load_study(make_study(tmp_path).path)
-    assert A.feature_cost(study).empty and A.feature_cost_table(study).empty
+    assert A.feature_cost(study).empty
 
 
 @pytest.mark.integration

@@ -110,11 +110,11 @@ def test_judge_fails_only_beyond_the_threshold_in_the_bad_direction():
     worse = G.judge(_fig("overhead_p50_ratio", 1.62, "lower"), base, META)
     assert worse.failed
     assert worse.threshold == pytest.approx(0.12)
-    assert worse.line.startswith("FAIL median overhead ratio 1.620 vs baseline 1.210 (+34%, "
-                                 "threshold 12% = max(10%, 3×sd 4%)) — baseline from commit "
+    assert worse.line.startswith("FAIL median overhead vs mock ratio 1.620 vs baseline 1.210 "
+                                 "(+34%, threshold 12% = max(10%, 3×sd 4%)) — baseline from commit "
                                  "abc123def456 (study 20260101T000000Z)")
     within = G.judge(_fig("overhead_p50_ratio", 1.21 * 1.11, "lower"), base, META)
-    assert not within.failed and within.line.startswith("ok median overhead ratio")
+    assert not within.failed and within.line.startswith("ok median overhead vs mock ratio")
 
 
 def test_a_better_figure_never_fails():
@@ -140,7 +140,7 @@ def test_peak_rss_is_absolute_and_printed_in_mib():
 
 def test_figures_are_paired_by_round(studies):
     rs = A.run_summary(A.load_study(studies["base"].path))
-    figs = G.compute_figures(rs)
+    figs = G.compute_figures(rs, "sluice", "nginx")
     exp = studies["base"].expected
     want = [exp[f"sluice-{i}"]["overhead_vs_mock_p50_ms"] / exp[f"nginx-{i}"]["overhead_vs_mock_p50_ms"]
             for i in (1, 2, 3)]
@@ -159,14 +159,14 @@ def test_without_pairing_the_ratio_of_means_with_propagated_sd():
               ("sluice", None, "completed", 110.0, 2.2, 4.4, 0.55, 31e6),
               ("nginx", None, "completed", 200.0, 1.0, 2.0, 1.0, 10e6),
               ("nginx", None, "completed", 210.0, 1.1, 2.1, 1.1, 11e6)])
-    figs = G.compute_figures(rs)
+    figs = G.compute_figures(rs, "sluice", "nginx")
     f = figs["throughput_ratio"]
     assert f.method == "ratio of means" and f.n == 2
     r, sd = A.ratio_with_sd(105.0, pd.Series([100.0, 110.0]).std(), 205.0,
                             pd.Series([200.0, 210.0]).std())
     assert f.mean == pytest.approx(r) and f.sd == pytest.approx(sd)
     # one run each: the ratio is defined, its sd is not, and the baseline says so
-    one = G.compute_figures(rs.iloc[[0, 2]])
+    one = G.compute_figures(rs.iloc[[0, 2]], "sluice", "nginx")
     assert one["throughput_ratio"].mean == pytest.approx(0.5)
     assert math.isnan(one["throughput_ratio"].sd)
     assert one["throughput_ratio"].to_json()["sd"] is None
@@ -179,19 +179,20 @@ def test_division_guard_floors_a_near_zero_reference_overhead():
               ("nginx", 2, "completed", 100.0, -0.02, 2.0, 1.0, 10e6),
               ("sluice", 3, "completed", 100.0, 0.4, 4.0, 0.5, 30e6),
               ("nginx", 3, "completed", 100.0, 0.5, 2.0, 1.0, 10e6)])
-    f = G.compute_figures(rs)["overhead_p50_ratio"]
+    f = G.compute_figures(rs, "sluice", "nginx")["overhead_p50_ratio"]
     assert f.mean == pytest.approx((0.5 / 0.05 + 0.6 / 0.05 + 0.4 / 0.5) / 3)
     assert math.isfinite(f.sd)
-    assert f.notes == ["nginx overhead floored at 0.05 ms in rounds 1, 2"]
-    assert G.compute_figures(rs, epsilon_ms=0.1)["overhead_p50_ratio"].mean == pytest.approx(
+    assert f.notes == ("nginx overhead floored at 0.05 ms in rounds 1, 2",)
+    floored = G.compute_figures(rs, "sluice", "nginx", epsilon_ms=0.1)["overhead_p50_ratio"]
+    assert floored.mean == pytest.approx(
         (0.5 / 0.1 + 0.6 / 0.1 + 0.4 / 0.5) / 3)
     # the ratio-of-means path floors the mean
     nopair = rs.assign(round=None)
     nopair.loc[nopair.system == "nginx", "overhead_vs_mock_p50_ms"] = [0.01, 0.0, -0.01]
-    g = G.compute_figures(nopair)["overhead_p50_ratio"]
+    g = G.compute_figures(nopair, "sluice", "nginx")["overhead_p50_ratio"]
     assert g.method == "ratio of means"
     assert g.mean == pytest.approx(0.5 / 0.05)
-    assert g.notes == ["nginx mean overhead 0 ms floored at 0.05 ms"]
+    assert g.notes == ("nginx mean overhead 0 ms floored at 0.05 ms",)
 
 
 def test_division_guard_end_to_end_is_named_in_the_output(tmp_path):
@@ -206,12 +207,12 @@ def test_division_guard_end_to_end_is_named_in_the_output(tmp_path):
     assert G.refresh(s.path, baseline).exit_code == 0
     res = G.check(s.path, baseline)
     assert res.exit_code == 0, res.text
-    line = next(x for x in res.lines if "median overhead ratio" in x)
+    line = next(x for x in res.lines if "median overhead vs mock ratio" in x)
     assert "nginx overhead floored at 0.05 ms in rounds 1, 2, 3" in line
     want = sum(s.expected[f"sluice-{i}"]["overhead_vs_mock_p50_ms"] / 0.05 for i in (1, 2, 3)) / 3
     assert res.judgements[1].name == "overhead_p50_ratio"
     assert res.judgements[1].current == pytest.approx(want)
-    assert line.startswith(f"ok median overhead ratio {want:.3f} vs baseline {want:.3f}")
+    assert line.startswith(f"ok median overhead vs mock ratio {want:.3f} vs baseline {want:.3f}")
 
 
 # --- the baseline file and the check -------------------------------------------------------------
@@ -247,13 +248,13 @@ def test_a_30_percent_slower_candidate_fails_naming_figure_and_baseline_commit(s
     failed = {j.name for j in res.judgements if j.failed}
     assert {"throughput_ratio", "overhead_p50_ratio", "overhead_p95_ratio"} <= failed
     assert "rss_peak_bytes" not in failed
-    line = next(x for x in res.lines if "median overhead ratio" in x)
-    assert line.startswith("FAIL median overhead ratio ")
+    line = next(x for x in res.lines if "median overhead vs mock ratio" in x)
+    assert line.startswith("FAIL median overhead vs mock ratio ")
     assert "(+30%, threshold 10% = max(10%, 3×sd" in line
     assert "baseline from commit abc123def456 (study base)" in line
     assert any(x.startswith("FAIL throughput ratio ") and "(-30%" in x for x in res.lines)
     assert any(x.startswith("ok peak RSS") for x in res.lines)
-    assert res.lines[-1].startswith("gate: FAIL") and "median overhead ratio" in res.lines[-1]
+    assert res.lines[-1].startswith("gate: FAIL") and "median overhead vs mock ratio" in res.lines[-1]
 
 
 def test_a_better_candidate_passes_end_to_end(studies):
@@ -315,6 +316,18 @@ def test_failed_runs_of_either_system_are_named(studies, tmp_path):
     assert G.refresh(s.path, tmp_path / "never.json").exit_code == 2
 
 
+def test_the_candidate_and_reference_come_from_the_study(tmp_path):
+    s = make_study(tmp_path, "roles")
+    _set_manifest(s.path, config={**json.loads((s.path / "manifest.json").read_text())["config"],
+                                  "gate_system": "litellm", "reference_system": "sluice"})
+    res = G.refresh(s.path, tmp_path / "roles.json")
+    assert res.exit_code == 2 and "litellm-2 (failed" in res.text   # litellm's failed run
+    res = G.refresh(s.path, tmp_path / "roles.json", candidate="nginx")
+    assert res.exit_code == 0, res.text
+    base = json.loads((tmp_path / "roles.json").read_text())
+    assert (base["candidate"], base["reference"]) == ("nginx", "sluice")
+
+
 def test_profile_mismatch_and_system_mismatch_are_bad_input(studies, tmp_path):
     data = json.loads(studies["baseline"].read_text())
     data["profile"] = "gate"
@@ -332,7 +345,7 @@ def test_cli_exit_codes_and_output(studies, tmp_path, capsys):
     assert "gate: ok" in capsys.readouterr().out
     assert G.main(["check", str(studies["slow"].path), "--baseline", b]) == 1
     out = capsys.readouterr().out
-    assert "FAIL median overhead ratio" in out and "abc123def456" in out
+    assert "FAIL median overhead vs mock ratio" in out and "abc123def456" in out
     # a looser threshold (the parameters reach the judgement)
     assert G.main(["check", str(studies["slow"].path), "--baseline", b,
                    "--min-threshold", "0.5"]) == 0

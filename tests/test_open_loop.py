@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from harness import stats as A
+from report import tables
 from harness.model.config import REPO_DIR, ConfigError, from_profile, validate
 from harness.run.store import REQUEST_SCHEMA
 from report.build import render_report_html
@@ -121,7 +122,8 @@ def synthetic(tmp_path_factory):
                             "status": "completed", "dir": f"runs/{system}/{n}"})
             t += 100.0
     (path / "manifest.json").write_text(json.dumps(
-        {"study_id": "open-loop", "config": {"gateways": list(RUNS)}, "runs": entries}))
+        {"study_id": "open-loop", "config": {"gateways": list(RUNS)}, "runs": entries,
+         "systems": {s: {"role": "floor" if s == "direct" else "system"} for s in RUNS}}))
     return A.load_study(path)
 
 
@@ -156,7 +158,7 @@ def test_a_backlog_and_unsent_slots_are_not_kept_up(synthetic):
 
 
 def test_capacity_under_each_bound_across_runs(synthetic):
-    cap = A.open_loop_capacity(A.open_loop_steps(synthetic)).set_index("system")
+    cap = A.open_loop_capacity(A.open_loop_steps(synthetic), "direct").set_index("system")
     fast, slow = cap.loc["fast"], cap.loc["slow"]
     # fast: run 1 sustains 200 under 5 ms (+8 at 400), run 2 only 100 (+6 at 200)
     assert (fast["sustained_5ms_rps_mean"], fast["sustained_5ms_rps_sd"]) == \
@@ -167,16 +169,16 @@ def test_capacity_under_each_bound_across_runs(synthetic):
     assert slow["sustained_50ms_rps_mean"] == 200.0
     assert slow["stopped_at_rps_mean"] == 400.0 and slow["stopped_at_rps_sd"] == 0.0
     assert not slow["baseline_also_stopped"]
-    table = A.open_loop_table(synthetic).set_index("system")
+    table = tables.open_loop(A.open_loop_steps(synthetic), "direct").frame().set_index("system")
     assert table.loc["slow", "stopped keeping up at (req/s)"] == "400 ± 0 (n=2)"
     assert table.loc["fast", "stopped keeping up at (req/s)"] == "2 of 2 runs kept up to 400"
-    assert table.loc["fast", "sustained, p99 added ≤ 5 ms (req/s)"] == "150 ± 71 (n=2)"
+    assert table.loc["fast", "sustained with p99 added ≤ 5 ms (req/s)"] == "150 ± 71 (n=2)"
 
 
 def test_a_closed_loop_study_has_no_open_loop_rows(tmp_path):
     from synthetic import make_study
     study = A.load_study(make_study(tmp_path).path)
-    assert A.open_loop_steps(study).empty and A.open_loop_table(study).empty
+    assert A.open_loop_steps(study).empty
     assert 'id="open-loop"' not in render_report_html(study.path)
 
 
@@ -217,6 +219,6 @@ def test_open_loop_lane_through_papermill(tmp_path):
     executed = nbformat.read(out / "ol-smoke" / "head_to_head.ipynb", as_version=4)
     html = "".join(o.get("data", {}).get("text/html", "") for c in executed.cells
                    if c.cell_type == "code" for o in c.get("outputs", []))
-    assert "sustained, p99 added ≤ 10 ms (req/s)" in html
+    assert "sustained with p99 added ≤ 10 ms (req/s)" in html
     report = (out / "ol-smoke" / "report.html").read_text()
     assert 'id="open-loop-table"' in report and "kept up to 40" in report

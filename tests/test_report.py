@@ -3,6 +3,7 @@ structure, a real browser rendering it, and the papermill path through notebooks
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -19,6 +20,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from synthetic import RunParams, make_study  # noqa: E402
 
 from report import build  # noqa: E402
+from report import format as F  # noqa: E402
+from report import tables  # noqa: E402
+from report.data import collect  # noqa: E402
 
 REPO_DIR = Path(__file__).resolve().parent.parent
 
@@ -134,16 +138,37 @@ def test_headline_numbers_match_a_recomputation_from_requests_parquet(syn, html)
         assert row["throughput (req/s)"] == _fmt(fig["throughput"], 1), system
         assert row["median overhead vs mock (ms)"] == _fmt(fig["p50"], 2), system
         assert row["p95 overhead vs mock (ms)"] == _fmt(fig["p95"], 2), system
-        assert row["errors"].startswith(_fmt(fig["errors"], 1)), system
+        assert row["errors (requests)"].startswith(_fmt(fig["errors"], 1)), system
         if "cpu" in fig:
-            assert row["CPU-ms / request"] == _fmt(fig["cpu"], 3), system
+            assert row["CPU time per request (ms)"] == _fmt(fig["cpu"], 3), system
             assert row["peak RSS (MiB)"] == _fmt(fig["rss"], 1), system
         else:
-            assert row["CPU-ms / request"] == "—"
+            assert row["CPU time per request (ms)"] == "—"
     # the failed litellm run is not averaged: two completed runs
     assert table["litellm"]["throughput (req/s)"].endswith("(n=2)")
     assert table["litellm"]["runs completed"] == "2 of 3"
     assert "slower" in table["litellm"]["vs nginx"] and table["nginx"]["vs nginx"] == "reference"
+
+
+def test_headline_table_from_the_registry(syn):
+    t = tables.headline(collect(syn.path)).frame().set_index("system")
+    assert list(t.index) == ["direct", "nginx", "sluice", "litellm"]
+    thr = [syn.expected[f"nginx-{i}"]["throughput_rps"] for i in (1, 2, 3)]
+    assert t.loc["nginx", F.heading("throughput_rps")] == (
+        f"{np.mean(thr):.1f} ± {np.std(thr, ddof=1):.1f} (n=3)")
+    assert t.loc["litellm", "runs completed"] == "2 of 3"
+    assert t.loc["nginx", "vs nginx"] == "reference"
+    assert "throughput: slower" in t.loc["litellm", "vs nginx"]
+    assert t.loc["direct", F.heading("cpu_ms_per_request")] == "—"
+    assert t.loc["nginx", F.heading("rss_peak_bytes")] == "48.0 ± 0.0 (n=3)"
+    assert t.loc["nginx", "result"] == "capacity"
+
+
+def test_mean_sd():
+    assert F.mean_sd({"n": 3, "mean": 1.23456, "sd": 0.1}, "latency_p50_ms") == "1.23 ± 0.10 (n=3)"
+    assert F.mean_sd({"n": 1, "mean": 5.0, "sd": math.nan}, "throughput_rps") == "5.0 (n=1)"
+    assert F.mean_sd({"n": 2, "mean": 2**21, "sd": 0.0}, "rss_peak_bytes") == "2.0 ± 0.0 (n=2)"
+    assert F.mean_sd({"n": 0, "mean": math.nan, "sd": math.nan}, "throughput_rps") == "—"
 
 
 def test_every_run_is_listed_and_the_failed_one_as_failed(syn, html):

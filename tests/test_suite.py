@@ -10,6 +10,9 @@ import pytest
 from harness.run import suite as S
 from harness.model.config import REPO_DIR
 from harness.run.store import write_json
+from harness.stats.outcomes import Outcome
+from report import format as F
+from report.suite import cells_frame
 from synthetic import RunParams, make_study
 
 
@@ -127,9 +130,9 @@ def test_suites_are_compared_only_where_keys_match(tmp_path):
     compared, apart = S.compare_suites(a, b)
     assert set(compared["cell_a"]) == {"cell-01"} and set(compared["system"]) == {"direct", "nginx"}
     row = compared[(compared.system == "nginx") & (compared.metric == "overhead_vs_direct_p50_ms")].iloc[0]
-    assert row.verdict == "slower" and row.mean_b > row.mean_a
+    assert row.outcome is Outcome.WORSE and row["mean"] > row.mean_ref   # B against A
     same = compared[(compared.system == "nginx") & (compared.metric == "throughput_rps")].iloc[0]
-    assert same.ratio_b_over_a == pytest.approx(1.0)
+    assert same.ratio == pytest.approx(1.0)
     assert sorted(zip(apart["suite"], apart["cell"])) == [("a", "cell-02"), ("b", "cell-02")]
     assert set(apart["why"]) == {"no cell with this comparison key in the other suite"}
 
@@ -140,7 +143,9 @@ def test_suite_table_has_a_row_per_cell_and_system(tmp_path):
     suite_dir = _fake_suite(tmp_path, "s", [("cell-01", "k" * 64, {"load.users": 10}, params)])
     table = S.suite_table(suite_dir)
     assert list(table["system"]) == ["direct", "nginx"] and list(table["load.users"]) == ["10", "10"]
-    assert table.loc[1, "runs"] == "2 of 2" and "(n=2)" in table.loc[1, "p50 added vs direct (ms)"]
+    assert table.loc[1, "runs"] == "2 of 2" and table.loc[1, "overhead_vs_direct_p50_ms_n"] == 2
+    shown = cells_frame(suite_dir)
+    assert "(n=2)" in shown.loc[1, F.heading("overhead_vs_direct_p50_ms")]
 
 
 @pytest.mark.integration
@@ -169,10 +174,10 @@ def test_smoke_suite_through_papermill(tmp_path):
         assert study["config"]["stream"] == cell["values"]["request.stream"]
     report = (suite_dir / "report.html").read_text()
     assert 'id="suite-cells-table"' in report and 'id="suite-table"' in report
-    assert "cell-01/report.html" in report and "TTFT p50 added (ms)" in report
+    assert "cell-01/report.html" in report and F.heading("ttft_overhead_p50_ms") in report
     nb = nbformat.read(executed, as_version=4)
     text = json.dumps([c.get("outputs") for c in nb.cells if c.cell_type == "code"])
-    assert "cannot run" in text and "p99 added vs direct (ms)" in text
+    assert "cannot run" in text and F.heading("overhead_vs_direct_p99_ms") in text
     # a second suite with the same cells is comparable cell by cell, by key
     shutil.copytree(suite_dir, out / "copy")
     compared, apart = S.compare_suites(suite_dir, out / "copy")

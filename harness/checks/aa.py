@@ -1,17 +1,19 @@
 """The A/A check: the study measuring itself.
 
-One study runs the same system twice under two names (``nginx`` and ``nginx~aa``: a name with a
-``~suffix`` runs the same gateway folder under another name). Two copies of one system must look
+One study runs the same system twice under two names (e.g. ``nginx`` and ``nginx~aa``: a name
+with a ``~suffix`` runs the same gateway folder under another name); the study's
+``config.aa_pair`` names them. Two copies of one system must look
 alike; if they do not, the differences the study reports between *different* systems cannot be
 trusted on this machine right now.
 
-    python -m harness.checks.aa STUDY_DIR [--a nginx] [--b nginx~aa] [--metrics m1,m2,...]
+    python -m harness.checks.aa STUDY_DIR [--a A] [--b B] [--metrics m1,m2,...]
 
 exits 0 when the check passes, 1 when the noise is too high, 2 on bad input.
 
 Per metric, over the completed runs of each copy, all of these must hold:
 
-* the verdict of ``analysis.verdict`` (Welch's t-test + the 10% rule) is "no clear difference";
+* the verdict of ``harness.stats.across.verdict`` (Welch's t-test + the 10% rule) is "no clear
+  difference";
 * the two means are within ``max_diff`` (5%) of each other: |mean_a − mean_b| / |mean_b|, the
   denominator floored at ``OVERHEAD_EPSILON_MS`` (0.05 ms) for overheads, which can be near 0;
 * optionally (``max_cov``, off by default), each copy's coefficient of variation is below a
@@ -24,14 +26,23 @@ never presented as a comparison of the two names: they are the same system.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import pandas as pd
 
-from harness import stats as A
+from harness.checks.inputs import CheckInputError, floor_of, require_completed
+from harness.model.metrics import metric
+from harness.model.roles import Roles
+from harness.stats.across import describe, verdict
+from harness.stats.loading import ArtifactError, load_study
+from harness.stats.metrics import OVERHEAD_EPSILON_MS
+from harness.stats.outcomes import Outcome
+from harness.stats.runs import run_summary
+from report.format import verdict_reason
 
 PASS = "pass"
 NOISE_TOO_HIGH = "noise too high on this machine right now"
@@ -40,9 +51,6 @@ MAX_DIFF = 0.05
 # (--max-cov): at ~1 ms overheads, run-to-run CoV is often above 10% while the two copies'
 # means still agree within 5%, and that agreement is what the A/A check is for.
 MAX_COV: float | None = None
-OVERHEAD_EPSILON_MS = 0.05
-DEFAULT_A = "nginx"
-DEFAULT_B = "nginx~aa"
 DEFAULT_METRICS: tuple[str, ...] = ("throughput_rps", "overhead_vs_mock_p50_ms",
                                     "overhead_vs_mock_p95_ms", "cpu_ms_per_request",
                                     "rss_peak_bytes")
@@ -51,11 +59,11 @@ MIN_RUNS = 2
 EXIT_PASS, EXIT_NOISE, EXIT_BAD_INPUT = 0, 1, 2
 
 
-class AAInputError(RuntimeError):
+class AAInputError(CheckInputError):
     """The A/A check cannot be made from this input (exit code 2)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class AAMetric:
     metric: str
     label: str
@@ -68,23 +76,23 @@ class AAMetric:
     cov_a: float
     cov_b: float
     rel_diff: float          # |mean_a − mean_b| / max(|mean_b|, floor)
-    verdict: str             # analysis.verdict's words
+    outcome: Outcome         # the verdict of one copy against the other
     verdict_reason: str
     p_value: float
-    problems: list[str] = field(default_factory=list)
+    problems: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
 
-@dataclass
+@dataclass(frozen=True)
 class AAResult:
     a: str
     b: str
     outcome: str             # PASS or NOISE_TOO_HIGH
-    reasons: list[str]       # why the noise is too high (empty on a pass)
-    metrics: list[AAMetric]
+    reasons: tuple[str, ...]  # why the noise is too high (empty on a pass)
+    metrics: tuple[AAMetric, ...]
     max_diff: float = MAX_DIFF
     max_cov: float = MAX_COV
 
@@ -107,7 +115,7 @@ class AAResult:
                    f"{self.max_diff:.0%}{cov_rule}):")
         for m in self.metrics:
             out.append(f"  {'ok  ' if m.ok else 'NOISY'} {m.label}: means differ by "
-                       f"{_pct(m.rel_diff)}, {_words(m.verdict)} ({m.verdict_reason}), CoV "
+                       f"{_pct(m.rel_diff)}, {_words(m.outcome)} ({m.verdict_reason}), CoV "
                        f"{_pct(m.cov_a)} / {_pct(m.cov_b)}, n={m.n_a}/{m.n_b}")
         return out
 
@@ -116,42 +124,25 @@ class AAResult:
         return "\n".join(self.lines())
 
 
-def _words(verdict: str) -> str:
+def _words(outcome: Outcome) -> str:
     # the verdict's own words (faster, more memory, ...) would read as a comparison of systems
-    return verdict if verdict == "no clear difference" else "a difference was found"
+    return outcome.value if outcome is Outcome.NO_CLEAR_DIFFERENCE else "a difference was found"
 
 
 def _pct(x: float) -> str:
     return "n/a" if x is None or math.isnan(x) else f"{x:.1%}"
 
 
-def _floor(metric: str, eps: float) -> float:
-    return eps if metric.startswith("overhead") else 0.0
-
-
 def check_input(rs: pd.DataFrame, a: str, b: str) -> None:
     """Raise AAInputError unless both copies ran, completed, at least MIN_RUNS times each."""
     if a == b:
         raise AAInputError(f"the two copies must have different names, got {a!r} twice")
-    systems = [str(s) for s in pd.unique(rs["system"])] if len(rs) else []
-    missing = [s for s in (a, b) if s not in systems]
-    if missing:
-        raise AAInputError(f"no runs of {' and '.join(repr(m) for m in missing)} in this study "
-                           f"(systems in it: {', '.join(systems) or 'none'}); an A/A study runs "
-                           f"one system under two names, e.g. --gateways {a},{a}~aa")
-    bad = rs[rs["system"].isin([a, b]) & (rs["status"] != "completed")]
-    if len(bad):
-        parts = [f"{r['run_id']} ({r['status']}: {r.get('reason') or 'no reason recorded'})"
-                 for _, r in bad.iterrows()]
-        raise AAInputError(f"runs that did not complete: {'; '.join(parts)}; rerun the study")
-    for s in (a, b):
-        n = int(((rs["system"] == s) & (rs["status"] == "completed")).sum())
-        if n < MIN_RUNS:
-            raise AAInputError(f"{s!r} has {n} completed run(s); the A/A check needs at least "
-                               f"{MIN_RUNS} of each copy for Welch's t-test")
+    require_completed(rs, (("", a), ("", b)), AAInputError, "this study",
+                      f"an A/A study runs one system under two names, e.g. --gateways {a},{a}~aa",
+                      "rerun the study", MIN_RUNS)
 
 
-def aa_check(run_summary_df: pd.DataFrame, a: str = DEFAULT_A, b: str = DEFAULT_B,
+def aa_check(run_summary_df: pd.DataFrame, a: str, b: str,
              metrics: Iterable[str] = DEFAULT_METRICS, max_diff: float = MAX_DIFF,
              max_cov: float = MAX_COV, epsilon_ms: float = OVERHEAD_EPSILON_MS) -> AAResult:
     """The A/A check over a run_summary table (raises AAInputError on bad input)."""
@@ -161,38 +152,50 @@ def aa_check(run_summary_df: pd.DataFrame, a: str = DEFAULT_A, b: str = DEFAULT_
     va, vb = done[done["system"] == a], done[done["system"] == b]
     results: list[AAMetric] = []
     reasons: list[str] = []
-    for metric in metrics:
-        if metric not in rs.columns:
-            raise AAInputError(f"unknown metric {metric!r} (run_summary has no such column)")
-        label = A.METRICS.get(metric, {}).get("label", metric)
-        xa = va[metric].astype("float64").tolist()
-        xb = vb[metric].astype("float64").tolist()
-        da, db = A.describe(xa), A.describe(xb)
+    for name in metrics:
+        if name not in rs.columns:
+            raise AAInputError(f"unknown metric {name!r} (run_summary has no such column)")
+        label = metric(name).label
+        xa = va[name].astype("float64").tolist()
+        xb = vb[name].astype("float64").tolist()
+        da, db = describe(xa), describe(xb)
         if da["n"] < MIN_RUNS or db["n"] < MIN_RUNS:
             raise AAInputError(f"{label}: {da['n']} and {db['n']} runs have a value "
                                f"({a} and {b}); the A/A check needs at least {MIN_RUNS} each")
-        v = A.verdict(xa, xb, metric)
-        denom = max(abs(db["mean"]), _floor(metric, epsilon_ms))
+        v = verdict(xa, xb, name)
+        denom = max(abs(db["mean"]), floor_of(name, epsilon_ms))
         rel = abs(da["mean"] - db["mean"]) / denom if denom > 0 else (
             0.0 if da["mean"] == db["mean"] else math.inf)
-        m = AAMetric(metric, label, da["n"], db["n"], da["mean"], db["mean"], da["sd"], db["sd"],
-                     da["cov"], db["cov"], rel, v["verdict"], v["reason"], v["p_value"])
-        if v["verdict"] != "no clear difference":
-            m.problems.append(f"{label}: the verdict found a difference between two copies of "
-                              f"the same system ({v['reason']})")
+        reason = verdict_reason(dataclasses.asdict(v))
+        problems = []
+        if v.outcome is not Outcome.NO_CLEAR_DIFFERENCE:
+            problems.append(f"{label}: the verdict found a difference between two copies of "
+                            f"the same system ({reason})")
         if not rel <= max_diff:
-            m.problems.append(f"{label}: the two copies' means differ by {_pct(rel)} "
-                              f"(more than {max_diff:.0%})")
-        for name, d in ((a, da), (b, db)) if max_cov is not None else ():
+            problems.append(f"{label}: the two copies' means differ by {_pct(rel)} "
+                            f"(more than {max_diff:.0%})")
+        for system, d in ((a, da), (b, db)) if max_cov is not None else ():
             cov = d["cov"]
             # a mean of 0 leaves the CoV undefined; judge the spread by the other checks then
             if not math.isnan(cov) and cov >= max_cov:
-                m.problems.append(f"{label}: {name}'s runs spread too much (CoV {_pct(cov)}, "
+                problems.append(f"{label}: {system}'s runs spread too much (CoV {_pct(cov)}, "
                                   f"at least {max_cov:.0%}): a 10% difference could not be seen")
-        reasons.extend(m.problems)
+        m = AAMetric(name, label, da["n"], db["n"], da["mean"], db["mean"], da["sd"], db["sd"],
+                     da["cov"], db["cov"], rel, v.outcome, reason, v.p_value, tuple(problems))
+        reasons.extend(problems)
         results.append(m)
     outcome = PASS if not reasons else NOISE_TOO_HIGH
-    return AAResult(a, b, outcome, reasons, results, max_diff, max_cov)
+    return AAResult(a, b, outcome, tuple(reasons), tuple(results), max_diff, max_cov)
+
+
+def pair(manifest: dict, a: str | None = None, b: str | None = None) -> tuple[str, str]:
+    """The two copies: the study's ``config.aa_pair``, each overridden when given."""
+    study_pair = Roles.of(manifest).aa_pair or (None, None)
+    a, b = a or study_pair[0], b or study_pair[1]
+    if not a or not b:
+        raise AAInputError("this study names no A/A pair (config.aa_pair) and --a/--b were not "
+                           "both given")
+    return a, b
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -201,8 +204,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                             "study must show no clear difference (exit 0 pass, "
                                             "1 noise too high, 2 bad input)")
     p.add_argument("study_dir", help="artifacts/<study-id>")
-    p.add_argument("--a", default=DEFAULT_A, help="first copy (default: %(default)s)")
-    p.add_argument("--b", default=DEFAULT_B, help="second copy (default: %(default)s)")
+    p.add_argument("--a", default=None, help="first copy (default: the study's aa_pair)")
+    p.add_argument("--b", default=None, help="second copy (default: the study's aa_pair)")
     p.add_argument("--metrics", default=",".join(DEFAULT_METRICS),
                    help="comma-separated run_summary columns (default: %(default)s)")
     p.add_argument("--max-diff", type=float, default=MAX_DIFF,
@@ -213,10 +216,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
     try:
         try:
-            study = A.load_study(args.study_dir)
-        except A.ArtifactError as exc:
+            study = load_study(args.study_dir)
+        except ArtifactError as exc:
             raise AAInputError(str(exc)) from None
-        res = aa_check(A.run_summary(study), args.a, args.b, metrics, args.max_diff, args.max_cov)
+        a, b = pair(study.manifest, args.a, args.b)
+        res = aa_check(run_summary(study), a, b, metrics, args.max_diff, args.max_cov)
     except AAInputError as exc:
         print(f"A/A check: cannot be made: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -1,5 +1,5 @@
-"""The performance regression gate: Sluice's figures, as ratios to nginx measured in the same
-study, against a committed baseline (baselines/gate.json, documented in baselines/README.md).
+"""The performance regression gate: one system's figures, as ratios to the reference measured in
+the same study, against a committed baseline (baselines/gate.json, documented in baselines/README.md).
 
     python -m harness.checks.gate check   STUDY_DIR [--baseline baselines/gate.json]
     python -m harness.checks.gate refresh STUDY_DIR [--baseline baselines/gate.json]
@@ -9,8 +9,9 @@ study, against a committed baseline (baselines/gate.json, documented in baseline
 either, a figure that cannot be computed). ``refresh`` writes the baseline from a study; it is
 the only thing that ever writes it, and ``check`` never calls it.
 
-The figures, for the candidate (default ``sluice``) relative to the reference (default
-``nginx``) in the same study, over completed runs:
+The figures, for the candidate (the study's ``config.gate_system``, e.g. sluice) relative to the
+reference (its ``config.reference_system``, e.g. nginx) in the same study, over completed runs
+(``--candidate`` and ``--reference`` override them):
 
 * ``throughput_ratio``          candidate / reference throughput (higher is better);
 * ``overhead_p50_ratio``        candidate / reference median overhead vs the mock (lower is better);
@@ -41,56 +42,68 @@ import json
 import math
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from harness import stats as A
+from harness.checks.inputs import CheckInputError, floor_of, require_completed
 from harness.model.config import REPO_DIR
+from harness.model.metrics import metric
+from harness.model.roles import Roles
+from harness.stats.across import describe, ratio_with_sd
+from harness.stats.loading import ArtifactError, Study, load_study
+from harness.stats.metrics import OVERHEAD_EPSILON_MS
+from harness.stats.runs import run_summary
+from report.format import value as show_value
 
 SCHEMA_VERSION = 1
-DEFAULT_CANDIDATE = "sluice"
-DEFAULT_REFERENCE = "nginx"
 DEFAULT_BASELINE = REPO_DIR / "baselines" / "gate.json"
 MIN_THRESHOLD = 0.10        # a figure never fails for less than 10 % ...
 SD_MULTIPLE = 3.0           # ... nor for less than 3 × the baseline's relative sd
-OVERHEAD_EPSILON_MS = 0.05  # the reference's overhead is floored here before dividing by it
 MIN_PAIRED_ROUNDS = 2       # fewer paired rounds than this: ratio of means instead
 
 EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
 
 
-class GateInputError(RuntimeError):
+class GateInputError(CheckInputError):
     """The gate cannot judge: bad or missing input. The message says what to do (exit code 2)."""
 
 
 @dataclass(frozen=True)
 class FigureDef:
+    """A gate figure; its words, better direction and whether it can be ~0 are its metric's."""
     name: str               # key in the baseline file
-    label: str              # words in the output
-    metric: str             # run_summary column
+    metric: str             # run_summary column (in the metric registry)
     kind: str               # "ratio" (candidate / reference) or "absolute" (candidate only)
-    direction: str          # "higher" or "lower" is better
-    floor_reference: bool = False   # floor the reference at OVERHEAD_EPSILON_MS (overheads)
+
+    @property
+    def label(self) -> str:
+        return metric(self.metric).label + (" ratio" if self.kind == "ratio" else "")
+
+    @property
+    def direction(self) -> str:
+        return metric(self.metric).better.value
+
+    @property
+    def floor_reference(self) -> bool:
+        """The reference is floored at OVERHEAD_EPSILON_MS before dividing (an overhead)."""
+        return self.kind == "ratio" and metric(self.metric).near_zero
 
 
 FIGURES: tuple[FigureDef, ...] = (
-    FigureDef("throughput_ratio", "throughput ratio", "throughput_rps", "ratio", "higher"),
-    FigureDef("overhead_p50_ratio", "median overhead ratio", "overhead_vs_mock_p50_ms", "ratio",
-              "lower", floor_reference=True),
-    FigureDef("overhead_p95_ratio", "p95 overhead ratio", "overhead_vs_mock_p95_ms", "ratio",
-              "lower", floor_reference=True),
-    FigureDef("cpu_ms_per_request_ratio", "CPU-ms per request ratio", "cpu_ms_per_request",
-              "ratio", "lower"),
-    FigureDef("rss_peak_bytes", "peak RSS", "rss_peak_bytes", "absolute", "lower"),
+    FigureDef("throughput_ratio", "throughput_rps", "ratio"),
+    FigureDef("overhead_p50_ratio", "overhead_vs_mock_p50_ms", "ratio"),
+    FigureDef("overhead_p95_ratio", "overhead_vs_mock_p95_ms", "ratio"),
+    FigureDef("cpu_ms_per_request_ratio", "cpu_ms_per_request", "ratio"),
+    FigureDef("rss_peak_bytes", "rss_peak_bytes", "absolute"),
 )
 FIGURES_BY_NAME = {f.name: f for f in FIGURES}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Figure:
     """One figure measured in one study."""
     name: str
@@ -99,7 +112,7 @@ class Figure:
     n: int                  # paired rounds, or runs (the fewer of the two systems') otherwise
     direction: str
     method: str             # "paired by round", "ratio of means", "absolute"
-    notes: list[str] = field(default_factory=list)
+    notes: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
         return {"mean": self.mean, "sd": None if math.isnan(self.sd) else self.sd, "n": self.n,
@@ -110,21 +123,10 @@ class Figure:
 
 def check_runs(rs: pd.DataFrame, candidate: str, reference: str, study_id: str = "") -> None:
     """Raise GateInputError unless both systems ran and every run of them completed."""
-    where = f"study {study_id}" if study_id else "the study"
-    systems = [str(s) for s in pd.unique(rs["system"])] if len(rs) else []
-    missing = [s for s in (candidate, reference) if s not in systems]
-    if missing:
-        roles = {candidate: "candidate", reference: "reference"}
-        raise GateInputError(
-            f"{where} has no runs of " + " and ".join(f"{roles[m]} {m!r}" for m in missing)
-            + f" (systems in it: {', '.join(systems) or 'none'}); the gate needs both in one study")
-    bad = rs[rs["system"].isin([candidate, reference]) & (rs["status"] != "completed")]
-    if len(bad):
-        parts = [f"{r['run_id']} ({r['status']}: {r.get('reason') or 'no reason recorded'})"
-                 for _, r in bad.iterrows()]
-        raise GateInputError(f"{where} has runs of {candidate!r}/{reference!r} that did not "
-                             f"complete: {'; '.join(parts)}; the gate judges only whole studies "
-                             "of both systems, rerun it")
+    require_completed(rs, (("candidate", candidate), ("reference", reference)), GateInputError,
+                      f"study {study_id}" if study_id else "the study",
+                      "the gate needs both in one study",
+                      "the gate judges only whole studies of both systems, rerun it")
 
 
 # --- the figures ---------------------------------------------------------------------------------
@@ -145,8 +147,7 @@ def _round_label(rounds: Sequence) -> str:
     return ("round " if len(vals) == 1 else "rounds ") + ", ".join(vals)
 
 
-def compute_figures(rs: pd.DataFrame, candidate: str = DEFAULT_CANDIDATE,
-                    reference: str = DEFAULT_REFERENCE,
+def compute_figures(rs: pd.DataFrame, candidate: str, reference: str,
                     epsilon_ms: float = OVERHEAD_EPSILON_MS,
                     figures: Iterable[FigureDef] = FIGURES) -> dict[str, Figure]:
     """Every gate figure from a run_summary table (completed runs only).
@@ -158,7 +159,7 @@ def compute_figures(rs: pd.DataFrame, candidate: str = DEFAULT_CANDIDATE,
     ratio itself, which is what the threshold needs. When fewer than two rounds hold both
     systems (no ``round`` recorded, one run each, runs out of step), the ratio is the ratio of
     the two systems' means with its sd propagated to first order from both sds
-    (``analysis.ratio_with_sd``): less tight, since the common conditions are not cancelled, but
+    (``harness.stats.across.ratio_with_sd``): less tight, since the common conditions are not cancelled, but
     defined. The method used is recorded per figure.
 
     Raises GateInputError when a figure has no value at all (e.g. no CPU samples)."""
@@ -171,16 +172,16 @@ def compute_figures(rs: pd.DataFrame, candidate: str = DEFAULT_CANDIDATE,
     for fd in figures:
         notes: list[str] = []
         if fd.kind == "absolute":
-            d = A.describe(cand[fd.metric].astype("float64"))
-            fig = Figure(fd.name, d["mean"], d["sd"], d["n"], fd.direction, "absolute", notes)
+            d = describe(cand[fd.metric].astype("float64"))
+            fig = Figure(fd.name, d["mean"], d["sd"], d["n"], fd.direction, "absolute", tuple(notes))
         elif paired:
             ratios, floored, undefined = [], [], []
             for rnd in rounds:
                 c = cand.loc[cand["round"] == rnd, fd.metric].astype("float64").mean()
                 r = ref.loc[ref["round"] == rnd, fd.metric].astype("float64").mean()
-                if fd.floor_reference and not math.isnan(r) and r < epsilon_ms:
+                if fd.floor_reference and not math.isnan(r) and r < floor_of(fd.metric, epsilon_ms):
                     floored.append(rnd)
-                    r = epsilon_ms
+                    r = floor_of(fd.metric, epsilon_ms)
                 if math.isnan(c) or math.isnan(r) or r <= 0:
                     undefined.append(rnd)
                     continue
@@ -190,23 +191,23 @@ def compute_figures(rs: pd.DataFrame, candidate: str = DEFAULT_CANDIDATE,
                              f"{_round_label(floored)}")
             if undefined and ratios:
                 notes.append(f"undefined in {_round_label(undefined)}, left out")
-            d = A.describe(ratios)
+            d = describe(ratios)
             fig = Figure(fd.name, d["mean"], d["sd"], d["n"], fd.direction, "paired by round",
-                         notes)
+                         tuple(notes))
         else:
-            dc = A.describe(cand[fd.metric].astype("float64"))
-            dr = A.describe(ref[fd.metric].astype("float64"))
+            dc = describe(cand[fd.metric].astype("float64"))
+            dr = describe(ref[fd.metric].astype("float64"))
             mean_r = dr["mean"]
-            if fd.floor_reference and not math.isnan(mean_r) and mean_r < epsilon_ms:
+            if fd.floor_reference and not math.isnan(mean_r) and mean_r < floor_of(fd.metric, epsilon_ms):
                 notes.append(f"{reference} mean overhead {mean_r:.3g} ms floored at "
                              f"{epsilon_ms:g} ms")
                 mean_r = epsilon_ms
             if math.isnan(mean_r) or mean_r <= 0:
                 ratio = sd = math.nan
             else:
-                ratio, sd = A.ratio_with_sd(dc["mean"], dc["sd"], mean_r, dr["sd"])
+                ratio, sd = ratio_with_sd(dc["mean"], dc["sd"], mean_r, dr["sd"])
             fig = Figure(fd.name, ratio, sd, min(dc["n"], dr["n"]), fd.direction,
-                         "ratio of means", notes)
+                         "ratio of means", tuple(notes))
         if fig.n == 0 or math.isnan(fig.mean):
             raise GateInputError(
                 f"cannot compute the {fd.label}: no completed run of "
@@ -244,9 +245,7 @@ def _pct(x: float, signed: bool = False) -> str:
 
 
 def _value(fd: FigureDef, v: float) -> str:
-    if fd.name == "rss_peak_bytes":
-        return f"{v / 2**20:.1f} MiB"
-    return f"{v:.3f}"
+    return show_value(v, fd.metric, unit=True) if fd.kind == "absolute" else f"{v:.3f}"
 
 
 def short_commit(commit: str) -> str:
@@ -256,7 +255,7 @@ def short_commit(commit: str) -> str:
     return core[:12] + ("-dirty" if dirty else "")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Judgement:
     name: str
     label: str
@@ -272,8 +271,7 @@ class Judgement:
 def judge(current: Figure, base: Mapping[str, Any], baseline_meta: Mapping[str, Any] | None = None,
           min_threshold: float = MIN_THRESHOLD, sd_multiple: float = SD_MULTIPLE) -> Judgement:
     """Compare one figure with its baseline entry; fails only when worse in its bad direction."""
-    fd = FIGURES_BY_NAME.get(current.name) or FigureDef(current.name, current.name, current.name,
-                                                        "ratio", current.direction)
+    fd = FIGURES_BY_NAME[current.name]
     meta = baseline_meta or {}
     bmean = float(base["mean"])
     bsd = base.get("sd")
@@ -297,8 +295,8 @@ def judge(current: Figure, base: Mapping[str, Any], baseline_meta: Mapping[str, 
 
 # --- the baseline file ---------------------------------------------------------------------------
 
-def make_baseline(study: A.Study, rs: pd.DataFrame, candidate: str = DEFAULT_CANDIDATE,
-                  reference: str = DEFAULT_REFERENCE, epsilon_ms: float = OVERHEAD_EPSILON_MS,
+def make_baseline(study: Study, rs: pd.DataFrame, candidate: str, reference: str,
+                  epsilon_ms: float = OVERHEAD_EPSILON_MS,
                   now: float | None = None) -> dict:
     """The baseline dict from a loaded study (raises GateInputError on bad input)."""
     sid = study.manifest.get("study_id") or study.path.name
@@ -363,23 +361,37 @@ def read_baseline(path: str | Path) -> dict:
 
 # --- check and refresh ---------------------------------------------------------------------------
 
-@dataclass
+@dataclass(frozen=True)
 class GateResult:
     exit_code: int
-    lines: list[str]
-    judgements: list[Judgement] = field(default_factory=list)
+    lines: tuple[str, ...]
+    judgements: tuple[Judgement, ...] = ()
 
     @property
     def text(self) -> str:
         return "\n".join(self.lines)
 
 
-def _load(study_dir: str | Path) -> tuple[A.Study, pd.DataFrame]:
+def _load(study_dir: str | Path) -> tuple[Study, pd.DataFrame]:
     try:
-        study = A.load_study(study_dir)
-    except A.ArtifactError as exc:          # IntegrityError included
+        study = load_study(study_dir)
+    except ArtifactError as exc:          # IntegrityError included
         raise GateInputError(str(exc)) from None
-    return study, A.run_summary(study)
+    return study, run_summary(study)
+
+
+def pair(study: Study, candidate: str | None, reference: str | None,
+         base: Mapping[str, Any] | None = None) -> tuple[str, str]:
+    """(candidate, reference): each as given, else the study's gate_system and reference_system,
+    else the baseline's."""
+    roles = Roles.of(study.manifest, gate_system=candidate, reference=reference)
+    base = base or {}
+    candidate = roles.gate_system or base.get("candidate")
+    reference = roles.reference or base.get("reference")
+    if not candidate or not reference:
+        raise GateInputError("the study names no gate_system and reference_system in its config; "
+                             "give --candidate and --reference")
+    return candidate, reference
 
 
 def check(study_dir: str | Path, baseline_path: str | Path = DEFAULT_BASELINE,
@@ -389,13 +401,12 @@ def check(study_dir: str | Path, baseline_path: str | Path = DEFAULT_BASELINE,
     """Judge a study against the baseline. Never writes anything."""
     try:
         base = read_baseline(baseline_path)
-        candidate = candidate or base["candidate"]
-        reference = reference or base["reference"]
+        study, rs = _load(study_dir)
+        candidate, reference = pair(study, candidate, reference, base)
         if (candidate, reference) != (base["candidate"], base["reference"]):
             raise GateInputError(
                 f"the baseline {baseline_path} is for {base['candidate']!r} vs "
                 f"{base['reference']!r}, not {candidate!r} vs {reference!r}")
-        study, rs = _load(study_dir)
         sid = study.manifest.get("study_id") or study.path.name
         profile = (study.manifest.get("config") or {}).get("profile", "")
         if base.get("profile") and profile != base["profile"]:
@@ -410,7 +421,7 @@ def check(study_dir: str | Path, baseline_path: str | Path = DEFAULT_BASELINE,
         judgements = [judge(figs[fd.name], base["figures"][fd.name], base, min_threshold,
                             sd_multiple) for fd in FIGURES]
     except GateInputError as exc:
-        return GateResult(EXIT_BAD_INPUT, [f"gate: cannot judge: {exc}"])
+        return GateResult(EXIT_BAD_INPUT, (f"gate: cannot judge: {exc}",))
     methods = sorted({f.method for f in figs.values() if f.method != "absolute"})
     lines = [f"gate: {candidate} vs {reference} in study {sid} "
              f"({', '.join(methods)}; {figs['throughput_ratio'].n} "
@@ -427,11 +438,11 @@ def check(study_dir: str | Path, baseline_path: str | Path = DEFAULT_BASELINE,
                      + ", ".join(j.label for j in failed))
     else:
         lines.append("gate: ok — no figure regressed beyond its threshold")
-    return GateResult(EXIT_FAIL if failed else EXIT_OK, lines, judgements)
+    return GateResult(EXIT_FAIL if failed else EXIT_OK, tuple(lines), tuple(judgements))
 
 
 def refresh(study_dir: str | Path, baseline_path: str | Path = DEFAULT_BASELINE,
-            candidate: str = DEFAULT_CANDIDATE, reference: str = DEFAULT_REFERENCE,
+            candidate: str | None = None, reference: str | None = None,
             epsilon_ms: float = OVERHEAD_EPSILON_MS, now: float | None = None) -> GateResult:
     """Write the baseline from a completed study (deliberately; nothing calls this implicitly)."""
     try:
@@ -441,9 +452,9 @@ def refresh(study_dir: str | Path, baseline_path: str | Path = DEFAULT_BASELINE,
             raise GateInputError(f"study {study.path} is {status!r}, not completed "
                                  f"({study.manifest.get('reason') or 'no reason recorded'}); "
                                  "a baseline comes only from a whole study")
-        base = make_baseline(study, rs, candidate, reference, epsilon_ms, now)
+        base = make_baseline(study, rs, *pair(study, candidate, reference), epsilon_ms, now)
     except GateInputError as exc:
-        return GateResult(EXIT_BAD_INPUT, [f"gate refresh: refused: {exc}"])
+        return GateResult(EXIT_BAD_INPUT, (f"gate refresh: refused: {exc}",))
     path = write_baseline(baseline_path, base)
     lines = [f"gate refresh: wrote {path} from study {base['study_id']} "
              f"(commit {base['commit']}, profile {base['profile']!r})"]
@@ -455,7 +466,7 @@ def refresh(study_dir: str | Path, baseline_path: str | Path = DEFAULT_BASELINE,
         sd_txt = f"sd {_pct(relative_sd(f['mean'], sd))}" if sd is not None else "sd unknown"
         lines.append(f"  {fd.label}: {_value(fd, f['mean'])} ({sd_txt}, n={f['n']}, "
                      f"{f['method']}, {fd.direction} is better)")
-    return GateResult(EXIT_OK, lines)
+    return GateResult(EXIT_OK, tuple(lines))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -469,10 +480,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         sp.add_argument("study_dir", help="artifacts/<study-id>")
         sp.add_argument("--baseline", default=str(DEFAULT_BASELINE),
                         help="baseline file (default: %(default)s)")
-        sp.add_argument("--candidate", default=None if name == "check" else DEFAULT_CANDIDATE,
-                        help="candidate system (default: the baseline's, or sluice)")
-        sp.add_argument("--reference", default=None if name == "check" else DEFAULT_REFERENCE,
-                        help="reference system (default: the baseline's, or nginx)")
+        sp.add_argument("--candidate", default=None,
+                        help="candidate system (default: the study's gate_system)")
+        sp.add_argument("--reference", default=None,
+                        help="reference system (default: the study's reference_system)")
         sp.add_argument("--epsilon-ms", type=float, default=None if name == "check"
                         else OVERHEAD_EPSILON_MS,
                         help="floor of the reference's overhead before dividing (default: the "

@@ -1,9 +1,10 @@
-"""The CI gate in one command: run a `gate` study, check its own noise (A/A), judge Sluice.
+"""The CI gate in one command: run a `gate` study, check its own noise (A/A), judge its system.
 
     python -m harness.checks.gate_run [--baseline baselines/gate.json] [--set NAME=VALUE ...]
 
-The gate study interleaves nginx, a second copy of nginx (nginx~aa) and Sluice. The A/A check
-on the two nginx copies comes first: when the machine is too noisy right now for two copies of
+The gate study interleaves the reference (nginx), a second copy of it (nginx~aa) and the gated
+system (Sluice), as the gate profile's reference_system, aa_pair and gate_system say. The A/A
+check on the two copies comes first: when the machine is too noisy right now for two copies of
 the same system to agree, the comparison does not decide: the gate prints it for information,
 says it is inconclusive and exits 0, since a comparison it cannot trust must not block a
 change, nor pass one silently. Otherwise
@@ -16,10 +17,11 @@ import sys
 import time
 
 from harness.checks import aa as aa_mod
-from harness import stats
 from harness.checks import gate as gate_mod
 from harness.model.config import ConfigError, from_profile, parse_overrides
 from harness.run.study import run_study
+from harness.stats.loading import load_study
+from harness.stats.runs import run_summary
 
 EXIT_INCONCLUSIVE = 0
 
@@ -45,8 +47,12 @@ def main(argv: list[str] | None = None) -> int:
         print("gate: FAIL — runs failed: " + "; ".join(f"{r.run_id}: {r.reason.splitlines()[0]}"
                                                     for r in failed))
         return gate_mod.EXIT_FAIL
-    summary = stats.run_summary(stats.load_study(result.study_dir))
-    self_check = aa_mod.aa_check(summary, "nginx", "nginx~aa")
+    study = load_study(result.study_dir)
+    try:
+        self_check = aa_mod.aa_check(run_summary(study), *aa_mod.pair(study.manifest))
+    except aa_mod.AAInputError as exc:
+        print(f"gate: the A/A check cannot be made: {exc}", file=sys.stderr)
+        return gate_mod.EXIT_BAD_INPUT
     print(self_check.text)
     verdict = gate_mod.check(result.study_dir, args.baseline)
     if not self_check.passed:

@@ -93,7 +93,8 @@ def execute_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
         target = system.target
         manifest["request"] = {"feature": spec.load.feature, "dialect": target.dialect,
                                "chat_path": target.chat_path, "model": target.model,
-                               "request_bytes": spec.load.request_bytes}
+                               "request_bytes": spec.load.request_bytes,
+                               "self_overhead_header": target.self_overhead_header}
         gauge = None
         if gateway.metrics_path and gateway.inflight_gauge:
             gauge = (target.base_url.rstrip("/") + gateway.metrics_path, gateway.inflight_gauge)

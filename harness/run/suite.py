@@ -42,14 +42,18 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from harness import stats as A
 from harness.model import config as config_mod
 from harness.model.config import ConfigError, StudyConfig
-from harness.model.gateway_spec import GatewaySpecError, folder_of, load_gateway_spec
+from harness.model.gateway_spec import GatewaySpecError, load_gateway_spec
+from harness.model.roles import FLOOR, Roles
+from harness.stats.across import describe, system_summary, verdict
+from harness.stats.loading import Study, load_study
+from harness.stats.open_loop import open_loop_capacity, open_loop_steps
+from harness.stats.runs import run_summary
+from harness.stats.streaming import stream_summary
 from harness.run.study import prepare
 from harness.run.store import read_json, sha256_file, write_json
 
-BASELINE = "direct"
 DEFAULT_OUT_DIR = "artifacts/suites"
 NAMESPACE: dict[str, tuple[str, ...]] = {
     "load": ("users", "ramp_s", "hold_s", "min_hold_requests", "max_hold_s", "warmup_s",
@@ -65,12 +69,11 @@ NAMESPACE: dict[str, tuple[str, ...]] = {
 # do not change what runs (where it is written, what it is called, which preset it came from).
 SUITE_OWNED = ("out_dir", "study_id", "profile")
 NOT_IN_KEY = SUITE_OWNED + ("base_port", "gateways_dir")
-# The per-cell table: (run_summary metric, column label, digits).
-CELL_METRICS = (("throughput_rps", "throughput (req/s)", 1),
-                ("overhead_vs_direct_p50_ms", "p50 added vs direct (ms)", 2),
-                ("overhead_vs_direct_p99_ms", "p99 added vs direct (ms)", 2),
-                ("cpu_ms_per_request", "CPU-ms / request", 3),
-                ("errors_total", "errors", 0))
+# The per-cell table's figures (run_summary columns; how each is shown: the metric registry),
+# then each lane's own headline when the cell ran it.
+CELL_METRICS = ("throughput_rps", "overhead_vs_direct_p50_ms", "overhead_vs_direct_p99_ms",
+                "cpu_ms_per_request", "errors_total")
+LANE_METRICS = ("ttft_overhead_p50_ms", "stopped_at_rps")
 
 
 class SuiteError(ValueError):
@@ -189,7 +192,7 @@ def comparison_key(config: StudyConfig) -> str:
 
 def expand(suite: Suite, out_dir: str = DEFAULT_OUT_DIR) -> list[Cell]:
     """Every combination of the axes, in file order; each runnable one a validated StudyConfig
-    with the direct baseline among its systems. Nothing is started."""
+    with the floor (the system whose role is "floor") among its systems. Nothing is started."""
     cells = []
     combos = itertools.product(*suite.axes.values())
     for index, combo in enumerate(combos, 1):
@@ -204,8 +207,7 @@ def expand(suite: Suite, out_dir: str = DEFAULT_OUT_DIR) -> list[Cell]:
         try:
             config = config_mod.from_profile(suite.profile, **settings, out_dir=out_dir,
                                              study_id=cell_id)
-            if not any(folder_of(g) == BASELINE for g in config.gateways):  # 'direct@...' counts
-                config = dataclasses.replace(config, gateways=(BASELINE, *config.gateways))
+            config = _with_floor(config)
             prepare(config)  # every check a study makes before it starts (features, binaries, ...)
             key = comparison_key(config)
         except ConfigError as exc:
@@ -216,6 +218,20 @@ def expand(suite: Suite, out_dir: str = DEFAULT_OUT_DIR) -> list[Cell]:
             continue
         cells.append(Cell(cell_id, values, config, key, ""))
     return cells
+
+
+def _with_floor(config: StudyConfig) -> StudyConfig:
+    """The config with the floor first among its systems, unless one is there ('folder@feature'
+    of the floor counts)."""
+    roles = {g: load_gateway_spec(g, config.systems_dir).role for g in config.gateways}
+    if FLOOR in roles.values():
+        return config
+    floors = [name for name in config_mod.known_gateways(config.systems_dir)
+              if load_gateway_spec(name, config.systems_dir).role == FLOOR]
+    if not floors:
+        raise GatewaySpecError(f"no gateway in {config.systems_dir} has role = \"floor\": a "
+                               "suite's cells need one to measure added latency against")
+    return dataclasses.replace(config, gateways=(floors[0], *config.gateways))
 
 
 def cells_table(cells: list[Cell]) -> pd.DataFrame:
@@ -289,7 +305,7 @@ def _cell_entry(cell: Cell) -> dict:
 
 # --- results -------------------------------------------------------------------------------------
 
-def _cell_summaries(suite_dir: Path) -> tuple[dict, list[tuple[dict, pd.DataFrame, A.Study]]]:
+def _cell_summaries(suite_dir: Path) -> tuple[dict, list[tuple[dict, pd.DataFrame, Study]]]:
     """The suite manifest, and per cell that has a study: (entry, run_summary, study)."""
     suite_dir = Path(suite_dir)
     manifest = read_json(suite_dir / "manifest.json")
@@ -298,49 +314,52 @@ def _cell_summaries(suite_dir: Path) -> tuple[dict, list[tuple[dict, pd.DataFram
         study_dir = suite_dir / entry["dir"] if entry.get("dir") else None
         if study_dir is None or not (study_dir / "manifest.json").is_file():
             continue
-        study = A.load_study(study_dir)
-        out.append((entry, A.run_summary(study), study))
+        study = load_study(study_dir)
+        out.append((entry, run_summary(study), study))
     return manifest, out
 
 
 def suite_table(suite_dir: str | Path) -> pd.DataFrame:
-    """One row per cell and system: axis values, completed runs, and mean ± sd (n) over them of
-    throughput, added latency vs the cell's direct baseline, CPU-ms per request and errors; plus
-    the lane's own headline when the cell streamed (TTFT added) or ran open loop (where it
-    stopped keeping up)."""
+    """One row per cell and system: axis values, completed runs, and n, mean and sd over them
+    (``{metric}_n``, ``_mean``, ``_sd``) of each CELL_METRICS figure, plus the lane's own
+    headline when the cell streamed (TTFT added) or ran open loop (where it stopped keeping
+    up); a lane's columns are NaN in the other lane's cells."""
     manifest, cells = _cell_summaries(Path(suite_dir))
     rows = []
     for entry, rs, study in cells:
-        summary = A.system_summary(rs, [m for m, _, _ in CELL_METRICS]) if len(rs) else None
-        stream = A.stream_summary(study)
-        steps = A.open_loop_steps(study)
-        capacity = A.open_loop_capacity(steps) if not steps.empty else None
+        floor = Roles.of(study.manifest).floor
+        summary = system_summary(rs, CELL_METRICS, floor=floor) if len(rs) else None
+        stream = stream_summary(study, floor=floor)
+        steps = open_loop_steps(study, floor=floor)
+        capacity = open_loop_capacity(steps, floor) if not steps.empty else None
         for system in study.systems:
             sub = rs[rs["system"] == system] if len(rs) else rs
             row = {"cell": entry["cell_id"], **{k: _show(v) for k, v in entry["values"].items()},
                    "system": system, "key": entry["comparison_key"][:12],
                    "runs": f"{int((sub['status'] == 'completed').sum())} of {len(sub)}"}
-            for metric, label, digits in CELL_METRICS:
-                d = summary[(summary["system"] == system) & (summary["metric"] == metric)] \
+            figures = {}
+            for m in CELL_METRICS:
+                d = summary[(summary["system"] == system) & (summary["metric"] == m)] \
                     if summary is not None else pd.DataFrame()
-                row[label] = A.fmt_mean_sd(d.iloc[0].to_dict(), digits) if len(d) else "—"
+                figures[m] = d.iloc[0].to_dict() if len(d) else describe([])
             if not stream.empty:
                 s = stream[(stream["system"] == system) & (stream["status"] == "completed")]
-                row["TTFT p50 added (ms)"] = A.fmt_mean_sd(A.describe(s["ttft_overhead_p50_ms"]), 2)
+                figures["ttft_overhead_p50_ms"] = describe(s["ttft_overhead_p50_ms"])
             if capacity is not None:
                 c = capacity[capacity["system"] == system]
-                row["stopped keeping up at (req/s)"] = A.fmt_mean_sd(
-                    {k: c[f"stopped_at_rps_{k}"].iloc[0] for k in ("n", "mean", "sd")}, 0) \
-                    if len(c) else "—"
+                figures["stopped_at_rps"] = ({k: c[f"stopped_at_rps_{k}"].iloc[0]
+                                              for k in ("n", "mean", "sd")} if len(c) else describe([]))
+            for m, d in figures.items():
+                row.update({f"{m}_{k}": d[k] for k in ("n", "mean", "sd")})
             rows.append(row)
-    return pd.DataFrame(rows).fillna("—")   # a lane's column is empty in the other lane's cells
+    return pd.DataFrame(rows)
 
 
 def compare_suites(a_dir: str | Path, b_dir: str | Path,
-                   metrics: tuple[str, ...] = tuple(m for m, _, _ in CELL_METRICS if m != "errors_total"),
+                   metrics: tuple[str, ...] = tuple(m for m in CELL_METRICS if m != "errors_total"),
                    ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Suite B against suite A, cell by cell where the comparison keys are equal: per system and
-    metric, the means, B/A and the verdict (analysis.verdict). The second table lists the cells
+    metric, the means, B/A and the verdict (harness.stats.across.verdict). The second table lists the cells
     of either suite that have no equal key in the other, which are not compared."""
     ma, ca = _cell_summaries(Path(a_dir))
     mb, cb = _cell_summaries(Path(b_dir))
@@ -353,12 +372,10 @@ def compare_suites(a_dir: str | Path, b_dir: str | Path,
             da = ra[(ra["system"] == system) & (ra["status"] == "completed")]
             db = rb[(rb["system"] == system) & (rb["status"] == "completed")]
             for m in metrics:
-                v = A.verdict(db[m].astype("float64").tolist(), da[m].astype("float64").tolist(), m)
+                v = verdict(db[m].astype("float64").tolist(), da[m].astype("float64").tolist(), m)
                 rows.append({"cell_a": ea["cell_id"], "cell_b": eb["cell_id"],
                              **{k: _show(x) for k, x in eb["values"].items()}, "system": system,
-                             "metric": m, "mean_a": v["mean_ref"], "mean_b": v["mean"],
-                             "ratio_b_over_a": v["ratio"], "p_value": v["p_value"],
-                             "verdict": v["verdict"], "reason": v["reason"]})
+                             "metric": m, **dataclasses.asdict(v)})
     apart = []
     for suite_id, own, other in ((ma["suite_id"], by_key_a, by_key_b), (mb["suite_id"], by_key_b, by_key_a)):
         for key, (entry, _) in own.items():

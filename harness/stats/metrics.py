@@ -1,7 +1,6 @@
-"""Thresholds, metric definitions and the methodology's words, shared by every statistic."""
+"""Thresholds, the figures summarised and compared, and the methodology's words, shared by every
+statistic. How each figure is named and shown is the metric registry's (harness/model/metrics.py)."""
 from __future__ import annotations
-
-from typing import Any
 
 SCHEMA_VERSION = 1
 
@@ -16,8 +15,9 @@ UNSTABLE_COV = 0.10                  # a run set with CoV >= 10 % is unstable
 VERDICT_ALPHA = 0.05                 # Welch's t-test p below this ...
 VERDICT_MIN_EFFECT = 0.10            # ... and the ratio off 1 by at least this: a verdict
 DEFAULT_BIN_USERS = 50
-DEFAULT_REFERENCE = "nginx"
-DEFAULT_DIRECT = "direct"
+# A relative figure divides by an overhead that can be ~0 ms (a hop adds well under a
+# millisecond): its denominator is floored here, about the resolution of the latency measurement.
+OVERHEAD_EPSILON_MS = 0.05
 PERCENTILES = (50, 95, 99)
 ERROR_KINDS = ("http", "timeout", "connection", "other")
 
@@ -33,39 +33,14 @@ SAMPLE_COLUMNS: dict[str, str] = {
     "num_fds": "int32", "load_avg_1m": "float64",
 }
 
-# The headline figures: (column, unit, which direction is better, verdict words better/worse).
-METRICS: dict[str, dict[str, Any]] = {
-    "throughput_rps": dict(label="throughput", unit="req/s", higher_is_better=True,
-                           words=("faster", "slower")),
-    "latency_p50_ms": dict(label="latency p50", unit="ms", higher_is_better=False,
-                           words=("faster", "slower")),
-    "latency_p95_ms": dict(label="latency p95", unit="ms", higher_is_better=False,
-                           words=("faster", "slower")),
-    "latency_p99_ms": dict(label="latency p99", unit="ms", higher_is_better=False,
-                           words=("faster", "slower")),
-    "overhead_vs_mock_p50_ms": dict(label="median overhead (vs mock)", unit="ms",
-                                    higher_is_better=False, words=("faster", "slower")),
-    "overhead_vs_mock_p95_ms": dict(label="p95 overhead (vs mock)", unit="ms",
-                                    higher_is_better=False, words=("faster", "slower")),
-    "overhead_vs_mock_p99_ms": dict(label="p99 overhead (vs mock)", unit="ms",
-                                    higher_is_better=False, words=("faster", "slower")),
-    "overhead_vs_direct_p50_ms": dict(label="median overhead (vs direct)", unit="ms",
-                                      higher_is_better=False, words=("faster", "slower")),
-    "overhead_vs_direct_p95_ms": dict(label="p95 overhead (vs direct)", unit="ms",
-                                      higher_is_better=False, words=("faster", "slower")),
-    "overhead_vs_direct_p99_ms": dict(label="p99 overhead (vs direct)", unit="ms",
-                                      higher_is_better=False, words=("faster", "slower")),
-    "cpu_ms_per_request": dict(label="CPU-ms per request", unit="ms", higher_is_better=False,
-                               words=("less CPU", "more CPU")),
-    "rss_peak_bytes": dict(label="peak RSS", unit="bytes", higher_is_better=False,
-                           words=("less memory", "more memory")),
-    "rss_steady_bytes": dict(label="steady RSS", unit="bytes", higher_is_better=False,
-                             words=("less memory", "more memory")),
-    "errors_total": dict(label="errors", unit="requests", higher_is_better=False,
-                         words=("fewer errors", "more errors")),
-}
-SUMMARY_METRICS = tuple(METRICS)
-COMPARE_METRICS = tuple(m for m in METRICS if m != "errors_total")
+# The figures summarised across runs and compared with the reference, by name; what each is
+# called, its unit and its better direction are in the registry (harness/model/metrics.py).
+SUMMARY_METRICS: tuple[str, ...] = (
+    "throughput_rps", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms",
+    "overhead_vs_mock_p50_ms", "overhead_vs_mock_p95_ms", "overhead_vs_mock_p99_ms",
+    "overhead_vs_direct_p50_ms", "overhead_vs_direct_p95_ms", "overhead_vs_direct_p99_ms",
+    "cpu_ms_per_request", "rss_peak_bytes", "rss_steady_bytes", "errors_total")
+COMPARE_METRICS = tuple(m for m in SUMMARY_METRICS if m != "errors_total")
 
 DEFINITIONS: dict[str, str] = {
     "measured window": "[hold_start, hold_end) from each run manifest's phases; a request belongs "
@@ -75,8 +50,9 @@ DEFINITIONS: dict[str, str] = {
                            "default linear interpolation, in ms from send to last byte.",
     "throughput": "successful requests sent in the window divided by the window's length.",
     "overhead vs mock": "a latency percentile minus the mock's set latency (the HeimOS way).",
-    "overhead vs direct": "a latency percentile minus the same percentile of the direct baseline "
-                          "(mean over its completed runs) at the same user count (users binned).",
+    "overhead vs baseline": "a latency percentile minus the same percentile of the floor system "
+                            "(gateway.toml role \"floor\": the client straight to the mock; mean "
+                            "over its completed runs) at the same user count (users binned).",
     "errors": "rows of the whole run by error_kind (http, timeout, connection, other), plus the "
               "requests still in flight when the load stopped (run manifest checks).",
     "CPU-ms per request": "the system's process-tree cpu_seconds_total difference over the window "

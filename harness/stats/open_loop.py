@@ -6,9 +6,9 @@ from typing import Iterable, Mapping
 
 import pandas as pd
 
-from harness.stats.across import describe, fmt_mean_sd
+from harness.model.roles import Roles
+from harness.stats.across import describe
 from harness.stats.loading import Study, _phase
-from harness.stats.metrics import DEFAULT_DIRECT
 from harness.stats.runs import _ok, _pct
 
 OPEN_LOOP_BOUNDS_MS = (5.0, 10.0, 50.0)   # declared bounds on the p99 added latency
@@ -26,8 +26,8 @@ OPEN_LOOP_DEFINITIONS: dict[str, str] = {
                f"step's slots unsent or failed, and the median latency from the intended start "
                f"in the step's last quarter not above its first quarter's by more than "
                f"max({GROWTH_SHARE:.0%}, {GROWTH_MIN_MS:g} ms)",
-    "p99 added latency": "the step's p99 latency from the intended start minus the direct "
-                         "baseline's at the same offered rate (mean over its completed runs)",
+    "p99 added latency": "the step's p99 latency from the intended start minus the floor "
+                         "system's at the same offered rate (mean over its completed runs)",
     "sustained under a bound": "the highest offered rate up to which every step was kept up with "
                                "its p99 added latency within the bound (0 = not even the lowest)",
 }
@@ -37,11 +37,12 @@ def is_open_loop(run: Mapping) -> bool:
     return bool(((run.get("spec") or {}).get("load") or {}).get("open_loop_rates_per_s"))
 
 
-def open_loop_steps(study: Study, direct: str = DEFAULT_DIRECT) -> pd.DataFrame:
+def open_loop_steps(study: Study, floor: str | None = None) -> pd.DataFrame:
     """One row per open-loop run and step: offered vs achieved rate, slots scheduled and sent,
     latency percentiles from the intended and from the actual start, the schedule's lag, p99
-    added latency vs the direct baseline at the same offered rate, and whether the step was
-    kept up (``reasons`` says why not; see OPEN_LOOP_DEFINITIONS)."""
+    added latency vs the floor (default: the study's floor system) at the same offered rate,
+    and whether the step was kept up (``reasons`` says why not; see OPEN_LOOP_DEFINITIONS)."""
+    floor = floor or Roles.of(study.manifest).floor
     out = []
     for run in study.runs:
         if not is_open_loop(run):
@@ -58,10 +59,10 @@ def open_loop_steps(study: Study, direct: str = DEFAULT_DIRECT) -> pd.DataFrame:
     table = pd.DataFrame(out)
     if table.empty:
         return table
-    base = table[(table["system"] == direct) & (table["status"] == "completed")]
+    base = table[(table["system"] == floor) & (table["status"] == "completed")]
     ref = base.groupby("offered_rps")["from_intended_p99_ms"].mean()
     table["p99_added_ms"] = table["from_intended_p99_ms"] - table["offered_rps"].map(ref)
-    table["direct_kept_up"] = table["offered_rps"].map(base.groupby("offered_rps")["kept_up"].all())
+    table["floor_kept_up"] = table["offered_rps"].map(base.groupby("offered_rps")["kept_up"].all())
     return table
 
 
@@ -110,11 +111,11 @@ def _open_loop_step(run: Mapping, rows: pd.DataFrame, index: int, rate: float, s
             "reasons": "; ".join(reasons)}
 
 
-def open_loop_capacity(steps: pd.DataFrame, bounds_ms: Iterable[float] = OPEN_LOOP_BOUNDS_MS,
-                       direct: str = DEFAULT_DIRECT) -> pd.DataFrame:
+def open_loop_capacity(steps: pd.DataFrame, floor: str | None,
+                       bounds_ms: Iterable[float] = OPEN_LOOP_BOUNDS_MS) -> pd.DataFrame:
     """Per system, over completed runs: the highest offered rate sustained under each p99 added
     latency bound and the first offered rate it did not keep up with, each described across
-    runs (``describe``), plus whether the direct baseline also stopped there."""
+    runs (``describe``), plus whether the floor also stopped there."""
     bounds = [float(b) for b in bounds_ms]
     per_run = []
     for run_id, g in steps[steps["status"] == "completed"].groupby("run_id", sort=False):
@@ -129,7 +130,7 @@ def open_loop_capacity(steps: pd.DataFrame, bounds_ms: Iterable[float] = OPEN_LO
         per_run.append(rec)
     per_run = pd.DataFrame(per_run)
     out = []
-    direct_stop = (describe(per_run.loc[per_run["system"] == direct, "stopped_at_rps"])["min"]
+    floor_stop = (describe(per_run.loc[per_run["system"] == floor, "stopped_at_rps"])["min"]
                    if len(per_run) else math.nan)
     for system in pd.unique(steps["system"]):
         runs = per_run[per_run["system"] == system] if len(per_run) else per_run
@@ -140,39 +141,7 @@ def open_loop_capacity(steps: pd.DataFrame, bounds_ms: Iterable[float] = OPEN_LO
             d = describe(runs[name]) if len(runs) else describe([])
             rec.update({f"{name}_n": d["n"], f"{name}_mean": d["mean"], f"{name}_sd": d["sd"]})
         stop = rec["stopped_at_rps_mean"]
-        rec["baseline_also_stopped"] = bool(system != direct and not math.isnan(direct_stop)
-                                            and not math.isnan(stop) and stop >= direct_stop)
+        rec["baseline_also_stopped"] = bool(system != floor and not math.isnan(floor_stop)
+                                            and not math.isnan(stop) and stop >= floor_stop)
         out.append(rec)
     return pd.DataFrame(out)
-
-
-def open_loop_table(study: Study, bounds_ms: Iterable[float] = OPEN_LOOP_BOUNDS_MS,
-                    steps: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The open-loop headline: per system, 'mean ± sd (n=…)' of the highest rate sustained under
-    each bound and of the rate where it stopped keeping up. Empty for a closed-loop study."""
-    steps = open_loop_steps(study) if steps is None else steps
-    if steps.empty:
-        return pd.DataFrame()
-    bounds = [float(b) for b in bounds_ms]
-    cap = open_loop_capacity(steps, bounds)
-    rows = []
-    for _, r in cap.iterrows():
-        row = {"system": r["system"], "runs": r["runs"]}
-        for b in bounds:
-            row[f"sustained, p99 added ≤ {b:g} ms (req/s)"] = fmt_mean_sd(
-                {k: r[f"sustained_{b:g}ms_rps_{k}"] for k in ("n", "mean", "sd")}, 0)
-        stop = fmt_mean_sd({k: r[f"stopped_at_rps_{k}"] for k in ("n", "mean", "sd")}, 0)
-        if r["runs_kept_up_throughout"]:
-            kept = f"{r['runs_kept_up_throughout']} of {r['runs']} runs kept up to {r['highest_offered_rps']:g}"
-            stop = kept if stop == "—" else f"{stop}; {kept}"
-        if r["baseline_also_stopped"]:
-            stop += " (the direct baseline stopped there too: the machine's limit)"
-        row["stopped keeping up at (req/s)"] = stop
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-# --- the feature-cost lane -----------------------------------------------------------------------
-# Systems named 'folder@feature' (gateways/<folder> called as its [features.<feature>] says) run
-# side by side in one study; each feature is compared with the same system's passthrough, and
-# with the direct baseline run in the same client dialect.

@@ -7,16 +7,18 @@ import numpy as np
 import pandas as pd
 
 from harness.stats.loading import Study, _num, _phase, mock_latency_ms
-from harness.stats.metrics import DEFAULT_BIN_USERS, DEFAULT_DIRECT, PERCENTILES
+from harness.model.roles import Roles
+from harness.stats.metrics import DEFAULT_BIN_USERS, PERCENTILES
 from harness.stats.runs import _ok, _pct, users_bin
 
 
 def ramp_curve(study: Study, bin_users: int = DEFAULT_BIN_USERS,
-               direct: str = DEFAULT_DIRECT) -> pd.DataFrame:
+               floor: str | None = None) -> pd.DataFrame:
     """Per system, run and users bin along [ramp_start, hold_end): the time spent in the bin
     (the gaps from each request's send to the next, so throughput = successful / time),
-    latency and overhead percentiles over the bin's successful requests."""
-    direct_bins = _direct_ramp_bins(study, direct, bin_users)
+    latency and overhead percentiles over the bin's successful requests; the overheads vs
+    baseline against ``floor`` (default: the study's floor system)."""
+    floor_bins = _floor_ramp_bins(study, floor or Roles.of(study.manifest).floor, bin_users)
     out = []
     for run in study.runs:
         rid = run.get("run_id")
@@ -51,8 +53,8 @@ def ramp_curve(study: Study, bin_users: int = DEFAULT_BIN_USERS,
                 p = _pct(okl, q)
                 rec[f"latency_p{q}_ms"] = p
                 rec[f"overhead_vs_mock_p{q}_ms"] = p - mlat
-                d = (direct_bins.loc[int(edge), f"p{q}"]
-                     if direct_bins is not None and int(edge) in direct_bins.index else math.nan)
+                d = (floor_bins.loc[int(edge), f"p{q}"]
+                     if floor_bins is not None and int(edge) in floor_bins.index else math.nan)
                 rec[f"overhead_vs_direct_p{q}_ms"] = p - d
             out.append(rec)
     cols = ["run_id", "system", "run_index", "status", "users_bin", "users_mid", "requests",
@@ -62,10 +64,10 @@ def ramp_curve(study: Study, bin_users: int = DEFAULT_BIN_USERS,
     return pd.DataFrame(out, columns=cols)
 
 
-def _direct_ramp_bins(study: Study, direct: str, bin_users: int) -> pd.DataFrame | None:
+def _floor_ramp_bins(study: Study, floor: str | None, bin_users: int) -> pd.DataFrame | None:
     per = []
     for run in study.runs:
-        if run.get("system") != direct or run.get("status") != "completed":
+        if floor is None or run.get("system") != floor or run.get("status") != "completed":
             continue
         lo, hi = _phase(run, "ramp_start"), _phase(run, "hold_end")
         rows = study.requests[study.requests["run_id"] == run.get("run_id")]
@@ -87,7 +89,3 @@ def rss_timeline(study: Study) -> pd.DataFrame:
     s["load_start_t_unix_s"] = s["run_id"].map(starts).astype("float64")
     s["t_rel_s"] = s["t_unix_s"] - s["load_start_t_unix_s"]
     return s.sort_values(["system", "run_id", "t_unix_s"]).reset_index(drop=True)
-
-
-# --- the headline table --------------------------------------------------------------------------
-

@@ -17,9 +17,9 @@ from harness.stats.loading import (
     cpu_count,
     mock_latency_ms,
 )
+from harness.model.roles import Roles
 from harness.stats.metrics import (
     DEFAULT_BIN_USERS,
-    DEFAULT_DIRECT,
     ERROR_KINDS,
     LOCUST_CPU_LIMIT_PERCENT,
     MOCK_CPU_LIMIT_FRACTION,
@@ -28,6 +28,7 @@ from harness.stats.metrics import (
     OTHER_CPU_LIMIT_PERCENT,
     PERCENTILES,
 )
+from harness.stats.outcomes import Label
 
 
 def _pct(values: np.ndarray | pd.Series, q: float) -> float:
@@ -67,11 +68,11 @@ def _ok(rows: pd.DataFrame) -> pd.DataFrame:
     return rows[rows["error_kind"].fillna("") == ""]
 
 
-def _direct_bins(study: Study, direct: str, bin_users: int) -> pd.DataFrame | None:
-    """Per users-bin, the direct baseline's window percentiles, averaged over its completed runs."""
+def _floor_bins(study: Study, floor: str | None, bin_users: int) -> pd.DataFrame | None:
+    """Per users-bin, the floor's window percentiles, averaged over its completed runs."""
     per_run = []
     for run in study.runs:
-        if run.get("system") != direct or run.get("status") != "completed":
+        if floor is None or run.get("system") != floor or run.get("status") != "completed":
             continue
         ok = _ok(window_rows(study, run))
         if not len(ok):
@@ -87,14 +88,14 @@ def _direct_bins(study: Study, direct: str, bin_users: int) -> pd.DataFrame | No
 
 # --- capacity or behaviour -----------------------------------------------------------------------
 
-def classify(row: Mapping) -> tuple[str, list[str]]:
-    """('capacity' | 'behaviour' | 'failed', reasons) for one run_summary row (or a dict with the
+def classify(row: Mapping) -> tuple[Label, list[str]]:
+    """(the run's Label, the reasons) for one run_summary row (or a dict with the
     same keys). Capacity needs positive evidence for every criterion; missing data is a reason."""
     if row.get("status") != "completed":
         status = row.get("status")
         if status == "running":
-            return "failed", ["run still running (not finished when the study was read)"]
-        return "failed", [f"run {status}: {row.get('reason') or 'no reason recorded'}"]
+            return Label.FAILED, ["run still running (not finished when the study was read)"]
+        return Label.FAILED, [f"run {status}: {row.get('reason') or 'no reason recorded'}"]
     reasons: list[str] = []
     peak = _num(row.get("locust_cpu_peak_percent"))
     procs = _num(row.get("locust_processes"))
@@ -145,7 +146,7 @@ def classify(row: Mapping) -> tuple[str, list[str]]:
         reasons.append(f"the users' think time capped the load at ~{offered:.0f} req/s and the "
                        f"system served {tput:.0f} req/s: the offered load, not the system, set "
                        "the throughput")
-    return ("behaviour" if reasons else "capacity"), reasons
+    return (Label.BEHAVIOUR if reasons else Label.CAPACITY), reasons
 
 
 # --- per run -------------------------------------------------------------------------------------
@@ -182,10 +183,12 @@ def other_cpu(run: Mapping, samples: pd.DataFrame, start: float, end: float) -> 
 
 
 def run_summary(study: Study, bin_users: int = DEFAULT_BIN_USERS,
-                direct: str = DEFAULT_DIRECT) -> pd.DataFrame:
-    """One row per run (plan order) with every per-run figure; see the module docstring."""
-    direct_bins = _direct_bins(study, direct, bin_users)
-    has_direct_run = any(r.get("system") == direct for r in study.runs)
+                floor: str | None = None) -> pd.DataFrame:
+    """One row per run (plan order) with every per-run figure; see the package docstring. The
+    overheads vs baseline are against ``floor`` (default: the study's floor system)."""
+    floor = floor or Roles.of(study.manifest).floor
+    floor_bins = _floor_bins(study, floor, bin_users)
+    has_floor_run = any(r.get("system") == floor for r in study.runs)
     out = []
     for run in study.runs:
         rid = run.get("run_id")
@@ -217,11 +220,14 @@ def run_summary(study: Study, bin_users: int = DEFAULT_BIN_USERS,
         for q in PERCENTILES:
             rec[f"overhead_vs_mock_p{q}_ms"] = rec[f"latency_p{q}_ms"] - mlat
 
-        # overhead vs the direct baseline, same percentile, same users bin
+        # overhead vs the floor, same percentile, same users bin
         reason = ""
-        if direct_bins is None:
-            reason = (f"no completed {direct!r} run in this study" if not has_direct_run
-                      else f"no completed {direct!r} run with requests in its window")
+        if floor is None:
+            reason = "no floor system (gateway.toml role \"floor\") in this study"
+            vals = {q: math.nan for q in PERCENTILES}
+        elif floor_bins is None:
+            reason = (f"no completed {floor!r} run in this study" if not has_floor_run
+                      else f"no completed {floor!r} run with requests in its window")
             vals = {q: math.nan for q in PERCENTILES}
         elif not len(ok):
             reason = "no successful requests in this run's window"
@@ -231,16 +237,16 @@ def run_summary(study: Study, bin_users: int = DEFAULT_BIN_USERS,
             acc = {q: 0.0 for q in PERCENTILES}
             weight = 0
             for edge, grp in ok.groupby(b):
-                if int(edge) not in direct_bins.index:
+                if int(edge) not in floor_bins.index:
                     continue
                 for q in PERCENTILES:
-                    acc[q] += len(grp) * (_pct(grp["latency_ms"], q) - direct_bins.loc[int(edge), f"p{q}"])
+                    acc[q] += len(grp) * (_pct(grp["latency_ms"], q) - floor_bins.loc[int(edge), f"p{q}"])
                 weight += len(grp)
             if weight:
                 vals = {q: acc[q] / weight for q in PERCENTILES}
             else:
                 vals = {q: math.nan for q in PERCENTILES}
-                reason = f"no {direct!r} window data at this run's user counts"
+                reason = f"no {floor!r} window data at this run's user counts"
         for q in PERCENTILES:
             rec[f"overhead_vs_direct_p{q}_ms"] = vals[q]
         rec["overhead_vs_direct_reason"] = reason
@@ -339,7 +345,3 @@ def run_summary(study: Study, bin_users: int = DEFAULT_BIN_USERS,
     if not len(df):
         return pd.DataFrame(columns=["run_id", "system", "run_index", "status", "label"])
     return df
-
-
-# --- across runs ---------------------------------------------------------------------------------
-

@@ -7,18 +7,20 @@ import numpy as np
 import pandas as pd
 
 from harness.stats.loading import Study, _num
-from harness.stats.metrics import DEFAULT_DIRECT
+from harness.model.roles import Roles
 from harness.stats.runs import _ok, _pct, window_rows
 
 BUFFERED_GAP_SHARE = 0.25   # frames arriving this much closer together than the mock sent them
 BUFFERED_FIRST_TOKEN_SHARE = 0.9  # ... and the first of them this late in the stream: buffered
 
 
-def stream_summary(study: Study, direct: str = DEFAULT_DIRECT) -> pd.DataFrame:
+def stream_summary(study: Study, floor: str | None = None) -> pd.DataFrame:
     """Per streamed run, over the window's successful streams: time to first byte and to first
     token, the gaps between content frames, whole-stream duration, frames received, streams
-    that ended properly; overhead on time to first token and on the gaps against the direct
-    baseline (mean of its completed runs); and whether the system buffered the stream."""
+    that ended properly; overhead on time to first token and on the gaps against the floor
+    (default: the study's floor system; mean of its completed runs); and whether the system
+    buffered the stream."""
+    floor = floor or Roles.of(study.manifest).floor
     out = []
     for run in study.runs:
         spec = run.get("spec") or {}
@@ -56,11 +58,7 @@ def stream_summary(study: Study, direct: str = DEFAULT_DIRECT) -> pd.DataFrame:
     table = pd.DataFrame(out)
     if table.empty:
         return table
-    base = table[(table.system == direct) & (table.status == "completed")]
+    base = table[(table.system == floor) & (table.status == "completed")]
     for col, name in (("ttft_p50_ms", "ttft_overhead_p50_ms"), ("gap_p99_ms", "gap_overhead_p99_ms")):
         table[name] = table[col] - base[col].mean() if len(base) else math.nan
     return table
-
-
-# --- the open-loop lane --------------------------------------------------------------------------
-

@@ -1,0 +1,42 @@
+"""Which system plays which part in a study, read from its manifest, never from a system's name.
+
+* floor: the system whose gateway.toml says ``role = "floor"`` (the client straight to the
+  mock), called plainly: a floor called as a feature (``folder@feature``) is the feature-cost
+  lane's floor for its dialect, not the study's;
+* reference: the system verdicts compare with (``config.reference_system``), when it ran;
+* A/A pair: two copies of one system that must agree (``config.aa_pair``);
+* gate system: the system the regression gate judges (``config.gate_system``).
+
+A command-line flag overrides what the manifest says.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+FLOOR = "floor"
+
+
+@dataclass(frozen=True)
+class Roles:
+    floor: str | None
+    floors: tuple[str, ...]              # every system with the floor role, features included
+    reference: str | None
+    aa_pair: tuple[str, str] | None
+    gate_system: str | None
+
+    @classmethod
+    def of(cls, manifest: Mapping, *, floor: str | None = None, reference: str | None = None,
+           aa_pair: Sequence[str] | None = None, gate_system: str | None = None) -> "Roles":
+        systems = manifest.get("systems") or {}
+        config = manifest.get("config") or {}
+        floors = tuple(name for name, meta in systems.items()
+                       if (meta or {}).get("role") == FLOOR)
+        plain = [name for name in floors if "@" not in name]
+        pair = tuple(aa_pair or config.get("aa_pair") or ())
+        if pair and len(pair) != 2:
+            raise ValueError(f"an A/A pair is two systems, got {list(pair)}")
+        return cls(floor=floor or (plain[0] if plain else None), floors=floors,
+                   reference=reference or config.get("reference_system") or None,
+                   aa_pair=pair or None,  # type: ignore[arg-type]
+                   gate_system=gate_system or config.get("gate_system") or None)

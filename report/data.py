@@ -1,0 +1,64 @@
+"""The numbers every section of a study's report reads, computed once from the study directory."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from harness.model.roles import Roles
+from harness.stats.across import (
+    SUMMARY_COLUMNS,
+    compare,
+    reference_of,
+    system_labels,
+    system_summary,
+)
+from harness.stats.loading import Study, load_study
+from harness.stats.metrics import DEFAULT_BIN_USERS
+from harness.stats.ramp import ramp_curve
+from harness.stats.runs import run_summary
+
+PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
+           "#7f7f7f", "#bcbd22", "#17becf"]
+
+
+@dataclass(frozen=True, eq=False)
+class ReportData:
+    study: Study
+    roles: Roles
+    rs: pd.DataFrame                 # run_summary
+    summary: pd.DataFrame            # system_summary (long)
+    comparison: pd.DataFrame | None  # compare against the reference (None: no reference ran)
+    labels: pd.DataFrame             # system_labels
+    ramp: pd.DataFrame               # ramp_curve
+    reference: str | None
+    bin_users: int
+    colors: dict[str, str]
+
+    def ordered(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """``frame``'s rows in the study's system order (stable within a system)."""
+        order = {s: i for i, s in enumerate(self.study.systems)}
+        return frame.assign(_o=frame["system"].map(order)).sort_values(
+            "_o", kind="mergesort").drop(columns="_o")
+
+
+def collect(study_dir: str | Path, reference: str | None = None,
+            bin_users: int = DEFAULT_BIN_USERS, verify: bool = True) -> ReportData:
+    """Load the study and compute everything the report shows."""
+    study = load_study(study_dir, verify=verify)
+    roles = Roles.of(study.manifest, reference=reference)
+    rs = run_summary(study, bin_users=bin_users, floor=roles.floor)
+    ref = reference_of(study, reference)
+    has_runs = len(rs) > 0 and "system" in rs.columns
+    summary = (system_summary(rs, floor=roles.floor) if has_runs
+               else pd.DataFrame(columns=SUMMARY_COLUMNS))
+    comparison = (compare(rs, reference=ref, floor=roles.floor)
+                  if has_runs and ref is not None and ref in set(rs["system"]) else None)
+    labels = system_labels(rs) if has_runs else pd.DataFrame(
+        columns=["system", "label", "runs", "completed", "reasons"])
+    colors = {s: PALETTE[i % len(PALETTE)] for i, s in enumerate(study.systems)}
+    return ReportData(study=study, roles=roles, rs=rs, summary=summary,
+                      comparison=comparison,
+                      labels=labels, ramp=ramp_curve(study, bin_users=bin_users, floor=roles.floor),
+                      reference=ref, bin_users=bin_users, colors=colors)

@@ -1,0 +1,118 @@
+"""Numbers to words: digits, units, "±", verdict words and reasons. The statistics return values
+and outcomes (harness/stats); how a metric is shown comes from the registry
+(harness/model/metrics.py), and is applied here only."""
+from __future__ import annotations
+
+import datetime as dt
+import math
+from typing import Any, Mapping
+
+import pandas as pd
+
+from harness.model.metrics import Metric, metric
+from harness.stats.metrics import VERDICT_ALPHA, VERDICT_MIN_EFFECT
+from harness.stats.outcomes import Basis, Outcome
+
+DASH = "—"
+
+
+def isnan(x: Any) -> bool:
+    try:
+        return x is None or (isinstance(x, float) and math.isnan(x)) or bool(pd.isna(x))
+    except (TypeError, ValueError):
+        return False
+
+
+def num(x: Any, digits: int = 1, scale: float = 1.0, suffix: str = "") -> str:
+    if isnan(x):
+        return DASH
+    return f"{float(x) / scale:.{digits}f}{suffix}"
+
+
+def _m(m: str | Metric) -> Metric:
+    return m if isinstance(m, Metric) else metric(m)
+
+
+def value(x: Any, m: str | Metric, unit: bool = False) -> str:
+    """One value of a metric, with the registry's digits (and its unit when asked)."""
+    m = _m(m)
+    suffix = "%" if m.unit == "%" else (f" {m.unit}" if unit and m.unit else "")
+    return num(x, m.digits, m.scale, suffix)
+
+
+def heading(m: str | Metric, qualifier: str = "") -> str:
+    """A column heading: the metric's label (plus a table's qualifier, e.g. "added") and its unit."""
+    m = _m(m)
+    words = f"{m.label} {qualifier}".strip()
+    return f"{words} ({m.unit})" if m.unit and m.unit != "%" else words
+
+
+def mean_sd(d: Mapping[str, Any], m: str | Metric) -> str:
+    """'mean ± sd (n=…)'; 'mean (n=1)' for a single run; '—' when there is none."""
+    m = _m(m)
+    if isnan(d.get("n")) or not d.get("n") or isnan(d.get("mean")):
+        return DASH
+    n = int(d["n"])
+    mean = d["mean"] / m.scale
+    if n == 1 or isnan(d.get("sd")):
+        return f"{mean:.{m.digits}f} (n={n})"
+    return f"{mean:.{m.digits}f} ± {d['sd'] / m.scale:.{m.digits}f} (n={n})"
+
+
+def pct(x: Any, digits: int = 1) -> str:
+    return "n/a" if isnan(x) else f"{x:.{digits}%}"
+
+
+def when(t: Any) -> str:
+    if isnan(t):
+        return DASH
+    return dt.datetime.fromtimestamp(float(t), dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def gib(x: Any) -> str:
+    return DASH if isnan(x) else f"{float(x) / 2**30:.1f} GiB"
+
+
+def size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024.0
+    return f"{n} B"
+
+
+def verdict_word(outcome: Outcome, m: str | Metric) -> str:
+    """"faster", "less CPU", ... in the metric's own words; "no clear difference" otherwise."""
+    if outcome is Outcome.NO_CLEAR_DIFFERENCE:
+        return outcome.value
+    better, worse = _m(m).words
+    return better if outcome is Outcome.BETTER else worse
+
+
+def verdict_reason(v: Mapping[str, Any]) -> str:
+    """Why a verdict (a compare() row, or a Verdict as a dict) is what it is, with its numbers."""
+    basis, ratio, ratio_sd, p = v["basis"], v["ratio"], v["ratio_sd"], v["p_value"]
+    if basis is Basis.NOT_COMPARED:
+        return "not compared: the floor is the baseline this overhead is measured against"
+    if basis is Basis.TOO_FEW_RUNS:
+        return f"too few completed runs for a t-test (n={v['n']} vs {v['n_ref']})"
+    if basis is Basis.RATIO_UNDEFINED:
+        return (f"the ratio is undefined (reference mean {v['mean_ref']:.4g}, "
+                f"this {v['mean']:.4g})")
+    effect = abs(ratio - 1)
+    ptxt = f"Welch p = {p:.3g}" if not math.isnan(p) else "Welch p undefined"
+    rtxt = f"ratio {ratio:.3f} ± {ratio_sd:.3f}"
+    if v["outcome"] is not Outcome.NO_CLEAR_DIFFERENCE:
+        return (f"{rtxt}, {ptxt} < {VERDICT_ALPHA:g} and the ratio is {effect:.0%} off 1 "
+                f"(≥ {VERDICT_MIN_EFFECT:.0%})")
+    why = []
+    if math.isnan(p) or p >= VERDICT_ALPHA:
+        why.append(f"{ptxt} ≥ {VERDICT_ALPHA:g}" if not math.isnan(p) else ptxt)
+    if effect < VERDICT_MIN_EFFECT:
+        why.append(f"the ratio is only {effect:.1%} off 1 (< {VERDICT_MIN_EFFECT:.0%})")
+    return f"{rtxt}: " + " and ".join(why)
+
+
+def verdict_class(outcome: Outcome | None) -> str:
+    """The CSS class a verdict is shown with."""
+    return {Outcome.BETTER: "verdict-better", Outcome.WORSE: "verdict-worse"}.get(outcome, "")

@@ -1,0 +1,228 @@
+"""The report's plots, each a base64 PNG (``data:`` URI) so the HTML stays one self-contained file."""
+from __future__ import annotations
+
+import base64
+import io
+import math
+
+import numpy as np
+import pandas as pd
+
+from harness.model.metrics import metric
+from harness.stats.across import describe
+from harness.stats.metrics import PERCENTILES
+from harness.stats.open_loop import KEPT_UP_SHARE, OPEN_LOOP_BOUNDS_MS
+from harness.stats.ramp import rss_timeline
+from report.data import ReportData
+from report.format import heading
+
+RSS = metric("rss_peak_bytes")
+
+def _png(fig) -> str:
+    import matplotlib.pyplot as plt
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=96, bbox_inches="tight")
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+    plt.rcParams.update({"font.size": 10, "axes.grid": True, "grid.alpha": 0.3,
+                         "axes.spines.top": False, "axes.spines.right": False})
+    return plt
+
+
+def _run_style(status: str, run_index: int) -> dict:
+    if status != "completed":
+        return {"linestyle": ":", "alpha": 0.6, "marker": "x"}
+    return {"linestyle": ("-", "--", "-.", (0, (5, 1)), (0, (3, 1, 1, 1)))[(int(run_index) - 1) % 5],
+            "alpha": 0.85, "marker": "o", "markersize": 3}
+
+
+def _ordered_ramp(data: ReportData) -> pd.DataFrame:
+    order = {sname: i for i, sname in enumerate(data.study.systems)}
+    r = data.ramp
+    return r.assign(_o=r["system"].map(order)).sort_values(["_o", "run_index", "users_bin"],
+                                                            kind="mergesort")
+
+
+def plot_throughput(data: ReportData) -> str | None:
+    r = _ordered_ramp(data)
+    if not len(r):
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(11, 4.2))
+    for (system, run_id), g in r.groupby(["system", "run_id"], sort=False):
+        g = g.sort_values("users_bin")
+        st = g["status"].iloc[0]
+        ax.plot(g["users_mid"], g["throughput_rps"], color=data.colors.get(system, "k"),
+                label=f"{run_id}" + ("" if st == "completed" else f" ({st})"),
+                **_run_style(st, g["run_index"].iloc[0]))
+    ax.set_xlabel(f"users (bins of {data.bin_users}, plotted at the bin's middle)")
+    ax.set_ylabel("successful requests / s")
+    ax.set_title("Throughput vs users along the ramp and the hold (each run a line)")
+    ax.legend(ncol=4, fontsize=8, loc="upper left")
+    ax.set_ylim(bottom=0)
+    return _png(fig)
+
+
+def plot_overhead(data: ReportData) -> str | None:
+    r = _ordered_ramp(data)
+    if not len(r):
+        return None
+    plt = _plt()
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2), sharey=False)
+    for ax, q in zip(axes, PERCENTILES):
+        for (system, run_id), g in r.groupby(["system", "run_id"], sort=False):
+            g = g.sort_values("users_bin")
+            st = g["status"].iloc[0]
+            ax.plot(g["users_mid"], g[f"overhead_vs_mock_p{q}_ms"], color=data.colors.get(system, "k"),
+                    label=run_id + ("" if st == "completed" else f" ({st})"),
+                    **_run_style(st, g["run_index"].iloc[0]))
+        ax.set_title(f"p{q} overhead vs mock")
+        ax.set_xlabel("users")
+    axes[0].set_ylabel("latency − mock's set latency (ms)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    rows_needed = (len(labels) + 5) // 6
+    fig.suptitle("Overhead percentiles vs users (each run a line)")
+    fig.tight_layout(rect=(0, 0.035 * rows_needed + 0.02, 1, 1))
+    fig.legend(handles, labels, ncol=min(len(labels), 6), fontsize=8, loc="lower center",
+               bbox_to_anchor=(0.5, 0.0), frameon=False)
+    return _png(fig)
+
+
+def plot_rss(data: ReportData) -> str | None:
+    tl = rss_timeline(data.study)
+    systems = [s for s in data.study.systems if s in set(tl["system"])]
+    if not systems:
+        return None
+    plt = _plt()
+    fig, axes = plt.subplots(len(systems), 1, figsize=(11, 2.3 * len(systems) + 0.6), sharex=True,
+                             squeeze=False)
+    for ax, system in zip(axes[:, 0], systems):
+        g = tl[tl["system"] == system]
+        run_ids = [r.get("run_id") for r in sorted(
+            (r for r in data.study.runs if r.get("system") == system),
+            key=lambda r: r.get("run_index") or 0)]
+        for run_id in [x for x in run_ids if x in set(g["run_id"])]:
+            gr = g[g["run_id"] == run_id]
+            run = data.study.run(run_id)
+            st = run.get("status")
+            ax.plot(gr["t_rel_s"], gr["rss_bytes"] / RSS.scale, color=data.colors.get(system, "k"),
+                    label=run_id + ("" if st == "completed" else f" ({st})"),
+                    **{k: v for k, v in _run_style(st, run.get("run_index") or 1).items()
+                       if k != "marker"})
+        # the measured window of the first completed run of this system, shaded
+        for run in data.study.runs:
+            if run.get("system") == system and run.get("status") == "completed":
+                ph = run.get("phases") or {}
+                t0 = ph.get("warmup_start_t_unix_s", ph.get("ramp_start_t_unix_s"))
+                if t0 is not None and "hold_start_t_unix_s" in ph and "hold_end_t_unix_s" in ph:
+                    ax.axvspan(ph["hold_start_t_unix_s"] - t0, ph["hold_end_t_unix_s"] - t0,
+                               color="0.85", alpha=0.5, label="measured window")
+                    if "load_end_t_unix_s" in ph:
+                        ax.axvline(ph["load_end_t_unix_s"] - t0, color="0.4", lw=0.8, ls="--",
+                                   label="load stops")
+                break
+        ax.set_ylabel(f"RSS ({RSS.unit})")
+        ax.set_title(f"{system}", loc="left", fontsize=10)
+        ax.legend(fontsize=7, ncol=5, loc="lower right")
+        ax.set_ylim(bottom=0)
+    axes[-1, 0].set_xlabel("seconds since the load started (negative: idle before the load)")
+    fig.suptitle("Resident memory of each system's process tree over time (each run a line)")
+    fig.tight_layout()
+    return _png(fig)
+
+
+# The headline figures, run by run.
+RUNS_PLOT = ("throughput_rps", "overhead_vs_mock_p50_ms", "cpu_ms_per_request", "rss_peak_bytes")
+
+
+def plot_runs(data: ReportData) -> str | None:
+    rs = data.rs
+    if not len(rs):
+        return None
+    plt = _plt()
+    systems = [s for s in data.study.systems if s in set(rs["system"])]
+    fig, axes = plt.subplots(1, len(RUNS_PLOT), figsize=(13, 3.6))
+    for ax, name in zip(axes, RUNS_PLOT):
+        m = metric(name)
+        top = 0.0
+        for i, system in enumerate(systems):
+            sub = rs[rs["system"] == system]
+            done = sub[sub["status"] == "completed"]
+            vals = done[name].astype("float64") / m.scale
+            jitter = np.linspace(-0.12, 0.12, max(len(vals), 1))[:len(vals)]
+            ax.scatter(i + jitter, vals, color=data.colors.get(system, "k"), s=18, zorder=3)
+            d = describe(vals)
+            if d["n"] >= 1 and not math.isnan(d["mean"]):
+                err = 0 if math.isnan(d["ci95_half"]) else d["ci95_half"]
+                ax.errorbar(i + 0.3, d["mean"], yerr=err, fmt="s", color="k", ms=4, capsize=3)
+                top = max(top, d["max"], d["mean"] + err)
+        ax.set_xticks(range(len(systems)), systems, rotation=30, ha="right")
+        ax.set_xlim(-0.5, len(systems) - 0.3)
+        ax.set_title(heading(m), fontsize=10)
+        ax.set_ylim(0, top * 1.12 if top > 0 else 1.0)
+    fig.suptitle("Each completed run (dots) and the mean with its t-based 95% CI (black)")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def plot_self_overhead(data: ReportData, rows: list[dict]) -> str | None:
+    """rows: report.tables.self_overhead_rows."""
+    if not rows:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 3.4))
+    x = np.arange(len(rows))
+    w = 0.2
+    series = [("overhead_vs_mock_p50_ms", "client-observed p50", "#1f4e79"),
+              ("self_overhead_p50_ms", "self-reported p50", "#8fbce6"),
+              ("overhead_vs_mock_p95_ms", "client-observed p95", "#a0522d"),
+              ("self_overhead_p95_ms", "self-reported p95", "#f2b98a")]
+    for k, (key, label, color) in enumerate(series):
+        ax.bar(x + (k - 1.5) * w, [r[key]["mean"] for r in rows], w, label=label, color=color)
+    ax.set_xticks(x, [r["system"] for r in rows])
+    ax.set_ylabel("ms")
+    ax.set_title("Self-reported vs client-observed overhead (mean over runs)")
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+# --- sections ------------------------------------------------------------------------------------
+
+def plot_open_loop(data: ReportData, steps: pd.DataFrame) -> str | None:
+    """p99 added latency and achieved/offered rate vs offered rate, each run a line."""
+    if steps.empty:
+        return None
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.2))
+    order = {s: i for i, s in enumerate(data.study.systems)}
+    steps = steps.assign(_o=steps["system"].map(order)).sort_values(["_o", "run_index", "offered_rps"])
+    for (system, run_id), g in steps.groupby(["system", "run_id"], sort=False):
+        st = g["status"].iloc[0]
+        style = dict(color=data.colors.get(system, "k"),
+                     label=run_id + ("" if st == "completed" else f" ({st})"),
+                     **_run_style(st, g["run_index"].iloc[0]))
+        axes[0].plot(g["offered_rps"], g["p99_added_ms"], **style)
+        axes[1].plot(g["offered_rps"], g["achieved_rps"] / g["offered_rps"], **style)
+    for b in OPEN_LOOP_BOUNDS_MS:
+        axes[0].axhline(b, color="#999", linewidth=0.8, linestyle="--")
+    axes[0].set_yscale("symlog", linthresh=10)
+    axes[0].set_ylabel("p99 added latency vs baseline (ms, from the intended start)")
+    axes[1].axhline(KEPT_UP_SHARE, color="#999", linewidth=0.8, linestyle="--")
+    axes[1].set_ylabel("achieved / offered")
+    rates = sorted(steps["offered_rps"].unique())
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_xticks(rates, [f"{r:g}" for r in rates])
+        ax.minorticks_off()
+        ax.set_xlabel("offered rate (req/s)")
+    axes[0].set_title("p99 added latency per step (dashed: the declared bounds)")
+    axes[1].set_title(f"achieved / offered rate (dashed: {KEPT_UP_SHARE:.0%})")
+    axes[0].legend(ncol=3, fontsize=8, loc="upper left")
+    fig.tight_layout()
+    return _png(fig)

@@ -1,0 +1,267 @@
+"""The sections of a study's report, in order: each gathers what its template
+(templates/<name>.html.j2) shows and renders it. The notebook displays the same sections."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from markupsafe import Markup
+import pandas as pd
+from scipy import stats
+
+from harness.model.metrics import metric
+from harness.stats.feature_cost import feature_cost
+from harness.stats.loading import cpu_count, mock_latency_ms
+from harness.stats.metrics import DEFINITIONS
+from harness.stats.open_loop import OPEN_LOOP_DEFINITIONS, is_open_loop, open_loop_steps
+from harness.stats.outcomes import Label
+from harness.stats.streaming import (
+    BUFFERED_FIRST_TOKEN_SHARE,
+    BUFFERED_GAP_SHARE,
+    stream_summary,
+)
+from report import format as F
+from report import plots, tables
+from report.data import ReportData
+from report.table import rows_of, table
+
+HERE = Path(__file__).resolve().parent
+REPO_DIR = HERE.parent
+SECTIONS = ("style", "header", "banner", "headline", "plots", "streaming", "open_loop",
+            "feature_cost", "self_overhead", "verdicts", "stability", "runs", "methodology",
+            "artifacts")
+CONFIG_LOAD_KEYS = ["users", "warmup_users", "warmup_s", "ramp_s", "hold_s", "min_hold_requests",
+                    "max_hold_s", "think_time_s", "locust_processes", "request_timeout_s", "idle_s",
+                    "cooldown_s", "gateway_workers", "ready_timeout_s"]
+CONFIG_MOCK_KEYS = ["mock_latency_ms", "mock_workers", "mock_response_tokens", "stream",
+                    "stream_chunks", "chunk_delay_ms"]
+
+ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
+                         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+ENV.filters.update(num=F.num, when=F.when, gib=F.gib)
+
+
+def render(template: str, **ctx: Any) -> str:
+    return ENV.get_template(template).render(**ctx)
+
+
+def style() -> str:
+    """The CSS every section uses, inlined: the report is one self-contained file."""
+    return "<style>\n" + (HERE / "style.css").read_text(encoding="utf-8") + "</style>\n"
+
+
+def section_style(data: ReportData) -> str:
+    return style()
+
+
+def section_header(data: ReportData) -> str:
+    m = data.study.manifest
+    return render("header.html.j2", study_id=m.get("study_id") or data.study.path.name,
+                  status=m.get("status", "?"), reason=m.get("reason", ""),
+                  profile=(m.get("config") or {}).get("profile", "?"),
+                  started=m.get("started_t_unix_s"), ended=m.get("ended_t_unix_s"),
+                  systems=data.study.systems, reference=data.reference)
+
+
+def section_banner(data: ReportData) -> str:
+    m = data.study.manifest
+    cores = cpu_count(data.study)
+    systems = [{"system": r["system"], "label": r["label"].value, "runs": int(r["runs"]),
+                "completed": int(r["completed"]), "reasons": list(r["reasons"])}
+               for _, r in (data.ordered(data.labels) if len(data.labels) else data.labels).iterrows()]
+    ran = {s["system"] for s in systems}
+    for name, meta in (m.get("systems") or {}).items():
+        if name not in ran:
+            systems.append({"system": name, "label": "not run", "runs": 0, "completed": 0,
+                            "reasons": [f"not run: {meta.get('not_runnable_reason') or 'no runs'}"]})
+    measured = [s for s in systems if s["completed"] > 0]
+    behaviour = [s for s in measured if s["label"] == Label.BEHAVIOUR.value]
+    kind = (Label.FAILED if not measured else Label.BEHAVIOUR if behaviour else Label.CAPACITY)
+    unstable = []
+    if len(data.summary):
+        u = data.summary[(data.summary["unstable"]) & (data.summary["metric"] != "errors_total")]
+        for system, g in u.groupby("system", sort=False):
+            unstable.append(f"{system}: " + ", ".join(
+                f"{metric(mm).label} (CoV {c:.0%})" for mm, c in zip(g["metric"], g["cov"])))
+    return render("banner.html.j2", kind=kind.value,
+                  cores=None if math.isnan(cores) else int(cores), n_behaviour=len(behaviour),
+                  n_measured=len(measured), systems=systems, study_status=m.get("status"),
+                  study_reason=m.get("reason", ""), unstable=unstable,
+                  failed_runs=[r for r in data.study.runs if r.get("status") != "completed"])
+
+
+def section_headline(data: ReportData) -> str:
+    ns = [int(x) for x in data.summary[data.summary["metric"] == "throughput_rps"]["n"]
+          if int(x) >= 1] if len(data.summary) else []
+    planned = (data.study.manifest.get("config") or {}).get("runs_per_gateway")
+    n_typ = max(set(ns), key=ns.count) if ns else int(planned or 3)
+    k = float(stats.t.ppf(0.975, n_typ - 1)) if n_typ >= 2 else math.nan
+    mock_ms = sorted({x for x in data.rs.get("mock_latency_ms", pd.Series(dtype=float)).dropna()})
+    return render("headline.html.j2", headline=tables.headline(data), reference=data.reference,
+                  n=n_typ, k=k, mock_ms=[f"{x:g}" for x in mock_ms] or ["?"])
+
+
+def section_verdicts(data: ReportData) -> str:
+    return render("verdicts.html.j2", verdicts=tables.verdicts(data), reference=data.reference)
+
+
+def section_stability(data: ReportData) -> str:
+    return render("stability.html.j2", stability=tables.stability(data), floor=data.roles.floor)
+
+
+def section_runs(data: ReportData) -> str:
+    main, limits = tables.runs(data)
+    return render("runs.html.j2", runs=main, limits=limits)
+
+
+def section_plots(data: ReportData) -> str:
+    figs = [
+        ("plot-throughput", plots.plot_throughput(data),
+         "Throughput along the ramp: where a curve stops following the offered load, the system "
+         "(or the machine) saturates. Bins of users; the last bin is the measured hold."),
+        ("plot-overhead", plots.plot_overhead(data),
+         "Overhead (latency − the mock's set latency) at p50, p95 and p99 as users grow."),
+        ("plot-rss", plots.plot_rss(data),
+         "Tree-summed RSS of each system over time, every run visible; the shaded band is the "
+         "measured window, the dashed line where the load stopped."),
+        ("plot-runs", plots.plot_runs(data),
+         "The headline figures run by run: the dots are the runs, the black square the mean "
+         "with its t-based 95% CI."),
+    ]
+    return render("plots.html.j2", figs=figs)
+
+
+def section_streaming(data: ReportData) -> str:
+    stream = stream_summary(data.study, floor=data.roles.floor)
+    if stream.empty:
+        return ""
+    return render("streaming.html.j2", streaming=tables.streaming(stream),
+                  set_latency=mock_latency_ms(data.study, data.study.runs[0]),
+                  chunks=stream["set_chunks"].iloc[0], gap=stream["set_gap_ms"].iloc[0],
+                  share=f"{BUFFERED_GAP_SHARE:.0%}", late=f"{BUFFERED_FIRST_TOKEN_SHARE:.0%}",
+                  floor=data.roles.floor)
+
+
+def section_open_loop(data: ReportData) -> str:
+    steps = open_loop_steps(data.study, floor=data.roles.floor)
+    if steps.empty:
+        return ""
+    step_s = next((float(r["spec"]["load"]["open_loop_step_s"]) for r in data.study.runs
+                   if is_open_loop(r)), math.nan)
+    return render("open_loop.html.j2", summary=tables.open_loop(steps, data.roles.floor),
+                  steps=tables.open_loop_steps(steps), plot=plots.plot_open_loop(data, steps),
+                  step_s=f"{step_s:g}", floor=data.roles.floor,
+                  rates=", ".join(f"{r:g}" for r in sorted(steps["offered_rps"].unique())),
+                  definitions=list(OPEN_LOOP_DEFINITIONS.items()))
+
+
+def section_feature_cost(data: ReportData) -> str:
+    cost = feature_cost(data.study, data.rs, data.roles.floors)
+    if cost.empty:
+        return ""
+    return render("feature_cost.html.j2", summary=tables.feature_cost(cost, data.study.systems),
+                  details=tables.feature_cost_details(cost),
+                  body=", ".join(sorted({f"{b / 1024:g} KiB" if b else "the small default chat"
+                                         for b in cost["request_bytes"]})))
+
+
+def section_self_overhead(data: ReportData) -> str:
+    rows = tables.self_overhead_rows(data)
+    headers = {}
+    for run in data.study.runs:   # each system's own header, as its gateway.toml declares it
+        header = (run.get("request") or {}).get("self_overhead_header")
+        if header and run.get("system") in {r["system"] for r in rows}:
+            headers.setdefault(run["system"], header)
+    return render("self_overhead.html.j2", summary=tables.self_overhead(rows),
+                  headers=list(headers.items()), plot=plots.plot_self_overhead(data, rows))
+
+
+def section_methodology(data: ReportData) -> str:
+    m = data.study.manifest
+    cfg = m.get("config") or {}
+    machine = m.get("machine") or {}
+    order: dict[Any, list] = {}
+    for p in m.get("plan") or []:
+        order.setdefault(p.get("round"), []).append(p)
+    rounds = [(k, " → ".join(x.get("run_id") for x in sorted(v, key=lambda x: x.get("position", 0))))
+              for k, v in sorted(order.items(), key=lambda kv: (kv[0] is None, kv[0]))]
+    keys = []
+    for system in data.study.systems:
+        ks = {r.get("comparison_key") for r in data.study.runs if r.get("system") == system}
+        ks.discard(None)
+        if ks:
+            keys.append({"system": system, "n": len(ks), "key": ", ".join(sorted(k[:12] for k in ks))})
+    sys_meta = m.get("systems") or {}
+    versions = [[name, sys_meta[name].get("kind", ""), sys_meta[name].get("role", ""),
+                 sys_meta[name].get("version", ""),
+                 "yes" if sys_meta[name].get("runnable", True)
+                 else "no: " + str(sys_meta[name].get("not_runnable_reason", "")),
+                 sys_meta[name].get("description", "")]
+                for name in data.study.systems if name in sys_meta]
+    run_versions = sorted({(r.get("mock_version"), r.get("locust_version")) for r in data.study.runs
+                           if r.get("mock_version") or r.get("locust_version")}, key=str)
+    rs = data.rs
+    windows = rs["window_s"].dropna() if len(rs) and "window_s" in rs else pd.Series(dtype=float)
+    kernel = machine.get("kernel", "?") + (f" ({machine['os']})" if machine.get("os") else "")
+    load_avg = " / ".join(F.num(machine.get(f"load_avg_{w}"), 2) for w in ("1m", "5m", "15m"))
+    return render(
+        "methodology.html.j2", study_id=m.get("study_id", ""), cfg=cfg,
+        commit=m.get("git_commit", "?"), started=m.get("started_t_unix_s"),
+        ended=m.get("ended_t_unix_s"),
+        machine=rows_of([("host", machine.get("hostname", "?")), ("kernel", kernel),
+                         ("CPU", f"{machine.get('cpu_model', '?')}, {machine.get('cpu_count', '?')} cores"),
+                         ("memory", F.gib(machine.get("memory_bytes"))),
+                         ("Python", machine.get("python", "?")),
+                         ("load average at start", f"{load_avg} (1 / 5 / 15 min)")]),
+        versions=table(["system", "kind", "role", "version (read from the software)", "runnable",
+                        "description"], versions),
+        pkg=sorted((m.get("versions") or {}).items()), run_versions=run_versions,
+        load=rows_of([(k, cfg[k]) for k in CONFIG_LOAD_KEYS + CONFIG_MOCK_KEYS if k in cfg]
+                     + [("runs per system", cfg.get("runs_per_gateway", "?")),
+                        ("seed", f"{cfg.get('seed', '?')} (orders the systems within each round)")]),
+        windows=[f"{w:g}" for w in sorted(set(round(x, 1) for x in windows))],
+        rounds=table(["round", "runs in order"], rounds, numeric=["round"]), keys=keys,
+        definitions=list(DEFINITIONS.items()),
+        config=rows_of([(k, cfg[k]) for k in sorted(cfg)]))
+
+
+def _snippet(data: ReportData) -> str:
+    try:
+        shown = str(data.study.path.resolve().relative_to(REPO_DIR))
+    except ValueError:
+        shown = str(data.study.path)
+    return (HERE / "templates" / "snippet.py.txt").read_text(encoding="utf-8").replace(
+        "STUDY_DIR", shown).rstrip("\n")
+
+
+def section_artifacts(data: ReportData) -> str:
+    base = data.study.path
+    study_files = [p for p in ("manifest.json", "head_to_head.ipynb") if (base / p).is_file()]
+    runs = []
+    for run in data.study.runs:
+        d = data.study.run_dirs.get(run.get("run_id"))
+        if d is None or not d.is_dir():
+            runs.append({"run_id": run.get("run_id"), "dir": None, "files": []})
+            continue
+        files = [{"href": f.relative_to(base).as_posix(), "name": f.relative_to(d).as_posix(),
+                  "size": F.size(f.stat().st_size)} for f in sorted(d.rglob("*")) if f.is_file()]
+        runs.append({"run_id": run.get("run_id"), "status": run.get("status"),
+                     "dir": d.relative_to(base).as_posix() if d.is_relative_to(base) else str(d),
+                     "files": files})
+    return render("artifacts.html.j2", study_files=study_files, runs=runs, snippet=_snippet(data))
+
+
+def render_section(data: ReportData, name: str) -> str:
+    """One section's HTML (a fragment; the 'style' section carries the CSS the others use)."""
+    if name not in SECTIONS:
+        raise KeyError(f"unknown section {name!r}; sections: {SECTIONS}")
+    return globals()[f"section_{name}"](data)
+
+
+def render_page(data: ReportData) -> str:
+    """The whole self-contained HTML page of a study."""
+    return render("page.html.j2", title=data.study.manifest.get("study_id") or data.study.path.name,
+                  sections=[Markup(render_section(data, name))
+                            for name in SECTIONS])

@@ -1,0 +1,314 @@
+"""The report's tables, built from the statistics' numbers and outcomes. Which metrics a table
+shows is a tuple of names here; each column's heading, unit and digits come from the registry."""
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from harness.model.metrics import metric
+from harness.stats.across import describe
+from harness.stats.feature_cost import FEATURE_METRICS, STREAM_METRICS
+from harness.stats.metrics import ERROR_KINDS
+from harness.stats.open_loop import OPEN_LOOP_BOUNDS_MS, open_loop_capacity
+from harness.stats.outcomes import Label
+from report import format as F
+from report.data import ReportData
+from report.table import Cell, Part, Row, Table, cell, number, table
+
+HEADLINE_METRICS = ("throughput_rps", "overhead_vs_mock_p50_ms", "overhead_vs_mock_p95_ms",
+                    "cpu_ms_per_request", "rss_peak_bytes", "errors_total")
+HEADLINE_VERDICTS = ("throughput_rps", "overhead_vs_mock_p50_ms")
+STABILITY_METRICS = ("throughput_rps", "overhead_vs_mock_p50_ms", "overhead_vs_mock_p95_ms",
+                     "overhead_vs_direct_p50_ms", "overhead_vs_direct_p95_ms", "latency_p99_ms",
+                     "cpu_ms_per_request", "rss_peak_bytes", "rss_steady_bytes")
+RUNS_METRICS = ("window_s", "requests_in_window", "throughput_rps", "latency_p50_ms",
+                "latency_p99_ms", "overhead_vs_mock_p50_ms", "overhead_vs_mock_p95_ms",
+                "overhead_vs_direct_p50_ms", "cpu_ms_per_request")
+LIMITS_METRICS = ("rss_idle_bytes", "rss_peak_bytes", "rss_steady_bytes", "rss_recovered_bytes",
+                  "locust_cpu_peak_percent", "mock_cpu_peak_percent", "mock_hold_p99_ms",
+                  "load_avg_before", "other_cpu_mean_percent")
+STREAM_TABLE = ("streams", "failed_streams", "ttfb_p50_ms", "ttft_p50_ms", "ttft_p99_ms",
+                "ttft_overhead_p50_ms", "gap_p50_ms", "gap_p99_ms", "gap_overhead_p99_ms",
+                "chunks_mean", "done_share")
+STEP_METRICS = ("offered_rps", "achieved_rps", "scheduled", "unsent", "failed",
+                "from_intended_p50_ms", "from_intended_p99_ms", "from_start_p50_ms",
+                "from_start_p99_ms", "schedule_lag_p99_ms", "p99_added_ms")
+SELF_OVERHEAD = (("self_overhead_p50_ms", "overhead_vs_mock_p50_ms", "self_overhead_gap_p50_ms"),
+                 ("self_overhead_p95_ms", "overhead_vs_mock_p95_ms", "self_overhead_gap_p95_ms"))
+UNSTABLE = " ⚠ unstable"
+
+
+def _summary_of(summary: pd.DataFrame, system: str, name: str) -> dict | None:
+    d = summary[(summary["system"] == system) & (summary["metric"] == name)]
+    return d.iloc[0].to_dict() if len(d) else None
+
+
+def _label_tag(label: Label | str) -> Cell:
+    text = label.value if isinstance(label, Label) else str(label)
+    return cell(text, span=f"tag {text}") if isinstance(label, Label) else cell(text)
+
+
+def _version(data: ReportData, system: str) -> str:
+    version = ((data.study.manifest.get("systems") or {}).get(system) or {}).get("version")
+    for r in data.study.runs:
+        if version:
+            break
+        if r.get("system") == system:
+            version = r.get("version")
+    return version or ""
+
+
+# --- the head-to-head table ----------------------------------------------------------------------
+
+def headline(data: ReportData) -> Table:
+    """One row per system: each headline figure 'mean ± sd (n=…)' over completed runs (flagged
+    when unstable), the result label and the verdicts against the reference."""
+    ref, rs, summary = data.reference, data.rs, data.summary
+    systems_meta = data.study.manifest.get("systems") or {}
+    comp = (data.comparison.set_index(["system", "metric"]) if data.comparison is not None
+            else None)
+    labels = data.labels.set_index("system") if len(data.labels) else None
+    columns = [Cell((Part("system"), Part("kind · version", small=True, br=True))),
+               cell("runs completed"), *(cell(F.heading(m)) for m in HEADLINE_METRICS),
+               cell("result"), cell(f"vs {ref}")]
+    rows = []
+    for system in data.study.systems:
+        meta = systems_meta.get(system) or {}
+        name = Cell((Part(system, strong=True),
+                     Part(f"{meta.get('kind', '')} · {_version(data, system)}", small=True, br=True)))
+        sub = rs[rs["system"] == system] if len(rs) else rs
+        if not len(sub):
+            why = meta.get("not_runnable_reason") or "no runs"
+            rows.append(Row((name, number("0"), *(number(F.DASH) for _ in HEADLINE_METRICS),
+                             cell(f"not run: {why}"), cell(F.DASH, "verdict"))))
+            continue
+        n_done = int((sub["status"] == "completed").sum())
+        figures = []
+        for m in HEADLINE_METRICS:
+            d = _summary_of(summary, system, m)
+            text = F.mean_sd(d, m) if d else F.DASH
+            unstable = bool(d and d["unstable"]) and m != "errors_total"
+            figures.append(cell(text + (UNSTABLE if unstable else ""),
+                                "n unstable" if unstable else "n"))
+        if system == ref:
+            verdicts = Cell((Part("reference"),), "verdict")
+        elif comp is not None:
+            parts = [Part(f"{metric(m).label}: {F.verdict_word(comp.loc[(system, m), 'outcome'], m)}",
+                          F.verdict_class(comp.loc[(system, m), "outcome"]), br=bool(i))
+                     for i, m in enumerate(x for x in HEADLINE_VERDICTS if (system, x) in comp.index)]
+            verdicts = Cell(tuple(parts) or (Part(F.DASH),), "verdict")
+        else:
+            verdicts = Cell((Part(F.DASH),), "verdict")
+        label = labels.loc[system, "label"] if labels is not None and system in labels.index else ""
+        rows.append(Row((name, number(f"{n_done} of {len(sub)}"), *figures, _label_tag(label),
+                         verdicts)))
+    return Table(tuple(columns), tuple(rows), "headline-table", wide=True)
+
+
+# --- verdicts and stability ----------------------------------------------------------------------
+
+def verdicts(data: ReportData) -> Table | None:
+    if data.comparison is None:
+        return None
+    rows = []
+    for _, r in data.ordered(data.comparison).iterrows():
+        m = metric(r["metric"])
+        ratio = (F.DASH if F.isnan(r["ratio"]) else f"{r['ratio']:.3f}" if F.isnan(r["ratio_sd"])
+                 else f"{r['ratio']:.3f} ± {r['ratio_sd']:.3f}")
+        rows.append([r["system"], F.heading(m), m.better.value,
+                     number(F.mean_sd({"n": r["n"], "mean": r["mean"], "sd": r["sd"]}, m)),
+                     number(F.mean_sd({"n": r["n_ref"], "mean": r["mean_ref"], "sd": r["sd_ref"]}, m)),
+                     number(ratio),
+                     number(F.DASH if F.isnan(r["p_value"]) or F.isnan(r["ratio"])
+                            else f"{r['p_value']:.3g}"),
+                     cell(F.verdict_word(r["outcome"], m), F.verdict_class(r["outcome"])),
+                     F.verdict_reason(r)])
+    return table(["system", "metric", "better when", "this system", data.reference,
+                  "ratio ± sd", "Welch p", "verdict", "why"], rows, "verdicts-table", wide=True)
+
+
+def stability(data: ReportData) -> Table:
+    rows = []
+    s = data.summary
+    for name in STABILITY_METRICS:
+        sub = s[s["metric"] == name] if len(s) else s
+        m = metric(name)
+        for _, r in (data.ordered(sub) if len(sub) else sub).iterrows():
+            if int(r["n"]) == 0:
+                continue
+            v = lambda col: F.value(r[col], m)  # noqa: E731
+            unstable = bool(r["unstable"])
+            rows.append([F.heading(m), r["system"], number(int(r["n"])), number(v("mean")),
+                         number(v("sd")), number(f"{v('min')} – {v('max')}"),
+                         number(f"{v('ci95_low')} – {v('ci95_high')}"),
+                         cell(("—" if F.isnan(r["cov"]) else F.pct(r["cov"]))
+                              + (UNSTABLE if unstable else ""), "n unstable" if unstable else "n"),
+                         number(int(r["n_not_completed"]))])
+    return table(["metric", "system", "n", "mean", "sd", "min – max", "95% CI", "CoV",
+                  "not completed"], rows, "stability-table", wide=True)
+
+
+# --- every run -----------------------------------------------------------------------------------
+
+def _order_label(run: pd.Series, zero_based: bool) -> str:
+    rnd, pos = run.get("round"), run.get("position")
+    if F.isnan(rnd) or F.isnan(pos):
+        return F.DASH
+    return f"{int(rnd)}.{int(pos) + (1 if zero_based else 0)}"
+
+
+def runs(data: ReportData) -> tuple[Table, Table]:
+    """Every run's window figures, then its memory and what else could have limited it."""
+    rs = data.rs
+    zero_based = bool(len(rs)) and "position" in rs and (rs["position"] == 0).any()
+    main, limits = [], []
+    for _, r in rs.iterrows():
+        done = r["status"] == "completed"
+        cls = "ok" if done else "failed"
+        status = (cell(r["status"]) if done else
+                  Cell((Part(str(r["status"]).upper(), strong=True), Part(f": {r.get('reason', '')}"))))
+        figures = [number(F.value(r.get(m), m) if done else F.DASH) for m in RUNS_METRICS]
+        errors = " / ".join(str(int(r[f"errors_{k}"])) for k in ERROR_KINDS)
+        main.append(Row((cell(r["run_id"]), number(_order_label(r, zero_based)), status,
+                         _label_tag(r["label"]), *figures, number(errors),
+                         number(F.value(r["inflight_at_stop"], "inflight_at_stop"))), cls))
+        reasons = [x for x in str(r["label_reasons"]).split("; ") if x]
+        limits.append(Row((cell(r["run_id"]),
+                           *(number(F.value(r.get(m), m)) for m in LIMITS_METRICS),
+                           Cell(tuple(Part(x, br=bool(i)) for i, x in enumerate(reasons)) or (Part(""),))),
+                          cls))
+    errors_heading = "errors " + " / ".join(k[0] for k in ERROR_KINDS)
+    return (table(["run", "order", "status", "result", *(F.heading(m) for m in RUNS_METRICS),
+                   errors_heading, F.heading("inflight_at_stop")], main, "runs-table", wide=True),
+            table(["run", *(F.heading(m) for m in LIMITS_METRICS), "why not capacity"], limits,
+                  "runs-limits-table", wide=True))
+
+
+# --- the lanes -----------------------------------------------------------------------------------
+
+def _run_name(r: Any) -> str:
+    return r["run_id"] + ("" if r["status"] == "completed" else f" ({r['status']})")
+
+
+def streaming(stream: pd.DataFrame) -> Table:
+    rows = []
+    for _, r in stream.iterrows():
+        mode = "BUFFERED" if r["buffered"] else ("bunched" if r["bunched"] else "no")
+        rows.append([_run_name(r), *(number(F.value(r[m], m)) for m in STREAM_TABLE), mode])
+    return table(["run", *(F.heading(m) for m in STREAM_TABLE), "buffered?"], rows,
+                 "streaming-table")
+
+
+def open_loop(steps: pd.DataFrame, floor: str | None,
+              bounds_ms: tuple[float, ...] = OPEN_LOOP_BOUNDS_MS) -> Table:
+    """Per system, 'mean ± sd (n=…)' of the highest rate sustained under each bound and of the
+    rate where it stopped keeping up."""
+    cap = open_loop_capacity(steps, floor, bounds_ms)
+    sustained, stopped = metric("sustained_rps"), metric("stopped_at_rps")
+    rows = []
+    for _, r in cap.iterrows():
+        row: list[Any] = [r["system"], number(r["runs"])]
+        for b in bounds_ms:
+            row.append(number(F.mean_sd({k: r[f"sustained_{b:g}ms_rps_{k}"]
+                                         for k in ("n", "mean", "sd")}, sustained)))
+        stop = F.mean_sd({k: r[f"stopped_at_rps_{k}"] for k in ("n", "mean", "sd")}, stopped)
+        if r["runs_kept_up_throughout"]:
+            kept = (f"{r['runs_kept_up_throughout']} of {r['runs']} runs kept up to "
+                    f"{r['highest_offered_rps']:g}")
+            stop = kept if stop == F.DASH else f"{stop}; {kept}"
+        if r["baseline_also_stopped"]:
+            stop += f" ({floor} stopped there too: the machine's limit)"
+        rows.append(row + [number(stop)])
+    return table(["system", "runs",
+                  *(F.heading(sustained, f"with p99 added ≤ {b:g} ms") for b in bounds_ms),
+                  F.heading(stopped)], rows, "open-loop-table")
+
+
+def open_loop_steps(steps: pd.DataFrame) -> Table:
+    rows = []
+    for r in steps.sort_values(["system", "run_index", "offered_rps"]).to_dict("records"):
+        rows.append(Row((cell(_run_name(r)), *(number(F.value(r[m], m)) for m in STEP_METRICS),
+                         cell("yes" if r["kept_up"] else "no"), cell(r["reasons"])),
+                        "ok" if r["kept_up"] else "failed"))
+    return table(["run", *(F.heading(m) for m in STEP_METRICS), "kept up", "why not"], rows,
+                 "open-loop-steps-table", wide=True)
+
+
+def feature_cost(cost: pd.DataFrame, order: list[str]) -> Table:
+    """Per system@feature, what it adds over the same system's passthrough ('mean ± sd'), and its
+    median latency over the floor in the same dialect."""
+    shown = [m for m in FEATURE_METRICS + STREAM_METRICS if m in set(cost["metric"])]
+    present = set(cost.loc[~cost["is_floor"], "system"])
+    cpu = metric("cpu_ms_per_request")
+    rows = []
+    for system in [s for s in order if s in present]:
+        sub = cost[cost["system"] == system].set_index("metric")
+        first = sub.iloc[0]
+        row: list[Any] = [system, first["dialect"], number(round(first["request_bytes"] / 1024)),
+                          str(bool(first["stream"])), number(int(first["n"]))]
+        for m in shown:
+            r = sub.loc[m]
+            row.append(number("reference" if first["is_passthrough"] else
+                              F.mean_sd({"n": r["n"], "mean": r["added_mean"], "sd": r["added_sd"]}, m)))
+        row.append(number(F.value(sub.loc["latency_p50_ms", "vs_floor_mean"], "latency_p50_ms")))
+        row.append(F.DASH if first["is_passthrough"] else
+                   F.verdict_word(sub.loc[cpu.name, "outcome"], cpu))
+        rows.append(row)
+    return table(["system", "dialect", "body (KiB)", "stream", "runs",
+                  *(F.heading(m, "added") for m in shown),
+                  F.heading("latency_p50_ms", "over baseline"), f"verdict ({cpu.label})"],
+                 rows, "feature-cost-table")
+
+
+def feature_cost_details(cost: pd.DataFrame) -> Table:
+    rows = []
+    for r in cost[~(cost["is_passthrough"] | cost["is_floor"])].to_dict("records"):
+        m = metric(r["metric"])
+        rows.append([r["system"], F.heading(m), number(F.value(r["mean"], m)),
+                     number(F.value(r["passthrough_mean"], m)), number(F.value(r["added_mean"], m)),
+                     F.verdict_word(r["outcome"], m),
+                     F.verdict_reason({**r, "n_ref": r["n_passthrough"],
+                                       "mean_ref": r["passthrough_mean"]})])
+    return table(["system", "metric", "feature mean", "passthrough mean", "added", "verdict",
+                  "why"], rows, "feature-cost-details")
+
+
+def self_overhead_rows(data: ReportData) -> list[dict]:
+    """Per system that reported its own overhead: describe() of each figure over completed runs."""
+    rs = data.rs
+    if not len(rs):
+        return []
+    done = rs[(rs["status"] == "completed") & (rs["self_overhead_rows"] > 0)]
+    out = []
+    for system in [s for s in data.study.systems if s in set(done["system"])]:
+        g = done[done["system"] == system]
+        rec: dict[str, Any] = {"system": system, "n": int(len(g))}
+        for own, client, gap in SELF_OVERHEAD:
+            rec[own], rec[client] = describe(g[own]), describe(g[client])
+            rec[gap] = describe((g[client] - g[own]).astype("float64"))
+        rec["mock_hold_excess_p50_ms"] = describe(
+            (g["mock_hold_p50_ms"] - g["mock_latency_ms"]).astype("float64"))
+        out.append(rec)
+    return out
+
+
+def self_overhead(rows: list[dict]) -> Table:
+    names = [m for trio in SELF_OVERHEAD for m in trio] + ["mock_hold_excess_p50_ms"]
+    headings = {"overhead_vs_mock_p50_ms": "client-observed p50",
+                "overhead_vs_mock_p95_ms": "client-observed p95"}
+    return table(["system", "runs", *(headings.get(m) or F.heading(m) for m in names)],
+                 [[r["system"], number(r["n"]), *(number(F.mean_sd(r[m], m)) for m in names)]
+                  for r in rows], "self-overhead-table")
+
+
+def suite_cells(frame: pd.DataFrame, metrics: tuple[str, ...], table_id: str) -> Table:
+    """A suite's per-cell table: the text columns as they are, then each metric present
+    (``{metric}_n``, ``_mean``, ``_sd`` columns) as 'mean ± sd (n=…)'."""
+    shown = [m for m in metrics if f"{m}_mean" in frame.columns]
+    stats_cols = {f"{m}_{k}" for m in shown for k in ("n", "mean", "sd")}
+    text = [c for c in frame.columns if c not in stats_cols]
+    rows = [[*(str(r[c]) for c in text),
+             *(number(F.mean_sd({k: r[f"{m}_{k}"] for k in ("n", "mean", "sd")}, m)) for m in shown)]
+            for r in frame.to_dict("records")]
+    return table([*text, *(F.heading(m) for m in shown)], rows, table_id, wide=True)
