@@ -207,7 +207,7 @@ def test_error_bodies_are_the_providers_shapes():
 ])
 def test_status_fault(conn, path, header, status, retry_after, error_type):
     for body in (BODY, dict(BODY, stream=True)):  # a stream request gets the same JSON error
-        got, hdrs, raw, elapsed = call(conn, "POST", path, body, {"x-mock-fault": header, "x-mock-latency-ms": "1000"})
+        got, hdrs, raw, elapsed = call(conn, "POST", path, body, {"x-mock-fault": header, "x-mock-latency-ms": "5000"})
         assert got == status and hdrs.get("Retry-After") == retry_after
         assert hdrs["Content-Type"].startswith("application/json") and hdrs["x-mock-request-id"]
         d = json.loads(raw)
@@ -215,7 +215,7 @@ def test_status_fault(conn, path, header, status, retry_after, error_type):
             assert set(d["error"]) == {"message", "type", "param", "code"} and d["error"]["type"] == error_type
         else:
             assert d["type"] == "error" and d["error"]["type"] == error_type and d["request_id"]
-        assert elapsed < 0.5  # an error is answered at once, not after the hold, unless hold_ms says so
+        assert elapsed < 2.5  # answered at once, not after the 5 s hold (unless hold_ms says so)
 
 
 def test_status_fault_hold(conn):
@@ -381,16 +381,18 @@ def test_down_window_refuses_connects_on_every_worker_then_accepts(tmp_path):
     try:
         keep = m.client()
         call(keep, "POST", OPENAI, BODY)  # a keep-alive connection open before the window
-        seen = []
-        while time.time() < epoch + 2.6:
+        seen = []  # (seconds after the epoch, "ok" | "refused"), one entry per probe
+        # Probe until the window has ended and a connect succeeded again (bounded: a loaded
+        # machine may reopen the listeners late, which is allowed, never early).
+        while time.time() < epoch + 8.0:
             try:
                 socket.create_connection(("127.0.0.1", m.port), timeout=1).close()
                 r = "ok"
             except ConnectionRefusedError:
                 r = "refused"
-            t = time.time() - epoch
-            if not seen or seen[-1][1] != r:
-                seen.append((t, r))
+            seen.append((time.time() - epoch, r))
+            if r == "ok" and seen[-1][0] > 2.0 and any(x == "refused" for _, x in seen):
+                break
             time.sleep(0.005)
         with pytest.raises((ConnectionError, OSError)):  # it was closed at the start of the window
             call(keep, "POST", OPENAI, BODY)
@@ -401,12 +403,17 @@ def test_down_window_refuses_connects_on_every_worker_then_accepts(tmp_path):
         stats = read_stats(m.stats_dir, fresher_than_t_unix_s=time.time())
     finally:
         assert m.stop() == 0
-    assert [r for _, r in seen] == ["ok", "refused", "ok"] and got == 200
-    assert 0.95 <= seen[1][0] <= 1.2 and 1.95 <= seen[2][0] <= 2.3
+    runs = [r for i, (_, r) in enumerate(seen) if i == 0 or seen[i - 1][1] != r]
+    assert runs[0] == "ok" and "refused" in runs and runs[-1] == "ok" and got == 200
+    # Refusals only inside the window: never before its start; after its end only while a
+    # worker is still reopening.
+    refused_s = [t for t, r in seen if r == "refused"]
+    assert min(refused_s) >= 0.99, refused_s[:3]
     windows = stats["down_windows"]
     assert sorted(w["pid"] for w in windows) == sorted(m.workers)
     for w in windows:
-        assert abs(w["start_t_unix_s"] - (epoch + 1.0)) < 0.1 and abs(w["end_t_unix_s"] - (epoch + 2.0)) < 0.2
+        assert w["start_t_unix_s"] >= epoch + 0.99 and w["end_t_unix_s"] >= epoch + 1.99
+    assert max(refused_s) <= max(w["end_t_unix_s"] for w in windows) - epoch + 0.05
 
 
 def test_two_mocks_side_by_side(tmp_path):
