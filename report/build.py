@@ -14,7 +14,6 @@ import base64
 import datetime as dt
 import io
 import math
-import os
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from harness import stats as A
+from harness.run.atomic import write_atomic
 
 REPO_DIR = Path(__file__).resolve().parent.parent
 NOTEBOOK = REPO_DIR / "notebooks" / "report.ipynb"
@@ -201,27 +201,27 @@ def plot_rss(data: ReportData) -> str | None:
                              squeeze=False)
     for ax, system in zip(axes[:, 0], systems):
         g = tl[tl["system"] == system]
-        run_ids = [r.get("run_id") for r in sorted(
-            (r for r in data.study.runs if r.get("system") == system),
-            key=lambda r: r.get("run_index") or 0)]
+        run_ids = [r.run_id for r in sorted(
+            (r for r in data.study.runs if r.system == system), key=lambda r: r.run_index)]
         for run_id in [x for x in run_ids if x in set(g["run_id"])]:
             gr = g[g["run_id"] == run_id]
             run = data.study.run(run_id)
-            st = run.get("status")
+            st = run.status
             ax.plot(gr["t_rel_s"], gr["rss_bytes"] / MIB, color=data.colors.get(system, "k"),
                     label=run_id + ("" if st == "completed" else f" ({st})"),
-                    **{k: v for k, v in _run_style(st, run.get("run_index") or 1).items()
+                    **{k: v for k, v in _run_style(st, run.run_index or 1).items()
                        if k != "marker"})
         # the measured window of the first completed run of this system, shaded
         for run in data.study.runs:
-            if run.get("system") == system and run.get("status") == "completed":
-                ph = run.get("phases") or {}
-                t0 = ph.get("warmup_start_t_unix_s", ph.get("ramp_start_t_unix_s"))
-                if t0 is not None and "hold_start_t_unix_s" in ph and "hold_end_t_unix_s" in ph:
-                    ax.axvspan(ph["hold_start_t_unix_s"] - t0, ph["hold_end_t_unix_s"] - t0,
+            if run.system == system and run.status == "completed":
+                ph = run.phases
+                t0 = (ph.warmup_start_t_unix_s if ph.warmup_start_t_unix_s is not None
+                      else ph.ramp_start_t_unix_s)
+                if t0 is not None and ph.hold_start_t_unix_s is not None and ph.hold_end_t_unix_s is not None:
+                    ax.axvspan(ph.hold_start_t_unix_s - t0, ph.hold_end_t_unix_s - t0,
                                color="0.85", alpha=0.5, label="measured window")
-                    if "load_end_t_unix_s" in ph:
-                        ax.axvline(ph["load_end_t_unix_s"] - t0, color="0.4", lw=0.8, ls="--",
+                    if ph.load_end_t_unix_s is not None:
+                        ax.axvline(ph.load_end_t_unix_s - t0, color="0.4", lw=0.8, ls="--",
                                    label="load stops")
                 break
         ax.set_ylabel("RSS (MiB)")
@@ -345,7 +345,6 @@ def section_style(data: ReportData) -> str:
 
 def section_header(data: ReportData) -> str:
     m = data.study.manifest
-    cfg = m.get("config") or {}
     return _render("""
 <div class="sluice-report" id="header">
 <h1>Sluice head-to-head: {{ study_id }}</h1>
@@ -356,9 +355,9 @@ systems: {{ systems|join(", ") }} · reference for verdicts: <strong>{{ referenc
 1-second process samples (<code>samples.parquet</code>) of each run by <code>harness/stats/</code>,
 never from the load generator's rounded summaries; the <a href="#artifacts">artifacts</a> section
 links every file and gives the pandas code that re-derives them.</p>
-</div>""", study_id=m.get("study_id") or data.study.path.name, status=m.get("status", "?"),
-                   reason=m.get("reason", ""), profile=cfg.get("profile", "?"),
-                   started=m.get("started_t_unix_s"), ended=m.get("ended_t_unix_s"),
+</div>""", study_id=m.study_id or data.study.path.name, status=m.status,
+                   reason=m.reason, profile=m.config.profile,
+                   started=m.started_t_unix_s, ended=m.ended_t_unix_s,
                    systems=data.study.systems, reference=data.reference)
 
 
@@ -373,10 +372,10 @@ def _banner_context(data: ReportData) -> dict:
                         "runs": int(row["runs"]), "completed": int(row["completed"]),
                         "reasons": list(row["reasons"])})
     ran = {s["system"] for s in systems}
-    for name, meta in (m.get("systems") or {}).items():
+    for name, meta in m.systems.items():
         if name not in ran:
             systems.append({"system": name, "label": "not run", "runs": 0, "completed": 0,
-                            "reasons": [f"not run: {meta.get('not_runnable_reason') or 'no runs'}"]})
+                            "reasons": [f"not run: {meta.not_runnable_reason or 'no runs'}"]})
     measured = [s for s in systems if s["completed"] > 0]
     behaviour = [s for s in measured if s["label"] == "behaviour"]
     if not measured:
@@ -391,10 +390,10 @@ def _banner_context(data: ReportData) -> dict:
         for system, g in u.groupby("system", sort=False):
             unstable.append(f"{system}: " + ", ".join(
                 f"{A.METRICS[mm]['label']} (CoV {c:.0%})" for mm, c in zip(g["metric"], g["cov"])))
-    failed_runs = [r for r in data.study.runs if r.get("status") != "completed"]
+    failed_runs = [r for r in data.study.runs if r.status != "completed"]
     return {"kind": kind, "cores": None if math.isnan(cores) else int(cores),
             "n_behaviour": len(behaviour), "n_measured": len(measured), "systems": systems,
-            "study_status": m.get("status"), "study_reason": m.get("reason", ""),
+            "study_status": m.status, "study_reason": m.reason,
             "unstable": unstable, "failed_runs": failed_runs}
 
 
@@ -450,7 +449,7 @@ def section_headline(data: ReportData) -> str:
     cols = list(t.columns)
     ns = [int(x) for x in data.summary[data.summary["metric"] == "throughput_rps"]["n"]
           if int(x) >= 1] if len(data.summary) else []
-    planned = (data.study.manifest.get("config") or {}).get("runs_per_gateway")
+    planned = data.study.manifest.config.runs_per_gateway
     n_typ = max(set(ns), key=ns.count) if ns else int(planned or 3)
     k = _t_factor(n_typ)
     rows = []
@@ -842,7 +841,7 @@ column is against the direct baseline called in the same client dialect.</p>
 def _step_s(data: ReportData) -> float:
     for run in data.study.runs:
         if A.is_open_loop(run):
-            return float(run["spec"]["load"]["open_loop_step_s"])
+            return float(run.spec.load.open_loop_step_s)
     return math.nan
 
 
@@ -889,29 +888,27 @@ CONFIG_MOCK_KEYS = ["mock_latency_ms", "mock_workers", "mock_response_tokens", "
 
 def section_methodology(data: ReportData) -> str:
     m = data.study.manifest
-    cfg = m.get("config") or {}
-    machine = m.get("machine") or {}
+    cfg = m.config.to_dict()
+    machine = m.machine
     order = {}
-    for p in m.get("plan") or []:
-        order.setdefault(p.get("round"), []).append(p)
-    rounds = [{"round": k, "runs": [x.get("run_id") for x in sorted(v, key=lambda x: x.get("position", 0))]}
+    for p in m.plan:
+        order.setdefault(p.round, []).append(p)
+    rounds = [{"round": k, "runs": [x.run_id for x in sorted(v, key=lambda x: x.position)]}
               for k, v in sorted(order.items(), key=lambda kv: (kv[0] is None, kv[0]))]
     keys = []
     for system in data.study.systems:
-        ks = {r.get("comparison_key") for r in data.study.runs if r.get("system") == system}
-        ks.discard(None)
+        ks = {r.comparison_key for r in data.study.runs if r.system == system}
+        ks.discard("")
         if ks:
             keys.append({"system": system, "n": len(ks), "key": ", ".join(sorted(k[:12] for k in ks))})
     versions = []
-    sys_meta = m.get("systems") or {}
-    for name in [x for x in data.study.systems if x in sys_meta]:
-        meta = sys_meta[name]
-        versions.append({"name": name, "kind": meta.get("kind", ""), "version": meta.get("version", ""),
-                         "runnable": meta.get("runnable", True),
-                         "why": meta.get("not_runnable_reason", ""),
-                         "description": meta.get("description", "")})
-    run_versions = sorted({(r.get("mock_version"), r.get("locust_version")) for r in data.study.runs
-                           if r.get("mock_version") or r.get("locust_version")}, key=str)
+    for name in [x for x in data.study.systems if x in m.systems]:
+        meta = m.systems[name]
+        versions.append({"name": name, "kind": meta.kind, "version": meta.version,
+                         "runnable": meta.runnable, "why": meta.not_runnable_reason,
+                         "description": meta.description})
+    run_versions = sorted({(r.mock_version, r.locust_version) for r in data.study.runs
+                           if r.mock_version or r.locust_version}, key=str)
     rs = data.rs
     windows = rs["window_s"].dropna() if len(rs) and "window_s" in rs else pd.Series(dtype=float)
     return _render("""
@@ -961,9 +958,9 @@ its runs ran exactly the same thing):
 <details><summary>The whole study configuration</summary>
 <table><tbody>{% for k, v in cfg|dictsort %}<tr><th>{{ k }}</th><td><code>{{ v }}</code></td></tr>{% endfor %}</tbody></table>
 </details>
-</div>""", study_id=m.get("study_id", ""), cfg=cfg, commit=m.get("git_commit", "?"),
-                   started=m.get("started_t_unix_s"), ended=m.get("ended_t_unix_s"), machine=machine,
-                   versions=versions, pkg=sorted((m.get("versions") or {}).items()),
+</div>""", study_id=m.study_id, cfg=cfg, commit=m.git_commit or "?",
+                   started=m.started_t_unix_s, ended=m.ended_t_unix_s, machine=machine,
+                   versions=versions, pkg=sorted(m.versions.items()),
                    run_versions=run_versions, load_keys=CONFIG_LOAD_KEYS, mock_keys=CONFIG_MOCK_KEYS,
                    windows=[f"{w:g}" for w in sorted(set(round(x, 1) for x in windows))],
                    rounds=rounds, keys=keys, definitions=list(A.DEFINITIONS.items()))
@@ -1003,16 +1000,16 @@ def section_artifacts(data: ReportData) -> str:
     study_files = [p for p in ("manifest.json", "head_to_head.ipynb") if (base / p).is_file()]
     runs = []
     for run in data.study.runs:
-        d = data.study.run_dirs.get(run.get("run_id"))
+        d = data.study.run_dirs.get(run.run_id)
         if d is None or not d.is_dir():
-            runs.append({"run_id": run.get("run_id"), "dir": None, "files": []})
+            runs.append({"run_id": run.run_id, "dir": None, "files": []})
             continue
         files = []
         for f in sorted(d.rglob("*")):
             if f.is_file():
                 files.append({"href": f.relative_to(base).as_posix(),
                               "name": f.relative_to(d).as_posix(), "size": _size(f.stat().st_size)})
-        runs.append({"run_id": run.get("run_id"), "status": run.get("status"),
+        runs.append({"run_id": run.run_id, "status": run.status,
                      "dir": d.relative_to(base).as_posix() if d.is_relative_to(base) else str(d),
                      "files": files})
     return _render("""
@@ -1050,7 +1047,7 @@ def render_report_html(study_dir: str | Path, reference: str | None = None,
                        bin_users: int = A.DEFAULT_BIN_USERS, verify: bool = True) -> str:
     """The whole self-contained HTML page of a study."""
     data = collect(study_dir, reference=reference, bin_users=bin_users, verify=verify)
-    study_id = data.study.manifest.get("study_id") or data.study.path.name
+    study_id = data.study.manifest.study_id or data.study.path.name
     body = "\n".join(render_section(data, name) for name in SECTIONS)
     return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
@@ -1065,12 +1062,6 @@ _NB_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
 {%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
 """
-
-
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _build_via_notebook(study_dir: Path, out: Path, reference: str | None, bin_users: int) -> None:
@@ -1097,7 +1088,7 @@ def _build_via_notebook(study_dir: Path, out: Path, reference: str | None, bin_u
                             extra_loaders=[jinja2.DictLoader({"sluice_report.html.j2": _NB_TEMPLATE})])
     exporter.template_file = "sluice_report.html.j2"
     html, _ = exporter.from_notebook_node(nb)
-    _write(out, html)
+    write_atomic(out, html)
 
 
 def build_report(study_dir: str | Path, via_notebook: bool = False, reference: str | None = None,
@@ -1110,7 +1101,7 @@ def build_report(study_dir: str | Path, via_notebook: bool = False, reference: s
     if via_notebook:
         _build_via_notebook(study_dir, out_path, reference, bin_users)
     else:
-        _write(out_path, render_report_html(study_dir, reference=reference, bin_users=bin_users))
+        write_atomic(out_path, render_report_html(study_dir, reference=reference, bin_users=bin_users))
     return out_path
 
 

@@ -209,7 +209,7 @@ def default_reference(study_or_systems: Study | Iterable[str],
     systems = (study_or_systems.systems if isinstance(study_or_systems, Study)
                else list(study_or_systems))
     if isinstance(study_or_systems, Study):
-        ran = {r.get("system") for r in study_or_systems.runs}
+        ran = {r.system for r in study_or_systems.runs}
         systems = [s for s in systems if s in ran]
     if preferred in systems:
         return preferred
@@ -234,18 +234,15 @@ def head_to_head_table(study: Study, reference: str | None = None,
     if ref is not None and len(rs) and ref in set(rs["system"]):
         comp = compare(rs, reference=ref,
                        metrics=["throughput_rps", f"overhead_vs_{overhead}_p50_ms"])
-    systems_meta = study.manifest.get("systems") or {}
+    systems_meta = study.manifest.systems
     rows = []
     for system in study.systems:
-        meta = systems_meta.get(system) or {}
-        version = meta.get("version")
+        meta = systems_meta.get(system)
+        version = meta.version if meta else ""
         if not version:
-            for r in study.runs:
-                if r.get("system") == system and r.get("version"):
-                    version = r["version"]
-                    break
-        row: dict[str, Any] = {"system": system, "kind": meta.get("kind", ""),
-                               "version": version or ""}
+            version = next((r.version for r in study.runs if r.system == system and r.version), "")
+        row: dict[str, Any] = {"system": system, "kind": meta.kind if meta else "",
+                               "version": version}
         sub = rs[rs["system"] == system] if len(rs) else rs
         if not len(sub):
             why = meta.get("not_runnable_reason") or "no runs"

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 from typing import Any
 
-SCHEMA_VERSION = 1
-
 # --- thresholds (the criteria) -----------------------------------------------------------
 LOCUST_CPU_LIMIT_PERCENT = 90.0      # per Locust process; Locust itself warns at 90 %
 MOCK_HOLD_TOLERANCE_MS = 2.0         # the mock's hold-time p99 must be within this of its setting
@@ -20,18 +18,6 @@ DEFAULT_REFERENCE = "nginx"
 DEFAULT_DIRECT = "direct"
 PERCENTILES = (50, 95, 99)
 ERROR_KINDS = ("http", "timeout", "connection", "other")
-
-REQUEST_COLUMNS: dict[str, str] = {
-    "run_id": "str", "system": "str", "start_t_unix_s": "float64", "latency_ms": "float64",
-    "status_code": "int32", "response_bytes": "int64", "error_kind": "str", "error": "str",
-    "users": "int32", "phase": "str", "worker_pid": "int32", "worker_host": "str",
-    "mock_request_id": "str", "self_overhead_ms": "float64",
-}
-SAMPLE_COLUMNS: dict[str, str] = {
-    "run_id": "str", "system": "str", "t_unix_s": "float64", "role": "str", "pid_count": "int32",
-    "rss_bytes": "int64", "cpu_percent": "float64", "cpu_seconds_total": "float64",
-    "num_fds": "int32", "load_avg_1m": "float64",
-}
 
 # The headline figures: (column, unit, which direction is better, verdict words better/worse).
 METRICS: dict[str, dict[str, Any]] = {

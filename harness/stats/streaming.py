@@ -21,16 +21,15 @@ def stream_summary(study: Study, direct: str = DEFAULT_DIRECT) -> pd.DataFrame:
     baseline (mean of its completed runs); and whether the system buffered the stream."""
     out = []
     for run in study.runs:
-        spec = run.get("spec") or {}
-        if not (spec.get("load") or {}).get("stream"):
+        if run.spec is None or not run.spec.load.stream:
             continue
-        mock = spec.get("mock") or {}
+        mock = run.spec.mock
         rows = window_rows(study, run)
         ok = _ok(rows)
         gaps = np.concatenate([np.asarray(g, dtype="float64") for g in ok["chunk_gaps_ms"]]
                               ) if len(ok) else np.array([])
-        rec = {"run_id": run.get("run_id"), "system": run.get("system"),
-               "status": run.get("status"), "streams": int(len(ok)),
+        rec = {"run_id": run.run_id, "system": run.system,
+               "status": run.status, "streams": int(len(ok)),
                "failed_streams": int(len(rows) - len(ok)),
                "ttfb_p50_ms": _pct(ok["ttfb_ms"], 50), "ttft_p50_ms": _pct(ok["ttft_ms"], 50),
                "ttft_p95_ms": _pct(ok["ttft_ms"], 95), "ttft_p99_ms": _pct(ok["ttft_ms"], 99),
