@@ -83,10 +83,12 @@ class Table:
         return next(c for c in self.columns if c.name == name)
 
     def markdown(self) -> str:
-        """The README's table of this file's columns (raw-only columns say so)."""
+        """The README's table of this file's columns; those not in the Parquet file, or not in
+        the raw CSV, say so."""
         lines = ["| column | type | unit | meaning |", "|---|---|---|---|"]
         for c in self.columns:
-            where = "" if c.stored else "raw CSV only: "
+            where = ("raw CSV only: " if not c.stored
+                     else "" if c.raw else "added by the harness: ")
             lines.append(f"| `{c.name}` | {c.type} | {c.unit or '—'} | {where}{c.meaning} |")
         return "\n".join(lines)
 
@@ -163,7 +165,8 @@ SAMPLES = Table("samples", "samples.parquet", (
        "requests the system reports in flight (its `[metrics] inflight_gauge`); NaN when it has none"),
     _c("host", "string", "",
        "the host the sample was taken on (the topology's name; this machine's hostname without "
-       "one). Multi-host: each host has its own `machine` rows, and `locust` rows per host"),
+       "one). Multi-host: each host has its own `machine` rows, and `locust` rows per host (the "
+       "master's, and the sum of the workers on a worker host)"),
 ))
 
 TABLES = {t.name: t for t in (REQUESTS, SAMPLES)}

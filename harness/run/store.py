@@ -11,7 +11,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.model.schema import NUMERIC, REQUESTS, SAMPLES, SCHEMA_VERSION, Table
+from harness.model.schema import NUMERIC, REQUESTS, SAMPLES, SCHEMA_VERSION, Table, check_version
 from harness.run.atomic import write_atomic
 
 _ARROW = {"string": pa.string(), "float64": pa.float64(), "int32": pa.int32(),
@@ -37,8 +37,12 @@ def write_json(path: Path, data: dict) -> None:
 
 
 def read_json(path: Path) -> dict:
+    """A harness JSON artifact; UnknownVersionError when its schema version is not one this
+    harness reads (the stamp's keys are the same in every version so far)."""
     with open(path, encoding="utf-8") as f:
-        return json.load(f)
+        data = json.load(f)
+    check_version(data.get("schema_version") if isinstance(data, dict) else None, str(path))
+    return data
 
 
 def write_table(path: Path, frame: pd.DataFrame, table: Table) -> None:

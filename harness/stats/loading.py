@@ -1,7 +1,6 @@
 """Loading a study directory: manifests, rows and samples, checked against their recorded hashes; what each manifest says about its run."""
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +13,7 @@ from harness.model.manifests import (ManifestError, PlanEntry, RunEntry, RunMani
                                      StudyManifest)
 from harness.model.schema import (REQUESTS, SAMPLES, SCHEMA_VERSION, Table, UnknownVersionError,
                                   check_version)
-from harness.run.store import parquet_version, sha256_file
+from harness.run.store import parquet_version, read_json, sha256_file
 
 
 class ArtifactError(RuntimeError):
@@ -82,11 +81,6 @@ def verify_run_files(run_dir: Path, run_manifest: RunManifest) -> None:
                 f"{run_manifest.run_id!r} ended, refusing to analyse it")
 
 
-def read_json(path: Path) -> dict:
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
 def read_study_manifest(path: Path) -> StudyManifest:
     return _manifest(StudyManifest, path)
 
@@ -103,12 +97,11 @@ def _manifest(cls, path: Path):
 
 
 def read_mock_stats(path: Path) -> dict:
-    data = read_json(path)
     try:
-        version = check_version(data.get("schema_version"), str(path))
+        data = read_json(path)
     except UnknownVersionError as exc:
         raise ArtifactError(str(exc)) from None
-    return migrate.mock_stats(data, version)
+    return migrate.mock_stats(data, data["schema_version"])
 
 
 def _empty_frame(table: Table) -> pd.DataFrame:
