@@ -172,7 +172,8 @@ def other_cpu(run: RunManifest, samples: pd.DataFrame, start: float, end: float)
         machine = mean_of(here[here["role"] == "machine"])
         if math.isnan(machine):
             continue
-        ours = [mean_of(here[(here["role"] == role) & (here["host"] == h)])
+        # isin, not ==: samples of an artifact version without hosts hold None, which == misses
+        ours = [mean_of(here[(here["role"] == role) & here["host"].isin([h])])
                 for role in ("system", "mock", "locust") for h in hosts]
         other = machine - sum(v for v in ours if not math.isnan(v))
         if math.isnan(worst[1]) or other > worst[1]:
