@@ -245,7 +245,7 @@ def head_to_head_table(study: Study, reference: str | None = None,
                                "version": version}
         sub = rs[rs["system"] == system] if len(rs) else rs
         if not len(sub):
-            why = meta.get("not_runnable_reason") or "no runs"
+            why = (meta.not_runnable_reason if meta else "") or "no runs"
             row.update({label: "—" for label, *_ in columns})
             row.update({"runs": "0", "result": f"not run: {why}", f"vs {ref}": "—"})
             rows.append(row)

@@ -38,7 +38,7 @@ def stream_summary(study: Study, direct: str = DEFAULT_DIRECT) -> pd.DataFrame:
                "duration_p50_ms": _pct(ok["latency_ms"], 50),
                "chunks_mean": float(ok["chunks"].mean()) if len(ok) else math.nan,
                "done_share": float(ok["stream_done"].mean()) if len(ok) else math.nan,
-               "set_chunks": mock.get("stream_chunks"), "set_gap_ms": mock.get("chunk_delay_ms")}
+               "set_chunks": mock.stream_chunks, "set_gap_ms": mock.chunk_delay_ms}
         set_gap = _num(rec["set_gap_ms"])
         # Frames closer together than sent: held back and released in a burst. A proxy that
         # buffers the whole stream releases its first token only at the end; one that falls
