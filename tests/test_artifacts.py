@@ -232,3 +232,14 @@ def test_one_atomic_writer_and_one_folder_name_parser():
     splitting = [p.name for p in sources
                  if 'split("@"' in p.read_text() or 'split("~"' in p.read_text()]
     assert splitting == ["gateway_spec.py"]
+
+
+def test_a_system_that_did_not_run_is_named_with_its_reason(tmp_path):
+    made = make_study(tmp_path)
+    path = made.path / "manifest.json"
+    data = json.loads(path.read_text())
+    data["systems"]["ghost"] = {"kind": "competitor", "runnable": False,
+                                "not_runnable_reason": "needs a GPU"}
+    path.write_text(json.dumps(data))
+    table = A.head_to_head_table(A.load_study(made.path)).set_index("system")
+    assert table.loc["ghost", "result"] == "not run: needs a GPU"
