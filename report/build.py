@@ -13,7 +13,6 @@ text, through the metric registry), report.plots, report.sections with templates
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -24,6 +23,7 @@ from harness.stats.loading import ArtifactError, read_json
 from harness.stats.metrics import DEFAULT_BIN_USERS
 from report.data import ReportData, collect
 from report.sections import REPO_DIR, SECTIONS, render_page, render_section
+from harness.run.atomic import write_atomic
 
 NOTEBOOK = REPO_DIR / "notebooks" / "report.ipynb"
 REPORT_NAME = "report.html"
@@ -48,9 +48,7 @@ _NB_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
 
 
 def write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, text)
 
 
 def _build_via_notebook(study_dir: Path, out: Path, reference: str | None, bin_users: int) -> None:

@@ -104,27 +104,27 @@ def plot_rss(data: ReportData) -> str | None:
                              squeeze=False)
     for ax, system in zip(axes[:, 0], systems):
         g = tl[tl["system"] == system]
-        run_ids = [r.get("run_id") for r in sorted(
-            (r for r in data.study.runs if r.get("system") == system),
-            key=lambda r: r.get("run_index") or 0)]
+        run_ids = [r.run_id for r in sorted(
+            (r for r in data.study.runs if r.system == system), key=lambda r: r.run_index)]
         for run_id in [x for x in run_ids if x in set(g["run_id"])]:
             gr = g[g["run_id"] == run_id]
             run = data.study.run(run_id)
-            st = run.get("status")
+            st = run.status
             ax.plot(gr["t_rel_s"], gr["rss_bytes"] / RSS.scale, color=data.colors.get(system, "k"),
                     label=run_id + ("" if st == "completed" else f" ({st})"),
-                    **{k: v for k, v in _run_style(st, run.get("run_index") or 1).items()
+                    **{k: v for k, v in _run_style(st, run.run_index or 1).items()
                        if k != "marker"})
         # the measured window of the first completed run of this system, shaded
         for run in data.study.runs:
-            if run.get("system") == system and run.get("status") == "completed":
-                ph = run.get("phases") or {}
-                t0 = ph.get("warmup_start_t_unix_s", ph.get("ramp_start_t_unix_s"))
-                if t0 is not None and "hold_start_t_unix_s" in ph and "hold_end_t_unix_s" in ph:
-                    ax.axvspan(ph["hold_start_t_unix_s"] - t0, ph["hold_end_t_unix_s"] - t0,
+            if run.system == system and run.status == "completed":
+                ph = run.phases
+                t0 = (ph.warmup_start_t_unix_s if ph.warmup_start_t_unix_s is not None
+                      else ph.ramp_start_t_unix_s)
+                if t0 is not None and ph.hold_start_t_unix_s is not None and ph.hold_end_t_unix_s is not None:
+                    ax.axvspan(ph.hold_start_t_unix_s - t0, ph.hold_end_t_unix_s - t0,
                                color="0.85", alpha=0.5, label="measured window")
-                    if "load_end_t_unix_s" in ph:
-                        ax.axvline(ph["load_end_t_unix_s"] - t0, color="0.4", lw=0.8, ls="--",
+                    if ph.load_end_t_unix_s is not None:
+                        ax.axvline(ph.load_end_t_unix_s - t0, color="0.4", lw=0.8, ls="--",
                                    label="load stops")
                 break
         ax.set_ylabel(f"RSS ({RSS.unit})")

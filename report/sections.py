@@ -58,10 +58,9 @@ def section_style(data: ReportData) -> str:
 
 def section_header(data: ReportData) -> str:
     m = data.study.manifest
-    return render("header.html.j2", study_id=m.get("study_id") or data.study.path.name,
-                  status=m.get("status", "?"), reason=m.get("reason", ""),
-                  profile=(m.get("config") or {}).get("profile", "?"),
-                  started=m.get("started_t_unix_s"), ended=m.get("ended_t_unix_s"),
+    return render("header.html.j2", study_id=m.study_id or data.study.path.name,
+                  status=m.status, reason=m.reason, profile=m.config.profile,
+                  started=m.started_t_unix_s, ended=m.ended_t_unix_s,
                   systems=data.study.systems, reference=data.reference)
 
 
@@ -72,10 +71,10 @@ def section_banner(data: ReportData) -> str:
                 "completed": int(r["completed"]), "reasons": list(r["reasons"])}
                for _, r in (data.ordered(data.labels) if len(data.labels) else data.labels).iterrows()]
     ran = {s["system"] for s in systems}
-    for name, meta in (m.get("systems") or {}).items():
+    for name, meta in m.systems.items():
         if name not in ran:
             systems.append({"system": name, "label": "not run", "runs": 0, "completed": 0,
-                            "reasons": [f"not run: {meta.get('not_runnable_reason') or 'no runs'}"]})
+                            "reasons": [f"not run: {meta.not_runnable_reason or 'no runs'}"]})
     measured = [s for s in systems if s["completed"] > 0]
     behaviour = [s for s in measured if s["label"] == Label.BEHAVIOUR.value]
     kind = (Label.FAILED if not measured else Label.BEHAVIOUR if behaviour else Label.CAPACITY)
@@ -87,15 +86,15 @@ def section_banner(data: ReportData) -> str:
                 f"{metric(mm).label} (CoV {c:.0%})" for mm, c in zip(g["metric"], g["cov"])))
     return render("banner.html.j2", kind=kind.value,
                   cores=None if math.isnan(cores) else int(cores), n_behaviour=len(behaviour),
-                  n_measured=len(measured), systems=systems, study_status=m.get("status"),
-                  study_reason=m.get("reason", ""), unstable=unstable,
-                  failed_runs=[r for r in data.study.runs if r.get("status") != "completed"])
+                  n_measured=len(measured), systems=systems, study_status=m.status,
+                  study_reason=m.reason, unstable=unstable,
+                  failed_runs=[r for r in data.study.runs if r.status != "completed"])
 
 
 def section_headline(data: ReportData) -> str:
     ns = [int(x) for x in data.summary[data.summary["metric"] == "throughput_rps"]["n"]
           if int(x) >= 1] if len(data.summary) else []
-    planned = (data.study.manifest.get("config") or {}).get("runs_per_gateway")
+    planned = data.study.manifest.config.runs_per_gateway
     n_typ = max(set(ns), key=ns.count) if ns else int(planned or 3)
     k = float(stats.t.ppf(0.975, n_typ - 1)) if n_typ >= 2 else math.nan
     mock_ms = sorted({x for x in data.rs.get("mock_latency_ms", pd.Series(dtype=float)).dropna()})
@@ -148,7 +147,7 @@ def section_open_loop(data: ReportData) -> str:
     steps = open_loop_steps(data.study, floor=data.roles.floor)
     if steps.empty:
         return ""
-    step_s = next((float(r["spec"]["load"]["open_loop_step_s"]) for r in data.study.runs
+    step_s = next((float(r.spec.load.open_loop_step_s) for r in data.study.runs
                    if is_open_loop(r)), math.nan)
     return render("open_loop.html.j2", summary=tables.open_loop(steps, data.roles.floor),
                   steps=tables.open_loop_steps(steps), plot=plots.plot_open_loop(data, steps),
@@ -171,45 +170,41 @@ def section_self_overhead(data: ReportData) -> str:
     rows = tables.self_overhead_rows(data)
     headers = {}
     for run in data.study.runs:   # each system's own header, as its gateway.toml declares it
-        header = (run.get("request") or {}).get("self_overhead_header")
-        if header and run.get("system") in {r["system"] for r in rows}:
-            headers.setdefault(run["system"], header)
+        header = run.request.self_overhead_header if run.request else ""
+        if header and run.system in {r["system"] for r in rows}:
+            headers.setdefault(run.system, header)
     return render("self_overhead.html.j2", summary=tables.self_overhead(rows),
                   headers=list(headers.items()), plot=plots.plot_self_overhead(data, rows))
 
 
 def section_methodology(data: ReportData) -> str:
     m = data.study.manifest
-    cfg = m.get("config") or {}
-    machine = m.get("machine") or {}
+    cfg = m.config.to_dict()
+    machine = m.machine
     order: dict[Any, list] = {}
-    for p in m.get("plan") or []:
-        order.setdefault(p.get("round"), []).append(p)
-    rounds = [(k, " → ".join(x.get("run_id") for x in sorted(v, key=lambda x: x.get("position", 0))))
-              for k, v in sorted(order.items(), key=lambda kv: (kv[0] is None, kv[0]))]
+    for p in m.plan:
+        order.setdefault(p.round, []).append(p)
+    rounds = [(k, " → ".join(x.run_id for x in sorted(v, key=lambda x: x.position)))
+              for k, v in sorted(order.items())]
     keys = []
     for system in data.study.systems:
-        ks = {r.get("comparison_key") for r in data.study.runs if r.get("system") == system}
-        ks.discard(None)
+        ks = {r.comparison_key for r in data.study.runs if r.system == system}
+        ks.discard("")
         if ks:
             keys.append({"system": system, "n": len(ks), "key": ", ".join(sorted(k[:12] for k in ks))})
-    sys_meta = m.get("systems") or {}
-    versions = [[name, sys_meta[name].get("kind", ""), sys_meta[name].get("role", ""),
-                 sys_meta[name].get("version", ""),
-                 "yes" if sys_meta[name].get("runnable", True)
-                 else "no: " + str(sys_meta[name].get("not_runnable_reason", "")),
-                 sys_meta[name].get("description", "")]
-                for name in data.study.systems if name in sys_meta]
-    run_versions = sorted({(r.get("mock_version"), r.get("locust_version")) for r in data.study.runs
-                           if r.get("mock_version") or r.get("locust_version")}, key=str)
+    versions = [[name, meta.kind, meta.role, meta.version,
+                 "yes" if meta.runnable else "no: " + meta.not_runnable_reason, meta.description]
+                for name in data.study.systems if (meta := m.systems.get(name))]
+    run_versions = sorted({(r.mock_version, r.locust_version) for r in data.study.runs
+                           if r.mock_version or r.locust_version}, key=str)
     rs = data.rs
     windows = rs["window_s"].dropna() if len(rs) and "window_s" in rs else pd.Series(dtype=float)
     kernel = machine.get("kernel", "?") + (f" ({machine['os']})" if machine.get("os") else "")
     load_avg = " / ".join(F.num(machine.get(f"load_avg_{w}"), 2) for w in ("1m", "5m", "15m"))
     return render(
-        "methodology.html.j2", study_id=m.get("study_id", ""), cfg=cfg,
-        commit=m.get("git_commit", "?"), started=m.get("started_t_unix_s"),
-        ended=m.get("ended_t_unix_s"),
+        "methodology.html.j2", study_id=m.study_id, cfg=cfg,
+        commit=m.git_commit or "?", started=m.started_t_unix_s,
+        ended=m.ended_t_unix_s,
         machine=rows_of([("host", machine.get("hostname", "?")), ("kernel", kernel),
                          ("CPU", f"{machine.get('cpu_model', '?')}, {machine.get('cpu_count', '?')} cores"),
                          ("memory", F.gib(machine.get("memory_bytes"))),
@@ -217,7 +212,7 @@ def section_methodology(data: ReportData) -> str:
                          ("load average at start", f"{load_avg} (1 / 5 / 15 min)")]),
         versions=table(["system", "kind", "role", "version (read from the software)", "runnable",
                         "description"], versions),
-        pkg=sorted((m.get("versions") or {}).items()), run_versions=run_versions,
+        pkg=sorted(m.versions.items()), run_versions=run_versions,
         load=rows_of([(k, cfg[k]) for k in CONFIG_LOAD_KEYS + CONFIG_MOCK_KEYS if k in cfg]
                      + [("runs per system", cfg.get("runs_per_gateway", "?")),
                         ("seed", f"{cfg.get('seed', '?')} (orders the systems within each round)")]),
@@ -241,13 +236,13 @@ def section_artifacts(data: ReportData) -> str:
     study_files = [p for p in ("manifest.json", "head_to_head.ipynb") if (base / p).is_file()]
     runs = []
     for run in data.study.runs:
-        d = data.study.run_dirs.get(run.get("run_id"))
+        d = data.study.run_dirs.get(run.run_id)
         if d is None or not d.is_dir():
-            runs.append({"run_id": run.get("run_id"), "dir": None, "files": []})
+            runs.append({"run_id": run.run_id, "dir": None, "files": []})
             continue
         files = [{"href": f.relative_to(base).as_posix(), "name": f.relative_to(d).as_posix(),
                   "size": F.size(f.stat().st_size)} for f in sorted(d.rglob("*")) if f.is_file()]
-        runs.append({"run_id": run.get("run_id"), "status": run.get("status"),
+        runs.append({"run_id": run.run_id, "status": run.status,
                      "dir": d.relative_to(base).as_posix() if d.is_relative_to(base) else str(d),
                      "files": files})
     return render("artifacts.html.j2", study_files=study_files, runs=runs, snippet=_snippet(data))
@@ -262,6 +257,6 @@ def render_section(data: ReportData, name: str) -> str:
 
 def render_page(data: ReportData) -> str:
     """The whole self-contained HTML page of a study."""
-    return render("page.html.j2", title=data.study.manifest.get("study_id") or data.study.path.name,
+    return render("page.html.j2", title=data.study.manifest.study_id or data.study.path.name,
                   sections=[Markup(render_section(data, name))
                             for name in SECTIONS])

@@ -50,13 +50,14 @@ def _label_tag(label: Label | str) -> Cell:
 
 
 def _version(data: ReportData, system: str) -> str:
-    version = ((data.study.manifest.get("systems") or {}).get(system) or {}).get("version")
+    meta = data.study.manifest.systems.get(system)
+    version = meta.version if meta else ""
     for r in data.study.runs:
         if version:
             break
-        if r.get("system") == system:
-            version = r.get("version")
-    return version or ""
+        if r.system == system:
+            version = r.version
+    return version
 
 
 # --- the head-to-head table ----------------------------------------------------------------------
@@ -65,7 +66,7 @@ def headline(data: ReportData) -> Table:
     """One row per system: each headline figure 'mean ± sd (n=…)' over completed runs (flagged
     when unstable), the result label and the verdicts against the reference."""
     ref, rs, summary = data.reference, data.rs, data.summary
-    systems_meta = data.study.manifest.get("systems") or {}
+    systems_meta = data.study.manifest.systems
     comp = (data.comparison.set_index(["system", "metric"]) if data.comparison is not None
             else None)
     labels = data.labels.set_index("system") if len(data.labels) else None
@@ -74,12 +75,12 @@ def headline(data: ReportData) -> Table:
                cell("result"), cell(f"vs {ref}")]
     rows = []
     for system in data.study.systems:
-        meta = systems_meta.get(system) or {}
+        meta = systems_meta.get(system)
         name = Cell((Part(system, strong=True),
-                     Part(f"{meta.get('kind', '')} · {_version(data, system)}", small=True, br=True)))
+                     Part(f"{meta.kind if meta else ''} · {_version(data, system)}", small=True, br=True)))
         sub = rs[rs["system"] == system] if len(rs) else rs
         if not len(sub):
-            why = meta.get("not_runnable_reason") or "no runs"
+            why = (meta.not_runnable_reason if meta else "") or "no runs"
             rows.append(Row((name, number("0"), *(number(F.DASH) for _ in HEADLINE_METRICS),
                              cell(f"not run: {why}"), cell(F.DASH, "verdict"))))
             continue

@@ -33,7 +33,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.run.store import REQUEST_SCHEMA, SAMPLE_SCHEMA, SCHEMA_VERSION
+from harness.model.manifests import RunManifest, StudyManifest, from_plain
+from harness.model.schema import SCHEMA_VERSION
+from harness.run.store import REQUEST_SCHEMA, SAMPLE_SCHEMA
 
 BASE_T = 1_760_000_000.0
 # Columns of the real schema that the synthetic unary, closed-loop runs leave at their defaults.
@@ -108,8 +110,8 @@ ROLES = {"direct": "floor", "nginx": "hop"}   # as gateways/*/gateway.toml say
 class SyntheticStudy:
     path: Path
     expected: dict[str, dict[str, Any]]      # run_id -> figure -> value
-    runs: list[dict]                         # run manifests as written
-    manifest: dict
+    runs: list[RunManifest]                  # run manifests as written
+    manifest: StudyManifest
 
 
 # timeline offsets of one run, seconds after its t0
@@ -132,15 +134,28 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _write_parquet(df: pd.DataFrame, schema: pa.Schema, path: Path) -> None:
-    table = pa.Table.from_pandas(df, schema=schema, preserve_index=False)
+def _write_parquet(df: pd.DataFrame, schema: pa.Schema, path: Path,
+                   version: int = SCHEMA_VERSION, without: tuple[str, ...] = ()) -> None:
+    """``without``: columns an older artifact version did not have yet."""
+    schema = pa.schema([f for f in schema if f.name not in without])
+    table = pa.Table.from_pandas(df[schema.names], schema=schema, preserve_index=False)
     meta = dict(table.schema.metadata or {})
-    meta[b"schema_version"] = str(SCHEMA_VERSION).encode()
+    meta[b"schema_version"] = str(version).encode()
     pq.write_table(table.replace_schema_metadata(meta), path)
 
 
 def _write_json(obj: Any, path: Path) -> None:
     path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def _write_manifest(manifest: RunManifest | StudyManifest, path: Path, version: int) -> None:
+    """Version 2 as the harness writes it; version 1 as it was: phases not reached are absent."""
+    data = json.loads(manifest.to_json())
+    if version == 1:
+        data["schema_version"] = 1
+        if "phases" in data:
+            data["phases"] = {k: v for k, v in data["phases"].items() if v is not None}
+    _write_json(data, path)
 
 
 def _run(system: str, n: int, p: RunParams, t0: float, rng: random.Random,
@@ -325,7 +340,8 @@ def _sample(run_id, system, t, role, pids, rss, pct, total, load):
 
 def make_study(root: str | Path, study_id: str = "synthetic-study",
                params: dict[str, list[RunParams]] | None = None, seed: int = 7,
-               status: str = "completed") -> SyntheticStudy:
+               status: str = "completed", schema_version: int = SCHEMA_VERSION,
+               without_columns: tuple[str, ...] = ()) -> SyntheticStudy:
     """Write ``root/study_id`` and return its path with the expected figures per run."""
     params = params if params is not None else _default_params()
     systems = list(params)
@@ -363,9 +379,11 @@ def make_study(root: str | Path, study_id: str = "synthetic-study",
         (run_dir / "raw").mkdir(parents=True, exist_ok=True)
         rdf = rdf.assign(**UNARY_DEFAULTS, chunk_gaps_ms=[[] for _ in range(len(rdf))])
         sdf = sdf.assign(inflight_requests=math.nan, host="synthetic-host")
-        _write_parquet(rdf, REQUEST_SCHEMA, run_dir / "requests.parquet")
-        _write_parquet(sdf, SAMPLE_SCHEMA, run_dir / "samples.parquet")
-        _write_json(mock, run_dir / "mock_stats.json")
+        _write_parquet(rdf, REQUEST_SCHEMA, run_dir / "requests.parquet", schema_version,
+                       without_columns)
+        _write_parquet(sdf, SAMPLE_SCHEMA, run_dir / "samples.parquet", schema_version,
+                       without_columns)
+        _write_json({**mock, "schema_version": schema_version}, run_dir / "mock_stats.json")
         rdf.to_csv(run_dir / "raw" / "requests-4242.csv", index=False)
         (run_dir / "locust_stats.csv").write_text(
             "Type,Name,Request Count,Failure Count\nPOST,/v1/chat/completions,"
@@ -381,7 +399,7 @@ def make_study(root: str | Path, study_id: str = "synthetic-study",
                   if k in ("warmup_start_t_unix_s", "ramp_start_t_unix_s")}
         successful = int(((rdf["error_kind"] == "") & (rdf["phase"] != "warmup")).sum())
         rm = {
-            "schema_version": SCHEMA_VERSION, "run_id": item["run_id"], "system": s,
+            "run_id": item["run_id"], "system": s,
             "run_index": n, "round": item["round"], "position": item["position"],
             "comparison_key": item["comparison_key"], "kind": KINDS.get(s, "competitor"),
             "started_t_unix_s": t0, "ended_t_unix_s": t0 + 45.0, "ready_s": 0.2,
@@ -401,7 +419,8 @@ def make_study(root: str | Path, study_id: str = "synthetic-study",
             "reason": "system exited with code 1 during the ramp" if p.failed else "",
             "phases": ph,
             "version": VERSIONS.get(s, "0"), "mock_version": "0.1.0", "locust_version": "2.47.0",
-            "checks": {"pre_request": {"status": 200, "mock_saw_it": True},
+            "checks": {"pre_request": {"status": 200, "problem": "", "mock_request_id": "1-1",
+                                       "mock_saw_it": True, "mock_count_delta": 1},
                        "mock_count": successful, "successful_rows": successful,
                        "count_match": True, "count_difference": 0,
                        "inflight_at_stop": p.inflight_at_stop},
@@ -413,24 +432,25 @@ def make_study(root: str | Path, study_id: str = "synthetic-study",
             "host_before": {"t_unix_s": t0, "load_avg_1m": p.load_avg_before,
                             "load_avg_5m": 0.2, "load_avg_15m": 0.1,
                             "tcp_states": {"ESTABLISHED": 4, "TIME_WAIT": 0},
-                            "mem_available_bytes": 5 * 2**30},
+                            "memory_available_bytes": 5 * 2**30},
             "host_after": {"t_unix_s": t0 + 45.0, "load_avg_1m": 1.1, "load_avg_5m": 0.4,
                            "load_avg_15m": 0.2, "tcp_states": {"ESTABLISHED": 4, "TIME_WAIT": 900},
-                           "mem_available_bytes": 5 * 2**30},
+                           "memory_available_bytes": 5 * 2**30},
         }
         if p.failed:
             rm["failed_t_unix_s"] = ph["ramp_start_t_unix_s"] + RAMP_S / 2
         rm["files"] = {f.relative_to(run_dir).as_posix(): _sha(f)
                        for f in sorted(run_dir.rglob("*")) if f.is_file() and f.name != "manifest.json"}
-        _write_json(rm, run_dir / "manifest.json")
+        rm = from_plain(RunManifest, rm, f"synthetic {item['run_id']}")
+        _write_manifest(rm, run_dir / "manifest.json", schema_version)
         manifests.append(rm)
         expected[item["run_id"]] = exp
         entries.append({"run_id": item["run_id"], "system": s, "run_index": n,
-                        "status": rm["status"], "reason": rm["reason"],
+                        "status": rm.status, "reason": rm.reason,
                         "dir": f"runs/{s}/{n}"})
 
     manifest = {
-        "schema_version": SCHEMA_VERSION, "study_id": study_id, "status": status,
+        "study_id": study_id, "status": status,
         "reason": "" if status == "completed" else "interrupted by the test",
         "config": {"gateways": systems, "profile": "synthetic", "runs_per_gateway": runs_per,
                    "reference_system": "nginx", "gate_system": "sluice", "aa_pair": [],
@@ -453,8 +473,40 @@ def make_study(root: str | Path, study_id: str = "synthetic-study",
                         "role": ROLES.get(s.split("@")[0].split("~")[0], "system"),
                         "runnable": True, "not_runnable_reason": ""} for s in systems},
     }
-    _write_json(manifest, path / "manifest.json")
+    manifest = from_plain(StudyManifest, manifest, "synthetic study")
+    _write_manifest(manifest, path / "manifest.json", schema_version)
     return SyntheticStudy(path=path, expected=expected, runs=manifests, manifest=manifest)
+
+
+def small_run_manifest(run_id: str, system: str, run_index: int, phases: dict,
+                       **load: Any) -> RunManifest:
+    """A completed run's manifest with the synthetic defaults, for tests that write their own rows
+    (``load`` overrides fields of the spec's load shape)."""
+    spec = {"run_id": run_id, "system": system, "run_index": run_index, "round": run_index,
+            "position": 0, "load": {"users": USERS, "ramp_s": RAMP_S, "hold_s": HOLD_S,
+                                    "min_hold_requests": 0, "max_hold_s": HOLD_S,
+                                    "warmup_s": WARMUP_S, "warmup_users": WARMUP_USERS,
+                                    "think_time_s": THINK_S, "locust_processes": 1,
+                                    "request_timeout_s": 30.0, "max_tokens": 16, **load},
+            "mock": {"latency_ms": MOCK_LATENCY_MS, "workers": 1, "response_tokens": 16},
+            "gateway_workers": 2, "idle_s": IDLE_S, "cooldown_s": COOLDOWN_S,
+            "ready_timeout_s": 60.0, "gateway_toml_sha256": "0" * 64, "seed": 0,
+            "comparison_key": system}
+    return from_plain(RunManifest, {
+        "run_id": run_id, "system": system, "run_index": run_index, "round": run_index,
+        "position": 0, "comparison_key": system, "spec": spec, "status": "completed",
+        "phases": phases}, f"synthetic {run_id}")
+
+
+def small_study_manifest(study_id: str, gateways: list[str], runs: list[dict],
+                         roles: dict[str, str] | None = None) -> StudyManifest:
+    """A study manifest with only what the statistics read; ``roles`` as gateway.toml gives them."""
+    systems = {name: {"kind": "baseline", "runnable": True, "role": role}
+               for name, role in (roles or {}).items()}
+    return from_plain(StudyManifest, {"study_id": study_id, "status": "completed",
+                                      "config": {"gateways": gateways}, "runs": runs,
+                                      "systems": systems},
+                      f"synthetic {study_id}")
 
 
 def default_params() -> dict[str, list[RunParams]]:
@@ -462,7 +514,8 @@ def default_params() -> dict[str, list[RunParams]]:
     return _default_params()
 
 
-__all__ = ["RunParams", "SyntheticStudy", "make_study", "default_params", "replace"]
+__all__ = ["RunParams", "SyntheticStudy", "make_study", "default_params", "replace",
+           "small_run_manifest", "small_study_manifest"]
 
 
 if __name__ == "__main__":   # python tests/synthetic.py DIR: write a study to look at

@@ -1,6 +1,7 @@
 """harness.stats against a synthetic study whose every figure is known by construction."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -8,14 +9,17 @@ import sys
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from scipy import stats
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from synthetic import RunParams, default_params, make_study  # noqa: E402
+from synthetic import RunParams, default_params, make_study, small_run_manifest  # noqa: E402
 
 from harness import stats as A  # noqa: E402
 from report import format as F  # noqa: E402
+from harness.model.manifests import RunHost  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +46,7 @@ def _close(got, want, rel=1e-9, abs_=1e-9):
 # --- loading -------------------------------------------------------------------------------------
 
 def test_load_study_keeps_every_run_and_marks_the_failed_one(syn, study):
-    assert [r["run_id"] for r in study.runs] == [p["run_id"] for p in syn.manifest["plan"]]
+    assert [r.run_id for r in study.runs] == [p.run_id for p in syn.manifest.plan]
     assert set(study.requests["run_id"]) == set(syn.expected)
     statuses = study.requests.groupby("run_id")["run_status"].first()
     assert statuses["litellm-2"] == "failed"
@@ -57,7 +61,8 @@ def test_changed_artifact_is_refused_naming_the_file(tmp_path):
     target = s.path / "runs" / "nginx" / "2" / "requests.parquet"
     rows = pd.read_parquet(target)
     rows.loc[rows.index[500], "latency_ms"] = 1.0      # a "better" latency, edited in afterwards
-    rows.to_parquet(target)
+    pq.write_table(pa.Table.from_pandas(rows).replace_schema_metadata(
+        pq.read_schema(target).metadata), target)
     with pytest.raises(A.IntegrityError) as info:
         A.load_study(s.path)
     assert "runs/nginx/2/requests.parquet" in str(info.value)
@@ -427,11 +432,12 @@ def test_other_cpu_counts_hosts_of_one_machine_once():
     samples = pd.DataFrame(rows("a", "machine", 100.0) + rows("b", "machine", 100.0)
                            + rows("a", "locust", 30.0) + rows("b", "system", 50.0)
                            + rows("c", "machine", 40.0) + rows("c", "mock", 10.0))
-    run = {"hosts": {"a": {"before": {"hostname": "vm"}}, "b": {"before": {"hostname": "vm"}},
-                     "c": {"before": {"hostname": "other"}}}}
+    run = dataclasses.replace(small_run_manifest("x-1", "x", 1, {}), hosts={
+        h: RunHost(address="10.0.0.1", before={"hostname": m})
+        for h, m in (("a", "vm"), ("b", "vm"), ("c", "other"))})
     machine, other = A.other_cpu(run, samples, 0.0, 3.0)
     assert (machine, other) == (40.0, 30.0)  # 'other': 40 − 10 = 30 beats vm: 100 − (30 + 50)
-    run["hosts"]["c"]["before"]["hostname"] = "vm"  # all three one machine: read once, ours summed
+    run.hosts["c"].before["hostname"] = "vm"  # all three one machine: read once, ours summed
     samples.loc[samples["host"] == "c", "cpu_percent"] = samples["role"].map({"machine": 100.0, "mock": 10.0})
     assert A.other_cpu(run, samples, 0.0, 3.0) == (100.0, 10.0)
 

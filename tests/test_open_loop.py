@@ -15,7 +15,7 @@ from report import tables
 from harness.model.config import REPO_DIR, ConfigError, from_profile, validate
 from harness.run.store import REQUEST_SCHEMA
 from report.build import render_report_html
-from synthetic import _write_parquet
+from synthetic import _write_parquet, small_run_manifest, small_study_manifest
 
 RATES, STEP_S, T0 = (100.0, 200.0, 400.0), 10.0, 1_760_000_000.0
 
@@ -112,18 +112,16 @@ def synthetic(tmp_path_factory):
                       for i, rate in enumerate(RATES, 1)]
             _write_parquet(pd.concat(frames, ignore_index=True), REQUEST_SCHEMA,
                            run_dir / "requests.parquet")
-            manifest = {"run_id": run_id, "system": system, "run_index": n, "status": "completed",
-                        "phases": {"hold_start_t_unix_s": t, "hold_end_t_unix_s": t + 3 * STEP_S},
-                        "spec": {"load": {"open_loop_rates_per_s": list(RATES),
-                                          "open_loop_step_s": STEP_S},
-                                 "mock": {"latency_ms": 60.0}}}
-            (run_dir / "manifest.json").write_text(json.dumps(manifest))
+            manifest = small_run_manifest(
+                run_id, system, n, {"hold_start_t_unix_s": t, "hold_end_t_unix_s": t + 3 * STEP_S},
+                open_loop_rates_per_s=list(RATES), open_loop_step_s=STEP_S)
+            (run_dir / "manifest.json").write_text(manifest.to_json())
             entries.append({"run_id": run_id, "system": system, "run_index": n,
-                            "status": "completed", "dir": f"runs/{system}/{n}"})
+                            "status": "completed", "reason": "", "dir": f"runs/{system}/{n}"})
             t += 100.0
-    (path / "manifest.json").write_text(json.dumps(
-        {"study_id": "open-loop", "config": {"gateways": list(RUNS)}, "runs": entries,
-         "systems": {s: {"role": "floor" if s == "direct" else "system"} for s in RUNS}}))
+    (path / "manifest.json").write_text(
+        small_study_manifest("open-loop", list(RUNS), entries,
+                             roles={s: "floor" if s == "direct" else "system" for s in RUNS}).to_json())
     return A.load_study(path)
 
 

@@ -6,6 +6,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from harness.model.config import ConfigError, from_profile
+from harness.model.schema import SCHEMA_VERSION
 from harness.run.store import REQUEST_SCHEMA, SAMPLE_SCHEMA, sha256_file
 from harness.run.study import main, run_study
 
@@ -31,7 +32,7 @@ def test_study_completes_with_every_run(smoke_study):
     assert [r.status for r in result.records] == ["completed", "completed"], \
         [r.reason for r in result.records]
     manifest = json.loads((result.study_dir / "manifest.json").read_text())
-    assert manifest["schema_version"] == 1 and manifest["status"] == "completed"
+    assert manifest["schema_version"] == SCHEMA_VERSION and manifest["status"] == "completed"
     assert manifest["config"]["seed"] == 7 and len(manifest["plan"]) == 2
     assert manifest["systems"]["nginx"]["version"][0].isdigit()
     assert manifest["machine"]["cpu_count"] >= 1 and manifest["machine"]["kernel"]
@@ -67,7 +68,7 @@ def test_parquet_schemas_and_hashes(smoke_study):
     d = run_dir(result, "nginx")
     assert pq.read_schema(d / "requests.parquet").remove_metadata() == REQUEST_SCHEMA
     assert pq.read_schema(d / "samples.parquet").remove_metadata() == SAMPLE_SCHEMA
-    assert pq.read_metadata(d / "requests.parquet").metadata[b"schema_version"] == b"1"
+    assert pq.read_metadata(d / "requests.parquet").metadata[b"schema_version"] == str(SCHEMA_VERSION).encode()
     manifest = json.loads((d / "manifest.json").read_text())
     assert {"requests.parquet", "samples.parquet", "mock_stats.json", "system.log"} <= set(manifest["files"])
     for name, digest in manifest["files"].items():

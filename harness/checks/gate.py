@@ -58,6 +58,7 @@ from harness.stats.loading import ArtifactError, Study, load_study
 from harness.stats.metrics import OVERHEAD_EPSILON_MS
 from harness.stats.runs import run_summary
 from report.format import value as show_value
+from harness.run.atomic import write_atomic
 
 SCHEMA_VERSION = 1
 DEFAULT_BASELINE = REPO_DIR / "baselines" / "gate.json"
@@ -299,18 +300,18 @@ def make_baseline(study: Study, rs: pd.DataFrame, candidate: str, reference: str
                   epsilon_ms: float = OVERHEAD_EPSILON_MS,
                   now: float | None = None) -> dict:
     """The baseline dict from a loaded study (raises GateInputError on bad input)."""
-    sid = study.manifest.get("study_id") or study.path.name
+    sid = study.manifest.study_id or study.path.name
     check_runs(rs, candidate, reference, sid)
     figs = compute_figures(rs, candidate, reference, epsilon_ms)
-    machine = study.manifest.get("machine") or {}
+    machine = study.manifest.machine
     return {
         "schema_version": SCHEMA_VERSION,
         "candidate": candidate,
         "reference": reference,
-        "commit": study.manifest.get("git_commit") or "unknown",
+        "commit": study.manifest.git_commit or "unknown",
         "study_id": sid,
         "created_t_unix_s": time.time() if now is None else now,
-        "profile": (study.manifest.get("config") or {}).get("profile", ""),
+        "profile": study.manifest.config.profile,
         "overhead_epsilon_ms": epsilon_ms,
         "machine": {k: machine.get(k) for k in ("hostname", "cpu_model", "cpu_count")},
         "figures": {name: f.to_json() for name, f in figs.items()},
@@ -320,9 +321,7 @@ def make_baseline(study: Study, rs: pd.DataFrame, candidate: str, reference: str
 def write_baseline(path: str | Path, baseline: Mapping) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(baseline, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_atomic(path, json.dumps(baseline, indent=2) + "\n")
     return path
 
 
@@ -407,8 +406,8 @@ def check(study_dir: str | Path, baseline_path: str | Path = DEFAULT_BASELINE,
             raise GateInputError(
                 f"the baseline {baseline_path} is for {base['candidate']!r} vs "
                 f"{base['reference']!r}, not {candidate!r} vs {reference!r}")
-        sid = study.manifest.get("study_id") or study.path.name
-        profile = (study.manifest.get("config") or {}).get("profile", "")
+        sid = study.manifest.study_id or study.path.name
+        profile = study.manifest.config.profile
         if base.get("profile") and profile != base["profile"]:
             raise GateInputError(
                 f"study {sid} ran profile {profile!r} but the baseline was measured with "
@@ -426,7 +425,7 @@ def check(study_dir: str | Path, baseline_path: str | Path = DEFAULT_BASELINE,
     lines = [f"gate: {candidate} vs {reference} in study {sid} "
              f"({', '.join(methods)}; {figs['throughput_ratio'].n} "
              f"{'rounds' if 'paired by round' in methods else 'runs'}) against {baseline_path}"]
-    here = (study.manifest.get("machine") or {}).get("hostname")
+    here = study.manifest.machine.get("hostname")
     there = (base.get("machine") or {}).get("hostname")
     if here and there and here != there:
         lines.append(f"note: the baseline was measured on {there}, this study on {here}; the "
@@ -447,10 +446,10 @@ def refresh(study_dir: str | Path, baseline_path: str | Path = DEFAULT_BASELINE,
     """Write the baseline from a completed study (deliberately; nothing calls this implicitly)."""
     try:
         study, rs = _load(study_dir)
-        status = study.manifest.get("status")
+        status = study.manifest.status
         if status != "completed":
             raise GateInputError(f"study {study.path} is {status!r}, not completed "
-                                 f"({study.manifest.get('reason') or 'no reason recorded'}); "
+                                 f"({study.manifest.reason or 'no reason recorded'}); "
                                  "a baseline comes only from a whole study")
         base = make_baseline(study, rs, *pair(study, candidate, reference), epsilon_ms, now)
     except GateInputError as exc:

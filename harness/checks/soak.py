@@ -24,16 +24,16 @@ def _median(frame: pd.DataFrame, column: str) -> float:
 def soak_summary(study) -> pd.DataFrame:
     rows = []
     for run in study.runs:
-        phases = run.get("phases", {})
-        samples = study.samples[(study.samples.run_id == run["run_id"]) &
+        phases = run.phases
+        samples = study.samples[(study.samples.run_id == run.run_id) &
                                 (study.samples.role == "system")].sort_values("t_unix_s")
-        if samples.empty or "hold_start_t_unix_s" not in phases:
-            rows.append({"run_id": run["run_id"], "system": run["system"], "verdict": "missing",
+        if samples.empty or phases.hold_start_t_unix_s is None:
+            rows.append({"run_id": run.run_id, "system": run.system, "verdict": "missing",
                          "reasons": "no samples of a system process, or no hold phase"})
             continue
-        first_t = phases.get("warmup_start_t_unix_s", phases["hold_start_t_unix_s"])
-        hold_start, hold_end = phases["hold_start_t_unix_s"], phases["hold_end_t_unix_s"]
-        load_end = phases.get("load_end_t_unix_s", hold_end)
+        hold_start, hold_end = phases.hold_start_t_unix_s, phases.hold_end_t_unix_s
+        first_t = phases.warmup_start_t_unix_s or hold_start
+        load_end = phases.load_end_t_unix_s or hold_end
         idle = samples[samples.t_unix_s < first_t]
         hold = samples[(samples.t_unix_s >= hold_start) & (samples.t_unix_s < hold_end)]
         after = samples[samples.t_unix_s > load_end + 1.0]
@@ -52,9 +52,9 @@ def soak_summary(study) -> pd.DataFrame:
         if not (math.isnan(inflight_after) or inflight_after == 0):
             reasons.append(f"{inflight_after:.0f} requests still in flight after the load")
         rows.append({
-            "run_id": run["run_id"], "system": run["system"],
+            "run_id": run.run_id, "system": run.system,
             "hold_s": hold_end - hold_start, "requests_in_hold": int(
-                ((study.requests.run_id == run["run_id"]) & (study.requests.phase == "hold")).sum()),
+                ((study.requests.run_id == run.run_id) & (study.requests.phase == "hold")).sum()),
             "rss_idle_mib": _median(idle, "rss_bytes") / 2**20,
             "rss_hold_first_quarter_mib": rss_first / 2**20, "rss_hold_last_quarter_mib": rss_last / 2**20,
             "rss_growth": growth, "rss_slope_mib_per_min": slope / 2**20,

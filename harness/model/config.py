@@ -258,9 +258,10 @@ def validate(config: StudyConfig) -> None:
     need(not config.aa_pair or (len(config.aa_pair) == 2 and set(config.aa_pair) <= set(config.gateways)),
          f"aa_pair: must be two of the study's systems, got {list(config.aa_pair)}")
     need(len(set(config.gateways)) == len(config.gateways), "gateways: a system is listed twice")
+    from harness.model.gateway_spec import folder_of  # here: gateway_spec imports this module
     for name in config.gateways:
         # 'nginx~aa': the same system under a second name; 'sluice@alias': called as its feature says
-        folder = name.split("@", 1)[0].split("~", 1)[0]
+        folder = folder_of(name)
         need((gateways_dir / folder / "gateway.toml").is_file(),
              f"gateways: unknown gateway {name!r} (no {gateways_dir / folder / 'gateway.toml'}); "
              f"known: {known_gateways(gateways_dir)}")

@@ -12,7 +12,10 @@ A command-line flag overrides what the manifest says.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from harness.model.manifests import StudyManifest
 
 FLOOR = "floor"
 
@@ -26,17 +29,15 @@ class Roles:
     gate_system: str | None
 
     @classmethod
-    def of(cls, manifest: Mapping, *, floor: str | None = None, reference: str | None = None,
+    def of(cls, manifest: "StudyManifest", *, floor: str | None = None, reference: str | None = None,
            aa_pair: Sequence[str] | None = None, gate_system: str | None = None) -> "Roles":
-        systems = manifest.get("systems") or {}
-        config = manifest.get("config") or {}
-        floors = tuple(name for name, meta in systems.items()
-                       if (meta or {}).get("role") == FLOOR)
+        config = manifest.config
+        floors = tuple(name for name, meta in manifest.systems.items() if meta.role == FLOOR)
         plain = [name for name in floors if "@" not in name]
-        pair = tuple(aa_pair or config.get("aa_pair") or ())
+        pair = tuple(aa_pair or config.aa_pair or ())
         if pair and len(pair) != 2:
             raise ValueError(f"an A/A pair is two systems, got {list(pair)}")
         return cls(floor=floor or (plain[0] if plain else None), floors=floors,
-                   reference=reference or config.get("reference_system") or None,
+                   reference=reference or config.reference_system or None,
                    aa_pair=pair or None,  # type: ignore[arg-type]
-                   gate_system=gate_system or config.get("gate_system") or None)
+                   gate_system=gate_system or config.gate_system or None)

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import psutil
 
+from harness.run.atomic import write_atomic
+
 POLL_S = 0.05
 
 
@@ -31,9 +33,7 @@ def launch(pid_file: Path, cwd: str, command: list[str]) -> None:
     if cwd:
         os.chdir(cwd)
     pid_file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = pid_file.with_name(pid_file.name + ".tmp")
-    tmp.write_text(f"{os.getpid()}\n")
-    os.replace(tmp, pid_file)
+    write_atomic(pid_file, f"{os.getpid()}\n")
     os.execvp(command[0], command)
 
 

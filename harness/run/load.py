@@ -13,14 +13,17 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from harness.model.config import MAX_SPAWN_RATE_PER_PROCESS
+from harness.model.config import MAX_SPAWN_RATE_PER_PROCESS, REPO_DIR
 from harness.run.bodies import DIALECTS, chat_body
 from harness.model.plan import RunSpec
 from harness.remote.hosts import pid_file, start_on
 from harness.run.processes import ManagedProcess, ProcessError, log_tail
-from harness.run.store import REQUEST_SCHEMA, write_parquet
+from harness.model.schema import REQUESTS
+from harness.run.store import read_raw_csv, stored_frame, write_table
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
+# The locustfile imports its CSV header from this repository (harness.model.schema).
+LOCUSTFILE_PATH = {"PYTHONPATH": str(REPO_DIR)}
 CPU_WARNING_MARKER = "CPU usage"          # Locust: "CPU usage above 90%! This may constrain..."
 WORKERS_WAIT_S = 60                     # the master gives up if its workers have not all connected
 PHASE_ORDER = ("warmup_start_t_unix_s", "ramp_start_t_unix_s", "hold_start_t_unix_s",
@@ -109,7 +112,7 @@ def start_locust(spec: RunSpec, target: Target, run_dir: Path,
     elif spec.load.locust_processes > 1:
         argv += ["--processes", str(spec.load.locust_processes)]
     env = {"SLUICE_LOAD_FILE": str(settings_path), "PYTHONUNBUFFERED": "1",
-           "SLUICE_WORKER_HOST": master.name}
+           "SLUICE_WORKER_HOST": master.name, **LOCUSTFILE_PATH}
     # Normally Locust has exited by itself before stop(); on an interrupt it gets 5 s to flush.
     return start_on(master, "locust", argv, run_dir / "locust-stdout.log",
                     pid_file(run_dir, "locust-master"), cwd=run_dir, env=env,
@@ -137,7 +140,7 @@ def start_workers(spec: RunSpec, run_dir: Path, master_port: int) -> list[Manage
                     "--master-host", master.address, "--master-port", str(master_port),
                     "--logfile", str(run_dir / f"{label}.log"), "--loglevel", "INFO"]
             env = {"SLUICE_LOAD_FILE": str(run_dir / "load.json"), "PYTHONUNBUFFERED": "1",
-                   "SLUICE_WORKER_HOST": name}
+                   "SLUICE_WORKER_HOST": name, **LOCUSTFILE_PATH}
             started.append(start_on(topology.host(name), "locust", argv,
                                     run_dir / f"{label}-stdout.log", pid_file(run_dir, label),
                                     cwd=run_dir, env=env, stop_signal="SIGTERM", stop_timeout_s=5))
@@ -229,52 +232,13 @@ def phase_of(start_t: np.ndarray, phases: dict) -> np.ndarray:
 
 def consolidate_rows(run_dir: Path, run_id: str, system: str, phases: dict) -> pd.DataFrame:
     """Per-process raw CSVs -> one requests.parquet (raw files are kept beside it)."""
-    frames = []
-    for path in sorted(glob.glob(str(run_dir / "raw" / "requests-*.csv"))):
-        try:
-            frames.append(pd.read_csv(
-                path, dtype={"error_kind": str, "error": str, "mock_request_id": str,
-                             "worker_host": str, "chunk_gaps_ms": str, "stream_done": str,
-                             "waited_for_user": str},
-                keep_default_na=False,
-                na_values={c: [""] for c in ("self_overhead_ms", "process_users", "ttfb_ms",
-                                             "ttft_ms", "chunks", "intended_start_t_unix_s",
-                                             "offered_rate_per_s", "step_index")}))
-        except (pd.errors.EmptyDataError, pd.errors.ParserError):
-            continue  # a process killed before its header was written
-    raw = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
-        columns=["start_t_unix_s", "latency_ms", "status_code", "response_bytes", "error_kind",
-                 "error", "process_users", "worker_pid", "worker_host", "mock_request_id",
-                 "self_overhead_ms", "ttfb_ms", "ttft_ms", "chunks", "chunk_gaps_ms",
-                 "stream_done", "intended_start_t_unix_s", "offered_rate_per_s", "step_index",
-                 "waited_for_user"])
+    raw = read_raw_csv(sorted(glob.glob(str(run_dir / "raw" / "requests-*.csv"))), REQUESTS)
     raw = raw.sort_values("start_t_unix_s", kind="stable").reset_index(drop=True)
-    start_t = raw["start_t_unix_s"].astype("float64").to_numpy()
-    users = _users_at(start_t, raw, run_dir)
-    frame = pd.DataFrame({
-        "run_id": run_id, "system": system, "start_t_unix_s": start_t,
-        "latency_ms": raw["latency_ms"].astype("float64"),
-        "status_code": raw["status_code"].astype("int32"),
-        "response_bytes": raw["response_bytes"].astype("int64"),
-        "error_kind": raw["error_kind"].astype(str), "error": raw["error"].astype(str),
-        "users": users.astype("int32"), "phase": phase_of(start_t, phases),
-        "worker_pid": raw["worker_pid"].astype("int32"), "worker_host": raw["worker_host"].astype(str),
-        "mock_request_id": raw["mock_request_id"].astype(str),
-        "self_overhead_ms": pd.to_numeric(raw["self_overhead_ms"], errors="coerce").astype("float64"),
-        "ttfb_ms": pd.to_numeric(raw["ttfb_ms"], errors="coerce").astype("float64"),
-        "ttft_ms": pd.to_numeric(raw["ttft_ms"], errors="coerce").astype("float64"),
-        "chunks": pd.to_numeric(raw["chunks"], errors="coerce").fillna(0).astype("int32"),
-        # object dtype even when empty: a run that failed before its load still gets its table
-        "chunk_gaps_ms": pd.Series([[float(g) for g in str(v).split()] for v in raw["chunk_gaps_ms"]],
-                                   dtype=object),
-        "stream_done": raw["stream_done"].astype(str) == "True",
-        "intended_start_t_unix_s": pd.to_numeric(raw["intended_start_t_unix_s"],
-                                                 errors="coerce").astype("float64"),
-        "offered_rate_per_s": pd.to_numeric(raw["offered_rate_per_s"], errors="coerce").astype("float64"),
-        "step_index": pd.to_numeric(raw["step_index"], errors="coerce").fillna(0).astype("int32"),
-        "waited_for_user": raw["waited_for_user"].astype(str) == "True",
-    })
-    write_parquet(run_dir / "requests.parquet", frame, REQUEST_SCHEMA)
+    start_t = raw["start_t_unix_s"].to_numpy()
+    frame = stored_frame(REQUESTS, raw, run_id=run_id, system=system,
+                         users=_users_at(start_t, raw, run_dir).astype("int32"),
+                         phase=phase_of(start_t, phases))
+    write_table(run_dir / REQUESTS.file, frame, REQUESTS)
     return frame
 
 

@@ -1,8 +1,9 @@
 """The load generator, run by Locust as a subprocess (never imported by the harness or a notebook).
 
-Settings come from the JSON file named by SLUICE_LOAD_FILE (written by harness/load.py).
-Every request becomes one raw CSV row in <raw_dir>/requests-<pid>.csv; the harness turns
-them into requests.parquet. The shape writes its phase timestamps to <phases_file>.
+Settings come from the JSON file named by SLUICE_LOAD_FILE (written by harness/run/load.py,
+which also puts this repository on PYTHONPATH). Every request becomes one raw CSV row in
+<raw_dir>/requests-<host>-<pid>.csv, its header the raw columns of harness.model.schema.REQUESTS;
+the harness turns them into requests.parquet. The shape writes its phase timestamps to <phases_file>.
 """
 import collections
 import csv
@@ -18,13 +19,11 @@ from gevent import GreenletExit
 from gevent.event import AsyncResult
 from locust import FastHttpUser, LoadTestShape, constant, events, task
 
+from harness.model.schema import REQUESTS
+
 SETTINGS = json.load(open(os.environ["SLUICE_LOAD_FILE"]))
 # The topology's name for this host (harness/load.py sets it); pids are unique only per host.
 HOSTNAME = os.environ.get("SLUICE_WORKER_HOST") or socket.gethostname()
-RAW_COLUMNS = ["start_t_unix_s", "latency_ms", "status_code", "response_bytes", "error_kind",
-               "error", "process_users", "worker_pid", "worker_host", "mock_request_id",
-               "self_overhead_ms", "ttfb_ms", "ttft_ms", "chunks", "chunk_gaps_ms", "stream_done",
-               "intended_start_t_unix_s", "offered_rate_per_s", "step_index", "waited_for_user"]
 STREAM = SETTINGS["stream"]
 # The client dialect's SSE frames: one that carries text, and the one that ends the stream.
 CONTENT_FRAME = re.compile(SETTINGS["content_frame"].encode())
@@ -59,8 +58,10 @@ class RawRows:
             os.makedirs(SETTINGS["raw_dir"], exist_ok=True)
             path = os.path.join(SETTINGS["raw_dir"], f"requests-{HOSTNAME}-{os.getpid()}.csv")
             self.file = open(path, "w", newline="", buffering=1 << 20)
-            self.writer = csv.writer(self.file)
-            self.writer.writerow(RAW_COLUMNS)
+            # Rows are dicts keyed by the header's names: a name it lacks fails the write.
+            self.writer = csv.DictWriter(self.file, fieldnames=REQUESTS.raw_names,
+                                         extrasaction="raise")
+            self.writer.writeheader()
 
     def close(self):
         if self.file is not None:
@@ -172,14 +173,18 @@ def on_request(request_type, name, response_time, response_length, response=None
     runner = ROWS.runner
     timing = (context or {}).get("stream") or {}
     slot = (context or {}).get("slot") or ("", "", "", "")
-    ROWS.writer.writerow([
-        f"{start_time:.6f}" if start_time else f"{time.time() - response_time / 1000:.6f}",
-        f"{response_time:.3f}", status, response_length or 0, kind, error,
-        runner.user_count if runner else "", os.getpid(), HOSTNAME,
-        headers.get("x-mock-request-id", ""), overhead,
-        timing.get("ttfb_ms", ""), timing.get("ttft_ms", ""), timing.get("chunks", ""),
-        timing.get("chunk_gaps_ms", ""), timing.get("done", ""),
-        f"{slot[0]:.6f}" if slot[0] != "" else "", slot[2], slot[1], slot[3]])
+    ROWS.writer.writerow({
+        "start_t_unix_s": (f"{start_time:.6f}" if start_time
+                           else f"{time.time() - response_time / 1000:.6f}"),
+        "latency_ms": f"{response_time:.3f}", "status_code": status,
+        "response_bytes": response_length or 0, "error_kind": kind, "error": error,
+        "process_users": runner.user_count if runner else "", "worker_pid": os.getpid(),
+        "worker_host": HOSTNAME, "mock_request_id": headers.get("x-mock-request-id", ""),
+        "self_overhead_ms": overhead, "ttfb_ms": timing.get("ttfb_ms", ""),
+        "ttft_ms": timing.get("ttft_ms", ""), "chunks": timing.get("chunks", ""),
+        "chunk_gaps_ms": timing.get("chunk_gaps_ms", ""), "stream_done": timing.get("done", ""),
+        "intended_start_t_unix_s": f"{slot[0]:.6f}" if slot[0] != "" else "",
+        "offered_rate_per_s": slot[2], "step_index": slot[1], "waited_for_user": slot[3]})
     ROWS.maybe_flush(time.monotonic())
 
 

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
-
-import pandas as pd
 
 from harness.remote import hosts
 from harness.run import load as load_stage
@@ -19,9 +17,13 @@ from harness.model.gateway_spec import GatewaySpec
 from harness.remote.machine import host_snapshot
 from harness.model.plan import RunSpec
 from harness.run.processes import ProcessError, free_port
-from harness.run.sampling import SAMPLE_COLUMNS, Sampler, scrape_gauge
-from harness.run.store import (SAMPLE_SCHEMA, hash_run_files, read_json, sha256_file, write_json,
-                           write_parquet)
+from harness.model.manifests import (HostSnapshot, LocustSummary, ManifestError, MockSummary,
+                                     Phases, PreRequestCheck, RequestInfo, RunChecks, RunHost,
+                                     RunManifest, from_plain)
+from harness.model.schema import SAMPLES, UnknownVersionError
+from harness.run.sampling import Sampler, scrape_gauge
+from harness.run.store import (hash_run_files, read_raw_csv, sha256_file, stored_frame, write_atomic,
+                               write_json, write_table)
 from harness.run.systems import start_mock, start_system
 from harness.run.verify import pre_check, send_chat
 from mocks.stats import diff_stats, read_stats
@@ -60,18 +62,17 @@ def execute_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
     if run_dir.exists():
         shutil.rmtree(run_dir)  # an earlier, unfinished attempt of this run
     run_dir.mkdir(parents=True)
-    manifest: dict = {
-        "run_id": spec.run_id, "system": spec.system, "run_index": spec.run_index,
-        "round": spec.round, "position": spec.position, "comparison_key": spec.comparison_key,
-        "spec": spec.to_dict(), "status": "running", "reason": "", "kind": gateway.kind,
-        "version": version, "mock_version": mocks.__version__,
-        "locust_version": _locust_version(), "started_t_unix_s": time.time(),
-        "phases": {}, "checks": {}, "mock": {}, "locust": {}, "host_before": host_snapshot(),
-        "hosts": hosts.describe(spec.topology),
-    }
-    for name, facts in hosts.read_all(spec.topology, hosts.facts).items():
-        manifest["hosts"][name]["before"] = facts
-    write_json(run_dir / "manifest.json", manifest)
+    before = hosts.read_all(spec.topology, hosts.facts)
+    manifest = RunManifest(
+        run_id=spec.run_id, system=spec.system, run_index=spec.run_index, round=spec.round,
+        position=spec.position, comparison_key=spec.comparison_key, spec=spec, status="running",
+        kind=gateway.kind, version=version, mock_version=mocks.__version__,
+        locust_version=_locust_version(), started_t_unix_s=time.time(),
+        host_before=snapshot_of(host_snapshot()),
+        hosts={name: RunHost(address=h["address"], prefix=tuple(h["prefix"]),
+                             roles=tuple(h["roles"]), before=before.get(name, {}))
+               for name, h in hosts.describe(spec.topology).items()})
+    write_manifest(run_dir, manifest)
     topology = spec.topology
     here = next((h.name for h in topology.hosts if h.local), "controller")
     sampler = Sampler(run_dir / "raw" / "samples.csv", host=here)
@@ -89,12 +90,11 @@ def execute_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
                               spec.ready_timeout_s, port=spec.system_port,
                               host=topology.host(topology.system), upstream_host=mock.address,
                               feature=spec.load.feature)
-        manifest["ready_s"] = round(system.ready_s, 3)
         target = system.target
-        manifest["request"] = {"feature": spec.load.feature, "dialect": target.dialect,
-                               "chat_path": target.chat_path, "model": target.model,
-                               "request_bytes": spec.load.request_bytes,
-                               "self_overhead_header": target.self_overhead_header}
+        manifest = replace(manifest, ready_s=round(system.ready_s, 3), request=RequestInfo(
+            feature=spec.load.feature, dialect=target.dialect, chat_path=target.chat_path,
+            model=target.model, request_bytes=spec.load.request_bytes,
+            self_overhead_header=target.self_overhead_header))
         gauge = None
         if gateway.metrics_path and gateway.inflight_gauge:
             gauge = (target.base_url.rstrip("/") + gateway.metrics_path, gateway.inflight_gauge)
@@ -122,7 +122,7 @@ def execute_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
                           mock.stats_dir, spec.load.request_timeout_s, dialect=target.dialect,
                           request_bytes=spec.load.request_bytes)
         baseline_stats = check.pop("_snapshot")
-        manifest["checks"]["pre_request"] = check
+        manifest = replace(manifest, checks=RunChecks(pre_request=PreRequestCheck(**check)))
         if check["problem"] or not check["mock_saw_it"]:
             raise ProcessError(f"pre-check failed: {check['problem'] or 'the mock never saw it'}")
         progress("verified: one request reached the mock; starting load")
@@ -139,11 +139,14 @@ def execute_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
             for worker in workers:
                 worker.stop()
         result = load_stage.collect(locust, run_dir, load_started)
-        manifest["phases"] = {**result.phases, "load_end_t_unix_s": result.ended_t_unix_s}
-        manifest["checks"]["inflight_at_stop"] = result.inflight_at_stop
-        manifest["locust"] = {"exit_code": result.exit_code, "cpu_warning": bool(result.cpu_warnings),
-                              "warnings": result.cpu_warnings[:20],
-                              "processes": spec.load.locust_processes}
+        manifest = replace(
+            manifest,
+            phases=Phases(**result.phases, load_end_t_unix_s=result.ended_t_unix_s),
+            checks=replace(manifest.checks, inflight_at_stop=result.inflight_at_stop),
+            locust=LocustSummary(exit_code=result.exit_code,
+                                 cpu_warning=bool(result.cpu_warnings),
+                                 warnings=tuple(result.cpu_warnings[:20]),
+                                 processes=spec.load.locust_processes))
         if "hold_end_t_unix_s" not in result.phases:
             raise ProcessError("the load ended before its hold phase completed "
                                f"(phases seen: {sorted(result.phases)})")
@@ -156,7 +159,7 @@ def execute_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
         raise
     except Exception as exc:  # a failed run must not fail the study
         status, reason = "failed", f"{type(exc).__name__}: {exc}"
-        manifest["failed_t_unix_s"] = time.time()
+        manifest = replace(manifest, failed_t_unix_s=time.time())
         progress(f"FAILED: {reason.splitlines()[0]}")
     finally:
         sampler.stop()  # first: samples describe live processes, never ones being torn down
@@ -164,22 +167,32 @@ def execute_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
                      mock.process if mock else None):
             if proc is not None:
                 proc.stop()
-        manifest["host_after"] = host_snapshot()
-        for name, after in hosts.read_all(topology).items():
-            manifest["hosts"][name]["after"] = after
-        _finish(manifest, spec, run_dir, mock, baseline_stats, status, reason)
-    return RunRecord(spec.run_id, spec.system, spec.run_index, manifest["status"], manifest["reason"],
-                     run_dir, spec.comparison_key, manifest["started_t_unix_s"],
-                     manifest["ended_t_unix_s"])
+        after = hosts.read_all(topology)
+        manifest = replace(manifest, host_after=snapshot_of(host_snapshot()),
+                           hosts={name: replace(h, after=after.get(name, {}))
+                                  for name, h in manifest.hosts.items()})
+        manifest = _finish(manifest, spec, run_dir, mock, baseline_stats, status, reason)
+    return RunRecord(spec.run_id, spec.system, spec.run_index, manifest.status, manifest.reason,
+                     run_dir, spec.comparison_key, manifest.started_t_unix_s,
+                     manifest.ended_t_unix_s)
 
 
-def _finish(manifest: dict, spec: RunSpec, run_dir: Path, mock, baseline_stats, status: str,
-            reason: str) -> None:
+def snapshot_of(snapshot: dict) -> HostSnapshot:
+    return from_plain(HostSnapshot, snapshot, "host snapshot")
+
+
+def write_manifest(run_dir: Path, manifest: RunManifest) -> None:
+    write_atomic(run_dir / "manifest.json", manifest.to_json())
+
+
+def _finish(manifest: RunManifest, spec: RunSpec, run_dir: Path, mock, baseline_stats,
+            status: str, reason: str) -> RunManifest:
     """Whatever happened, turn what was written into artifacts and seal the manifest."""
-    if not manifest["phases"]:  # the load did not end normally: keep what the shape recorded
-        manifest["phases"] = load_stage.read_phases(run_dir)
+    if manifest.phases == Phases():  # the load did not end normally: keep what the shape recorded
+        manifest = replace(manifest, phases=Phases(**load_stage.read_phases(run_dir)))
     try:
-        rows = load_stage.consolidate_rows(run_dir, spec.run_id, spec.system, manifest["phases"])
+        rows = load_stage.consolidate_rows(run_dir, spec.run_id, spec.system,
+                                           _phase_dict(manifest.phases))
         _write_samples(run_dir, spec)
     except Exception as exc:  # keep the raw files; say why the tables are missing
         rows = None
@@ -189,17 +202,24 @@ def _finish(manifest: dict, spec: RunSpec, run_dir: Path, mock, baseline_stats, 
         final = read_stats(mock.stats_dir, timeout_s=3.0)
         during = diff_stats(final, baseline_stats)
         write_json(run_dir / "mock_stats.json", {k: v for k, v in during.items() if k != "schema_version"})
-        manifest["mock"] = {"count": during["count"], **{f"hold_ms_{k}": v for k, v in
-                                                          during["hold_ms"].items()}}
         ok = int(((rows["status_code"] == 200) & (rows["error_kind"] == "")).sum())
-        manifest["checks"].update({"mock_count": during["count"], "successful_rows": ok,
-                                   "count_match": during["count"] == ok,
-                                   "count_difference": during["count"] - ok})
-    manifest["status"], manifest["reason"] = status, reason
-    manifest["ended_t_unix_s"] = time.time()
+        manifest = replace(
+            manifest,
+            mock=MockSummary(count=during["count"],
+                             **{f"hold_ms_{k}": v for k, v in during["hold_ms"].items()}),
+            checks=replace(manifest.checks, mock_count=during["count"], successful_rows=ok,
+                           count_match=during["count"] == ok,
+                           count_difference=during["count"] - ok))
+    manifest = replace(manifest, status=status, reason=reason, ended_t_unix_s=time.time())
     (run_dir / "phases.json").unlink(missing_ok=True)
-    manifest["files"] = hash_run_files(run_dir)
-    write_json(run_dir / "manifest.json", manifest)
+    manifest = replace(manifest, files=hash_run_files(run_dir))
+    write_manifest(run_dir, manifest)
+    return manifest
+
+
+def _phase_dict(phases: Phases) -> dict:
+    """The phases reached, as load.phase_of reads them."""
+    return {k: v for k, v in vars(phases).items() if v is not None}
 
 
 def _remote_roles(spec: RunSpec, has_system: bool) -> dict[str, dict[str, list[str]]]:
@@ -217,22 +237,11 @@ def _remote_roles(spec: RunSpec, has_system: bool) -> dict[str, dict[str, list[s
 
 
 def _write_samples(run_dir: Path, spec: RunSpec) -> None:
-    frames = []
     # This machine's samples, then those of each other host (raw/samples-<host>.csv).
-    for path in [run_dir / "raw" / "samples.csv", *sorted((run_dir / "raw").glob("samples-*.csv"))]:
-        try:
-            frames.append(pd.read_csv(path, dtype={"host": str}, keep_default_na=False,
-                                      na_values={"inflight_requests": ["", "nan"]}))
-        except (OSError, pd.errors.EmptyDataError):
-            continue  # a sampler that never wrote its header
-    frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=SAMPLE_COLUMNS)
-    frame.insert(0, "system", spec.system)
-    frame.insert(0, "run_id", spec.run_id)
-    frame = frame.astype({"t_unix_s": "float64", "pid_count": "int32", "rss_bytes": "int64",
-                          "cpu_percent": "float64", "cpu_seconds_total": "float64",
-                          "num_fds": "int32", "load_avg_1m": "float64", "role": str,
-                          "inflight_requests": "float64", "host": str})
-    write_parquet(run_dir / "samples.parquet", frame, SAMPLE_SCHEMA)
+    raw = read_raw_csv([run_dir / "raw" / "samples.csv",
+                        *sorted((run_dir / "raw").glob("samples-*.csv"))], SAMPLES)
+    write_table(run_dir / SAMPLES.file,
+                stored_frame(SAMPLES, raw, run_id=spec.run_id, system=spec.system), SAMPLES)
 
 
 def _locust_version() -> str:
@@ -244,15 +253,16 @@ def completed_record(spec: RunSpec, study_dir: Path) -> RunRecord | None:
     """A run finished earlier in this study directory with the same comparison key and files
     that still match their recorded SHA-256; None means it must be (re)done."""
     run_dir = run_dir_for(study_dir, spec)
+    path = run_dir / "manifest.json"
     try:
-        manifest = read_json(run_dir / "manifest.json")
-    except (OSError, ValueError):
+        manifest = RunManifest.from_json(path.read_text(), source=str(path))
+    except (OSError, ManifestError, UnknownVersionError):
         return None
-    if manifest.get("status") != "completed" or manifest.get("comparison_key") != spec.comparison_key:
+    if manifest.status != "completed" or manifest.comparison_key != spec.comparison_key:
         return None
-    files = manifest.get("files", {})
+    files = manifest.files
     if not files or any(not (run_dir / name).is_file() or sha256_file(run_dir / name) != digest
                         for name, digest in files.items()):
         return None
     return RunRecord(spec.run_id, spec.system, spec.run_index, "completed", "", run_dir,
-                     spec.comparison_key, manifest["started_t_unix_s"], manifest["ended_t_unix_s"])
+                     spec.comparison_key, manifest.started_t_unix_s, manifest.ended_t_unix_s)

@@ -17,8 +17,8 @@ from typing import Callable
 
 import psutil
 
-SAMPLE_COLUMNS = ["t_unix_s", "role", "pid_count", "rss_bytes", "cpu_percent", "cpu_seconds_total",
-                  "num_fds", "load_avg_1m", "inflight_requests", "host"]
+from harness.model.schema import SAMPLES
+
 
 
 def scrape_gauge(url: str, gauge: str, timeout_s: float = 0.5) -> float:
@@ -81,7 +81,7 @@ class Sampler:
         self.host = host or socket.gethostname()  # the topology's name for this machine
         self.interval_s = interval_s
         self.roles: dict[str, _RoleTree] = {}
-        self.rows: list[list] = []
+        self.rows: list[dict] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -98,8 +98,9 @@ class Sampler:
     def start(self) -> None:
         self.csv_path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.csv_path, "w", newline="")
-        self._writer = csv.writer(self._file)
-        self._writer.writerow(SAMPLE_COLUMNS)
+        self._writer = csv.DictWriter(self._file, fieldnames=SAMPLES.raw_names,
+                                      extrasaction="raise")
+        self._writer.writeheader()
         psutil.cpu_percent(None)
         self._thread = threading.Thread(target=self._loop, name="sampler", daemon=True)
         self._thread.start()
@@ -126,8 +127,7 @@ class Sampler:
                 tree.last_total = max(tree.last_total, cpu_total)
                 pct = 100.0 * delta / elapsed_s if elapsed_s > 0 else 0.0
                 inflight = tree.inflight() if tree.inflight else math.nan
-                rows.append([t, role, count, rss, round(pct, 2), round(cpu_total, 4), fds, load1,
-                             inflight, self.host])
+                rows.append(self._row(t, role, count, rss, pct, cpu_total, fds, load1, inflight))
         vm = psutil.virtual_memory()
         cpu_times = psutil.cpu_times()
         busy = cpu_times.user + cpu_times.system + getattr(cpu_times, "irq", 0) + \
@@ -136,14 +136,21 @@ class Sampler:
         if self._machine_cpu_last is not None and elapsed_s > 0:
             pct = 100.0 * (busy - self._machine_cpu_last) / elapsed_s
         self._machine_cpu_last = busy
-        rows.append([t, "machine", len(psutil.pids()), vm.total - vm.available, round(pct, 2),
-                     round(busy, 4), 0, load1, math.nan, self.host])
+        rows.append(self._row(t, "machine", len(psutil.pids()), vm.total - vm.available, pct, busy,
+                              0, load1, math.nan))
         self.rows.extend(rows)
         if self._writer is not None:
             self._writer.writerows(rows)
             self._file.flush()
 
-    def stop(self) -> list[list]:
+    def _row(self, t: float, role: str, pids: int, rss: int, cpu_percent: float,
+             cpu_seconds: float, fds: int, load1: float, inflight: float) -> dict:
+        return {"t_unix_s": t, "role": role, "pid_count": pids, "rss_bytes": rss,
+                "cpu_percent": round(cpu_percent, 2), "cpu_seconds_total": round(cpu_seconds, 4),
+                "num_fds": fds, "load_avg_1m": load1, "inflight_requests": inflight,
+                "host": self.host}
+
+    def stop(self) -> list[dict]:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)

@@ -1,59 +1,108 @@
-"""Artifacts on disk: JSON manifests, Parquet tables with a schema version, file hashes."""
+"""Artifacts on disk: JSON files, typed tables (raw CSV in, Parquet out with
+the schema version in its metadata), file hashes. Column types come from harness.model.schema."""
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
+from typing import Iterable
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SCHEMA_VERSION = 1
+from harness.model.schema import NUMERIC, REQUESTS, SAMPLES, SCHEMA_VERSION, Table, check_version
+from harness.run.atomic import write_atomic
 
-REQUEST_SCHEMA = pa.schema([
-    ("run_id", pa.string()), ("system", pa.string()), ("start_t_unix_s", pa.float64()),
-    ("latency_ms", pa.float64()), ("status_code", pa.int32()), ("response_bytes", pa.int64()),
-    ("error_kind", pa.string()), ("error", pa.string()), ("users", pa.int32()),
-    ("phase", pa.string()), ("worker_pid", pa.int32()), ("worker_host", pa.string()),
-    ("mock_request_id", pa.string()), ("self_overhead_ms", pa.float64()),
-    # streaming lane (NaN / 0 / empty / false for unary requests)
-    ("ttfb_ms", pa.float64()), ("ttft_ms", pa.float64()), ("chunks", pa.int32()),
-    ("chunk_gaps_ms", pa.list_(pa.float64())), ("stream_done", pa.bool_()),
-    # open-loop lane (NaN / NaN / 0 / false in closed loop)
-    ("intended_start_t_unix_s", pa.float64()), ("offered_rate_per_s", pa.float64()),
-    ("step_index", pa.int32()), ("waited_for_user", pa.bool_()),
-])
+_ARROW = {"string": pa.string(), "float64": pa.float64(), "int32": pa.int32(),
+          "int64": pa.int64(), "bool": pa.bool_(), "list<float64>": pa.list_(pa.float64())}
+VERSION_KEY = b"schema_version"
 
-SAMPLE_SCHEMA = pa.schema([
-    ("run_id", pa.string()), ("system", pa.string()), ("t_unix_s", pa.float64()),
-    ("role", pa.string()), ("pid_count", pa.int32()), ("rss_bytes", pa.int64()),
-    ("cpu_percent", pa.float64()), ("cpu_seconds_total", pa.float64()), ("num_fds", pa.int32()),
-    ("load_avg_1m", pa.float64()), ("inflight_requests", pa.float64()),
-    ("host", pa.string()),    # the topology's name of the host the sample was taken on
-])
+
+def arrow_schema(table: Table) -> pa.Schema:
+    return pa.schema([(c.name, _ARROW[c.type]) for c in table.stored])
+
+
+REQUEST_SCHEMA = arrow_schema(REQUESTS)
+SAMPLE_SCHEMA = arrow_schema(SAMPLES)
+
+
+def dump_json(data: dict) -> str:
+    return json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
 
 
 def write_json(path: Path, data: dict) -> None:
-    """Atomic: a reader never sees half a manifest."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump({"schema_version": SCHEMA_VERSION, **data}, f, indent=2, sort_keys=False,
-                  default=str)
-        f.write("\n")
-    os.replace(tmp, path)
+    """A harness JSON artifact, stamped with the current schema version."""
+    write_atomic(path, dump_json({"schema_version": SCHEMA_VERSION, **data}))
 
 
 def read_json(path: Path) -> dict:
-    with open(path) as f:
-        return json.load(f)
+    """A harness JSON artifact; UnknownVersionError when its schema version is not one this
+    harness reads (the stamp's keys are the same in every version so far)."""
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    check_version(data.get("schema_version") if isinstance(data, dict) else None, str(path))
+    return data
 
 
-def write_parquet(path: Path, frame, schema: pa.Schema) -> None:
-    table = pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
-    table = table.replace_schema_metadata({b"schema_version": str(SCHEMA_VERSION).encode()})
-    pq.write_table(table, path)
+def write_table(path: Path, frame: pd.DataFrame, table: Table) -> None:
+    arrow = pa.Table.from_pandas(frame[table.names], schema=arrow_schema(table),
+                                 preserve_index=False)
+    arrow = arrow.replace_schema_metadata({VERSION_KEY: str(SCHEMA_VERSION).encode()})
+    pq.write_table(arrow, path)
+
+
+def parquet_version(path: Path) -> int | None:
+    """The schema version in a Parquet file's metadata (None: not recorded)."""
+    value = (pq.read_schema(path).metadata or {}).get(VERSION_KEY)
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def read_raw_csv(paths: Iterable[Path], table: Table) -> pd.DataFrame:
+    """Producers' raw CSVs, concatenated, every raw column cast to its type. A file cut short
+    before its header (a process killed early) holds no rows."""
+    columns = table.raw
+    frames = []
+    for path in paths:
+        try:
+            frames.append(pd.read_csv(
+                path, keep_default_na=False,
+                dtype={c.name: str for c in columns if c.type not in NUMERIC},
+                na_values={c.name: ["", "nan"] for c in columns if c.type in NUMERIC}))
+        except (OSError, pd.errors.EmptyDataError, pd.errors.ParserError):
+            continue
+    raw = (pd.concat(frames, ignore_index=True) if frames
+           else pd.DataFrame({c.name: pd.Series(dtype=str) for c in columns}))
+    return pd.DataFrame({c.name: _cast(raw[c.name], c.type) for c in columns}, index=raw.index)
+
+
+def _cast(values: pd.Series, type_: str) -> pd.Series:
+    if type_ == "float64":
+        return pd.to_numeric(values, errors="coerce").astype("float64")
+    if type_ in ("int32", "int64"):
+        return pd.to_numeric(values, errors="coerce").fillna(0).astype(type_)
+    if type_ == "bool":
+        return values.astype(str) == "True"
+    if type_ == "list<float64>":
+        # object dtype even when empty: a run that failed before its load still gets its table
+        return pd.Series([[float(g) for g in str(v).split()] for v in values], index=values.index,
+                         dtype=object)
+    return values.astype(str)
+
+
+def stored_frame(table: Table, raw: pd.DataFrame, **derived) -> pd.DataFrame:
+    """The Parquet file's columns in order: raw ones from ``raw``, the others from ``derived``."""
+    needed = {c.name for c in table.stored if not c.raw}
+    if set(derived) != needed:
+        raise ValueError(f"{table.name}: derived columns {sorted(derived)} given, "
+                         f"{sorted(needed)} needed")
+    out = {}
+    for c in table.stored:
+        out[c.name] = derived[c.name] if c.name in derived else raw[c.name].to_numpy()
+    return pd.DataFrame(out, index=range(len(raw)))
 
 
 def sha256_file(path: Path) -> str:

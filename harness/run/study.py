@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.model import config as config_mod
@@ -22,7 +22,9 @@ from harness.remote.machine import git_commit, machine_facts, package_versions
 from harness.model.plan import RunSpec, make_plan
 from harness.run.processes import ProcessError, port_in_use, stop_all
 from harness.run.run import Interrupted, RunRecord, completed_record, execute_run
-from harness.run.store import read_json, write_json
+from harness.model.manifests import (Attempt, PlanEntry, RunEntry, StudyHost, StudyManifest,
+                                     SystemInfo)
+from harness.run.store import write_atomic
 from harness.run.systems import InstallResult, install, missing_binary, read_version
 from harness.model.topology import topology_of
 
@@ -93,28 +95,29 @@ def run_study(config: StudyConfig, progress=print) -> StudyResult:
     config, specs, plan = prepare(config)
     study_dir = config.study_dir
     study_dir.mkdir(parents=True, exist_ok=True)
-    manifest = {
-        "study_id": config.study_id, "status": "running", "reason": "", "config": config.to_dict(),
-        "plan": [{"run_id": r.run_id, "system": r.system, "run_index": r.run_index, "round": r.round,
-                  "position": r.position, "comparison_key": r.comparison_key} for r in plan],
-        "runs": [], "machine": machine_facts(), "hosts": _hosts_facts(config),
-        "versions": package_versions(),
-        "git_commit": git_commit(), "started_t_unix_s": time.time(), "systems": {},
-    }
-    if (study_dir / "manifest.json").exists():  # resuming: keep the history of attempts
-        earlier = read_json(study_dir / "manifest.json")
-        manifest["attempts"] = earlier.get("attempts", []) + [
-            {k: earlier.get(k) for k in ("started_t_unix_s", "ended_t_unix_s", "status", "reason",
-                                         "git_commit")}]
-    write_json(study_dir / "manifest.json", manifest)
+    path = study_dir / "manifest.json"
+    manifest = StudyManifest(
+        study_id=config.study_id, status="running", config=config,
+        plan=tuple(PlanEntry(run_id=r.run_id, system=r.system, run_index=r.run_index,
+                             round=r.round, position=r.position, comparison_key=r.comparison_key)
+                   for r in plan),
+        machine=machine_facts(), hosts=_hosts_facts(config), versions=package_versions(),
+        git_commit=git_commit(), started_t_unix_s=time.time())
+    if path.exists():  # resuming: keep the history of attempts
+        earlier = StudyManifest.from_json(path.read_text(), source=str(path))
+        manifest = replace(manifest, attempts=(*earlier.attempts, Attempt(
+            started_t_unix_s=earlier.started_t_unix_s, ended_t_unix_s=earlier.ended_t_unix_s,
+            status=earlier.status, reason=earlier.reason, git_commit=earlier.git_commit)))
+    write_atomic(path, manifest.to_json())
     previous = {}
     if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
         previous = {s: signal.signal(s, _handle_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     records: list[RunRecord] = []
     skipped: dict[str, str] = {}
     try:
-        versions = _install_all(specs, study_dir, skipped, manifest, progress)
-        write_json(study_dir / "manifest.json", manifest)
+        versions, systems = _install_all(specs, study_dir, skipped, progress)
+        manifest = replace(manifest, systems=systems)
+        write_atomic(path, manifest.to_json())
         runnable = [r for r in plan if r.system not in skipped]
         started = time.monotonic()
         executed = 0
@@ -129,36 +132,39 @@ def run_study(config: StudyConfig, progress=print) -> StudyResult:
                                      progress=lambda message, label=label: progress(f"{label} {message}"))
                 executed += 1
             records.append(record)
-            manifest["runs"].append(_record_entry(record, study_dir))
-            write_json(study_dir / "manifest.json", manifest)
+            manifest = replace(manifest, runs=(*manifest.runs, _record_entry(record, study_dir)))
+            write_atomic(path, manifest.to_json())
             progress(f"{label} {record.status}"
                      f" in {record.ended_t_unix_s - record.started_t_unix_s:.0f} s"
                      + (f": {record.reason.splitlines()[0]}" if record.reason else ""))
-        manifest["status"] = "completed"
+        manifest = replace(manifest, status="completed")
     except (Interrupted, KeyboardInterrupt) as exc:
-        manifest["status"], manifest["reason"] = "interrupted", f"interrupted ({exc or 'SIGINT'})"
+        manifest = replace(manifest, status="interrupted",
+                           reason=f"interrupted ({exc or 'SIGINT'})")
         progress("interrupted: stopping every process; completed runs stay valid")
     except BaseException as exc:
-        manifest["status"], manifest["reason"] = "failed", f"{type(exc).__name__}: {exc}"
+        manifest = replace(manifest, status="failed", reason=f"{type(exc).__name__}: {exc}")
         raise
     finally:
         stop_all()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        manifest["ended_t_unix_s"] = time.time()
-        write_json(study_dir / "manifest.json", manifest)
-    progress(f"study {manifest['status']}: {study_dir}")
-    return StudyResult(study_dir, manifest["status"], tuple(records), skipped)
+        manifest = replace(manifest, ended_t_unix_s=time.time())
+        write_atomic(path, manifest.to_json())
+    progress(f"study {manifest.status}: {study_dir}")
+    return StudyResult(study_dir, manifest.status, tuple(records), skipped)
 
 
-def _install_all(specs, study_dir, skipped, manifest, progress) -> dict[str, str]:
-    versions = {}
+def _install_all(specs, study_dir, skipped, progress) -> tuple[dict[str, str], dict[str, SystemInfo]]:
+    """(system -> version) of the runnable systems, and every system's entry in the manifest."""
+    versions, systems = {}, {}
     for name, spec in specs.items():
-        entry = {"kind": spec.kind, "role": spec.role, "language": spec.language, "description": spec.description,
-                 "runnable": spec.runnable, "not_runnable_reason": spec.not_runnable_reason,
-                 "not_runnable_command": spec.not_runnable_command, "version": "",
-                 "gateway_toml_sha256": spec.toml_sha256}
-        manifest["systems"][name] = entry
+        entry = SystemInfo(kind=spec.kind, role=spec.role, language=spec.language,
+                           description=spec.description, runnable=spec.runnable,
+                           not_runnable_reason=spec.not_runnable_reason,
+                           not_runnable_command=spec.not_runnable_command,
+                           gateway_toml_sha256=spec.toml_sha256)
+        systems[name] = entry
         if not spec.runnable:
             skipped[name] = f"not runnable here: {spec.not_runnable_reason}"
             progress(f"{name}: {skipped[name]}")
@@ -170,28 +176,29 @@ def _install_all(specs, study_dir, skipped, manifest, progress) -> dict[str, str
                                    f"is still missing after its install step")
         if not result.ok:
             skipped[name] = result.message
-            entry["runnable"], entry["not_runnable_reason"] = False, result.message
+            systems[name] = replace(entry, runnable=False, not_runnable_reason=result.message)
             progress(f"{name}: SKIPPED, {result.message}")
             continue
-        versions[name] = entry["version"] = read_version(spec)
+        versions[name] = read_version(spec)
+        systems[name] = replace(entry, version=versions[name])
         progress(f"{name}: {spec.kind} {versions[name]} ({result.message})")
-    return versions
+    return versions, systems
 
 
-def _hosts_facts(config: StudyConfig) -> dict:
+def _hosts_facts(config: StudyConfig) -> dict[str, StudyHost]:
     """Which role runs where, and each host's kernel, CPU model, cores and load, read there."""
     topology = topology_of(config.topology_path)
-    described = hosts.describe(topology)
-    for name, facts in hosts.read_all(topology, hosts.facts).items():
-        described[name]["facts"] = facts
-    return described
+    facts = hosts.read_all(topology, hosts.facts)
+    return {name: StudyHost(address=h["address"], prefix=tuple(h["prefix"]),
+                            roles=tuple(h["roles"]), facts=facts.get(name, {}))
+            for name, h in hosts.describe(topology).items()}
 
 
-def _record_entry(record: RunRecord, study_dir: Path) -> dict:
-    return {"run_id": record.run_id, "system": record.system, "run_index": record.run_index,
-            "status": record.status, "reason": record.reason,
-            "dir": str(record.run_dir.relative_to(study_dir)),
-            "comparison_key": record.comparison_key}
+def _record_entry(record: RunRecord, study_dir: Path) -> RunEntry:
+    return RunEntry(run_id=record.run_id, system=record.system, run_index=record.run_index,
+                    status=record.status, reason=record.reason,
+                    dir=str(record.run_dir.relative_to(study_dir)),
+                    comparison_key=record.comparison_key)
 
 
 def _eta(started: float, done: int, left: int) -> str:

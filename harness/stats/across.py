@@ -195,7 +195,7 @@ def reference_of(study: Study, override: str | None = None) -> str | None:
     system that ran (None when nothing ran)."""
     if override:
         return override
-    ran = {r.get("system") for r in study.runs}
+    ran = {r.system for r in study.runs}
     systems = [s for s in study.systems if s in ran]
     preferred = roles(study).reference
     if preferred in systems:

@@ -14,6 +14,7 @@ import pandas as pd
 from harness.model.roles import Roles
 from harness.stats.across import describe, verdict
 from harness.stats.loading import Study
+from harness.model.gateway_spec import feature_of, folder_of
 from harness.stats.runs import _ok, _pct, run_summary, window_rows
 
 PASSTHROUGH = "passthrough"
@@ -27,16 +28,16 @@ def feature_runs(study: Study, rs: pd.DataFrame | None = None) -> pd.DataFrame:
     rs = run_summary(study) if rs is None else rs
     meta = []
     for run in study.runs:
-        system = str(run.get("system") or "")
-        if "@" not in system:
+        system = run.system
+        if not feature_of(system):
             continue
-        load = (run.get("spec") or {}).get("load") or {}
-        request = run.get("request") or {}
+        load = run.spec.load if run.spec else None
         ok = _ok(window_rows(study, run))
-        meta.append({"run_id": run.get("run_id"), "folder": system.split("@", 1)[0].split("~", 1)[0],
-                     "feature": system.split("@", 1)[1], "dialect": request.get("dialect", ""),
-                     "request_bytes": int(load.get("request_bytes", 0) or 0),
-                     "stream": bool(load.get("stream", False)),
+        meta.append({"run_id": run.run_id, "folder": folder_of(system),
+                     "feature": feature_of(system),
+                     "dialect": run.request.dialect if run.request else "",
+                     "request_bytes": load.request_bytes if load else 0,
+                     "stream": load.stream if load else False,
                      "ttft_p50_ms": _pct(ok["ttft_ms"], 50) if len(ok) else math.nan})
     if not meta:
         return pd.DataFrame()

@@ -1,16 +1,19 @@
 """Loading a study directory: manifests, rows and samples, checked against their recorded hashes; what each manifest says about its run."""
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import pandas as pd
 
-from harness.run.store import sha256_file
-from harness.stats.metrics import REQUEST_COLUMNS, SAMPLE_COLUMNS
+from harness.model import migrate
+from harness.model.manifests import (ManifestError, PlanEntry, RunEntry, RunManifest,
+                                     StudyManifest)
+from harness.model.schema import (REQUESTS, SAMPLES, SCHEMA_VERSION, Table, UnknownVersionError,
+                                  check_version)
+from harness.run.store import parquet_version, read_json, sha256_file
 
 
 class ArtifactError(RuntimeError):
@@ -25,20 +28,23 @@ class IntegrityError(ArtifactError):
 
 @dataclass(frozen=True, eq=False)
 class Study:
-    """One study directory, loaded. ``requests`` and ``samples`` hold every run's rows, with an
-    extra ``run_status`` column (the run manifest's status) so incomplete runs stay visible."""
+    """One study directory, loaded and brought to the current artifact version. ``requests`` and
+    ``samples`` hold every run's rows, with an extra ``run_status`` column (the run manifest's
+    status) so incomplete runs stay visible. ``missing_columns``: artifact version -> table ->
+    the columns that version's files did not have (present here as missing values)."""
 
     path: Path
-    manifest: dict
-    runs: list[dict]                      # run manifests, in plan order
+    manifest: StudyManifest
+    runs: list[RunManifest]               # in plan order
     requests: pd.DataFrame
     samples: pd.DataFrame
     mock_stats: dict[str, dict] = field(default_factory=dict)   # run_id -> mock_stats.json
     run_dirs: dict[str, Path] = field(default_factory=dict)     # run_id -> run directory
+    missing_columns: dict[int, dict[str, tuple[str, ...]]] = field(default_factory=dict)
 
-    def run(self, run_id: str) -> dict:
+    def run(self, run_id: str) -> RunManifest:
         for r in self.runs:
-            if r.get("run_id") == run_id:
+            if r.run_id == run_id:
                 return r
         raise KeyError(f"no run {run_id!r} in study {self.path}")
 
@@ -48,114 +54,153 @@ class Study:
 
     @property
     def completed_run_ids(self) -> list[str]:
-        return [r["run_id"] for r in self.runs if r.get("status") == "completed"]
+        return [r.run_id for r in self.runs if r.status == "completed"]
+
+    def not_measured(self, table: str, column: str) -> str:
+        """Why a column holds no values ("" when it was measured): for the report."""
+        versions = [v for v, tables in sorted(self.missing_columns.items())
+                    if column in tables.get(table, ())]
+        if not versions:
+            return ""
+        return (f"not measured in artifact version {', '.join(map(str, versions))} "
+                f"({table}.{column})")
 
 
-def verify_run_files(run_dir: Path, run_manifest: Mapping) -> None:
+def verify_run_files(run_dir: Path, run_manifest: RunManifest) -> None:
     """Raise IntegrityError naming the first file whose SHA-256 differs from the manifest's."""
-    files = run_manifest.get("files") or {}
-    for name, expected in sorted(files.items()):
+    for name, expected in sorted(run_manifest.files.items()):
         path = Path(run_dir) / name
         if not path.is_file():
             raise IntegrityError(f"{path}: listed in the run manifest's files but missing; "
-                                 f"refusing to analyse run {run_manifest.get('run_id')!r}")
+                                 f"refusing to analyse run {run_manifest.run_id!r}")
         actual = sha256_file(path)
         if actual != str(expected).lower():
             raise IntegrityError(
                 f"{path}: SHA-256 {actual} does not match {expected} recorded in "
                 f"{Path(run_dir) / 'manifest.json'}; the artifact changed after run "
-                f"{run_manifest.get('run_id')!r} ended, refusing to analyse it")
+                f"{run_manifest.run_id!r} ended, refusing to analyse it")
 
 
-def read_json(path: Path) -> dict:
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+def read_study_manifest(path: Path) -> StudyManifest:
+    return _manifest(StudyManifest, path)
 
 
-def _empty_frame(columns: Mapping[str, str]) -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in columns.items()})
+def read_run_manifest(path: Path) -> RunManifest:
+    return _manifest(RunManifest, path)
 
 
-def _read_parquet(path: Path, columns: Mapping[str, str]) -> pd.DataFrame:
+def _manifest(cls, path: Path):
+    try:
+        return cls.from_json(Path(path).read_text(encoding="utf-8"), source=str(path))
+    except (ManifestError, UnknownVersionError) as exc:
+        raise ArtifactError(str(exc)) from None
+
+
+def read_mock_stats(path: Path) -> dict:
+    try:
+        data = read_json(path)
+    except UnknownVersionError as exc:
+        raise ArtifactError(str(exc)) from None
+    return migrate.mock_stats(data, data["schema_version"])
+
+
+def _empty_frame(table: Table) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in table.pandas_dtypes.items()})
+
+
+def read_table(path: Path, table: Table) -> tuple[pd.DataFrame, int, tuple[str, ...]]:
+    """A run's Parquet table in the current version: (rows, the file's version, the columns
+    that version lacked). A missing file is an empty table."""
     if not path.is_file():
-        return _empty_frame(columns)
-    df = pd.read_parquet(path)
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise ArtifactError(f"{path}: missing columns {missing} (artifacts/README.md)")
-    return df
+        return _empty_frame(table), SCHEMA_VERSION, ()
+    try:
+        version = check_version(parquet_version(path), f"{path} (Parquet metadata)")
+        df, missing = migrate.table(pd.read_parquet(path), table, version, str(path))
+    except (UnknownVersionError, migrate.TableFormatError) as exc:
+        raise ArtifactError(str(exc)) from None
+    return df, version, missing
 
 
-def _concat(frames: list[pd.DataFrame], columns: Mapping[str, str]) -> pd.DataFrame:
+def _concat(frames: list[pd.DataFrame], table: Table) -> pd.DataFrame:
     frames = [f for f in frames if len(f)]
     if not frames:
-        df = _empty_frame(columns)
+        df = _empty_frame(table)
         df["run_status"] = pd.Series(dtype="str")
         return df
     return pd.concat(frames, ignore_index=True)
 
 
+def _placeholder(entry: RunEntry, planned: PlanEntry | None, manifest_path: Path) -> RunManifest:
+    """A run that died before writing its manifest: kept, marked failed."""
+    return RunManifest(run_id=entry.run_id, system=entry.system, run_index=entry.run_index,
+                       round=planned.round if planned else 0,
+                       position=planned.position if planned else 0,
+                       comparison_key=entry.comparison_key, spec=None,
+                       status=entry.status or "failed",
+                       reason=entry.reason or f"no run manifest at {manifest_path}")
+
+
 def load_study(study_dir: str | Path, verify: bool = True) -> Study:
     """Load a study directory. Runs that did not complete are kept (``status`` in their manifest,
     ``run_status`` in the rows); a run whose files no longer match their recorded SHA-256 is
-    refused with IntegrityError naming the file (``verify=False`` skips the check)."""
+    refused with IntegrityError naming the file (``verify=False`` skips the check). Every
+    manifest and table states its schema version; an unknown one is refused (ArtifactError),
+    an older one is migrated (harness.model.migrate)."""
     path = Path(study_dir)
     manifest_path = path / "manifest.json"
     if not manifest_path.is_file():
         raise ArtifactError(f"{manifest_path}: no study manifest; is {path} a study directory?")
-    manifest = read_json(manifest_path)
+    manifest = read_study_manifest(manifest_path)
 
     # Run directories: those the study manifest lists, then any other found on disk.
-    entries: list[dict] = [dict(e) for e in manifest.get("runs") or []]
-    listed = {e.get("run_id") for e in entries}
+    entries: list[RunEntry] = list(manifest.runs)
+    on_disk: dict[str, RunManifest] = {}
+    listed = {e.run_id for e in entries}
     for mpath in sorted((path / "runs").glob("*/*/manifest.json")):
-        rm = read_json(mpath)
-        if rm.get("run_id") not in listed:
-            entries.append({"run_id": rm.get("run_id"), "system": rm.get("system"),
-                            "run_index": rm.get("run_index"), "status": rm.get("status"),
-                            "reason": rm.get("reason", ""),
-                            "dir": str(mpath.parent.relative_to(path))})
-            listed.add(rm.get("run_id"))
-    plan_pos = {p.get("run_id"): i for i, p in enumerate(manifest.get("plan") or [])}
-    entries.sort(key=lambda e: (plan_pos.get(e.get("run_id"), len(plan_pos)), str(e.get("run_id"))))
+        rm = read_run_manifest(mpath)
+        if rm.run_id not in listed:
+            entries.append(RunEntry(run_id=rm.run_id, system=rm.system, run_index=rm.run_index,
+                                    status=rm.status, reason=rm.reason,
+                                    dir=str(mpath.parent.relative_to(path))))
+            listed.add(rm.run_id)
+        on_disk[str(mpath)] = rm
+    planned = {p.run_id: p for p in manifest.plan}
+    plan_pos = {p.run_id: i for i, p in enumerate(manifest.plan)}
+    entries.sort(key=lambda e: (plan_pos.get(e.run_id, len(plan_pos)), str(e.run_id)))
 
-    runs: list[dict] = []
+    runs: list[RunManifest] = []
     reqs: list[pd.DataFrame] = []
     samps: list[pd.DataFrame] = []
     mock_stats: dict[str, dict] = {}
     run_dirs: dict[str, Path] = {}
+    missing_columns: dict[int, dict[str, tuple[str, ...]]] = {}
     for entry in entries:
-        run_id = entry.get("run_id")
-        rel = entry.get("dir") or f"runs/{entry.get('system')}/{entry.get('run_index')}"
+        rel = entry.dir or f"runs/{entry.system}/{entry.run_index}"
         run_dir = Path(rel) if Path(rel).is_absolute() else path / rel
         mpath = run_dir / "manifest.json"
-        if mpath.is_file():
-            rm = read_json(mpath)
-        else:  # the run died before writing its manifest: keep it, marked
-            rm = {"run_id": run_id, "system": entry.get("system"),
-                  "run_index": entry.get("run_index"), "status": entry.get("status") or "failed",
-                  "reason": entry.get("reason") or f"no run manifest at {mpath}",
-                  "phases": {}, "files": {}}
-        if rm.get("status") != "completed" and entry.get("status") and entry["status"] != "completed":
-            rm.setdefault("reason", entry.get("reason", ""))
+        if str(mpath) in on_disk:
+            rm = on_disk[str(mpath)]
+        elif mpath.is_file():
+            rm = read_run_manifest(mpath)
+        else:
+            rm = _placeholder(entry, planned.get(entry.run_id), mpath)
         if verify:
             verify_run_files(run_dir, rm)
-        rm = dict(rm)
-        status = rm.get("status") or "unknown"
         runs.append(rm)
-        run_dirs[run_id] = run_dir
-        r = _read_parquet(run_dir / "requests.parquet", REQUEST_COLUMNS)
-        s = _read_parquet(run_dir / "samples.parquet", SAMPLE_COLUMNS)
-        for df in (r, s):
-            df["run_status"] = status
-        reqs.append(r)
-        samps.append(s)
+        run_dirs[entry.run_id] = run_dir
+        for table, frames in ((REQUESTS, reqs), (SAMPLES, samps)):
+            df, version, missing = read_table(run_dir / table.file, table)
+            if missing:
+                seen = missing_columns.setdefault(version, {})
+                seen[table.name] = tuple(dict.fromkeys(seen.get(table.name, ()) + missing))
+            df["run_status"] = rm.status or "unknown"
+            frames.append(df)
         ms = run_dir / "mock_stats.json"
-        mock_stats[run_id] = read_json(ms) if ms.is_file() else {}
+        mock_stats[entry.run_id] = read_mock_stats(ms) if ms.is_file() else {}
 
     return Study(path=path, manifest=manifest, runs=runs,
-                 requests=_concat(reqs, REQUEST_COLUMNS), samples=_concat(samps, SAMPLE_COLUMNS),
-                 mock_stats=mock_stats, run_dirs=run_dirs)
+                 requests=_concat(reqs, REQUESTS), samples=_concat(samps, SAMPLES),
+                 mock_stats=mock_stats, run_dirs=run_dirs, missing_columns=missing_columns)
 
 
 # --- small helpers -------------------------------------------------------------------------------
@@ -163,28 +208,13 @@ def load_study(study_dir: str | Path, verify: bool = True) -> Study:
 def system_order(study: Study) -> list[str]:
     """Systems in the study's configured order, then any others in plan order."""
     order: list[str] = []
-    cfg = study.manifest.get("config") or {}
-    for name in list(cfg.get("gateways") or []) + list((study.manifest.get("systems") or {})):
+    for name in [*study.manifest.config.gateways, *study.manifest.systems]:
         if name not in order:
             order.append(name)
     for r in study.runs:
-        if r.get("system") not in order:
-            order.append(r.get("system"))
+        if r.system not in order:
+            order.append(r.system)
     return order
-
-
-def _find_key(obj: Any, keys: Iterable[str]) -> Any:
-    """First value found for any of ``keys`` in a nested dict (breadth-first)."""
-    keys = tuple(keys)
-    queue = [obj]
-    while queue:
-        cur = queue.pop(0)
-        if isinstance(cur, Mapping):
-            for k in keys:
-                if k in cur and cur[k] is not None and not isinstance(cur[k], Mapping):
-                    return cur[k]
-            queue.extend(v for v in cur.values() if isinstance(v, Mapping))
-    return None
 
 
 def _num(x: Any) -> float:
@@ -195,56 +225,29 @@ def _num(x: Any) -> float:
     return v
 
 
-def mock_latency_ms(study: Study, run: Mapping) -> float:
-    """The mock's set latency for a run: from its spec, else the study config, else mock_stats."""
-    spec = run.get("spec") or {}
-    v = _find_key(spec, ("mock_latency_ms",))
-    if v is None and isinstance(spec.get("mock"), Mapping):
-        v = spec["mock"].get("latency_ms")
-    if v is None:
-        v = (study.manifest.get("config") or {}).get("mock_latency_ms")
-    if v is None:
-        v = study.mock_stats.get(run.get("run_id"), {}).get("latency_ms")
-    return _num(v)
+def mock_latency_ms(study: Study, run: RunManifest) -> float:
+    """The mock's set latency for a run (the study's setting for a run without a manifest)."""
+    if run.spec is None:
+        return _num(study.manifest.config.mock_latency_ms)
+    return _num(run.spec.mock.latency_ms)
 
 
-def _mock_workers(study: Study, run: Mapping) -> float:
-    v = _find_key(run.get("spec") or {}, ("mock_workers",))
-    if v is None and isinstance((run.get("spec") or {}).get("mock"), Mapping):
-        v = run["spec"]["mock"].get("workers")
-    if v is None:
-        v = study.mock_stats.get(run.get("run_id"), {}).get("workers")
-    if v is None:
-        v = (study.manifest.get("config") or {}).get("mock_workers")
-    n = _num(v)
+def _mock_workers(study: Study, run: RunManifest) -> float:
+    n = _num(run.spec.mock.workers if run.spec else study.manifest.config.mock_workers)
     return n if n > 0 else 1.0
 
 
-def _locust_processes(study: Study, run: Mapping) -> float:
-    """Load-generating Locust processes (workers); the manifest may give a count or a list."""
-    v = _find_key(run.get("spec") or {}, ("locust_processes",))
-    if v is None:
-        v = (study.manifest.get("config") or {}).get("locust_processes")
-    if v is None:
-        p = (run.get("locust") or {}).get("processes")
-        v = len(p) if isinstance(p, (list, tuple)) else p
-    n = _num(v)
+def _locust_processes(study: Study, run: RunManifest) -> float:
+    """Load-generating Locust processes (a topology's workers when it has them)."""
+    n = _num(run.spec.load.locust_processes if run.spec
+             else study.manifest.config.locust_processes)
     return n if n > 0 else 1.0
 
 
-def _load_avg_before(run: Mapping, samples: pd.DataFrame) -> float:
-    hb = run.get("host_before") or {}
-    for key in ("load_avg_1m", "loadavg_1m", "load_1m"):
-        if key in hb:
-            return _num(hb[key])
-    for key in ("load_avg", "loadavg", "load_averages"):
-        v = hb.get(key)
-        if isinstance(v, (list, tuple)) and v:
-            return _num(v[0])
-        if isinstance(v, Mapping):
-            for k in ("1m", "load_avg_1m", "1"):
-                if k in v:
-                    return _num(v[k])
+def _load_avg_before(run: RunManifest, samples: pd.DataFrame) -> float:
+    """The machine's 1-minute load average when the run began (else its first sample)."""
+    if run.host_before is not None and run.host_before.load_avg_1m is not None:
+        return _num(run.host_before.load_avg_1m)
     if len(samples):
         first = samples.sort_values("t_unix_s").iloc[0]
         return _num(first["load_avg_1m"])
@@ -252,11 +255,8 @@ def _load_avg_before(run: Mapping, samples: pd.DataFrame) -> float:
 
 
 def cpu_count(study: Study) -> float:
-    machine = study.manifest.get("machine") or {}
-    return _num(machine.get("cpu_count"))
+    return _num(study.manifest.machine.get("cpu_count"))
 
 
-def _phase(run: Mapping, name: str) -> float:
-    return _num((run.get("phases") or {}).get(f"{name}_t_unix_s"))
-
-
+def _phase(run: RunManifest, name: str) -> float:
+    return run.phases.t(name)

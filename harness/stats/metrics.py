@@ -2,7 +2,6 @@
 statistic. How each figure is named and shown is the metric registry's (harness/model/metrics.py)."""
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
 
 # --- thresholds (the issue's criteria) -----------------------------------------------------------
 LOCUST_CPU_LIMIT_PERCENT = 90.0      # per Locust process; Locust itself warns at 90 %
@@ -20,18 +19,6 @@ DEFAULT_BIN_USERS = 50
 OVERHEAD_EPSILON_MS = 0.05
 PERCENTILES = (50, 95, 99)
 ERROR_KINDS = ("http", "timeout", "connection", "other")
-
-REQUEST_COLUMNS: dict[str, str] = {
-    "run_id": "str", "system": "str", "start_t_unix_s": "float64", "latency_ms": "float64",
-    "status_code": "int32", "response_bytes": "int64", "error_kind": "str", "error": "str",
-    "users": "int32", "phase": "str", "worker_pid": "int32", "worker_host": "str",
-    "mock_request_id": "str", "self_overhead_ms": "float64",
-}
-SAMPLE_COLUMNS: dict[str, str] = {
-    "run_id": "str", "system": "str", "t_unix_s": "float64", "role": "str", "pid_count": "int32",
-    "rss_bytes": "int64", "cpu_percent": "float64", "cpu_seconds_total": "float64",
-    "num_fds": "int32", "load_avg_1m": "float64",
-}
 
 # The figures summarised across runs and compared with the reference, by name; what each is
 # called, its unit and its better direction are in the registry (harness/model/metrics.py).

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import math
-from typing import Iterable, Mapping
+from typing import Iterable
+
+from harness.model.manifests import RunManifest
 
 import pandas as pd
 
@@ -33,8 +35,8 @@ OPEN_LOOP_DEFINITIONS: dict[str, str] = {
 }
 
 
-def is_open_loop(run: Mapping) -> bool:
-    return bool(((run.get("spec") or {}).get("load") or {}).get("open_loop_rates_per_s"))
+def is_open_loop(run: RunManifest) -> bool:
+    return run.spec is not None and bool(run.spec.load.open_loop_rates_per_s)
 
 
 def open_loop_steps(study: Study, floor: str | None = None) -> pd.DataFrame:
@@ -47,12 +49,12 @@ def open_loop_steps(study: Study, floor: str | None = None) -> pd.DataFrame:
     for run in study.runs:
         if not is_open_loop(run):
             continue
-        load = run["spec"]["load"]
-        step_s, hs = float(load["open_loop_step_s"]), _phase(run, "hold_start")
+        load = run.spec.load
+        step_s, hs = float(load.open_loop_step_s), _phase(run, "hold_start")
         if math.isnan(hs):
             continue
-        rows = study.requests[study.requests["run_id"] == run.get("run_id")]
-        for index, rate in enumerate(load["open_loop_rates_per_s"], 1):
+        rows = study.requests[study.requests["run_id"] == run.run_id]
+        for index, rate in enumerate(load.open_loop_rates_per_s, 1):
             start = hs + (index - 1) * step_s
             out.append(_open_loop_step(run, rows[rows["step_index"] == index], index,
                                        float(rate), start, step_s))
@@ -66,7 +68,7 @@ def open_loop_steps(study: Study, floor: str | None = None) -> pd.DataFrame:
     return table
 
 
-def _open_loop_step(run: Mapping, rows: pd.DataFrame, index: int, rate: float, start: float,
+def _open_loop_step(run: RunManifest, rows: pd.DataFrame, index: int, rate: float, start: float,
                     step_s: float) -> dict:
     scheduled = math.ceil(rate * step_s - 1e-9)   # the slots k/rate < step_s the schedule offers
     ok = _ok(rows)
@@ -96,8 +98,8 @@ def _open_loop_step(run: Mapping, rows: pd.DataFrame, index: int, rate: float, s
     if waited:
         reasons.append(f"{waited} requests waited for a free user (more users would not change "
                        "the latency from the intended start, only who waits)")
-    return {"run_id": run.get("run_id"), "system": run.get("system"),
-            "run_index": run.get("run_index"), "status": run.get("status"), "step_index": index,
+    return {"run_id": run.run_id, "system": run.system,
+            "run_index": run.run_index, "status": run.status, "step_index": index,
             "offered_rps": rate, "step_start_t_unix_s": start, "scheduled": scheduled,
             "sent": int(len(rows)), "unsent": unsent, "successful": int(len(ok)), "failed": failed,
             "waited_for_user": waited, "achieved_rps": achieved,

@@ -21,11 +21,11 @@ def ramp_curve(study: Study, bin_users: int = DEFAULT_BIN_USERS,
     floor_bins = _floor_ramp_bins(study, floor or Roles.of(study.manifest).floor, bin_users)
     out = []
     for run in study.runs:
-        rid = run.get("run_id")
+        rid = run.run_id
         lo, hi = _phase(run, "ramp_start"), _phase(run, "hold_end")
         rows = study.requests[study.requests["run_id"] == rid]
         if math.isnan(hi):   # a run that ended early: up to its failure (or its last request)
-            hi = _num(run.get("failed_t_unix_s"))
+            hi = _num(run.failed_t_unix_s)
             if math.isnan(hi) and len(rows):
                 hi = float(np.nextafter(rows["start_t_unix_s"].max(), math.inf))
         if math.isnan(lo) or math.isnan(hi):
@@ -44,8 +44,8 @@ def ramp_curve(study: Study, bin_users: int = DEFAULT_BIN_USERS,
             m = bins == edge
             dur = float(gaps[m].sum())
             okl = lat[m & ok_mask]
-            rec = {"run_id": rid, "system": run.get("system"), "run_index": run.get("run_index"),
-                   "status": run.get("status"), "users_bin": int(edge),
+            rec = {"run_id": rid, "system": run.system, "run_index": run.run_index,
+                   "status": run.status, "users_bin": int(edge),
                    "users_mid": int(edge) + bin_users / 2.0, "requests": int(m.sum()),
                    "successful": int(okl.size), "duration_s": dur,
                    "throughput_rps": okl.size / dur if dur > 0 else math.nan}
@@ -67,10 +67,10 @@ def ramp_curve(study: Study, bin_users: int = DEFAULT_BIN_USERS,
 def _floor_ramp_bins(study: Study, floor: str | None, bin_users: int) -> pd.DataFrame | None:
     per = []
     for run in study.runs:
-        if floor is None or run.get("system") != floor or run.get("status") != "completed":
+        if floor is None or run.system != floor or run.status != "completed":
             continue
         lo, hi = _phase(run, "ramp_start"), _phase(run, "hold_end")
-        rows = study.requests[study.requests["run_id"] == run.get("run_id")]
+        rows = study.requests[study.requests["run_id"] == run.run_id]
         rows = _ok(rows[(rows["start_t_unix_s"] >= lo) & (rows["start_t_unix_s"] < hi)])
         for edge, grp in rows.groupby(users_bin(rows["users"], bin_users)):
             per.append({"bin": int(edge), **{f"p{q}": _pct(grp["latency_ms"], q) for q in PERCENTILES}})
@@ -85,7 +85,7 @@ def rss_timeline(study: Study) -> pd.DataFrame:
     starts = {}
     for run in study.runs:
         ws, rs = _phase(run, "warmup_start"), _phase(run, "ramp_start")
-        starts[run.get("run_id")] = ws if not math.isnan(ws) else rs
+        starts[run.run_id] = ws if not math.isnan(ws) else rs
     s["load_start_t_unix_s"] = s["run_id"].map(starts).astype("float64")
     s["t_rel_s"] = s["t_unix_s"] - s["load_start_t_unix_s"]
     return s.sort_values(["system", "run_id", "t_unix_s"]).reset_index(drop=True)

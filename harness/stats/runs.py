@@ -4,6 +4,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
+from harness.model.manifests import RunManifest
+
 import numpy as np
 import pandas as pd
 
@@ -54,10 +56,10 @@ def users_bin(users: pd.Series | np.ndarray, bin_users: int = DEFAULT_BIN_USERS)
     return (u // int(bin_users)) * int(bin_users)
 
 
-def window_rows(study: Study, run: Mapping) -> pd.DataFrame:
+def window_rows(study: Study, run: RunManifest) -> pd.DataFrame:
     """The rows of a run sent inside its measured window [hold_start, hold_end)."""
     lo, hi = _phase(run, "hold_start"), _phase(run, "hold_end")
-    rows = study.requests[study.requests["run_id"] == run.get("run_id")]
+    rows = study.requests[study.requests["run_id"] == run.run_id]
     if math.isnan(lo) or math.isnan(hi):
         return rows.iloc[0:0]
     t = rows["start_t_unix_s"]
@@ -72,14 +74,14 @@ def _floor_bins(study: Study, floor: str | None, bin_users: int) -> pd.DataFrame
     """Per users-bin, the floor's window percentiles, averaged over its completed runs."""
     per_run = []
     for run in study.runs:
-        if floor is None or run.get("system") != floor or run.get("status") != "completed":
+        if floor is None or run.system != floor or run.status != "completed":
             continue
         ok = _ok(window_rows(study, run))
         if not len(ok):
             continue
         b = users_bin(ok["users"], bin_users)
         for edge, grp in ok.groupby(b):
-            per_run.append({"bin": int(edge), "run_id": run["run_id"],
+            per_run.append({"bin": int(edge), "run_id": run.run_id,
                             **{f"p{q}": _pct(grp["latency_ms"], q) for q in PERCENTILES}})
     if not per_run:
         return None
@@ -151,16 +153,13 @@ def classify(row: Mapping) -> tuple[Label, list[str]]:
 
 # --- per run -------------------------------------------------------------------------------------
 
-def other_cpu(run: Mapping, samples: pd.DataFrame, start: float, end: float) -> tuple[float, float]:
+def other_cpu(run: RunManifest, samples: pd.DataFrame, start: float, end: float) -> tuple[float, float]:
     """(machine CPU, CPU of processes not ours) as window means, % of one core. With several
     hosts, hosts that report the same hostname are one machine (network namespaces share it):
     a machine's own figure comes from any of its hosts, ours is summed over all of them; the
     busiest machine is reported."""
     w = samples[(samples["t_unix_s"] >= start) & (samples["t_unix_s"] < end)]
-    if "host" not in w.columns:
-        w = w.assign(host="")
-    facts = run.get("hosts") or {}
-    machine_of = {h: ((facts.get(h) or {}).get("before") or {}).get("hostname") or h
+    machine_of = {h: (run.hosts[h].before.get("hostname") if h in run.hosts else None) or h
                   for h in pd.unique(w["host"])}
     worst = (math.nan, math.nan)
     for name in sorted(set(machine_of.values()), key=str):
@@ -174,7 +173,8 @@ def other_cpu(run: Mapping, samples: pd.DataFrame, start: float, end: float) -> 
         machine = mean_of(here[here["role"] == "machine"])
         if math.isnan(machine):
             continue
-        ours = [mean_of(here[(here["role"] == role) & (here["host"] == h)])
+        # isin, not ==: samples of an artifact version without hosts hold None, which == misses
+        ours = [mean_of(here[(here["role"] == role) & here["host"].isin([h])])
                 for role in ("system", "mock", "locust") for h in hosts]
         other = machine - sum(v for v in ours if not math.isnan(v))
         if math.isnan(worst[1]) or other > worst[1]:
@@ -188,11 +188,11 @@ def run_summary(study: Study, bin_users: int = DEFAULT_BIN_USERS,
     overheads vs baseline are against ``floor`` (default: the study's floor system)."""
     floor = floor or Roles.of(study.manifest).floor
     floor_bins = _floor_bins(study, floor, bin_users)
-    has_floor_run = any(r.get("system") == floor for r in study.runs)
+    has_floor_run = any(r.system == floor for r in study.runs)
     out = []
     for run in study.runs:
-        rid = run.get("run_id")
-        status = run.get("status") or "unknown"
+        rid = run.run_id
+        status = run.status or "unknown"
         rows = study.requests[study.requests["run_id"] == rid]
         samples = study.samples[study.samples["run_id"] == rid]
         w = window_rows(study, run)
@@ -204,9 +204,9 @@ def run_summary(study: Study, bin_users: int = DEFAULT_BIN_USERS,
         load_start = ws if not math.isnan(ws) else rs
         window_s = he - hs
         rec: dict[str, Any] = {
-            "run_id": rid, "system": run.get("system"), "run_index": run.get("run_index"),
-            "round": run.get("round"), "position": run.get("position"), "status": status,
-            "reason": run.get("reason", "") or "", "comparison_key": run.get("comparison_key", ""),
+            "run_id": rid, "system": run.system, "run_index": run.run_index,
+            "round": run.round, "position": run.position, "status": status,
+            "reason": run.reason, "comparison_key": run.comparison_key,
             "window_start_t_unix_s": hs, "window_end_t_unix_s": he, "window_s": window_s,
             "requests_total": int(len(rows)), "requests_in_window": int(len(w)),
             "successful_in_window": int(len(ok)),
@@ -258,11 +258,9 @@ def run_summary(study: Study, bin_users: int = DEFAULT_BIN_USERS,
             rec[f"errors_{k}"] = int((kinds == k).sum()) + (int((~known).sum()) if k == "other" else 0)
         rec["errors_total"] = int(sum(rec[f"errors_{k}"] for k in ERROR_KINDS))
         rec["errors_in_window"] = int(len(w) - len(ok))
-        checks = run.get("checks") or {}
-        infl = checks.get("inflight_at_stop")
+        infl = run.checks.inflight_at_stop
         rec["inflight_at_stop"] = float(infl) if infl is not None else math.nan
-        cm = checks.get("count_match")
-        rec["count_match"] = bool(cm) if cm is not None else None
+        rec["count_match"] = run.checks.count_match
 
         # CPU per request and memory, from the system role
         sysm = samples[samples["role"] == "system"].sort_values("t_unix_s")
@@ -305,16 +303,14 @@ def run_summary(study: Study, bin_users: int = DEFAULT_BIN_USERS,
             v = s["cpu_percent"].to_numpy(dtype="float64")
             v = v[~np.isnan(v)]
             return float(v.max()) if v.size else math.nan
-        locust = run.get("locust") or {}
         rec["locust_cpu_peak_percent"] = _peak("locust")
         rec["locust_processes"] = _locust_processes(study, run)
-        rec["locust_cpu_warning"] = bool(locust.get("cpu_warning", False))
-        mock = run.get("mock") or {}
-        hold99 = mock.get("hold_ms_p99")
+        rec["locust_cpu_warning"] = run.locust.cpu_warning
+        hold99 = run.mock.hold_ms_p99
         if hold99 is None:
             hold99 = (study.mock_stats.get(rid, {}).get("hold_ms") or {}).get("p99")
         rec["mock_hold_p99_ms"] = _num(hold99)
-        hold50 = mock.get("hold_ms_p50")
+        hold50 = run.mock.hold_ms_p50
         if hold50 is None:
             hold50 = (study.mock_stats.get(rid, {}).get("hold_ms") or {}).get("p50")
         rec["mock_hold_p50_ms"] = _num(hold50)
@@ -329,12 +325,14 @@ def run_summary(study: Study, bin_users: int = DEFAULT_BIN_USERS,
         # possible call: the mock's hold plus its stream). Not the measured latency: by Little's
         # law a closed loop's throughput always equals users / (think + latency), so a slow
         # system would look as if the think time, not it, had set its throughput.
-        spec = run.get("spec") or {}
-        load_spec, mock_spec = spec.get("load") or {}, spec.get("mock") or {}
-        think, users = _num(load_spec.get("think_time_s")), _num(load_spec.get("users"))
-        floor_s = (_num(mock_spec.get("latency_ms")) + (
-            _num(mock_spec.get("stream_chunks")) * _num(mock_spec.get("chunk_delay_ms"))
-            if load_spec.get("stream") else 0.0)) / 1000.0
+        if run.spec is None:
+            think = users = floor_s = math.nan
+        else:
+            load_spec, mock_spec = run.spec.load, run.spec.mock
+            think, users = _num(load_spec.think_time_s), _num(load_spec.users)
+            floor_s = (_num(mock_spec.latency_ms) + (
+                _num(mock_spec.stream_chunks) * _num(mock_spec.chunk_delay_ms)
+                if load_spec.stream else 0.0)) / 1000.0
         rec["offered_rps"] = (users / (think + floor_s) if think > 0 and not math.isnan(floor_s)
                               else math.nan)
         label, reasons = classify(rec)

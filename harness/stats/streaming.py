@@ -23,16 +23,15 @@ def stream_summary(study: Study, floor: str | None = None) -> pd.DataFrame:
     floor = floor or Roles.of(study.manifest).floor
     out = []
     for run in study.runs:
-        spec = run.get("spec") or {}
-        if not (spec.get("load") or {}).get("stream"):
+        if run.spec is None or not run.spec.load.stream:
             continue
-        mock = spec.get("mock") or {}
+        mock = run.spec.mock
         rows = window_rows(study, run)
         ok = _ok(rows)
         gaps = np.concatenate([np.asarray(g, dtype="float64") for g in ok["chunk_gaps_ms"]]
                               ) if len(ok) else np.array([])
-        rec = {"run_id": run.get("run_id"), "system": run.get("system"),
-               "status": run.get("status"), "streams": int(len(ok)),
+        rec = {"run_id": run.run_id, "system": run.system,
+               "status": run.status, "streams": int(len(ok)),
                "failed_streams": int(len(rows) - len(ok)),
                "ttfb_p50_ms": _pct(ok["ttfb_ms"], 50), "ttft_p50_ms": _pct(ok["ttft_ms"], 50),
                "ttft_p95_ms": _pct(ok["ttft_ms"], 95), "ttft_p99_ms": _pct(ok["ttft_ms"], 99),
@@ -41,7 +40,7 @@ def stream_summary(study: Study, floor: str | None = None) -> pd.DataFrame:
                "duration_p50_ms": _pct(ok["latency_ms"], 50),
                "chunks_mean": float(ok["chunks"].mean()) if len(ok) else math.nan,
                "done_share": float(ok["stream_done"].mean()) if len(ok) else math.nan,
-               "set_chunks": mock.get("stream_chunks"), "set_gap_ms": mock.get("chunk_delay_ms")}
+               "set_chunks": mock.stream_chunks, "set_gap_ms": mock.chunk_delay_ms}
         set_gap = _num(rec["set_gap_ms"])
         # Frames closer together than sent: held back and released in a burst. A proxy that
         # buffers the whole stream releases its first token only at the end; one that falls

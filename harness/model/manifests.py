@@ -1,0 +1,312 @@
+"""The study and run manifests as frozen dataclasses: one spelling for every field, written and
+read by the same code (artifacts/README.md documents each field).
+
+``to_json`` stamps the current schema version; ``from_json`` refuses an unknown version, brings
+an older one up to date through harness.model.migrate, and refuses keys it does not know. Only
+host facts (``machine``, a host's ``facts``/``before``/``after``) stay free-form: they are
+whatever the machine reported, read by the methodology section, never computed on.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.model import migrate
+from harness.model.config import StudyConfig
+from harness.model.plan import RunSpec
+from harness.model.schema import SCHEMA_VERSION, check_version
+
+
+class ManifestError(ValueError):
+    """A manifest that does not have the shape of its schema version; names the file."""
+
+
+# --- the run manifest ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Phases:
+    """When each phase of the load began (Locust's shape writes them); None: not reached."""
+    warmup_start_t_unix_s: float | None = None
+    ramp_start_t_unix_s: float | None = None
+    hold_start_t_unix_s: float | None = None
+    hold_end_t_unix_s: float | None = None     # the measured window is [hold_start, hold_end)
+    load_end_t_unix_s: float | None = None
+
+    def t(self, name: str) -> float:
+        """``t("hold_start")``: the time, NaN when that phase was not reached."""
+        value = getattr(self, f"{name}_t_unix_s")
+        return math.nan if value is None else float(value)
+
+
+@dataclass(frozen=True)
+class PreRequestCheck:
+    status: int
+    problem: str                  # "" when the reply was well-formed
+    mock_request_id: str
+    mock_saw_it: bool
+    mock_count_delta: int
+
+
+@dataclass(frozen=True)
+class RunChecks:
+    pre_request: PreRequestCheck | None = None
+    inflight_at_stop: int | None = None     # requests unanswered when the load stopped
+    mock_count: int | None = None           # requests the mock answered during the load
+    successful_rows: int | None = None      # rows with status 200 and no error
+    count_match: bool | None = None
+    count_difference: int | None = None     # mock_count - successful_rows
+
+
+@dataclass(frozen=True)
+class MockSummary:
+    """The mock's own hold time during the load (from mock_stats.json)."""
+    count: int | None = None
+    hold_ms_p50: float | None = None
+    hold_ms_p90: float | None = None
+    hold_ms_p99: float | None = None
+    hold_ms_max: float | None = None
+    hold_ms_mean: float | None = None
+
+
+@dataclass(frozen=True)
+class LocustSummary:
+    exit_code: int | None = None
+    cpu_warning: bool = False               # Locust printed its high-CPU warning
+    warnings: tuple[str, ...] = ()
+    processes: int | None = None            # load-generating processes
+
+
+@dataclass(frozen=True)
+class RequestInfo:
+    """How the run's requests were sent."""
+    feature: str
+    dialect: str
+    chat_path: str
+    model: str
+    request_bytes: int
+    self_overhead_header: str = ""   # the system's own overhead header, "" = none
+
+
+@dataclass(frozen=True)
+class HostSnapshot:
+    """What can change between runs on one machine (harness.remote.machine.host_snapshot)."""
+    t_unix_s: float | None = None
+    load_avg_1m: float | None = None
+    load_avg_5m: float | None = None
+    load_avg_15m: float | None = None
+    tcp_states: dict[str, int] = field(default_factory=dict)
+    memory_available_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class RunHost:
+    """One host with a role in the run; before/after are what it reported (facts, free-form)."""
+    address: str
+    prefix: tuple[str, ...] = ()
+    roles: tuple[str, ...] = ()
+    before: dict[str, Any] = field(default_factory=dict)
+    after: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunManifest:
+    run_id: str
+    system: str
+    run_index: int
+    round: int
+    position: int                           # 0-based place in its round
+    comparison_key: str
+    spec: RunSpec | None                    # None only for a run that never wrote its manifest
+    status: str                             # running | completed | failed | interrupted
+    reason: str = ""
+    kind: str = ""
+    version: str = ""                       # the system's version, read back from it
+    mock_version: str = ""
+    locust_version: str = ""
+    started_t_unix_s: float | None = None
+    ended_t_unix_s: float | None = None
+    failed_t_unix_s: float | None = None
+    ready_s: float | None = None
+    phases: Phases = Phases()
+    checks: RunChecks = RunChecks()
+    mock: MockSummary = MockSummary()
+    locust: LocustSummary = LocustSummary()
+    request: RequestInfo | None = None
+    host_before: HostSnapshot | None = None
+    host_after: HostSnapshot | None = None
+    hosts: dict[str, RunHost] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)    # relative path -> SHA-256
+
+    def to_json(self) -> str:
+        return _dump(self)
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "run manifest") -> "RunManifest":
+        data = _parse(text, source)
+        version = check_version(data.get("schema_version"), source)
+        return from_plain(cls, migrate.run_manifest(data, version), source)
+
+
+# --- the study manifest --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PlanEntry:
+    run_id: str
+    system: str
+    run_index: int
+    round: int
+    position: int
+    comparison_key: str
+
+
+@dataclass(frozen=True)
+class RunEntry:
+    """A run as it ended; ``dir`` is relative to the study directory."""
+    run_id: str
+    system: str
+    run_index: int
+    status: str
+    reason: str
+    dir: str
+    comparison_key: str = ""
+
+
+@dataclass(frozen=True)
+class SystemInfo:
+    kind: str
+    runnable: bool
+    role: str = ""
+    language: str = ""
+    description: str = ""
+    not_runnable_reason: str = ""
+    not_runnable_command: str = ""
+    version: str = ""
+    gateway_toml_sha256: str = ""
+
+
+@dataclass(frozen=True)
+class StudyHost:
+    address: str
+    prefix: tuple[str, ...] = ()
+    roles: tuple[str, ...] = ()
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """An earlier attempt of a resumed study."""
+    started_t_unix_s: float | None = None
+    ended_t_unix_s: float | None = None
+    status: str | None = None
+    reason: str | None = None
+    git_commit: str | None = None
+
+
+@dataclass(frozen=True)
+class StudyManifest:
+    study_id: str
+    status: str                             # running | completed | interrupted | failed
+    config: StudyConfig
+    reason: str = ""
+    plan: tuple[PlanEntry, ...] = ()
+    runs: tuple[RunEntry, ...] = ()
+    machine: dict[str, Any] = field(default_factory=dict)   # facts, as the machine reported them
+    hosts: dict[str, StudyHost] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)  # harness packages
+    git_commit: str = ""
+    started_t_unix_s: float | None = None
+    ended_t_unix_s: float | None = None
+    systems: dict[str, SystemInfo] = field(default_factory=dict)
+    attempts: tuple[Attempt, ...] = ()
+
+    def to_json(self) -> str:
+        return _dump(self)
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "study manifest") -> "StudyManifest":
+        data = _parse(text, source)
+        version = check_version(data.get("schema_version"), source)
+        return from_plain(cls, migrate.study_manifest(data, version), source)
+
+
+# --- plain JSON <-> dataclasses ------------------------------------------------------------------
+
+def _dump(obj) -> str:
+    body = {"schema_version": SCHEMA_VERSION, **to_plain(obj)}
+    return json.dumps(body, indent=2, default=str) + "\n"
+
+
+def _parse(text: str, source: str) -> dict:
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ManifestError(f"{source}: not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ManifestError(f"{source}: not a JSON object")
+    return data
+
+
+def to_plain(obj) -> dict:
+    """A dataclass as JSON-ready data (tuples become lists when dumped)."""
+    return dataclasses.asdict(obj)
+
+
+def from_plain(cls, data: Any, source: str, where: str = ""):
+    """Build dataclass ``cls`` from plain JSON data, checking every key and type against its
+    annotations; ManifestError names the file and the field."""
+    return _convert(cls, data, source, where)
+
+
+def _fail(source: str, where: str, message: str) -> ManifestError:
+    return ManifestError(f"{source}: {where or 'top level'}: {message}")
+
+
+def _convert(tp, value, source: str, where: str):
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(tp)
+        if value is None and type(None) in options:
+            return None
+        (inner,) = [t for t in options if t is not type(None)]
+        return _convert(inner, value, source, where)
+    if dataclasses.is_dataclass(tp):
+        return _dataclass(tp, value, source, where)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise _fail(source, where, f"expected a list, found {value!r}")
+        inner = typing.get_args(tp)[0]
+        return tuple(_convert(inner, v, source, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise _fail(source, where, f"expected an object, found {value!r}")
+        inner = typing.get_args(tp)[1]
+        return {str(k): _convert(inner, v, source, f"{where}.{k}") for k, v in value.items()}
+    if tp is Any:
+        return value
+    if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if tp in (int, str, bool) and isinstance(value, tp) and not (tp is int and isinstance(value, bool)):
+        return value
+    raise _fail(source, where, f"expected {getattr(tp, '__name__', tp)}, found {value!r}")
+
+
+def _dataclass(cls, value, source: str, where: str):
+    if not isinstance(value, dict):
+        raise _fail(source, where, f"expected an object for {cls.__name__}, found {value!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(value) - set(fields))
+    if unknown:
+        raise _fail(source, where, f"unknown key(s) {unknown} for {cls.__name__}")
+    args = {}
+    for name, f in fields.items():
+        if name in value:
+            args[name] = _convert(hints[name], value[name], source, f"{where}.{name}".lstrip("."))
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise _fail(source, where, f"missing key {name!r} of {cls.__name__}")
+    return cls(**args)

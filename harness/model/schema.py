@@ -1,0 +1,178 @@
+"""Every column of every artifact table, once: name, type, unit, meaning, who writes it.
+
+From these tables come the Parquet schemas, the raw CSV header (and so the row order) the load
+generator and the samplers write, the casts that turn raw CSV into typed columns, the pandas
+dtypes readers use, and the column tables of artifacts/README.md. A new column is one line in
+its table; a new table is one ``Table``.
+
+The Locust processes import this module, so it uses the standard library only (the Arrow and
+pandas conversions live in harness.run.store and harness.stats.loading).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The artifact format: JSON manifests, Parquet metadata and mock_stats.json all carry it.
+SCHEMA_VERSION = 2
+KNOWN_VERSIONS = (1, 2)
+
+# Column types: what a column holds, spelled once for Arrow, pandas and the README.
+class UnknownVersionError(ValueError):
+    """An artifact written in a format this harness does not know (newer, or not ours)."""
+
+
+def check_version(found, source: str) -> int:
+    """The artifact's schema version, if this harness reads it; else one line naming the file,
+    the version found and the versions known."""
+    if isinstance(found, bool) or found not in KNOWN_VERSIONS:
+        raise UnknownVersionError(
+            f"{source}: schema_version {found!r} is not one this harness reads "
+            f"(known: {', '.join(map(str, KNOWN_VERSIONS))})")
+    return int(found)
+
+
+TYPES = ("string", "float64", "int32", "int64", "bool", "list<float64>")
+PANDAS_DTYPES = {"string": "str", "float64": "float64", "int32": "int32", "int64": "int64",
+                 "bool": "bool", "list<float64>": "object"}
+NUMERIC = ("float64", "int32", "int64")
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str              # one of TYPES
+    unit: str              # "" when the name carries no quantity (ids, labels, counts of things)
+    meaning: str
+    raw: bool = True       # written by the producer into its raw CSV (False: added when stored)
+    stored: bool = True    # a column of the Parquet file (False: raw CSV only)
+
+    def __post_init__(self):
+        if self.type not in TYPES:
+            raise ValueError(f"column {self.name}: unknown type {self.type!r} (known: {TYPES})")
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    file: str              # the Parquet file in a run directory
+    columns: tuple[Column, ...]
+
+    @property
+    def stored(self) -> tuple[Column, ...]:
+        return tuple(c for c in self.columns if c.stored)
+
+    @property
+    def raw(self) -> tuple[Column, ...]:
+        return tuple(c for c in self.columns if c.raw)
+
+    @property
+    def names(self) -> list[str]:
+        """The Parquet file's columns, in order."""
+        return [c.name for c in self.stored]
+
+    @property
+    def raw_names(self) -> list[str]:
+        """The raw CSV header: producers write their rows in this order."""
+        return [c.name for c in self.raw]
+
+    @property
+    def pandas_dtypes(self) -> dict[str, str]:
+        return {c.name: PANDAS_DTYPES[c.type] for c in self.stored}
+
+    def column(self, name: str) -> Column:
+        return next(c for c in self.columns if c.name == name)
+
+    def markdown(self) -> str:
+        """The README's table of this file's columns; those not in the Parquet file, or not in
+        the raw CSV, say so."""
+        lines = ["| column | type | unit | meaning |", "|---|---|---|---|"]
+        for c in self.columns:
+            where = ("raw CSV only: " if not c.stored
+                     else "" if c.raw else "added by the harness: ")
+            lines.append(f"| `{c.name}` | {c.type} | {c.unit or '—'} | {where}{c.meaning} |")
+        return "\n".join(lines)
+
+
+def _c(name: str, type_: str, unit: str, meaning: str, **where) -> Column:
+    return Column(name, type_, unit, meaning, **where)
+
+
+# Derived columns (raw=False) are filled by the harness when it consolidates the raw CSVs.
+REQUESTS = Table("requests", "requests.parquet", (
+    _c("run_id", "string", "", "the run", raw=False),
+    _c("system", "string", "", "the system under test", raw=False),
+    _c("start_t_unix_s", "float64", "s since the Unix epoch",
+       "when the request was sent (client clock)"),
+    _c("latency_ms", "float64", "ms",
+       "send to last byte of the response, as the load generator saw it (unrounded)"),
+    _c("status_code", "int32", "", "HTTP status; 0 when no response arrived"),
+    _c("response_bytes", "int64", "bytes", "response body size"),
+    _c("error_kind", "string", "",
+       "`\"\"` (success), `http` (status ≥ 400 or bad body), `timeout`, `connection`, `other`"),
+    _c("error", "string", "", "the error message, `\"\"` when none"),
+    _c("process_users", "float64", "users",
+       "users running in this Locust process when the request ended (empty when unknown); "
+       "the harness turns it into `users`", stored=False),
+    _c("users", "int32", "users", "users running in the whole load generator at that moment",
+       raw=False),
+    _c("phase", "string", "",
+       "`warmup`, `ramp`, `hold` or `tail` (after the hold, before stop), from the run's phases",
+       raw=False),
+    _c("worker_pid", "int32", "", "the Locust process that sent it"),
+    _c("worker_host", "string", "",
+       "the host it ran on: the topology's host name (this machine's hostname without one)"),
+    _c("mock_request_id", "string", "",
+       "the mock's `x-mock-request-id` echoed back; `\"\"` if the system dropped it"),
+    _c("self_overhead_ms", "float64", "ms",
+       "the system's own overhead header, in ms; NaN when it reports none"),
+    _c("ttfb_ms", "float64", "ms", "streaming lane: send to the response head; NaN for unary requests"),
+    _c("ttft_ms", "float64", "ms", "streaming lane: send to the first SSE frame carrying content"),
+    _c("chunks", "int32", "frames", "streaming lane: content frames received (0 for unary requests)"),
+    _c("chunk_gaps_ms", "list<float64>", "ms",
+       "streaming lane: the gap before each content frame after the first, as they arrived "
+       "(raw CSV: space-separated)"),
+    _c("stream_done", "bool", "", "streaming lane: the stream ended with its dialect's done frame"),
+    _c("intended_start_t_unix_s", "float64", "s since the Unix epoch",
+       "open-loop lane: the schedule's slot for this request, when it was meant to start; NaN in "
+       "closed loop. Latency from the intended start = (`start_t_unix_s` − this) × 1000 + "
+       "`latency_ms`"),
+    _c("offered_rate_per_s", "float64", "requests/s",
+       "open-loop lane: the offered rate of the slot's step (the warm-up runs at the first rate); "
+       "NaN in closed loop"),
+    _c("step_index", "int32", "",
+       "open-loop lane: 1, 2, … for the steps, 0 for the warm-up and in closed loop"),
+    _c("waited_for_user", "bool", "",
+       "open-loop lane: the slot fell due while every user was busy and waited for the next free "
+       "one (that wait is in the latency from the intended start)"),
+))
+
+SAMPLES = Table("samples", "samples.parquet", (
+    _c("run_id", "string", "", "the run", raw=False),
+    _c("system", "string", "", "the run's system under test", raw=False),
+    _c("t_unix_s", "float64", "s since the Unix epoch", "sample time"),
+    _c("role", "string", "", "`system` (the system under test), `mock`, `locust`, `machine`"),
+    _c("pid_count", "int32", "processes", "processes in the role's tree at that moment"),
+    _c("rss_bytes", "int64", "bytes",
+       "resident memory summed over the role's whole process tree (for `machine`: used memory)"),
+    _c("cpu_percent", "float64", "% of one core",
+       "CPU used by the tree since the previous sample (100 = one core busy; `machine`: all "
+       "cores, so up to 200 on 2 cores)"),
+    _c("cpu_seconds_total", "float64", "s",
+       "cumulative user+system CPU seconds of the tree's live processes since the run started"),
+    _c("num_fds", "int32", "descriptors", "open file descriptors over the tree"),
+    _c("load_avg_1m", "float64", "runnable tasks", "the machine's 1-minute load average"),
+    _c("inflight_requests", "float64", "requests",
+       "requests the system reports in flight (its `[metrics] inflight_gauge`); NaN when it has none"),
+    _c("host", "string", "",
+       "the host the sample was taken on (the topology's name; this machine's hostname without "
+       "one). Multi-host: each host has its own `machine` rows, and `locust` rows per host (the "
+       "master's, and the sum of the workers on a worker host)"),
+))
+
+TABLES = {t.name: t for t in (REQUESTS, SAMPLES)}
+
+
+def missing_value(column: Column):
+    """What a column absent from an older artifact holds when loaded: missing, never a
+    plausible measurement (no 0, no False, no empty string)."""
+    return float("nan") if column.type == "float64" else None
