@@ -1,6 +1,6 @@
 """Build the self-contained HTML report of a study directory.
 
-    python -m report.build STUDY_DIR [--via-notebook] [--reference nginx] [--bin-users 50]
+    python -m harness report STUDY_DIR [--via-notebook] [--reference nginx] [--bin-users 50]
 
 writes STUDY_DIR/report.html: every number computed by harness.stats from the raw rows and
 samples, every plot embedded as a base64 PNG, every raw artifact linked by a relative path.
@@ -9,13 +9,11 @@ papermill and exports it with nbconvert, code cells left out).
 """
 from __future__ import annotations
 
-import argparse
 import base64
 import datetime as dt
 import io
 import math
 import os
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -1112,28 +1110,3 @@ def build_report(study_dir: str | Path, via_notebook: bool = False, reference: s
     else:
         _write(out_path, render_report_html(study_dir, reference=reference, bin_users=bin_users))
     return out_path
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m report.build", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("study_dir", help="a study directory, e.g. artifacts/<study-id>")
-    parser.add_argument("--via-notebook", action="store_true",
-                        help="execute notebooks/report.ipynb with papermill and export it")
-    parser.add_argument("--reference", default=None,
-                        help=f"reference system for verdicts (default: {A.DEFAULT_REFERENCE} if it ran)")
-    parser.add_argument("--bin-users", type=int, default=A.DEFAULT_BIN_USERS)
-    parser.add_argument("-o", "--out", default=None, help="output file (default: STUDY_DIR/report.html)")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        path = build_report(args.study_dir, via_notebook=args.via_notebook, reference=args.reference,
-                            bin_users=args.bin_users, out=args.out)
-    except A.ArtifactError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(path)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

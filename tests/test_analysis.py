@@ -3,18 +3,15 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import sys
 
 import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from synthetic import RunParams, default_params, make_study  # noqa: E402
+from synthetic import RunParams, default_params, make_study
 
-from harness import stats as A  # noqa: E402
+from harness import stats as A
 
 
 @pytest.fixture(scope="module")

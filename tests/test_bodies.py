@@ -1,15 +1,12 @@
 """Request bodies of the feature-cost lane: sizes, dialects, reproducibility."""
 import json
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
 from harness.run.bodies import DIALECTS, chat_body
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "gateways" / "sluice"))
-from sluice import translate  # noqa: E402
+from sluice import translate
 
 
 @pytest.mark.parametrize("dialect", sorted(DIALECTS))

@@ -101,7 +101,7 @@ def test_feature_cost_lane_runs_through_papermill(tmp_path):
     32 KiB agent-style bodies; the report gains its feature-cost section."""
     out = tmp_path / "artifacts"
     done = subprocess.run(
-        [sys.executable, "-m", "harness.commands.execute", "--profile", "feature_cost",
+        [sys.executable, "-m", "harness", "notebook", "--profile", "feature_cost",
          "--set", "runs_per_gateway=1", "--set", "users=3", "--set", "warmup_users=1",
          "--set", "ramp_s=1", "--set", "hold_s=2", "--set", "warmup_s=1", "--set", "idle_s=0.5",
          "--set", "cooldown_s=0.5", "--set", f'out_dir="{out}"', "--set", 'study_id="fc"'],

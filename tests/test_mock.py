@@ -19,11 +19,10 @@ from concurrent.futures import ThreadPoolExecutor
 import psutil
 import pytest
 
-REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO_DIR)
+from mocks import __version__
+from mocks.stats import WorkerStats, diff_stats, merge_worker_snapshots, read_stats
 
-from mocks import __version__  # noqa: E402
-from mocks.stats import WorkerStats, diff_stats, merge_worker_snapshots, read_stats  # noqa: E402
+REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 PY = sys.executable
 BODY = {"model": "gpt-test", "messages": [{"role": "user", "content": "Hello there, mock."}]}

@@ -17,8 +17,7 @@ import pytest
 from harness.model.config import from_profile
 from harness.run.study import run_study
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import netns  # noqa: E402
+import netns
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -33,7 +32,7 @@ STUDY_TIMEOUT_S = 240
 def study_command(out: Path, study_id: str, topology: Path, **extra) -> list[str]:
     sets = {**SETTINGS, **extra, "out_dir": str(out), "study_id": study_id,
             "topology": str(topology)}
-    argv = [sys.executable, "-m", "harness.run.study", "--profile", "smoke", "--gateways", "nginx"]
+    argv = [sys.executable, "-m", "harness", "study", "--profile", "smoke", "--gateways", "nginx"]
     for name, value in sets.items():
         argv += ["--set", f"{name}={json.dumps(value)}"]
     return argv

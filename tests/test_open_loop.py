@@ -195,7 +195,7 @@ def test_open_loop_lane_through_papermill(tmp_path):
     out = tmp_path / "artifacts"
     rates = [20.0, 40.0]
     done = subprocess.run(
-        [sys.executable, "-m", "harness.commands.execute", "--profile", "open_loop", "--gateways", "direct,nginx",
+        [sys.executable, "-m", "harness", "notebook", "--profile", "open_loop", "--gateways", "direct,nginx",
          "--set", "runs_per_gateway=1", "--set", "users=10", "--set", "warmup_s=1",
          "--set", f"open_loop_rates_per_s={json.dumps(rates)}", "--set", "open_loop_step_s=3",
          "--set", "idle_s=1", "--set", "cooldown_s=1",

@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from synthetic import RunParams, make_study  # noqa: E402
+from synthetic import RunParams, make_study
 
-from report import build  # noqa: E402
+from harness.commands import main as cli
+from report import build
 
 REPO_DIR = Path(__file__).resolve().parent.parent
 
@@ -244,7 +244,7 @@ def test_report_renders_in_headless_chromium(report_path, tmp_path):
 
 def test_cli_builds_the_report(syn, tmp_path):
     out = tmp_path / "cli.html"
-    done = subprocess.run([sys.executable, "-m", "report.build", str(syn.path), "-o", str(out)],
+    done = subprocess.run([sys.executable, "-m", "harness", "report", str(syn.path), "-o", str(out)],
                           cwd=REPO_DIR, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(out) and 'id="headline-table"' in out.read_text()
@@ -253,7 +253,7 @@ def test_cli_builds_the_report(syn, tmp_path):
 def test_cli_refuses_a_changed_artifact(tmp_path, capsys):
     s = make_study(tmp_path)
     (s.path / "runs" / "nginx" / "1" / "system.log").write_text("edited\n")
-    assert build.main([str(s.path)]) == 2
+    assert cli(["report", str(s.path)]) == 2
     assert "runs/nginx/1/system.log" in capsys.readouterr().err
     assert not (s.path / "report.html").exists()
 

@@ -7,7 +7,8 @@ import pytest
 
 from harness.model.config import ConfigError, from_profile
 from harness.run.store import REQUEST_SCHEMA, SAMPLE_SCHEMA, sha256_file
-from harness.run.study import main, run_study
+from harness.commands import main
+from harness.run.study import run_study
 
 pytestmark = pytest.mark.integration
 
@@ -95,7 +96,7 @@ def test_phases_are_ordered(smoke_study):
 
 
 def test_bad_parameters_fail_before_anything_starts(tmp_path, capsys):
-    assert main(["--profile", "smoke", "--gateways", "direct,nope", "--set", "users=0",
+    assert main(["study", "--profile", "smoke", "--gateways", "direct,nope", "--set", "users=0",
                  "--set", f"out_dir=\"{tmp_path}\""]) == 2
     err = capsys.readouterr().err
     assert "gateways: unknown gateway 'nope'" in err and "users: must be at least 1" in err

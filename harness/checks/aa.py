@@ -23,11 +23,9 @@ never presented as a comparison of the two names: they are the same system.
 """
 from __future__ import annotations
 
-import argparse
 import math
-import sys
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Iterable
 
 import pandas as pd
 
@@ -193,36 +191,3 @@ def aa_check(run_summary_df: pd.DataFrame, a: str = DEFAULT_A, b: str = DEFAULT_
         results.append(m)
     outcome = PASS if not reasons else NOISE_TOO_HIGH
     return AAResult(a, b, outcome, reasons, results, max_diff, max_cov)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m harness.checks.aa",
-                                description="A/A check: the same system under two names in one "
-                                            "study must show no clear difference (exit 0 pass, "
-                                            "1 noise too high, 2 bad input)")
-    p.add_argument("study_dir", help="artifacts/<study-id>")
-    p.add_argument("--a", default=DEFAULT_A, help="first copy (default: %(default)s)")
-    p.add_argument("--b", default=DEFAULT_B, help="second copy (default: %(default)s)")
-    p.add_argument("--metrics", default=",".join(DEFAULT_METRICS),
-                   help="comma-separated run_summary columns (default: %(default)s)")
-    p.add_argument("--max-diff", type=float, default=MAX_DIFF,
-                   help="largest relative difference of the means (default: %(default)s)")
-    p.add_argument("--max-cov", type=float, default=MAX_COV,
-                   help="also require each copy's CoV below this (default: no spread limit)")
-    args = p.parse_args(argv)
-    metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
-    try:
-        try:
-            study = A.load_study(args.study_dir)
-        except A.ArtifactError as exc:
-            raise AAInputError(str(exc)) from None
-        res = aa_check(A.run_summary(study), args.a, args.b, metrics, args.max_diff, args.max_cov)
-    except AAInputError as exc:
-        print(f"A/A check: cannot be made: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    print(res.text)
-    return res.exit_code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

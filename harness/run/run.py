@@ -54,7 +54,7 @@ def run_dir_for(study_dir: Path, spec: RunSpec) -> Path:
     return study_dir / "runs" / spec.system / str(spec.run_index)
 
 
-def execute_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Path,
+def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Path,
                 progress: Callable[[str], None] = print) -> RunRecord:
     run_dir = run_dir_for(study_dir, spec)
     if run_dir.exists():
