@@ -21,6 +21,7 @@ import pytest
 
 from mocks import __version__
 from mocks.stats import WorkerStats, diff_stats, merge_worker_snapshots, read_stats
+from polling import wait_for
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -135,9 +136,7 @@ def alive(pid):
 
 
 def wait_gone(pids, timeout_s=10.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and any(alive(p) for p in pids):
-        time.sleep(0.05)
+    wait_for(lambda: not any(alive(p) for p in pids), timeout_s)
     return [p for p in pids if alive(p)]
 
 
@@ -417,12 +416,13 @@ def test_two_workers_merged_stats_exact_and_clean_stop(tmp_path):
         assert s["by_path"] == {"/v1/chat/completions": n // 2, "/v1/messages": n // 2}
         assert sum(s["hold_histogram_us"].values()) == n and s["hold_ms"]["p50"] >= 2.0
         c = m.client()  # GET /stats merges all workers (the other's figures may lag <= 0.5 s)
-        deadline = time.monotonic() + 5
-        while True:
-            merged = json.loads(call(c, "GET", "/stats")[2])
-            if merged["count"] == n or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
+        merged = {}
+
+        def merged_all():
+            merged.update(json.loads(call(c, "GET", "/stats")[2]))
+            return merged["count"] == n
+
+        wait_for(merged_all, 5)
         c.close()
         assert merged["count"] == n and merged["workers"] == 2
     finally:
@@ -470,13 +470,13 @@ def test_client_gone_is_incomplete_not_counted(mock):
         assert b"x-mock-request-id" in s.recv(65536).lower()  # head (and role frame) arrived
     with raw_request(json.dumps(BODY).encode(), b"x-mock-latency-ms: 300\r\n"):
         time.sleep(0.05)  # the request is read; leave during the hold
-    deadline = time.monotonic() + 5
-    while True:
-        after = read_stats(mock.stats_dir, fresher_than_t_unix_s=time.time())
-        d = diff_stats(after, before)
-        if d["incomplete"] == 2 or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
+    d = {}
+
+    def both_counted():
+        d.update(diff_stats(read_stats(mock.stats_dir, fresher_than_t_unix_s=time.time()), before))
+        return d["incomplete"] == 2
+
+    wait_for(both_counted, 5)
     assert d["incomplete"] == 2 and d["count"] == 0 and d["hold_count"] == 2
 
 

@@ -18,6 +18,7 @@ from harness.model.config import from_profile
 from harness.run.study import run_study
 
 import netns
+from polling import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -157,10 +158,10 @@ def test_stopping_the_study_stops_every_process_in_every_namespace(lab):
             if "starting load" in line or time.monotonic() > deadline:
                 break
         assert any("starting load" in line for line in seen), "".join(seen)
-        time.sleep(4)  # master and both workers running, samplers on every host
         run = tmp / "stopped" / "runs" / "nginx" / "1"
-        assert len(list((run / "pids").glob("locust-worker-*.pid"))) == 2
-        assert all(netns.pids_in(h.netns) for h in hosts[1:])
+        # master and both workers running, processes (samplers included) on every host
+        assert wait_for(lambda: len(list((run / "pids").glob("locust-worker-*.pid"))) == 2
+                        and all(netns.pids_in(h.netns) for h in hosts[1:]), 30)
         os.kill(proc.pid, signal.SIGTERM)  # `ip netns exec` execs: this is the study itself
         proc.communicate(timeout=90)
     finally:
