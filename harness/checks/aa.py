@@ -5,7 +5,7 @@ One study runs the same system twice under two names (``nginx`` and ``nginx~aa``
 alike; if they do not, the differences the study reports between *different* systems cannot be
 trusted on this machine right now.
 
-    python -m harness.checks.aa STUDY_DIR [--a nginx] [--b nginx~aa] [--metrics m1,m2,...]
+    python -m harness aa STUDY_DIR [--a nginx] [--b nginx~aa] [--metrics m1,m2,...]
 
 exits 0 when the check passes, 1 when the noise is too high, 2 on bad input.
 

@@ -78,14 +78,14 @@ class StudyConfig:
     feature: str = ""                    # feature-cost lane: each system is called as its
                                          # [features.NAME] says ("" = [request] as declared)
     request_bytes: int = 0               # request body size: 0 = a small chat; N = an agent-style
-                                         # conversation of N bytes (harness/bodies.py)
+                                         # conversation of N bytes (harness/run/bodies.py)
     gateway_workers: int = field(default_factory=lambda: os.cpu_count() or 1)  # per system
     ready_timeout_s: float = 60.0        # a system not ready by then fails its run
     seed: int = 0                        # orders systems within each round of the plan
     gateways_dir: str = "gateways"       # where the system folders are (relative to the repo)
     base_port: int = 0                   # 0: any free ports; N: the mock on N, the system on N+1
     topology: str = ""                   # a topology file: which host runs what
-                                         # (harness/topology.py); "" = all on this machine
+                                         # (harness/model/topology.py); "" = all on this machine
     out_dir: str = "artifacts"           # the study directory is out_dir/study_id
     study_id: str = ""                   # "" = a UTC timestamp chosen when the study starts
 
@@ -164,7 +164,7 @@ PROFILES: dict[str, dict] = {
     # The measured window is the 30 s held at the top, as in every other profile.
     "published": dict(ramp_s=330.0, think_time_s=0.0),
     # The regression gate: fixed moderate load, short enough for CI, interleaved runs; a second
-    # copy of nginx lets the gate check its own noise first (harness/gate_run.py).
+    # copy of nginx lets the gate check its own noise first (python -m harness gate).
     "gate": dict(gateways=("nginx", "nginx~aa", "sluice"), aa_pair=("nginx", "nginx~aa"), users=50, ramp_s=5.0, hold_s=20.0,
                  warmup_s=2.0, think_time_s=0.05, idle_s=1.0, cooldown_s=2.0, max_hold_s=40.0),
     # The study measuring itself: nginx as A and as A' must show no clear difference.
@@ -174,7 +174,7 @@ PROFILES: dict[str, dict] = {
     # time to first token and each gap between frames are measured by the load generator.
     "streaming": dict(users=200, ramp_s=30.0, hold_s=30.0, stream=True),
     # Steady load on the in-house gateway, then a long cool-down: RSS, open files and in-flight
-    # requests must stay flat and return to idle (python -m harness.checks.soak STUDY_DIR).
+    # requests must stay flat and return to idle (python -m harness soak STUDY_DIR).
     "soak": dict(gateways=("sluice",), users=100, ramp_s=5.0, hold_s=120.0, warmup_s=2.0,
                  think_time_s=0.05, cooldown_s=15.0, runs_per_gateway=1, max_hold_s=150.0),
     # The feature-cost lane: Sluice called one feature at a time, interleaved in the same rounds
@@ -315,7 +315,7 @@ def _items(value, what: str) -> list:
 
 
 def _names(value) -> tuple[str, ...]:
-    what = 'a list of system names ("a,b", ["a", "b"] or "all")'
+    what = 'a list of system names ("a,b" or ["a", "b"])'
     names = _items(value, what)
     if not all(isinstance(v, str) and v for v in names):
         raise _Expected(what)
