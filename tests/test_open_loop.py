@@ -42,7 +42,7 @@ def test_rates_must_be_positive_and_ascending(tmp_path, rates):
 
 
 def test_rates_that_are_not_numbers():
-    with pytest.raises(ConfigError, match="open_loop_rates_per_s: not a list of numbers"):
+    with pytest.raises(ConfigError, match="open_loop_rates_per_s: expected a list of finite numbers"):
         from_profile("open_loop", open_loop_rates_per_s="fast,faster")
     assert from_profile("open_loop", open_loop_rates_per_s="[10, 20]").open_loop_rates_per_s == (10.0, 20.0)
     assert from_profile("open_loop", open_loop_rates_per_s="10,20").open_loop_rates_per_s == (10.0, 20.0)

@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from html.parser import HTMLParser
 from pathlib import Path
@@ -209,6 +208,7 @@ def _chromium_cmd(exe: str, profile: str, *extra: str) -> list[str]:
             f"--user-data-dir={profile}", *extra]
 
 
+@pytest.mark.integration  # starts a browser
 def test_report_renders_in_headless_chromium(report_path, tmp_path):
     exe = _chromium()
     if exe is None:
@@ -242,12 +242,10 @@ def test_report_renders_in_headless_chromium(report_path, tmp_path):
     assert set(rows) == {"direct", "nginx", "sluice", "litellm"}
 
 
-def test_cli_builds_the_report(syn, tmp_path):
+def test_cli_builds_the_report(syn, tmp_path, capsys):
     out = tmp_path / "cli.html"
-    done = subprocess.run([sys.executable, "-m", "harness", "report", str(syn.path), "-o", str(out)],
-                          cwd=REPO_DIR, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == str(out) and 'id="headline-table"' in out.read_text()
+    assert cli(["report", str(syn.path), "-o", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == str(out) and 'id="headline-table"' in out.read_text()
 
 
 def test_cli_refuses_a_changed_artifact(tmp_path, capsys):
@@ -288,6 +286,7 @@ def test_notebook_shows_the_same_sections_in_the_same_order():
     assert tuple(re.findall(r'render_section\(data, "(\w+)"\)', source)) == build.SECTIONS
 
 
+@pytest.mark.integration  # starts a Jupyter kernel
 def test_papermill_smoke(syn, tmp_path):
     out = build.build_report(syn.path, via_notebook=True, out=tmp_path / "nb.html")
     html = out.read_text(encoding="utf-8")

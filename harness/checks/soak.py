@@ -10,8 +10,6 @@ import math
 import numpy as np
 import pandas as pd
 
-from harness.stats import load_study
-
 RSS_GROWTH_LIMIT = 0.10   # last quarter of the hold vs its first quarter
 FD_RETURN_SLACK = 2       # descriptors above idle still counted as "returned" (lazy closes)
 
