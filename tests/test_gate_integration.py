@@ -9,7 +9,7 @@ pytestmark = pytest.mark.integration
 
 
 def tiny_gate(tmp_path, study_id):
-    config = from_profile("gate", gateways=["nginx", "sluice"], users=10, ramp_s=2.0, hold_s=5.0,
+    config = from_profile("gate", gateways=["nginx", "sluice"], aa_pair=[], users=10, ramp_s=2.0, hold_s=5.0,
                           warmup_s=1.0, idle_s=0.5, cooldown_s=0.5, runs_per_gateway=2,
                           out_dir=str(tmp_path), study_id=study_id)
     result = run_study(config, progress=lambda m: None)

@@ -217,14 +217,15 @@ def from_profile(profile: str = "standard", /, **overrides) -> StudyConfig:
 def from_notebook(profile: str, overrides: dict | str, **named) -> StudyConfig:
     """The study notebook's parameters: the named ones that are set (not None) win over
     `overrides`, a dict of any other fields or its JSON text (as `papermill -p` passes it)."""
+    table = overrides
     if isinstance(overrides, str):
         try:
-            overrides = json.loads(overrides) if overrides.strip() else {}
+            table = json.loads(overrides) if overrides.strip() else {}
         except ValueError:
-            overrides = None
-    if not isinstance(overrides, dict):
+            table = None
+    if not isinstance(table, dict):
         raise ConfigError([f"overrides: expected a table of NAME: VALUE, got {overrides!r}"])
-    return from_profile(profile, **{**overrides, **{k: v for k, v in named.items() if v is not None}})
+    return from_profile(profile, **{**table, **{k: v for k, v in named.items() if v is not None}})
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -235,7 +236,8 @@ def parse_overrides(items: list[str]) -> dict:
     types = {f.name: f.type for f in dataclasses.fields(StudyConfig)}
     for item in items:
         name, eq, text = item.partition("=")
-        if not eq or not name.strip():
+        name = name.strip()
+        if not eq or not name:
             problems.append(f"--set {item!r}: expected NAME=VALUE")
             continue
         try:
@@ -244,7 +246,7 @@ def parse_overrides(items: list[str]) -> dict:
             value = text
         if types.get(name) == "str" and not isinstance(value, str):
             value = text
-        overrides[name.strip()] = value
+        overrides[name] = value
     if problems:
         raise ConfigError(problems)
     return overrides
