@@ -1,4 +1,6 @@
-"""Suite-wide guards: no test may leave a process behind."""
+"""Suite-wide guards: no test may leave a process behind. And the lanes: Sluice's own tests
+(tests/sluice) start it as a real process, all but its in-process unit tests, so they are
+integration tests too (`make test-fast` leaves them out)."""
 import os
 import signal
 
@@ -38,3 +40,12 @@ def no_orphans():
         except OSError:
             pass
     pytest.fail(f"processes left behind by this test: {described}")
+
+
+SLUICE_UNIT_TESTS = "test_sluice_units.py"
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.path.parent.name == "sluice" and item.path.name != SLUICE_UNIT_TESTS:
+            item.add_marker(pytest.mark.integration)
