@@ -39,7 +39,6 @@ NUMBER = Kind("a number", _is_number)
 BOOL = Kind("true or false", lambda v: isinstance(v, bool))
 STRINGS = Kind("a list of strings", lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v))
 ANY = Kind("a value", lambda v: True)
-NON_EMPTY_LIST = Kind("a non-empty list", lambda v: isinstance(v, list) and len(v) > 0)
 
 
 @dataclass(frozen=True)
