@@ -15,7 +15,7 @@ import sys
 import time
 
 from harness.commands.options import add_study_options, study_config
-from harness.model.config import REPO_DIR
+from harness.model.config import REPO_DIR, parse_overrides
 
 HELP = "run a study through notebooks/head_to_head.ipynb (papermill), then build its report"
 NOTEBOOK = REPO_DIR / "notebooks" / "head_to_head.ipynb"
@@ -35,7 +35,6 @@ def notebook_parameters(config, overrides: dict) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.model.config import parse_overrides
     config = study_config(args)
     import papermill
     from harness.run.store import read_json
