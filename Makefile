@@ -7,7 +7,7 @@ GATEWAYS ?=
 SET      ?=
 STUDY    ?=
 
-.PHONY: study test test-deps report gate setup clean-venv
+.PHONY: study test test-fast test-deps report gate setup clean-venv
 
 setup: $(VENV)/.installed
 
@@ -19,27 +19,33 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 	touch $@
 
 ## make study [PROFILE=standard] [GATEWAYS=all|direct,nginx,...] [SET="--set runs_per_gateway=1"]
+## (no GATEWAYS: the profile's own systems, else every system under gateways/)
 study: setup
-	$(PY) -m harness.commands.execute --profile $(PROFILE) $(if $(GATEWAYS),--gateways $(GATEWAYS)) $(SET)
+	$(PY) -m harness notebook --profile $(PROFILE) $(if $(GATEWAYS),--gateways $(GATEWAYS)) $(SET)
 
 ## What the tests start: Debian's nginx and chromium, and every pinned competitor (into .cache/).
 ## Idempotent: a second run installs nothing.
 test-deps: setup
 	bash scripts/install-test-deps.sh
-	$(PY) -m harness.commands.install all
+	$(PY) -m harness install all
 
+## Everything, the real processes included (what CI runs).
 test: setup test-deps
 	$(PY) -m pytest -p no:cacheprovider
+
+## The unit tests only (no real gateways, no Locust; about a minute): the inner loop.
+test-fast: setup
+	$(PY) -m pytest -p no:cacheprovider -m "not integration"
 
 ## The performance gate (CI runs it after the tests): a `gate` study, its A/A self-check, and
 ## Sluice's ratios to nginx against baselines/gate.json.
 gate: setup
-	$(PY) -m harness.checks.gate_run
+	$(PY) -m harness gate run
 
 ## make report STUDY=artifacts/<study-id>
 report: setup
 	@test -n "$(STUDY)" || (echo "usage: make report STUDY=artifacts/<study-id>" >&2; exit 2)
-	$(PY) -m report.build $(STUDY)
+	$(PY) -m harness report $(STUDY)
 
 clean-venv:
 	rm -rf $(VENV)

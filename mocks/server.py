@@ -80,9 +80,23 @@ from aiohttp.web_request import BaseRequest
 
 from mocks import __version__
 from mocks.bodies import Renderer, models_body, prompt_tokens
-from mocks.faults import (FaultError, FaultPlan, anthropic_error_body, broken_frame, broken_json,
-                          load_schedule, openai_error_body, parse_header)
-from mocks.stats import RequestLog, WorkerStats, clear_worker_files, read_stats, worker_file
+from mocks.faults import (
+    FaultError,
+    FaultPlan,
+    anthropic_error_body,
+    broken_frame,
+    broken_json,
+    load_schedule,
+    openai_error_body,
+    parse_header,
+)
+from mocks.stats import (
+    RequestLog,
+    WorkerStats,
+    clear_worker_files,
+    read_stats,
+    worker_file,
+)
 from mocks.timer import PreciseTimer
 
 _mono = time.monotonic_ns

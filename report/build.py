@@ -1,6 +1,6 @@
 """Build the self-contained HTML report of a study directory.
 
-    python -m report.build STUDY_DIR [--via-notebook] [--reference SYSTEM] [--bin-users 50]
+    python -m harness report STUDY_DIR [--via-notebook] [--reference SYSTEM] [--bin-users 50]
 
 writes STUDY_DIR/report.html: every number computed by harness.stats from the raw rows and
 samples, every plot embedded as a base64 PNG, every raw artifact linked by a relative path.
@@ -12,18 +12,16 @@ text, through the metric registry), report.plots, report.sections with templates
 """
 from __future__ import annotations
 
-import argparse
-import sys
 import tempfile
 from pathlib import Path
 
 import jinja2
 
-from harness.stats.loading import ArtifactError, read_json
+from harness.run.atomic import write_atomic
+from harness.stats.loading import read_json
 from harness.stats.metrics import DEFAULT_BIN_USERS
 from report.data import ReportData, collect
 from report.sections import REPO_DIR, SECTIONS, render_page, render_section
-from harness.run.atomic import write_atomic
 
 NOTEBOOK = REPO_DIR / "notebooks" / "report.ipynb"
 REPORT_NAME = "report.html"
@@ -90,29 +88,3 @@ def build_report(study_dir: str | Path, via_notebook: bool = False, reference: s
     else:
         write(out_path, render_report_html(study_dir, reference=reference, bin_users=bin_users))
     return out_path
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m report.build", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("study_dir", help="a study directory, e.g. artifacts/<study-id>")
-    parser.add_argument("--via-notebook", action="store_true",
-                        help="execute notebooks/report.ipynb with papermill and export it")
-    parser.add_argument("--reference", default=None,
-                        help="reference system for verdicts (default: the study's "
-                             "reference_system if it ran)")
-    parser.add_argument("--bin-users", type=int, default=DEFAULT_BIN_USERS)
-    parser.add_argument("-o", "--out", default=None, help="output file (default: STUDY_DIR/report.html)")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        path = build_report(args.study_dir, via_notebook=args.via_notebook, reference=args.reference,
-                            bin_users=args.bin_users, out=args.out)
-    except ArtifactError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(path)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
-from markupsafe import Markup
 import pandas as pd
+from markupsafe import Markup
 from scipy import stats
 
 from harness.model.metrics import metric

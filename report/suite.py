@@ -1,14 +1,12 @@
 """The HTML report of a suite: every cell with its axis values and headline figures, the
 combinations left out and why, and a link to each cell's own study report.
 
-    python -m report.suite SUITE_DIR [--compare OTHER_SUITE_DIR]
+    python -m harness report SUITE_DIR [--compare OTHER_SUITE_DIR]
 
 writes SUITE_DIR/report.html (and each cell's report.html when it is missing).
 """
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -85,17 +83,3 @@ def build_suite_report(suite_dir: str | Path, compare_with: str | Path | None = 
     out = Path(suite_dir) / REPORT_NAME
     build.write(out, render_suite_html(suite_dir, compare_with))
     return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m report.suite", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("suite_dir")
-    parser.add_argument("--compare", default=None, help="another suite directory")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    print(build_suite_report(args.suite_dir, args.compare))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

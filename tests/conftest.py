@@ -1,10 +1,12 @@
-"""Suite-wide guards: no test may leave a process behind."""
+"""Suite-wide guards: no test may leave a process behind. And the lanes: Sluice's own tests
+(tests/sluice) start it as a real process, all but its in-process unit tests, so they are
+integration tests too (`make test-fast` leaves them out)."""
 import os
 import signal
-import time
 
 import psutil
 import pytest
+from polling import wait_for
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -21,14 +23,15 @@ def no_orphans():
     """Fail the test if any process it started (by pid) is still alive afterwards."""
     before = {p.pid for p in _descendants()}
     yield
-    deadline = time.monotonic() + 5.0
-    left = []
-    while time.monotonic() < deadline:
-        left = [p for p in _descendants() if p.pid not in before and p.is_running()
+
+    def left_behind():
+        return [p for p in _descendants() if p.pid not in before and p.is_running()
                 and p.status() != psutil.STATUS_ZOMBIE]
-        if not left:
-            return
-        time.sleep(0.1)
+
+    wait_for(lambda: not left_behind(), 5.0)
+    left = left_behind()
+    if not left:
+        return
     described = [f"{p.pid} {' '.join(p.cmdline()[:4])}" for p in left]
     for p in left:
         try:
@@ -36,3 +39,12 @@ def no_orphans():
         except OSError:
             pass
     pytest.fail(f"processes left behind by this test: {described}")
+
+
+SLUICE_UNIT_TESTS = "test_sluice_units.py"
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.path.parent.name == "sluice" and item.path.name != SLUICE_UNIT_TESTS:
+            item.add_marker(pytest.mark.integration)

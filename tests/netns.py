@@ -4,7 +4,7 @@
 
 Names carry this process's pid, addresses are in 10.231.0.0/24 inside the namespaces only (the
 machine's own network is untouched), and everything is deleted afterwards, even on failure.
-Also a command: `python -m tests.netns -- python -m harness.run.study ...` runs a study with
+Also a command: `python -m tests.netns -- python -m harness study ...` runs a study with
 `--set topology=...` of a four-host lab (mock, system, Locust master, two workers).
 """
 from __future__ import annotations

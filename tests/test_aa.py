@@ -4,18 +4,15 @@ small run_summary-shaped tables."""
 from __future__ import annotations
 
 import json
-import os
-import sys
 from dataclasses import replace
 
 import pandas as pd
 import pytest
+from synthetic import default_params, make_study
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from synthetic import default_params, make_study  # noqa: E402
-
-from harness.checks import aa as AA  # noqa: E402
-from harness import stats as A  # noqa: E402
+from harness import stats as A
+from harness.checks import aa as AA
+from harness.commands import main as cli
 
 COPY = "nginx~aa"
 
@@ -144,22 +141,22 @@ def test_bad_input_is_named():
 
 def test_cli(identical, tmp_path, capsys):
     s, _ = identical
-    assert AA.main([str(s.path), "--a", "nginx", "--b", COPY]) == 0
+    assert cli(["aa", str(s.path), "--a", "nginx", "--b", COPY]) == 0
     assert "A/A check (nginx and nginx~aa, the same system twice): pass" in capsys.readouterr().out
-    assert AA.main([str(s.path), "--a", "nginx", "--b", COPY, "--max-diff", "-1"]) == 1
+    assert cli(["aa", str(s.path), "--a", "nginx", "--b", COPY, "--max-diff", "-1"]) == 1
     assert "noise too high on this machine right now" in capsys.readouterr().out
-    assert AA.main([str(s.path), "--a", "nginx", "--b", "sluice"]) == 2
+    assert cli(["aa", str(s.path), "--a", "nginx", "--b", "sluice"]) == 2
     assert "no runs of 'sluice'" in capsys.readouterr().err
-    assert AA.main([str(tmp_path / "nowhere")]) == 2
+    assert cli(["aa", str(tmp_path / "nowhere")]) == 2
     assert "no study manifest" in capsys.readouterr().err
 
 
 def test_cli_reads_the_pair_from_the_study(identical, capsys):
     s, _ = identical
-    assert AA.main([str(s.path)]) == 2
+    assert cli(["aa", str(s.path)]) == 2
     assert "names no A/A pair" in capsys.readouterr().err
     m = json.loads((s.path / "manifest.json").read_text())
     m["config"]["aa_pair"] = ["nginx", COPY]
     (s.path / "manifest.json").write_text(json.dumps(m))
-    assert AA.main([str(s.path)]) == 0
+    assert cli(["aa", str(s.path)]) == 0
     assert "A/A check (nginx and nginx~aa, the same system twice): pass" in capsys.readouterr().out

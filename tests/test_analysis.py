@@ -4,8 +4,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
-import sys
 
 import numpy as np
 import pandas as pd
@@ -13,13 +11,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from scipy import stats
+from synthetic import RunParams, default_params, make_study, small_run_manifest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from synthetic import RunParams, default_params, make_study, small_run_manifest  # noqa: E402
-
-from harness import stats as A  # noqa: E402
-from report import format as F  # noqa: E402
-from harness.model.manifests import RunHost  # noqa: E402
+from harness import stats as A
+from harness.model.manifests import RunHost
+from report import format as F
 
 
 @pytest.fixture(scope="module")

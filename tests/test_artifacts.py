@@ -15,21 +15,24 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from synthetic import make_study
 
-sys.path.insert(0, str(Path(__file__).parent))
-from synthetic import make_study  # noqa: E402
-
-from harness import stats as A  # noqa: E402
-from report import tables  # noqa: E402
-from report.data import collect  # noqa: E402
-from harness.model.config import REPO_DIR  # noqa: E402
-from harness.model.manifests import ManifestError, RunManifest, StudyManifest  # noqa: E402
-from harness.model.schema import KNOWN_VERSIONS, REQUESTS, SAMPLES, SCHEMA_VERSION  # noqa: E402
-from harness.run import load as load_stage  # noqa: E402
-from harness.run.run import _write_samples  # noqa: E402
-from harness.run.sampling import Sampler  # noqa: E402
-from harness.run.store import (REQUEST_SCHEMA, SAMPLE_SCHEMA, hash_run_files,  # noqa: E402
-                               write_atomic, write_table)
+from harness import stats as A
+from harness.model.config import REPO_DIR
+from harness.model.manifests import ManifestError, RunManifest, StudyManifest
+from harness.model.schema import KNOWN_VERSIONS, REQUESTS, SAMPLES, SCHEMA_VERSION
+from harness.run import load as load_stage
+from harness.run.run import _write_samples
+from harness.run.sampling import Sampler
+from harness.run.store import (
+    REQUEST_SCHEMA,
+    SAMPLE_SCHEMA,
+    hash_run_files,
+    write_atomic,
+    write_table,
+)
+from report import tables
+from report.data import collect
 
 V1_FIXTURE = Path(__file__).parent / "fixtures" / "studies" / "v1-smoke"
 FIGURES = ("run_summary", "system_summary", "compare", "head_to_head_table")

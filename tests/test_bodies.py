@@ -1,15 +1,11 @@
 """Request bodies of the feature-cost lane: sizes, dialects, reproducibility."""
 import json
 import re
-import sys
-from pathlib import Path
 
 import pytest
+from sluice import translate
 
 from harness.run.bodies import DIALECTS, chat_body
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "gateways" / "sluice"))
-from sluice import translate  # noqa: E402
 
 
 @pytest.mark.parametrize("dialect", sorted(DIALECTS))

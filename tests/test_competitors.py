@@ -2,7 +2,7 @@
 start it from its gateway.toml in front of a real mock, one unary and one streaming request,
 the mock saw them, stop it, nothing of it left.
 
-`make test` installs every runnable competitor first (python -m harness.commands.install all); run by
+`make test` installs every runnable competitor first (python -m harness install all); run by
 hand without that, a competitor that is not installed is skipped with the command that installs
 it, except under CI, where a missing install is a failure.
 """

@@ -1,9 +1,34 @@
 """Study parameters are validated before anything starts, each problem named."""
 import dataclasses
+import math
 
 import pytest
 
-from harness.model.config import ConfigError, PROFILES, StudyConfig, from_profile, validate
+from harness.model.config import (
+    PROFILES,
+    ConfigError,
+    StudyConfig,
+    from_notebook,
+    from_profile,
+    parse_overrides,
+    validate,
+)
+
+# Per declared field type, values that are not of it (as they arrive from --set, papermill or
+# a suite file); every field of StudyConfig has one of these types.
+WRONG_TYPES = {
+    "int": ["abc", 2.5, True, [1]],
+    "float": ["abc", math.nan, math.inf, -math.inf, "nan", False],
+    "bool": ["maybe", 1, None],
+    "str": [5, ["x"], True],
+    "tuple[str, ...]": [5, [1, 2], '["direct"', {"a": 1}],
+    "tuple[float, ...]": ["fast,faster", [math.nan], [math.inf], 7],
+}
+
+
+def bad_parameter_cases():
+    """(field, wrong value) for every field of StudyConfig."""
+    return [(f.name, value) for f in dataclasses.fields(StudyConfig) for value in WRONG_TYPES[f.type]]
 
 
 def problems_of(config):
@@ -75,5 +100,48 @@ def test_gateways_accept_lists_json_commas_and_all():
     assert from_profile("smoke", gateways='["direct","nginx"]').gateways == ("direct", "nginx")
     assert from_profile("smoke", gateways="direct, nginx").gateways == ("direct", "nginx")
     assert {"direct", "nginx"} <= set(from_profile("smoke", gateways="all").gateways)
-    with pytest.raises(ConfigError, match="gateways: not a JSON list"):
+    with pytest.raises(ConfigError, match="gateways: expected a list of system names"):
         from_profile("smoke", gateways='["direct"')
+
+
+def test_the_profile_default_systems_are_the_same_everywhere():
+    """One default per profile: its own set, else every system under gateways/."""
+    everything = from_profile("standard").gateways
+    assert {"direct", "nginx", "sluice"} <= set(everything)
+    assert from_profile("smoke").gateways == everything == StudyConfig().gateways
+    assert from_profile("gate").gateways == PROFILES["gate"]["gateways"]
+    assert from_notebook("standard", {}, gateways=None).gateways == everything
+
+
+@pytest.mark.parametrize("field,value", bad_parameter_cases())
+def test_every_field_rejects_a_value_of_the_wrong_type(field, value):
+    with pytest.raises(ConfigError) as info:
+        StudyConfig(**{field: value})
+    (problem,) = info.value.problems
+    assert problem.startswith(f"{field}: expected ") and problem.endswith(f"got {value!r}")
+    assert "\n" not in str(info.value)
+
+
+def test_values_as_text_are_converted():
+    c = from_profile("smoke", users="7", ramp_s="2.5", stream="true", runs_per_gateway=2.0,
+                     open_loop_rates_per_s="10, 20", gateways='["direct"]')
+    assert (c.users, c.ramp_s, c.stream, c.runs_per_gateway) == (7, 2.5, True, 2)
+    assert c.open_loop_rates_per_s == (10.0, 20.0) and c.gateways == ("direct",)
+
+
+def test_command_line_overrides_keep_text_fields_as_typed():
+    assert parse_overrides(["users=5", "study_id=2024", 'out_dir="/tmp/x"', "think_time_s=nan"]) == \
+        {"users": 5, "study_id": "2024", "out_dir": "/tmp/x", "think_time_s": "nan"}
+    with pytest.raises(ConfigError, match="expected NAME=VALUE"):
+        parse_overrides(["users"])
+    with pytest.raises(ConfigError, match="think_time_s: expected a finite number, got 'nan'"):
+        from_profile("smoke", **parse_overrides(["think_time_s=nan"]))
+
+
+def test_notebook_parameters_named_win_and_overrides_may_be_json_text():
+    c = from_notebook("smoke", '{"users": 9, "seed": 3}', users=None, seed=4)
+    assert (c.users, c.seed) == (9, 4)
+    with pytest.raises(ConfigError, match="overrides: expected a table"):
+        from_notebook("smoke", "[1, 2]")
+    with pytest.raises(ConfigError, match="profile: name the preset itself"):
+        from_profile("smoke", profile="gate")

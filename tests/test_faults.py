@@ -113,7 +113,7 @@ def test_port_in_use_is_rejected_before_anything_starts(systems_dir, tmp_path):
 def test_interrupt_stops_every_process_and_marks_the_study(systems_dir, tmp_path):
     out = tmp_path / "artifacts"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.run.study", "--profile", "smoke", "--gateways", "direct,nginx",
+        [sys.executable, "-m", "harness", "study", "--profile", "smoke", "--gateways", "direct,nginx",
          "--set", "hold_s=60", "--set", "max_hold_s=60", "--set", "seed=3",
          "--set", f'out_dir="{out}"', "--set", 'study_id="intr"'],
         cwd=REPO_DIR, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -7,14 +7,19 @@ import sys
 
 import pandas as pd
 import pytest
+from synthetic import RunParams, make_study
 
 from harness import stats as A
+from harness.model.config import REPO_DIR, ConfigError, from_profile
+from harness.model.gateway_spec import (
+    GatewaySpecError,
+    feature_of,
+    folder_of,
+    load_gateway_spec,
+)
+from harness.run.study import prepare
 from report import format as F
 from report import tables
-from harness.model.config import REPO_DIR, ConfigError, from_profile
-from harness.model.gateway_spec import GatewaySpecError, feature_of, folder_of, load_gateway_spec
-from harness.run.study import prepare
-from synthetic import RunParams, make_study
 
 BASE = ('schema_version = 1\nname = "x"\nkind = "competitor"\n'
         '[request]\nbase_url = "{{upstream_url}}"\nmodel = "m"\n')
@@ -106,7 +111,7 @@ def test_feature_cost_lane_runs_through_papermill(tmp_path):
     32 KiB agent-style bodies; the report gains its feature-cost section."""
     out = tmp_path / "artifacts"
     done = subprocess.run(
-        [sys.executable, "-m", "harness.commands.execute", "--profile", "feature_cost",
+        [sys.executable, "-m", "harness", "notebook", "--profile", "feature_cost",
          "--set", "runs_per_gateway=1", "--set", "users=3", "--set", "warmup_users=1",
          "--set", "ramp_s=1", "--set", "hold_s=2", "--set", "warmup_s=1", "--set", "idle_s=0.5",
          "--set", "cooldown_s=0.5", "--set", f'out_dir="{out}"', "--set", 'study_id="fc"'],

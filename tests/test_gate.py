@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import sys
 from dataclasses import replace
 
 import pandas as pd
 import pytest
+from synthetic import default_params, make_study
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from synthetic import default_params, make_study  # noqa: E402
-
-from harness import stats as A  # noqa: E402
-from harness.checks import gate as G  # noqa: E402
+from harness import stats as A
+from harness.checks import gate as G
+from harness.commands import main as cli
 
 BASE_COMMIT = "abc123def4567890abc123def4567890abc12345"
 
@@ -270,7 +267,7 @@ def test_missing_baseline_tells_to_refresh_and_check_never_writes_it(studies, tm
     res = G.check(studies["base"].path, missing)
     assert res.exit_code == 2
     assert f"no baseline at {missing}" in res.text
-    assert "python -m harness.checks.gate refresh" in res.text
+    assert "python -m harness gate refresh" in res.text
     assert not missing.exists()
 
 
@@ -341,20 +338,20 @@ def test_profile_mismatch_and_system_mismatch_are_bad_input(studies, tmp_path):
 
 def test_cli_exit_codes_and_output(studies, tmp_path, capsys):
     b = str(studies["baseline"])
-    assert G.main(["check", str(studies["base"].path), "--baseline", b]) == 0
+    assert cli(["gate", "check", str(studies["base"].path), "--baseline", b]) == 0
     assert "gate: ok" in capsys.readouterr().out
-    assert G.main(["check", str(studies["slow"].path), "--baseline", b]) == 1
+    assert cli(["gate", "check", str(studies["slow"].path), "--baseline", b]) == 1
     out = capsys.readouterr().out
     assert "FAIL median overhead vs mock ratio" in out and "abc123def456" in out
     # a looser threshold (the parameters reach the judgement)
-    assert G.main(["check", str(studies["slow"].path), "--baseline", b,
+    assert cli(["gate", "check", str(studies["slow"].path), "--baseline", b,
                    "--min-threshold", "0.5"]) == 0
     capsys.readouterr()
-    assert G.main(["check", str(studies["base"].path), "--baseline",
+    assert cli(["gate", "check", str(studies["base"].path), "--baseline",
                    str(tmp_path / "missing.json")]) == 2
-    assert "harness.checks.gate refresh" in capsys.readouterr().err
+    assert "harness gate refresh" in capsys.readouterr().err
     fresh = tmp_path / "fresh.json"
-    assert G.main(["refresh", str(studies["slow"].path), "--baseline", str(fresh)]) == 0
+    assert cli(["gate", "refresh", str(studies["slow"].path), "--baseline", str(fresh)]) == 0
     assert json.loads(fresh.read_text())["study_id"] == "slow"
     assert "wrote" in capsys.readouterr().out
 

@@ -78,3 +78,20 @@ def test_a_tilde_name_is_a_second_copy_of_the_same_folder():
     a, b = load_gateway_spec("nginx"), load_gateway_spec("nginx~aa")
     assert b.name == "nginx~aa" and b.directory == a.directory and b.cache_dir == a.cache_dir
     assert b.start_command == a.start_command and b.toml_sha256 == a.toml_sha256
+
+
+@pytest.mark.parametrize("text,message", [
+    ('[ready]\ntimout_s = 5\n', "[ready] timout_s: unknown key; allowed: path, status, timeout_s"),
+    ('colour = "red"\n', "colour: unknown key"),
+    ('[ready]\ntimeout_s = "soon"\n', "[ready] timeout_s: expected a number, got 'soon'"),
+    ('[start]\ncommand = "run.sh"\n', "[start] command: expected a list of strings, got 'run.sh'"),
+    ('[request]\nheaders = { X = 1 }\n', "[request.headers] X: expected a string, got 1"),
+    ('[features.alias]\nmodle = "m"\n', "[features.alias] modle: unknown key"),
+    ('[[start.files]]\ntemplate = "t"\n', "[start.files[0]] output: missing"),
+    ('[start]\nstop_signal = "SIGNOPE"\n', "[start] stop_signal: not a signal name"),
+])
+def test_unknown_keys_and_wrong_types_name_the_file_table_and_key(tmp_path, text, message):
+    d = write(tmp_path, "x", BASE + text)
+    with pytest.raises(GatewaySpecError) as info:
+        load_gateway_spec("x", d)
+    assert str(info.value).startswith(str(d / "x" / "gateway.toml")) and message in str(info.value)

@@ -1,15 +1,9 @@
 """Per-request identity (harness/stats/identity.py) on synthetic client and mock rows."""
-import os
-import sys
-
 import pandas as pd
 import pytest
 
-REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO_DIR)
-
-from harness.stats.identity import PER_REQUEST_COLUMNS, join_requests, mock_self_time  # noqa: E402
-from mocks.stats import REQUEST_LOG_COLUMNS  # noqa: E402
+from harness.stats.identity import PER_REQUEST_COLUMNS, join_requests, mock_self_time
+from mocks.stats import REQUEST_LOG_COLUMNS
 
 T0_NS = 1_800_000_000_000_000_000
 MS = 1_000_000

@@ -2,23 +2,18 @@
 statistics return numbers and outcomes, never display strings."""
 from __future__ import annotations
 
-import os
-import sys
-
 import pandas as pd
 import pytest
+from synthetic import make_study
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from synthetic import make_study  # noqa: E402
-
-from harness import stats as A  # noqa: E402
-from harness.checks import aa, gate  # noqa: E402
-from harness.model.metrics import METRICS, Better, metric  # noqa: E402
-from harness.run import suite as S  # noqa: E402
-from harness.stats.metrics import SUMMARY_METRICS  # noqa: E402
-from report import format as F  # noqa: E402
-from report import tables  # noqa: E402
-from report.data import collect  # noqa: E402
+from harness import stats as A
+from harness.checks import aa, gate
+from harness.model.metrics import METRICS, Better, metric
+from harness.run import suite as S
+from harness.stats.metrics import SUMMARY_METRICS
+from report import format as F
+from report import tables
+from report.data import collect
 
 # Every list of metrics a table or a check shows: each must be in the registry.
 METRIC_LISTS = {

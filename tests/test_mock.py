@@ -12,24 +12,29 @@ import socket
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import psutil
 import pytest
+from polling import wait_for
+
+from mocks import __version__
+from mocks.stats import (
+    REQUEST_LOG_COLUMNS,
+    RequestLog,
+    diff_stats,
+    read_request_log,
+    read_stats,
+)
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO_DIR)
-
-from mocks import __version__  # noqa: E402
-from mocks.stats import (REQUEST_LOG_COLUMNS, RequestLog, WorkerStats, diff_stats,  # noqa: E402
-                         merge_worker_snapshots, read_request_log, read_stats)
 
 PY = sys.executable
 BODY = {"model": "gpt-test", "messages": [{"role": "user", "content": "Hello there, mock."}]}
 
-pytestmark = pytest.mark.timeout(120)
+# Each test starts the mock as a real process (its in-process statistics: test_mock_stats.py).
+pytestmark = [pytest.mark.timeout(120), pytest.mark.integration]
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -137,9 +142,7 @@ def alive(pid):
 
 
 def wait_gone(pids, timeout_s=10.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and any(alive(p) for p in pids):
-        time.sleep(0.05)
+    wait_for(lambda: not any(alive(p) for p in pids), timeout_s)
     return [p for p in pids if alive(p)]
 
 
@@ -419,12 +422,13 @@ def test_two_workers_merged_stats_exact_and_clean_stop(tmp_path):
         assert s["by_path"] == {"/v1/chat/completions": n // 2, "/v1/messages": n // 2}
         assert sum(s["hold_histogram_us"].values()) == n and s["hold_ms"]["p50"] >= 2.0
         c = m.client()  # GET /stats merges all workers (the other's figures may lag <= 0.5 s)
-        deadline = time.monotonic() + 5
-        while True:
-            merged = json.loads(call(c, "GET", "/stats")[2])
-            if merged["count"] == n or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
+        merged = {}
+
+        def merged_all():
+            merged.update(json.loads(call(c, "GET", "/stats")[2]))
+            return merged["count"] == n
+
+        wait_for(merged_all, 5)
         c.close()
         assert merged["count"] == n and merged["workers"] == 2
     finally:
@@ -472,13 +476,13 @@ def test_client_gone_is_incomplete_not_counted(mock):
         assert b"x-mock-request-id" in s.recv(65536).lower()  # head (and role frame) arrived
     with raw_request(json.dumps(BODY).encode(), b"x-mock-latency-ms: 300\r\n"):
         time.sleep(0.05)  # the request is read; leave during the hold
-    deadline = time.monotonic() + 5
-    while True:
-        after = read_stats(mock.stats_dir, fresher_than_t_unix_s=time.time())
-        d = diff_stats(after, before)
-        if d["incomplete"] == 2 or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
+    d = {}
+
+    def both_counted():
+        d.update(diff_stats(read_stats(mock.stats_dir, fresher_than_t_unix_s=time.time()), before))
+        return d["incomplete"] == 2
+
+    wait_for(both_counted, 5)
     assert d["incomplete"] == 2 and d["count"] == 0 and d["hold_count"] == 2
 
 
@@ -495,41 +499,6 @@ def test_port_in_use_fails_fast(tmp_path, workers):
     assert p.returncode != 0 and "cannot listen" in p.stderr and p.stdout == ""
 
 
-def test_read_stats_waits_for_fresh_files(tmp_path):
-    d = str(tmp_path)
-    a, b = WorkerStats(60, pid=111), WorkerStats(60, pid=222)
-    a.count, b.count = 3, 4
-    a.write(d)
-    b.write(d)
-    t = time.time()
-
-    def later():
-        time.sleep(0.3)
-        b.count = 5
-        b.write(d)
-        time.sleep(0.1)
-        a.write(d)
-
-    th = threading.Thread(target=later)
-    th.start()
-    t0 = time.monotonic()
-    s = read_stats(d, fresher_than_t_unix_s=t, timeout_s=5.0)
-    waited = time.monotonic() - t0
-    th.join()
-    assert s["fresh"] and s["count"] == 8 and s["workers"] == 2 and 0.3 <= waited < 4.0
-    # bounded: a file that never refreshes ends the wait at the timeout, marked stale
-    t0 = time.monotonic()
-    s = read_stats(d, fresher_than_t_unix_s=time.time() + 100, timeout_s=0.3)
-    assert not s["fresh"] and sorted(s["stale_workers"]) == [111, 222]
-    assert 0.3 <= time.monotonic() - t0 < 2.0
-    # a final file (worker exited) is complete, hence fresh
-    a.final = b.final = True
-    a.write(d)
-    b.write(d)
-    s = read_stats(d, fresher_than_t_unix_s=time.time() + 100, timeout_s=1.0)
-    assert s["fresh"] and s["final"] and s["count"] == 8
-
-
 def test_live_read_stats_sees_a_request(mock, conn):
     call(conn, "POST", "/v1/chat/completions", BODY)
     t = time.time()
@@ -540,37 +509,6 @@ def test_live_read_stats_sees_a_request(mock, conn):
     after = read_stats(mock.stats_dir, fresher_than_t_unix_s=t, timeout_s=3.0)
     assert after["fresh"] and time.monotonic() - t0 < 2.0
     assert after["count"] == before["count"] + 1
-
-
-def test_diff_stats_exact():
-    w = WorkerStats(60, pid=1)
-    for ns in (60_001_000, 60_015_000, 61_000_000):
-        w.record_hold(ns)
-        w.count += 1
-        w.record_response("/v1/chat/completions", 200)
-    w.record_response("/v1/messages", 400)
-    earlier = merge_worker_snapshots([w.snapshot()])
-    holds = [60_002_000, 60_004_000, 60_020_000, 62_500_000]
-    for ns in holds:
-        w.record_hold(ns)
-        w.count += 1
-        w.record_response("/v1/chat/completions", 200)
-    w.record_response("/v1/chat/completions", 400)
-    later = merge_worker_snapshots([w.snapshot()])
-    d = diff_stats(later, earlier)
-    assert d["schema_version"] == 1 and d["count"] == 4 and d["errors"] == 1
-    assert d["by_path"] == {"/v1/chat/completions": 5}
-    assert d["hold_histogram_us"] == {"60000": 2, "60020": 1, "62500": 1}
-    assert d["hold_ms"]["max"] == 62.5  # new maximum: exact
-    assert d["hold_ms"]["mean"] == pytest.approx(sum(holds) / 4 / 1e6, abs=1e-4)
-    assert 60.0 <= d["hold_ms"]["p50"] <= 60.01
-    assert set(d) >= {"count", "by_path", "errors", "hold_ms", "hold_histogram_us", "latency_ms", "workers"}
-    assert set(d["hold_ms"]) == {"p50", "p90", "p99", "max", "mean"}
-    empty = diff_stats(later, later)
-    assert empty["count"] == 0 and empty["hold_histogram_us"] == {} and empty["hold_ms"]["p50"] is None
-    with pytest.raises(ValueError):
-        diff_stats(earlier, later)
-    json.dumps(d)  # serialisable as mock_stats.json
 
 
 # ----------------------------------------------------------------------------- processes

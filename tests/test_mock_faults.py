@@ -8,18 +8,24 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import time
 
 import pytest
+from test_mock import BODY, PY, Mock, call, sse_events, stream
+
+from mocks.faults import (
+    BLOCK,
+    FaultError,
+    FaultPlan,
+    anthropic_error_body,
+    broken_frame,
+    openai_error_body,
+    parse_header,
+    parse_schedule,
+)
+from mocks.stats import diff_stats, merge_worker_snapshots, read_request_log, read_stats
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO_DIR)
-
-from mocks.faults import (BLOCK, FaultError, FaultPlan, anthropic_error_body,  # noqa: E402
-                          broken_frame, openai_error_body, parse_header, parse_schedule)
-from mocks.stats import diff_stats, merge_worker_snapshots, read_request_log, read_stats  # noqa: E402
-from test_mock import BODY, PY, Mock, call, sse_events, stream  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -10,15 +10,14 @@ import sys
 import time
 from pathlib import Path
 
+import netns
 import numpy as np
 import pandas as pd
 import pytest
+from polling import wait_for
 
 from harness.model.config import from_profile
 from harness.run.study import run_study
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import netns  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -33,7 +32,7 @@ STUDY_TIMEOUT_S = 240
 def study_command(out: Path, study_id: str, topology: Path, **extra) -> list[str]:
     sets = {**SETTINGS, **extra, "out_dir": str(out), "study_id": study_id,
             "topology": str(topology)}
-    argv = [sys.executable, "-m", "harness.run.study", "--profile", "smoke", "--gateways", "nginx"]
+    argv = [sys.executable, "-m", "harness", "study", "--profile", "smoke", "--gateways", "nginx"]
     for name, value in sets.items():
         argv += ["--set", f"{name}={json.dumps(value)}"]
     return argv
@@ -158,10 +157,10 @@ def test_stopping_the_study_stops_every_process_in_every_namespace(lab):
             if "starting load" in line or time.monotonic() > deadline:
                 break
         assert any("starting load" in line for line in seen), "".join(seen)
-        time.sleep(4)  # master and both workers running, samplers on every host
         run = tmp / "stopped" / "runs" / "nginx" / "1"
-        assert len(list((run / "pids").glob("locust-worker-*.pid"))) == 2
-        assert all(netns.pids_in(h.netns) for h in hosts[1:])
+        # master and both workers running, processes (samplers included) on every host
+        assert wait_for(lambda: len(list((run / "pids").glob("locust-worker-*.pid"))) == 2
+                        and all(netns.pids_in(h.netns) for h in hosts[1:]), 30)
         os.kill(proc.pid, signal.SIGTERM)  # `ip netns exec` execs: this is the study itself
         proc.communicate(timeout=90)
     finally:

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.integration
 def test_study_command_executes_the_notebook(tmp_path):
     out = tmp_path / "artifacts"
     done = subprocess.run(
-        [sys.executable, "-m", "harness.commands.execute", "--profile", "smoke", "--gateways", "direct,nginx",
+        [sys.executable, "-m", "harness", "notebook", "--profile", "smoke", "--gateways", "direct,nginx",
          "--set", f'out_dir="{out}"', "--set", "study_id=\"nb-smoke\""],
         cwd=REPO_DIR, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -9,13 +9,13 @@ import nbformat
 import numpy as np
 import pandas as pd
 import pytest
+from synthetic import _write_parquet, small_run_manifest, small_study_manifest
 
 from harness import stats as A
-from report import tables
 from harness.model.config import REPO_DIR, ConfigError, from_profile, validate
 from harness.run.store import REQUEST_SCHEMA
+from report import tables
 from report.build import render_report_html
-from synthetic import _write_parquet, small_run_manifest, small_study_manifest
 
 RATES, STEP_S, T0 = (100.0, 200.0, 400.0), 10.0, 1_760_000_000.0
 
@@ -43,7 +43,7 @@ def test_rates_must_be_positive_and_ascending(tmp_path, rates):
 
 
 def test_rates_that_are_not_numbers():
-    with pytest.raises(ConfigError, match="open_loop_rates_per_s: not a list of numbers"):
+    with pytest.raises(ConfigError, match="open_loop_rates_per_s: expected a list of finite numbers"):
         from_profile("open_loop", open_loop_rates_per_s="fast,faster")
     assert from_profile("open_loop", open_loop_rates_per_s="[10, 20]").open_loop_rates_per_s == (10.0, 20.0)
     assert from_profile("open_loop", open_loop_rates_per_s="10,20").open_loop_rates_per_s == (10.0, 20.0)
@@ -102,7 +102,7 @@ def _step_rows(run_id, system, index, rate, start, added, rng, unsent=False, wai
 def synthetic(tmp_path_factory):
     path = tmp_path_factory.mktemp("open-loop") / "study"
     rng = np.random.default_rng(3)
-    runs, entries, t = [], [], T0
+    entries, t = [], T0
     for system, params in RUNS.items():
         for n, p in enumerate(params, 1):
             run_id, run_dir = f"{system}-{n}", path / "runs" / system / str(n)
@@ -195,7 +195,7 @@ def test_open_loop_lane_through_papermill(tmp_path):
     out = tmp_path / "artifacts"
     rates = [20.0, 40.0]
     done = subprocess.run(
-        [sys.executable, "-m", "harness.commands.execute", "--profile", "open_loop", "--gateways", "direct,nginx",
+        [sys.executable, "-m", "harness", "notebook", "--profile", "open_loop", "--gateways", "direct,nginx",
          "--set", "runs_per_gateway=1", "--set", "users=10", "--set", "warmup_s=1",
          "--set", f"open_loop_rates_per_s={json.dumps(rates)}", "--set", "open_loop_step_s=3",
          "--set", "idle_s=1", "--set", "cooldown_s=1",

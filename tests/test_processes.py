@@ -1,13 +1,21 @@
 """Processes start in their own group, and stopping one stops everything it spawned."""
+import signal
+import subprocess
 import sys
 import time
 
 import psutil
 import pytest
+from polling import wait_for
 
 from harness.run import processes
-from harness.run.processes import ManagedProcess, ProcessError, free_port, port_in_use, wait_ready
-from polling import wait_for
+from harness.run.processes import (
+    ManagedProcess,
+    ProcessError,
+    free_port,
+    port_in_use,
+    wait_ready,
+)
 
 SPAWNER = ("import subprocess, sys, time\n"
            "kids = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']) for _ in range(3)]\n"
@@ -77,3 +85,19 @@ def test_stop_all_stops_everything_registered(tmp_path):
 def test_free_port_is_free():
     port = free_port()
     assert not port_in_use(port)
+
+
+def test_stop_tree_stops_a_group_it_did_not_start(tmp_path):
+    """The stopper harness.remote.launch uses on other hosts: by pid, no Popen needed."""
+    popen = subprocess.Popen([sys.executable, "-c", SPAWNER], stdout=subprocess.PIPE,
+                             start_new_session=True)
+    try:
+        assert popen.stdout.readline().strip() == b"spawned"
+        pids = [popen.pid, *(c.pid for c in psutil.Process(popen.pid).children(recursive=True))]
+        assert processes.stop_tree(popen.pid, signal.SIGTERM, 5.0) and len(pids) == 4
+        assert wait_for(lambda: not any(psutil.pid_exists(p) and psutil.Process(p).status()
+                                        != psutil.STATUS_ZOMBIE for p in pids), 5)
+    finally:
+        popen.kill()
+        popen.wait()
+        popen.stdout.close()

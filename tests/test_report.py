@@ -7,7 +7,6 @@ import math
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from html.parser import HTMLParser
 from pathlib import Path
@@ -15,14 +14,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from synthetic import RunParams, make_study
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from synthetic import RunParams, make_study  # noqa: E402
-
-from report import build  # noqa: E402
-from report import format as F  # noqa: E402
-from report import tables  # noqa: E402
-from report.data import collect  # noqa: E402
+from harness.commands import main as cli
+from report import build, tables
+from report import format as F
+from report.data import collect
 
 REPO_DIR = Path(__file__).resolve().parent.parent
 
@@ -234,6 +231,7 @@ def _chromium_cmd(exe: str, profile: str, *extra: str) -> list[str]:
             f"--user-data-dir={profile}", *extra]
 
 
+@pytest.mark.integration  # starts a browser
 def test_report_renders_in_headless_chromium(report_path, tmp_path):
     exe = _chromium()
     if exe is None:
@@ -267,18 +265,16 @@ def test_report_renders_in_headless_chromium(report_path, tmp_path):
     assert set(rows) == {"direct", "nginx", "sluice", "litellm"}
 
 
-def test_cli_builds_the_report(syn, tmp_path):
+def test_cli_builds_the_report(syn, tmp_path, capsys):
     out = tmp_path / "cli.html"
-    done = subprocess.run([sys.executable, "-m", "report.build", str(syn.path), "-o", str(out)],
-                          cwd=REPO_DIR, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == str(out) and 'id="headline-table"' in out.read_text()
+    assert cli(["report", str(syn.path), "-o", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == str(out) and 'id="headline-table"' in out.read_text()
 
 
 def test_cli_refuses_a_changed_artifact(tmp_path, capsys):
     s = make_study(tmp_path)
     (s.path / "runs" / "nginx" / "1" / "system.log").write_text("edited\n")
-    assert build.main([str(s.path)]) == 2
+    assert cli(["report", str(s.path)]) == 2
     assert "runs/nginx/1/system.log" in capsys.readouterr().err
     assert not (s.path / "report.html").exists()
 
@@ -313,6 +309,7 @@ def test_notebook_shows_the_same_sections_in_the_same_order():
     assert tuple(re.findall(r'render_section\(data, "(\w+)"\)', source)) == build.SECTIONS
 
 
+@pytest.mark.integration  # starts a Jupyter kernel
 def test_papermill_smoke(syn, tmp_path):
     out = build.build_report(syn.path, via_notebook=True, out=tmp_path / "nb.html")
     html = out.read_text(encoding="utf-8")

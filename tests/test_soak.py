@@ -1,10 +1,10 @@
 """A short, bounded soak of the in-house gateway: flat under load, back to idle after it."""
 import pytest
 
-from harness.stats import load_study
-from harness.model.config import from_profile
 from harness.checks.soak import soak_summary
+from harness.model.config import from_profile
 from harness.run.study import run_study
+from harness.stats import load_study
 
 pytestmark = pytest.mark.integration
 

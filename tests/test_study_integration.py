@@ -5,10 +5,11 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
+from harness.commands import main
 from harness.model.config import ConfigError, from_profile
 from harness.model.schema import SCHEMA_VERSION
 from harness.run.store import REQUEST_SCHEMA, SAMPLE_SCHEMA, sha256_file
-from harness.run.study import main, run_study
+from harness.run.study import run_study
 
 pytestmark = pytest.mark.integration
 
@@ -96,7 +97,7 @@ def test_phases_are_ordered(smoke_study):
 
 
 def test_bad_parameters_fail_before_anything_starts(tmp_path, capsys):
-    assert main(["--profile", "smoke", "--gateways", "direct,nope", "--set", "users=0",
+    assert main(["study", "--profile", "smoke", "--gateways", "direct,nope", "--set", "users=0",
                  "--set", f"out_dir=\"{tmp_path}\""]) == 2
     err = capsys.readouterr().err
     assert "gateways: unknown gateway 'nope'" in err and "users: must be at least 1" in err

@@ -6,14 +6,15 @@ import shutil
 
 import nbformat
 import pytest
+from synthetic import RunParams, make_study
 
-from harness.run import suite as S
+from harness.commands import main
 from harness.model.config import REPO_DIR
+from harness.run import suite as S
 from harness.run.store import write_json
 from harness.stats.outcomes import Outcome
 from report import format as F
 from report.suite import cells_frame
-from synthetic import RunParams, make_study
 
 
 def write_suite(tmp_path, text, name="t.toml"):
@@ -80,11 +81,18 @@ def test_comparison_key_is_the_whole_configuration(tmp_path):
 
 @pytest.mark.parametrize("text,message", [
     ('name = "x"\n[axes]\n', "needs at least one axis"),
-    ('[axes]\nload.users = 4\n', "must be a non-empty list"),
-    ('[axes]\nload.users = [1]\nusers = [2]\n', "both set users"),
+    ('[axes]\nload.users = 4\n', r"\[axes\] load.users: expected a non-empty list of values, got 4"),
+    ('[axes]\nload.users = [1]\nusers = [2]\n', r"\[axes\] users: sets users, as 'load.users' does"),
     ('[axes]\nload.users = [1]\n[[exclude]]\nwhere = { seed = 1 }\nreason = "r"\n', "not axes"),
     ('profile = "fast"\n[axes]\nload.users = [1]\n', "unknown profile"),
-    ('colour = 1\n[axes]\nload.users = [1]\n', "unknown keys"),
+    ('colour = 1\n[axes]\nload.users = [1]\n', "colour: unknown key; allowed: name, description"),
+    ('name = 3\n[axes]\nload.users = [1]\n', "name: expected a string, got 3"),
+    ('[base]\nload.users = "many"\n[axes]\nseed = [1]\n',
+     r"\[base\] load.users: expected a whole number, got 'many'"),
+    ('[axes]\nload.think_time_s = [0.1, "slow"]\n',
+     r"\[axes\] load.think_time_s: expected a finite number, got 'slow'"),
+    ('[axes]\nload.userz = [1]\n', r"\[axes\] load.userz: load has no 'userz'"),
+    ('[axes]\nseed = [1]\n[[exclude]]\nwhere = { seed = 1 }\n', r"\[exclude\[0\]\] reason: missing"),
     ('[axes\n', "not valid TOML"),
 ])
 def test_bad_suite_files_are_refused_before_anything_runs(tmp_path, text, message):
@@ -93,11 +101,11 @@ def test_bad_suite_files_are_refused_before_anything_runs(tmp_path, text, messag
 
 
 def test_dry_run_lists_cells_keys_and_reasons(tmp_path, capsys):
-    assert S.main([str(write_suite(tmp_path, BASIC)), "--dry-run", "--out-dir", str(tmp_path / "o")]) == 0
+    assert main(["suite", str(write_suite(tmp_path, BASIC)), "--dry-run", "--out-dir", str(tmp_path / "o")]) == 0
     out = capsys.readouterr().out
     assert out.count("cannot run: users: must be at least 1") == 2 and "not needed here" in out
     assert not (tmp_path / "o" / "basic").exists()
-    assert S.main([str(tmp_path / "missing.toml"), "--dry-run"]) == 2
+    assert main(["suite", str(tmp_path / "missing.toml"), "--dry-run"]) == 2
 
 
 @pytest.mark.parametrize("name", ["smoke", "streaming", "load-levels"])

@@ -5,13 +5,13 @@ from pathlib import Path
 
 import psutil
 import pytest
-
-from harness.model.config import ConfigError, from_profile, validate
-from harness.remote.hosts import RemoteProcess, command_on, facts, snapshot, start_on
-from harness.model.plan import make_plan
-from harness.run.study import main
-from harness.model.topology import Host, TopologyError, load_topology, local_topology
 from polling import wait_for
+
+from harness.commands import main
+from harness.model.config import ConfigError, from_profile, validate
+from harness.model.plan import make_plan
+from harness.model.topology import Host, TopologyError, load_topology, local_topology
+from harness.remote.hosts import RemoteProcess, command_on, facts, snapshot, start_on
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "topologies"
@@ -69,11 +69,12 @@ locust_workers = [{ host = "c", count = 0 }]
     with pytest.raises(TopologyError) as caught:
         load_topology(write(tmp_path, bad))
     text = "\n".join(caught.value.problems)
-    assert "hosts.a: address must be an IPv4 address, got 'gateway.lab'" in text
-    assert "prefix command 'no-such-prefix-command-here' is not runnable here" in text
-    assert "hosts.a: unknown key 'colour'" in text
-    assert "roles.system: unknown host 'nowhere'" in text
-    assert "locust_workers[0]: unknown host 'c'" in text and "count must be a whole number" in text
+    assert "[hosts.a] address: must be an IPv4 address, got 'gateway.lab'" in text
+    assert "command 'no-such-prefix-command-here' is not runnable here" in text
+    assert "[hosts.a] colour: unknown key; allowed: address, prefix, quote" in text
+    assert "[roles] system: unknown host 'nowhere'" in text
+    assert "[roles.locust_workers[0]] host: unknown host 'c'" in text
+    assert "[roles.locust_workers[0]] count: must be at least 1, got 0" in text
     assert "only one host may be this machine" in text  # b and d have no prefix
     assert len(caught.value.problems) == 7
 
@@ -87,7 +88,7 @@ def test_missing_and_malformed_files(tmp_path):
 
 def test_bad_topology_fails_study_validation_before_anything_starts(tmp_path, capsys):
     out = tmp_path / "out"
-    assert main(["--profile", "smoke", "--gateways", "nginx", "--set", f"out_dir=\"{out}\"",
+    assert main(["study", "--profile", "smoke", "--gateways", "nginx", "--set", f"out_dir=\"{out}\"",
                  "--set", f"topology=\"{tmp_path / 'absent.toml'}\""]) == 2
     assert "topology: " in capsys.readouterr().err and not (out.exists() and any(out.iterdir()))
     path = write(tmp_path, GOOD)
@@ -116,7 +117,7 @@ def test_the_documented_examples_parse(name):
     try:
         topology = load_topology(EXAMPLES / name)
     except TopologyError as exc:  # only ssh may be missing on a machine that runs the tests
-        assert all("prefix command 'ssh'" in p for p in exc.problems), exc.problems
+        assert all("command 'ssh'" in p for p in exc.problems), exc.problems
         return
     assert topology.roles()
 
@@ -159,7 +160,7 @@ def test_facts_are_read_on_the_host_through_its_prefix():
 def test_a_host_that_cannot_run_the_harness_stops_the_study_before_it_starts(tmp_path, capsys):
     path = write(tmp_path, GOOD.replace('prefix = ["env"]', 'prefix = ["false"]'))
     out = tmp_path / "out"
-    assert main(["--profile", "smoke", "--gateways", "nginx", "--set", f"out_dir=\"{out}\"",
+    assert main(["study", "--profile", "smoke", "--gateways", "nginx", "--set", f"out_dir=\"{out}\"",
                  "--set", f"topology=\"{path}\""]) == 2
     err = capsys.readouterr().err
     assert "topology: host gw: false env PYTHONPATH=" in err and "exited with 1" in err

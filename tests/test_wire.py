@@ -3,16 +3,14 @@ exact microseconds out."""
 import json
 import os
 import socket
-import sys
 from decimal import Decimal
 
 import dpkt
 import pytest
 
-REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO_DIR)
+from harness.stats.wire import COLUMNS, summarize, wire_times
 
-from harness.stats.wire import COLUMNS, summarize, wire_times  # noqa: E402
+REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 GW, MOCK = 8000, 9000
 T0_NS = 1_800_000_000_000_000_000

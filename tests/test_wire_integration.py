@@ -15,12 +15,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO_DIR)
+from harness.run.capture import Capture, CaptureError
+from harness.stats.wire import summarize, wire_times
+from mocks.stats import read_request_log
 
-from harness.run.capture import Capture, CaptureError  # noqa: E402
-from harness.stats.wire import summarize, wire_times  # noqa: E402
-from mocks.stats import read_request_log  # noqa: E402
+REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 NGINX = "/usr/sbin/nginx"
 TCPDUMP = shutil.which("tcpdump") or "/usr/bin/tcpdump"

@@ -6,7 +6,7 @@ with a ``~suffix`` runs the same gateway folder under another name); the study's
 alike; if they do not, the differences the study reports between *different* systems cannot be
 trusted on this machine right now.
 
-    python -m harness.checks.aa STUDY_DIR [--a A] [--b B] [--metrics m1,m2,...]
+    python -m harness aa STUDY_DIR [--a A] [--b B] [--metrics m1,m2,...]
 
 exits 0 when the check passes, 1 when the noise is too high, 2 on bad input.
 
@@ -25,12 +25,10 @@ never presented as a comparison of the two names: they are the same system.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
-import sys
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable
 
 import pandas as pd
 
@@ -38,10 +36,8 @@ from harness.checks.inputs import CheckInputError, floor_of, require_completed
 from harness.model.metrics import metric
 from harness.model.roles import Roles
 from harness.stats.across import describe, verdict
-from harness.stats.loading import ArtifactError, load_study
 from harness.stats.metrics import OVERHEAD_EPSILON_MS
 from harness.stats.outcomes import Outcome
-from harness.stats.runs import run_summary
 from report.format import verdict_reason
 
 PASS = "pass"
@@ -197,36 +193,3 @@ def pair(manifest: dict, a: str | None = None, b: str | None = None) -> tuple[st
                            "both given")
     return a, b
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m harness.checks.aa",
-                                description="A/A check: the same system under two names in one "
-                                            "study must show no clear difference (exit 0 pass, "
-                                            "1 noise too high, 2 bad input)")
-    p.add_argument("study_dir", help="artifacts/<study-id>")
-    p.add_argument("--a", default=None, help="first copy (default: the study's aa_pair)")
-    p.add_argument("--b", default=None, help="second copy (default: the study's aa_pair)")
-    p.add_argument("--metrics", default=",".join(DEFAULT_METRICS),
-                   help="comma-separated run_summary columns (default: %(default)s)")
-    p.add_argument("--max-diff", type=float, default=MAX_DIFF,
-                   help="largest relative difference of the means (default: %(default)s)")
-    p.add_argument("--max-cov", type=float, default=MAX_COV,
-                   help="also require each copy's CoV below this (default: no spread limit)")
-    args = p.parse_args(argv)
-    metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
-    try:
-        try:
-            study = load_study(args.study_dir)
-        except ArtifactError as exc:
-            raise AAInputError(str(exc)) from None
-        a, b = pair(study.manifest, args.a, args.b)
-        res = aa_check(run_summary(study), a, b, metrics, args.max_diff, args.max_cov)
-    except AAInputError as exc:
-        print(f"A/A check: cannot be made: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    print(res.text)
-    return res.exit_code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

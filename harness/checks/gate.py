@@ -1,8 +1,8 @@
 """The performance regression gate: one system's figures, as ratios to the reference measured in
 the same study, against a committed baseline (baselines/gate.json, documented in baselines/README.md).
 
-    python -m harness.checks.gate check   STUDY_DIR [--baseline baselines/gate.json]
-    python -m harness.checks.gate refresh STUDY_DIR [--baseline baselines/gate.json]
+    python -m harness gate check   STUDY_DIR [--baseline baselines/gate.json]
+    python -m harness gate refresh STUDY_DIR [--baseline baselines/gate.json]
 
 ``check`` exits 0 when no figure regressed, 1 when at least one did (one ``FAIL`` line each),
 2 on bad input (no baseline, a study without the candidate or the reference, failed runs of
@@ -37,10 +37,8 @@ and three standard deviations of the accepted run keep a noisy figure from faili
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,12 +51,12 @@ from harness.checks.inputs import CheckInputError, floor_of, require_completed
 from harness.model.config import REPO_DIR
 from harness.model.metrics import metric
 from harness.model.roles import Roles
+from harness.run.atomic import write_atomic
 from harness.stats.across import describe, ratio_with_sd
 from harness.stats.loading import ArtifactError, Study, load_study
 from harness.stats.metrics import OVERHEAD_EPSILON_MS
 from harness.stats.runs import run_summary
 from report.format import value as show_value
-from harness.run.atomic import write_atomic
 
 SCHEMA_VERSION = 1
 DEFAULT_BASELINE = REPO_DIR / "baselines" / "gate.json"
@@ -326,7 +324,7 @@ def write_baseline(path: str | Path, baseline: Mapping) -> Path:
 
 
 def _refresh_hint(path: Path) -> str:
-    return (f"run `python -m harness.checks.gate refresh artifacts/<study-id> --baseline {path}` on an "
+    return (f"run `python -m harness gate refresh artifacts/<study-id> --baseline {path}` on an "
             "accepted gate study and commit the file")
 
 
@@ -467,41 +465,3 @@ def refresh(study_dir: str | Path, baseline_path: str | Path = DEFAULT_BASELINE,
                      f"{f['method']}, {fd.direction} is better)")
     return GateResult(EXIT_OK, tuple(lines))
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m harness.checks.gate", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="command", required=True)
-    for name, text in (("check", "judge a study against the baseline (exit 0 ok, 1 regression, "
-                                 "2 bad input)"),
-                       ("refresh", "write the baseline from a study (deliberately)")):
-        sp = sub.add_parser(name, help=text, description=text)
-        sp.add_argument("study_dir", help="artifacts/<study-id>")
-        sp.add_argument("--baseline", default=str(DEFAULT_BASELINE),
-                        help="baseline file (default: %(default)s)")
-        sp.add_argument("--candidate", default=None,
-                        help="candidate system (default: the study's gate_system)")
-        sp.add_argument("--reference", default=None,
-                        help="reference system (default: the study's reference_system)")
-        sp.add_argument("--epsilon-ms", type=float, default=None if name == "check"
-                        else OVERHEAD_EPSILON_MS,
-                        help="floor of the reference's overhead before dividing (default: the "
-                             f"baseline's, or {OVERHEAD_EPSILON_MS} ms)")
-        if name == "check":
-            sp.add_argument("--min-threshold", type=float, default=MIN_THRESHOLD,
-                            help="smallest threshold, as a fraction (default: %(default)s)")
-            sp.add_argument("--sd-multiple", type=float, default=SD_MULTIPLE,
-                            help="threshold in baseline sds (default: %(default)s)")
-    args = p.parse_args(argv)
-    if args.command == "check":
-        res = check(args.study_dir, args.baseline, args.candidate, args.reference,
-                    args.min_threshold, args.sd_multiple, args.epsilon_ms)
-    else:
-        res = refresh(args.study_dir, args.baseline, args.candidate, args.reference,
-                      args.epsilon_ms)
-    print(res.text, file=sys.stderr if res.exit_code == EXIT_BAD_INPUT else sys.stdout)
-    return res.exit_code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,17 +1,14 @@
 """Soak check: under steady load a system's RSS, open files and in-flight requests stay flat,
 and return to idle once the load stops. Computed from samples.parquet and the run manifests.
 
-    python -m harness.checks.soak STUDY_DIR
+    python -m harness soak STUDY_DIR
 """
 from __future__ import annotations
 
 import math
-import sys
 
 import numpy as np
 import pandas as pd
-
-from harness.stats import load_study
 
 RSS_GROWTH_LIMIT = 0.10   # last quarter of the hold vs its first quarter
 FD_RETURN_SLACK = 2       # descriptors above idle still counted as "returned" (lazy closes)
@@ -64,18 +61,3 @@ def soak_summary(study) -> pd.DataFrame:
             "verdict": "flat" if not reasons else "not flat", "reasons": "; ".join(reasons),
         })
     return pd.DataFrame(rows)
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m harness.checks.soak STUDY_DIR", file=sys.stderr)
-        return 2
-    table = soak_summary(load_study(argv[0]))
-    with pd.option_context("display.width", 200, "display.max_columns", 30):
-        print(table.to_string(index=False))
-    return 0 if (table.verdict == "flat").all() else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,25 +1,30 @@
 """Install systems under test ahead of a study (the study does the same on its own).
 
-    python -m harness.commands.install all            # every runnable system under gateways/
-    python -m harness.commands.install litellm nginx
+    python -m harness install               # every runnable system under gateways/
+    python -m harness install litellm nginx
 
 Idempotent: each system's declared check decides whether its install step runs. A failed
 install names the system and its command, and the others go on.
 """
 from __future__ import annotations
 
-import sys
+import argparse
 import time
 
 from harness.model.config import GATEWAYS_DIR, REPO_DIR, known_gateways
-from harness.model.gateway_spec import load_gateway_spec
-from harness.run.systems import install, read_version
+
+HELP = "install systems under test into .cache/ (idempotent)"
 
 
-def main(argv: list[str] | None = None) -> int:
-    names = (sys.argv[1:] if argv is None else argv) or ["all"]
-    if names == ["all"]:
-        names = known_gateways(GATEWAYS_DIR)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("systems", nargs="*", default=["all"], metavar="SYSTEM",
+                        help="folder names under gateways/, or 'all' (default)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.model.gateway_spec import load_gateway_spec
+    from harness.run.systems import install, read_version
+    names = known_gateways(GATEWAYS_DIR) if args.systems == ["all"] else args.systems
     failed = []
     for name in names:
         spec = load_gateway_spec(name)
@@ -35,7 +40,3 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: FAILED: {result.message}", flush=True)
             failed.append(name)
     return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

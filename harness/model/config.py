@@ -36,14 +36,18 @@ class ConfigError(ValueError):
 
     def __init__(self, problems: list[str]):
         self.problems = problems
-        super().__init__("invalid study parameters:\n  - " + "\n  - ".join(problems))
+        if len(problems) == 1:
+            super().__init__(f"invalid study parameter: {problems[0]}")
+        else:
+            super().__init__("invalid study parameters:\n  - " + "\n  - ".join(problems))
 
 
 @dataclass(frozen=True)
 class StudyConfig:
     """A whole study. Field comments are the documentation of each setting."""
 
-    gateways: tuple[str, ...] = ("direct", "nginx")  # systems, by folder name under gateways/
+    gateways: tuple[str, ...] = ("all",)  # systems, by folder name under gateways_dir; "all" = every
+                                         # one there (a profile may name its own set)
     profile: str = "standard"            # which preset the values came from (recorded)
     reference_system: str = "nginx"      # verdicts compare every system with this one (when it ran)
     aa_pair: tuple[str, ...] = ()        # two copies of one system that must agree (A/A check);
@@ -74,16 +78,30 @@ class StudyConfig:
     feature: str = ""                    # feature-cost lane: each system is called as its
                                          # [features.NAME] says ("" = [request] as declared)
     request_bytes: int = 0               # request body size: 0 = a small chat; N = an agent-style
-                                         # conversation of N bytes (harness/bodies.py)
+                                         # conversation of N bytes (harness/run/bodies.py)
     gateway_workers: int = field(default_factory=lambda: os.cpu_count() or 1)  # per system
     ready_timeout_s: float = 60.0        # a system not ready by then fails its run
     seed: int = 0                        # orders systems within each round of the plan
     gateways_dir: str = "gateways"       # where the system folders are (relative to the repo)
     base_port: int = 0                   # 0: any free ports; N: the mock on N, the system on N+1
     topology: str = ""                   # a topology file: which host runs what
-                                         # (harness/topology.py); "" = all on this machine
+                                         # (harness/model/topology.py); "" = all on this machine
     out_dir: str = "artifacts"           # the study directory is out_dir/study_id
     study_id: str = ""                   # "" = a UTC timestamp chosen when the study starts
+
+    def __post_init__(self) -> None:
+        """Each field converted to its declared type (values arrive as text from --set, papermill
+        and suite files); every value that cannot be is named in one ConfigError."""
+        problems = []
+        for f in dataclasses.fields(self):
+            try:
+                object.__setattr__(self, f.name, convert(f.name, getattr(self, f.name)))
+            except ConfigError as exc:
+                problems += exc.problems
+        if problems:
+            raise ConfigError(problems)
+        if self.gateways == ("all",):
+            object.__setattr__(self, "gateways", tuple(known_gateways(self.systems_dir)))
 
     def with_study_id(self) -> "StudyConfig":
         if self.study_id:
@@ -146,7 +164,7 @@ PROFILES: dict[str, dict] = {
     # The measured window is the 30 s held at the top, as in every other profile.
     "published": dict(ramp_s=330.0, think_time_s=0.0),
     # The regression gate: fixed moderate load, short enough for CI, interleaved runs; a second
-    # copy of nginx lets the gate check its own noise first (harness/gate_run.py).
+    # copy of nginx lets the gate check its own noise first (python -m harness gate).
     "gate": dict(gateways=("nginx", "nginx~aa", "sluice"), aa_pair=("nginx", "nginx~aa"), users=50, ramp_s=5.0, hold_s=20.0,
                  warmup_s=2.0, think_time_s=0.05, idle_s=1.0, cooldown_s=2.0, max_hold_s=40.0),
     # The study measuring itself: nginx as A and as A' must show no clear difference.
@@ -156,7 +174,7 @@ PROFILES: dict[str, dict] = {
     # time to first token and each gap between frames are measured by the load generator.
     "streaming": dict(users=200, ramp_s=30.0, hold_s=30.0, stream=True),
     # Steady load on the in-house gateway, then a long cool-down: RSS, open files and in-flight
-    # requests must stay flat and return to idle (python -m harness.checks.soak STUDY_DIR).
+    # requests must stay flat and return to idle (python -m harness soak STUDY_DIR).
     "soak": dict(gateways=("sluice",), users=100, ramp_s=5.0, hold_s=120.0, warmup_s=2.0,
                  think_time_s=0.05, cooldown_s=15.0, runs_per_gateway=1, max_hold_s=150.0),
     # The feature-cost lane: Sluice called one feature at a time, interleaved in the same rounds
@@ -180,46 +198,57 @@ PROFILES: dict[str, dict] = {
 }
 
 
-def from_profile(profile: str = "standard", **overrides) -> StudyConfig:
+def from_profile(profile: str = "standard", /, **overrides) -> StudyConfig:
     """A config from a preset plus explicit overrides (None values are ignored)."""
     if profile not in PROFILES:
         raise ConfigError([f"profile: unknown profile {profile!r}; choose one of {sorted(PROFILES)}"])
+    if overrides.get("profile") is not None:
+        raise ConfigError([f"profile: name the preset itself (--profile {overrides['profile']}), "
+                           "not as an override"])
     values = dict(PROFILES[profile])
     values.update({k: v for k, v in overrides.items() if v is not None})
     known = {f.name for f in dataclasses.fields(StudyConfig)}
     unknown = sorted(set(values) - known)
     if unknown:
         raise ConfigError([f"{name}: unknown parameter" for name in unknown])
-    if "gateways" in values:
-        values["gateways"] = parse_gateways(values["gateways"],
-                                            _repo_path(values.get("gateways_dir", "gateways")))
-    if "aa_pair" in values:
-        values["aa_pair"] = tuple(parse_gateways(values["aa_pair"]))
-    if "open_loop_rates_per_s" in values:
-        values["open_loop_rates_per_s"] = parse_rates(values["open_loop_rates_per_s"])
     return StudyConfig(profile=profile, **values)
 
 
-def parse_rates(value) -> tuple[float, ...]:
-    """Open-loop rates: a list, a JSON list in a string, or "100,200"."""
-    try:
-        if isinstance(value, str):
-            text = value.strip()
-            value = json.loads(text) if text.startswith("[") else [v for v in text.split(",") if v.strip()]
-        return tuple(float(v) for v in value)
-    except (TypeError, ValueError):
-        raise ConfigError([f"open_loop_rates_per_s: not a list of numbers: {value!r}"]) from None
+def from_notebook(profile: str, overrides: dict | str, **named) -> StudyConfig:
+    """The study notebook's parameters: the named ones that are set (not None) win over
+    `overrides`, a dict of any other fields or its JSON text (as `papermill -p` passes it)."""
+    table = overrides
+    if isinstance(overrides, str):
+        try:
+            table = json.loads(overrides) if overrides.strip() else {}
+        except ValueError:
+            table = None
+    if not isinstance(table, dict):
+        raise ConfigError([f"overrides: expected a table of NAME: VALUE, got {overrides!r}"])
+    return from_profile(profile, **{**table, **{k: v for k, v in named.items() if v is not None}})
 
 
 def parse_overrides(items: list[str]) -> dict:
-    """Command-line `--set NAME=VALUE` items; a value is read as JSON when it parses as JSON."""
-    overrides = {}
+    """Command-line `--set NAME=VALUE` items. A value is read as JSON when it parses as JSON,
+    except for a text field, which keeps what was typed unless it is a quoted JSON string
+    (`--set study_id=2024` names the study "2024")."""
+    overrides, problems = {}, []
+    types = {f.name: f.type for f in dataclasses.fields(StudyConfig)}
     for item in items:
-        name, _, value = item.partition("=")
+        name, eq, text = item.partition("=")
+        name = name.strip()
+        if not eq or not name:
+            problems.append(f"--set {item!r}: expected NAME=VALUE")
+            continue
         try:
-            overrides[name] = json.loads(value)
+            value = json.loads(text)
         except ValueError:
-            overrides[name] = value
+            value = text
+        if types.get(name) == "str" and not isinstance(value, str):
+            value = text
+        overrides[name] = value
+    if problems:
+        raise ConfigError(problems)
     return overrides
 
 
@@ -229,20 +258,93 @@ def known_gateways(gateways_dir: Path) -> list[str]:
     return sorted(p.name for p in gateways_dir.iterdir() if (p / "gateway.toml").is_file())
 
 
-def parse_gateways(value, gateways_dir: Path = GATEWAYS_DIR) -> tuple[str, ...]:
-    """A list, a JSON list in a string (papermill -p passes strings), "a,b", or "all"."""
+class _Expected(ValueError):
+    """A value that is not of a field's type; the message says what was expected."""
+
+
+def _whole(value) -> int:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value.strip())
+        except ValueError:
+            raise _Expected("a whole number") from None
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Expected("a whole number")
+    return value
+
+
+def _number(value) -> float:
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise _Expected("a finite number") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise _Expected("a finite number")
+    return float(value)
+
+
+def _flag(value) -> bool:
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    if not isinstance(value, bool):
+        raise _Expected("true or false")
+    return value
+
+
+def _text(value) -> str:
+    if not isinstance(value, str):
+        raise _Expected("text")
+    return value
+
+
+def _items(value, what: str) -> list:
+    """A list, a JSON list in a string (papermill -p passes strings), or "a,b"."""
     if isinstance(value, str):
         text = value.strip()
-        if text == "all":
-            return tuple(known_gateways(gateways_dir))
         if text.startswith("["):
             try:
                 value = json.loads(text)
             except ValueError:
-                raise ConfigError([f"gateways: not a JSON list: {text!r}"]) from None
+                raise _Expected(what) from None
         else:
             value = [part.strip() for part in text.split(",") if part.strip()]
-    return tuple(str(v) for v in value)
+    if not isinstance(value, (list, tuple)):
+        raise _Expected(what)
+    return list(value)
+
+
+def _names(value) -> tuple[str, ...]:
+    what = 'a list of system names ("a,b" or ["a", "b"])'
+    names = _items(value, what)
+    if not all(isinstance(v, str) and v for v in names):
+        raise _Expected(what)
+    return tuple(names)
+
+
+def _numbers(value) -> tuple[float, ...]:
+    what = 'a list of finite numbers ("100,200" or [100, 200])'
+    try:
+        return tuple(_number(v) for v in _items(value, what))
+    except _Expected:
+        raise _Expected(what) from None
+
+
+# StudyConfig's field annotations (text, under `from __future__ import annotations`) -> converter.
+_CONVERTERS = {"int": _whole, "float": _number, "bool": _flag, "str": _text,
+               "tuple[str, ...]": _names, "tuple[float, ...]": _numbers}
+
+
+def convert(name: str, value):
+    """`value` as the type of StudyConfig's field `name`; ConfigError naming the field, the
+    value and what was expected otherwise."""
+    field_type = next(f.type for f in dataclasses.fields(StudyConfig) if f.name == name)
+    try:
+        return _CONVERTERS[field_type](value)
+    except _Expected as exc:
+        raise ConfigError([f"{name}: expected {exc}, got {value!r}"]) from None
 
 
 def validate(config: StudyConfig) -> None:
@@ -258,7 +360,9 @@ def validate(config: StudyConfig) -> None:
     need(not config.aa_pair or (len(config.aa_pair) == 2 and set(config.aa_pair) <= set(config.gateways)),
          f"aa_pair: must be two of the study's systems, got {list(config.aa_pair)}")
     need(len(set(config.gateways)) == len(config.gateways), "gateways: a system is listed twice")
-    from harness.model.gateway_spec import folder_of  # here: gateway_spec imports this module
+    from harness.model.gateway_spec import (
+        folder_of,  # here: gateway_spec imports this module
+    )
     for name in config.gateways:
         # 'nginx~aa': the same system under a second name; 'sluice@alias': called as its feature says
         folder = folder_of(name)

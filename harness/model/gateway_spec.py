@@ -7,10 +7,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-import tomllib
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.model import toml_schema as T
 from harness.model.config import GATEWAYS_DIR, REPO_DIR
 
 SCHEMA_VERSION = 1
@@ -23,6 +24,26 @@ PLACEHOLDERS = ("port", "listen_host", "upstream_url", "upstream_host", "upstrea
                 "gateway_dir", "cache_dir", "repo_dir", "python", "workers")
 DIALECT_PATHS = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+_HEADERS = T.Table(each=T.STR)
+# The format of gateway.toml (documented in gateways/README.md).
+SCHEMA = T.Table(required=("schema_version", "name", "kind"), keys={
+    "schema_version": T.INT, "name": T.STR, "kind": T.STR, "role": T.STR, "language": T.STR,
+    "description": T.STR, "runnable": T.BOOL, "not_runnable_reason": T.STR,
+    "not_runnable_command": T.STR,
+    "version": T.Table({"command": T.STRINGS, "pattern": T.STR}),
+    "install": T.Table({"check": T.STRINGS, "command": T.STRINGS, "timeout_s": T.NUMBER}),
+    "start": T.Table({"command": T.STRINGS, "env": T.Table(each=T.STR),
+                      "files": T.Tables(T.Table({"template": T.STR, "output": T.STR},
+                                                required=("template", "output"))),
+                      "stop_signal": T.STR, "stop_timeout_s": T.NUMBER}),
+    "ready": T.Table({"path": T.STR, "status": T.INT, "timeout_s": T.NUMBER,
+                      "warmup_requests": T.INT}),
+    "request": T.Table({"base_url": T.STR, "chat_path": T.STR, "model": T.STR, "headers": _HEADERS,
+                        "self_overhead_header": T.STR, "self_overhead_scale_ms": T.NUMBER}),
+    "metrics": T.Table({"path": T.STR, "inflight_gauge": T.STR}),
+    "features": T.Table(each=T.Table({"dialect": T.STR, "chat_path": T.STR, "model": T.STR,
+                                      "headers": _HEADERS})),
+})
 
 
 class GatewaySpecError(ValueError):
@@ -114,12 +135,6 @@ class GatewaySpec:
         return REPO_DIR / ".cache" / "gateways" / self.directory.name
 
 
-def _strings(value, where: str, path: Path) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise GatewaySpecError(f"{path}: {where} must be a list of strings")
-    return tuple(value)
-
-
 def folder_of(system: str) -> str:
     """'nginx~aa' names a second copy of the system in gateways/nginx (for A/A checks);
     'sluice@alias' is gateways/sluice called with one feature (the feature-cost lane)."""
@@ -138,25 +153,26 @@ def load_gateway_spec(system: str, gateways_dir: Path = GATEWAYS_DIR) -> Gateway
 
 def _load_folder(name: str, gateways_dir: Path) -> GatewaySpec:
     path = gateways_dir / name / "gateway.toml"
+    if not path.is_file():
+        raise GatewaySpecError(f"unknown gateway {name!r}: {path} does not exist")
     try:
-        raw_bytes = path.read_bytes()
-    except FileNotFoundError:
-        raise GatewaySpecError(f"unknown gateway {name!r}: {path} does not exist") from None
-    try:
-        data = tomllib.loads(raw_bytes.decode())
-    except tomllib.TOMLDecodeError as exc:
-        raise GatewaySpecError(f"{path}: not valid TOML: {exc}") from None
-    if data.get("schema_version") != SCHEMA_VERSION:
+        data, raw_bytes = T.load(path, SCHEMA)
+    except T.TomlSchemaError as exc:
+        raise GatewaySpecError(str(exc)) from None
+    if data["schema_version"] != SCHEMA_VERSION:
         raise GatewaySpecError(f"{path}: schema_version must be {SCHEMA_VERSION}")
-    if data.get("name") != name:
+    if data["name"] != name:
         raise GatewaySpecError(f"{path}: name must equal the folder name {name!r}")
-    if data.get("kind") not in KINDS:
+    if data["kind"] not in KINDS:
         raise GatewaySpecError(f"{path}: kind must be one of {KINDS}")
     if data.get("role", "system") not in ROLES:
         raise GatewaySpecError(f"{path}: role must be one of {ROLES}")
+    start = data.get("start", {})
+    if not isinstance(getattr(signal, start.get("stop_signal", "SIGTERM"), None), signal.Signals):
+        raise GatewaySpecError(f"{path}: [start] stop_signal: not a signal name: "
+                               f"{start['stop_signal']!r}")
     version = data.get("version", {})
     install = data.get("install", {})
-    start = data.get("start", {})
     ready = data.get("ready", {})
     request = data.get("request", {})
     metrics = data.get("metrics", {})
@@ -168,27 +184,27 @@ def _load_folder(name: str, gateways_dir: Path) -> GatewaySpec:
         description=data.get("description", ""),
         directory=(gateways_dir / name).resolve(),
         toml_sha256=hashlib.sha256(raw_bytes).hexdigest(),
-        runnable=bool(data.get("runnable", True)),
+        runnable=data.get("runnable", True),
         not_runnable_reason=data.get("not_runnable_reason", ""),
         not_runnable_command=data.get("not_runnable_command", ""),
-        version_command=_strings(version.get("command", []), "version.command", path),
+        version_command=tuple(version.get("command", ())),
         version_pattern=version.get("pattern", ""),
-        install_check=_strings(install.get("check", []), "install.check", path),
-        install_command=_strings(install.get("command", []), "install.command", path),
+        install_check=tuple(install.get("check", ())),
+        install_command=tuple(install.get("command", ())),
         install_timeout_s=float(install.get("timeout_s", 900)),
-        start_command=_strings(start.get("command", []), "start.command", path),
-        start_env={str(k): str(v) for k, v in start.get("env", {}).items()},
+        start_command=tuple(start.get("command", ())),
+        start_env=dict(start.get("env", {})),
         start_files=tuple(TemplateFile(f["template"], f["output"]) for f in start.get("files", [])),
         stop_signal=start.get("stop_signal", "SIGTERM"),
         stop_timeout_s=float(start.get("stop_timeout_s", 10)),
         ready_path=ready.get("path", "/health"),
-        ready_status=int(ready.get("status", 200)),
+        ready_status=ready.get("status", 200),
         ready_timeout_s=float(ready.get("timeout_s", 30)),
-        warmup_requests=int(ready.get("warmup_requests", 0)),
+        warmup_requests=ready.get("warmup_requests", 0),
         base_url=request.get("base_url", "http://{{listen_host}}:{{port}}"),
         chat_path=request.get("chat_path", "/v1/chat/completions"),
         model=request.get("model", "mock-model"),
-        headers={str(k): str(v) for k, v in request.get("headers", {}).items()},
+        headers=dict(request.get("headers", {})),
         self_overhead_header=request.get("self_overhead_header", ""),
         self_overhead_scale_ms=float(request.get("self_overhead_scale_ms", 1.0)),
         metrics_path=metrics.get("path", ""),
@@ -204,24 +220,16 @@ def _load_folder(name: str, gateways_dir: Path) -> GatewaySpec:
     return spec
 
 
-def _features(table, path: Path) -> dict:
-    if not isinstance(table, dict):
-        raise GatewaySpecError(f"{path}: [features] must be a table of [features.NAME] tables")
+def _features(table: dict, path: Path) -> dict:
+    """[features.NAME] tables (their keys and types already checked against SCHEMA)."""
     features = {}
     for name, f in table.items():
-        where = f"{path}: [features.{name}]"
-        if not isinstance(f, dict):
-            raise GatewaySpecError(f"{where} must be a table")
-        unknown = sorted(set(f) - {"dialect", "chat_path", "model", "headers"})
-        if unknown:
-            raise GatewaySpecError(f"{where}: unknown key(s) {unknown}")
         dialect = f.get("dialect", "openai")
         if dialect not in DIALECT_PATHS:
-            raise GatewaySpecError(f"{where}: dialect must be one of {sorted(DIALECT_PATHS)}")
-        headers = f.get("headers")
+            raise GatewaySpecError(f"{path}: [features.{name}] dialect must be one of "
+                                   f"{sorted(DIALECT_PATHS)}")
         features[name] = Feature(name=name, dialect=dialect, chat_path=f.get("chat_path"),
-                                 model=f.get("model"),
-                                 headers=None if headers is None else {str(k): str(v) for k, v in headers.items()})
+                                 model=f.get("model"), headers=f.get("headers"))
     return features
 
 

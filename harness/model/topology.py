@@ -12,13 +12,22 @@ import dataclasses
 import ipaddress
 import shutil
 import socket
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.model import toml_schema as T
+
 SCHEMA_VERSION = 1
-_HOST_KEYS = {"address", "prefix", "quote"}
-_ROLE_KEYS = {"mock", "system", "locust_master", "locust_workers"}
+# The format of a topology file (README: Multi-host runs).
+SCHEMA = T.Table(required=("schema_version", "hosts", "roles"), keys={
+    "schema_version": T.INT,
+    "hosts": T.Table(each=T.Table({"address": T.STR, "prefix": T.STRINGS, "quote": T.BOOL},
+                                  required=("address",))),
+    "roles": T.Table({"mock": T.STR, "system": T.STR, "locust_master": T.STR,
+                      "locust_workers": T.Tables(T.Table({"host": T.STR, "count": T.INT},
+                                                         required=("host",)))},
+                     required=("mock", "system", "locust_master")),
+})
 
 
 class TopologyError(ValueError):
@@ -90,50 +99,36 @@ def load_topology(path: str | Path) -> Topology:
     """Parse and check a topology file; TopologyError lists every problem."""
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
-    except OSError as exc:
-        raise TopologyError([f"{path}: cannot read it ({exc.strerror or exc})"]) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise TopologyError([f"{path}: not valid TOML: {exc}"]) from None
-    problems: list[str] = []
-    if data.get("schema_version") != SCHEMA_VERSION:
+        data, _ = T.read(path)
+    except T.TomlSchemaError as exc:
+        raise TopologyError(exc.problems) from None
+    # Keys and types first, then what the values mean, so that every problem is named at once.
+    problems = T.problems(data, SCHEMA, path)
+    if data.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
         problems.append(f"{path}: schema_version must be {SCHEMA_VERSION}")
-    for key in sorted(set(data) - {"schema_version", "hosts", "roles"}):
-        problems.append(f"{path}: unknown key {key!r}")
     hosts = _hosts(data.get("hosts"), path, problems)
-    roles = data.get("roles")
-    if not isinstance(roles, dict):
-        problems.append(f"{path}: [roles] is missing")
-        raise TopologyError(problems)
-    for key in sorted(set(roles) - _ROLE_KEYS):
-        problems.append(f"{path}: roles: unknown key {key!r}")
     names = {h.name for h in hosts}
+    roles = data.get("roles") if isinstance(data.get("roles"), dict) else {}
 
     def placed(role: str) -> str:
         name = roles.get(role)
-        if not isinstance(name, str):
-            problems.append(f"{path}: roles.{role} must name a host")
-        elif name not in names:
-            problems.append(f"{path}: roles.{role}: unknown host {name!r}; hosts: {sorted(names)}")
+        if isinstance(name, str) and name not in names:
+            problems.append(f"{path}: [roles] {role}: unknown host {name!r}; hosts: {sorted(names)}")
         return name if isinstance(name, str) else ""
 
     mock, system, master = placed("mock"), placed("system"), placed("locust_master")
     workers = []
     entries = roles.get("locust_workers", [])
-    if not isinstance(entries, list):
-        problems.append(f"{path}: roles.locust_workers must be a list of {{host, count}}")
-        entries = []
-    for i, entry in enumerate(entries):
-        where = f"{path}: roles.locust_workers[{i}]"
-        if not isinstance(entry, dict) or set(entry) - {"host", "count"}:
-            problems.append(f"{where}: must be {{host = NAME, count = N}}")
-            continue
-        if entry.get("host") not in names:
-            problems.append(f"{where}: unknown host {entry.get('host')!r}; hosts: {sorted(names)}")
-        count = entry.get("count", 1)
-        if not isinstance(count, int) or count < 1:
-            problems.append(f"{where}: count must be a whole number >= 1, got {count!r}")
-        workers.append(Workers(str(entry.get("host")), count if isinstance(count, int) else 0))
+    for i, entry in enumerate(entries if isinstance(entries, list) else []):
+        if not isinstance(entry, dict):
+            continue  # named by the schema check
+        where = f"{path}: [roles.locust_workers[{i}]]"
+        host, count = entry.get("host"), entry.get("count", 1)
+        if isinstance(host, str) and host not in names:
+            problems.append(f"{where} host: unknown host {host!r}; hosts: {sorted(names)}")
+        if isinstance(count, int) and count < 1:
+            problems.append(f"{where} count: must be at least 1, got {count}")
+        workers.append(Workers(str(host), count if isinstance(count, int) else 0))
     if problems:
         raise TopologyError(problems)
     return Topology(hosts=tuple(hosts), mock=mock, system=system, locust_master=master,
@@ -141,35 +136,32 @@ def load_topology(path: str | Path) -> Topology:
 
 
 def _hosts(table, path: Path, problems: list[str]) -> list[Host]:
-    if not isinstance(table, dict) or not table:
-        problems.append(f"{path}: [hosts.NAME] tables are missing")
-        return []
+    """The [hosts.NAME] tables whose types are right, with the problems of their values."""
+    if isinstance(table, dict) and not table:
+        problems.append(f"{path}: [hosts]: no [hosts.NAME] table")
     hosts = []
-    for name, entry in table.items():
-        where = f"{path}: hosts.{name}"
+    for name, entry in (table.items() if isinstance(table, dict) else ()):
         if not isinstance(entry, dict):
-            problems.append(f"{where}: must be a table")
-            continue
-        for key in sorted(set(entry) - _HOST_KEYS):
-            problems.append(f"{where}: unknown key {key!r}")
+            continue  # named by the schema check
+        where = f"{path}: [hosts.{name}]"
         address = entry.get("address")
         try:
-            ipaddress.IPv4Address(address)
+            if isinstance(address, str):
+                ipaddress.IPv4Address(address)
         except ValueError:  # IPv4: it goes into URLs and host:port settings unbracketed
-            problems.append(f"{where}: address must be an IPv4 address, got {address!r}")
+            problems.append(f"{where} address: must be an IPv4 address, got {address!r}")
         prefix = entry.get("prefix", [])
-        if not isinstance(prefix, list) or not all(isinstance(p, str) and p for p in prefix):
-            problems.append(f"{where}: prefix must be a list of non-empty strings")
-            prefix = []
+        if not isinstance(prefix, list) or not all(isinstance(p, str) for p in prefix):
+            prefix = []  # named by the schema check
+        elif not all(prefix):
+            problems.append(f"{where} prefix: must not contain empty strings")
         elif prefix and shutil.which(prefix[0]) is None:
-            problems.append(f"{where}: prefix command {prefix[0]!r} is not runnable here "
+            problems.append(f"{where} prefix: command {prefix[0]!r} is not runnable here "
                             f"(not found on PATH)")
         quote = entry.get("quote", False)
-        if not isinstance(quote, bool):
-            problems.append(f"{where}: quote must be true or false")
-        hosts.append(Host(str(name), str(address), tuple(prefix), bool(quote)))
+        hosts.append(Host(str(name), str(address), tuple(prefix), quote is True))
     if sum(h.local for h in hosts) > 1:
-        problems.append(f"{path}: only one host may be this machine (an empty prefix); "
+        problems.append(f"{path}: [hosts]: only one host may be this machine (an empty prefix); "
                         f"got {[h.name for h in hosts if h.local]}")
     return hosts
 

@@ -1,4 +1,5 @@
 """The 1-second sampler, run on another host beside the processes placed there.
+Not a user command: the harness starts it there through the host's prefix (harness/run/run.py).
 
     python -m harness.remote.host_sampler SPEC.json
 
@@ -9,6 +10,7 @@ harness consolidates the CSV into samples.parquet.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import signal
 import sys
@@ -29,11 +31,10 @@ def read_pids(paths: list[str]) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m harness.remote.host_sampler SPEC.json", file=sys.stderr)
-        return 2
-    spec = json.loads(Path(argv[0]).read_text())
+    parser = argparse.ArgumentParser(prog="python -m harness.remote.host_sampler", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("spec", type=Path, help="the sampler's JSON spec")
+    spec = json.loads(parser.parse_args(argv).spec.read_text())
     sampler = Sampler(Path(spec["csv"]), host=spec["host"])
     for role, entry in spec["roles"].items():
         inflight = None

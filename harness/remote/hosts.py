@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 from harness.model.config import REPO_DIR
+from harness.model.topology import Host, Topology
 from harness.remote.machine import host_snapshot, machine_facts
 from harness.run.processes import ManagedProcess, ProcessError
-from harness.model.topology import Host, Topology
 
 REMOTE_CALL_TIMEOUT_S = 30.0
 

@@ -1,4 +1,5 @@
 """Start and stop one process on a host, run there through the host's command prefix.
+Not a user command: the harness runs it on other hosts (harness/remote/hosts.py).
 
     python -m harness.remote.launch --pid-file F [--cwd D] -- COMMAND...
         records its pid in F, then becomes COMMAND (exec): the pid in F is the real process,
@@ -15,14 +16,12 @@ import argparse
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 import psutil
 
 from harness.run.atomic import write_atomic
-
-POLL_S = 0.05
+from harness.run.processes import stop_tree
 
 
 def launch(pid_file: Path, cwd: str, command: list[str]) -> None:
@@ -37,53 +36,17 @@ def launch(pid_file: Path, cwd: str, command: list[str]) -> None:
     os.execvp(command[0], command)
 
 
-def _gone(p: psutil.Process) -> bool:
-    try:
-        return not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return True
-
-
 def stop(pid_file: Path, sig: signal.Signals, timeout_s: float) -> int:
     """0 when nothing of the process is left (or it never started), 1 otherwise."""
     try:
         pid = int(pid_file.read_text().split()[0])
         written = pid_file.stat().st_mtime
-        root = psutil.Process(pid)
         # A pid reused by an unrelated process after ours exited is not ours to stop.
-        if root.create_time() > written + 1.0:
+        if psutil.Process(pid).create_time() > written + 1.0:
             return 0
-        tree = [root, *root.children(recursive=True)]
     except (OSError, ValueError, IndexError, psutil.Error):
         return 0
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and not all(_gone(p) for p in tree):
-        tree += [c for p in tree if not _gone(p) for c in _children(p) if c not in tree]
-        time.sleep(POLL_S)
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    for p in tree:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline and not all(_gone(p) for p in tree):
-        time.sleep(POLL_S)
-    return 0 if all(_gone(p) for p in tree) else 1
-
-
-def _children(p: psutil.Process) -> list[psutil.Process]:
-    try:
-        return p.children(recursive=True)
-    except psutil.Error:
-        return []
+    return 0 if stop_tree(pid, sig, timeout_s) else 1
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,11 @@
-"""Facts about the machine and the software, recorded in every manifest (as pyperf does)."""
+"""Facts about the machine and the software, recorded in every manifest (as pyperf does).
+
+`python -m harness.remote.machine --facts|--snapshot` is not a user command: the harness runs it
+on other hosts through their prefix and reads the JSON it prints (harness/remote/hosts.py).
+"""
 from __future__ import annotations
 
+import argparse
 import importlib.metadata
 import json
 import os
@@ -83,13 +88,14 @@ def git_commit() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m harness.remote.machine --facts|--snapshot`: JSON on stdout, read on another host
-    through its command prefix (harness/hosts.py)."""
-    what = (sys.argv[1:] if argv is None else argv) or ["--facts"]
-    if what[0] not in ("--facts", "--snapshot"):
-        print("usage: python -m harness.remote.machine --facts|--snapshot", file=sys.stderr)
-        return 2
-    print(json.dumps(machine_facts() if what[0] == "--facts" else host_snapshot()))
+    """JSON on stdout: this machine's facts (default) or a snapshot of its load."""
+    parser = argparse.ArgumentParser(prog="python -m harness.remote.machine", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--facts", action="store_true", help="kernel, CPU, memory, ... (default)")
+    what.add_argument("--snapshot", action="store_true", help="load averages and memory now")
+    args = parser.parse_args(argv)
+    print(json.dumps(host_snapshot() if args.snapshot else machine_facts()))
     return 0
 
 

@@ -14,11 +14,11 @@ import numpy as np
 import pandas as pd
 
 from harness.model.config import MAX_SPAWN_RATE_PER_PROCESS, REPO_DIR
-from harness.run.bodies import DIALECTS, chat_body
 from harness.model.plan import RunSpec
-from harness.remote.hosts import pid_file, start_on
-from harness.run.processes import ManagedProcess, ProcessError, log_tail
 from harness.model.schema import REQUESTS
+from harness.remote.hosts import pid_file, start_on
+from harness.run.bodies import DIALECTS, chat_body
+from harness.run.processes import ManagedProcess, ProcessError, log_tail
 from harness.run.store import read_raw_csv, stored_frame, write_table
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")

@@ -15,11 +15,13 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Iterable
 
 import psutil
 
 _live: dict[int, "ManagedProcess"] = {}
 _live_lock = threading.Lock()
+POLL_S = 0.05
 
 
 class ProcessError(RuntimeError):
@@ -94,31 +96,13 @@ class ManagedProcess:
         return procs
 
     def stop(self) -> None:
-        """Graceful signal to the group, then SIGKILL to the group and every descendant seen."""
+        """stop_tree() on its group and every descendant seen, then reap the root."""
         self.tree()
-        try:
-            os.killpg(self.pid, self.stop_signal)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.popen.wait(timeout=self.stop_timeout_s)
-        except subprocess.TimeoutExpired:
-            pass
-        leftovers = [p for p in self._seen.values() if _is_alive(p)]
-        try:
-            os.killpg(self.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        for p in leftovers:
-            try:
-                p.kill()
-            except psutil.Error:
-                pass
+        stop_tree(self.pid, self.stop_signal, self.stop_timeout_s, self._seen.values())
         try:
             self.popen.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
-        psutil.wait_procs([p for p in leftovers if _is_alive(p)], timeout=5)
         self._log.close()
         with _live_lock:
             _live.pop(self.pid, None)
@@ -135,6 +119,49 @@ def _is_alive(p: psutil.Process) -> bool:
         return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def _descendants(p: psutil.Process) -> list[psutil.Process]:
+    try:
+        return p.children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def stop_tree(pid: int, sig: signal.Signals, timeout_s: float,
+              known: Iterable[psutil.Process] = ()) -> bool:
+    """Stop the process group `pid` leads and every descendant: `sig` to the group, up to
+    timeout_s for all of them to exit (children started meanwhile included), then SIGKILL to the
+    group and to each one left, by pid (a child may have left the group). `known`: processes
+    seen earlier, whose parent may be gone by now. True when nothing is left alive.
+    The one stopper for local processes (ManagedProcess) and remote ones (harness.remote.launch)."""
+    tree = list(known)
+    try:
+        root = psutil.Process(pid)
+        tree += [p for p in (root, *_descendants(root)) if p not in tree]
+    except psutil.Error:
+        pass
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(_is_alive(p) for p in tree):
+        tree += [c for p in tree if _is_alive(p) for c in _descendants(p) if c not in tree]
+        time.sleep(POLL_S)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for p in tree:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline and any(_is_alive(p) for p in tree):
+        time.sleep(POLL_S)
+    return not any(_is_alive(p) for p in tree)
 
 
 def stop_all() -> None:

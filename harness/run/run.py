@@ -11,25 +11,40 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from harness.remote import hosts
-from harness.run import load as load_stage
+import mocks
 from harness.model.gateway_spec import GatewaySpec
-from harness.remote.machine import host_snapshot
+from harness.model.manifests import (
+    HostSnapshot,
+    LocustSummary,
+    ManifestError,
+    MockSummary,
+    Phases,
+    PreRequestCheck,
+    RequestInfo,
+    RunChecks,
+    RunHost,
+    RunManifest,
+    from_plain,
+)
 from harness.model.plan import RunSpec
-from harness.run.processes import ProcessError, free_port
-from harness.model.manifests import (HostSnapshot, LocustSummary, ManifestError, MockSummary,
-                                     Phases, PreRequestCheck, RequestInfo, RunChecks, RunHost,
-                                     RunManifest, from_plain)
 from harness.model.schema import SAMPLES, UnknownVersionError
+from harness.remote import hosts
+from harness.remote.machine import host_snapshot
+from harness.run import load as load_stage
+from harness.run.processes import ProcessError, free_port
 from harness.run.sampling import Sampler, scrape_gauge
-from harness.run.store import (hash_run_files, read_raw_csv, sha256_file, stored_frame, write_atomic,
-                               write_json, write_table)
+from harness.run.store import (
+    hash_run_files,
+    read_raw_csv,
+    sha256_file,
+    stored_frame,
+    write_atomic,
+    write_json,
+    write_table,
+)
 from harness.run.systems import start_mock, start_system
 from harness.run.verify import pre_check, send_chat
 from mocks.stats import diff_stats, read_stats
-
-import mocks
-
 
 # A sampler on another host stops by itself this long after the run should have ended.
 SAMPLER_MARGIN_S = 300.0
@@ -56,7 +71,7 @@ def run_dir_for(study_dir: Path, spec: RunSpec) -> Path:
     return study_dir / "runs" / spec.system / str(spec.run_index)
 
 
-def execute_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Path,
+def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Path,
                 progress: Callable[[str], None] = print) -> RunRecord:
     run_dir = run_dir_for(study_dir, spec)
     if run_dir.exists():

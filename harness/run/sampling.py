@@ -20,7 +20,6 @@ import psutil
 from harness.model.schema import SAMPLES
 
 
-
 def scrape_gauge(url: str, gauge: str, timeout_s: float = 0.5) -> float:
     """Sum of a Prometheus gauge's samples (all label sets); NaN when it cannot be read."""
     try:

@@ -10,7 +10,13 @@ import psutil
 
 from harness.model.gateway_spec import load_gateway_spec
 from harness.run.processes import log_tail
-from harness.run.systems import install, is_installed, read_version, start_mock, start_system
+from harness.run.systems import (
+    install,
+    is_installed,
+    read_version,
+    start_mock,
+    start_system,
+)
 from harness.run.verify import mock_snapshot, reply_problem, send_chat
 
 

@@ -11,7 +11,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.model.schema import NUMERIC, REQUESTS, SAMPLES, SCHEMA_VERSION, Table, check_version
+from harness.model.schema import (
+    NUMERIC,
+    REQUESTS,
+    SAMPLES,
+    SCHEMA_VERSION,
+    Table,
+    check_version,
+)
 from harness.run.atomic import write_atomic
 
 _ARROW = {"string": pa.string(), "float64": pa.float64(), "int32": pa.int32(),

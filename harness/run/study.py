@@ -1,32 +1,39 @@
 """Run a whole study: validate, install, plan, execute every run, seal the study manifest.
 
-    python -m harness.run.study --profile smoke --gateways direct,nginx
-
-The notebooks call run_study(); this module's command line does the same without Jupyter.
+The notebooks call run_study(); `python -m harness study` does the same without Jupyter.
 """
 from __future__ import annotations
 
-import argparse
 import signal
-import sys
 import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.model import config as config_mod
-from harness.remote import hosts
 from harness.model.config import ConfigError, StudyConfig
-from harness.model.gateway_spec import GatewaySpec, GatewaySpecError, feature_of, load_gateway_spec
-from harness.remote.machine import git_commit, machine_facts, package_versions
+from harness.model.gateway_spec import (
+    GatewaySpec,
+    GatewaySpecError,
+    feature_of,
+    load_gateway_spec,
+)
+from harness.model.manifests import (
+    Attempt,
+    PlanEntry,
+    RunEntry,
+    StudyHost,
+    StudyManifest,
+    SystemInfo,
+)
 from harness.model.plan import RunSpec, make_plan
+from harness.model.topology import topology_of
+from harness.remote import hosts
+from harness.remote.machine import git_commit, machine_facts, package_versions
 from harness.run.processes import ProcessError, port_in_use, stop_all
-from harness.run.run import Interrupted, RunRecord, completed_record, execute_run
-from harness.model.manifests import (Attempt, PlanEntry, RunEntry, StudyHost, StudyManifest,
-                                     SystemInfo)
+from harness.run.run import Interrupted, RunRecord, completed_record, measure_run
 from harness.run.store import write_atomic
 from harness.run.systems import InstallResult, install, missing_binary, read_version
-from harness.model.topology import topology_of
 
 
 @dataclass(frozen=True)
@@ -128,7 +135,7 @@ def run_study(config: StudyConfig, progress=print) -> StudyResult:
                 progress(f"{label} kept: completed earlier with the same comparison key")
             else:
                 progress(f"{label} starting ({_eta(started, executed, len(runnable) - index + 1)})")
-                record = execute_run(spec, specs[spec.system], versions[spec.system], study_dir,
+                record = measure_run(spec, specs[spec.system], versions[spec.system], study_dir,
                                      progress=lambda message, label=label: progress(f"{label} {message}"))
                 executed += 1
             records.append(record)
@@ -207,31 +214,3 @@ def _eta(started: float, done: int, left: int) -> str:
     if done == 0:
         return f"{left} runs to do"
     return f"elapsed {elapsed / 60:.1f} min, ~{elapsed / done * left / 60:.1f} min remaining"
-
-
-def parse_args(argv: list[str]) -> StudyConfig:
-    parser = argparse.ArgumentParser(prog="python -m harness.run.study", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--profile", default="standard", choices=sorted(config_mod.PROFILES))
-    parser.add_argument("--gateways", help="comma-separated system names (default: direct,nginx)")
-    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                        help="override any StudyConfig field, e.g. --set users=200 (JSON values)")
-    args = parser.parse_args(argv)
-    overrides = config_mod.parse_overrides(args.set)
-    if args.gateways:
-        overrides["gateways"] = args.gateways
-    return config_mod.from_profile(args.profile, **overrides)
-
-
-def main(argv: list[str] | None = None) -> int:
-    try:
-        config = parse_args(sys.argv[1:] if argv is None else argv)
-        result = run_study(config)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0 if result.status == "completed" else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

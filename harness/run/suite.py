@@ -1,8 +1,8 @@
 """Suites of cells: a base configuration plus axes, expanded into studies that can be compared.
 
-    python -m harness.run.suite notebooks/suites/streaming.toml --dry-run     # cells, exclusions, keys
-    python -m harness.run.suite notebooks/suites/streaming.toml [--out-dir artifacts/suites] [--suite-id ID]
-    python -m harness.run.suite --compare artifacts/suites/A artifacts/suites/B
+    python -m harness suite notebooks/suites/streaming.toml --dry-run     # cells, exclusions, keys
+    python -m harness suite notebooks/suites/streaming.toml [--out-dir artifacts/suites] [--suite-id ID]
+    python -m harness suite --compare artifacts/suites/A artifacts/suites/B
 
 A suite file is TOML::
 
@@ -28,14 +28,11 @@ where the comparison keys are equal.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import itertools
 import json
-import sys
 import time
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -43,16 +40,17 @@ from typing import Any, Callable
 import pandas as pd
 
 from harness.model import config as config_mod
+from harness.model import toml_schema as T
 from harness.model.config import ConfigError, StudyConfig
 from harness.model.gateway_spec import GatewaySpecError, load_gateway_spec
 from harness.model.roles import FLOOR, Roles
+from harness.run.store import read_json, sha256_file, write_json
+from harness.run.study import prepare
 from harness.stats.across import describe, system_summary, verdict
 from harness.stats.loading import Study, load_study
 from harness.stats.open_loop import open_loop_capacity, open_loop_steps
 from harness.stats.runs import run_summary
 from harness.stats.streaming import stream_summary
-from harness.run.study import prepare
-from harness.run.store import read_json, sha256_file, write_json
 
 DEFAULT_OUT_DIR = "artifacts/suites"
 NAMESPACE: dict[str, tuple[str, ...]] = {
@@ -74,6 +72,13 @@ NOT_IN_KEY = SUITE_OWNED + ("base_port", "gateways_dir")
 CELL_METRICS = ("throughput_rps", "overhead_vs_direct_p50_ms", "overhead_vs_direct_p99_ms",
                 "cpu_ms_per_request", "errors_total")
 LANE_METRICS = ("ttft_overhead_p50_ms", "stopped_at_rps")
+
+
+# The format of a suite file (this module's docstring); paths and values are checked after.
+SCHEMA = T.Table({"name": T.STR, "description": T.STR, "profile": T.STR,
+                  "base": T.Table(each=T.ANY), "axes": T.Table(each=T.ANY),
+                  "exclude": T.Tables(T.Table({"where": T.Table(each=T.ANY), "reason": T.STR},
+                                              required=("where", "reason")))})
 
 
 class SuiteError(ValueError):
@@ -134,44 +139,54 @@ def _flatten(table: dict, prefix: str = "") -> dict:
 def load_suite(path: str | Path) -> Suite:
     path = resolve_path(path)
     try:
-        text = path.read_text()
-        data = tomllib.loads(text)
-    except OSError as exc:
-        raise SuiteError(f"{path}: cannot read the suite file ({exc.strerror or exc})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise SuiteError(f"{path}: not valid TOML: {exc}") from None
-    unknown = sorted(set(data) - {"name", "description", "profile", "base", "axes", "exclude"})
-    if unknown:
-        raise SuiteError(f"{path}: unknown keys {unknown}")
-    name = str(data.get("name") or path.stem)
+        data, raw = T.load(path, SCHEMA)
+    except T.TomlSchemaError as exc:
+        raise SuiteError(str(exc)) from None
+    name = data.get("name") or path.stem
     if not name.replace("-", "").replace("_", "").isalnum():
         raise SuiteError(f"{path}: name {name!r} must be letters, digits, '-' or '_'")
-    profile = str(data.get("profile", "standard"))
+    profile = data.get("profile", "standard")
     if profile not in config_mod.PROFILES:
         raise SuiteError(f"{path}: unknown profile {profile!r}; choose one of {sorted(config_mod.PROFILES)}")
-    base = {field_of(p): v for p, v in _flatten(data.get("base", {})).items()}
+    base = {_setting(path, "base", p, [value]): value
+            for p, value in _flatten(data.get("base", {})).items()}
     axes = _flatten(data.get("axes", {}))
     if not axes:
         raise SuiteError(f"{path}: [axes] is empty; a suite needs at least one axis")
     seen: dict[str, str] = {}
     for axis, values in axes.items():
-        target = field_of(axis)
-        if target in seen:
-            raise SuiteError(f"{path}: axes {seen[target]!r} and {axis!r} both set {target}")
-        seen[target] = axis
         if not isinstance(values, list) or not values:
-            raise SuiteError(f"{path}: axis {axis!r} must be a non-empty list of values")
+            raise SuiteError(f"{path}: [axes] {axis}: expected a non-empty list of values, got {values!r}")
+        target = _setting(path, "axes", axis, values)
+        if target in seen:
+            raise SuiteError(f"{path}: [axes] {axis}: sets {target}, as {seen[target]!r} does")
+        seen[target] = axis
     exclude = []
     for i, rule in enumerate(data.get("exclude", [])):
-        where = _flatten(rule.get("where", {})) if isinstance(rule, dict) else {}
-        if not where or not rule.get("reason"):
-            raise SuiteError(f"{path}: exclude[{i}] needs a 'where' table and a 'reason'")
+        where = _flatten(rule["where"])
+        if not where:
+            raise SuiteError(f"{path}: [exclude[{i}]] where: names no axis")
         stray = sorted(set(where) - set(axes))
         if stray:
-            raise SuiteError(f"{path}: exclude[{i}] names {stray}, which are not axes")
-        exclude.append((where, str(rule["reason"])))
-    return Suite(name=name, description=str(data.get("description", "")), profile=profile,
-                 base=base, axes=axes, exclude=tuple(exclude), path=path, text=text)
+            raise SuiteError(f"{path}: [exclude[{i}]] where: names {stray}, which are not axes")
+        exclude.append((where, rule["reason"]))
+    return Suite(name=name, description=data.get("description", ""), profile=profile,
+                 base=base, axes=axes, exclude=tuple(exclude), path=path, text=raw.decode())
+
+
+def _setting(path: Path, table: str, setting: str, values: list) -> str:
+    """The field a setting of the file names, once each of its values fits that field's type;
+    otherwise SuiteError naming the file, the table, the setting and (for a value) what was
+    expected."""
+    try:
+        name = field_of(setting)
+        for value in values:
+            config_mod.convert(name, value)
+    except SuiteError as exc:
+        raise SuiteError(f"{path}: [{table}] {exc}") from None
+    except ConfigError as exc:
+        raise SuiteError(f"{path}: [{table}] {setting}: {exc.problems[0].partition(': ')[2]}") from None
+    return name
 
 
 def resolve_path(path: str | Path) -> Path:
@@ -213,7 +228,7 @@ def expand(suite: Suite, out_dir: str = DEFAULT_OUT_DIR) -> list[Cell]:
         except ConfigError as exc:
             cells.append(Cell(cell_id, values, None, "", "cannot run: " + "; ".join(exc.problems)))
             continue
-        except (GatewaySpecError, TypeError) as exc:
+        except GatewaySpecError as exc:
             cells.append(Cell(cell_id, values, None, "", f"cannot run: {exc}"))
             continue
         cells.append(Cell(cell_id, values, config, key, ""))
@@ -259,7 +274,9 @@ def run_suite(suite: Suite, cells: list[Cell], out_dir: str = DEFAULT_OUT_DIR, s
     """Run every runnable cell as a study (with its baseline) in its own directory, one after
     the other; the suite manifest is rewritten after each. A suite run again with the same
     suite_id keeps every run that completed with the same comparison key."""
-    from harness.run.study import run_study  # here: expanding a suite must not need the runner
+    from harness.run.study import (
+        run_study,  # here: expanding a suite must not need the runner
+    )
 
     suite_id = suite_id or f"{suite.name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     suite_dir = config_mod._repo_path(out_dir) / suite_id
@@ -385,47 +402,3 @@ def compare_suites(a_dir: str | Path, b_dir: str | Path,
                               "comparison_key": key[:12],
                               "why": "no cell with this comparison key in the other suite"})
     return pd.DataFrame(rows), pd.DataFrame(apart)
-
-
-# --- command line --------------------------------------------------------------------------------
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.run.suite", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("suite", nargs="?", help="a suite file, e.g. notebooks/suites/streaming.toml")
-    parser.add_argument("--out-dir", default=DEFAULT_OUT_DIR)
-    parser.add_argument("--suite-id", default="", help="default: <name>-<UTC timestamp>; an "
-                        "existing one resumes it")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="list the cells, the combinations left out and why, and the keys")
-    parser.add_argument("--compare", nargs=2, metavar=("SUITE_DIR_A", "SUITE_DIR_B"))
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    with pd.option_context("display.width", 200, "display.max_columns", 50,
-                           "display.max_colwidth", 120):
-        if args.compare:
-            compared, apart = compare_suites(*args.compare)
-            print(compared.to_string(index=False) if len(compared) else "no cell has a key in both")
-            if len(apart):
-                print("\nnot comparable:\n" + apart.to_string(index=False))
-            return 0
-        if not args.suite:
-            parser.error("a suite file (or --compare A B) is needed")
-        try:
-            suite = load_suite(args.suite)
-            cells = expand(suite, args.out_dir)
-        except SuiteError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        print(cells_table(cells).to_string(index=False))
-        if args.dry_run:
-            return 0
-        if not any(c.config for c in cells):
-            print("error: no cell of this suite can run", file=sys.stderr)
-            return 2
-        result = run_suite(suite, cells, args.out_dir, args.suite_id)
-        print(suite_table(result.suite_dir).to_string(index=False))
-    return 0 if result.status == "completed" else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

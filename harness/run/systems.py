@@ -11,10 +11,10 @@ from pathlib import Path
 
 from harness.model.config import REPO_DIR
 from harness.model.gateway_spec import GatewaySpec, render
-from harness.remote.hosts import pid_file, start_on
-from harness.run.processes import ManagedProcess, free_port, wait_ready
-from harness.run.load import Target
 from harness.model.topology import Host
+from harness.remote.hosts import pid_file, start_on
+from harness.run.load import Target
+from harness.run.processes import ManagedProcess, free_port, wait_ready
 
 # No topology: every process on this machine, on the loopback address, as always.
 LOCALHOST = Host("localhost", "127.0.0.1")

@@ -24,16 +24,31 @@ Definitions (the report's methodology prints the same text, from ``DEFINITIONS``
 # The public names, for ``from harness import stats`` in notebooks and tests; code in the
 # repository imports from the module that defines a name.
 from harness.stats.across import (  # noqa: F401
-    Verdict, compare, describe, ratio_with_sd, reference_of, roles, system_labels,
-    system_summary, verdict,
+    Verdict,
+    compare,
+    describe,
+    ratio_with_sd,
+    reference_of,
+    roles,
+    system_labels,
+    system_summary,
+    verdict,
 )
 from harness.stats.feature_cost import feature_cost, feature_runs  # noqa: F401
 from harness.stats.loading import (  # noqa: F401
-    ArtifactError, IntegrityError, Study, load_study, read_json, system_order,
+    ArtifactError,
+    IntegrityError,
+    Study,
+    load_study,
+    read_json,
+    system_order,
 )
 from harness.stats.metrics import DEFINITIONS, ERROR_KINDS, PERCENTILES  # noqa: F401
 from harness.stats.open_loop import (  # noqa: F401
-    OPEN_LOOP_DEFINITIONS, is_open_loop, open_loop_capacity, open_loop_steps,
+    OPEN_LOOP_DEFINITIONS,
+    is_open_loop,
+    open_loop_capacity,
+    open_loop_steps,
 )
 from harness.stats.outcomes import Basis, Label, Outcome  # noqa: F401
 from harness.stats.ramp import ramp_curve, rss_timeline  # noqa: F401

@@ -11,10 +11,10 @@ from dataclasses import asdict
 
 import pandas as pd
 
+from harness.model.gateway_spec import feature_of, folder_of
 from harness.model.roles import Roles
 from harness.stats.across import describe, verdict
 from harness.stats.loading import Study
-from harness.model.gateway_spec import feature_of, folder_of
 from harness.stats.runs import _ok, _pct, run_summary, window_rows
 
 PASSTHROUGH = "passthrough"

@@ -9,10 +9,21 @@ from typing import Any
 import pandas as pd
 
 from harness.model import migrate
-from harness.model.manifests import (ManifestError, PlanEntry, RunEntry, RunManifest,
-                                     StudyManifest)
-from harness.model.schema import (REQUESTS, SAMPLES, SCHEMA_VERSION, Table, UnknownVersionError,
-                                  check_version)
+from harness.model.manifests import (
+    ManifestError,
+    PlanEntry,
+    RunEntry,
+    RunManifest,
+    StudyManifest,
+)
+from harness.model.schema import (
+    REQUESTS,
+    SAMPLES,
+    SCHEMA_VERSION,
+    Table,
+    UnknownVersionError,
+    check_version,
+)
 from harness.run.store import parquet_version, read_json, sha256_file
 
 

@@ -2,7 +2,6 @@
 statistic. How each figure is named and shown is the metric registry's (harness/model/metrics.py)."""
 from __future__ import annotations
 
-
 # --- thresholds (the issue's criteria) -----------------------------------------------------------
 LOCUST_CPU_LIMIT_PERCENT = 90.0      # per Locust process; Locust itself warns at 90 %
 MOCK_HOLD_TOLERANCE_MS = 2.0         # the mock's hold-time p99 must be within this of its setting

@@ -4,10 +4,9 @@ from __future__ import annotations
 import math
 from typing import Iterable
 
-from harness.model.manifests import RunManifest
-
 import pandas as pd
 
+from harness.model.manifests import RunManifest
 from harness.model.roles import Roles
 from harness.stats.across import describe
 from harness.stats.loading import Study, _phase

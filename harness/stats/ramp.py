@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from harness.stats.loading import Study, _num, _phase, mock_latency_ms
 from harness.model.roles import Roles
+from harness.stats.loading import Study, _num, _phase, mock_latency_ms
 from harness.stats.metrics import DEFAULT_BIN_USERS, PERCENTILES
 from harness.stats.runs import _ok, _pct, users_bin
 

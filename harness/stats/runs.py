@@ -4,11 +4,11 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from harness.model.manifests import RunManifest
-
 import numpy as np
 import pandas as pd
 
+from harness.model.manifests import RunManifest
+from harness.model.roles import Roles
 from harness.stats.loading import (
     Study,
     _load_avg_before,
@@ -19,7 +19,6 @@ from harness.stats.loading import (
     cpu_count,
     mock_latency_ms,
 )
-from harness.model.roles import Roles
 from harness.stats.metrics import (
     DEFAULT_BIN_USERS,
     ERROR_KINDS,

@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from harness.stats.loading import Study, _num
 from harness.model.roles import Roles
+from harness.stats.loading import Study, _num
 from harness.stats.runs import _ok, _pct, window_rows
 
 BUFFERED_GAP_SHARE = 0.25   # frames arriving this much closer together than the mock sent them

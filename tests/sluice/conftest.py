@@ -1,7 +1,6 @@
 """Fixtures for Sluice's tests: a stub provider (in-process thread) and Sluice itself
 (a real subprocess started from gateways/sluice/run.py, stopped with SIGTERM)."""
 import pytest
-
 from sluice_helpers import Sluice, base_config
 from sluice_stub import Stub
 

@@ -13,7 +13,6 @@ from sluice_stub import free_port
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SLUICE_DIR = os.path.join(REPO, "gateways", "sluice")
 RUN_PY = os.path.join(SLUICE_DIR, "run.py")
-sys.path.insert(0, SLUICE_DIR)  # unit tests import the package directly
 
 KEY = "sk-test-main"
 

@@ -9,7 +9,6 @@ import psutil
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from sluice_helpers import KEY, Sluice, base_config, count_responses, request
 
 ENV = {"SLUICE_TEST_PROVIDER_KEY": "sk-provider-secret"}

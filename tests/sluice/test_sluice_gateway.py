@@ -2,7 +2,14 @@
 import json
 import socket
 
-from sluice_helpers import KEY, HASHED_SECRET, chat, count_responses, raw_exchange, request
+from sluice_helpers import (
+    HASHED_SECRET,
+    KEY,
+    chat,
+    count_responses,
+    raw_exchange,
+    request,
+)
 
 MSG = [{"role": "user", "content": "hi"}]
 

@@ -7,7 +7,6 @@ import sys
 import threading
 
 import psutil
-
 from sluice_helpers import RUN_PY, base_config, chat, request
 from sluice_stub import wait_until
 

@@ -7,7 +7,6 @@ import socket
 import struct
 
 import psutil
-
 from sluice_helpers import KEY, base_config
 from sluice_stub import wait_until
 

@@ -10,7 +10,6 @@ import time
 import tomllib
 
 import pytest
-
 from sluice_helpers import REPO, SLUICE_DIR, request
 from sluice_stub import free_port
 

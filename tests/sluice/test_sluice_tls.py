@@ -5,7 +5,6 @@ import ssl
 import subprocess
 
 import pytest
-
 from sluice_helpers import chat
 from sluice_stub import Stub
 

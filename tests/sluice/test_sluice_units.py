@@ -2,8 +2,6 @@
 import json
 
 import pytest
-
-import sluice_helpers  # noqa: F401  (puts gateways/sluice on sys.path)
 from sluice import translate
 from sluice.config import Config, ConfigError, split_url
 from sluice.keys import KeyStore

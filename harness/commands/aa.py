@@ -1,0 +1,48 @@
+"""The A/A check of a study: the same system under two names (the study's ``aa_pair``, such as
+nginx and nginx~aa) must show no clear difference, or the machine is too noisy for the study's
+verdicts right now.
+
+    python -m harness aa artifacts/<study-id> [--a A --b B]
+
+Exit 0 pass, 1 noise too high, 2 bad input (harness/checks/aa.py).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+HELP = "A/A check of a study: two copies of one system must agree"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    # Defaults are resolved in run(): importing the check here would slow every command's --help.
+    parser.add_argument("study_dir", help="artifacts/<study-id>")
+    parser.add_argument("--a", default=None, help="first copy (default: the study's aa_pair)")
+    parser.add_argument("--b", default=None, help="second copy (default: the study's aa_pair)")
+    parser.add_argument("--metrics", default=None,
+                        help="comma-separated run_summary columns (default: throughput, overhead "
+                             "p50 and p95, CPU-ms per request, peak RSS)")
+    parser.add_argument("--max-diff", type=float, default=None,
+                        help="largest relative difference of the means (default: 0.05)")
+    parser.add_argument("--max-cov", type=float, default=None,
+                        help="also require each copy's CoV below this (default: no spread limit)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness import stats
+    from harness.checks import aa
+    metrics = ([m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics
+               else list(aa.DEFAULT_METRICS))
+    try:
+        try:
+            study = stats.load_study(args.study_dir)
+        except stats.ArtifactError as exc:
+            raise aa.AAInputError(str(exc)) from None
+        a, b = aa.pair(study.manifest, args.a, args.b)
+        result = aa.aa_check(stats.run_summary(study), a, b, metrics,
+                             aa.MAX_DIFF if args.max_diff is None else args.max_diff, args.max_cov)
+    except aa.AAInputError as exc:
+        print(f"A/A check: cannot be made: {exc}", file=sys.stderr)
+        return aa.EXIT_BAD_INPUT
+    print(result.text)
+    return result.exit_code

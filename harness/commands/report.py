@@ -1,0 +1,60 @@
+"""Build the self-contained HTML report of a study directory, or of a suite directory.
+
+    python -m harness report artifacts/<study-id> [--via-notebook] [--reference nginx]
+    python -m harness report artifacts/suites/<suite-id> [--compare artifacts/suites/<other>]
+
+writes DIR/report.html (report/build.py for a study, report/suite.py for a suite, which also
+builds each cell's report when it is missing) and prints its path.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+HELP = "build report.html of a study (or a suite) directory"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("directory", help="artifacts/<study-id>, or artifacts/suites/<suite-id>")
+    parser.add_argument("--via-notebook", action="store_true",
+                        help="a study: execute notebooks/report.ipynb with papermill and export it")
+    parser.add_argument("--reference", default=None,
+                        help="a study: reference system for verdicts (default: the study's own)")
+    parser.add_argument("--bin-users", type=int, default=None,
+                        help="a study: users per bin of the ramp curves")
+    parser.add_argument("-o", "--out", default=None, help="a study: output file "
+                        "(default: DIR/report.html)")
+    parser.add_argument("--compare", default=None, metavar="OTHER_SUITE_DIR",
+                        help="a suite: compare it with another suite where the keys are equal")
+
+
+def is_suite(directory: Path) -> bool:
+    """A suite directory holds its cells' studies and a manifest listing them."""
+    import json
+    try:
+        return "cells" in json.loads((directory / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return False
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness import stats
+    directory = Path(args.directory)
+    try:
+        if is_suite(directory):
+            from report.suite import build_suite_report
+            print(build_suite_report(directory, args.compare))
+            return 0
+        if args.compare:
+            print(f"error: --compare is for suites; {directory} is not a suite directory",
+                  file=sys.stderr)
+            return 2
+        from report.build import build_report
+        extra = {} if args.bin_users is None else {"bin_users": args.bin_users}
+        print(build_report(directory, via_notebook=args.via_notebook, reference=args.reference,
+                           out=args.out, **extra))
+    except stats.ArtifactError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,58 @@
+"""Suites of cells: a base configuration plus axes, each combination run as a whole study with
+the direct baseline (file format: harness/run/suite.py).
+
+    python -m harness suite notebooks/suites/load-levels.toml --dry-run   # cells, exclusions, keys
+    python -m harness suite notebooks/suites/streaming.toml [--out-dir artifacts/suites] [--suite-id ID]
+    python -m harness suite --compare artifacts/suites/A artifacts/suites/B
+
+Each suite writes <out-dir>/<suite-id>/ (its manifest, one study per cell); `python -m harness
+report <suite-dir>` builds its report.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+HELP = "run a suite of cells (or list them, or compare two suites)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("suite", nargs="?", help="a suite file, e.g. notebooks/suites/streaming.toml")
+    parser.add_argument("--out-dir", default="artifacts/suites")
+    parser.add_argument("--suite-id", default="", help="default: <name>-<UTC timestamp>; an "
+                        "existing one resumes it")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="list the cells, the combinations left out and why, and the keys")
+    parser.add_argument("--compare", nargs=2, metavar=("SUITE_DIR_A", "SUITE_DIR_B"))
+
+
+def run(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from harness.run import suite as S
+    with pd.option_context("display.width", 200, "display.max_columns", 50,
+                           "display.max_colwidth", 120):
+        if args.compare:
+            compared, apart = S.compare_suites(*args.compare)
+            print(compared.to_string(index=False) if len(compared) else "no cell has a key in both")
+            if len(apart):
+                print("\nnot comparable:\n" + apart.to_string(index=False))
+            return 0
+        if not args.suite:
+            print("error: a suite file (or --compare A B) is needed", file=sys.stderr)
+            return 2
+        try:
+            suite = S.load_suite(args.suite)
+            cells = S.expand(suite, args.out_dir)
+        except S.SuiteError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(S.cells_table(cells).to_string(index=False))
+        if args.dry_run:
+            return 0
+        if not any(c.config for c in cells):
+            print("error: no cell of this suite can run", file=sys.stderr)
+            return 2
+        result = S.run_suite(suite, cells, args.out_dir, args.suite_id)
+        print(S.suite_table(result.suite_dir).to_string(index=False))
+    return 0 if result.status == "completed" else 1
