@@ -10,9 +10,15 @@ import time
 
 import psutil
 import pytest
-
-from sluice_helpers import KEY, base_config, chat, count_responses, raw_exchange, request
-from sluice_stub import free_port, wait_until
+from sluice_helpers import (
+    KEY,
+    base_config,
+    chat,
+    count_responses,
+    raw_exchange,
+    request,
+)
+from sluice_stub import wait_until
 
 ENV = {"SLUICE_TEST_PROVIDER_KEY": "sk-provider-secret"}
 MSG = [{"role": "user", "content": "hi"}]
@@ -137,51 +143,90 @@ token_budget = 100000
 
 
 # ------------------------------------------------------------------ 1. pipelined answers
+def _peak_growth(pid, base, seconds, stop_above):
+    """The largest RSS growth of ``pid`` over ``base`` seen within ``seconds`` (sampled)."""
+    peak = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        peak = max(peak, _rss(pid) - base)
+        if peak > stop_above:
+            break
+        time.sleep(0.05)
+    return peak
+
+
+def _count_answers(s, status, n_wanted):
+    n = 0
+    tail = b""
+    while n < n_wanted:
+        chunk = s.recv(1 << 20)
+        assert chunk, n
+        n += (tail + chunk).count(status) - tail.count(status)
+        tail = (tail + chunk)[-16:]
+    return n
+
+
 def test_pipelined_metrics_are_bounded_by_backpressure(make_sluice, stub):
-    gw = make_sluice(_cfg(stub.url), env=ENV)
+    # 80 keys with a budget: every /metrics render is about 10 KB (two gauge lines a key), so
+    # 7,500 renders queued for a client that does not read would hold about 75 MB
+    keys = "".join(f'\n[keys.metrics-budget-key-{i:03d}]\nkey = "sk-mb-{i}"\ntoken_budget = 1000\n'
+                   for i in range(80))
+    gw = make_sluice(_cfg(stub.url, extra=keys), env=ENV)
+    size = len(request(gw.port, "GET", "/metrics")[2])
+    assert size > 8000, size
     base = _rss(gw.proc.pid)
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
-    s.settimeout(10)
+    s.settimeout(20)
     s.connect(("127.0.0.1", gw.port))
     try:
         s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 7500)  # never read (yet)
-        time.sleep(1.0)
-        grown = _rss(gw.proc.pid) - base
-        assert grown < 20e6, grown
+        # answers are produced as the client reads them: a few hundred KB at most, not 75 MB
+        grown = _peak_growth(gw.proc.pid, base, 4.0, stop_above=30e6)
+        assert grown < 15e6, f"{grown / 1e6:.0f} MB held for a client that does not read"
         assert _health_ms(gw.port) < 1000  # another connection is served meanwhile
         # reading lets the answers through, one per request
-        n = 0
-        tail = b""
-        while n < 300:
-            chunk = s.recv(1 << 20)
-            assert chunk
-            n += (tail + chunk).count(b"HTTP/1.1 200 OK") - tail.count(b"HTTP/1.1 200 OK")
-            tail = (tail + chunk)[-16:]
+        _count_answers(s, b"HTTP/1.1 200 OK", 300)
     finally:
         s.close()
 
 
-def test_pipelined_404s_stop_when_the_client_does_not_read(sluice):
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    s.settimeout(10)
-    s.connect(("127.0.0.1", sluice.port))
+def test_pipelined_404s_stop_when_the_client_does_not_read(make_sluice, stub):
+    # 40 connections each pipeline 20,000 tiny requests for a path with no route and read
+    # nothing. Each 20-byte request gets a ~200-byte 404: answering whole reads (up to
+    # 256 KiB, ~13,000 requests) would hold megabytes per connection, not the transport's
+    # high-water mark (64 KiB) and one unparsed read.
+    gw = make_sluice(_cfg(stub.url), env=ENV)
+    one = b"GET /n HTTP/1.1\r\n\r\n"
+    assert raw_exchange(gw.port, one, timeout=5).startswith(b"HTTP/1.1 404")
+    base = _rss(gw.proc.pid)
+    socks = []
     try:
-        s.sendall(b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n" * 20000)
-        time.sleep(0.5)
+        # the worker is stopped while the requests arrive, so each connection's first read is
+        # a full one whatever the machine's load
+        os.kill(gw.proc.pid, signal.SIGSTOP)
+        try:
+            for _ in range(40):
+                s = socket.socket()
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                s.settimeout(20)
+                s.connect(("127.0.0.1", gw.port))
+                socks.append(s)
+            senders = [threading.Thread(target=s.sendall, args=(one * 20000,), daemon=True) for s in socks]
+            for t in senders:
+                t.start()
+            time.sleep(1.0)
+        finally:
+            os.kill(gw.proc.pid, signal.SIGCONT)
+        grown = _peak_growth(gw.proc.pid, base, 4.0, stop_above=40e6)
+        assert grown < 15e6, f"{grown / 1e6:.0f} MB of 404s held for clients that do not read"
         # the worker holds back: answers are produced as the client reads them
-        assert _health_ms(sluice.port) < 1000
-        n = 0
-        tail = b""
-        while n < 20000:
-            chunk = s.recv(1 << 20)
-            assert chunk
-            n += (tail + chunk).count(b"HTTP/1.1 404") - tail.count(b"HTTP/1.1 404")
-            tail = (tail + chunk)[-16:]
-        assert n == 20000
+        assert _health_ms(gw.port) < 5000  # another connection is served meanwhile
+        for s in socks[:2]:  # every request is still answered, in order, as the client reads
+            assert _count_answers(s, b"HTTP/1.1 404", 20000) == 20000
     finally:
-        s.close()
+        for s in socks:
+            s.close()
 
 
 # ------------------------------------------------------------------ 2. head limits
@@ -234,18 +279,35 @@ def test_long_url_414(sluice):
 
 
 # ------------------------------------------------------------------ 3. chunked bodies
+def _peak_rss(pid):
+    """The process's peak resident set (VmHWM), in bytes."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
 def test_tiny_chunks_are_linear_and_bounded(make_sluice, stub):
-    gw = make_sluice(_cfg(stub.url).replace("max_body_bytes = 65536", "max_body_bytes = 2000000"), env=ENV)
-    base = _rss(gw.proc.pid)
-    cpu0 = psutil.Process(gw.proc.pid).cpu_times()
-    body = json.dumps({"model": "mock-model", "messages": MSG, "pad": "p" * 1_000_000}).encode()
-    chunked = b"".join(b"1\r\n" + body[i:i + 1] + b"\r\n" for i in range(len(body))) + b"0\r\n\r\n"
+    # 2-byte chunks (1-byte bytes objects are interned singletons, 2-byte ones are not): one
+    # object per chunk would cost ~50 B per 2 payload bytes, ~50 MB for this 2 MB body
+    gw = make_sluice(_cfg(stub.url).replace("max_body_bytes = 65536", "max_body_bytes = 3000000"), env=ENV)
+    pid = gw.proc.pid
+    base = max(_rss(pid), _peak_rss(pid))
+    cpu0 = psutil.Process(pid).cpu_times()
+    body = json.dumps({"model": "mock-model", "messages": MSG, "pad": "p" * 2_000_000}).encode()
+    chunked = b"".join(b"2\r\n" + body[i:i + 2] + b"\r\n" for i in range(0, len(body) - 1, 2))
+    if len(body) % 2:
+        chunked += b"1\r\n" + body[-1:] + b"\r\n"
+    chunked += b"0\r\n\r\n"
     head = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n" + AUTH + b"transfer-encoding: chunked\r\n\r\n"
     buf = raw_exchange(gw.port, head + chunked, timeout=60)
     assert buf.startswith(b"HTTP/1.1 200"), buf[:200]
-    cpu1 = psutil.Process(gw.proc.pid).cpu_times()
-    assert (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system) < 5.0  # quadratic took 15 s
-    assert _rss(gw.proc.pid) - base < 40e6
+    assert stub.requests[-1]["body"] == body  # the body arrived whole
+    cpu1 = psutil.Process(pid).cpu_times()
+    assert (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system) < 10.0
+    grown = _peak_rss(pid) - base
+    assert grown < 25e6, f"peak memory grew {grown / 1e6:.0f} MB for a 2 MB chunked body"
 
 
 def test_oversize_chunked_body_413_without_draining(sluice):
@@ -416,55 +478,114 @@ def test_duplicate_keys_cannot_pass_the_model_list(make_sluice, stub):
 
 
 def test_metrics_snapshot_of_a_large_config_is_merged(make_sluice, stub):
-    models = "".join(f'\n[models.m{i}]\nprovider = "stub"\n' for i in range(300))
+    # 400 models with 3,000-character names, each asked once over two workers: each worker's
+    # snapshot is well over 256 KiB (one labelled series per model it served)
+    names = [f"m{i:03d}-" + "x" * 3000 for i in range(400)]
+    models = "".join(f'\n[models."{n}"]\nprovider = "stub"\n' for n in names)
     gw = make_sluice(_cfg(stub.url, extra=models).replace("workers = 1", "workers = 2"), env=ENV)
-    for i in range(300):
-        chat(gw.port, {"model": f"m{i}", "messages": MSG}, headers={"x-test-status": "418"})
-    time.sleep(1.5)
-    text = gw.metrics()
-    total = sum(int(v) for v in re.findall(r'sluice_requests_total\{model="m\d+",status="418"\} (\d+)', text))
-    assert total == 300
+    parent = psutil.Process(gw.proc.pid)
+    assert wait_until(lambda: len(parent.children()) == 1, timeout=10)
+    time.sleep(1.0)  # the second worker listens too
+    for n in names:
+        assert chat(gw.port, {"model": n, "messages": MSG}, headers={"x-test-status": "418"})[0] == 418
+    time.sleep(2.0)  # every worker publishes its snapshot within a second
+    for _ in range(4):  # whichever worker answers, the other's snapshot is merged in
+        try:
+            status, _, data = request(gw.port, "GET", "/metrics", timeout=10)
+        except OSError as e:
+            raise AssertionError(f"/metrics failed: {e!r}") from None
+        assert status == 200, data[:200]
+        got = re.findall(r'sluice_requests_total\{model="m(\d+)-x+",status="418"\} (\d+)', data.decode())
+        assert sum(int(v) for _, v in got) == 400, len(got)
 
 
 # ------------------------------------------------------------------ 9. slowloris, connection cap
-def test_slowloris_gets_408_within_the_head_deadline(make_sluice, stub):
-    gw = make_sluice(_cfg(stub.url, "client_header_timeout_s = 1\nclient_body_timeout_s = 1"), env=ENV)
-    for prefix in (b"GET /health HTTP/1.1\r\nHo", _post({"model": "fast", "messages": MSG})[:-10]):
-        s = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
-        try:
-            s.sendall(prefix)
-            buf = b""
-            deadline = time.monotonic() + 6
-            s.settimeout(0.2)
-            while time.monotonic() < deadline:
-                try:
-                    s.sendall(b"s" if prefix.startswith(b"GET") else b" ")  # one byte now and then
-                    chunk = s.recv(65536)
-                    if not chunk:
-                        break
-                    buf += chunk
-                except socket.timeout:
-                    continue
-                except (BrokenPipeError, ConnectionResetError):
+def _trickle(port, prefix, byte, seconds):
+    """Send ``prefix``, then one byte every 0.2 s; what came back (until close or ``seconds``)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    buf = b""
+    try:
+        s.sendall(prefix)
+        deadline = time.monotonic() + seconds
+        s.settimeout(0.2)
+        while time.monotonic() < deadline:
+            try:
+                s.sendall(byte)  # one byte now and then: never idle
+                chunk = s.recv(65536)
+                if not chunk:
                     break
-        finally:
-            s.close()
+                buf += chunk
+            except socket.timeout:
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                break
+    finally:
+        s.close()
+    return buf
+
+
+def test_slowloris_gets_408_within_the_head_deadline(make_sluice, stub):
+    # the defaults: a head must be complete within 30 s of its first byte, however it trickles
+    # (no config key needed, so any Sluice can be asked)
+    gw = make_sluice(_cfg(stub.url), env=ENV)
+    t = time.monotonic()
+    buf = _trickle(gw.port, b"GET /health HTTP/1.1\r\nHo", b"s", 40)
+    assert buf.startswith(b"HTTP/1.1 408"), (time.monotonic() - t, buf[:100])
+    assert time.monotonic() - t > 25  # not before the default deadline
+    # shorter deadlines, head and body
+    gw = make_sluice(_cfg(stub.url, "client_header_timeout_s = 1\nclient_body_timeout_s = 1"), env=ENV)
+    for prefix, byte in ((b"GET /health HTTP/1.1\r\nHo", b"s"), (_post({"model": "fast", "messages": MSG})[:-10], b" ")):
+        buf = _trickle(gw.port, prefix, byte, 6)
         assert buf.startswith(b"HTTP/1.1 408"), buf[:100]
 
 
 def test_connection_cap_refuses_cleanly(make_sluice, stub):
-    gw = make_sluice(_cfg(stub.url, "max_client_connections = 5"), env=ENV)
-    held = [socket.create_connection(("127.0.0.1", gw.port), timeout=5) for _ in range(5)]
+    # the default cap (4,096 client connections a worker): no config key needed
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 9000
+    if soft < want:
+        if hard != resource.RLIM_INFINITY and hard < want:
+            pytest.skip(f"needs {want} file descriptors (hard limit {hard})")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))  # Sluice inherits it too
     try:
-        time.sleep(0.3)
-        buf = raw_exchange(gw.port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n", until_closed=True, timeout=5)
-        assert count_responses(buf) == 1
-        assert buf.startswith(b"HTTP/1.1 503") and b"retry-after" in buf
+        gw = make_sluice(_cfg(stub.url), env=ENV)
+        held = []
+        try:
+            for _ in range(4096):
+                held.append(socket.create_connection(("127.0.0.1", gw.port), timeout=10))
+            # once the worker has accepted them all, the next connection is refused cleanly
+            buf = b""
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                buf = raw_exchange(gw.port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n", until_closed=True,
+                                   timeout=5)
+                if not buf.startswith(b"HTTP/1.1 200"):
+                    break
+                time.sleep(0.2)
+            assert count_responses(buf) == 1, buf[:200]
+            assert buf.startswith(b"HTTP/1.1 503") and b"retry-after" in buf, buf[:200]
+        finally:
+            for s in held:
+                s.close()
+        assert wait_until(lambda: request(gw.port, "GET", "/health")[0] == 200, timeout=10)
+        m = re.search(r"sluice_client_connections_refused_total (\d+)", gw.metrics())
+        assert m and int(m.group(1)) >= 1
+        # a configured cap
+        gw = make_sluice(_cfg(stub.url, "max_client_connections = 5"), env=ENV)
+        held = [socket.create_connection(("127.0.0.1", gw.port), timeout=5) for _ in range(5)]
+        try:
+            time.sleep(0.3)
+            buf = raw_exchange(gw.port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n", until_closed=True, timeout=5)
+            assert count_responses(buf) == 1
+            assert buf.startswith(b"HTTP/1.1 503") and b"retry-after" in buf
+        finally:
+            for s in held:
+                s.close()
+        assert wait_until(lambda: request(gw.port, "GET", "/health")[0] == 200)
+        assert "sluice_client_connections_refused_total 1" in gw.metrics()
     finally:
-        for s in held:
-            s.close()
-    assert wait_until(lambda: request(gw.port, "GET", "/health")[0] == 200)
-    assert "sluice_client_connections_refused_total 1" in gw.metrics()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 # ------------------------------------------------------------------ 10. provider-account headers
@@ -491,33 +612,104 @@ def test_account_headers_are_not_forwarded_either_way(make_sluice):
 
 # ------------------------------------------------------------------ 11. smaller ones
 def test_http_version_is_read_per_request(sluice):
-    reqs = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.0\r\n\r\n"
+    # an HTTP/1.0 request after an HTTP/1.1 one on the same connection: HTTP/1.0 rules apply to
+    # it (Sluice closes after an HTTP/1.0 request, keep-alive asked or not), so the third
+    # request is not answered
+    reqs = (b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+            b"GET /health HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"
+            b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
     buf = raw_exchange(sluice.port, reqs, until_closed=True, timeout=5)
-    first, second = buf.split(b"HTTP/1.1 200", 2)[1:]
-    assert b"connection: close" not in first and b"connection: close" in second
+    parts = buf.split(b"HTTP/1.1 200")[1:]
+    assert len(parts) == 2, buf
+    assert b"connection: close" not in parts[0] and b"connection: close" in parts[1]
+    # a streamed answer to an HTTP/1.0 request is never chunked (an HTTP/1.0 client cannot
+    # read chunked framing), even after an HTTP/1.1 request on the same connection
+    stream = json.dumps({"model": "mock-model", "stream": True, "messages": MSG}).encode()
+    reqs = (b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+            + _post(stream).replace(b" HTTP/1.1\r\n", b" HTTP/1.0\r\n", 1))
+    buf = raw_exchange(sluice.port, reqs, until_closed=True, timeout=10)
+    first, _, second = buf.partition(b"HTTP/1.1 200")[2].partition(b"HTTP/1.1 200")
+    head, _, body = second.partition(b"\r\n\r\n")
+    assert b"text/event-stream" in head, buf[:300]
+    assert b"transfer-encoding: chunked" not in head.lower(), head
+    assert body.rstrip().endswith(b"data: [DONE]"), body[-200:]
+    assert not re.match(rb"[0-9a-f]+\r\n", body), body[:50]
 
 
-def test_nothing_after_a_closing_request_is_answered(sluice):
-    reqs = (b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-            + b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" * 3)
-    buf = raw_exchange(sluice.port, reqs, until_closed=True, timeout=5)
-    assert buf.count(b"HTTP/1.1 200") == 1
+def test_nothing_after_a_closing_request_is_answered(sluice, stub):
+    # the request after the closing one is a chat request: it must not reach the provider
+    marker = "after-close-%d" % time.monotonic_ns()
+    chat_req = _post({"model": "mock-model", "messages": [{"role": "user", "content": marker}]})
+    # "Connection: close" (the parser itself stops there), and an HTTP/1.0 request asking for
+    # keep-alive (the parser would go on; Sluice closes after any HTTP/1.0 request)
+    for closing in (b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                    b"GET /health HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"):
+        # a pooled provider connection is idle: a request handled now would go out at once
+        assert chat(sluice.port, {"model": "mock-model", "messages": MSG})[0] == 200
+        reqs = closing + chat_req + b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" * 3 + chat_req
+        buf = raw_exchange(sluice.port, reqs, until_closed=True, timeout=5)
+        assert buf.count(b"HTTP/1.1 ") == 1 and buf.startswith(b"HTTP/1.1 200"), buf
+        assert b"connection: close" in buf.lower()
+    time.sleep(1.0)
+    sent = [r for r in stub.requests if marker.encode() in r["body"]]
+    assert sent == [], f"{len(sent)} request(s) pipelined after a closing request reached the provider"
+    assert wait_until(lambda: sluice.state()["in_flight"] == 0)
+
+
+class _StaleAfterFirst(LyingProvider):
+    """Each connection: the first request is answered; any later one is read, then the
+    connection is closed ``delay_s`` later without a byte of answer."""
+
+    def __init__(self, answer, delay_s):
+        super().__init__(answer)
+        self.delay_s = delay_s
+
+    def _serve(self, c):
+        c.settimeout(30)
+        buf = b""
+        n = 0
+        try:
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    chunk = c.recv(65536)
+                    if not chunk:
+                        return
+                    buf += chunk
+                head, _, buf = buf.partition(b"\r\n\r\n")
+                clen = int(re.search(rb"content-length: *(\d+)", head, re.I).group(1))
+                while len(buf) < clen:
+                    buf += c.recv(65536)
+                self.requests.append((head, buf[:clen]))
+                buf = buf[clen:]
+                n += 1
+                if n > 1:
+                    time.sleep(self.delay_s)
+                    return
+                c.sendall(self.answer)
+        except OSError:
+            return
+        finally:
+            c.close()
 
 
 def test_a_late_close_is_not_retried(make_sluice):
-    liar = LyingProvider(b"", close_after_s=1.5)  # reads the request, closes without answering
+    # the second request goes out on the pooled connection of the first; the provider reads
+    # it and closes 2 s later without answering: it may have acted on it, so it is not sent again
     ok = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
-    first = LyingProvider(ok)
+    liar = _StaleAfterFirst(ok, delay_s=2.0)
     try:
-        # one request over a pooled connection, then the provider changes its mind: a stand-in
-        # that accepts on the same port is not possible, so the same liar serves both roles
         gw = make_sluice(_liar_config(liar.url))
         status, _, _ = chat(gw.port, {"model": "m", "messages": MSG}, timeout=10)
+        assert status == 200
+        marker = "late-close-%d" % time.monotonic_ns()
+        status, _, _ = chat(gw.port, {"model": "m", "messages": [{"role": "user", "content": marker}]},
+                            timeout=15)
+        time.sleep(0.5)
+        got = sum(1 for _, body in liar.requests if marker.encode() in body)
+        assert got == 1, f"the request reached the provider {got} times"
         assert status == 502
-        assert len(liar.requests) == 1  # sent once, not twice
     finally:
         liar.close()
-        first.close()
 
 
 def test_config_values_with_line_breaks_are_refused(tmp_path):
@@ -535,22 +727,67 @@ def test_config_values_with_line_breaks_are_refused(tmp_path):
 
 
 def test_parser_errors_and_408_in_the_client_dialect(make_sluice, stub):
-    gw = make_sluice(_cfg(stub.url, "client_header_timeout_s = 0.5"), env=ENV)
+    # only keys any Sluice knows: a request that stopped arriving is cut by the idle timeout
+    gw = make_sluice(_cfg(stub.url, "client_idle_timeout_s = 1"), env=ENV)
     buf = raw_exchange(gw.port, b"POST /v1/messages HTTP/1.1\r\nHost: x\r\ncontent-length: 1\r\n"
                        b"transfer-encoding: chunked\r\n\r\n", until_closed=True, timeout=5)
-    assert buf.startswith(b"HTTP/1.1 400")
-    assert json.loads(buf.split(b"\r\n\r\n", 1)[1])["type"] == "error"
+    assert buf.startswith(b"HTTP/1.1 400"), buf[:100]
+    assert json.loads(buf.split(b"\r\n\r\n", 1)[1]).get("type") == "error", buf
+    buf = raw_exchange(gw.port, b"POST /v1/messages HTTP/1.1\r\nHost: x\r\n", until_closed=True, timeout=8)
+    assert buf.startswith(b"HTTP/1.1 408"), buf[:100]
+    assert json.loads(buf.split(b"\r\n\r\n", 1)[1]).get("type") == "error", buf
+    # and the head deadline's 408
+    gw = make_sluice(_cfg(stub.url, "client_header_timeout_s = 0.5"), env=ENV)
     buf = raw_exchange(gw.port, b"POST /v1/messages HTTP/1.1\r\nHost: x\r\n", until_closed=True, timeout=5)
     assert buf.startswith(b"HTTP/1.1 408")
-    assert json.loads(buf.split(b"\r\n\r\n", 1)[1])["type"] == "error"
+    assert json.loads(buf.split(b"\r\n\r\n", 1)[1]).get("type") == "error"
 
 
-def test_connect_errors_do_not_show_addresses(sluice):
+def test_connect_errors_do_not_show_addresses(sluice, make_sluice, tmp_path):
     status, _, data = chat(sluice.port, {"model": "down-model", "messages": MSG})
     assert status == 502 and b"127.0.0.1" not in data
+    # a TLS provider whose certificate names another host: the verification error names the
+    # address Sluice connected to; the client gets the provider's name only
+    import shutil
+    import ssl
+    import subprocess
+
+    from sluice_stub import Stub
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+                    "-out", str(cert), "-days", "2", "-subj", "/CN=other.example",
+                    "-addext", "subjectAltName=DNS:other.example"], check=True, capture_output=True, timeout=60)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(str(cert), str(key))
+    tls = Stub(ssl_context=ctx).start()
+    try:
+        gw = make_sluice(f"""
+[server]
+listen = "127.0.0.1:{{port}}"
+[providers.secure]
+base_url = "{tls.url}/v1"
+api_key = "sk-tls"
+ca_file = "{cert}"
+[models.m]
+provider = "secure"
+""")
+        status, _, data = chat(gw.port, {"model": "m", "messages": MSG}, key=None)
+        assert status == 502, data
+        assert b"127.0.0.1" not in data and str(tls.port).encode() not in data, data
+        assert b"secure" in data
+    finally:
+        tls.stop()
 
 
 def test_metrics_token_and_debug_state_off_by_default(make_sluice, stub):
+    # the defaults (no new config key): /debug/state is off unless asked for
+    gw = make_sluice(_cfg(stub.url).replace("debug_endpoints = true\n", ""), env=ENV)
+    status, _, data = request(gw.port, "GET", "/debug/state")
+    assert status == 404, (status, data[:200])
+    assert request(gw.port, "GET", "/metrics")[0] == 200  # no token configured: open
+    # a scrape token, when configured
     cfg = _cfg(stub.url, 'metrics_token = "scrape-me"').replace("debug_endpoints = true\n", "")
     gw = make_sluice(cfg, env=ENV)
     assert request(gw.port, "GET", "/metrics")[0] == 401
