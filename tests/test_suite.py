@@ -10,6 +10,7 @@ from synthetic import RunParams, make_study
 
 from harness.commands import main
 from harness.model.config import REPO_DIR
+from harness.model.schema import SCHEMA_VERSION
 from harness.run import suite as S
 from harness.run.store import write_json
 from harness.stats.outcomes import Outcome
@@ -168,7 +169,7 @@ def test_smoke_suite_through_papermill(tmp_path):
                     "suite_id": "smoke-test"})
     suite_dir = out / "smoke-test"
     manifest = json.loads((suite_dir / "manifest.json").read_text())
-    assert manifest["schema_version"] == 1 and manifest["status"] == "completed"
+    assert manifest["schema_version"] == SCHEMA_VERSION and manifest["status"] == "completed"
     by_status = {}
     for cell in manifest["cells"]:
         by_status.setdefault(cell["status"], []).append(cell)
