@@ -226,3 +226,29 @@ def plot_open_loop(data: ReportData, steps: pd.DataFrame) -> str | None:
     axes[0].legend(ncol=3, fontsize=8, loc="upper left")
     fig.tight_layout()
     return _png(fig)
+
+
+def plot_faults(data: ReportData, timelines: pd.DataFrame) -> str | None:
+    """Success share and amplification per 1-s bin of the hold, one colour per system, the
+    fault window shaded."""
+    if timelines.empty:
+        return None
+    plt = _plt()
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 5.6), sharex=True)
+    for run_id, g in timelines.groupby("run_id", sort=False):
+        run = data.study.run(run_id)
+        style = {k: v for k, v in _run_style(run.status, run.run_index or 1).items() if k != "marker"}
+        color = data.colors.get(run.system, "k")
+        top.plot(g["t_s"], g["success_share"] * 100, color=color, label=run_id, **style)
+        bottom.plot(g["t_s"], g["amplification"], color=color, label=run_id, **style)
+    first = timelines.iloc[0]
+    for ax in (top, bottom):
+        ax.axvspan(first["fault_from_s"], first["fault_to_s"], color="0.85", alpha=0.5)
+    top.set_ylabel("client success (%)")
+    top.set_ylim(-2, 102)
+    bottom.set_ylabel("provider requests per\nclient request")
+    bottom.set_ylim(bottom=0)
+    bottom.set_xlabel("seconds after the hold's start (1-s bins; shaded: the fault window)")
+    top.set_title("While the provider fails (each run a line)")
+    top.legend(ncol=4, fontsize=8, loc="lower left")
+    return _png(fig)

@@ -12,6 +12,7 @@ from markupsafe import Markup
 from scipy import stats
 
 from harness.model.metrics import metric
+from harness.stats.faults import RECOVERY_MS, RECOVERY_SHARE, fault_summary, fault_timelines
 from harness.stats.feature_cost import feature_cost
 from harness.stats.loading import cpu_count, mock_latency_ms
 from harness.stats.metrics import DEFINITIONS
@@ -29,7 +30,7 @@ from report.table import rows_of, table
 
 HERE = Path(__file__).resolve().parent
 REPO_DIR = HERE.parent
-SECTIONS = ("style", "header", "banner", "headline", "plots", "streaming", "open_loop",
+SECTIONS = ("style", "header", "banner", "headline", "plots", "streaming", "faults", "open_loop",
             "feature_cost", "self_overhead", "verdicts", "stability", "runs", "methodology",
             "artifacts")
 CONFIG_LOAD_KEYS = ["users", "warmup_users", "warmup_s", "ramp_s", "hold_s", "min_hold_requests",
@@ -141,6 +142,22 @@ def section_streaming(data: ReportData) -> str:
                   chunks=stream["set_chunks"].iloc[0], gap=stream["set_gap_ms"].iloc[0],
                   share=f"{BUFFERED_GAP_SHARE:.0%}", late=f"{BUFFERED_FIRST_TOKEN_SHARE:.0%}",
                   floor=data.roles.floor)
+
+
+def section_faults(data: ReportData) -> str:
+    per_window, per_run = fault_summary(data.study)
+    if per_run.empty:
+        return ""
+    scenarios = []
+    for name, runs in per_run.groupby("scenario", sort=False):
+        first = data.study.run(runs["run_id"].iloc[0]).spec.mock
+        scenarios.append({"name": name, "start_s": f"{first.fault_start_s:g}",
+                          "duration_s": f"{first.fault_duration_s:g}",
+                          "table": tables.faults(per_window[per_window["scenario"] == name], runs,
+                                                 data.study.systems)})
+    return render("faults.html.j2", scenarios=scenarios,
+                  plot=plots.plot_faults(data, fault_timelines(data.study, per_run)),
+                  share=f"{RECOVERY_SHARE:.0%}", slack=f"{RECOVERY_MS:g}")
 
 
 def section_open_loop(data: ReportData) -> str:

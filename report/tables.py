@@ -313,3 +313,35 @@ def suite_cells(frame: pd.DataFrame, metrics: tuple[str, ...], table_id: str) ->
              *(number(F.mean_sd({k: r[f"{m}_{k}"] for k in ("n", "mean", "sd")}, m)) for m in shown)]
             for r in frame.to_dict("records")]
     return table([*text, *(F.heading(m) for m in shown)], rows, table_id, wide=True)
+
+
+FAULT_WINDOW_METRICS = ("success_share", "amplification", "added_p50_ms", "added_p99_ms",
+                        "partial_streams")
+
+
+def faults(per_window: pd.DataFrame, per_run: pd.DataFrame, systems: list[str]) -> Table:
+    """One scenario: per run, its before/during/after windows; a system measured once says so."""
+    order = {s: i for i, s in enumerate(systems)}
+    runs_of = per_run.groupby("system")["run_id"].nunique()
+    rows = []
+    for r in sorted(per_run.to_dict("records"), key=lambda r: (order.get(r["system"], 99), r["run_index"])):
+        name = r["run_id"] + ("" if r["run_status"] == "completed" else f" ({r['run_status']})")
+        if runs_of.get(r["system"], 0) == 1:
+            name += " (single run)"
+        recovery = (F.value(r["recovery_s"], "recovery_s", unit=True) if r["recovered"]
+                    else "did not recover in the window")
+        rss = {w["window"]: w["rss_peak_bytes"] for w in
+               per_window[per_window["run_id"] == r["run_id"]].to_dict("records")}
+        for w in per_window[per_window["run_id"] == r["run_id"]].to_dict("records"):
+            mix = ", ".join(f"{code}: {n}" for code, n in w["status_counts"].items())
+            first = w["window"] == "before"
+            rows.append(Row((cell(name if first else ""), cell(w["window"]), number(w["requests"]),
+                             *(number(F.value(w[m], m)) for m in FAULT_WINDOW_METRICS),
+                             cell(mix or F.DASH),
+                             number(F.value(rss.get(w["window"]), "rss_peak_bytes")),
+                             cell(recovery if first else ""),
+                             cell(("yes" if r["stayed_up"] else "no") if first else "")),
+                            "" if w["window"] != "during" else "during"))
+    return table(["run", "window", "requests", *(F.heading(m) for m in FAULT_WINDOW_METRICS),
+                  "status codes (count)", F.heading("rss_peak_bytes"), F.heading("recovery_s"),
+                  "stayed up"], rows, "faults-table", wide=True)

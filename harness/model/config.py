@@ -72,6 +72,14 @@ class StudyConfig:
     stream: bool = False                 # streaming lane: SSE responses, timed frame by frame
     stream_chunks: int = 20              # content frames per streamed response
     chunk_delay_ms: float = 20.0         # the mock's gap between content frames
+    fault_scenario: str = ""             # provider-fault lane: a scenario of harness/model/faults.py
+                                         # ("" = a healthy provider)
+    fault_start_s: float = 10.0          # the fault window starts this long after the hold starts
+    fault_duration_s: float = 0.0        # the window's length; 0 = the scenario's own
+    fault_seed: int = -1                 # which requests get a fault; -1 = the study's seed
+    fault_lead_s: float = 10.0           # a fault run's load starts this long after the mock (the
+                                         # system's start, idle_s and the pre-check must fit), so
+                                         # the mock's fault epoch is known when it starts
     open_loop_rates_per_s: tuple[float, ...] = ()  # open-loop lane: offered req/s, one step each,
                                          # ascending; () = closed loop (users, ramp, think time)
     open_loop_step_s: float = 20.0       # seconds each open-loop step lasts (its measured window)
@@ -195,6 +203,12 @@ PROFILES: dict[str, dict] = {
     "open_loop": dict(gateways=("direct", "nginx", "sluice"), users=500, warmup_s=10.0,
                       ramp_s=0.0, hold_s=0.0, think_time_s=0.0, open_loop_step_s=20.0,
                       open_loop_rates_per_s=(100.0, 200.0, 400.0, 800.0, 1200.0, 1600.0, 2400.0)),
+    # The provider-fault lane: a short steady hold with the provider failing from 15 s to 45 s
+    # (provider_down: 10 s); fault_scenario picks what fails (harness/model/faults.py).
+    "faults": dict(gateways=("direct", "nginx", "sluice"), users=50, warmup_users=5,
+                   think_time_s=0.1, warmup_s=5.0, ramp_s=5.0, hold_s=60.0, max_hold_s=60.0,
+                   idle_s=1.0, cooldown_s=2.0, runs_per_gateway=1, fault_scenario="error_burst",
+                   fault_start_s=15.0, fault_lead_s=8.0),
 }
 
 
@@ -407,6 +421,8 @@ def validate(config: StudyConfig) -> None:
         need(not split or not config.open_loop_rates_per_s,
              "open_loop_rates_per_s: the open-loop schedule lives in one Locust process; use a "
              "topology without locust_workers")
+    if config.fault_scenario:
+        problems.extend(_fault_problems(config))
     need(bool(config.out_dir), "out_dir: must not be empty")
     if config.out_dir and not problems:
         _check_out_dir(config, problems)
@@ -440,6 +456,35 @@ def _open_loop_problems(config: StudyConfig) -> list[str]:
     if config.warmup_s < spawn_s:
         problems.append(f"warmup_s: the open loop starts all {config.users} users in the warm-up at "
                         f"{MAX_SPAWN_RATE_PER_PROCESS:g}/s; use warmup_s >= {spawn_s:g}")
+    return problems
+
+
+def _fault_problems(config: StudyConfig) -> list[str]:
+    """A fault window this lane can place, or the reasons it cannot."""
+    from harness.model import faults
+    if config.fault_scenario not in faults.SCENARIOS:
+        return [f"fault_scenario: unknown scenario {config.fault_scenario!r}; choose one of "
+                f"{sorted(faults.SCENARIOS)}"]
+    problems = []
+    if faults.scenario(config.fault_scenario).needs_stream and not config.stream:
+        problems.append(f"fault_scenario: {config.fault_scenario} needs streamed responses; "
+                        "set stream=true")
+    if config.open_loop_rates_per_s:
+        problems.append("fault_scenario: the fault window is placed in the closed loop's hold; "
+                        "the open-loop lane has none")
+    duration = faults.duration_of(config.fault_scenario, config.fault_duration_s)
+    if config.fault_start_s < 0 or config.fault_duration_s < 0:
+        problems.append(f"fault_start_s: the window must not be negative, got start "
+                        f"{config.fault_start_s}, duration {config.fault_duration_s}")
+    elif config.fault_start_s >= config.hold_s:
+        problems.append(f"fault_start_s: the fault window must start inside the "
+                        f"{config.hold_s:g} s hold, got {config.fault_start_s:g}")
+    elif config.fault_start_s + duration > config.hold_s:
+        problems.append(f"fault_duration_s: the fault window {config.fault_start_s:g} s + "
+                        f"{duration:g} s does not fit inside the {config.hold_s:g} s hold")
+    if config.fault_lead_s <= config.idle_s:
+        problems.append(f"fault_lead_s: must exceed idle_s ({config.idle_s:g}): the system's "
+                        f"start, the idle sampling and the pre-check fit in it, got {config.fault_lead_s}")
     return problems
 
 

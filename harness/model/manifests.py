@@ -60,6 +60,7 @@ class RunChecks:
     successful_rows: int | None = None      # rows with status 200 and no error
     count_match: bool | None = None
     count_difference: int | None = None     # mock_count - successful_rows
+    count_note: str = ""                    # why count_match was not judged ("" = it was)
 
 
 @dataclass(frozen=True)

@@ -97,6 +97,13 @@ _ALL: tuple[Metric, ...] = (
     _m("p99_added_ms", "p99 added", "ms", "lower", 2, near_zero=True),
     _m("sustained_rps", "sustained", "req/s", "higher", 0, words=_RATE),
     _m("stopped_at_rps", "stopped keeping up at", "req/s", "higher", 0, words=_RATE),
+    # --- the provider-fault lane (per window of a fault run) ---------------------------------------
+    _m("success_share", "success", "%", "higher", 1, scale=0.01, words=_ERR),
+    _m("amplification", "provider requests per client request", "x", "lower", 2),
+    _m("added_p50_ms", "added p50", "ms", "lower", 2, near_zero=True),
+    _m("added_p99_ms", "added p99", "ms", "lower", 2, near_zero=True),
+    _m("recovery_s", "time to recover", "s", "lower", 0),
+    _m("partial_streams", "partial streams", "", "lower", 0, words=_ERR),
 )
 
 METRICS: dict[str, Metric] = {m.name: m for m in _ALL}

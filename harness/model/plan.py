@@ -7,6 +7,7 @@ import json
 import random
 from dataclasses import dataclass, field
 
+from harness.model import faults
 from harness.model.config import StudyConfig
 from harness.model.gateway_spec import GatewaySpec, feature_of
 from harness.model.topology import Topology, load_processes, local_topology, topology_of
@@ -39,6 +40,17 @@ class MockSettings:
     response_tokens: int
     stream_chunks: int = 20
     chunk_delay_ms: float = 20.0
+    # provider faults (harness/model/faults.py); all unset without a scenario
+    fault_scenario: str = ""
+    faults: str = ""                # the rendered schedule (JSON), times after the hold's start
+    fault_seed: int = 0
+    fault_start_s: float = 0.0      # the whole fault window, after the hold's start
+    fault_duration_s: float = 0.0
+    fault_lead_s: float = 0.0       # the mock's start -> the load's start
+
+
+FAULT_FIELDS = ("fault_scenario", "faults", "fault_seed", "fault_start_s", "fault_duration_s",
+                "fault_lead_s")
 
 
 @dataclass(frozen=True)
@@ -70,12 +82,27 @@ def comparison_key(system: str, load: LoadShape, mock: MockSettings, gateway_wor
                    gateway_toml_sha256: str, topology: Topology | None = None) -> str:
     """SHA-256 of the run's full configuration. Runs with equal keys ran the same thing; the
     run index, round and position are deliberately left out so repeated runs share a key."""
-    payload = {"system": system, "load": dataclasses.asdict(load), "mock": dataclasses.asdict(mock),
+    mock_settings = dataclasses.asdict(mock)
+    if not mock.fault_scenario:  # runs without faults keep their earlier keys
+        mock_settings = {k: v for k, v in mock_settings.items() if k not in FAULT_FIELDS}
+    payload = {"system": system, "load": dataclasses.asdict(load), "mock": mock_settings,
                "gateway_workers": gateway_workers, "gateway_toml_sha256": gateway_toml_sha256}
     if topology is not None and topology.source:  # runs on one machine keep their earlier keys
         payload["topology"] = topology.key()
     canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def fault_settings(config: StudyConfig) -> dict:
+    """MockSettings' fault fields for a study ({} without a scenario)."""
+    if not config.fault_scenario:
+        return {}
+    duration = faults.duration_of(config.fault_scenario, config.fault_duration_s)
+    return dict(fault_scenario=config.fault_scenario,
+                faults=faults.schedule_json(config.fault_scenario, config.fault_start_s, duration),
+                fault_seed=config.seed if config.fault_seed < 0 else config.fault_seed,
+                fault_start_s=config.fault_start_s, fault_duration_s=duration,
+                fault_lead_s=config.fault_lead_s)
 
 
 def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec]) -> list[RunSpec]:
@@ -93,7 +120,8 @@ def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec]) -> list[RunSpe
         feature=config.feature, request_bytes=config.request_bytes)
     mock = MockSettings(latency_ms=config.mock_latency_ms, workers=config.mock_workers,
                         response_tokens=config.mock_response_tokens,
-                        stream_chunks=config.stream_chunks, chunk_delay_ms=config.chunk_delay_ms)
+                        stream_chunks=config.stream_chunks, chunk_delay_ms=config.chunk_delay_ms,
+                        **fault_settings(config))
     topology = topology_of(config.topology_path)
     rng = random.Random(config.seed)
     plan = []

@@ -46,6 +46,9 @@ from harness.run.systems import start_mock, start_system
 from harness.run.verify import pre_check, send_chat
 from mocks.stats import diff_stats, read_stats
 
+# With provider faults the mock answers requests with errors the client counts as failures (and
+# a gateway may retry), so its count cannot equal the successful rows.
+FAULTED_COUNT_NOTE = "not compared: the provider injected faults"
 # A sampler on another host stops by itself this long after the run should have ended.
 SAMPLER_MARGIN_S = 300.0
 
@@ -97,10 +100,14 @@ def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
     baseline_stats = None
     status, reason = "completed", ""
     try:
+        # faults: the mock's epoch is the hold's planned start; the load waits for its slot below
+        load_at = time.time() + spec.mock.fault_lead_s
         mock = start_mock(run_dir, spec.mock.latency_ms, spec.mock.workers, spec.mock.response_tokens,
                           port=spec.mock_port, stream_chunks=spec.mock.stream_chunks,
                           chunk_delay_ms=spec.mock.chunk_delay_ms,
-                          host=topology.host(topology.mock))
+                          host=topology.host(topology.mock), faults=spec.mock.faults,
+                          fault_seed=spec.mock.fault_seed,
+                          fault_epoch_unix_s=load_at + spec.load.warmup_s + spec.load.ramp_s)
         system = start_system(gateway, run_dir, mock.url, mock.port, spec.gateway_workers,
                               spec.ready_timeout_s, port=spec.system_port,
                               host=topology.host(topology.system), upstream_host=mock.address,
@@ -141,6 +148,8 @@ def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
         if check["problem"] or not check["mock_saw_it"]:
             raise ProcessError(f"pre-check failed: {check['problem'] or 'the mock never saw it'}")
         progress("verified: one request reached the mock; starting load")
+        if spec.mock.faults:
+            _wait_until(load_at)
         load_started = time.time()
         master_port = free_port() if topology.locust_workers else 0
         locust = load_stage.start_locust(spec, target, run_dir, master_port)
@@ -223,13 +232,24 @@ def _finish(manifest: RunManifest, spec: RunSpec, run_dir: Path, mock, baseline_
             mock=MockSummary(count=during["count"],
                              **{f"hold_ms_{k}": v for k, v in during["hold_ms"].items()}),
             checks=replace(manifest.checks, mock_count=during["count"], successful_rows=ok,
-                           count_match=during["count"] == ok,
+                           count_match=None if spec.mock.faults else during["count"] == ok,
+                           count_note=FAULTED_COUNT_NOTE if spec.mock.faults else "",
                            count_difference=during["count"] - ok))
     manifest = replace(manifest, status=status, reason=reason, ended_t_unix_s=time.time())
     (run_dir / "phases.json").unlink(missing_ok=True)
     manifest = replace(manifest, files=hash_run_files(run_dir))
     write_manifest(run_dir, manifest)
     return manifest
+
+
+def _wait_until(load_at: float) -> None:
+    """Sleep until the load's planned start; a run that is already late would put the faults
+    somewhere else in the load than planned, so it fails instead."""
+    late_s = time.time() - load_at
+    if late_s > 0:
+        raise ProcessError(f"the load could not start on time: the system's start, idle_s and the "
+                           f"pre-check took {late_s:.1f} s longer than fault_lead_s; raise it")
+    time.sleep(-late_s)
 
 
 def _phase_dict(phases: Phases) -> dict:

@@ -1,6 +1,7 @@
 """Install, version and start a system from its GatewaySpec; start the mock provider."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -15,6 +16,7 @@ from harness.model.topology import Host
 from harness.remote.hosts import pid_file, start_on
 from harness.run.load import Target
 from harness.run.processes import ManagedProcess, free_port, wait_ready
+from harness.run.store import write_json
 
 # No topology: every process on this machine, on the loopback address, as always.
 LOCALHOST = Host("localhost", "127.0.0.1")
@@ -105,8 +107,11 @@ class MockHandle:
 
 def start_mock(run_dir: Path, latency_ms: float, workers: int, response_tokens: int,
                ready_timeout_s: float = 20.0, port: int = 0, stream_chunks: int = 20,
-               chunk_delay_ms: float = 20.0, host: Host | None = None) -> MockHandle:
-    """host: where it runs (None: this machine at 127.0.0.1); it listens on the host's address."""
+               chunk_delay_ms: float = 20.0, host: Host | None = None, faults: str = "",
+               fault_seed: int = 0, fault_epoch_unix_s: float = 0.0) -> MockHandle:
+    """host: where it runs (None: this machine at 127.0.0.1); it listens on the host's address.
+    faults: a fault schedule (JSON list, times after ``fault_epoch_unix_s``; "" = none), also
+    written with its seed and epoch to the run's faults.json."""
     host = host or LOCALHOST
     port = port or free_port()
     stats_dir = run_dir / "mock-stats"
@@ -115,6 +120,11 @@ def start_mock(run_dir: Path, latency_ms: float, workers: int, response_tokens: 
             "--latency-ms", str(latency_ms), "--workers", str(workers),
             "--response-tokens", str(response_tokens), "--stats-dir", str(stats_dir),
             "--stream-chunks", str(stream_chunks), "--chunk-delay-ms", str(chunk_delay_ms)]
+    if faults:
+        write_json(run_dir / "faults.json", {"schedule": json.loads(faults), "seed": fault_seed,
+                                             "epoch_unix_s": fault_epoch_unix_s})
+        argv += ["--faults", faults, "--fault-seed", str(fault_seed),
+                 "--fault-epoch-unix-s", repr(fault_epoch_unix_s)]
     proc = start_on(host, "mock", argv, run_dir / "mock.log", pid_file(run_dir, "mock"),
                     cwd=REPO_DIR, env={"PYTHONPATH": str(REPO_DIR)})
     url = f"http://{host.address}:{port}"

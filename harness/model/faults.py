@@ -1,0 +1,85 @@
+"""The provider-fault lane's named scenarios: what the mock does to the requests, and when.
+
+A study names one scenario (``fault_scenario``); its fault window is placed inside the hold:
+it starts ``fault_start_s`` seconds after the hold's planned start and lasts ``fault_duration_s``
+seconds (0 = the scenario's own duration). The harness starts the mock with the rendered
+schedule (``--faults``), the seed (``--fault-seed``) and an epoch (``--fault-epoch-unix-s``) at
+the hold's planned start, and writes the same schedule to the run's ``faults.json``.
+
+Scenarios (shares are of the generation requests whose body reached the mock in the window):
+
+``error_burst``      20% of requests answered 500 (the dialect's real error body) for 30 s.
+``rate_limited``     30% answered 429 with ``Retry-After: 1`` for 30 s.
+``overloaded``       bursts of overload: 50% answered 503 for 3 s in every 10 s, over 30 s.
+                     Anthropic answers 529 when overloaded; every system here is called in the
+                     OpenAI dialect by default, so the bursts are OpenAI-dialect 503s.
+``slow_tail``        10% of requests held 2 s before the response head, for 30 s.
+``resets``           5% cut mid-response by a TCP RST (after half the body or half the
+                     frames), for 30 s.
+``stalled_streams``  5% of streams stop after half their frames and close after 10 s without
+                     the rest, for 30 s; needs ``stream = true``.
+``provider_down``    the mock closes its listener and connections: connects refused for 10 s.
+
+Importing this module starts nothing.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    specs: tuple[dict, ...]         # the mock's fault specs without their window
+    duration_s: float               # the window's length when fault_duration_s is 0
+    needs_stream: bool = False
+    burst_s: float = 0.0            # > 0: each spec on for burst_s in every burst_period_s
+    burst_period_s: float = 0.0
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
+    Scenario("error_burst", ({"kind": "status", "status": 500, "share": 0.2},), 30.0),
+    Scenario("rate_limited", ({"kind": "status", "status": 429, "retry_after_s": 1,
+                               "share": 0.3},), 30.0),
+    Scenario("overloaded", ({"kind": "status", "status": 503, "share": 0.5},), 30.0,
+             burst_s=3.0, burst_period_s=10.0),
+    Scenario("slow_tail", ({"kind": "slow", "hold_ms": 2000, "share": 0.1},), 30.0),
+    Scenario("resets", ({"kind": "reset", "share": 0.05},), 30.0),
+    Scenario("stalled_streams", ({"kind": "stall", "stall_s": 10, "share": 0.05},), 30.0,
+             needs_stream=True),
+    Scenario("provider_down", ({"kind": "down"},), 10.0),
+)}
+
+
+def scenario(name: str) -> Scenario:
+    """The named scenario; KeyError listing the known ones otherwise."""
+    try:
+        return SCENARIOS[name]
+    except KeyError:
+        raise KeyError(f"unknown fault scenario {name!r}; choose one of {sorted(SCENARIOS)}") from None
+
+
+def duration_of(name: str, fault_duration_s: float) -> float:
+    """The window's length: the configured one, or the scenario's own when it is 0."""
+    return fault_duration_s if fault_duration_s > 0 else scenario(name).duration_s
+
+
+def render(name: str, start_s: float, duration_s: float) -> list[dict]:
+    """The mock's schedule (``--faults``) for a window of ``duration_s`` starting ``start_s``
+    after the epoch."""
+    sc = scenario(name)
+    if sc.burst_s <= 0:
+        return [{**spec, "start_s": start_s, "duration_s": duration_s} for spec in sc.specs]
+    schedule = []
+    offset = 0.0
+    while offset < duration_s:
+        length = min(sc.burst_s, duration_s - offset)
+        schedule += [{**spec, "start_s": start_s + offset, "duration_s": length} for spec in sc.specs]
+        offset += sc.burst_period_s
+    return schedule
+
+
+def schedule_json(name: str, start_s: float, duration_s: float) -> str:
+    """The rendered schedule as canonical JSON text (what a RunSpec carries and its key hashes)."""
+    return json.dumps(render(name, start_s, duration_s), sort_keys=True, separators=(",", ":"))

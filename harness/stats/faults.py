@@ -1,0 +1,224 @@
+"""The provider-fault lane's figures: what a client saw before, during and after the provider
+failed, and how many requests the system sent the provider for each one it was asked.
+
+Per run, three windows of the hold, by the client's send time (``start_t_unix_s``):
+before = [hold start, fault start), during = [fault start, fault end), after = [fault end,
+hold end). The fault window is the mock's: its epoch (the run's ``faults.json``) plus the
+run's ``fault_start_s`` and ``fault_duration_s``; the hold's ends are the run manifest's phases.
+
+Per window: client-visible success share (no error), requests by status code, amplification
+(mock rows whose body arrived in the window per client request sent in it: 1.0 without
+retries, 4.0 when every request reached the provider four times; a window edge can shift a
+retry into the next window), added latency p50/p99 (successful requests' latency minus the
+mock's set latency), partial streams (streamed responses that did not end with the dialect's
+done frame), and the system's peak RSS. Per run: time to recover (``recovery_s``: from the
+fault's end to the start of the first 1-s bin whose p50 latency is within
+``RECOVERY_SHARE`` or ``RECOVERY_MS`` of the before window's p50; NaN when no bin of the
+hold's rest is) and whether the system stayed up (the run completed).
+
+Error bodies in the client's dialect are not judged: requests.parquet keeps no bodies.
+Functions over frames are pure; ``fault_summary`` reads a study's run directories.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from harness.model.manifests import RunManifest
+from harness.run.store import read_json
+from harness.stats.loading import Study, mock_latency_ms
+
+WINDOWS = ("before", "during", "after")
+RECOVERY_SHARE = 0.10     # a bin's p50 within 10% of the before window's p50 ...
+RECOVERY_MS = 2.0         # ... or within 2 ms of it, whichever is wider
+BIN_S = 1.0
+# The mock's request log also holds /health and /models; only generation requests count.
+GENERATION_PATHS = ("/v1/chat/completions", "/chat/completions", "/v1/messages", "/messages")
+MOCK_REQUESTS_FILE = "mock_requests.parquet"
+
+WINDOW_COLUMNS = ("run_id", "system", "run_index", "run_status", "scenario", "window",
+                  "start_t_unix_s", "end_t_unix_s", "requests", "ok", "success_share",
+                  "status_counts", "mock_rows", "amplification", "added_p50_ms", "added_p99_ms",
+                  "streams", "partial_streams", "rss_peak_bytes")
+RUN_COLUMNS = ("run_id", "system", "run_index", "run_status", "scenario", "stayed_up",
+               "fault_start_t_unix_s", "fault_end_t_unix_s", "hold_start_t_unix_s",
+               "hold_end_t_unix_s", "before_p50_ms", "recovery_s", "recovered")
+
+
+@dataclass(frozen=True)
+class FaultWindow:
+    start_t_unix_s: float
+    end_t_unix_s: float
+
+
+def windows(hold_start: float, hold_end: float, fault: FaultWindow) -> dict[str, tuple[float, float]]:
+    """The before/during/after windows, each clipped to the hold."""
+    fs = min(max(fault.start_t_unix_s, hold_start), hold_end)
+    fe = min(max(fault.end_t_unix_s, fs), hold_end)
+    return {"before": (hold_start, fs), "during": (fs, fe), "after": (fe, hold_end)}
+
+
+def _ok(rows: pd.DataFrame) -> pd.Series:
+    return rows["error_kind"].fillna("") == ""
+
+
+def _pct(values, q: float) -> float:
+    a = np.asarray(values, dtype="float64")
+    a = a[~np.isnan(a)]
+    return float(np.percentile(a, q)) if a.size else math.nan
+
+
+def generation_rows(mock: pd.DataFrame) -> pd.DataFrame:
+    return mock[mock["path"].isin(GENERATION_PATHS)]
+
+
+def window_figures(client: pd.DataFrame, mock: pd.DataFrame, lo: float, hi: float,
+                   set_latency_ms: float) -> dict:
+    """One window's figures from a run's client rows and the mock's generation rows."""
+    c = client[(client["start_t_unix_s"] >= lo) & (client["start_t_unix_s"] < hi)]
+    t = mock["body_end_t_unix_ns"] / 1e9
+    m = mock[(t >= lo) & (t < hi)]
+    ok = _ok(c)
+    lat = c.loc[ok, "latency_ms"]
+    streamed = c["chunks"].fillna(0) > 0 if "chunks" in c else pd.Series(False, index=c.index)
+    if "stream_done" in c:
+        partial = int((streamed & ~c["stream_done"].fillna(False).astype(bool)).sum())
+    else:
+        partial = 0
+    n = len(c)
+    return {
+        "requests": n, "ok": int(ok.sum()),
+        "success_share": float(ok.mean()) if n else math.nan,
+        "status_counts": {int(k): int(v) for k, v in
+                          c["status_code"].value_counts().sort_index().items()},
+        "mock_rows": len(m),
+        "amplification": len(m) / n if n else math.nan,
+        "added_p50_ms": _pct(lat, 50) - set_latency_ms,
+        "added_p99_ms": _pct(lat, 99) - set_latency_ms,
+        "streams": int(streamed.sum()), "partial_streams": partial,
+    }
+
+
+def recovery_s(client: pd.DataFrame, fault_end: float, hold_end: float,
+               before_p50_ms: float) -> float:
+    """Seconds from the fault's end to the start of the first 1-s bin whose successful
+    requests' p50 latency is back near the before window's; NaN when none is."""
+    if math.isnan(before_p50_ms) or not hold_end > fault_end:
+        return math.nan
+    limit = before_p50_ms + max(RECOVERY_SHARE * before_p50_ms, RECOVERY_MS)
+    ok = client[_ok(client)]
+    t = ok["start_t_unix_s"].to_numpy(dtype="float64")
+    lat = ok["latency_ms"].to_numpy(dtype="float64")
+    for k in range(int(math.ceil((hold_end - fault_end) / BIN_S))):
+        lo = fault_end + k * BIN_S
+        sel = (t >= lo) & (t < min(lo + BIN_S, hold_end))
+        if sel.any() and _pct(lat[sel], 50) <= limit:
+            return k * BIN_S
+    return math.nan
+
+
+def timeline(client: pd.DataFrame, mock: pd.DataFrame, t0: float, t1: float,
+             bin_s: float = BIN_S) -> pd.DataFrame:
+    """Per bin from t0: client requests, success share and amplification."""
+    edges = np.arange(t0, t1 + bin_s, bin_s)
+    if len(edges) < 2:
+        return pd.DataFrame(columns=["t_s", "requests", "success_share", "amplification"])
+    ct = client["start_t_unix_s"].to_numpy(dtype="float64")
+    ok = _ok(client).to_numpy()
+    mt = mock["body_end_t_unix_ns"].to_numpy(dtype="float64") / 1e9
+    n, _ = np.histogram(ct, edges)
+    n_ok, _ = np.histogram(ct[ok], edges)
+    n_mock, _ = np.histogram(mt, edges)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(n > 0, n_ok / np.maximum(n, 1), np.nan)
+        amp = np.where(n > 0, n_mock / np.maximum(n, 1), np.nan)
+    return pd.DataFrame({"t_s": edges[:-1] - t0, "requests": n, "success_share": share,
+                         "amplification": amp})
+
+
+def _rss_peak(samples: pd.DataFrame, lo: float, hi: float) -> float:
+    s = samples[(samples["role"] == "system") & (samples["t_unix_s"] >= lo) & (samples["t_unix_s"] < hi)]
+    return float(s["rss_bytes"].max()) if len(s) else math.nan
+
+
+def fault_window_of(run: RunManifest, run_dir: Path) -> FaultWindow | None:
+    """The run's fault window in wall-clock time; None for a run without faults (or whose mock
+    never started)."""
+    if run.spec is None or not run.spec.mock.fault_scenario:
+        return None
+    path = Path(run_dir) / "faults.json"
+    if not path.is_file():
+        return None
+    start = float(read_json(path)["epoch_unix_s"]) + run.spec.mock.fault_start_s
+    return FaultWindow(start, start + run.spec.mock.fault_duration_s)
+
+
+def mock_rows(run_dir: Path) -> pd.DataFrame:
+    """The mock's per-request log of a run: mock_requests.parquet when stored, else the raw
+    logs in mock-stats/."""
+    from mocks.stats import read_request_log
+    stored = Path(run_dir) / MOCK_REQUESTS_FILE
+    return pd.read_parquet(stored) if stored.is_file() else read_request_log(str(Path(run_dir) / "mock-stats"))
+
+
+def run_fault_figures(run: RunManifest, client: pd.DataFrame, mock: pd.DataFrame,
+                      samples: pd.DataFrame, fault: FaultWindow,
+                      set_latency_ms: float) -> tuple[list[dict], dict]:
+    """(one record per window, the run's record) for one run."""
+    hs, he = run.phases.t("hold_start"), run.phases.t("hold_end")
+    base = {"run_id": run.run_id, "system": run.system, "run_index": run.run_index,
+            "run_status": run.status, "scenario": run.spec.mock.fault_scenario if run.spec else ""}
+    gen = generation_rows(mock)
+    recs = []
+    if not (math.isnan(hs) or math.isnan(he)):
+        for name, (lo, hi) in windows(hs, he, fault).items():
+            recs.append({**base, "window": name, "start_t_unix_s": lo, "end_t_unix_s": hi,
+                         **window_figures(client, gen, lo, hi, set_latency_ms),
+                         "rss_peak_bytes": _rss_peak(samples, lo, hi)})
+    before = next((r for r in recs if r["window"] == "before"), None)
+    before_p50 = before["added_p50_ms"] + set_latency_ms if before else math.nan
+    rec_s = recovery_s(client, fault.end_t_unix_s, he, before_p50) if recs else math.nan
+    summary = {**base, "stayed_up": run.status == "completed",
+               "fault_start_t_unix_s": fault.start_t_unix_s, "fault_end_t_unix_s": fault.end_t_unix_s,
+               "hold_start_t_unix_s": hs, "hold_end_t_unix_s": he, "before_p50_ms": before_p50,
+               "recovery_s": rec_s, "recovered": not math.isnan(rec_s)}
+    return recs, summary
+
+
+def fault_summary(study: Study) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per window: WINDOW_COLUMNS, per run: RUN_COLUMNS) over the study's fault runs; both
+    empty in a study without faults."""
+    win, per_run = [], []
+    for run in study.runs:
+        run_dir = study.run_dirs.get(run.run_id)
+        fault = fault_window_of(run, run_dir) if run_dir is not None else None
+        if fault is None:
+            continue
+        client = study.requests[study.requests["run_id"] == run.run_id]
+        samples = study.samples[study.samples["run_id"] == run.run_id]
+        recs, summary = run_fault_figures(run, client, mock_rows(run_dir), samples, fault,
+                                          mock_latency_ms(study, run))
+        win += recs
+        per_run.append(summary)
+    return (pd.DataFrame(win, columns=list(WINDOW_COLUMNS)),
+            pd.DataFrame(per_run, columns=list(RUN_COLUMNS)))
+
+
+def fault_timelines(study: Study, per_run: pd.DataFrame) -> pd.DataFrame:
+    """Per fault run, ``timeline`` over its hold, with t_s from the hold's start and the run's
+    system, run index and fault window (seconds after the hold's start)."""
+    frames = []
+    for r in per_run.itertuples(index=False):
+        if math.isnan(r.hold_start_t_unix_s) or math.isnan(r.hold_end_t_unix_s):
+            continue
+        client = study.requests[study.requests["run_id"] == r.run_id]
+        tl = timeline(client, generation_rows(mock_rows(study.run_dirs[r.run_id])),
+                      r.hold_start_t_unix_s, r.hold_end_t_unix_s)
+        frames.append(tl.assign(run_id=r.run_id, system=r.system, run_index=r.run_index,
+                                fault_from_s=r.fault_start_t_unix_s - r.hold_start_t_unix_s,
+                                fault_to_s=r.fault_end_t_unix_s - r.hold_start_t_unix_s))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

@@ -1,0 +1,187 @@
+"""The provider-fault lane: scenarios, config validation, plan keys, per-window statistics, and
+one tiny study with an error burst."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness.model import faults
+from harness.model.config import ConfigError, from_profile, validate
+from harness.model.plan import MockSettings, comparison_key, fault_settings
+from harness.stats import faults as fstats
+
+T0 = 1_700_000_000.0
+SET_MS = 60.0
+
+
+def _client(times, latency_ms=None, status=None):
+    n = len(times)
+    status = status if status is not None else [200] * n
+    return pd.DataFrame({
+        "start_t_unix_s": np.asarray(times, dtype="float64"),
+        "latency_ms": np.asarray(latency_ms if latency_ms is not None else [SET_MS + 1] * n, dtype="float64"),
+        "status_code": status,
+        "error_kind": ["" if s == 200 else "http" for s in status],
+        "chunks": [0] * n, "stream_done": [False] * n})
+
+
+def _mock(times_s, path="/v1/chat/completions"):
+    return pd.DataFrame({"path": [path] * len(times_s),
+                         "body_end_t_unix_ns": (np.asarray(times_s) * 1e9).astype("int64")})
+
+
+# --- scenarios and config ------------------------------------------------------------------------
+
+def test_every_scenario_renders_a_schedule_the_mock_accepts():
+    from mocks.faults import parse_schedule
+    for name in faults.SCENARIOS:
+        parse_schedule(faults.schedule_json(name, 15.0, faults.duration_of(name, 0.0)))
+
+
+def test_bursts_stay_inside_the_window():
+    sched = faults.render("overloaded", 15.0, 30.0)
+    assert [s["start_s"] for s in sched] == [15.0, 25.0, 35.0]
+    assert all(s["start_s"] + s["duration_s"] <= 45.0 for s in sched)
+
+
+def test_provider_down_keeps_its_own_duration():
+    assert faults.duration_of("provider_down", 0.0) == 10.0
+    assert faults.duration_of("error_burst", 0.0) == 30.0
+    assert faults.duration_of("error_burst", 5.0) == 5.0
+
+
+def _problems(tmp_path, **kw):
+    with pytest.raises(ConfigError) as exc:
+        validate(from_profile("faults", out_dir=str(tmp_path), **kw))
+    return exc.value.problems
+
+
+def test_faults_profile_validates(tmp_path):
+    validate(from_profile("faults", out_dir=str(tmp_path)))
+    for name in faults.SCENARIOS:
+        if not faults.scenario(name).needs_stream:
+            validate(from_profile("faults", out_dir=str(tmp_path), fault_scenario=name))
+
+
+def test_stream_scenario_without_streaming_is_one_line(tmp_path):
+    (line,) = _problems(tmp_path, fault_scenario="stalled_streams")
+    assert line.startswith("fault_scenario:") and "stream=true" in line
+    validate(from_profile("faults", out_dir=str(tmp_path), fault_scenario="stalled_streams",
+                          stream=True))
+
+
+def test_window_outside_the_hold_names_the_field(tmp_path):
+    (line,) = _problems(tmp_path, fault_start_s=50.0)
+    assert line.startswith("fault_duration_s:") and "60 s hold" in line
+    (line,) = _problems(tmp_path, fault_start_s=61.0)
+    assert line.startswith("fault_start_s:")
+    (line,) = _problems(tmp_path, fault_scenario="nope")
+    assert line.startswith("fault_scenario:") and "error_burst" in line
+    (line,) = _problems(tmp_path, fault_lead_s=0.5)
+    assert line.startswith("fault_lead_s:")
+
+
+def test_fault_seed_defaults_to_the_study_seed_and_keys_without_faults_are_unchanged():
+    cfg = from_profile("faults", seed=7)
+    assert fault_settings(cfg)["fault_seed"] == 7
+    assert fault_settings(from_profile("faults", seed=7, fault_seed=3))["fault_seed"] == 3
+    assert fault_settings(from_profile("smoke")) == {}
+    plain = MockSettings(latency_ms=60.0, workers=1, response_tokens=16)
+    faulted = MockSettings(latency_ms=60.0, workers=1, response_tokens=16, **fault_settings(cfg))
+    from harness.model.plan import LoadShape
+    load = LoadShape(users=1, ramp_s=1, hold_s=1, min_hold_requests=0, max_hold_s=1, warmup_s=1,
+                     warmup_users=1, think_time_s=0, locust_processes=1, request_timeout_s=1,
+                     max_tokens=16)
+    # the key a run without faults had before the fault fields existed
+    import dataclasses
+    import hashlib
+    payload = {"system": "x", "load": dataclasses.asdict(load),
+               "mock": {k: v for k, v in dataclasses.asdict(plain).items() if not k.startswith("fault")},
+               "gateway_workers": 1, "gateway_toml_sha256": "h"}
+    old = hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    assert comparison_key("x", load, plain, 1, "h") == old
+    assert comparison_key("x", load, faulted, 1, "h") != old
+
+
+# --- statistics ----------------------------------------------------------------------------------
+
+def test_windows_are_clipped_to_the_hold():
+    w = fstats.windows(T0, T0 + 60, fstats.FaultWindow(T0 + 15, T0 + 45))
+    assert w == {"before": (T0, T0 + 15), "during": (T0 + 15, T0 + 45), "after": (T0 + 45, T0 + 60)}
+    w = fstats.windows(T0, T0 + 60, fstats.FaultWindow(T0 + 50, T0 + 80))
+    assert w["after"] == (T0 + 60, T0 + 60)
+
+
+def test_four_provider_requests_per_client_request_is_amplification_4():
+    times = T0 + np.arange(0, 10, 0.1)
+    client = _client(times)
+    mock = _mock(np.repeat(times + 0.01, 4))
+    f = fstats.window_figures(client, mock, T0, T0 + 10, SET_MS)
+    assert f["requests"] == 100 and f["mock_rows"] == 400 and f["amplification"] == 4.0
+    assert f["success_share"] == 1.0 and f["status_counts"] == {200: 100}
+    assert f["added_p50_ms"] == pytest.approx(1.0)
+
+
+def test_success_share_and_status_mix_in_the_window_only():
+    times = T0 + np.arange(0, 20, 0.1)             # 200 requests, 10 per second
+    status = [500 if (T0 + 5 <= t < T0 + 10) and i % 5 == 0 else 200 for i, t in enumerate(times)]
+    client = _client(times, status=status)
+    gen = fstats.generation_rows(pd.concat([_mock(times), _mock([T0 + 6], path="/health")]))
+    before = fstats.window_figures(client, gen, T0, T0 + 5, SET_MS)
+    during = fstats.window_figures(client, gen, T0 + 5, T0 + 10, SET_MS)
+    assert before["success_share"] == 1.0
+    assert during["success_share"] == pytest.approx(0.8)
+    assert during["status_counts"] == {200: 40, 500: 10}
+    assert during["amplification"] == 1.0            # /health is not a provider request
+
+
+def test_recovery_is_the_first_bin_back_near_the_before_p50():
+    times = T0 + np.arange(0, 10, 0.05)
+    # after the fault's end at T0+3: 2.5 s slow (200 ms), then back at 61 ms
+    lat = [200.0 if T0 + 3 <= t < T0 + 5.5 else 61.0 for t in times]
+    client = _client(times, latency_ms=lat)
+    assert fstats.recovery_s(client, T0 + 3, T0 + 10, 61.0) == 3.0      # bin [T0+6, T0+7)
+    # within 2 ms counts as recovered even when 10% is tighter
+    assert fstats.recovery_s(_client(times, latency_ms=[12.5] * len(times)), T0 + 3, T0 + 10, 11.0) == 0.0
+    never = _client(times, latency_ms=[200.0] * len(times))
+    assert math.isnan(fstats.recovery_s(never, T0 + 3, T0 + 10, 61.0))
+
+
+def test_timeline_bins():
+    times = T0 + np.arange(0, 3, 0.25)
+    client = _client(times, status=[500 if t >= T0 + 1 and t < T0 + 2 else 200 for t in times])
+    tl = fstats.timeline(client, _mock(np.repeat(times, 2)), T0, T0 + 3)
+    assert list(tl["t_s"]) == [0.0, 1.0, 2.0]
+    assert list(tl["success_share"]) == [1.0, 0.0, 1.0]
+    assert list(tl["amplification"]) == [2.0, 2.0, 2.0]
+
+
+# --- one tiny study ------------------------------------------------------------------------------
+
+@pytest.mark.integration  # starts the mock, nginx and Locust: ~40 s
+def test_error_burst_study(tmp_path):
+    from harness.run.study import run_study
+    from harness.stats.loading import load_study
+    from report import build
+    config = from_profile("smoke", gateways=("direct", "nginx"), out_dir=str(tmp_path),
+                          study_id="fb", fault_scenario="error_burst", hold_s=8.0,
+                          max_hold_s=10.0, fault_start_s=3.0, fault_duration_s=3.0,
+                          fault_lead_s=4.0)
+    result = run_study(config, progress=lambda line: None)
+    assert result.status == "completed"
+    study = load_study(result.study_dir)
+    per_window, per_run = fstats.fault_summary(study)
+    assert set(per_run["system"]) == {"direct", "nginx"} and per_run["stayed_up"].all()
+    for system in ("direct", "nginx"):
+        w = per_window[per_window["system"] == system].set_index("window")
+        assert w.loc["during", "success_share"] == pytest.approx(0.8, abs=0.08)
+        assert w.loc["before", "success_share"] == 1.0 and w.loc["after", "success_share"] == 1.0
+        assert w.loc["during", "amplification"] == pytest.approx(1.0, abs=0.05)
+    run = study.runs[0]
+    assert run.checks.count_match is None and run.checks.count_note
+    html = build.build_report(study.path).read_text(encoding="utf-8")
+    assert "When the provider fails" in html and "single run" in html
