@@ -20,7 +20,7 @@ from synthetic import make_study
 from harness import stats as A
 from harness.model.config import REPO_DIR
 from harness.model.manifests import ManifestError, RunManifest, StudyManifest
-from harness.model.schema import KNOWN_VERSIONS, REQUESTS, SAMPLES, SCHEMA_VERSION
+from harness.model.schema import KNOWN_VERSIONS, MOCK_REQUESTS, REQUESTS, SAMPLES, SCHEMA_VERSION
 from harness.run import load as load_stage
 from harness.run.run import _write_samples
 from harness.run.sampling import Sampler
@@ -77,7 +77,7 @@ def write_as_v2(src: Path, dst: Path) -> Path:
 
 def test_readme_column_tables_are_the_registry():
     readme = (REPO_DIR / "artifacts" / "README.md").read_text()
-    for table in (REQUESTS, SAMPLES):
+    for table in (REQUESTS, SAMPLES, MOCK_REQUESTS):
         assert table.markdown() in readme, (
             f"artifacts/README.md: the {table.file} table differs from harness/model/schema.py; "
             f"paste {table.name.upper()}.markdown() there")

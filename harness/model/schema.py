@@ -172,7 +172,8 @@ SAMPLES = Table("samples", "samples.parquet", (
     _c("run_id", "string", "", "the run", raw=False),
     _c("system", "string", "", "the run's system under test", raw=False),
     _c("t_unix_s", "float64", "s since the Unix epoch", "sample time"),
-    _c("role", "string", "", "`system` (the system under test), `mock`, `locust`, `machine`"),
+    _c("role", "string", "", "`system` (the system under test), `mock`, `locust`, `capture` "
+       "(tcpdump, during the wire capture), `machine`"),
     _c("pid_count", "int32", "processes", "processes in the role's tree at that moment"),
     _c("rss_bytes", "int64", "bytes",
        "resident memory summed over the role's whole process tree (for `machine`: used memory)"),
