@@ -198,9 +198,9 @@ def on_request(request_type, name, response_time, response_length, response=None
         "self_overhead_ms": overhead, "ttfb_ms": timing.get("ttfb_ms", ""),
         "ttft_ms": timing.get("ttft_ms", ""), "chunks": timing.get("chunks", ""),
         "chunk_gaps_ms": timing.get("chunk_gaps_ms", ""), "stream_done": timing.get("done", ""),
-        "request_id": (context or {}).get("request_id", ""),
         "intended_start_t_unix_s": f"{slot[0]:.6f}" if slot[0] != "" else "",
-        "offered_rate_per_s": slot[2], "step_index": slot[1], "waited_for_user": slot[3]})
+        "offered_rate_per_s": slot[2], "step_index": slot[1], "waited_for_user": slot[3],
+        "request_id": (context or {}).get("request_id", "")})
     ROWS.maybe_flush(time.monotonic())
 
 

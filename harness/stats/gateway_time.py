@@ -29,10 +29,13 @@ def mock_own_ms(mock: pd.DataFrame) -> np.ndarray:
     return ((m["last_frame_written_t_unix_ns"] - received - m["hold_set_ns"]) / 1e6).to_numpy("float64")
 
 
-def figures(run: RunManifest, ok: pd.DataFrame, not_measured, mock: pd.DataFrame | None) -> dict:
-    """``ok``: the run's successful rows in its measured window; ``not_measured(column)``: why an
-    artifact version lacks a requests column ("" when it has it); ``mock``: the run's
-    mock_requests table, None when the run has none."""
+NOT_MEASURED = "not measured in this artifact version"
+
+
+def figures(run: RunManifest, ok: pd.DataFrame, mock: pd.DataFrame | None) -> dict:
+    """``ok``: the run's successful rows in its measured window; ``mock``: the run's
+    mock_requests table, None when the run has none. A run manifest without the identity or
+    wire check is from before they existed (its requests columns load as missing)."""
     rec: dict = {}
     net = ok["net_overhead_ms"].to_numpy("float64")
     for q in QUANTILES:
@@ -41,9 +44,8 @@ def figures(run: RunManifest, ok: pd.DataFrame, not_measured, mock: pd.DataFrame
     rec["identity_match_rate"] = (float(identity.match_rate)
                                   if identity is not None and identity.match_rate is not None
                                   else math.nan)
-    rec["identity_reason"] = (not_measured("net_overhead_ms")
-                              or ("" if identity is not None
-                                  else run.checks.identity_missing_reason or "not measured"))
+    rec["identity_reason"] = ("" if identity is not None
+                              else run.checks.identity_missing_reason or NOT_MEASURED)
 
     for part in ("in_gateway", "request_path", "response_path"):
         for q in QUANTILES:
@@ -55,7 +57,7 @@ def figures(run: RunManifest, ok: pd.DataFrame, not_measured, mock: pd.DataFrame
     rec["capture_cpu_s"] = (float(wire.cpu_s) if wire is not None and wire.cpu_s is not None
                             else math.nan)
     if wire is None:
-        rec["wire_reason"] = not_measured("wire_in_gateway_us") or "not measured in this artifact version"
+        rec["wire_reason"] = NOT_MEASURED
     elif not wire.captured:
         rec["wire_reason"] = wire.reason
     elif not ok["wire_mock_us"].notna().any():
