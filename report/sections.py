@@ -12,7 +12,12 @@ from markupsafe import Markup
 from scipy import stats
 
 from harness.model.metrics import metric
-from harness.stats.faults import RECOVERY_MS, RECOVERY_SHARE, fault_summary, fault_timelines
+from harness.stats.faults import (
+    RECOVERY_MS,
+    RECOVERY_SHARE,
+    fault_summary,
+    fault_timelines,
+)
 from harness.stats.feature_cost import feature_cost
 from harness.stats.loading import cpu_count, mock_latency_ms
 from harness.stats.metrics import DEFINITIONS
@@ -31,7 +36,7 @@ from report.table import rows_of, table
 HERE = Path(__file__).resolve().parent
 REPO_DIR = HERE.parent
 SECTIONS = ("style", "header", "banner", "headline", "plots", "streaming", "faults", "open_loop",
-            "feature_cost", "self_overhead", "verdicts", "stability", "runs", "methodology",
+            "feature_cost", "self_overhead", "gateway_time", "verdicts", "stability", "runs", "methodology",
             "artifacts")
 CONFIG_LOAD_KEYS = ["users", "warmup_users", "warmup_s", "ramp_s", "hold_s", "min_hold_requests",
                     "max_hold_s", "think_time_s", "locust_processes", "request_timeout_s", "idle_s",
@@ -192,6 +197,13 @@ def section_self_overhead(data: ReportData) -> str:
             headers.setdefault(run.system, header)
     return render("self_overhead.html.j2", summary=tables.self_overhead(rows),
                   headers=list(headers.items()), plot=plots.plot_self_overhead(data, rows))
+
+
+def section_gateway_time(data: ReportData) -> str:
+    rows = tables.gateway_time_rows(data)
+    headers = sorted({(run.system, run.request.self_overhead_header) for run in data.study.runs
+                      if run.request and run.request.self_overhead_header})
+    return render("gateway_time.html.j2", summary=tables.gateway_time(rows), headers=headers)
 
 
 def section_methodology(data: ReportData) -> str:

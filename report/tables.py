@@ -17,7 +17,8 @@ from report.data import ReportData
 from report.table import Cell, Part, Row, Table, cell, number, table
 
 HEADLINE_METRICS = ("throughput_rps", "overhead_vs_mock_p50_ms", "overhead_vs_mock_p95_ms",
-                    "cpu_ms_per_request", "rss_peak_bytes", "errors_total")
+                    "net_overhead_p50_ms", "wire_in_gateway_p50_us", "cpu_ms_per_request",
+                    "rss_peak_bytes", "errors_total")
 HEADLINE_VERDICTS = ("throughput_rps", "overhead_vs_mock_p50_ms")
 STABILITY_METRICS = ("throughput_rps", "overhead_vs_mock_p50_ms", "overhead_vs_mock_p95_ms",
                      "overhead_vs_direct_p50_ms", "overhead_vs_direct_p95_ms", "latency_p99_ms",
@@ -36,6 +37,10 @@ STEP_METRICS = ("offered_rps", "achieved_rps", "scheduled", "unsent", "failed",
                 "from_start_p99_ms", "schedule_lag_p99_ms", "p99_added_ms")
 SELF_OVERHEAD = (("self_overhead_p50_ms", "overhead_vs_mock_p50_ms", "self_overhead_gap_p50_ms"),
                  ("self_overhead_p95_ms", "overhead_vs_mock_p95_ms", "self_overhead_gap_p95_ms"))
+GATEWAY_TIME = (*(f"wire_{part}_p{q}_us" for part in ("request_path", "response_path", "in_gateway")
+                  for q in (50, 95, 99)),
+                "wire_join_rate", "identity_match_rate", "net_overhead_p50_ms",
+                "self_overhead_p50_ms")
 UNSTABLE = " ⚠ unstable"
 
 
@@ -301,6 +306,35 @@ def self_overhead(rows: list[dict]) -> Table:
     return table(["system", "runs", *(headings.get(m) or F.heading(m) for m in names)],
                  [[r["system"], number(r["n"]), *(number(F.mean_sd(r[m], m)) for m in names)]
                   for r in rows], "self-overhead-table")
+
+
+def gateway_time_rows(data: ReportData) -> list[dict]:
+    """Per system: describe() of each GATEWAY_TIME figure over completed runs, and why the wire
+    figures are missing where they are."""
+    rs = data.rs
+    if not len(rs) or "wire_in_gateway_p50_us" not in rs:
+        return []
+    done = rs[rs["status"] == "completed"]
+    out = []
+    for system in [s for s in data.study.systems if s in set(done["system"])]:
+        g = done[done["system"] == system]
+        rec: dict[str, Any] = {"system": system, "n": int(len(g))}
+        for m in GATEWAY_TIME:
+            rec[m] = describe(g[m].astype("float64"))
+        why = sorted({r for r in g["wire_reason"] if r})
+        if not why and not g["wire_in_gateway_p50_us"].notna().any():
+            mock_us = describe(g["wire_mock_p50_us"].astype("float64"))
+            why = [f"no system between the client and the mock (the mock on the wire: p50 "
+                   f"{F.mean_sd(mock_us, 'wire_mock_p50_us')} µs)"]
+        rec["note"] = "; ".join(why)
+        out.append(rec)
+    return out
+
+
+def gateway_time(rows: list[dict]) -> Table:
+    return table(["system", "runs", *(F.heading(m) for m in GATEWAY_TIME), "wire figures missing"],
+                 [[r["system"], number(r["n"]), *(number(F.mean_sd(r[m], m)) for m in GATEWAY_TIME),
+                   r["note"]] for r in rows], "gateway-time-table", wide=True)
 
 
 def suite_cells(frame: pd.DataFrame, metrics: tuple[str, ...], table_id: str) -> Table:

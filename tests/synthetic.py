@@ -41,7 +41,11 @@ BASE_T = 1_760_000_000.0
 # Columns of the real schema that the synthetic unary, closed-loop runs leave at their defaults.
 UNARY_DEFAULTS = {"ttfb_ms": math.nan, "ttft_ms": math.nan, "chunks": 0, "stream_done": False,
                   "intended_start_t_unix_s": math.nan, "offered_rate_per_s": math.nan,
-                  "step_index": 0, "waited_for_user": False}
+                  "step_index": 0, "waited_for_user": False,
+                  # identity and wire figures: not measured in synthetic runs
+                  "request_id": "", "mock_service_ms": math.nan, "net_overhead_ms": math.nan,
+                  "wire_request_path_us": math.nan, "wire_response_path_us": math.nan,
+                  "wire_in_gateway_us": math.nan, "wire_mock_us": math.nan}
 
 
 @dataclass(frozen=True)

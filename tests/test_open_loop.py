@@ -95,7 +95,9 @@ def _step_rows(run_id, system, index, rate, start, added, rng, unsent=False, wai
         "ttfb_ms": math.nan, "ttft_ms": math.nan, "chunks": 0,
         "chunk_gaps_ms": [[] for _ in range(int(keep.sum()))], "stream_done": False,
         "intended_start_t_unix_s": intended[keep], "offered_rate_per_s": rate,
-        "step_index": index, "waited_for_user": waited})
+        "step_index": index, "waited_for_user": waited, "request_id": "",
+        **{c: math.nan for c in ("mock_service_ms", "net_overhead_ms", "wire_request_path_us",
+                                 "wire_response_path_us", "wire_in_gateway_us", "wire_mock_us")}})
 
 
 @pytest.fixture(scope="module")

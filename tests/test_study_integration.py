@@ -79,7 +79,8 @@ def test_parquet_schemas_and_hashes(smoke_study):
 def test_samples_cover_each_role(smoke_study):
     result, _ = smoke_study
     samples = pd.read_parquet(run_dir(result, "nginx") / "samples.parquet")
-    assert set(samples.role) == {"system", "mock", "locust", "machine"}
+    # `capture`: tcpdump during the wire capture (the smoke hold leaves it a 1-second window)
+    assert set(samples.role) == {"system", "mock", "locust", "machine", "capture"}
     system = samples[samples.role == "system"]
     assert system.rss_bytes.max() > 1_000_000 and system.pid_count.max() >= 2  # master + worker
     assert system.cpu_seconds_total.is_monotonic_increasing

@@ -87,6 +87,10 @@ class StudyConfig:
                                          # [features.NAME] says ("" = [request] as declared)
     request_bytes: int = 0               # request body size: 0 = a small chat; N = an agent-style
                                          # conversation of N bytes (harness/run/bodies.py)
+    wire_capture_s: float = 20.0         # seconds of the hold captured with tcpdump (wire-timed
+                                         # in-gateway time); 0 = no capture
+    wire_capture_offset_s: float = 2.0   # the capture starts this many seconds into the hold
+    wire_snaplen_bytes: int = 512        # bytes kept per packet: each request's id must be in them
     gateway_workers: int = field(default_factory=lambda: os.cpu_count() or 1)  # per system
     ready_timeout_s: float = 60.0        # a system not ready by then fails its run
     seed: int = 0                        # orders systems within each round of the plan
@@ -388,6 +392,11 @@ def validate(config: StudyConfig) -> None:
         need(getattr(config, name) >= 1, f"{name}: must be at least 1, got {getattr(config, name)}")
     need(0 <= config.request_bytes <= MAX_REQUEST_BYTES,
          f"request_bytes: must be 0 (small chat) to {MAX_REQUEST_BYTES}, got {config.request_bytes}")
+    need(config.wire_capture_s >= 0, f"wire_capture_s: must be >= 0 (0 = off), got {config.wire_capture_s}")
+    need(config.wire_capture_offset_s >= 0,
+         f"wire_capture_offset_s: must be >= 0, got {config.wire_capture_offset_s}")
+    need(128 <= config.wire_snaplen_bytes <= 65535,
+         f"wire_snaplen_bytes: must be 128..65535, got {config.wire_snaplen_bytes}")
     need(config.base_port == 0 or 1024 <= config.base_port <= 65534,
          f"base_port: must be 0 (any free port) or 1024..65534, got {config.base_port}")
     for name in ("ramp_s", "hold_s", "warmup_s", "idle_s", "cooldown_s", "think_time_s",

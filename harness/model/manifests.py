@@ -53,14 +53,68 @@ class PreRequestCheck:
 
 
 @dataclass(frozen=True)
+class IdentityCheck:
+    """The run's rows joined with the mock's request log by request id (harness.stats.identity):
+    every successful row should match exactly one mock row; what does not is counted and, up to
+    a cap, listed."""
+    client_rows: int
+    client_ok: int                          # successful rows (no error)
+    client_without_id: int
+    mock_rows: int                          # mock log rows of the load window
+    mock_without_id: int
+    matched: int                            # successful rows the mock logged at least once
+    matched_once: int
+    client_without_mock: int                # successful rows the mock never logged
+    mock_without_client: int                # mock rows whose id no row has
+    ids_seen_more_than_once: int            # ids the mock logged more than once (retries)
+    amplification: float | None             # mock rows per client id (1.0: no retries)
+    match_rate: float | None                # matched_once / client_ok
+    client_without_mock_ids: tuple[str, ...] = ()
+    mock_without_client_ids: tuple[str, ...] = ()
+    ids_seen_more_than_once_ids: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return (self.client_without_mock == 0 and self.mock_without_client == 0
+                and self.ids_seen_more_than_once == 0 and self.client_without_id == 0)
+
+
+@dataclass(frozen=True)
 class RunChecks:
     pre_request: PreRequestCheck | None = None
     inflight_at_stop: int | None = None     # requests unanswered when the load stopped
     mock_count: int | None = None           # requests the mock answered during the load
     successful_rows: int | None = None      # rows with status 200 and no error
-    count_match: bool | None = None
+    count_match: bool | None = None         # a cross-check of identity: counts only
     count_difference: int | None = None     # mock_count - successful_rows
+    identity: IdentityCheck | None = None   # the run's correctness check; None: not measured
+    identity_missing_reason: str = ""       # why identity is None
     count_note: str = ""                    # why count_match was not judged ("" = it was)
+
+
+@dataclass(frozen=True)
+class WireCheck:
+    """The run's packet capture during the hold (harness.run.capture, harness.stats.wire).
+    ``captured`` False: no wire figures, and ``reason`` says why."""
+    captured: bool
+    reason: str = ""
+    interface: str = ""
+    snaplen_bytes: int | None = None
+    window_start_t_unix_s: float | None = None
+    window_end_t_unix_s: float | None = None
+    pcap_file: str = ""                     # relative to the run directory; "" when not kept
+    pcap_bytes: int | None = None
+    pcap_kept_reason: str = ""              # why the pcap was deleted, "" when kept
+    packets_captured: int | None = None
+    packets_dropped_by_kernel: int | None = None
+    cpu_s: float | None = None              # tcpdump's user + system CPU
+    client_requests: int | None = None      # requests seen on the client side of the capture
+    client_requests_without_id: int | None = None
+    upstream_requests: int | None = None
+    upstream_ids_seen_more_than_once: int | None = None
+    joined: int | None = None
+    join_rate: float | None = None          # joined / client requests with an id
+    rows_with_wire_times: int | None = None  # requests.parquet rows given wire figures
 
 
 @dataclass(frozen=True)
@@ -138,6 +192,7 @@ class RunManifest:
     mock: MockSummary = MockSummary()
     locust: LocustSummary = LocustSummary()
     request: RequestInfo | None = None
+    wire: WireCheck | None = None           # None: a run from before wire capture existed
     host_before: HostSnapshot | None = None
     host_after: HostSnapshot | None = None
     hosts: dict[str, RunHost] = field(default_factory=dict)

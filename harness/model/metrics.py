@@ -67,6 +67,20 @@ _ALL: tuple[Metric, ...] = (
     # client-observed overhead minus the self-reported one: what the system's own clock misses
     _m("self_overhead_gap_p50_ms", "gap p50", "ms", "lower", 3, near_zero=True),
     _m("self_overhead_gap_p95_ms", "gap p95", "ms", "lower", 3, near_zero=True),
+    # --- time inside the system (identity join and wire capture) --------------------------------
+    *(_m(f"net_overhead_p{q}_ms", f"net overhead p{q}", "ms", "lower", 3, near_zero=True)
+      for q in (50, 95, 99)),
+    *(_m(f"wire_in_gateway_p{q}_us", f"in-gateway time p{q} (wire)", "µs", "lower", 0,
+         near_zero=True) for q in (50, 95, 99)),
+    *(_m(f"wire_{part}_path_p{q}_us", f"{part} path p{q} (wire)", "µs", "lower", 0, near_zero=True)
+      for part in ("request", "response") for q in (50, 95, 99)),
+    _m("wire_mock_p50_us", "mock on the wire p50", "µs", "lower", 0),
+    _m("identity_match_rate", "identity match rate", "%", "higher", 1, scale=0.01,
+       words=("more matched", "fewer matched")),
+    _m("wire_join_rate", "wire join rate", "%", "higher", 1, scale=0.01,
+       words=("more joined", "fewer joined")),
+    _m("mock_own_p99_ms", "mock's own added time p99", "ms", "lower", 3),
+    _m("capture_cpu_s", "capture CPU", "s", "lower", 3, words=_CPU),
     _m("mock_hold_excess_p50_ms", "mock's hold above its setting (p50)", "ms", "lower", 3),
     # --- what else could have limited a run ------------------------------------------------------
     _m("locust_cpu_peak_percent", "Locust CPU peak", "%", "lower", 0, words=_CPU),

@@ -9,7 +9,8 @@ Version 1 → 2:
   open-loop request columns; the samples' ``inflight_requests`` and ``host``), so a version-1
   file may lack some. They are added holding missing values (NaN, or None for other types:
   never a plausible measurement) and reported, so a reader can say "not measured in this
-  artifact version". Version 2 files hold every column.
+  artifact version". Version 2 files hold every column, except those ``schema.ADDED_IN_V2``
+  names (added before version 2 was released), which are treated the same way.
 * mock_stats.json: unchanged.
 """
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.model.gateway_spec import folder_of
-from harness.model.schema import SCHEMA_VERSION, Table, missing_value
+from harness.model.schema import ADDED_IN_V2, SCHEMA_VERSION, Table, missing_value
 
 
 class TableFormatError(ValueError):
@@ -53,7 +54,8 @@ def table(frame: pd.DataFrame, spec: Table, version: int,
     """``frame`` with the current version's columns, in order, and the columns its version did
     not have (added as missing values)."""
     missing = tuple(c.name for c in spec.stored if c.name not in frame.columns)
-    if missing and version == SCHEMA_VERSION:
+    late = ADDED_IN_V2.get(spec.name, ())
+    if version == SCHEMA_VERSION and any(name not in late for name in missing):
         raise TableFormatError(f"{source}: missing columns {list(missing)} of schema version "
                                f"{version} (artifacts/README.md)")
     for name in missing:

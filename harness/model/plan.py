@@ -54,6 +54,15 @@ FAULT_FIELDS = ("fault_scenario", "faults", "fault_seed", "fault_start_s", "faul
 
 
 @dataclass(frozen=True)
+class WireSettings:
+    """The packet capture during the hold (0 s: none). Measuring apparatus, not load: left out
+    of the comparison key (its CPU is sampled as the `capture` role)."""
+    capture_s: float = 0.0
+    offset_s: float = 2.0
+    snaplen_bytes: int = 512
+
+
+@dataclass(frozen=True)
 class RunSpec:
     """One run of one system: everything needed to execute it, and nothing else."""
     run_id: str               # "<system>-<run_index>"
@@ -73,6 +82,7 @@ class RunSpec:
     mock_port: int = 0        # 0: any free port (ports do not change what runs: not in the key)
     system_port: int = 0
     topology: Topology = field(default_factory=local_topology)  # which host runs what
+    wire: WireSettings = field(default_factory=WireSettings)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -123,6 +133,8 @@ def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec]) -> list[RunSpe
                         stream_chunks=config.stream_chunks, chunk_delay_ms=config.chunk_delay_ms,
                         **fault_settings(config))
     topology = topology_of(config.topology_path)
+    wire = WireSettings(capture_s=config.wire_capture_s, offset_s=config.wire_capture_offset_s,
+                        snaplen_bytes=config.wire_snaplen_bytes)
     rng = random.Random(config.seed)
     plan = []
     for round_index in range(1, config.runs_per_gateway + 1):
@@ -141,5 +153,6 @@ def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec]) -> list[RunSpe
                 gateway_toml_sha256=spec.toml_sha256, seed=config.seed,
                 comparison_key=comparison_key(system, load, mock, config.gateway_workers,
                                               spec.toml_sha256, topology), topology=topology,
-                mock_port=config.base_port, system_port=config.base_port + 1 if config.base_port else 0))
+                mock_port=config.base_port, system_port=config.base_port + 1 if config.base_port else 0,
+                wire=wire))
     return plan

@@ -144,13 +144,36 @@ REQUESTS = Table("requests", "requests.parquet", (
     _c("waited_for_user", "bool", "",
        "open-loop lane: the slot fell due while every user was busy and waited for the next free "
        "one (that wait is in the latency from the intended start)"),
+    _c("request_id", "string", "",
+       "the load generator's id of this request (`<run>-<pid>-<salt>-<seq>`), sent as the "
+       "`x-request-id` header and as `[rid:<id>]` in the last user message"),
+    _c("mock_service_ms", "float64", "ms",
+       "the mock's time for this request, from its request log: request's last bytes received → "
+       "last response byte handed to the socket (the last attempt's, if the system retried); "
+       "NaN when the mock never logged this id", raw=False),
+    _c("net_overhead_ms", "float64", "ms",
+       "`latency_ms` − `mock_service_ms`: the client's, the network's and the system's time, "
+       "none of the mock's; NaN when unmatched", raw=False),
+    _c("wire_request_path_us", "float64", "µs",
+       "from the capture: last byte of the system's request to the mock − last byte of the "
+       "client's request to the system; NaN outside the capture window or unjoined", raw=False),
+    _c("wire_response_path_us", "float64", "µs",
+       "from the capture: first byte of the system's response to the client − first byte of "
+       "the mock's response to the system", raw=False),
+    _c("wire_in_gateway_us", "float64", "µs",
+       "`wire_request_path_us` + `wire_response_path_us`: the time the system adds, on the wire",
+       raw=False),
+    _c("wire_mock_us", "float64", "µs",
+       "from the capture: first byte of the mock's response − last byte of the request it got "
+       "(for the direct baseline the only wire figure)", raw=False),
 ))
 
 SAMPLES = Table("samples", "samples.parquet", (
     _c("run_id", "string", "", "the run", raw=False),
     _c("system", "string", "", "the run's system under test", raw=False),
     _c("t_unix_s", "float64", "s since the Unix epoch", "sample time"),
-    _c("role", "string", "", "`system` (the system under test), `mock`, `locust`, `machine`"),
+    _c("role", "string", "", "`system` (the system under test), `mock`, `locust`, `capture` "
+       "(tcpdump, during the wire capture), `machine`"),
     _c("pid_count", "int32", "processes", "processes in the role's tree at that moment"),
     _c("rss_bytes", "int64", "bytes",
        "resident memory summed over the role's whole process tree (for `machine`: used memory)"),
@@ -169,7 +192,41 @@ SAMPLES = Table("samples", "samples.parquet", (
        "master's, and the sum of the workers on a worker host)"),
 ))
 
-TABLES = {t.name: t for t in (REQUESTS, SAMPLES)}
+# The mock's per-request log (mocks.stats.REQUEST_LOG_COLUMNS), restricted to the run's load.
+MOCK_REQUESTS = Table("mock_requests", "mock_requests.parquet", (
+    _c("run_id", "string", "", "the run", raw=False),
+    _c("system", "string", "", "the run's system under test", raw=False),
+    _c("request_id", "string", "",
+       "the load generator's id (last `[rid:<id>]` in the body, else `x-request-id`); "
+       "`\"\"` when none was found"),
+    _c("mock_seq", "string", "", "the mock's own `<pid>-<seq>` (its `x-mock-request-id`)"),
+    _c("path", "string", "", "the route the mock served"),
+    _c("worker_pid", "int64", "", "the mock worker that served it"),
+    _c("status_code", "int64", "", "the status the mock answered"),
+    _c("fault", "string", "", "the injected fault, `\"\"` for none"),
+    _c("body_end_t_unix_ns", "int64", "ns since the Unix epoch",
+       "the whole request body read: the hold starts"),
+    _c("hold_set_ns", "int64", "ns", "the hold asked for (setting or `x-mock-latency-ms`)"),
+    _c("hold_applied_ns", "int64", "ns", "body end → response head write started"),
+    _c("head_written_t_unix_ns", "int64", "ns since the Unix epoch",
+       "response head handed to the socket"),
+    _c("last_frame_written_t_unix_ns", "int64", "ns since the Unix epoch",
+       "last response byte handed to the socket"),
+    _c("bytes_in", "int64", "bytes", "request head + body"),
+    _c("bytes_out", "int64", "bytes", "response head + body"),
+    _c("arrival_lag_ns", "int64", "ns", "request's last bytes received → body read"),
+    _c("write_ns", "int64", "ns", "head write started → head handed to the socket"),
+    _c("peer_port", "int64", "", "the client's (the system's) source port"),
+))
+
+TABLES = {t.name: t for t in (REQUESTS, SAMPLES, MOCK_REQUESTS)}
+
+# Columns version 2 gained before its release: a version-2 file written earlier lacks them and is
+# read with them missing (migrate.table), as version-1 files are.
+ADDED_IN_V2 = {
+    "requests": ("request_id", "mock_service_ms", "net_overhead_ms", "wire_request_path_us",
+                 "wire_response_path_us", "wire_in_gateway_us", "wire_mock_us"),
+}
 
 
 def missing_value(column: Column):

@@ -14,6 +14,9 @@ import random
 from dataclasses import dataclass
 
 SMALL_BODY_BYTES = 0   # request_bytes = 0: the small two-message chat
+# Where the load generator writes each request's id (the mock and the wire parser read
+# `[rid:<id>]`); "@" is not an id character, so an unfilled slot never passes for an id.
+RID_SLOT = "[rid:@RID@] "
 
 
 @dataclass(frozen=True)
@@ -45,20 +48,22 @@ _TOOL_SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}, "r
 
 
 def chat_body(dialect: str, model: str, max_tokens: int, stream: bool, request_bytes: int = 0,
-              seed: int = 0) -> bytes:
+              seed: int = 0, rid_slot: bool = False) -> bytes:
     """The JSON body of one chat request. With request_bytes > 0 the body is a conversation
-    whose encoded size is within 1% (or 64 bytes) of request_bytes."""
+    whose encoded size is within 1% (or 64 bytes) of request_bytes. rid_slot: the last user
+    message begins with RID_SLOT, for the load generator to fill per request."""
     if dialect not in DIALECTS:
         raise ValueError(f"unknown dialect {dialect!r}; choose one of {sorted(DIALECTS)}")
     if request_bytes <= 0:
-        body = _small(dialect, model, max_tokens, stream)
+        body = _small(dialect, model, max_tokens, stream, rid_slot)
     else:
-        body = _conversation(dialect, model, max_tokens, stream, request_bytes, random.Random(seed))
+        body = _conversation(dialect, model, max_tokens, stream, request_bytes, random.Random(seed),
+                             rid_slot)
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-def _small(dialect: str, model: str, max_tokens: int, stream: bool) -> dict:
-    user = {"role": "user", "content": "Say hello in a few words."}
+def _small(dialect: str, model: str, max_tokens: int, stream: bool, rid_slot: bool = False) -> dict:
+    user = {"role": "user", "content": (RID_SLOT if rid_slot else "") + "Say hello in a few words."}
     if dialect == "openai":
         body = {"model": model, "messages": [{"role": "system", "content": SYSTEM_PROMPT}, user],
                 "max_tokens": max_tokens}
@@ -99,7 +104,7 @@ def _turn(dialect: str, i: int, content: str) -> list[dict]:
 
 
 def _conversation(dialect: str, model: str, max_tokens: int, stream: bool, request_bytes: int,
-                  rng: random.Random) -> dict:
+                  rng: random.Random, rid_slot: bool = False) -> dict:
     body = _small(dialect, model, max_tokens, stream)
     if dialect == "openai":
         body["tools"] = [{"type": "function", "function": {
@@ -107,7 +112,7 @@ def _conversation(dialect: str, model: str, max_tokens: int, stream: bool, reque
     else:
         body["tools"] = [{"name": "read_file", "description": _TOOL_DESCRIPTION,
                           "input_schema": _TOOL_SCHEMA}]
-    ask = "Now summarise what these modules do together."
+    ask = (RID_SLOT if rid_slot else "") + "Now summarise what these modules do together."
     history: list[dict] = []
 
     def with_history(turns: list[dict]) -> dict:

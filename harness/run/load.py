@@ -17,7 +17,7 @@ from harness.model.config import MAX_SPAWN_RATE_PER_PROCESS, REPO_DIR
 from harness.model.plan import RunSpec
 from harness.model.schema import REQUESTS
 from harness.remote.hosts import pid_file, start_on
-from harness.run.bodies import DIALECTS, chat_body
+from harness.run.bodies import DIALECTS, RID_SLOT, chat_body
 from harness.run.processes import ManagedProcess, ProcessError, log_tail
 from harness.run.store import read_raw_csv, stored_frame, write_table
 
@@ -65,7 +65,7 @@ def write_body(spec: RunSpec, target: Target, run_dir: Path) -> Path:
     """Every request of the run sends these bytes (built from the recorded seed)."""
     path = run_dir / "request-body.json"
     path.write_bytes(chat_body(target.dialect, target.model, spec.load.max_tokens, spec.load.stream,
-                               spec.load.request_bytes, spec.seed))
+                               spec.load.request_bytes, spec.seed, rid_slot=True))
     return path
 
 
@@ -90,6 +90,7 @@ def start_locust(spec: RunSpec, target: Target, run_dir: Path,
         "open_loop_step_s": spec.load.open_loop_step_s,
         "open_loop_spawn_rate_per_s": MAX_SPAWN_RATE_PER_PROCESS,
         "raw_dir": str(run_dir / "raw"),
+        "run_id": spec.run_id, "rid_slot": RID_SLOT,
         "phases_file": str(run_dir / "phases.json"),
     }
     (run_dir / "raw").mkdir(parents=True, exist_ok=True)
@@ -230,14 +231,24 @@ def phase_of(start_t: np.ndarray, phases: dict) -> np.ndarray:
     return labels
 
 
-def consolidate_rows(run_dir: Path, run_id: str, system: str, phases: dict) -> pd.DataFrame:
-    """Per-process raw CSVs -> one requests.parquet (raw files are kept beside it)."""
+# Filled after the run from the mock's log and the capture (harness.run.measure); NaN otherwise.
+MEASURED_COLUMNS = ("mock_service_ms", "net_overhead_ms", "wire_request_path_us",
+                    "wire_response_path_us", "wire_in_gateway_us", "wire_mock_us")
+
+
+def consolidate_rows(run_dir: Path, run_id: str, system: str, phases: dict,
+                     measured: Callable[[pd.DataFrame], dict] | None = None) -> pd.DataFrame:
+    """Per-process raw CSVs -> one requests.parquet (raw files are kept beside it).
+    measured(raw rows) gives some of MEASURED_COLUMNS, one value per row."""
     raw = read_raw_csv(sorted(glob.glob(str(run_dir / "raw" / "requests-*.csv"))), REQUESTS)
     raw = raw.sort_values("start_t_unix_s", kind="stable").reset_index(drop=True)
     start_t = raw["start_t_unix_s"].to_numpy()
+    columns = {name: np.full(len(raw), np.nan) for name in MEASURED_COLUMNS}
+    if measured is not None:
+        columns.update(measured(raw))
     frame = stored_frame(REQUESTS, raw, run_id=run_id, system=system,
                          users=_users_at(start_t, raw, run_dir).astype("int32"),
-                         phase=phase_of(start_t, phases))
+                         phase=phase_of(start_t, phases), **columns)
     write_table(run_dir / REQUESTS.file, frame, REQUESTS)
     return frame
 

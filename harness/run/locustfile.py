@@ -32,7 +32,22 @@ UNARY_MARKER = SETTINGS["unary_marker"].encode()
 # Built by the harness (harness/bodies.py) from the run's dialect, size and seed.
 with open(SETTINGS["body_file"], "rb") as _f:
     _body = _f.read()
+# Every request carries its own id: the x-request-id header (first of ours, so it sits in the
+# first bytes a capture keeps) and `[rid:<id>]` in the body's slot (for systems that drop
+# headers). Ids: 1-64 chars of [A-Za-z0-9._:-]; pid and a random salt keep processes apart.
+_RID_PREFIX = "%s-%d-%s-" % (re.sub(r"[^A-Za-z0-9._:-]", ".", SETTINGS["run_id"])[:32], os.getpid(),
+                             os.urandom(2).hex())
+_BODY_HEAD, _, _BODY_TAIL = _body.partition(SETTINGS["rid_slot"].encode())
+_BODY_HEAD += b"[rid:"
+_BODY_TAIL = b"] " + _BODY_TAIL
 _headers = {"Content-Type": "application/json", **SETTINGS["headers"]}
+_SEQ = iter(range(1, 1 << 62))
+
+
+def _identified():
+    """(request id, headers, body) of the next request."""
+    rid = _RID_PREFIX + str(next(_SEQ))
+    return rid, {"x-request-id": rid, **_headers}, _BODY_HEAD + rid.encode() + _BODY_TAIL
 _overhead_header = SETTINGS["self_overhead_header"]
 _overhead_scale = SETTINGS["self_overhead_scale_ms"]
 
@@ -184,7 +199,8 @@ def on_request(request_type, name, response_time, response_length, response=None
         "ttft_ms": timing.get("ttft_ms", ""), "chunks": timing.get("chunks", ""),
         "chunk_gaps_ms": timing.get("chunk_gaps_ms", ""), "stream_done": timing.get("done", ""),
         "intended_start_t_unix_s": f"{slot[0]:.6f}" if slot[0] != "" else "",
-        "offered_rate_per_s": slot[2], "step_index": slot[1], "waited_for_user": slot[3]})
+        "offered_rate_per_s": slot[2], "step_index": slot[1], "waited_for_user": slot[3],
+        "request_id": (context or {}).get("request_id", "")})
     ROWS.maybe_flush(time.monotonic())
 
 
@@ -225,8 +241,10 @@ class ChatUser(FastHttpUser):
             if STREAM:
                 self.chat_stream()
                 return
-            with self.client.post(SETTINGS["chat_path"], data=_body, headers=_headers,
-                                  catch_response=True, name="chat") as resp:
+            rid, headers, body = _identified()
+            with self.client.post(SETTINGS["chat_path"], data=body, headers=headers,
+                                  catch_response=True, name="chat",
+                                  context={"request_id": rid}) as resp:
                 if resp.status_code != 200:
                     resp.failure(f"HTTP {resp.status_code}")
                 elif not resp.content or UNARY_MARKER not in resp.content:
@@ -239,9 +257,11 @@ class ChatUser(FastHttpUser):
         """Locust times a stream only to its headers, so the frames are timed here: each SSE
         line is read as soon as it is complete (readline, not a fixed-size read that would wait
         for several frames), and the row's latency becomes the whole stream's duration."""
+        rid, headers, body = _identified()
         start = time.perf_counter()
-        with self.client.post(SETTINGS["chat_path"], data=_body, headers=_headers,
-                              catch_response=True, stream=True, name="chat") as resp:
+        with self.client.post(SETTINGS["chat_path"], data=body, headers=headers,
+                              catch_response=True, stream=True, name="chat",
+                              context={"request_id": rid}) as resp:
             timing = {"ttfb_ms": round(resp.request_meta["response_time"], 3), "done": False}
             resp.request_meta["context"] = {**resp.request_meta.get("context", {}),
                                             "stream": timing}

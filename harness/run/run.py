@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
+from urllib.parse import urlparse
 
 import mocks
 from harness.model.gateway_spec import GatewaySpec
@@ -24,6 +25,7 @@ from harness.model.manifests import (
     RunChecks,
     RunHost,
     RunManifest,
+    WireCheck,
     from_plain,
 )
 from harness.model.plan import RunSpec
@@ -31,6 +33,7 @@ from harness.model.schema import SAMPLES, UnknownVersionError
 from harness.remote import hosts
 from harness.remote.machine import host_snapshot
 from harness.run import load as load_stage
+from harness.run import measure
 from harness.run.processes import ProcessError, free_port
 from harness.run.sampling import Sampler, scrape_gauge
 from harness.run.store import (
@@ -44,7 +47,7 @@ from harness.run.store import (
 )
 from harness.run.systems import start_mock, start_system
 from harness.run.verify import pre_check, send_chat
-from mocks.stats import diff_stats, read_stats
+from mocks.stats import diff_stats, read_request_log, read_stats
 
 # With provider faults the mock answers requests with errors the client counts as failures (and
 # a gateway may retry), so its count cannot equal the successful rows.
@@ -94,7 +97,9 @@ def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
     topology = spec.topology
     here = next((h.name for h in topology.hosts if h.local), "controller")
     sampler = Sampler(run_dir / "raw" / "samples.csv", host=here)
-    mock = system = locust = None
+    mock = system = locust = wire_window = None
+    wire_check = WireCheck(captured=False, reason=measure.capture_not_possible(spec)
+                           or "not captured: the run ended before its load")
     workers: list = []
     remote_samplers: list = []
     baseline_stats = None
@@ -130,6 +135,11 @@ def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
                                                  *(w.host for w in topology.locust_workers))):
             sampler.watch("locust", lambda: [p.pid for p in (locust, *workers) if p is not None
                                              and not isinstance(p, hosts.RemoteProcess)])
+        if not measure.capture_not_possible(spec):
+            # the direct baseline calls the mock itself: its port is the only one
+            ports = {mock.port, _port_of(target.base_url) or mock.port}
+            window = wire_window = measure.WireWindow(spec, run_dir, sorted(ports))
+            sampler.watch("capture", lambda: window.pid)
         sampler.start()
         remote_samplers = hosts.start_samplers(
             topology, run_dir, _remote_roles(spec, system.process is not None),
@@ -151,6 +161,8 @@ def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
         if spec.mock.faults:
             _wait_until(load_at)
         load_started = time.time()
+        if wire_window is not None:
+            wire_window.start()
         master_port = free_port() if topology.locust_workers else 0
         locust = load_stage.start_locust(spec, target, run_dir, master_port)
         try:
@@ -162,6 +174,8 @@ def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
             locust.stop()  # the master first: it tells its workers to quit
             for worker in workers:
                 worker.stop()
+            if wire_window is not None:  # never past the load
+                wire_check, wire_window = wire_window.finish(), None
         result = load_stage.collect(locust, run_dir, load_started)
         manifest = replace(
             manifest,
@@ -186,6 +200,8 @@ def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
         manifest = replace(manifest, failed_t_unix_s=time.time())
         progress(f"FAILED: {reason.splitlines()[0]}")
     finally:
+        if wire_window is not None:  # the run failed during its load
+            wire_check = wire_window.finish()
         sampler.stop()  # first: samples describe live processes, never ones being torn down
         for proc in (*remote_samplers, locust, *workers, system.process if system else None,
                      mock.process if mock else None):
@@ -195,7 +211,8 @@ def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
         manifest = replace(manifest, host_after=snapshot_of(host_snapshot()),
                            hosts={name: replace(h, after=after.get(name, {}))
                                   for name, h in manifest.hosts.items()})
-        manifest = _finish(manifest, spec, run_dir, mock, baseline_stats, status, reason)
+        manifest = _finish(manifest, spec, run_dir, mock, baseline_stats, status, reason,
+                           wire_check, _port_of(system.target.base_url) if system else None)
     return RunRecord(spec.run_id, spec.system, spec.run_index, manifest.status, manifest.reason,
                      run_dir, spec.comparison_key, manifest.started_t_unix_s,
                      manifest.ended_t_unix_s)
@@ -210,18 +227,42 @@ def write_manifest(run_dir: Path, manifest: RunManifest) -> None:
 
 
 def _finish(manifest: RunManifest, spec: RunSpec, run_dir: Path, mock, baseline_stats,
-            status: str, reason: str) -> RunManifest:
+            status: str, reason: str, wire_check: WireCheck, gateway_port: int | None) -> RunManifest:
     """Whatever happened, turn what was written into artifacts and seal the manifest."""
     if manifest.phases == Phases():  # the load did not end normally: keep what the shape recorded
         manifest = replace(manifest, phases=Phases(**load_stage.read_phases(run_dir)))
+    mock_rows, identity_reason = None, "the mock did not start"
+    if mock is not None:
+        try:
+            mock_rows = measure.mock_requests(read_request_log(mock.stats_dir), spec,
+                                              manifest.phases.t("warmup_start"))
+            measure.write_mock_requests(run_dir, mock_rows)
+        except Exception as exc:  # the rows stay; the identity figures are missing, with why
+            identity_reason = f"the mock's request log is not readable: {type(exc).__name__}: {exc}"
+            mock_rows = None
+    checks: dict = {}
+
+    def measured(raw):
+        columns = {}
+        if mock_rows is not None:
+            found, checks["identity"] = measure.identity(raw, mock_rows)
+            columns.update(found)
+        found, checks["wire"] = measure.wire(
+            raw, run_dir, wire_check, mock.port if mock else 0,
+            None if gateway_port == (mock.port if mock else None) else gateway_port)
+        return {**columns, **found}
+
     try:
         rows = load_stage.consolidate_rows(run_dir, spec.run_id, spec.system,
-                                           _phase_dict(manifest.phases))
+                                           _phase_dict(manifest.phases), measured)
         _write_samples(run_dir, spec)
     except Exception as exc:  # keep the raw files; say why the tables are missing
         rows = None
         status = "failed"
         reason = (reason + "; " if reason else "") + f"artifacts not written: {exc}"
+    manifest = replace(manifest, wire=checks.get("wire", wire_check), checks=replace(
+        manifest.checks, identity=checks.get("identity"),
+        identity_missing_reason="" if "identity" in checks else identity_reason))
     if rows is not None and mock is not None and baseline_stats is not None:
         final = read_stats(mock.stats_dir, timeout_s=3.0)
         during = diff_stats(final, baseline_stats)
@@ -250,6 +291,10 @@ def _wait_until(load_at: float) -> None:
         raise ProcessError(f"the load could not start on time: the system's start, idle_s and the "
                            f"pre-check took {late_s:.1f} s longer than fault_lead_s; raise it")
     time.sleep(-late_s)
+
+
+def _port_of(url: str) -> int | None:
+    return urlparse(url).port
 
 
 def _phase_dict(phases: Phases) -> dict:

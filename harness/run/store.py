@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
 from typing import Iterable
 
@@ -83,6 +84,9 @@ def read_raw_csv(paths: Iterable[Path], table: Table) -> pd.DataFrame:
             continue
     raw = (pd.concat(frames, ignore_index=True) if frames
            else pd.DataFrame({c.name: pd.Series(dtype=str) for c in columns}))
+    for c in columns:  # a producer from before the column existed: missing, never invented
+        if c.name not in raw:
+            raw[c.name] = "" if c.type not in NUMERIC else math.nan
     return pd.DataFrame({c.name: _cast(raw[c.name], c.type) for c in columns}, index=raw.index)
 
 

@@ -25,8 +25,10 @@ SUMMARY_METRICS: tuple[str, ...] = (
     "throughput_rps", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms",
     "overhead_vs_mock_p50_ms", "overhead_vs_mock_p95_ms", "overhead_vs_mock_p99_ms",
     "overhead_vs_direct_p50_ms", "overhead_vs_direct_p95_ms", "overhead_vs_direct_p99_ms",
-    "cpu_ms_per_request", "rss_peak_bytes", "rss_steady_bytes", "errors_total")
-COMPARE_METRICS = tuple(m for m in SUMMARY_METRICS if m != "errors_total")
+    "cpu_ms_per_request", "rss_peak_bytes", "rss_steady_bytes", "errors_total",
+    "net_overhead_p50_ms", "wire_in_gateway_p50_us")
+# the time-inside-the-system figures are described, not yet judged by verdicts or the gate
+COMPARE_METRICS = tuple(m for m in SUMMARY_METRICS[:-2] if m != "errors_total")
 
 DEFINITIONS: dict[str, str] = {
     "measured window": "[hold_start, hold_end) from each run manifest's phases; a request belongs "

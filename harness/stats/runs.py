@@ -9,6 +9,7 @@ import pandas as pd
 
 from harness.model.manifests import RunManifest
 from harness.model.roles import Roles
+from harness.stats import gateway_time
 from harness.stats.loading import (
     Study,
     _load_avg_before,
@@ -139,6 +140,11 @@ def classify(row: Mapping) -> tuple[Label, list[str]]:
                  if _num(row.get(f"errors_{k}")) > 0]
         reasons.append(f"{failures} failed request{'s' if failures != 1 else ''} "
                        f"({', '.join(parts)})")
+    # identity is the correctness check; the count match is its cross-check (and the only
+    # check of runs from before identity existed)
+    ident = row.get("identity_problem")
+    if ident:
+        reasons.append(ident)
     cm = row.get("count_match")
     if cm is not None and not (isinstance(cm, float) and math.isnan(cm)) and not bool(cm):
         reasons.append("the mock's count does not match the successful rows")
@@ -148,6 +154,19 @@ def classify(row: Mapping) -> tuple[Label, list[str]]:
                        f"system served {tput:.0f} req/s: the offered load, not the system, set "
                        "the throughput")
     return (Label.BEHAVIOUR if reasons else Label.CAPACITY), reasons
+
+
+def _identity_problem(run: RunManifest) -> str:
+    """What the identity join found wrong, "" when every successful row matched one mock row."""
+    i = run.checks.identity
+    if i is None or i.ok:
+        return ""
+    parts = [f"{n} {what}" for n, what in (
+        (i.client_without_mock, "successful row(s) the mock never saw"),
+        (i.mock_without_client, "mock row(s) no client sent"),
+        (i.ids_seen_more_than_once, "id(s) the mock saw more than once"),
+        (i.client_without_id, "row(s) without an id")) if n]
+    return "identity: " + ", ".join(parts)
 
 
 # --- per run -------------------------------------------------------------------------------------
@@ -174,7 +193,7 @@ def other_cpu(run: RunManifest, samples: pd.DataFrame, start: float, end: float)
             continue
         # isin, not ==: samples of an artifact version without hosts hold None, which == misses
         ours = [mean_of(here[(here["role"] == role) & here["host"].isin([h])])
-                for role in ("system", "mock", "locust") for h in hosts]
+                for role in ("system", "mock", "locust", "capture") for h in hosts]
         other = machine - sum(v for v in ours if not math.isnan(v))
         if math.isnan(worst[1]) or other > worst[1]:
             worst = (machine, other)
@@ -260,6 +279,7 @@ def run_summary(study: Study, bin_users: int = DEFAULT_BIN_USERS,
         infl = run.checks.inflight_at_stop
         rec["inflight_at_stop"] = float(infl) if infl is not None else math.nan
         rec["count_match"] = run.checks.count_match
+        rec["identity_problem"] = _identity_problem(run)
 
         # CPU per request and memory, from the system role
         sysm = samples[samples["role"] == "system"].sort_values("t_unix_s")
@@ -293,6 +313,10 @@ def run_summary(study: Study, bin_users: int = DEFAULT_BIN_USERS,
         rec["self_overhead_rows"] = int(so.size)
         rec["self_overhead_p50_ms"] = _pct(so, 50)
         rec["self_overhead_p95_ms"] = _pct(so, 95)
+
+        # time inside the system: net of the mock per request, and on the wire
+        mock_log = gateway_time.read_mock_requests(study.run_dirs.get(rid))
+        rec.update(gateway_time.figures(run, ok, mock_log))
 
         # what else might have limited the result
         def _peak(role):

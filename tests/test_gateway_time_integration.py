@@ -1,0 +1,72 @@
+"""A real tiny study with the wire capture on: every successful row matched once at the mock,
+the wire joins both connections, the report shows the time inside the gateway; with the
+capture off the wire figures are missing with the reason."""
+import json
+
+import pandas as pd
+import pytest
+
+from harness.commands import main
+from harness.model.config import from_profile
+from harness.run.study import run_study
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory):
+    out = tmp_path_factory.mktemp("artifacts")
+    config = from_profile("smoke", gateways=["direct", "nginx", "sluice"], out_dir=str(out),
+                          hold_s=5.0, wire_capture_s=3.0, wire_capture_offset_s=1.0)
+    return run_study(config, progress=lambda line: None)
+
+
+def _run(study_dir, system):
+    d = study_dir / "runs" / system / "1"
+    return json.loads((d / "manifest.json").read_text()), pd.read_parquet(d / "requests.parquet")
+
+
+@pytest.mark.parametrize("system", ["direct", "nginx", "sluice"])
+def test_every_successful_row_matches_one_mock_row(captured, system):
+    manifest, rows = _run(captured.study_dir, system)
+    assert manifest["status"] == "completed", manifest["reason"]
+    identity = manifest["checks"]["identity"]
+    assert identity["match_rate"] == 1.0 and identity["client_without_mock"] == 0
+    assert identity["mock_without_client"] == 0 and identity["ids_seen_more_than_once"] == 0
+    ok = rows[rows["error_kind"] == ""]
+    assert ok["request_id"].is_unique and ok["net_overhead_ms"].notna().all()
+    assert (captured.study_dir / "runs" / system / "1" / "mock_requests.parquet").is_file()
+
+
+@pytest.mark.parametrize("system", ["nginx", "sluice"])
+def test_the_wire_joins_both_connections(captured, system):
+    manifest, rows = _run(captured.study_dir, system)
+    wire = manifest["wire"]
+    assert wire["captured"] and wire["join_rate"] >= 0.95, wire
+    assert wire["cpu_s"] is not None and (captured.study_dir / "runs" / system / "1" / "wire.pcap").is_file()
+    timed = rows["wire_in_gateway_us"].dropna()
+    assert len(timed) >= 10 and (timed > 0).all()
+
+
+def test_the_floor_has_only_the_mock_wire_time(captured):
+    manifest, rows = _run(captured.study_dir, "direct")
+    assert manifest["wire"]["captured"]
+    assert rows["wire_mock_us"].notna().any() and rows["wire_in_gateway_us"].isna().all()
+
+
+def test_the_report_shows_the_time_inside_the_gateway(captured):
+    assert main(["report", str(captured.study_dir)]) == 0
+    html = (captured.study_dir / "report.html").read_text()
+    assert 'id="gateway-time"' in html and "in-gateway time p50 (wire)" in html
+    assert "x-gateway-overhead-us" in html
+
+
+def test_capture_off_leaves_the_wire_figures_missing_with_the_reason(tmp_path):
+    config = from_profile("smoke", gateways=["nginx"], out_dir=str(tmp_path), wire_capture_s=0)
+    result = run_study(config, progress=lambda line: None)
+    manifest, rows = _run(result.study_dir, "nginx")
+    assert manifest["status"] == "completed"
+    assert manifest["wire"] == {**manifest["wire"], "captured": False,
+                                "reason": "not captured: wire_capture_s = 0"}
+    assert rows["wire_in_gateway_us"].isna().all() and rows["net_overhead_ms"].notna().all()
+    assert not (result.study_dir / "runs" / "nginx" / "1" / "wire.pcap").exists()
