@@ -16,6 +16,9 @@ RUN_PY = os.path.join(SLUICE_DIR, "run.py")
 sys.path.insert(0, SLUICE_DIR)  # unit tests import the package directly
 
 KEY = "sk-test-main"
+# the whole suite runs against the compiled modules, or with SLUICE_PURE_PYTHON=1 against the
+# pure-Python ones: every Sluice the tests start inherits it
+PURE = os.environ.get("SLUICE_PURE_PYTHON") == "1"
 
 
 class Sluice:
