@@ -3,6 +3,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -38,4 +39,9 @@ def test_a_build_of_other_sources_is_not_loaded(tmp_path):
 
 
 def test_the_startup_line_says_which_mode_runs(sluice):
-    assert ("(pure-python) listening on" if PURE else "(compiled) listening on") in sluice.output()
+    # the line follows the listening socket: /health may be answered just before it is written
+    line = "(pure-python) listening on" if PURE else "(compiled) listening on"
+    deadline = time.monotonic() + 5
+    while line not in sluice.output() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert line in sluice.output()
