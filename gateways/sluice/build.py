@@ -51,16 +51,27 @@ def main():
                         quiet=True)
     lib = tempfile.mkdtemp(prefix="sluice-build-")
     try:
-        setup(name="sluice-compiled", ext_modules=modules, script_name="build.py",
-              script_args=["-q", "build_ext", "--build-lib", lib,
-                           "--build-temp", os.path.join(BUILD, "temp")])
+        try:
+            setup(name="sluice-compiled", ext_modules=modules, script_name="build.py",
+                  script_args=["-q", "build_ext", "--build-lib", lib,
+                               "--build-temp", os.path.join(BUILD, "temp")])
+        except (Exception, SystemExit) as e:  # no compiler, no Python headers
+            print(f"sluice: cannot compile ({e}); Sluice runs as pure Python", file=sys.stderr)
+            return 1
         os.makedirs(OUT, exist_ok=True)
+        stamp = os.path.join(OUT, "SOURCES")
+        if os.path.exists(stamp):
+            os.unlink(stamp)  # no process loads the build while it is being replaced
         for m in COMPILED_MODULES:
-            shutil.copy2(os.path.join(lib, "sluice", m + suffix), os.path.join(OUT, m + suffix))
+            # a new file renamed into place: a running Sluice keeps the module it has mapped
+            tmp = os.path.join(OUT, f".{m}{suffix}.new")
+            shutil.copy2(os.path.join(lib, "sluice", m + suffix), tmp)
+            os.replace(tmp, os.path.join(OUT, m + suffix))
     finally:
         shutil.rmtree(lib, ignore_errors=True)
-    with open(os.path.join(OUT, "SOURCES"), "w") as f:
+    with open(stamp + ".new", "w") as f:
         f.write(digest + "\n")
+    os.replace(stamp + ".new", stamp)
     print(f"sluice: compiled {', '.join(COMPILED_MODULES)} into {OUT}")
     return 0
 
