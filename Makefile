@@ -7,7 +7,7 @@ GATEWAYS ?=
 SET      ?=
 STUDY    ?=
 
-.PHONY: study test test-fast test-deps report gate setup clean-venv
+.PHONY: study test test-fast test-deps test-sluice-pure sluice-build report gate setup clean-venv
 
 setup: $(VENV)/.installed
 
@@ -18,9 +18,15 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 	$(PY) -m pip install -q -c requirements.lock --config-settings editable_mode=compat -e '.[test]'
 	touch $@
 
+## Sluice's compiled hot path (Cython + gcc, one source with the .py modules; idempotent, instant
+## when current). Without a compiler Sluice runs its pure-Python modules, and says so.
+sluice-build: setup
+	@command -v gcc >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq --no-install-recommends gcc; }
+	$(PY) gateways/sluice/build.py
+
 ## make study [PROFILE=standard] [GATEWAYS=all|direct,nginx,...] [SET="--set runs_per_gateway=1"]
 ## (no GATEWAYS: the profile's own systems, else every system under gateways/)
-study: setup
+study: setup sluice-build
 	$(PY) -m harness notebook --profile $(PROFILE) $(if $(GATEWAYS),--gateways $(GATEWAYS)) $(SET)
 
 ## What the tests start: Debian's nginx and chromium, and every pinned competitor (into .cache/).
@@ -30,16 +36,20 @@ test-deps: setup
 	$(PY) -m harness install all
 
 ## Everything, the real processes included (what CI runs).
-test: setup test-deps
+test: setup test-deps sluice-build
 	$(PY) -m pytest -p no:cacheprovider
 
 ## The unit tests only (no real gateways, no Locust; about a minute): the inner loop.
 test-fast: setup
 	$(PY) -m pytest -p no:cacheprovider -m "not integration"
 
+## Sluice's tests once more on its pure-Python modules (CI runs it after `make test`).
+test-sluice-pure: setup
+	SLUICE_PURE_PYTHON=1 $(PY) -m pytest -p no:cacheprovider tests/sluice
+
 ## The performance gate (CI runs it after the tests): a `gate` study, its A/A self-check, and
 ## Sluice's ratios to nginx against baselines/gate.json.
-gate: setup
+gate: setup sluice-build
 	$(PY) -m harness gate run
 
 ## make report STUDY=artifacts/<study-id>

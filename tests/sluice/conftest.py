@@ -1,8 +1,30 @@
 """Fixtures for Sluice's tests: a stub provider (in-process thread) and Sluice itself
-(a real subprocess started from gateways/sluice/run.py, stopped with SIGTERM)."""
+(a real subprocess started from gateways/sluice/run.py, stopped with SIGTERM).
+
+The suite runs against the compiled modules, built here first if they are missing or stale
+(gateways/sluice/build.py, idempotent), or with SLUICE_PURE_PYTHON=1 against the pure-Python
+modules: every Sluice the tests start inherits the choice."""
+import os
+import subprocess
+import sys
+
 import pytest
-from sluice_helpers import Sluice, base_config
+from sluice_helpers import PURE, SLUICE_DIR, Sluice, base_config
 from sluice_stub import Stub
+
+
+def pytest_configure(config):
+    # before the test modules import sluice, so that they get the build too
+    if not PURE:
+        done = subprocess.run([sys.executable, os.path.join(SLUICE_DIR, "build.py")],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.exit(f"cannot compile Sluice (or run with SLUICE_PURE_PYTHON=1):\n"
+                        f"{done.stdout[-2000:]}{done.stderr[-4000:]}", returncode=2)
+
+
+def pytest_report_header(config):
+    return f"sluice: {'pure-python' if PURE else 'compiled'} modules"
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,9 @@ SLUICE_DIR = os.path.join(REPO, "gateways", "sluice")
 RUN_PY = os.path.join(SLUICE_DIR, "run.py")
 
 KEY = "sk-test-main"
+# the whole suite runs against the compiled modules, or with SLUICE_PURE_PYTHON=1 against the
+# pure-Python ones: every Sluice the tests start inherits it
+PURE = os.environ.get("SLUICE_PURE_PYTHON") == "1"
 
 
 class Sluice:

@@ -10,7 +10,7 @@ import time
 import tomllib
 
 import pytest
-from sluice_helpers import REPO, SLUICE_DIR, request
+from sluice_helpers import PURE, REPO, SLUICE_DIR, request
 from sluice_stub import free_port
 
 
@@ -65,7 +65,8 @@ def test_study_config_against_the_mock(tmp_path):
             pytest.skip("mocks.server did not start")
         version = subprocess.run([_render(c, values) for c in spec["version"]["command"]], capture_output=True,
                                  text=True, timeout=30)
-        assert re.search(spec["version"]["pattern"], version.stdout).group(1) == "0.1.0"
+        mode = "pure-python" if PURE else "compiled"
+        assert re.search(spec["version"]["pattern"], version.stdout).group(1) == f"0.1.0 {mode}"
         env = dict(os.environ, **spec["start"].get("env", {}))
         gw = subprocess.Popen([_render(c, values) for c in spec["start"]["command"]], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

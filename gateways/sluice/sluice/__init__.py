@@ -1,3 +1,50 @@
-"""Sluice: an in-house LLM API gateway (asyncio Protocols on uvloop, httptools, orjson)."""
+"""Sluice: an in-house LLM API gateway (asyncio Protocols on uvloop, httptools, orjson).
+
+The hot modules (see ``build.py``) are plain Python, and Cython compiles the same files, typed
+by the ``.pxd`` files beside them, into ``_compiled/``. That directory is searched first when
+it holds a build of exactly these sources; ``SLUICE_PURE_PYTHON=1`` leaves it out, so one
+checkout runs either way. ``compiled`` says which mode this process runs.
+"""
+import os
 
 __version__ = "0.1.0"
+
+COMPILED_MODULES = ("http", "metrics", "keys", "upstream", "server")
+
+
+def _sources_digest(src):
+    """What a build was made from: the compiled modules' .py and .pxd files."""
+    import hashlib
+    h = hashlib.sha256()
+    for name in COMPILED_MODULES:
+        for ext in (".py", ".pxd"):  # every compiled module has both
+            with open(os.path.join(src, name + ext), "rb") as f:
+                h.update(f.read())
+    return h.hexdigest()
+
+
+def _use_compiled():
+    """Put the compiled modules first on the package path, when they are built and current."""
+    if os.environ.get("SLUICE_PURE_PYTHON") == "1":
+        return False
+    src = os.path.dirname(os.path.abspath(__file__))
+    out = os.path.join(src, "_compiled")
+    try:
+        with open(os.path.join(out, "SOURCES")) as f:
+            built = f.read().strip()
+    except OSError:
+        return False  # never built
+    from importlib.machinery import EXTENSION_SUFFIXES
+    suffix = EXTENSION_SUFFIXES[0]  # this interpreter's ABI: a build for another one is ignored
+    if not all(os.path.exists(os.path.join(out, m + suffix)) for m in COMPILED_MODULES):
+        return False
+    if built != _sources_digest(src):
+        import sys
+        sys.stderr.write("sluice: the compiled modules are older than the sources (rebuild: "
+                         "python gateways/sluice/build.py); running the pure-Python modules\n")
+        return False
+    __path__.insert(0, out)
+    return True
+
+
+compiled = _use_compiled()

@@ -1,4 +1,6 @@
 """Byte-level HTTP/1.1 helpers: response heads, errors in each client dialect."""
+import re
+
 import orjson
 
 REASONS = {
@@ -57,3 +59,12 @@ def response(status, body, content_type=b"application/json", extra=b"", close=Fa
         b"connection: close\r\n\r\n" if close else b"\r\n",
         body,
     ))
+
+
+def response_filter(names):
+    """A regex matching the provider response header lines not to relay (on the lowercased head):
+    every line whose name is not allowed. The framing headers are always kept."""
+    exact = [n for n in names if not n.endswith("*")] + ["content-length", "transfer-encoding"]
+    prefixes = [n[:-1] for n in names if n.endswith("*")]
+    alts = [re.escape(n.encode()) + rb"[ \t]*:" for n in exact] + [re.escape(p.encode()) for p in prefixes]
+    return re.compile(rb"\r\n(?!(?:" + b"|".join(alts) + rb")|\Z)[^\r\n]*")

@@ -14,10 +14,14 @@ import socket
 import sys
 import time
 
-from sluice import __version__
+from sluice import __version__, compiled
 from sluice.config import ConfigError, load
 
 RUN_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "run.py")
+
+
+def _mode():
+    return "compiled" if compiled else "pure-python"
 
 
 def log(msg):
@@ -161,7 +165,7 @@ def run_main(cfg):
     loop, app = _serve(cfg, shared, sock, 0, n, supervisor)
     if supervisor is not None:
         supervisor.spawn_all()
-    log(f"sluice {__version__} listening on {s.host}:{port} with {n} worker(s)")
+    log(f"sluice {__version__} ({_mode()}) listening on {s.host}:{port} with {n} worker(s)")
     try:
         loop.run_forever()
     finally:
@@ -210,7 +214,7 @@ def parse_args(argv):
             sys.stdout.write(USAGE)
             raise SystemExit(0)
         if arg == "--version":
-            print(f"sluice {__version__}")
+            print(f"sluice {__version__} {_mode()}")
             raise SystemExit(0)
         if arg == "--check":
             opts["check"] = True

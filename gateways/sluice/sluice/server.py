@@ -17,10 +17,10 @@ import orjson
 from httptools import HttpParserError, HttpParserUpgrade, HttpRequestParser
 
 from sluice import __version__
-from sluice.http import error_body, response
+from sluice.http import error_body, response, response_filter
 from sluice.keys import KeyStore
 from sluice.metrics import Metrics, render
-from sluice.upstream import Provider, response_filter
+from sluice.upstream import Provider
 
 # Only for the performance gate's own test (issue 9): a Sluice slowed on purpose, by this many
 # milliseconds before each request goes upstream, must be caught by the gate. Never set in use.
@@ -53,29 +53,43 @@ P_QUEUE, P_UPSTREAM, P_BAD, P_WRITE, P_FINAL, P_BURST = 1, 2, 4, 8, 16, 32
 
 
 class Request:
-    """One client request. Defaults live on the class: a request sets only what differs."""
-    clen = -1
-    has_av = False
-    url = b""
-    method = b""
-    body = b""
-    left = -1            # Content-Length body bytes still to come
-    pieces = None        # body pieces of earlier reads (a body longer than one read)
-    blen = 0             # body bytes received so far
-    upgrade = False
-    pre = 0.0            # seconds of our own work before waiting on the provider
-    overhead = 0.0       # microseconds, as reported in the overhead header
-    translate = 0        # 0 same dialect, 1 Anthropic client to OpenAI provider, 2 the reverse
-    stream = False
-    include_usage = False
-    key = None
-    reserved = 0         # tokens reserved from the key's budget
-    retried = False
-    route = None
-    model_label = "-"
-    dialect = "openai"
-    payload = None       # set when the request goes towards a provider (counted in flight)
-    client_model = None
+    """One client request."""
+    __slots__ = (
+        "t0", "method", "url", "token", "fwd", "has_av", "http11", "keep_alive", "clen", "body",
+        "left", "pieces", "blen", "upgrade", "pre", "t_resume", "overhead", "translate", "stream",
+        "include_usage", "key", "reserved", "retried", "route", "model_label", "dialect", "payload",
+        "client_model",
+    )
+
+    def __init__(self, t0):
+        self.t0 = t0
+        self.method = b""
+        self.url = b""
+        self.token = None
+        self.fwd = b""
+        self.has_av = False
+        self.http11 = True
+        self.keep_alive = True
+        self.clen = -1
+        self.body = b""
+        self.left = -1           # Content-Length body bytes still to come
+        self.pieces = None       # body pieces of earlier reads (a body longer than one read)
+        self.blen = 0            # body bytes received so far
+        self.upgrade = False
+        self.pre = 0.0           # seconds of our own work before waiting on the provider
+        self.t_resume = t0
+        self.overhead = 0.0      # microseconds, as reported in the overhead header
+        self.translate = 0       # 0 same dialect, 1 Anthropic client to OpenAI provider, 2 the reverse
+        self.stream = False
+        self.include_usage = False
+        self.key = None
+        self.reserved = 0        # tokens reserved from the key's budget
+        self.retried = False
+        self.route = None
+        self.model_label = "-"
+        self.dialect = "openai"
+        self.payload = None      # set when the request goes towards a provider (counted in flight)
+        self.client_model = None
 
 
 class Route:
@@ -133,7 +147,7 @@ def _headers(hdrs, policy):
     return token, b"".join(fwd), expect, has_av, clen, upgrade
 
 
-class ClientConn(asyncio.Protocol):
+class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
     __slots__ = (
         "app", "transport", "parser", "cur", "queue", "busy", "closed", "req", "up", "waiting",
         "wait_since", "t_rx", "last", "peer", "eof", "rpause", "in_next", "bad",
@@ -442,8 +456,7 @@ class ClientConn(asyncio.Protocol):
         clen = len(data) - start
         if int(data[v:j]) != clen or clen > self.app.max_body:
             return False
-        r = Request()
-        r.t0 = t
+        r = Request(t)
         r.method = method
         r.url = url
         r.token = token
@@ -501,8 +514,7 @@ class ClientConn(asyncio.Protocol):
         self.close_after_response()
 
     def on_headers_complete(self):
-        r = self.cur = Request()
-        r.t0 = self.t_rx  # for an early refusal and the body deadline; reset when complete
+        r = self.cur = Request(self.t_rx)  # t0 for an early refusal and the body deadline; reset when complete
         self.hbytes = 0
         u = self.urlp
         r.url = u[0] if len(u) == 1 else b"".join(u)
@@ -951,8 +963,8 @@ class App:
         fwd = r.fwd
         if r.translate:
             # the body is ours now: our content type, and no headers of the client's dialect
-            fwd = b"".join(ln + b"\r\n" for ln in fwd.split(b"\r\n")[:-1]
-                           if not ln.lower().startswith((b"anthropic-", b"content-type:")))
+            fwd = b"".join([ln + b"\r\n" for ln in fwd.split(b"\r\n")[:-1]
+                            if not ln.lower().startswith((b"anthropic-", b"content-type:"))])
             fwd += b"content-type: application/json\r\n"
             if provider.dialect == "anthropic":
                 fwd += provider.anthropic_version
@@ -966,8 +978,7 @@ class App:
         else:
             self._send_upstream(conn, r, provider.pool)
 
-    @staticmethod
-    def _send_upstream(conn, r, pool):
+    def _send_upstream(self, conn, r, pool):
         up = pool.acquire()
         if up is not None:
             r.t_resume = r.t0
@@ -980,8 +991,7 @@ class App:
             conn.wait_since = t
             pool.wait(conn)
 
-    @staticmethod
-    def _patch_model(body, obj, model, span, route):
+    def _patch_model(self, body, obj, model, span, route):
         """Replace only the model value's bytes; re-serialize only if it cannot be located safely."""
         if span is None:
             mb = model.encode()

@@ -32,17 +32,6 @@ MAX_BUFFERED_BODY = 64 * 1024 * 1024
 # only if the provider closed within this time of the send: the race with a provider closing an
 # idle connection. A later close may mean the provider had the request, so it is not sent twice.
 STALE_RETRY_S = 1.0
-
-
-def response_filter(names):
-    """A regex matching the provider response header lines not to relay (on the lowercased head):
-    every line whose name is not allowed. The framing headers are always kept."""
-    exact = [n for n in names if not n.endswith("*")] + ["content-length", "transfer-encoding"]
-    prefixes = [n[:-1] for n in names if n.endswith("*")]
-    alts = [re.escape(n.encode()) + rb"[ \t]*:" for n in exact] + [re.escape(p.encode()) for p in prefixes]
-    return re.compile(rb"\r\n(?!(?:" + b"|".join(alts) + rb")|\Z)[^\r\n]*")
-
-
 MAX_USAGE = 10 ** 12
 
 
@@ -300,7 +289,7 @@ class Pool:
             t.cancel()
 
 
-class UpstreamConn(asyncio.Protocol):
+class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
     __slots__ = (
         "pool", "provider", "app", "transport", "parser", "alive", "paused", "reused", "idle_since",
         "client", "req", "mode", "head_done", "open", "on_message_complete", "cur", "pre", "hoff", "t_rx", "t_sent",
@@ -345,6 +334,9 @@ class UpstreamConn(asyncio.Protocol):
         client = self.client
         if client is not None:
             self._lost_during_exchange()
+
+    def eof_received(self):
+        return None  # the transport closes, connection_lost follows
 
     def pause_writing(self):
         c = self.client
@@ -605,8 +597,8 @@ class UpstreamConn(asyncio.Protocol):
                 self.chunked_out = req.http11
                 if not req.http11:
                     keep = False
-                head = b"\r\n".join(ln for ln in head.split(b"\r\n")
-                                    if not ln.lower().startswith((b"transfer-encoding:", b"content-length:")))
+                head = b"\r\n".join([ln for ln in head.split(b"\r\n")
+                                     if not ln.lower().startswith((b"transfer-encoding:", b"content-length:"))])
                 if self.chunked_out:
                     head += b"transfer-encoding: chunked\r\n"
             else:

@@ -1,0 +1,25 @@
+# Cython declarations for keys.py (see build.py): typed key records and lease arithmetic.
+
+cdef class KeyRecord:
+    cdef public str name
+    cdef public Py_ssize_t index, base
+    cdef public bint all_models
+    cdef public frozenset models, allowed
+    cdef public long long rpm, budget, period
+    cdef public long long wid, cur, prev, rpm_lease
+    cdef public double rpm_until
+    cdef public long long pid, spent, reserved, lease
+    cdef public double budget_until
+    cdef public long long prompt_tokens, completion_tokens
+
+
+cdef class KeyStore:
+    cdef public object shared, q
+    cdef public Py_ssize_t worker, n_workers
+    cdef public list records
+    cdef public dict by_token, by_digest
+
+    cpdef KeyRecord lookup(self, token)
+    cpdef take_request(self, KeyRecord rec, double now)
+    cpdef reserve(self, KeyRecord rec, tokens)
+    cpdef settle(self, KeyRecord rec, reserved, actual)
