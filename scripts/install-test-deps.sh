@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Debian packages the test suite needs: nginx (a baseline system), chromium (the report
-# screenshot test), iproute2 (`ip netns`: the multi-host test's hosts) and tcpdump (wire
-# timing captures). Idempotent: installs
+# screenshot test), iproute2 (`ip netns`: the multi-host test's hosts), tcpdump (wire
+# timing captures) and gcc (Sluice's compiled hot path). Idempotent: installs
 # only what is missing.
 set -euo pipefail
 missing=()
