@@ -35,7 +35,7 @@ PROFILES: dict[str, dict] = {
                                    "sluice@anthropic_to_openai", "sluice@openai_to_anthropic"),
                          users=20, ramp_s=5.0, hold_s=15.0, warmup_s=2.0, think_time_s=0.25,
                          idle_s=1.0, cooldown_s=2.0, max_hold_s=60.0, request_bytes=32768),
-    # Sluice's performance target (issue 3): closed loop, 300 users, no wait, beside nginx.
+    # Sluice's performance target: closed loop, 300 users, no wait, beside nginx.
     "passthrough": dict(gateways=("direct", "nginx", "sluice"), users=300, ramp_s=10.0,
                         hold_s=30.0, think_time_s=0.0),
     # The open-loop lane: a fixed arrival schedule in steps of offered req/s, each request's
