@@ -22,7 +22,7 @@ from sluice.keys import KeyStore
 from sluice.metrics import Metrics, render
 from sluice.upstream import Provider
 
-# Only for the performance gate's own test (issue 9): a Sluice slowed on purpose, by this many
+# Only for the performance gate's own test: a Sluice slowed on purpose, by this many
 # milliseconds before each request goes upstream, must be caught by the gate. Never set in use.
 TEST_DELAY_S = float(os.environ.get("SLUICE_TEST_DELAY_MS", "0") or 0) / 1000.0
 
