@@ -115,18 +115,15 @@ def verdicts(data: ReportData) -> Table | None:
     rows = []
     for _, r in data.ordered(data.comparison).iterrows():
         m = metric(r["metric"])
-        ratio = (F.DASH if F.isnan(r["ratio"]) else f"{r['ratio']:.3f}" if F.isnan(r["ratio_sd"])
-                 else f"{r['ratio']:.3f} ± {r['ratio_sd']:.3f}")
         rows.append([r["system"], F.heading(m), m.better.value,
                      number(F.mean_sd({"n": r["n"], "mean": r["mean"], "sd": r["sd"]}, m)),
                      number(F.mean_sd({"n": r["n_ref"], "mean": r["mean_ref"], "sd": r["sd_ref"]}, m)),
-                     number(ratio),
-                     number(F.DASH if F.isnan(r["p_value"]) or F.isnan(r["ratio"])
-                            else f"{r['p_value']:.3g}"),
+                     number(F.effect(r, m)),
+                     number(F.DASH if F.isnan(r["p_value"]) else f"{r['p_value']:.3g}"),
                      cell(F.verdict_word(r["outcome"], m), F.verdict_class(r["outcome"])),
                      F.verdict_reason(r)])
     return table(["system", "metric", "better when", "this system", data.reference,
-                  "ratio ± sd", "Welch p", "verdict", "why"], rows, "verdicts-table", wide=True)
+                  "ratio or difference", "Welch p", "verdict", "why"], rows, "verdicts-table", wide=True)
 
 
 def stability(data: ReportData) -> Table:

@@ -319,3 +319,37 @@ def test_papermill_smoke(syn, tmp_path):
     assert "<script src=" not in html             # no CDN scripts: self-contained
     table = _headline(html)
     assert table["nginx"]["throughput (req/s)"] == _fmt(_recompute(syn.path)["nginx"]["throughput"], 1)
+
+
+def test_a_negative_reference_overhead_is_compared_as_a_difference(tmp_path):
+    """The reference's overhead vs direct is below zero (nginx faster than the floor's mean):
+    the ratio is undefined, yet LiteLLM's seconds of overhead must read as slower."""
+    from harness.stats.outcomes import Basis, Outcome
+    params = {"direct": [RunParams(overhead_ms=o, span_ms=10.0, cpu_cores=None)
+                         for o in (0.60, 0.62, 0.64)],
+              "nginx": [RunParams(overhead_ms=o, span_ms=10.0, cpu_cores=0.2)
+                        for o in (0.40, 0.42, 0.44)],
+              "litellm": [RunParams(overhead_ms=o, span_ms=10.0, cpu_cores=1.5)
+                          for o in (3000.0, 3150.0, 3300.0)]}
+    s = make_study(tmp_path, params=params)
+    data = collect(s.path, reference="nginx")
+    c = data.comparison.set_index(["system", "metric"]).loc[("litellm", "overhead_vs_direct_p50_ms")]
+    assert c["mean_ref"] < 0 and c["p_value"] < 0.05
+    assert c["basis"] is Basis.DIFFERENCE and c["outcome"] is Outcome.WORSE
+    assert c["diff_low"] > 0 and c["diff"] == pytest.approx(c["mean"] - c["mean_ref"])
+    reason = F.verdict_reason(c.to_dict() | {"metric": "overhead_vs_direct_p50_ms"})
+    assert "difference +" in reason and "off 1" not in reason
+    rows = [r for r in _tables(build.build_report(s.path).read_text())["verdicts-table"]
+            if r[0] == "litellm" and r[1] == F.heading("overhead_vs_direct_p50_ms")]
+    assert rows and rows[0][7] == "slower"
+
+
+def test_large_ratios_read_as_times():
+    assert F.times(1958.83) == "×1,959" and F.times(4.23) == "×4.2" and F.times(1.083) == "×1.08"
+
+
+def test_cov_of_a_near_zero_quantity_is_left_out():
+    from harness.stats.across import describe
+    assert math.isnan(describe([-0.3, 0.1, 0.4], near_zero=True)["cov"])
+    assert not describe([-0.3, 0.1, 0.4], near_zero=True)["unstable"]
+    assert describe([5.0, 6.0, 7.0], near_zero=True)["cov"] == pytest.approx(1 / 6)
