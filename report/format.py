@@ -47,16 +47,28 @@ def heading(m: str | Metric, qualifier: str = "") -> str:
     return f"{words} ({m.unit})" if m.unit and m.unit != "%" else words
 
 
-def mean_sd(d: Mapping[str, Any], m: str | Metric) -> str:
-    """'mean ± sd (n=…)'; 'mean (n=1)' for a single run; '—' when there is none."""
+def mean_sd(d: Mapping[str, Any], m: str | Metric, n: bool = True) -> str:
+    """'mean ± sd (n=…)'; 'mean (n=1)' for a single run; '—' when there is none. ``n=False``
+    leaves the run count out (a table that states it in its own column)."""
     m = _m(m)
     if isnan(d.get("n")) or not d.get("n") or isnan(d.get("mean")):
         return DASH
-    n = int(d["n"])
+    count = f" (n={int(d['n'])})" if n else ""
     mean = d["mean"] / m.scale
-    if n == 1 or isnan(d.get("sd")):
-        return f"{mean:.{m.digits}f} (n={n})"
-    return f"{mean:.{m.digits}f} ± {d['sd'] / m.scale:.{m.digits}f} (n={n})"
+    if int(d["n"]) == 1 or isnan(d.get("sd")):
+        return f"{mean:.{m.digits}f}{count}"
+    return f"{mean:.{m.digits}f} ± {d['sd'] / m.scale:.{m.digits}f}{count}"
+
+
+def spread(d: Mapping[str, Any], m: str | Metric) -> str:
+    """A run set's detail for a tooltip: n, the 95% CI and the CoV (when it is defined)."""
+    m = _m(m)
+    text = mean_sd(d, m)
+    if not isnan(d.get("ci95_half")):
+        text += f"; 95% CI {value(d['ci95_low'], m)} to {value(d['ci95_high'], m)}"
+    if not isnan(d.get("cov")):
+        text += f"; CoV {d['cov']:.0%}" + (" (unstable)" if d.get("unstable") else "")
+    return text
 
 
 def pct(x: Any, digits: int = 1) -> str:
@@ -104,7 +116,7 @@ def _off(ratio: float, digits: int) -> str:
     return f"{times(ratio)} the reference"
 
 
-def _signed(x: Any, m: Metric | None) -> str:
+def signed(x: Any, m: Metric | None) -> str:
     if isnan(x):
         return DASH
     if m is None:
@@ -118,8 +130,8 @@ def effect(v: Mapping[str, Any], m: str | Metric) -> str:
     m = _m(m)
     if v["basis"] is Basis.DIFFERENCE:
         unit = f" {m.unit}" if m.unit and m.unit != "%" else ""
-        return (f"{_signed(v['diff'], m)}{unit} "
-                f"({_signed(v['diff_low'], m)} to {_signed(v['diff_high'], m)})")
+        return (f"{signed(v['diff'], m)}{unit} "
+                f"({signed(v['diff_low'], m)} to {signed(v['diff_high'], m)})")
     if isnan(v["ratio"]):
         return DASH
     return times(v["ratio"]) + ("" if isnan(v["ratio_sd"]) else f" ± {v['ratio_sd']:.2g}")
@@ -136,8 +148,8 @@ def verdict_reason(v: Mapping[str, Any]) -> str:
     if basis is Basis.DIFFERENCE:
         m = metric(v["metric"]) if v.get("metric") in METRICS else None
         unit = f" {m.unit}" if m and m.unit and m.unit != "%" else ""
-        dtxt = (f"difference {_signed(v['diff'], m)}{unit} (95% CI {_signed(v['diff_low'], m)} to "
-                f"{_signed(v['diff_high'], m)}), compared as a difference: the reference's mean "
+        dtxt = (f"difference {signed(v['diff'], m)}{unit} (95% CI {signed(v['diff_low'], m)} to "
+                f"{signed(v['diff_high'], m)}), compared as a difference: the reference's mean "
                 f"({v['mean_ref']:.3g}) is ≤ 0 or not clear of zero, so a ratio would mislead")
         if v["outcome"] is not Outcome.NO_CLEAR_DIFFERENCE:
             return f"{dtxt}; {ptxt} < {VERDICT_ALPHA:g}"

@@ -23,13 +23,13 @@ from harness.stats.streaming import (
     stream_summary,
 )
 from report import format as F
-from report import plots, tables
+from report import plots, summary, tables
 from report.data import ReportData
 from report.table import rows_of, table
 
 HERE = Path(__file__).resolve().parent
 REPO_DIR = HERE.parent
-SECTIONS = ("style", "header", "banner", "headline", "plots", "streaming", "open_loop",
+SECTIONS = ("style", "header", "banner", "summary", "headline", "plots", "streaming", "open_loop",
             "feature_cost", "self_overhead", "verdicts", "stability", "runs", "methodology",
             "artifacts")
 CONFIG_LOAD_KEYS = ["users", "warmup_users", "warmup_s", "ramp_s", "hold_s", "min_hold_requests",
@@ -84,11 +84,17 @@ def section_banner(data: ReportData) -> str:
         for system, g in u.groupby("system", sort=False):
             unstable.append(f"{system}: " + ", ".join(
                 f"{metric(mm).label} (CoV {c:.0%})" for mm, c in zip(g["metric"], g["cov"])))
-    return render("banner.html.j2", kind=kind.value,
+    return render("banner.html.j2", kind=kind.value, limits=summary.limits(data.labels),
                   cores=None if math.isnan(cores) else int(cores), n_behaviour=len(behaviour),
                   n_measured=len(measured), systems=systems, study_status=m.status,
                   study_reason=m.reason, unstable=unstable,
                   failed_runs=[r for r in data.study.runs if r.status != "completed"])
+
+
+def section_summary(data: ReportData) -> str:
+    none, too_few = summary.undecided(data)
+    return render("summary.html.j2", findings=summary.findings(data), reference=data.reference,
+                  none=none, too_few=too_few)
 
 
 def section_headline(data: ReportData) -> str:

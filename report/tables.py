@@ -62,9 +62,15 @@ def _version(data: ReportData, system: str) -> str:
 
 # --- the head-to-head table ----------------------------------------------------------------------
 
+def verdict_anchor(system: str, name: str) -> str:
+    """The id of a verdicts-table row, which the summary links to."""
+    return f"verdict-{system}-{name}"
+
+
 def headline(data: ReportData) -> Table:
-    """One row per system: each headline figure 'mean ± sd (n=…)' over completed runs (flagged
-    when unstable), the result label and the verdicts against the reference."""
+    """One row per system: each headline figure 'mean ± sd' over completed runs (n, the CI and
+    the CoV in its tooltip; flagged when unstable), the result label and the verdicts against
+    the reference. Narrow enough for a 1,280 px screen: detail goes to tooltips."""
     ref, rs, summary = data.reference, data.rs, data.summary
     systems_meta = data.study.manifest.systems
     comp = (data.comparison.set_index(["system", "metric"]) if data.comparison is not None
@@ -77,21 +83,23 @@ def headline(data: ReportData) -> Table:
     for system in data.study.systems:
         meta = systems_meta.get(system)
         name = Cell((Part(system, strong=True),
-                     Part(f"{meta.kind if meta else ''} · {_version(data, system)}", small=True, br=True)))
+                     Part(f" {meta.kind if meta else ''} · {_version(data, system)}", small=True)))
         sub = rs[rs["system"] == system] if len(rs) else rs
         if not len(sub):
             why = (meta.not_runnable_reason if meta else "") or "no runs"
+            not_run = Cell((Part("not run", "tag not run"),), title=why)
             rows.append(Row((name, number("0"), *(number(F.DASH) for _ in HEADLINE_METRICS),
-                             cell(f"not run: {why}"), cell(F.DASH, "verdict"))))
+                             not_run, cell(F.DASH, "verdict")), id=f"headline-{system}"))
             continue
         n_done = int((sub["status"] == "completed").sum())
         figures = []
         for m in HEADLINE_METRICS:
             d = _summary_of(summary, system, m)
-            text = F.mean_sd(d, m) if d else F.DASH
             unstable = bool(d and d["unstable"]) and m != "errors_total"
-            figures.append(cell(text + (UNSTABLE if unstable else ""),
-                                "n unstable" if unstable else "n"))
+            figures.append(Cell((Part(F.mean_sd(d, m, n=False) if d else F.DASH),
+                                 *((Part(" ⚠", "unstable"),) if unstable else ())),
+                                "n unstable" if unstable else "n",
+                                title=F.spread(d, m) if d else ""))
         if system == ref:
             verdicts = Cell((Part("reference"),), "verdict")
         elif comp is not None:
@@ -103,8 +111,8 @@ def headline(data: ReportData) -> Table:
             verdicts = Cell((Part(F.DASH),), "verdict")
         label = labels.loc[system, "label"] if labels is not None and system in labels.index else ""
         rows.append(Row((name, number(f"{n_done} of {len(sub)}"), *figures, _label_tag(label),
-                         verdicts)))
-    return Table(tuple(columns), tuple(rows), "headline-table", wide=True)
+                         verdicts), id=f"headline-{system}"))
+    return Table(tuple(columns), tuple(rows), "headline-table")
 
 
 # --- verdicts and stability ----------------------------------------------------------------------
@@ -115,13 +123,14 @@ def verdicts(data: ReportData) -> Table | None:
     rows = []
     for _, r in data.ordered(data.comparison).iterrows():
         m = metric(r["metric"])
-        rows.append([r["system"], F.heading(m), m.better.value,
+        rows.append(Row(tuple(x if isinstance(x, Cell) else cell(x) for x in [
+                     r["system"], F.heading(m), m.better.value,
                      number(F.mean_sd({"n": r["n"], "mean": r["mean"], "sd": r["sd"]}, m)),
                      number(F.mean_sd({"n": r["n_ref"], "mean": r["mean_ref"], "sd": r["sd_ref"]}, m)),
                      number(F.effect(r, m)),
                      number(F.DASH if F.isnan(r["p_value"]) else f"{r['p_value']:.3g}"),
                      cell(F.verdict_word(r["outcome"], m), F.verdict_class(r["outcome"])),
-                     F.verdict_reason(r)])
+                     F.verdict_reason(r)]), id=verdict_anchor(r["system"], r["metric"])))
     return table(["system", "metric", "better when", "this system", data.reference,
                   "ratio or difference", "Welch p", "verdict", "why"], rows, "verdicts-table", wide=True)
 

@@ -85,14 +85,15 @@ def _tables(html: str) -> dict[str, list[list[str]]]:
 def _headline(html: str) -> dict[str, dict[str, str]]:
     rows = _tables(html)["headline-table"]
     header = [h.split("\n")[0].strip() for h in rows[0]]
-    return {r[0].split("\n")[0].strip(): dict(zip(header, r)) for r in rows[1:]}
+    return {r[0].split()[0]: dict(zip(header, r)) for r in rows[1:]}
 
 
 def _fmt(values, digits):
+    """A headline cell: 'mean ± sd' (the run count is its own column, the CI in a tooltip)."""
     v = np.asarray(values, dtype=float)
     if v.size == 1:
-        return f"{v[0]:.{digits}f} (n=1)"
-    return f"{v.mean():.{digits}f} ± {v.std(ddof=1):.{digits}f} (n={v.size})"
+        return f"{v[0]:.{digits}f}"
+    return f"{v.mean():.{digits}f} ± {v.std(ddof=1):.{digits}f}"
 
 
 def _recompute(study_dir: Path) -> dict[str, dict[str, list[float]]]:
@@ -142,7 +143,6 @@ def test_headline_numbers_match_a_recomputation_from_requests_parquet(syn, html)
         else:
             assert row["CPU time per request (ms)"] == "—"
     # the failed litellm run is not averaged: two completed runs
-    assert table["litellm"]["throughput (req/s)"].endswith("(n=2)")
     assert table["litellm"]["runs completed"] == "2 of 3"
     assert "slower" in table["litellm"]["vs nginx"] and table["nginx"]["vs nginx"] == "reference"
 
@@ -152,12 +152,12 @@ def test_headline_table_from_the_registry(syn):
     assert list(t.index) == ["direct", "nginx", "sluice", "litellm"]
     thr = [syn.expected[f"nginx-{i}"]["throughput_rps"] for i in (1, 2, 3)]
     assert t.loc["nginx", F.heading("throughput_rps")] == (
-        f"{np.mean(thr):.1f} ± {np.std(thr, ddof=1):.1f} (n=3)")
+        f"{np.mean(thr):.1f} ± {np.std(thr, ddof=1):.1f}")
     assert t.loc["litellm", "runs completed"] == "2 of 3"
     assert t.loc["nginx", "vs nginx"] == "reference"
     assert "throughput: slower" in t.loc["litellm", "vs nginx"]
     assert t.loc["direct", F.heading("cpu_ms_per_request")] == "—"
-    assert t.loc["nginx", F.heading("rss_peak_bytes")] == "48.0 ± 0.0 (n=3)"
+    assert t.loc["nginx", F.heading("rss_peak_bytes")] == "48.0 ± 0.0"
     assert t.loc["nginx", "result"] == "capacity"
 
 
