@@ -353,3 +353,52 @@ def test_cov_of_a_near_zero_quantity_is_left_out():
     assert math.isnan(describe([-0.3, 0.1, 0.4], near_zero=True)["cov"])
     assert not describe([-0.3, 0.1, 0.4], near_zero=True)["unstable"]
     assert describe([5.0, 6.0, 7.0], near_zero=True)["cov"] == pytest.approx(1 / 6)
+
+
+_FIT_PROBE = """<script>
+window.addEventListener('load', () => {
+  const bottom = id => document.getElementById(id).getBoundingClientRect().bottom;
+  document.body.setAttribute('data-fit', JSON.stringify({
+    width: innerWidth, scroll: document.documentElement.scrollWidth,
+    summary: bottom('summary'), headline: bottom('headline-table'),
+    headline_right: document.getElementById('headline-table').getBoundingClientRect().right}));
+});
+</script>"""
+
+
+def _seven_systems() -> dict[str, list[RunParams]]:
+    """Every runnable system of a standard study, three runs each, LiteLLM far off the rest."""
+    def runs(overheads, cpu, rss_mib, rate=180):
+        return [RunParams(overhead_ms=o, span_ms=10.0, cpu_cores=cpu, hold_rate=rate,
+                          rss_idle=rss_mib // 2 * 2**20, rss_steady=rss_mib * 2**20,
+                          rss_peak=rss_mib * 2**20, rss_recovered=rss_mib // 2 * 2**20)
+                for o in overheads]
+    return {"direct": [RunParams(overhead_ms=o, span_ms=10.0, cpu_cores=None)
+                       for o in (0.20, 0.25, 0.30)],
+            "nginx": runs((0.78, 0.80, 0.82), 0.20, 48),
+            "sluice": runs((0.45, 0.50, 0.55), 0.32, 36),
+            "tensorzero": runs((0.9, 1.0, 1.1), 0.8, 90),
+            "portkey": runs((2.0, 2.2, 2.4), 3.0, 400),
+            "mlflow": runs((40.0, 45.0, 50.0), 1.5, 600, rate=60),
+            "litellm": runs((3000.0, 3150.0, 3300.0), 1.4, 1200, rate=60)}
+
+
+@pytest.mark.integration  # starts a browser
+def test_first_screen_holds_the_answer_at_1280x800(tmp_path):
+    """At 1,280 × 800 the summary and the whole head-to-head table of a seven-system study are
+    on the first screen, and nothing makes the page scroll sideways."""
+    exe = _chromium()
+    if exe is None:
+        pytest.skip("chromium is not installed: run scripts/install-test-deps.sh")
+    s = make_study(tmp_path, params=_seven_systems())
+    page = tmp_path / "probe.html"
+    page.write_text(build.build_report(s.path).read_text().replace("</body>", _FIT_PROBE + "</body>"))
+    with tempfile.TemporaryDirectory() as profile:
+        dom = subprocess.run(_chromium_cmd(exe, profile, "--hide-scrollbars",
+                                           "--window-size=1280,800", "--dump-dom", page.as_uri()),
+                             capture_output=True, text=True, timeout=90).stdout
+    import re
+    fit = json.loads(re.search(r'data-fit="([^"]*)"', dom).group(1).replace("&quot;", '"'))
+    assert fit["width"] == 1280 and fit["scroll"] <= fit["width"], fit
+    assert fit["headline_right"] <= fit["width"], fit
+    assert fit["summary"] <= 800 and fit["headline"] <= 800, fit
