@@ -17,6 +17,7 @@ from harness.stats.loading import cpu_count, mock_latency_ms
 from harness.stats.metrics import DEFINITIONS
 from harness.stats.open_loop import OPEN_LOOP_DEFINITIONS, is_open_loop, open_loop_steps
 from harness.stats.outcomes import Label
+from harness.stats.sizing import HOURS_PER_MONTH
 from harness.stats.streaming import (
     BUFFERED_FIRST_TOKEN_SHARE,
     BUFFERED_GAP_SHARE,
@@ -29,7 +30,7 @@ from report.table import rows_of, table
 
 HERE = Path(__file__).resolve().parent
 REPO_DIR = HERE.parent
-SECTIONS = ("style", "header", "banner", "summary", "headline", "plots", "streaming", "open_loop",
+SECTIONS = ("style", "header", "banner", "summary", "headline", "sizing", "plots", "streaming", "open_loop",
             "feature_cost", "self_overhead", "verdicts", "stability", "runs", "methodology",
             "artifacts")
 CONFIG_LOAD_KEYS = ["users", "warmup_users", "warmup_s", "ramp_s", "hold_s", "min_hold_requests",
@@ -106,6 +107,13 @@ def section_headline(data: ReportData) -> str:
     mock_ms = sorted({x for x in data.rs.get("mock_latency_ms", pd.Series(dtype=float)).dropna()})
     return render("headline.html.j2", headline=tables.headline(data), reference=data.reference,
                   n=n_typ, k=k, mock_ms=[f"{x:g}" for x in mock_ms] or ["?"])
+
+
+def section_sizing(data: ReportData) -> str:
+    behaviour = [] if not len(data.labels) else [
+        r["system"] for _, r in data.labels.iterrows() if r["label"] is Label.BEHAVIOUR]
+    return render("sizing.html.j2", sizing=tables.sizing(data), prices=data.prices,
+                  load=f"{data.load_rps:,.0f}", hours=HOURS_PER_MONTH, behaviour=behaviour)
 
 
 def section_verdicts(data: ReportData) -> str:

@@ -12,6 +12,7 @@ from harness.stats.feature_cost import FEATURE_METRICS, STREAM_METRICS
 from harness.stats.metrics import ERROR_KINDS
 from harness.stats.open_loop import OPEN_LOOP_BOUNDS_MS, open_loop_capacity
 from harness.stats.outcomes import Label
+from harness.stats.sizing import sizing as sizing_of
 from report import format as F
 from report.data import ReportData
 from report.table import Cell, Part, Row, Table, cell, number, table
@@ -113,6 +114,30 @@ def headline(data: ReportData) -> Table:
         rows.append(Row((name, number(f"{n_done} of {len(sub)}"), *figures, _label_tag(label),
                          verdicts), id=f"headline-{system}"))
     return Table(tuple(columns), tuple(rows), "headline-table")
+
+
+def sizing(data: ReportData) -> Table:
+    """Per system: cores needed at the planned load (mean ± sd, 95% CI), its steady memory and
+    the monthly cost at the given prices (its interval from the cores' CI), with the result
+    label: a behaviour run set sizes what the system did here, not what it needs at most."""
+    frame = sizing_of(data.rs, data.study.systems, data.prices, data.load_rps)
+    labels = data.labels.set_index("system") if len(data.labels) else None
+    rows = []
+    for r in frame.to_dict("records"):
+        cores = F.mean_sd({"n": r["n"], "mean": r["cores"], "sd": r["cores_sd"]}, "cores", n=False)
+        ci = (F.DASH if F.isnan(r["cores_high"]) else
+              f"{F.value(r['cores_low'], 'cores')} – {F.value(r['cores_high'], 'cores')}")
+        cost = f"${r['usd_month']:,.0f}"
+        if not F.isnan(r["usd_month_high"]):
+            cost += f" (${r['usd_month_low']:,.0f} – ${r['usd_month_high']:,.0f})"
+        label = labels.loc[r["system"], "label"] if labels is not None else ""
+        rows.append([cell(r["system"], strong=True), number(int(r["n"])), number(cores),
+                     number(ci),
+                     number(F.mean_sd({"n": r["n"], "mean": r["memory_gib"],
+                                       "sd": r["memory_gib_sd"]}, "memory_gib", n=False)),
+                     number(cost), _label_tag(label)])
+    return table(["system", "runs", F.heading("cores"), "95% CI", F.heading("memory_gib"),
+                  F.heading("usd_month") + " (95% CI)", "result"], rows, "sizing-table")
 
 
 # --- verdicts and stability ----------------------------------------------------------------------

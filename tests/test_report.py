@@ -402,3 +402,25 @@ def test_first_screen_holds_the_answer_at_1280x800(tmp_path):
     assert fit["width"] == 1280 and fit["scroll"] <= fit["width"], fit
     assert fit["headline_right"] <= fit["width"], fit
     assert fit["summary"] <= 800 and fit["headline"] <= 800, fit
+
+
+def test_sizing_from_cpu_time_and_memory_at_given_prices(syn, tmp_path):
+    from harness.stats.sizing import HOURS_PER_MONTH, Prices, sizing
+    data = collect(syn.path, vcpu_hour_usd=0.05, gb_hour_usd=0.01, load_rps=2000)
+    got = sizing(data.rs, data.study.systems, data.prices, data.load_rps).set_index("system")
+    assert "direct" not in got.index      # no system process: no CPU time to size
+    done = data.rs[(data.rs.system == "nginx") & (data.rs.status == "completed")]
+    cores = done.cpu_ms_per_request.mean() * 2
+    gib = done.rss_steady_bytes.mean() / 2**30
+    assert got.loc["nginx", "cores"] == pytest.approx(cores)
+    assert got.loc["nginx", "usd_month"] == pytest.approx((cores * 0.05 + gib * 0.01) * HOURS_PER_MONTH)
+    assert got.loc["litellm", "n"] == 2    # the failed run is not sized
+    assert data.prices == Prices(0.05, 0.01, "given on the command line")
+    out = tmp_path / "priced.html"
+    assert cli(["report", str(syn.path), "-o", str(out), "--vcpu-hour-usd", "0.05",
+                "--gb-hour-usd", "0.01", "--load-rps", "2000"]) == 0
+    html = out.read_text()
+    rows = {r[0]: r for r in _tables(html)["sizing-table"][1:]}
+    assert rows["nginx"][5].startswith(f"${got.loc['nginx', 'usd_month']:,.0f}")
+    assert "Sizing and cost at 2,000 req/s" in html and "$0.05 per vCPU-hour" in html
+    assert "Behaviour, not capacity, for" in html and "Assumptions:" in html

@@ -25,6 +25,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a study: users per bin of the ramp curves")
     parser.add_argument("-o", "--out", default=None, help="a study: output file "
                         "(default: DIR/report.html)")
+    parser.add_argument("--vcpu-hour-usd", type=float, default=None,
+                        help="a study: USD per vCPU-hour for the sizing section's monthly cost "
+                        "(default: AWS Fargate on-demand, see harness/stats/sizing.py)")
+    parser.add_argument("--gb-hour-usd", type=float, default=None,
+                        help="a study: USD per GB-hour of memory (default: AWS Fargate on-demand)")
+    parser.add_argument("--load-rps", type=float, default=None,
+                        help="a study: the load the sizing section plans for (default 1000 req/s)")
     parser.add_argument("--compare", default=None, metavar="OTHER_SUITE_DIR",
                         help="a suite: compare it with another suite where the keys are equal")
 
@@ -51,7 +58,10 @@ def run(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 2
         from report.build import build_report
-        extra = {} if args.bin_users is None else {"bin_users": args.bin_users}
+        extra = {k: v for k, v in (("bin_users", args.bin_users),
+                                   ("vcpu_hour_usd", args.vcpu_hour_usd),
+                                   ("gb_hour_usd", args.gb_hour_usd),
+                                   ("load_rps", args.load_rps)) if v is not None}
         print(build_report(directory, via_notebook=args.via_notebook, reference=args.reference,
                            out=args.out, **extra))
     except stats.ArtifactError as exc:

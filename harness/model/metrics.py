@@ -68,6 +68,10 @@ _ALL: tuple[Metric, ...] = (
     _m("self_overhead_gap_p50_ms", "gap p50", "ms", "lower", 3, near_zero=True),
     _m("self_overhead_gap_p95_ms", "gap p95", "ms", "lower", 3, near_zero=True),
     _m("mock_hold_excess_p50_ms", "mock's hold above its setting (p50)", "ms", "lower", 3),
+    # --- sizing and cost (harness/stats/sizing.py), at a planned load ------------------------------
+    _m("cores", "CPU", "cores", "lower", 2, words=_CPU),
+    _m("memory_gib", "memory", "GiB", "lower", 2, words=_MEM),
+    _m("usd_month", "monthly cost", "USD", "lower", 0, words=("cheaper", "dearer")),
     # --- what else could have limited a run ------------------------------------------------------
     _m("locust_cpu_peak_percent", "Locust CPU peak", "%", "lower", 0, words=_CPU),
     _m("mock_cpu_peak_percent", "mock CPU peak", "%", "lower", 0, words=_CPU),
