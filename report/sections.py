@@ -135,13 +135,15 @@ def section_plots(data: ReportData) -> str:
          "Throughput along the ramp: where a curve stops following the offered load, the system "
          "(or the machine) saturates. Bins of users; the last bin is the measured hold."),
         ("plot-overhead", plots.plot_overhead(data),
-         "Overhead (latency − the mock's set latency) at p50, p95 and p99 as users grow."),
+         "Median overhead (latency − the mock's set latency) as users grow: one panel per system, "
+         "each on its own scale, over the baseline's band; the p95 and p99 are in the runs table."),
         ("plot-rss", plots.plot_rss(data),
          "Tree-summed RSS of each system over time, every run visible; the shaded band is the "
          "measured window, the dashed line where the load stopped."),
         ("plot-runs", plots.plot_runs(data),
          "The headline figures run by run: the dots are the runs, the black square the mean "
-         "with its t-based 95% CI."),
+         "with its t-based 95% CI; an axis is logarithmic where the systems span orders of "
+         "magnitude."),
     ]
     return render("plots.html.j2", figs=figs)
 
