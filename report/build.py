@@ -21,6 +21,7 @@ from harness.run.atomic import write_atomic
 from harness.stats.loading import read_json
 from harness.stats.metrics import DEFAULT_BIN_USERS
 from report.data import ReportData, collect
+from report.index import build_index
 from report.sections import REPO_DIR, SECTIONS, render_page, render_section
 
 NOTEBOOK = REPO_DIR / "notebooks" / "report.ipynb"
@@ -82,7 +83,8 @@ def build_report(study_dir: str | Path, via_notebook: bool = False, reference: s
                  bin_users: int = DEFAULT_BIN_USERS, out: str | Path | None = None,
                  **sizing: float) -> Path:
     """Write the report of ``study_dir`` (default: STUDY_DIR/report.html) and return its path.
-    ``via_notebook=True`` executes notebooks/report.ipynb with papermill and exports it with
+    Refreshes the parent directory's study index (report/index.py) when the report is
+    written into the study. ``via_notebook=True`` executes notebooks/report.ipynb with papermill and exports it with
     nbconvert (no code cells, default prices); otherwise the same sections are rendered directly,
     ``sizing`` passing collect's prices and planned load."""
     study_dir = Path(study_dir).resolve()
@@ -92,4 +94,6 @@ def build_report(study_dir: str | Path, via_notebook: bool = False, reference: s
     else:
         write(out_path, render_report_html(study_dir, reference=reference, bin_users=bin_users,
                                            **sizing))
+    if out is None:   # the report sits in the study: the index of its neighbours links it
+        build_index(study_dir.parent)
     return out_path

@@ -424,3 +424,34 @@ def test_sizing_from_cpu_time_and_memory_at_given_prices(syn, tmp_path):
     assert rows["nginx"][5].startswith(f"${got.loc['nginx', 'usd_month']:,.0f}")
     assert "Sizing and cost at 2,000 req/s" in html and "$0.05 per vCPU-hour" in html
     assert "Behaviour, not capacity, for" in html and "Assumptions:" in html
+
+
+def test_study_index_lists_every_study(tmp_path):
+    a = make_study(tmp_path, study_id="study-a")
+    make_study(tmp_path, study_id="study-b", status="interrupted")
+    (tmp_path / "suites").mkdir()
+    build.build_report(a.path)
+    rows = _tables((tmp_path / "index.html").read_text())["index-table"]
+    assert rows[0] == ["started", "study", "profile", "systems", "status", "git commit"]
+    by_name = {r[1].split(" ")[0]: r for r in rows[1:]}
+    assert set(by_name) == {"study-a", "study-b"}
+    assert by_name["study-b"][1] == "study-b (no report)" and by_name["study-b"][4] == "interrupted"
+    assert set(by_name["study-a"][3].split(", ")) == {"direct", "nginx", "sluice", "litellm"}
+    assert 'href="study-a/report.html"' in (tmp_path / "index.html").read_text()
+
+
+def test_compare_two_studies_where_the_keys_match(tmp_path, capsys):
+    base = {"direct": [RunParams(overhead_ms=o, cpu_cores=None) for o in (0.2, 0.25, 0.3)],
+            "sluice": [RunParams(overhead_ms=o, cpu_cores=0.15) for o in (0.45, 0.5, 0.55)]}
+    a = make_study(tmp_path, study_id="a", params=base)
+    slower = {**base, "sluice": [RunParams(overhead_ms=o, cpu_cores=0.15) for o in (5.0, 5.2, 5.4)],
+              "nginx": [RunParams(overhead_ms=0.8, cpu_cores=0.2) for _ in range(3)]}
+    b = make_study(tmp_path, study_id="b", params=slower)
+    assert cli(["report", "--compare", str(a.path), str(b.path)]) == 0
+    out = Path(capsys.readouterr().out.strip())
+    assert out == b.path.resolve() / "compare-a.html"
+    t = _tables(out.read_text())
+    rows = {(r[0], r[1]): r for r in t["suite-compare-table"][1:]}
+    assert rows[("sluice", F.heading("overhead_vs_mock_p50_ms"))][-2] == "slower"
+    assert rows[("direct", F.heading("throughput_rps"))][-2] == "no clear difference"
+    assert [r[0] for r in t["compare-apart"][1:]] == ["nginx"]
