@@ -88,7 +88,7 @@ def headline(data: ReportData) -> Table:
         sub = rs[rs["system"] == system] if len(rs) else rs
         if not len(sub):
             why = (meta.not_runnable_reason if meta else "") or "no runs"
-            not_run = Cell((Part("not run", "tag not run"),), title=why)
+            not_run = Cell((Part("not run", "tag not run"), Part(f": {why}", small=True)))
             rows.append(Row((name, number("0"), *(number(F.DASH) for _ in HEADLINE_METRICS),
                              not_run, cell(F.DASH, "verdict")), id=f"headline-{system}"))
             continue
