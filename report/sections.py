@@ -95,7 +95,7 @@ def section_banner(data: ReportData) -> str:
 def section_summary(data: ReportData) -> str:
     none, too_few = summary.undecided(data)
     return render("summary.html.j2", findings=summary.findings(data), reference=data.reference,
-                  none=none, too_few=too_few)
+                  none=none, too_few=too_few, cost=summary.cost(data))
 
 
 def section_headline(data: ReportData) -> str:

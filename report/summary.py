@@ -11,6 +11,7 @@ import pandas as pd
 
 from harness.model.metrics import metric
 from harness.stats.outcomes import Basis, Outcome
+from harness.stats.sizing import sizing
 from report import format as F
 from report.data import ReportData
 from report.tables import HEADLINE_METRICS, verdict_anchor
@@ -51,6 +52,17 @@ def findings(data: ReportData) -> list[tuple[str, list[Sentence]]]:
         rows = passed[passed["system"] == system].sort_values("metric", key=lambda x: x.map(order))
         out.append((system, [_finding(r) for _, r in rows.iterrows()]))
     return out
+
+
+def cost(data: ReportData) -> str:
+    """One sentence: each sized system's cores and monthly cost at the planned load."""
+    frame = sizing(data.rs, data.study.systems, data.prices, data.load_rps)
+    if not len(frame):
+        return ""
+    parts = [f"{r['system']} {F.value(r['cores'], 'cores')} cores ≈ ${r['usd_month']:,.0f}"
+             for r in frame.to_dict("records")]
+    return (f"At {data.load_rps:,.0f} req/s (an estimate from CPU-ms per request and steady "
+            f"memory, per month): " + "; ".join(parts) + ".")
 
 
 def undecided(data: ReportData) -> tuple[list[str], list[str]]:
