@@ -10,7 +10,6 @@ import pandas as pd
 
 from harness.model.metrics import metric
 from harness.stats.across import describe
-from harness.stats.metrics import PERCENTILES
 from harness.stats.open_loop import KEPT_UP_SHARE, OPEN_LOOP_BOUNDS_MS
 from harness.stats.ramp import rss_timeline
 from report.data import ReportData

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -303,7 +304,6 @@ def test_notebook_is_committed_without_outputs():
 
 
 def test_notebook_shows_the_same_sections_in_the_same_order():
-    import re
     nb = json.loads((REPO_DIR / "notebooks" / "report.ipynb").read_text())
     source = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
     assert tuple(re.findall(r'render_section\(data, "(\w+)"\)', source)) == build.SECTIONS
@@ -396,8 +396,7 @@ def test_first_screen_holds_the_answer_at_1280x800(tmp_path):
     with tempfile.TemporaryDirectory() as profile:
         dom = subprocess.run(_chromium_cmd(exe, profile, "--hide-scrollbars",
                                            "--window-size=1280,800", "--dump-dom", page.as_uri()),
-                             capture_output=True, text=True, timeout=90).stdout
-    import re
+                             capture_output=True, text=True, timeout=90, check=False).stdout
     fit = json.loads(re.search(r'data-fit="([^"]*)"', dom).group(1).replace("&quot;", '"'))
     assert fit["width"] == 1280 and fit["scroll"] <= fit["width"], fit
     assert fit["headline_right"] <= fit["width"], fit

@@ -15,9 +15,9 @@ from harness.model.roles import Roles
 from harness.stats.loading import Study
 from harness.stats.metrics import (
     COMPARE_METRICS,
+    OVERHEAD_EPSILON_MS,
     SUMMARY_METRICS,
     UNSTABLE_COV,
-    OVERHEAD_EPSILON_MS,
     VERDICT_ALPHA,
     VERDICT_MIN_EFFECT,
 )
