@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from harness.model.metrics import metric
-from harness.stats.outcomes import Basis, Outcome
+from harness.stats.outcomes import Basis, Label, Outcome
 from harness.stats.sizing import sizing
 from report import format as F
 from report.data import ReportData
@@ -55,11 +55,15 @@ def findings(data: ReportData) -> list[tuple[str, list[Sentence]]]:
 
 
 def cost(data: ReportData) -> str:
-    """One sentence: each sized system's cores and monthly cost at the planned load."""
+    """One sentence: each sized system's cores and monthly cost at the planned load, marked when
+    its runs showed behaviour rather than capacity."""
     frame = sizing(data.rs, data.study.systems, data.prices, data.load_rps)
     if not len(frame):
         return ""
+    behaviour = set(data.labels.loc[data.labels["label"] == Label.BEHAVIOUR, "system"]
+                    if len(data.labels) else ())
     parts = [f"{r['system']} {F.value(r['cores'], 'cores')} cores ≈ ${r['usd_month']:,.0f}"
+             + (" (behaviour)" if r["system"] in behaviour else "")
              for r in frame.to_dict("records")]
     return (f"At {data.load_rps:,.0f} req/s (an estimate from CPU-ms per request and steady "
             f"memory, per month): " + "; ".join(parts) + ".")
