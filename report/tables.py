@@ -11,7 +11,7 @@ from harness.stats.across import describe
 from harness.stats.feature_cost import FEATURE_METRICS, STREAM_METRICS
 from harness.stats.metrics import ERROR_KINDS
 from harness.stats.open_loop import OPEN_LOOP_BOUNDS_MS, open_loop_capacity
-from harness.stats.outcomes import Label
+from harness.stats.outcomes import Basis, Label
 from harness.stats.sizing import sizing as sizing_of
 from report import format as F
 from report.data import ReportData
@@ -63,6 +63,13 @@ def _version(data: ReportData, system: str) -> str:
 
 # --- the head-to-head table ----------------------------------------------------------------------
 
+def _verdict_part(v: pd.Series, m: str, br: bool) -> Part:
+    """'throughput: slower'; 'too few runs' rather than 'no clear difference' when no test ran."""
+    word = (Basis.TOO_FEW_RUNS.value if v["basis"] is Basis.TOO_FEW_RUNS
+            else F.verdict_word(v["outcome"], m))
+    return Part(f"{metric(m).label}: {word}", F.verdict_class(v["outcome"]), br=br)
+
+
 def verdict_anchor(system: str, name: str) -> str:
     """The id of a verdicts-table row, which the summary links to."""
     return f"verdict-{system}-{name}"
@@ -104,8 +111,7 @@ def headline(data: ReportData) -> Table:
         if system == ref:
             verdicts = Cell((Part("reference"),), "verdict")
         elif comp is not None:
-            parts = [Part(f"{metric(m).label}: {F.verdict_word(comp.loc[(system, m), 'outcome'], m)}",
-                          F.verdict_class(comp.loc[(system, m), "outcome"]), br=bool(i))
+            parts = [_verdict_part(comp.loc[(system, m)], m, br=bool(i))
                      for i, m in enumerate(x for x in HEADLINE_VERDICTS if (system, x) in comp.index)]
             verdicts = Cell(tuple(parts) or (Part(F.DASH),), "verdict")
         else:
