@@ -21,6 +21,7 @@ from harness.run.atomic import write_atomic
 from harness.stats.loading import read_json
 from harness.stats.metrics import DEFAULT_BIN_USERS
 from report.data import ReportData, collect
+from report.index import build_index
 from report.sections import REPO_DIR, SECTIONS, render_page, render_section
 
 NOTEBOOK = REPO_DIR / "notebooks" / "report.ipynb"
@@ -31,9 +32,11 @@ __all__ = ["ReportData", "SECTIONS", "build_report", "collect", "render_report_h
 
 
 def render_report_html(study_dir: str | Path, reference: str | None = None,
-                       bin_users: int = DEFAULT_BIN_USERS, verify: bool = True) -> str:
-    """The whole self-contained HTML page of a study."""
-    return render_page(collect(study_dir, reference=reference, bin_users=bin_users, verify=verify))
+                       bin_users: int = DEFAULT_BIN_USERS, verify: bool = True,
+                       **sizing: float) -> str:
+    """The whole self-contained HTML page of a study (``sizing``: collect's prices and load)."""
+    return render_page(collect(study_dir, reference=reference, bin_users=bin_users, verify=verify,
+                               **sizing))
 
 
 # --- building ------------------------------------------------------------------------------------
@@ -77,14 +80,20 @@ def _build_via_notebook(study_dir: Path, out: Path, reference: str | None, bin_u
 
 
 def build_report(study_dir: str | Path, via_notebook: bool = False, reference: str | None = None,
-                 bin_users: int = DEFAULT_BIN_USERS, out: str | Path | None = None) -> Path:
+                 bin_users: int = DEFAULT_BIN_USERS, out: str | Path | None = None,
+                 **sizing: float) -> Path:
     """Write the report of ``study_dir`` (default: STUDY_DIR/report.html) and return its path.
-    ``via_notebook=True`` executes notebooks/report.ipynb with papermill and exports it with
-    nbconvert (no code cells); otherwise the same sections are rendered directly."""
+    Refreshes the parent directory's study index (report/index.py) when the report is
+    written into the study. ``via_notebook=True`` executes notebooks/report.ipynb with papermill and exports it with
+    nbconvert (no code cells, default prices); otherwise the same sections are rendered directly,
+    ``sizing`` passing collect's prices and planned load."""
     study_dir = Path(study_dir).resolve()
     out_path = Path(out) if out is not None else study_dir / REPORT_NAME
     if via_notebook:
         _build_via_notebook(study_dir, out_path, reference, bin_users)
     else:
-        write(out_path, render_report_html(study_dir, reference=reference, bin_users=bin_users))
+        write(out_path, render_report_html(study_dir, reference=reference, bin_users=bin_users,
+                                           **sizing))
+    if out is None:   # the report sits in the study: the index of its neighbours links it
+        build_index(study_dir.parent)
     return out_path

@@ -18,6 +18,12 @@ from harness.stats.loading import Study, load_study
 from harness.stats.metrics import DEFAULT_BIN_USERS
 from harness.stats.ramp import ramp_curve
 from harness.stats.runs import run_summary
+from harness.stats.sizing import (
+    DEFAULT_GB_HOUR_USD,
+    DEFAULT_LOAD_RPS,
+    DEFAULT_VCPU_HOUR_USD,
+    Prices,
+)
 
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf"]
@@ -35,6 +41,8 @@ class ReportData:
     reference: str | None
     bin_users: int
     colors: dict[str, str]
+    prices: Prices                   # for the sizing section's monthly cost
+    load_rps: float                  # the load the sizing section plans for
 
     def ordered(self, frame: pd.DataFrame) -> pd.DataFrame:
         """``frame``'s rows in the study's system order (stable within a system)."""
@@ -44,8 +52,12 @@ class ReportData:
 
 
 def collect(study_dir: str | Path, reference: str | None = None,
-            bin_users: int = DEFAULT_BIN_USERS, verify: bool = True) -> ReportData:
-    """Load the study and compute everything the report shows."""
+            bin_users: int = DEFAULT_BIN_USERS, verify: bool = True,
+            vcpu_hour_usd: float = DEFAULT_VCPU_HOUR_USD, gb_hour_usd: float = DEFAULT_GB_HOUR_USD,
+            load_rps: float = DEFAULT_LOAD_RPS) -> ReportData:
+    """Load the study and compute everything the report shows. The prices (USD per vCPU-hour
+    and per GB-hour; defaults and their source in harness/stats/sizing.py) and the planned load
+    only feed the sizing section."""
     study = load_study(study_dir, verify=verify)
     roles = Roles.of(study.manifest, reference=reference)
     rs = run_summary(study, bin_users=bin_users, floor=roles.floor)
@@ -61,4 +73,8 @@ def collect(study_dir: str | Path, reference: str | None = None,
     return ReportData(study=study, roles=roles, rs=rs, summary=summary,
                       comparison=comparison,
                       labels=labels, ramp=ramp_curve(study, bin_users=bin_users, floor=roles.floor),
-                      reference=ref, bin_users=bin_users, colors=colors)
+                      reference=ref, bin_users=bin_users, colors=colors,
+                      prices=(Prices() if (vcpu_hour_usd, gb_hour_usd) == (
+                          DEFAULT_VCPU_HOUR_USD, DEFAULT_GB_HOUR_USD)
+                          else Prices(vcpu_hour_usd, gb_hour_usd, "given on the command line")),
+                      load_rps=load_rps)

@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from harness.model.metrics import Metric, metric
+from harness.model.metrics import METRICS, Metric, metric
 from harness.stats.metrics import VERDICT_ALPHA, VERDICT_MIN_EFFECT
 from harness.stats.outcomes import Basis, Outcome
 
@@ -47,16 +47,28 @@ def heading(m: str | Metric, qualifier: str = "") -> str:
     return f"{words} ({m.unit})" if m.unit and m.unit != "%" else words
 
 
-def mean_sd(d: Mapping[str, Any], m: str | Metric) -> str:
-    """'mean ± sd (n=…)'; 'mean (n=1)' for a single run; '—' when there is none."""
+def mean_sd(d: Mapping[str, Any], m: str | Metric, n: bool = True) -> str:
+    """'mean ± sd (n=…)'; 'mean (n=1)' for a single run; '—' when there is none. ``n=False``
+    leaves the run count out (a table that states it in its own column)."""
     m = _m(m)
     if isnan(d.get("n")) or not d.get("n") or isnan(d.get("mean")):
         return DASH
-    n = int(d["n"])
+    count = f" (n={int(d['n'])})" if n else ""
     mean = d["mean"] / m.scale
-    if n == 1 or isnan(d.get("sd")):
-        return f"{mean:.{m.digits}f} (n={n})"
-    return f"{mean:.{m.digits}f} ± {d['sd'] / m.scale:.{m.digits}f} (n={n})"
+    if int(d["n"]) == 1 or isnan(d.get("sd")):
+        return f"{mean:.{m.digits}f}{count}"
+    return f"{mean:.{m.digits}f} ± {d['sd'] / m.scale:.{m.digits}f}{count}"
+
+
+def spread(d: Mapping[str, Any], m: str | Metric) -> str:
+    """A run set's detail for a tooltip: n, the 95% CI and the CoV (when it is defined)."""
+    m = _m(m)
+    text = mean_sd(d, m)
+    if not isnan(d.get("ci95_half")):
+        text += f"; 95% CI {value(d['ci95_low'], m)} to {value(d['ci95_high'], m)}"
+    if not isnan(d.get("cov")):
+        text += f"; CoV {d['cov']:.0%}" + (" (unstable)" if d.get("unstable") else "")
+    return text
 
 
 def pct(x: Any, digits: int = 1) -> str:
@@ -89,6 +101,42 @@ def verdict_word(outcome: Outcome, m: str | Metric) -> str:
     return better if outcome is Outcome.BETTER else worse
 
 
+def times(r: Any) -> str:
+    """A ratio as '×N': '×148', '×4.2', '×0.93' (never '14700% off 1')."""
+    if isnan(r):
+        return DASH
+    r = float(r)
+    return f"×{r:,.0f}" if abs(r) >= 10 else f"×{r:.1f}" if abs(r) >= 2 else f"×{r:.2f}"
+
+
+def _off(ratio: float, digits: int) -> str:
+    """How far a ratio is from 1: '5.0% off 1' when close, '×148 the reference' when not."""
+    if 0.5 < ratio < 2:
+        return f"{abs(ratio - 1):.{digits}%} off 1"
+    return f"{times(ratio)} the reference"
+
+
+def signed(x: Any, m: Metric | None) -> str:
+    if isnan(x):
+        return DASH
+    if m is None:
+        return f"{float(x):+.4g}"
+    return ("+" if x >= 0 else "") + value(x, m)
+
+
+def effect(v: Mapping[str, Any], m: str | Metric) -> str:
+    """The effect a verdict was judged on: '×1.08 ± 0.03', or for a DIFFERENCE verdict
+    '+3152.00 ms (3101.00 to 3203.00)'."""
+    m = _m(m)
+    if v["basis"] is Basis.DIFFERENCE:
+        unit = f" {m.unit}" if m.unit and m.unit != "%" else ""
+        return (f"{signed(v['diff'], m)}{unit} "
+                f"({signed(v['diff_low'], m)} to {signed(v['diff_high'], m)})")
+    if isnan(v["ratio"]):
+        return DASH
+    return times(v["ratio"]) + ("" if isnan(v["ratio_sd"]) else f" ± {v['ratio_sd']:.2g}")
+
+
 def verdict_reason(v: Mapping[str, Any]) -> str:
     """Why a verdict (a compare() row, or a Verdict as a dict) is what it is, with its numbers."""
     basis, ratio, ratio_sd, p = v["basis"], v["ratio"], v["ratio_sd"], v["p_value"]
@@ -96,20 +144,29 @@ def verdict_reason(v: Mapping[str, Any]) -> str:
         return "not compared: the floor is the baseline this overhead is measured against"
     if basis is Basis.TOO_FEW_RUNS:
         return f"too few completed runs for a t-test (n={v['n']} vs {v['n_ref']})"
-    if basis is Basis.RATIO_UNDEFINED:
-        return (f"the ratio is undefined (reference mean {v['mean_ref']:.4g}, "
-                f"this {v['mean']:.4g})")
-    effect = abs(ratio - 1)
     ptxt = f"Welch p = {p:.3g}" if not math.isnan(p) else "Welch p undefined"
-    rtxt = f"ratio {ratio:.3f} ± {ratio_sd:.3f}"
+    if basis is Basis.DIFFERENCE:
+        m = metric(v["metric"]) if v.get("metric") in METRICS else None
+        unit = f" {m.unit}" if m and m.unit and m.unit != "%" else ""
+        dtxt = (f"difference {signed(v['diff'], m)}{unit} (95% CI {signed(v['diff_low'], m)} to "
+                f"{signed(v['diff_high'], m)}), compared as a difference: the reference's mean "
+                f"({v['mean_ref']:.3g}) is ≤ 0 or not clear of zero, so a ratio would mislead")
+        if v["outcome"] is not Outcome.NO_CLEAR_DIFFERENCE:
+            return f"{dtxt}; {ptxt} < {VERDICT_ALPHA:g}"
+        if math.isnan(p) or p >= VERDICT_ALPHA:
+            return f"{dtxt}; {ptxt}" + (f" ≥ {VERDICT_ALPHA:g}" if not math.isnan(p) else "")
+        return (f"{dtxt}; {ptxt} < {VERDICT_ALPHA:g} but the difference is below "
+                f"{VERDICT_MIN_EFFECT:.0%} of the reference (or the measurement's resolution)")
+    rtxt = (f"ratio {times(ratio)}" if isnan(ratio_sd)
+            else f"ratio {times(ratio)} ± {ratio_sd:.2g}")
     if v["outcome"] is not Outcome.NO_CLEAR_DIFFERENCE:
-        return (f"{rtxt}, {ptxt} < {VERDICT_ALPHA:g} and the ratio is {effect:.0%} off 1 "
-                f"(≥ {VERDICT_MIN_EFFECT:.0%})")
+        return (f"{rtxt}, {ptxt} < {VERDICT_ALPHA:g} and the ratio is {_off(ratio, 0)} "
+                f"(≥ {VERDICT_MIN_EFFECT:.0%} off 1)")
     why = []
     if math.isnan(p) or p >= VERDICT_ALPHA:
         why.append(f"{ptxt} ≥ {VERDICT_ALPHA:g}" if not math.isnan(p) else ptxt)
-    if effect < VERDICT_MIN_EFFECT:
-        why.append(f"the ratio is only {effect:.1%} off 1 (< {VERDICT_MIN_EFFECT:.0%})")
+    if abs(ratio - 1) < VERDICT_MIN_EFFECT:
+        why.append(f"the ratio is only {_off(ratio, 1)} (< {VERDICT_MIN_EFFECT:.0%})")
     return f"{rtxt}: " + " and ".join(why)
 
 

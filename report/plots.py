@@ -10,7 +10,6 @@ import pandas as pd
 
 from harness.model.metrics import metric
 from harness.stats.across import describe
-from harness.stats.metrics import PERCENTILES
 from harness.stats.open_loop import KEPT_UP_SHARE, OPEN_LOOP_BOUNDS_MS
 from harness.stats.ramp import rss_timeline
 from report.data import ReportData
@@ -36,10 +35,36 @@ def _plt():
 
 
 def _run_style(status: str, run_index: int) -> dict:
+    """A run is a thin line of its system's colour; a run that did not complete is dotted."""
     if status != "completed":
-        return {"linestyle": ":", "alpha": 0.6, "marker": "x"}
-    return {"linestyle": ("-", "--", "-.", (0, (5, 1)), (0, (3, 1, 1, 1)))[(int(run_index) - 1) % 5],
-            "alpha": 0.85, "marker": "o", "markersize": 3}
+        return {"linestyle": ":", "linewidth": 0.9, "alpha": 0.6, "marker": "x", "markersize": 3}
+    return {"linestyle": "-", "linewidth": 0.9, "alpha": 0.8, "marker": "o", "markersize": 2}
+
+
+# Positive values spanning more than this factor get a log axis, so the fast systems are not
+# flat lines under the slowest one.
+LOG_SPAN = 20.0
+
+
+def _scale_y(ax, values) -> None:
+    """A log (or, with values ≤ 0, a symmetric log) y axis when the values span orders of
+    magnitude; linear from 0 otherwise."""
+    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype="float64")
+    pos = v[v > 0]
+    if len(pos) and pos.max() / pos.min() > LOG_SPAN:
+        if (v <= 0).any():
+            ax.set_yscale("symlog", linthresh=float(np.percentile(pos, 10)))
+        else:
+            ax.set_yscale("log")
+    elif len(v) and v.min() >= 0:
+        ax.set_ylim(bottom=0)
+
+
+def _system_legend(ax, data: ReportData, systems, **kw) -> None:
+    """One legend entry per system (its colour), not one per run."""
+    from matplotlib.lines import Line2D
+    ax.legend([Line2D([], [], color=data.colors.get(s, "k"), lw=2) for s in systems], systems,
+              **kw)
 
 
 def _ordered_ramp(data: ReportData) -> pd.DataFrame:
@@ -63,34 +88,48 @@ def plot_throughput(data: ReportData) -> str | None:
                 **_run_style(st, g["run_index"].iloc[0]))
     ax.set_xlabel(f"users (bins of {data.bin_users}, plotted at the bin's middle)")
     ax.set_ylabel("successful requests / s")
-    ax.set_title("Throughput vs users along the ramp and the hold (each run a line)")
-    ax.legend(ncol=4, fontsize=8, loc="upper left")
-    ax.set_ylim(bottom=0)
+    ax.set_title("Throughput vs users along the ramp and the hold (each run a thin line)")
+    _system_legend(ax, data, list(pd.unique(r["system"])), ncol=4, fontsize=8, loc="upper left")
+    _scale_y(ax, r["throughput_rps"])
     return _png(fig)
 
 
 def plot_overhead(data: ReportData) -> str | None:
+    """Median overhead vs users, one panel per system on its own scale (so the fast systems are
+    readable), each run a thin line, over the floor's band (min–max of its runs per bin)."""
     r = _ordered_ramp(data)
     if not len(r):
         return None
     plt = _plt()
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2), sharey=False)
-    for ax, q in zip(axes, PERCENTILES):
-        for (system, run_id), g in r.groupby(["system", "run_id"], sort=False):
+    col = "overhead_vs_mock_p50_ms"
+    floor = data.roles.floor
+    band = (r[(r["system"] == floor) & (r["status"] == "completed")].groupby("users_mid")[col]
+            .agg(["min", "max"]) if floor else pd.DataFrame())
+    systems = [s for s in pd.unique(r["system"]) if s != floor] or list(pd.unique(r["system"]))
+    ncols = min(len(systems), 4)
+    nrows = math.ceil(len(systems) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(13, 2.8 * nrows + 0.5), squeeze=False)
+    for ax, system in zip(axes.flat, systems):
+        if len(band):
+            ax.fill_between(band.index, band["min"], band["max"], color="0.6", alpha=0.35,
+                            label=f"{floor} (min–max of its runs)")
+        g_all = r[r["system"] == system]
+        for run_id, g in g_all.groupby("run_id", sort=False):
             g = g.sort_values("users_bin")
             st = g["status"].iloc[0]
-            ax.plot(g["users_mid"], g[f"overhead_vs_mock_p{q}_ms"], color=data.colors.get(system, "k"),
-                    label=run_id + ("" if st == "completed" else f" ({st})"),
+            ax.plot(g["users_mid"], g[col], color=data.colors.get(system, "k"),
                     **_run_style(st, g["run_index"].iloc[0]))
-        ax.set_title(f"p{q} overhead vs mock")
-        ax.set_xlabel("users")
-    axes[0].set_ylabel("latency − mock's set latency (ms)")
-    handles, labels = axes[0].get_legend_handles_labels()
-    rows_needed = (len(labels) + 5) // 6
-    fig.suptitle("Overhead percentiles vs users (each run a line)")
-    fig.tight_layout(rect=(0, 0.035 * rows_needed + 0.02, 1, 1))
-    fig.legend(handles, labels, ncol=min(len(labels), 6), fontsize=8, loc="lower center",
-               bbox_to_anchor=(0.5, 0.0), frameon=False)
+        ax.set_title(system, loc="left", fontsize=10, color=data.colors.get(system, "k"))
+        ax.set_xlabel("users", fontsize=8)
+        _scale_y(ax, list(g_all[col]) + (list(band["max"]) if len(band) else []))
+    for ax in list(axes.flat)[len(systems):]:
+        ax.set_visible(False)
+    axes[0, 0].set_ylabel("p50 latency − mock (ms)")
+    if len(band):
+        axes[0, 0].legend(fontsize=7, loc="upper left")
+    fig.suptitle("Median overhead vs users, per system on its own scale (each run a thin line; "
+                 "grey: the baseline)")
+    fig.tight_layout()
     return _png(fig)
 
 
@@ -165,7 +204,10 @@ def plot_runs(data: ReportData) -> str | None:
         ax.set_xticks(range(len(systems)), systems, rotation=30, ha="right")
         ax.set_xlim(-0.5, len(systems) - 0.3)
         ax.set_title(heading(m), fontsize=10)
-        ax.set_ylim(0, top * 1.12 if top > 0 else 1.0)
+        vals = rs.loc[rs["status"] == "completed", name].astype("float64") / m.scale
+        _scale_y(ax, vals)
+        if ax.get_yscale() == "linear":
+            ax.set_ylim(0, top * 1.12 if top > 0 else 1.0)
     fig.suptitle("Each completed run (dots) and the mean with its t-based 95% CI (black)")
     fig.tight_layout()
     return _png(fig)

@@ -23,20 +23,22 @@ from harness.stats.loading import cpu_count, mock_latency_ms
 from harness.stats.metrics import DEFINITIONS
 from harness.stats.open_loop import OPEN_LOOP_DEFINITIONS, is_open_loop, open_loop_steps
 from harness.stats.outcomes import Label
+from harness.stats.sizing import HOURS_PER_MONTH
 from harness.stats.streaming import (
     BUFFERED_FIRST_TOKEN_SHARE,
     BUFFERED_GAP_SHARE,
     stream_summary,
 )
 from report import format as F
-from report import plots, tables
+from report import plots, summary, tables
 from report.data import ReportData
 from report.table import rows_of, table
 
 HERE = Path(__file__).resolve().parent
 REPO_DIR = HERE.parent
-SECTIONS = ("style", "header", "banner", "headline", "plots", "streaming", "faults", "open_loop",
-            "feature_cost", "self_overhead", "gateway_time", "verdicts", "stability", "runs", "methodology",
+SECTIONS = ("style", "header", "banner", "summary", "headline", "sizing", "plots", "streaming",
+            "faults", "open_loop", "feature_cost", "self_overhead", "gateway_time", "verdicts",
+            "stability", "runs", "methodology",
             "artifacts")
 CONFIG_LOAD_KEYS = ["users", "warmup_users", "warmup_s", "ramp_s", "hold_s", "min_hold_requests",
                     "max_hold_s", "think_time_s", "locust_processes", "request_timeout_s", "idle_s",
@@ -90,11 +92,17 @@ def section_banner(data: ReportData) -> str:
         for system, g in u.groupby("system", sort=False):
             unstable.append(f"{system}: " + ", ".join(
                 f"{metric(mm).label} (CoV {c:.0%})" for mm, c in zip(g["metric"], g["cov"])))
-    return render("banner.html.j2", kind=kind.value,
+    return render("banner.html.j2", kind=kind.value, limits=summary.limits(data.labels),
                   cores=None if math.isnan(cores) else int(cores), n_behaviour=len(behaviour),
                   n_measured=len(measured), systems=systems, study_status=m.status,
                   study_reason=m.reason, unstable=unstable,
                   failed_runs=[r for r in data.study.runs if r.status != "completed"])
+
+
+def section_summary(data: ReportData) -> str:
+    none, too_few = summary.undecided(data)
+    return render("summary.html.j2", findings=summary.findings(data), reference=data.reference,
+                  none=none, too_few=too_few, cost=summary.cost(data))
 
 
 def section_headline(data: ReportData) -> str:
@@ -106,6 +114,13 @@ def section_headline(data: ReportData) -> str:
     mock_ms = sorted({x for x in data.rs.get("mock_latency_ms", pd.Series(dtype=float)).dropna()})
     return render("headline.html.j2", headline=tables.headline(data), reference=data.reference,
                   n=n_typ, k=k, mock_ms=[f"{x:g}" for x in mock_ms] or ["?"])
+
+
+def section_sizing(data: ReportData) -> str:
+    behaviour = [] if not len(data.labels) else [
+        r["system"] for _, r in data.labels.iterrows() if r["label"] is Label.BEHAVIOUR]
+    return render("sizing.html.j2", sizing=tables.sizing(data), prices=data.prices,
+                  load=f"{data.load_rps:,.0f}", hours=HOURS_PER_MONTH, behaviour=behaviour)
 
 
 def section_verdicts(data: ReportData) -> str:
@@ -127,13 +142,15 @@ def section_plots(data: ReportData) -> str:
          "Throughput along the ramp: where a curve stops following the offered load, the system "
          "(or the machine) saturates. Bins of users; the last bin is the measured hold."),
         ("plot-overhead", plots.plot_overhead(data),
-         "Overhead (latency − the mock's set latency) at p50, p95 and p99 as users grow."),
+         "Median overhead (latency − the mock's set latency) as users grow: one panel per system, "
+         "each on its own scale, over the baseline's band; the p95 and p99 are in the runs table."),
         ("plot-rss", plots.plot_rss(data),
          "Tree-summed RSS of each system over time, every run visible; the shaded band is the "
          "measured window, the dashed line where the load stopped."),
         ("plot-runs", plots.plot_runs(data),
          "The headline figures run by run: the dots are the runs, the black square the mean "
-         "with its t-based 95% CI."),
+         "with its t-based 95% CI; an axis is logarithmic where the systems span orders of "
+         "magnitude."),
     ]
     return render("plots.html.j2", figs=figs)
 

@@ -31,16 +31,16 @@ def compare_table(comparison: pd.DataFrame) -> Table:
         m = metric(r["metric"])
         axes = [r[c] for c in comparison.columns if c not in _COMPARE_NUMBERS]
         rows.append([*axes, F.heading(m), F.value(r["mean_ref"], m), F.value(r["mean"], m),
-                     F.num(r["ratio"], 3), F.DASH if F.isnan(r["p_value"]) else f"{r['p_value']:.3g}",
+                     F.effect(r, m), F.DASH if F.isnan(r["p_value"]) else f"{r['p_value']:.3g}",
                      cell(F.verdict_word(r["outcome"], m), span=F.verdict_class(r["outcome"])),
                      F.verdict_reason(r)])
     axes = [c for c in comparison.columns if c not in _COMPARE_NUMBERS]
-    return table([*axes, "metric", "mean A", "mean B", "B / A", "Welch p", "verdict", "why"],
+    return table([*axes, "metric", "mean A", "mean B", "B / A (or B − A)", "Welch p", "verdict", "why"],
                  rows, "suite-compare-table", wide=True)
 
 
 _COMPARE_NUMBERS = {"metric", "n", "n_ref", "mean", "sd", "mean_ref", "sd_ref", "ratio", "ratio_sd",
-                    "t", "p_value", "outcome", "basis"}
+                    "diff", "diff_low", "diff_high", "t", "p_value", "outcome", "basis"}
 
 
 def cells_frame(suite_dir: str | Path) -> pd.DataFrame:

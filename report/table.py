@@ -24,6 +24,7 @@ class Cell:
     parts: tuple[Part, ...]
     cls: str = ""            # the <td>'s classes ("n": a right-aligned number)
     header: bool = False     # a row heading (<th>)
+    title: str = ""          # a tooltip: the detail a narrow cell leaves out
 
     @property
     def text(self) -> str:
@@ -49,6 +50,7 @@ def number(text: object, span: str = "") -> Cell:
 class Row:
     cells: tuple[Cell, ...]
     cls: str = ""
+    id: str = ""             # an anchor the summary links to
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,8 @@ class Table:
     columns: tuple[Cell, ...]   # empty: no heading row (a table of row headings and values)
     rows: tuple[Row, ...]
     id: str = ""
-    wide: bool = False          # in a horizontally scrolling box
+    wide: bool = False          # many columns: a smaller font (every table scrolls sideways in its
+                                # own box, never the page)
 
     def frame(self) -> pd.DataFrame:
         names = [c.main_text for c in self.columns]

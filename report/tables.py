@@ -11,7 +11,8 @@ from harness.stats.across import describe
 from harness.stats.feature_cost import FEATURE_METRICS, STREAM_METRICS
 from harness.stats.metrics import ERROR_KINDS
 from harness.stats.open_loop import OPEN_LOOP_BOUNDS_MS, open_loop_capacity
-from harness.stats.outcomes import Label
+from harness.stats.outcomes import Basis, Label
+from harness.stats.sizing import sizing as sizing_of
 from report import format as F
 from report.data import ReportData
 from report.table import Cell, Part, Row, Table, cell, number, table
@@ -67,9 +68,22 @@ def _version(data: ReportData, system: str) -> str:
 
 # --- the head-to-head table ----------------------------------------------------------------------
 
+def _verdict_part(v: pd.Series, m: str, br: bool) -> Part:
+    """'throughput: slower'; 'too few runs' rather than 'no clear difference' when no test ran."""
+    word = (Basis.TOO_FEW_RUNS.value if v["basis"] is Basis.TOO_FEW_RUNS
+            else F.verdict_word(v["outcome"], m))
+    return Part(f"{metric(m).label}: {word}", F.verdict_class(v["outcome"]), br=br)
+
+
+def verdict_anchor(system: str, name: str) -> str:
+    """The id of a verdicts-table row, which the summary links to."""
+    return f"verdict-{system}-{name}"
+
+
 def headline(data: ReportData) -> Table:
-    """One row per system: each headline figure 'mean ± sd (n=…)' over completed runs (flagged
-    when unstable), the result label and the verdicts against the reference."""
+    """One row per system: each headline figure 'mean ± sd' over completed runs (n, the CI and
+    the CoV in its tooltip; flagged when unstable), the result label and the verdicts against
+    the reference. Narrow enough for a 1,280 px screen: detail goes to tooltips."""
     ref, rs, summary = data.reference, data.rs, data.summary
     systems_meta = data.study.manifest.systems
     comp = (data.comparison.set_index(["system", "metric"]) if data.comparison is not None
@@ -82,34 +96,59 @@ def headline(data: ReportData) -> Table:
     for system in data.study.systems:
         meta = systems_meta.get(system)
         name = Cell((Part(system, strong=True),
-                     Part(f"{meta.kind if meta else ''} · {_version(data, system)}", small=True, br=True)))
+                     Part(f" {meta.kind if meta else ''} · {_version(data, system)}", small=True)))
         sub = rs[rs["system"] == system] if len(rs) else rs
         if not len(sub):
             why = (meta.not_runnable_reason if meta else "") or "no runs"
+            not_run = Cell((Part("not run", "tag not run"), Part(f": {why}", small=True)))
             rows.append(Row((name, number("0"), *(number(F.DASH) for _ in HEADLINE_METRICS),
-                             cell(f"not run: {why}"), cell(F.DASH, "verdict"))))
+                             not_run, cell(F.DASH, "verdict")), id=f"headline-{system}"))
             continue
         n_done = int((sub["status"] == "completed").sum())
         figures = []
         for m in HEADLINE_METRICS:
             d = _summary_of(summary, system, m)
-            text = F.mean_sd(d, m) if d else F.DASH
             unstable = bool(d and d["unstable"]) and m != "errors_total"
-            figures.append(cell(text + (UNSTABLE if unstable else ""),
-                                "n unstable" if unstable else "n"))
+            figures.append(Cell((Part(F.mean_sd(d, m, n=False) if d else F.DASH),
+                                 *((Part(" ⚠", "unstable"),) if unstable else ())),
+                                "n unstable" if unstable else "n",
+                                title=F.spread(d, m) if d else ""))
         if system == ref:
             verdicts = Cell((Part("reference"),), "verdict")
         elif comp is not None:
-            parts = [Part(f"{metric(m).label}: {F.verdict_word(comp.loc[(system, m), 'outcome'], m)}",
-                          F.verdict_class(comp.loc[(system, m), "outcome"]), br=bool(i))
+            parts = [_verdict_part(comp.loc[(system, m)], m, br=bool(i))
                      for i, m in enumerate(x for x in HEADLINE_VERDICTS if (system, x) in comp.index)]
             verdicts = Cell(tuple(parts) or (Part(F.DASH),), "verdict")
         else:
             verdicts = Cell((Part(F.DASH),), "verdict")
         label = labels.loc[system, "label"] if labels is not None and system in labels.index else ""
         rows.append(Row((name, number(f"{n_done} of {len(sub)}"), *figures, _label_tag(label),
-                         verdicts)))
-    return Table(tuple(columns), tuple(rows), "headline-table", wide=True)
+                         verdicts), id=f"headline-{system}"))
+    return Table(tuple(columns), tuple(rows), "headline-table")
+
+
+def sizing(data: ReportData) -> Table:
+    """Per system: cores needed at the planned load (mean ± sd, 95% CI), its steady memory and
+    the monthly cost at the given prices (its interval from the cores' CI), with the result
+    label: a behaviour run set sizes what the system did here, not what it needs at most."""
+    frame = sizing_of(data.rs, data.study.systems, data.prices, data.load_rps)
+    labels = data.labels.set_index("system") if len(data.labels) else None
+    rows = []
+    for r in frame.to_dict("records"):
+        cores = F.mean_sd({"n": r["n"], "mean": r["cores"], "sd": r["cores_sd"]}, "cores", n=False)
+        ci = (F.DASH if F.isnan(r["cores_high"]) else
+              f"{F.value(r['cores_low'], 'cores')} – {F.value(r['cores_high'], 'cores')}")
+        cost = f"${r['usd_month']:,.0f}"
+        if not F.isnan(r["usd_month_high"]):
+            cost += f" (${r['usd_month_low']:,.0f} – ${r['usd_month_high']:,.0f})"
+        label = labels.loc[r["system"], "label"] if labels is not None else ""
+        rows.append([cell(r["system"], strong=True), number(int(r["n"])), number(cores),
+                     number(ci),
+                     number(F.mean_sd({"n": r["n"], "mean": r["memory_gib"],
+                                       "sd": r["memory_gib_sd"]}, "memory_gib", n=False)),
+                     number(cost), _label_tag(label)])
+    return table(["system", "runs", F.heading("cores"), "95% CI", F.heading("memory_gib"),
+                  F.heading("usd_month") + " (95% CI)", "result"], rows, "sizing-table")
 
 
 # --- verdicts and stability ----------------------------------------------------------------------
@@ -120,18 +159,16 @@ def verdicts(data: ReportData) -> Table | None:
     rows = []
     for _, r in data.ordered(data.comparison).iterrows():
         m = metric(r["metric"])
-        ratio = (F.DASH if F.isnan(r["ratio"]) else f"{r['ratio']:.3f}" if F.isnan(r["ratio_sd"])
-                 else f"{r['ratio']:.3f} ± {r['ratio_sd']:.3f}")
-        rows.append([r["system"], F.heading(m), m.better.value,
+        rows.append(Row(tuple(x if isinstance(x, Cell) else cell(x) for x in [
+                     r["system"], F.heading(m), m.better.value,
                      number(F.mean_sd({"n": r["n"], "mean": r["mean"], "sd": r["sd"]}, m)),
                      number(F.mean_sd({"n": r["n_ref"], "mean": r["mean_ref"], "sd": r["sd_ref"]}, m)),
-                     number(ratio),
-                     number(F.DASH if F.isnan(r["p_value"]) or F.isnan(r["ratio"])
-                            else f"{r['p_value']:.3g}"),
+                     number(F.effect(r, m)),
+                     number(F.DASH if F.isnan(r["p_value"]) else f"{r['p_value']:.3g}"),
                      cell(F.verdict_word(r["outcome"], m), F.verdict_class(r["outcome"])),
-                     F.verdict_reason(r)])
+                     F.verdict_reason(r)]), id=verdict_anchor(r["system"], r["metric"])))
     return table(["system", "metric", "better when", "this system", data.reference,
-                  "ratio ± sd", "Welch p", "verdict", "why"], rows, "verdicts-table", wide=True)
+                  "ratio or difference", "Welch p", "verdict", "why"], rows, "verdicts-table", wide=True)
 
 
 def stability(data: ReportData) -> Table:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -85,14 +86,15 @@ def _tables(html: str) -> dict[str, list[list[str]]]:
 def _headline(html: str) -> dict[str, dict[str, str]]:
     rows = _tables(html)["headline-table"]
     header = [h.split("\n")[0].strip() for h in rows[0]]
-    return {r[0].split("\n")[0].strip(): dict(zip(header, r)) for r in rows[1:]}
+    return {r[0].split()[0]: dict(zip(header, r)) for r in rows[1:]}
 
 
 def _fmt(values, digits):
+    """A headline cell: 'mean ± sd' (the run count is its own column, the CI in a tooltip)."""
     v = np.asarray(values, dtype=float)
     if v.size == 1:
-        return f"{v[0]:.{digits}f} (n=1)"
-    return f"{v.mean():.{digits}f} ± {v.std(ddof=1):.{digits}f} (n={v.size})"
+        return f"{v[0]:.{digits}f}"
+    return f"{v.mean():.{digits}f} ± {v.std(ddof=1):.{digits}f}"
 
 
 def _recompute(study_dir: Path) -> dict[str, dict[str, list[float]]]:
@@ -142,7 +144,6 @@ def test_headline_numbers_match_a_recomputation_from_requests_parquet(syn, html)
         else:
             assert row["CPU time per request (ms)"] == "—"
     # the failed litellm run is not averaged: two completed runs
-    assert table["litellm"]["throughput (req/s)"].endswith("(n=2)")
     assert table["litellm"]["runs completed"] == "2 of 3"
     assert "slower" in table["litellm"]["vs nginx"] and table["nginx"]["vs nginx"] == "reference"
 
@@ -152,12 +153,12 @@ def test_headline_table_from_the_registry(syn):
     assert list(t.index) == ["direct", "nginx", "sluice", "litellm"]
     thr = [syn.expected[f"nginx-{i}"]["throughput_rps"] for i in (1, 2, 3)]
     assert t.loc["nginx", F.heading("throughput_rps")] == (
-        f"{np.mean(thr):.1f} ± {np.std(thr, ddof=1):.1f} (n=3)")
+        f"{np.mean(thr):.1f} ± {np.std(thr, ddof=1):.1f}")
     assert t.loc["litellm", "runs completed"] == "2 of 3"
     assert t.loc["nginx", "vs nginx"] == "reference"
     assert "throughput: slower" in t.loc["litellm", "vs nginx"]
     assert t.loc["direct", F.heading("cpu_ms_per_request")] == "—"
-    assert t.loc["nginx", F.heading("rss_peak_bytes")] == "48.0 ± 0.0 (n=3)"
+    assert t.loc["nginx", F.heading("rss_peak_bytes")] == "48.0 ± 0.0"
     assert t.loc["nginx", "result"] == "capacity"
 
 
@@ -303,7 +304,6 @@ def test_notebook_is_committed_without_outputs():
 
 
 def test_notebook_shows_the_same_sections_in_the_same_order():
-    import re
     nb = json.loads((REPO_DIR / "notebooks" / "report.ipynb").read_text())
     source = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
     assert tuple(re.findall(r'render_section\(data, "(\w+)"\)', source)) == build.SECTIONS
@@ -319,3 +319,138 @@ def test_papermill_smoke(syn, tmp_path):
     assert "<script src=" not in html             # no CDN scripts: self-contained
     table = _headline(html)
     assert table["nginx"]["throughput (req/s)"] == _fmt(_recompute(syn.path)["nginx"]["throughput"], 1)
+
+
+def test_a_negative_reference_overhead_is_compared_as_a_difference(tmp_path):
+    """The reference's overhead vs direct is below zero (nginx faster than the floor's mean):
+    the ratio is undefined, yet LiteLLM's seconds of overhead must read as slower."""
+    from harness.stats.outcomes import Basis, Outcome
+    params = {"direct": [RunParams(overhead_ms=o, span_ms=10.0, cpu_cores=None)
+                         for o in (0.60, 0.62, 0.64)],
+              "nginx": [RunParams(overhead_ms=o, span_ms=10.0, cpu_cores=0.2)
+                        for o in (0.40, 0.42, 0.44)],
+              "litellm": [RunParams(overhead_ms=o, span_ms=10.0, cpu_cores=1.5)
+                          for o in (3000.0, 3150.0, 3300.0)]}
+    s = make_study(tmp_path, params=params)
+    data = collect(s.path, reference="nginx")
+    c = data.comparison.set_index(["system", "metric"]).loc[("litellm", "overhead_vs_direct_p50_ms")]
+    assert c["mean_ref"] < 0 and c["p_value"] < 0.05
+    assert c["basis"] is Basis.DIFFERENCE and c["outcome"] is Outcome.WORSE
+    assert c["diff_low"] > 0 and c["diff"] == pytest.approx(c["mean"] - c["mean_ref"])
+    reason = F.verdict_reason(c.to_dict() | {"metric": "overhead_vs_direct_p50_ms"})
+    assert "difference +" in reason and "off 1" not in reason
+    rows = [r for r in _tables(build.build_report(s.path).read_text())["verdicts-table"]
+            if r[0] == "litellm" and r[1] == F.heading("overhead_vs_direct_p50_ms")]
+    assert rows and rows[0][7] == "slower"
+
+
+def test_large_ratios_read_as_times():
+    assert F.times(1958.83) == "×1,959" and F.times(4.23) == "×4.2" and F.times(1.083) == "×1.08"
+
+
+def test_cov_of_a_near_zero_quantity_is_left_out():
+    from harness.stats.across import describe
+    assert math.isnan(describe([-0.3, 0.1, 0.4], near_zero=True)["cov"])
+    assert not describe([-0.3, 0.1, 0.4], near_zero=True)["unstable"]
+    assert describe([5.0, 6.0, 7.0], near_zero=True)["cov"] == pytest.approx(1 / 6)
+
+
+_FIT_PROBE = """<script>
+window.addEventListener('load', () => {
+  const bottom = id => document.getElementById(id).getBoundingClientRect().bottom;
+  document.body.setAttribute('data-fit', JSON.stringify({
+    width: innerWidth, scroll: document.documentElement.scrollWidth,
+    summary: bottom('summary'), headline: bottom('headline-table'),
+    headline_right: document.getElementById('headline-table').getBoundingClientRect().right}));
+});
+</script>"""
+
+
+def _seven_systems() -> dict[str, list[RunParams]]:
+    """Every runnable system of a standard study, three runs each, LiteLLM far off the rest."""
+    def runs(overheads, cpu, rss_mib, rate=180):
+        return [RunParams(overhead_ms=o, span_ms=10.0, cpu_cores=cpu, hold_rate=rate,
+                          rss_idle=rss_mib // 2 * 2**20, rss_steady=rss_mib * 2**20,
+                          rss_peak=rss_mib * 2**20, rss_recovered=rss_mib // 2 * 2**20)
+                for o in overheads]
+    return {"direct": [RunParams(overhead_ms=o, span_ms=10.0, cpu_cores=None)
+                       for o in (0.20, 0.25, 0.30)],
+            "nginx": runs((0.78, 0.80, 0.82), 0.20, 48),
+            "sluice": runs((0.45, 0.50, 0.55), 0.32, 36),
+            "tensorzero": runs((0.9, 1.0, 1.1), 0.8, 90),
+            "portkey": runs((2.0, 2.2, 2.4), 3.0, 400),
+            "mlflow": runs((40.0, 45.0, 50.0), 1.5, 600, rate=60),
+            "litellm": runs((3000.0, 3150.0, 3300.0), 1.4, 1200, rate=60)}
+
+
+@pytest.mark.integration  # starts a browser
+def test_first_screen_holds_the_answer_at_1280x800(tmp_path):
+    """At 1,280 × 800 the summary and the whole head-to-head table of a seven-system study are
+    on the first screen, and nothing makes the page scroll sideways."""
+    exe = _chromium()
+    if exe is None:
+        pytest.skip("chromium is not installed: run scripts/install-test-deps.sh")
+    s = make_study(tmp_path, params=_seven_systems())
+    page = tmp_path / "probe.html"
+    page.write_text(build.build_report(s.path).read_text().replace("</body>", _FIT_PROBE + "</body>"))
+    with tempfile.TemporaryDirectory() as profile:
+        dom = subprocess.run(_chromium_cmd(exe, profile, "--hide-scrollbars",
+                                           "--window-size=1280,800", "--dump-dom", page.as_uri()),
+                             capture_output=True, text=True, timeout=90, check=False).stdout
+    fit = json.loads(re.search(r'data-fit="([^"]*)"', dom).group(1).replace("&quot;", '"'))
+    assert fit["width"] == 1280 and fit["scroll"] <= fit["width"], fit
+    assert fit["headline_right"] <= fit["width"], fit
+    assert fit["summary"] <= 800 and fit["headline"] <= 800, fit
+
+
+def test_sizing_from_cpu_time_and_memory_at_given_prices(syn, tmp_path):
+    from harness.stats.sizing import HOURS_PER_MONTH, Prices, sizing
+    data = collect(syn.path, vcpu_hour_usd=0.05, gb_hour_usd=0.01, load_rps=2000)
+    got = sizing(data.rs, data.study.systems, data.prices, data.load_rps).set_index("system")
+    assert "direct" not in got.index      # no system process: no CPU time to size
+    done = data.rs[(data.rs.system == "nginx") & (data.rs.status == "completed")]
+    cores = done.cpu_ms_per_request.mean() * 2
+    gib = done.rss_steady_bytes.mean() / 2**30
+    assert got.loc["nginx", "cores"] == pytest.approx(cores)
+    assert got.loc["nginx", "usd_month"] == pytest.approx((cores * 0.05 + gib * 0.01) * HOURS_PER_MONTH)
+    assert got.loc["litellm", "n"] == 2    # the failed run is not sized
+    assert data.prices == Prices(0.05, 0.01, "given on the command line")
+    out = tmp_path / "priced.html"
+    assert cli(["report", str(syn.path), "-o", str(out), "--vcpu-hour-usd", "0.05",
+                "--gb-hour-usd", "0.01", "--load-rps", "2000"]) == 0
+    html = out.read_text()
+    rows = {r[0]: r for r in _tables(html)["sizing-table"][1:]}
+    assert rows["nginx"][5].startswith(f"${got.loc['nginx', 'usd_month']:,.0f}")
+    assert "Sizing and cost at 2,000 req/s" in html and "$0.05 per vCPU-hour" in html
+    assert "Behaviour, not capacity, for" in html and "Assumptions:" in html
+
+
+def test_study_index_lists_every_study(tmp_path):
+    a = make_study(tmp_path, study_id="study-a")
+    make_study(tmp_path, study_id="study-b", status="interrupted")
+    (tmp_path / "suites").mkdir()
+    build.build_report(a.path)
+    rows = _tables((tmp_path / "index.html").read_text())["index-table"]
+    assert rows[0] == ["started", "study", "profile", "systems", "status", "git commit"]
+    by_name = {r[1].split(" ")[0]: r for r in rows[1:]}
+    assert set(by_name) == {"study-a", "study-b"}
+    assert by_name["study-b"][1] == "study-b (no report)" and by_name["study-b"][4] == "interrupted"
+    assert set(by_name["study-a"][3].split(", ")) == {"direct", "nginx", "sluice", "litellm"}
+    assert 'href="study-a/report.html"' in (tmp_path / "index.html").read_text()
+
+
+def test_compare_two_studies_where_the_keys_match(tmp_path, capsys):
+    base = {"direct": [RunParams(overhead_ms=o, cpu_cores=None) for o in (0.2, 0.25, 0.3)],
+            "sluice": [RunParams(overhead_ms=o, cpu_cores=0.15) for o in (0.45, 0.5, 0.55)]}
+    a = make_study(tmp_path, study_id="a", params=base)
+    slower = {**base, "sluice": [RunParams(overhead_ms=o, cpu_cores=0.15) for o in (5.0, 5.2, 5.4)],
+              "nginx": [RunParams(overhead_ms=0.8, cpu_cores=0.2) for _ in range(3)]}
+    b = make_study(tmp_path, study_id="b", params=slower)
+    assert cli(["report", "--compare", str(a.path), str(b.path)]) == 0
+    out = Path(capsys.readouterr().out.strip())
+    assert out == b.path.resolve() / "compare-a.html"
+    t = _tables(out.read_text())
+    rows = {(r[0], r[1]): r for r in t["suite-compare-table"][1:]}
+    assert rows[("sluice", F.heading("overhead_vs_mock_p50_ms"))][-2] == "slower"
+    assert rows[("direct", F.heading("throughput_rps"))][-2] == "no clear difference"
+    assert [r[0] for r in t["compare-apart"][1:]] == ["nginx"]

@@ -2,6 +2,7 @@
 
     python -m harness report artifacts/<study-id> [--via-notebook] [--reference nginx]
     python -m harness report artifacts/suites/<suite-id> [--compare artifacts/suites/<other>]
+    python -m harness report artifacts/<study-b> --compare artifacts/<study-a>
 
 writes DIR/report.html (report/build.py for a study, report/suite.py for a suite, which also
 builds each cell's report when it is missing) and prints its path.
@@ -25,8 +26,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a study: users per bin of the ramp curves")
     parser.add_argument("-o", "--out", default=None, help="a study: output file "
                         "(default: DIR/report.html)")
-    parser.add_argument("--compare", default=None, metavar="OTHER_SUITE_DIR",
-                        help="a suite: compare it with another suite where the keys are equal")
+    parser.add_argument("--vcpu-hour-usd", type=float, default=None,
+                        help="a study: USD per vCPU-hour for the sizing section's monthly cost "
+                        "(default: AWS Fargate on-demand, see harness/stats/sizing.py)")
+    parser.add_argument("--gb-hour-usd", type=float, default=None,
+                        help="a study: USD per GB-hour of memory (default: AWS Fargate on-demand)")
+    parser.add_argument("--load-rps", type=float, default=None,
+                        help="a study: the load the sizing section plans for (default 1000 req/s)")
+    parser.add_argument("--compare", default=None, metavar="OTHER_DIR",
+                        help="compare with another suite (or study) where the keys are equal: "
+                        "writes DIR/compare-<OTHER>.html for a study")
 
 
 def is_suite(directory: Path) -> bool:
@@ -47,11 +56,14 @@ def run(args: argparse.Namespace) -> int:
             print(build_suite_report(directory, args.compare))
             return 0
         if args.compare:
-            print(f"error: --compare is for suites; {directory} is not a suite directory",
-                  file=sys.stderr)
-            return 2
+            from report.compare import build_compare
+            print(build_compare(args.compare, directory, out=args.out))
+            return 0
         from report.build import build_report
-        extra = {} if args.bin_users is None else {"bin_users": args.bin_users}
+        extra = {k: v for k, v in (("bin_users", args.bin_users),
+                                   ("vcpu_hour_usd", args.vcpu_hour_usd),
+                                   ("gb_hour_usd", args.gb_hour_usd),
+                                   ("load_rps", args.load_rps)) if v is not None}
         print(build_report(directory, via_notebook=args.via_notebook, reference=args.reference,
                            out=args.out, **extra))
     except stats.ArtifactError as exc:

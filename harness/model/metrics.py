@@ -82,6 +82,10 @@ _ALL: tuple[Metric, ...] = (
     _m("mock_own_p99_ms", "mock's own added time p99", "ms", "lower", 3),
     _m("capture_cpu_s", "capture CPU", "s", "lower", 3, words=_CPU),
     _m("mock_hold_excess_p50_ms", "mock's hold above its setting (p50)", "ms", "lower", 3),
+    # --- sizing and cost (harness/stats/sizing.py), at a planned load ------------------------------
+    _m("cores", "CPU", "cores", "lower", 2, words=_CPU),
+    _m("memory_gib", "memory", "GiB", "lower", 2, words=_MEM),
+    _m("usd_month", "monthly cost", "USD", "lower", 0, words=("cheaper", "dearer")),
     # --- what else could have limited a run ------------------------------------------------------
     _m("locust_cpu_peak_percent", "Locust CPU peak", "%", "lower", 0, words=_CPU),
     _m("mock_cpu_peak_percent", "mock CPU peak", "%", "lower", 0, words=_CPU),

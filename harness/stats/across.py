@@ -15,6 +15,7 @@ from harness.model.roles import Roles
 from harness.stats.loading import Study
 from harness.stats.metrics import (
     COMPARE_METRICS,
+    OVERHEAD_EPSILON_MS,
     SUMMARY_METRICS,
     UNSTABLE_COV,
     VERDICT_ALPHA,
@@ -25,8 +26,10 @@ from harness.stats.outcomes import Basis, Label, Outcome
 FLOOR_OVERHEAD = "overhead_vs_direct"   # the run_summary columns measured against the floor
 
 
-def describe(values: Iterable[float]) -> dict[str, float]:
-    """n, mean, sd (n−1), min, max, CoV, t-based 95% CI of a run set (NaNs dropped)."""
+def describe(values: Iterable[float], near_zero: bool = False) -> dict[str, float]:
+    """n, mean, sd (n−1), min, max, CoV, t-based 95% CI of a run set (NaNs dropped). For a
+    ``near_zero`` quantity (an overhead) the CoV is left out (NaN, never unstable) unless its 95%
+    CI excludes zero: sd / |mean| of a mean near zero measures the mean, not the spread."""
     a = np.asarray([v for v in values if v is not None], dtype="float64")
     a = a[~np.isnan(a)]
     n = int(a.size)
@@ -34,6 +37,8 @@ def describe(values: Iterable[float]) -> dict[str, float]:
     sd = float(a.std(ddof=1)) if n >= 2 else math.nan
     cov = (sd / abs(mean)) if n >= 2 and mean != 0 else math.nan
     half = float(stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n)) if n >= 2 else math.nan
+    if near_zero and not (abs(mean) > half):
+        cov = math.nan
     return {"n": n, "mean": mean, "sd": sd, "min": float(a.min()) if n else math.nan,
             "max": float(a.max()) if n else math.nan, "cov": cov,
             "unstable": bool(not math.isnan(cov) and cov >= UNSTABLE_COV),
@@ -58,7 +63,7 @@ def system_summary(run_summary_df: pd.DataFrame,
         for m in metrics:
             if m not in df.columns:
                 continue
-            d = describe(done[m].astype("float64"))
+            d = describe(done[m].astype("float64"), near_zero=m in METRICS and METRICS[m].near_zero)
             if system == floor and m.startswith(FLOOR_OVERHEAD):
                 d.update(cov=math.nan, unstable=False)
             rows.append({"system": system, "metric": m, **d,
@@ -88,6 +93,9 @@ class Verdict:
     sd_ref: float
     ratio: float
     ratio_sd: float
+    diff: float           # mean − mean_ref
+    diff_low: float       # Welch 95% CI of the difference
+    diff_high: float
     t: float
     p_value: float
     outcome: Outcome
@@ -97,6 +105,26 @@ class Verdict:
     def effect(self) -> float:
         """How far the ratio is off 1."""
         return abs(self.ratio - 1)
+
+
+def min_difference(mean_ref: float, metric: str) -> float:
+    """The smallest difference a DIFFERENCE verdict counts: the 10 % rule applied to the
+    reference's magnitude, floored (for an overhead) at the latency measurement's resolution."""
+    floor = OVERHEAD_EPSILON_MS if metric in METRICS and METRICS[metric].near_zero else 0.0
+    return VERDICT_MIN_EFFECT * max(abs(mean_ref), floor)
+
+
+def _welch_ci(aa: np.ndarray, bb: np.ndarray) -> tuple[float, float]:
+    """The Welch–Satterthwaite 95% CI of mean(a) − mean(b)."""
+    if aa.size < 2 or bb.size < 2:
+        return math.nan, math.nan
+    va, vb = aa.var(ddof=1) / aa.size, bb.var(ddof=1) / bb.size
+    d = float(aa.mean() - bb.mean())
+    if va + vb == 0:
+        return d, d
+    df = (va + vb) ** 2 / (va ** 2 / (aa.size - 1) + vb ** 2 / (bb.size - 1))
+    half = float(stats.t.ppf(0.975, df) * math.sqrt(va + vb))
+    return d - half, d + half
 
 
 def verdict(a: Iterable[float], b: Iterable[float], metric: str) -> Verdict:
@@ -118,23 +146,33 @@ def verdict(a: Iterable[float], b: Iterable[float], metric: str) -> Verdict:
                 warnings.simplefilter("ignore", RuntimeWarning)
                 res = stats.ttest_ind(aa, bb, equal_var=False)
             t_stat, p = float(res.statistic), float(res.pvalue)
+    low, high = _welch_ci(aa, bb)
     numbers = dict(n=da["n"], n_ref=db["n"], mean=da["mean"], sd=da["sd"], mean_ref=db["mean"],
-                   sd_ref=db["sd"], ratio=ratio, ratio_sd=ratio_sd, t=t_stat, p_value=p)
+                   sd_ref=db["sd"], ratio=ratio, ratio_sd=ratio_sd, diff=da["mean"] - db["mean"],
+                   diff_low=low, diff_high=high, t=t_stat, p_value=p)
     if da["n"] < 2 or db["n"] < 2:
         return Verdict(**numbers, outcome=Outcome.NO_CLEAR_DIFFERENCE, basis=Basis.TOO_FEW_RUNS)
-    if math.isnan(ratio) or db["mean"] <= 0 or da["mean"] < 0:
-        return Verdict(**numbers, outcome=Outcome.NO_CLEAR_DIFFERENCE, basis=Basis.RATIO_UNDEFINED)
-    if not math.isnan(p) and p < VERDICT_ALPHA and abs(ratio - 1) >= VERDICT_MIN_EFFECT:
-        higher = ratio > 1
-        is_better = higher if better is Better.HIGHER else not higher
-        outcome = Outcome.BETTER if is_better else Outcome.WORSE
-    else:
-        outcome = Outcome.NO_CLEAR_DIFFERENCE
-    return Verdict(**numbers, outcome=outcome, basis=Basis.TESTED)
+    significant = not math.isnan(p) and p < VERDICT_ALPHA
+
+    def outcome_if(large: bool) -> Outcome:
+        if not (significant and large):
+            return Outcome.NO_CLEAR_DIFFERENCE
+        higher = da["mean"] > db["mean"]
+        return Outcome.BETTER if higher == (better is Better.HIGHER) else Outcome.WORSE
+
+    near_zero = metric in METRICS and METRICS[metric].near_zero
+    # a ratio to a reference ≤ 0, or to one whose CI reaches zero, is no effect size: compare
+    # the difference instead, so a significant gap is never hidden behind an undefined ratio
+    if (math.isnan(ratio) or db["mean"] <= 0 or da["mean"] < 0
+            or (near_zero and not abs(db["mean"]) > db["ci95_half"])):
+        large = abs(numbers["diff"]) >= min_difference(db["mean"], metric)
+        return Verdict(**numbers, outcome=outcome_if(large), basis=Basis.DIFFERENCE)
+    return Verdict(**numbers, outcome=outcome_if(abs(ratio - 1) >= VERDICT_MIN_EFFECT),
+                   basis=Basis.TESTED)
 
 
 COMPARE_COLUMNS = ["system", "reference", "metric", "n", "n_ref", "mean", "sd", "mean_ref",
-                   "sd_ref", "ratio", "ratio_sd", "t", "p_value", "outcome", "basis"]
+                   "sd_ref", "ratio", "ratio_sd", "diff", "diff_low", "diff_high", "t", "p_value", "outcome", "basis"]
 
 
 def compare(run_summary_df: pd.DataFrame, reference: str,

@@ -79,8 +79,9 @@ def feature_cost(study: Study, rs: pd.DataFrame | None = None,
                    "n_not_completed": int((runs["system"] == system).sum() - len(sub)),
                    "is_passthrough": is_passthrough, "is_floor": is_floor}
             v = (asdict(verdict(a, b, metric)) if not (is_passthrough or is_floor)
-                 else dict(ratio=math.nan, ratio_sd=math.nan, p_value=math.nan, outcome=None,
-                           basis=None))
-            rec.update({k: v[k] for k in ("ratio", "ratio_sd", "p_value", "outcome", "basis")})
+                 else dict(ratio=math.nan, ratio_sd=math.nan, diff=math.nan, diff_low=math.nan,
+                           diff_high=math.nan, p_value=math.nan, outcome=None, basis=None))
+            rec.update({k: v[k] for k in ("ratio", "ratio_sd", "diff", "diff_low", "diff_high",
+                                          "p_value", "outcome", "basis")})
             out.append(rec)
     return pd.DataFrame(out)

@@ -49,7 +49,10 @@ DEFINITIONS: dict[str, str] = {
               "the run, steady = median in the window, recovered = last sample after the load.",
     "summary across runs": "mean ± sample sd over completed runs only; CoV = sd / |mean|, a run set "
                            "with CoV ≥ 10% is flagged unstable; 95% CI = mean ± t(0.975, n−1)·sd/√n.",
-    "verdict": "against the reference system: the ratio of means with its propagated sd; "
+    "verdict": "against the reference system: the ratio of means with its propagated sd (or, when "
+               "the reference mean is ≤ 0 or, for an overhead, its 95% CI reaches zero, the "
+               "difference of means with its Welch 95% CI, needing p < 0.05 and at least 10% of the "
+               "reference, floored at 0.05 ms); "
                "\"faster\"/\"slower\" (or less/more CPU, memory) only when Welch's t-test gives "
                "p < 0.05 and the ratio differs from 1 by at least 10%; otherwise "
                "\"no clear difference\".",

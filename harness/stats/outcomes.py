@@ -15,7 +15,8 @@ class Basis(Enum):
     """How a verdict was reached."""
     TESTED = "tested"                    # Welch's t-test and the 10 % rule were applied
     TOO_FEW_RUNS = "too few runs"        # fewer than two completed runs on a side
-    RATIO_UNDEFINED = "ratio undefined"  # a reference mean ≤ 0 (or this mean < 0)
+    DIFFERENCE = "difference"            # the ratio is undefined or its reference near zero:
+                                         # Welch's test on the difference and its 95% CI
     NOT_COMPARED = "not compared"        # an overhead measured against the floor, for the floor
 
 

@@ -6,7 +6,6 @@ import sys
 import time
 
 import pytest
-
 from sluice_helpers import PURE, SLUICE_DIR
 
 PROBE = "import sluice, sluice.server as s; print(sluice.compiled, s.__file__.endswith('.py'))"

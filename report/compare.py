@@ -1,0 +1,63 @@
+"""Two studies side by side: per system whose runs have the same comparison keys in both (the
+same configuration), every compared figure of study B against study A with the study report's
+verdict rules (harness.stats.across.verdict); systems whose keys differ are listed, not compared.
+
+    python -m harness report B --compare A      (or: report --compare A B)
+
+writes B/compare-<A>.html and prints its path."""
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+import pandas as pd
+from markupsafe import Markup
+
+from harness.run.atomic import write_atomic
+from harness.stats.across import verdict
+from harness.stats.loading import Study, load_study
+from harness.stats.metrics import COMPARE_METRICS
+from harness.stats.runs import run_summary
+from report.sections import render, style
+from report.suite import compare_table
+from report.table import table
+
+
+def _keys(study: Study, system: str) -> frozenset[str]:
+    return frozenset(r.comparison_key for r in study.runs if r.system == system)
+
+
+def compare_studies(a_dir: str | Path, b_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(verdicts of B against A per comparable system and metric, the systems not compared and
+    why)."""
+    a, b = load_study(a_dir), load_study(b_dir)
+    rs_a, rs_b = run_summary(a), run_summary(b)
+    rows, apart = [], []
+    for system in b.systems:
+        ka, kb = _keys(a, system), _keys(b, system)
+        if not ka or not kb or ka != kb or "" in ka:
+            apart.append({"system": system, "why": "not run in both" if not (ka and kb) else
+                          "different configurations (comparison keys differ)"})
+            continue
+        da = rs_a[(rs_a["system"] == system) & (rs_a["status"] == "completed")]
+        db = rs_b[(rs_b["system"] == system) & (rs_b["status"] == "completed")]
+        for m in COMPARE_METRICS:
+            if m in da.columns and m in db.columns:
+                v = verdict(db[m].astype("float64").tolist(), da[m].astype("float64").tolist(), m)
+                rows.append({"system": system, "metric": m, **asdict(v)})
+    for system in [s for s in a.systems if s not in b.systems]:
+        apart.append({"system": system, "why": f"only in {a.manifest.study_id or a.path.name}"})
+    return pd.DataFrame(rows), pd.DataFrame(apart, columns=["system", "why"])
+
+
+def build_compare(a_dir: str | Path, b_dir: str | Path, out: str | Path | None = None) -> Path:
+    a_dir, b_dir = Path(a_dir).resolve(), Path(b_dir).resolve()
+    verdicts, apart = compare_studies(a_dir, b_dir)
+    out_path = Path(out) if out is not None else b_dir / f"compare-{a_dir.name}.html"
+    body = render("compare.html.j2", a=a_dir.name, b=b_dir.name,
+                  comparison=compare_table(verdicts) if len(verdicts) else None,
+                  apart=table(["system", "why"], apart.itertuples(index=False), "compare-apart"))
+    write_atomic(out_path, render("page.html.j2", title=f"{b_dir.name} vs {a_dir.name}",
+                                  title_prefix="Sluice comparison",
+                                  sections=[Markup(style()), Markup(body)]))
+    return out_path
