@@ -589,14 +589,15 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         self.provider.latency.observe(now - self.t_sent)
         dep = req.dep
         if dep is not None:  # resilience: a failed attempt may be replaced by another one
-            if status >= 429 and self._attempt_failed(req, status, head, low):
+            if status < 429:
+                if dep.fails:
+                    dep.fails = 0
+            elif self._attempt_failed(req, status, head, low):
                 if cl >= 0:
                     self.left = _clen(low, cl) - (len(buf) - idx - 4)
                 self.mode = DISCARD
                 self.hout = None
                 return
-            if dep.fails:
-                dep.fails = 0
         client = self.client
         keep = req.keep_alive and not app.stopping
         if req.translate == 0:
@@ -664,7 +665,9 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
     def _attempt_failed(self, req, status, head, low):
         """An error status: True when another attempt replaces this one (nothing of it is relayed)."""
         cls = classify(status)
-        if cls is None:
+        if cls is None:  # not a provider fault (a 4xx): the deployment is healthy
+            if req.dep.fails:
+                req.dep.fails = 0
             return False
         delay = on_failure(self.app, req, cls, parse_retry_after(head, low), self.t_head)
         if delay < 0:
