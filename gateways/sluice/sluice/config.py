@@ -262,7 +262,7 @@ class OutlierConfig:
 
 
 class RetryBudgetConfig:
-    KEYS = ("share", "min_retry_concurrency")
+    KEYS = ("share", "min_retry_concurrency", "fallbacks")
 
     def __init__(self, t):
         w = "[retry_budget]"
@@ -273,6 +273,8 @@ class RetryBudgetConfig:
         if self.share > 1.0:
             raise ConfigError(f"{w}.share must be <= 1")
         self.min_retry_concurrency = _num(t, "min_retry_concurrency", 3, w, 0, integer=True)
+        # fallback attempts take budget slots too (set false when fallbacks are spare capacity)
+        self.fallbacks = _bool(t, "fallbacks", True, w)
 
 
 class DeploymentConfig:

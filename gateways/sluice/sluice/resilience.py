@@ -150,6 +150,24 @@ class RState:
         self.fallback = None    # the fallback model name now answering
 
 
+def _budget(app, rs, m):
+    """Whether one more retry fits the budget: retries in flight <= max(min_retry_concurrency,
+    share x requests in flight) (a request holding a slot keeps it for its later attempts)."""
+    if rs.budgeted:
+        return True
+    b = app.retry_budget
+    allowed = b.share * m.in_flight
+    if allowed < b.min_retry_concurrency:
+        allowed = b.min_retry_concurrency
+    return m.retries_in_flight < allowed
+
+
+def _take(rs, m):
+    if not rs.budgeted:
+        rs.budgeted = True
+        m.retries_in_flight += 1
+
+
 def on_failure(app, req, cls, retry_after, now):
     """An attempt of ``req`` failed with ``cls`` before anything reached the client. Returns the
     seconds to wait before the next attempt (req.dep, req.route and req.payload are set for it),
@@ -175,16 +193,12 @@ def on_failure(app, req, cls, retry_after, now):
             cap = r.backoff_base_s * (1 << (rs.tries - 1))
             delay = random.random() * (cap if cap < r.backoff_max_s else r.backoff_max_s)
         if delay >= 0:
-            b = app.retry_budget
-            allowed = b.share * m.in_flight
-            if allowed < b.min_retry_concurrency:
-                allowed = b.min_retry_concurrency
-            if rs.budgeted or m.retries_in_flight < allowed:
+            if _budget(app, rs, m):
                 nxt = pol.pick(now, dep)
                 if nxt is dep or app.retarget(req, nxt.target):
-                    if not rs.budgeted:
-                        rs.budgeted = True
-                        m.retries_in_flight += 1
+                    if nxt is not dep:
+                        delay = 0.0  # another deployment: the failed one's backoff is not its own
+                    _take(rs, m)
                     req.dep = nxt
                     rs.tries += 1
                     rs.attempts += 1
@@ -192,13 +206,20 @@ def on_failure(app, req, cls, retry_after, now):
                     return delay
             else:
                 m.retry_budget_exhausted += 1
+                if app.retry_budget.fallbacks:
+                    return -1.0
     prim = rs.primary
     if prim.fallbacks and cls in prim.fallback_on and (not unsafe or prim.retry_after_send):
+        if app.retry_budget.fallbacks and not _budget(app, rs, m):
+            m.retry_budget_exhausted += 1
+            return -1.0
         while rs.fb < len(prim.fallbacks):
             to = prim.fallbacks[rs.fb]
             rs.fb += 1
             nxt = to.resil.pick(now)
             if app.retarget(req, nxt.target):
+                if app.retry_budget.fallbacks:
+                    _take(rs, m)
                 k = (route.name, to.name)
                 m.fallbacks[k] = m.fallbacks.get(k, 0) + 1
                 req.route = to
