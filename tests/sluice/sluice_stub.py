@@ -12,11 +12,13 @@ Behaviour per request headers:
   x-test-tag             echoed back as a response header
 Per stub (for the resilience tests): ``plan``, a list of statuses answered to the next requests
 in turn (0: a normal answer, -1: close without answering); ``fail_status``, answered to every
-request once the plan is used up; ``retry_after``, a Retry-After value sent with error statuses.
+request once the plan is used up; ``fail_share``, the share of the other requests answered 500
+(at random); ``retry_after``, a Retry-After value sent with error statuses.
 Every request is recorded (path, headers, raw body) in ``Stub.requests``.
 """
 import asyncio
 import json
+import random
 import socket
 import threading
 import time
@@ -41,6 +43,7 @@ class Stub:
         self.gates = {}
         self.plan = []
         self.fail_status = 0
+        self.fail_share = 0.0
         self.retry_after = None
         self.port = free_port()
         self.loop = None
@@ -107,6 +110,8 @@ class Stub:
             status = self.plan.pop(0) or status
         elif self.fail_status:
             status = self.fail_status
+        elif self.fail_share and random.random() < self.fail_share:
+            status = 500
         if status == -1:
             request.transport.close()
             raise ConnectionResetError

@@ -108,6 +108,7 @@ def reset(stubs):
     for s in stubs:
         s.plan = []
         s.fail_status = 0
+        s.fail_share = 0.0
         s.retry_after = None
         s.requests.clear()
     yield
@@ -125,13 +126,19 @@ def metric(gw, line_prefix):
     return total
 
 
-def last_access(gw, model):
-    def find():
+def _access(gw, model):
+    try:
         with open(gw.access_path) as f:
             lines = [json.loads(ln) for ln in f if ln.strip()]
-        return [ln for ln in lines if ln["model"] == model]
-    assert wait_until(lambda: find(), timeout=3)
-    return find()[-1]
+    except FileNotFoundError:
+        return []
+    return [ln for ln in lines if ln["model"] == model]
+
+
+def last_access(gw, model, before):
+    """The access log line of the request made after ``before`` lines of ``model`` were seen."""
+    assert wait_until(lambda: len(_access(gw, model)) > before, timeout=3)
+    return _access(gw, model)[-1]
 
 
 def test_no_retry_unless_configured(gw, stubs):
@@ -146,12 +153,14 @@ def test_500_then_success_is_retried_once(gw, stubs):
     a, _ = stubs
     before = metric(gw, 'sluice_retries_total{reason="5xx"}')
     a.plan = [500]
+    time.sleep(0.2)
+    seen = len(_access(gw, "retrying"))
     status, _, data = post(gw, "retrying")
     assert status == 200, data
     assert json.loads(data)["choices"][0]["message"]["content"] == "Hello from stub"
     assert len(a.requests) == 2
     assert metric(gw, 'sluice_retries_total{reason="5xx"}') == before + 1
-    entry = last_access(gw, "retrying")
+    entry = last_access(gw, "retrying", seen)
     assert entry["attempts"] == 2 and entry["status"] == 200 and entry["fallback"] is None
     # two failures: max_attempts = 2, the second one is relayed
     a.plan = [502, 500]
@@ -250,16 +259,56 @@ def test_retry_budget_bounds_amplification(gw, stubs):
     assert wait_until(lambda: metric(gw, "sluice_retries_in_flight") == 0, timeout=3)
 
 
+def _load(gw, model, n_threads, per_thread, headers=None):
+    statuses = []
+
+    def worker():
+        for _ in range(per_thread):
+            statuses.append(post(gw, model, headers=headers)[0])
+
+    threads = [threading.Thread(target=worker) for _ in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return statuses
+
+
+def test_error_burst_success_rate_and_amplification(gw, stubs):
+    a, _ = stubs
+    a.fail_share = 0.2
+    statuses = _load(gw, "retrying", 20, 10, headers={"x-test-delay-ms": "20"})
+    n = len(statuses)
+    ok = statuses.count(200) / n
+    attempts = len(a.requests)
+    # without retries about 80% would succeed; the budget keeps attempts near 1 + 0.2
+    assert ok >= 0.88, ok
+    assert attempts <= 1.3 * n, attempts
+
+
+def test_budget_also_bounds_fallbacks(gw, stubs):
+    a, b = stubs
+    a.fail_status = 503
+    statuses = _load(gw, "prim", 30, 4, headers={"x-test-delay-ms": "60"})
+    n = len(statuses)
+    assert len(a.requests) == n
+    # fallback attempts take retry-budget slots ([retry_budget] fallbacks = true, the default)
+    assert 0 < len(b.requests) <= 0.35 * n, len(b.requests)
+    assert statuses.count(200) == len(b.requests)
+
+
 def test_fallback_on_overloaded(gw, stubs):
     a, b = stubs
     before = metric(gw, 'sluice_fallbacks_total{from="prim",to="back"}')
     a.fail_status = 503
+    time.sleep(0.2)
+    seen = len(_access(gw, "prim"))
     status, _, data = post(gw, "prim")
     assert status == 200, data
     assert len(a.requests) == 1 and len(b.requests) == 1
     assert json.loads(b.requests[0]["body"])["model"] == "back"
     assert metric(gw, 'sluice_fallbacks_total{from="prim",to="back"}') == before + 1
-    entry = last_access(gw, "prim")
+    entry = last_access(gw, "prim", seen)
     assert entry["attempts"] == 2 and entry["fallback"] == "back"
     # a class not in fallback_on is relayed
     a.fail_status = 500
