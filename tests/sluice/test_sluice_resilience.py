@@ -391,3 +391,30 @@ def test_config_errors(tmp_path):
     assert c.models["m"].retry is None and not c.models["m"].resilient
     assert c.retry_budget.share == 0.2 and c.retry_budget.min_retry_concurrency == 3
     assert re  # noqa
+
+
+def test_resilient_template_rides_out_a_failing_primary(stubs, tmp_path):
+    """gateways/sluice/resilient.toml.tmpl as the fault lane renders it: the primary answering
+    500, every request still succeeds (a retry to the standby, then the primary ejected)."""
+    from sluice_helpers import SLUICE_DIR, Sluice
+    a, b = stubs
+    with open(os.path.join(SLUICE_DIR, "resilient.toml.tmpl")) as f:
+        text = f.read()
+    for k, v in {"{{listen_host}}": "127.0.0.1", "{{port}}": "{port}", "{{workers}}": "1",
+                 "{{upstream_url}}": a.url, "{{standby_url}}": b.url}.items():
+        text = text.replace(k, v)
+    g = Sluice(text, str(tmp_path), env={"SLUICE_MOCK_API_KEY": "sk-mock"}).start()
+    try:
+        a.fail_status = 500
+        for _ in range(20):
+            assert post(g, "mock-alias")[0] == 200
+        assert len(a.requests) == 5  # consecutive_failures = 5, then ejected for 2 s
+        assert len(b.requests) == 20
+        assert metric(g, 'sluice_ejected_deployments{model="mock-model",provider="mock"}') == 1
+        a.fail_status = 0
+        time.sleep(2.2)
+        for _ in range(5):
+            assert post(g, "mock-alias")[0] == 200
+        assert len(a.requests) == 10  # back on the primary after the cool-down
+    finally:
+        g.stop()
