@@ -10,10 +10,15 @@ Behaviour per request headers:
   x-test-gate            NAME: after the first chunk, wait until the test calls open_gate(NAME)
   x-test-big-chunks      N: stream N frames of 64 KiB (progress in ``big_sent``)
   x-test-tag             echoed back as a response header
+Per stub (for the resilience tests): ``plan``, a list of statuses answered to the next requests
+in turn (0: a normal answer, -1: close without answering); ``fail_status``, answered to every
+request once the plan is used up; ``fail_share``, the share of the other requests answered 500
+(at random); ``retry_after``, a Retry-After value sent with error statuses.
 Every request is recorded (path, headers, raw body) in ``Stub.requests``.
 """
 import asyncio
 import json
+import random
 import socket
 import threading
 import time
@@ -36,6 +41,10 @@ class Stub:
         self.big_sent = 0
         self.cancelled_tags = []  # x-test-tag of the streams whose client went away
         self.gates = {}
+        self.plan = []
+        self.fail_status = 0
+        self.fail_share = 0.0
+        self.retry_after = None
         self.port = free_port()
         self.loop = None
         self.runner = None
@@ -97,7 +106,21 @@ class Stub:
         if delay:
             await asyncio.sleep(delay / 1000)
         status = int(h.get("x-test-status", "0"))
+        if self.plan:
+            status = self.plan.pop(0) or status
+        elif self.fail_status:
+            status = self.fail_status
+        elif self.fail_share and random.random() < self.fail_share:
+            status = 500
+        if status == -1:
+            request.transport.close()
+            raise ConnectionResetError
         return raw, status
+
+    def _err_headers(self, headers):
+        if self.retry_after is not None:
+            headers["retry-after"] = str(self.retry_after)
+        return headers
 
     # -------------------------------------------------------------- OpenAI
     async def openai(self, request):
@@ -108,7 +131,8 @@ class Stub:
         tag = {"x-test-tag": request.headers.get("x-test-tag", "")}
         if status:
             return web.json_response({"error": {"message": f"stub error {status}", "type": "stub",
-                                                "param": None, "code": None}}, status=status, headers=tag)
+                                                "param": None, "code": None}}, status=status,
+                                     headers=self._err_headers(tag))
         body = json.loads(raw)
         model = body.get("model")
         if not body.get("stream"):
@@ -177,7 +201,7 @@ class Stub:
         if status:
             return web.json_response({"type": "error", "error": {"type": "overloaded_error",
                                                                  "message": f"stub error {status}"}},
-                                     status=status)
+                                     status=status, headers=self._err_headers({}))
         body = json.loads(raw)
         model = body.get("model")
         if not body.get("stream"):

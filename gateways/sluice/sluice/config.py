@@ -215,8 +215,92 @@ class ProviderConfig:
         return self.path_prefix + ("/messages" if self.dialect == "anthropic" else "/chat/completions")
 
 
+# Failure classes that retries and fallbacks act on. "timeout" (no response head within
+# response_timeout_s) and "reset" (connection closed after the request was sent, before any
+# response) may have reached a provider that acted on it: they count only with retry_after_send.
+RETRY_CLASSES = ("5xx", "429", "overloaded", "connect", "timeout", "reset")
+DEFAULT_RETRY_ON = ("5xx", "429", "overloaded", "connect")
+
+
+def _classes(table, key, default, where):
+    value = table.get(key, default)
+    if not isinstance(value, (list, tuple)) or not all(v in RETRY_CLASSES for v in value):
+        raise ConfigError(f"{where}.{key} must be a list of {', '.join(RETRY_CLASSES)}")
+    return frozenset(value)
+
+
+class RetryConfig:
+    KEYS = ("max_attempts", "on", "backoff_base_ms", "backoff_max_ms", "honour_retry_after",
+            "retry_after_max_ms", "retry_after_send")
+
+    def __init__(self, t, where):
+        w = where + ".retry"
+        if not isinstance(t, dict):
+            raise ConfigError(f"{w} must be a table")
+        _check_keys(t, self.KEYS, w)
+        self.max_attempts = _num(t, "max_attempts", 2, w, 1, integer=True)
+        if self.max_attempts > 10:
+            raise ConfigError(f"{w}.max_attempts must be <= 10")
+        self.on = _classes(t, "on", DEFAULT_RETRY_ON, w)
+        self.backoff_base_s = _num(t, "backoff_base_ms", 25, w, 0) / 1000
+        self.backoff_max_s = _num(t, "backoff_max_ms", 1000, w, 0) / 1000
+        self.honour_retry_after = _bool(t, "honour_retry_after", True, w)
+        self.retry_after_max_s = _num(t, "retry_after_max_ms", 2000, w, 0) / 1000
+        self.retry_after_send = _bool(t, "retry_after_send", False, w)
+
+
+class OutlierConfig:
+    KEYS = ("consecutive_failures", "ejection_s")
+
+    def __init__(self, t, where):
+        w = where + ".outlier"
+        if not isinstance(t, dict):
+            raise ConfigError(f"{w} must be a table")
+        _check_keys(t, self.KEYS, w)
+        self.consecutive_failures = _num(t, "consecutive_failures", 5, w, 0, integer=True)
+        self.ejection_s = float(_num(t, "ejection_s", 10.0, w, 0.01))
+
+
+class RetryBudgetConfig:
+    KEYS = ("share", "min_retry_concurrency", "fallbacks")
+
+    def __init__(self, t):
+        w = "[retry_budget]"
+        if not isinstance(t, dict):
+            raise ConfigError(f"{w} must be a table")
+        _check_keys(t, self.KEYS, w)
+        self.share = float(_num(t, "share", 0.2, w, 0.0))
+        if self.share > 1.0:
+            raise ConfigError(f"{w}.share must be <= 1")
+        self.min_retry_concurrency = _num(t, "min_retry_concurrency", 3, w, 0, integer=True)
+        # fallback attempts take budget slots too (set false when fallbacks are spare capacity)
+        self.fallbacks = _bool(t, "fallbacks", True, w)
+
+
+class DeploymentConfig:
+    KEYS = ("provider", "weight", "upstream_model")
+
+    def __init__(self, t, where, providers, upstream_model):
+        if not isinstance(t, dict):
+            raise ConfigError(f"{where}.deployments entries must be tables")
+        _check_keys(t, self.KEYS, where + ".deployments")
+        self.provider = _str(t, "provider", "", where + ".deployments")
+        if self.provider not in providers:
+            raise ConfigError(f"{where}.deployments: provider {self.provider!r} is not a configured provider")
+        self.weight = float(_num(t, "weight", 1, where + ".deployments", 0))
+        self.upstream_model = _str(t, "upstream_model", upstream_model, where + ".deployments") or upstream_model
+        _check_upstream(self.upstream_model, where + ".deployments")
+
+
+def _check_upstream(name, where):
+    # patched into JSON bodies as bytes: nothing that needs escaping
+    if _has_ctl(name) or '"' in name or "\\" in name:
+        raise ConfigError(f"{where}.upstream_model must not contain quotes, backslashes or control characters")
+
+
 class ModelConfig:
-    KEYS = ("provider", "upstream_model", "aliases", "max_output_tokens")
+    KEYS = ("provider", "upstream_model", "aliases", "max_output_tokens", "deployments", "retry",
+            "fallbacks", "fallback_on", "outlier")
 
     def __init__(self, name, t, providers):
         w = f"[models.{name}]"
@@ -224,13 +308,35 @@ class ModelConfig:
             raise ConfigError(f"{w} must be a table")
         _check_keys(t, self.KEYS, w)
         self.name = name
-        self.provider = _str(t, "provider", "", w)
-        if self.provider not in providers:
-            raise ConfigError(f"{w}.provider {self.provider!r} is not a configured provider")
         self.upstream_model = _str(t, "upstream_model", name, w) or name
-        # patched into JSON bodies as bytes: nothing that needs escaping
-        if _has_ctl(self.upstream_model) or '"' in self.upstream_model or "\\" in self.upstream_model:
-            raise ConfigError(f"{w}.upstream_model must not contain quotes, backslashes or control characters")
+        _check_upstream(self.upstream_model, w)
+        deps = t.get("deployments")
+        if deps is None:
+            self.provider = _str(t, "provider", "", w)
+            if self.provider not in providers:
+                raise ConfigError(f"{w}.provider {self.provider!r} is not a configured provider")
+            self.deployments = [DeploymentConfig({"provider": self.provider}, w, providers,
+                                                 self.upstream_model)]
+        else:
+            if "provider" in t:
+                raise ConfigError(f"{w}: give either provider or deployments, not both")
+            if not isinstance(deps, list) or not deps:
+                raise ConfigError(f"{w}.deployments must be a non-empty list of tables")
+            self.deployments = [DeploymentConfig(d, w, providers, self.upstream_model) for d in deps]
+            if not any(d.weight > 0 for d in self.deployments):
+                raise ConfigError(f"{w}.deployments: at least one weight must be > 0")
+            self.provider = next(d.provider for d in self.deployments if d.weight > 0)
+        self.retry = RetryConfig(t["retry"], w) if "retry" in t else None
+        fallbacks = t.get("fallbacks", [])
+        if not isinstance(fallbacks, list) or not all(isinstance(f, str) and f for f in fallbacks):
+            raise ConfigError(f"{w}.fallbacks must be a list of model names")
+        if name in fallbacks:
+            raise ConfigError(f"{w}.fallbacks must not name the model itself")
+        self.fallbacks = fallbacks
+        self.fallback_on = _classes(t, "fallback_on", DEFAULT_RETRY_ON, w)
+        self.outlier = OutlierConfig(t.get("outlier", {}), w)
+        # the resilience machinery runs for a model only when it asks for some of it
+        self.resilient = bool(self.retry or fallbacks or len(self.deployments) > 1 or "outlier" in t)
         aliases = t.get("aliases", [])
         if not isinstance(aliases, list) or not all(isinstance(a, str) and a for a in aliases):
             raise ConfigError(f"{w}.aliases must be a list of non-empty strings")
@@ -286,7 +392,7 @@ class Config:
         self.raw = raw  # the file's bytes: workers are given these, never the file again
         if not isinstance(data, dict):
             raise ConfigError("config must be a TOML table")
-        _check_keys(data, ("server", "providers", "models", "keys"), "the top level")
+        _check_keys(data, ("server", "providers", "models", "keys", "retry_budget"), "the top level")
         self.path = path
         self.server = ServerConfig(data.get("server", {}))
         providers = data.get("providers", {})
@@ -304,6 +410,11 @@ class Config:
                     raise ConfigError(f"model name or alias {alias!r} is used by both "
                                       f"{seen[alias]!r} and {m.name!r}")
                 seen[alias] = m.name
+        for m in self.models.values():
+            for f in m.fallbacks:
+                if f not in self.models:
+                    raise ConfigError(f"[models.{m.name}].fallbacks: unknown model {f!r}")
+        self.retry_budget = RetryBudgetConfig(data.get("retry_budget", {}))
         self.keys = {n: KeyConfig(n, t) for n, t in data.get("keys", {}).items()}
         digests = {}
         any_digest = any(k.key_sha256 for k in self.keys.values())

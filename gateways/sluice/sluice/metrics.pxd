@@ -20,6 +20,8 @@ cdef class Metrics:
     cdef public long long connections_refused
     cdef public dict tokens
     cdef public long long changes
+    cdef public dict retries, fallbacks, ejections
+    cdef public long long retry_budget_exhausted, retries_in_flight
 
     cpdef count_request(self, model, status)
     cpdef upstream_error(self, provider, kind)

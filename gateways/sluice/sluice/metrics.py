@@ -50,6 +50,11 @@ class Metrics:
         self.connections_refused = 0  # over max_client_connections
         self.tokens = {}            # (key, kind) -> count
         self.changes = 0            # bumped on every request, to skip idle snapshots
+        self.retries = {}           # failure class -> retries made
+        self.retry_budget_exhausted = 0  # retries refused by the retry budget
+        self.fallbacks = {}         # (from model, to model) -> count
+        self.ejections = {}         # (model, provider) -> deployments ejected
+        self.retries_in_flight = 0  # requests holding a retry-budget slot
 
     def count_request(self, model, status):
         k = (model, status)
@@ -80,6 +85,11 @@ class Metrics:
             "client_disconnects": self.client_disconnects,
             "connections_refused": self.connections_refused,
             "tokens": [[k, kind, n] for (k, kind), n in self.tokens.items()],
+            "retries": self.retries,
+            "retry_budget_exhausted": self.retry_budget_exhausted,
+            "fallbacks": [[a, b, n] for (a, b), n in self.fallbacks.items()],
+            "ejections": [[a, b, n] for (a, b), n in self.ejections.items()],
+            "retries_in_flight": self.retries_in_flight,
             "gauges": gauges,
         })
 
@@ -107,6 +117,14 @@ class Metrics:
             m.connections_refused += s.get("connections_refused", 0)
             for k, kind, n in s["tokens"]:
                 m.tokens[(k, kind)] = m.tokens.get((k, kind), 0) + n
+            for k, n in s.get("retries", {}).items():
+                m.retries[k] = m.retries.get(k, 0) + n
+            m.retry_budget_exhausted += s.get("retry_budget_exhausted", 0)
+            m.retries_in_flight += s.get("retries_in_flight", 0)
+            for a, b, n in s.get("fallbacks", []):
+                m.fallbacks[(a, b)] = m.fallbacks.get((a, b), 0) + n
+            for a, b, n in s.get("ejections", []):
+                m.ejections[(a, b)] = m.ejections.get((a, b), 0) + n
             for name, series in g.items():
                 dst = gauges.setdefault(name, {})
                 for labels, v in series:
@@ -144,6 +162,7 @@ GAUGE_HELP = {
     "sluice_resident_memory_bytes": "Resident memory summed over the reporting workers.",
     "sluice_key_tokens_reserved": "Tokens reserved by in-flight requests, by virtual key.",
     "sluice_key_tokens_spent": "Tokens spent in the current budget period, by virtual key.",
+    "sluice_ejected_deployments": "Deployments ejected by passive health now (1) or admitted (0), by model and provider.",
 }
 
 
@@ -186,6 +205,24 @@ def render(m, gauges):
     out.append("# TYPE sluice_tokens_total counter")
     for (k, kind), n in sorted(m.tokens.items()):
         out.append(f'sluice_tokens_total{{key="{_esc(k)}",kind="{kind}"}} {n}')
+    out.append("# HELP sluice_retries_total Retries of failed provider attempts, by failure class.")
+    out.append("# TYPE sluice_retries_total counter")
+    for k, n in sorted(m.retries.items()):
+        out.append(f'sluice_retries_total{{reason="{_esc(k)}"}} {n}')
+    out.append("# HELP sluice_retry_budget_exhausted_total Retries not made because the retry budget was used up.")
+    out.append("# TYPE sluice_retry_budget_exhausted_total counter")
+    out.append(f"sluice_retry_budget_exhausted_total {m.retry_budget_exhausted}")
+    out.append("# HELP sluice_retries_in_flight Requests holding a retry-budget slot.")
+    out.append("# TYPE sluice_retries_in_flight gauge")
+    out.append(f"sluice_retries_in_flight {m.retries_in_flight}")
+    out.append("# HELP sluice_fallbacks_total Requests sent on to a fallback model, by the model that failed and the fallback.")
+    out.append("# TYPE sluice_fallbacks_total counter")
+    for (a, b), n in sorted(m.fallbacks.items()):
+        out.append(f'sluice_fallbacks_total{{from="{_esc(a)}",to="{_esc(b)}"}} {n}')
+    out.append("# HELP sluice_ejections_total Deployments ejected by passive health, by model and provider.")
+    out.append("# TYPE sluice_ejections_total counter")
+    for (a, b), n in sorted(m.ejections.items()):
+        out.append(f'sluice_ejections_total{{model="{_esc(a)}",provider="{_esc(b)}"}} {n}')
     for name, series in sorted(gauges.items()):
         out.append(f"# HELP {name} {GAUGE_HELP.get(name, name)}")
         out.append(f"# TYPE {name} gauge")

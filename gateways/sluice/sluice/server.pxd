@@ -21,6 +21,7 @@ cdef class Request:
     cdef public KeyRecord key
     cdef public Route route
     cdef public str model_label, dialect
+    cdef public object dep, rs
 
 
 @cython.final
@@ -29,6 +30,7 @@ cdef class Route:
     cdef public object model_cfg, max_output
     cdef public Provider provider
     cdef public bytes upstream_b
+    cdef public object resil
 
 
 @cython.final
@@ -83,7 +85,9 @@ cdef class ClientConn:
     cpdef respond(self, Request r, int status, bytes body, bytes extra=*, bytes content_type=*, overhead_us=*)
     cpdef done(self, bint keep_alive)
     cpdef exchange_done(self, Request req, int status, prompt, completion)
-    cpdef upstream_failed(self, int status, message)
+    cpdef upstream_failed(self, int status, message, kind=*)
+    cpdef resend(self, Request req)
+    cpdef _resend(self, Request req)
     cpdef abort_response(self, Request req, int status)
     cpdef on_upstream(self, UpstreamConn conn)
     cpdef retry_upstream(self, Request req)
@@ -105,10 +109,15 @@ cdef class App:
     cdef public KeyStore keys
     cdef public bytes models_openai, models_anthropic, health
     cdef public long long _snap_changes
+    cdef public object retry_budget
+    cdef public list policies
 
     cpdef handle(self, ClientConn conn, Request r)
     cpdef _reject(self, ClientConn conn, Request r, int status, message, bytes extra=*)
+    @cython.locals(tgt=Route)
     cpdef chat(self, ClientConn conn, Request r)
+    cpdef bytes _payload(self, Request r, Provider provider, bytes body)
+    cpdef bint retarget(self, Request r, Route tgt) except -1
     cpdef _send_upstream(self, ClientConn conn, Request r, Pool pool)
     cpdef _patch_model(self, bytes body, obj, model, span, Route route)
     cpdef request_finished(self, ClientConn conn, Request req, int status, prompt, completion)

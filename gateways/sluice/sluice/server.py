@@ -20,6 +20,7 @@ from sluice import __version__
 from sluice.http import error_body, response, response_filter
 from sluice.keys import KeyStore
 from sluice.metrics import Metrics, render
+from sluice.resilience import Policy, on_failure
 from sluice.upstream import Provider
 
 # Only for the performance gate's own test: a Sluice slowed on purpose, by this many
@@ -58,7 +59,7 @@ class Request:
         "t0", "method", "url", "token", "fwd", "has_av", "http11", "keep_alive", "clen", "body",
         "left", "pieces", "blen", "upgrade", "pre", "t_resume", "overhead", "translate", "stream",
         "include_usage", "key", "reserved", "retried", "route", "model_label", "dialect", "payload",
-        "client_model",
+        "client_model", "dep", "rs",
     )
 
     def __init__(self, t0):
@@ -90,11 +91,13 @@ class Request:
         self.dialect = "openai"
         self.payload = None      # set when the request goes towards a provider (counted in flight)
         self.client_model = None
+        self.dep = None          # the deployment answering, when the model has a resilience Policy
+        self.rs = None           # attempts so far (resilience.RState), made at the first failure
 
 
 class Route:
     """A model name or alias as clients say it, resolved to a provider model."""
-    __slots__ = ("name", "model_cfg", "provider", "upstream", "upstream_b", "max_output")
+    __slots__ = ("name", "model_cfg", "provider", "upstream", "upstream_b", "max_output", "resil")
 
     def __init__(self, model_cfg, provider):
         self.name = model_cfg.name
@@ -103,6 +106,7 @@ class Route:
         self.upstream = model_cfg.upstream_model
         self.upstream_b = self.upstream.encode()
         self.max_output = model_cfg.max_output_tokens
+        self.resil = None  # a resilience.Policy when the model configures retries, fallbacks...
 
 
 class HeaderPolicy:
@@ -663,12 +667,18 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
         self.app.request_finished(self, req, status, prompt, completion)
         self.done(req.keep_alive)
 
-    def upstream_failed(self, status, message):
+    def upstream_failed(self, status, message, kind=""):
         req = self.req
         self.waiting = None
         self.up = None
         if req is None or self.closed:
             return
+        if req.dep is not None and kind:
+            delay = on_failure(self.app, req, kind, -1.0, perf_counter())
+            if delay >= 0:
+                req.rs.delay = delay
+                self.resend(req)
+                return
         # our own time only: the request path before waiting on the provider
         us = req.pre * 1e6
         self.respond(req, status, error_body(req.dialect, status, message), overhead_us=us)
@@ -690,9 +700,33 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
         req.t_resume = perf_counter()
         conn.start(self, req, req.payload)
 
+    def resend(self, req):
+        """Another attempt for ``req`` (resilience), after ``req.rs.delay`` seconds."""
+        self.up = None
+        delay = req.rs.delay
+        if delay > 0:
+            self.app.loop.call_later(delay, self._resend, req)
+        else:
+            self._resend(req)
+
+    def _resend(self, req):
+        if self.closed or self.req is not req:
+            return  # the client went away meanwhile (its request was accounted for then)
+        pool = req.dep.provider.pool
+        now = perf_counter()
+        req.t_resume = now
+        up = pool.acquire()
+        if up is not None:
+            self.up = up
+            up.start(self, req, req.payload)
+        else:
+            self.waiting = pool
+            self.wait_since = now
+            pool.wait(self)
+
     def retry_upstream(self, req):
         self.up = None
-        pool = req.route.provider.pool
+        pool = (req.dep.provider if req.dep is not None else req.route.provider).pool
         self.waiting = pool
         self.wait_since = perf_counter()
         req.t_resume = self.wait_since
@@ -718,12 +752,12 @@ class AccessLog:
             return
         self.entries = []
         out = []
-        for ts, peer, method, path, status, model, key, dur, ov, stream in entries:
+        for ts, peer, method, path, status, model, key, dur, ov, stream, attempts, fallback in entries:
             out.append(dumps({
                 "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + (".%03dZ" % int(ts % 1 * 1000)),
                 "client": peer, "method": method, "path": path, "status": status, "model": model,
                 "key": key, "duration_ms": round(dur * 1000, 3), "overhead_us": int(ov),
-                "stream": stream}))
+                "stream": stream, "attempts": attempts, "fallback": fallback}))
             out.append(b"\n")
         data = b"".join(out)
         try:
@@ -775,10 +809,27 @@ class App:
         self.response_filter = response_filter(s.forward_response_headers)
         self.providers = {n: Provider(p, self) for n, p in cfg.providers.items()}
         self.routes = {}
+        self.retry_budget = cfg.retry_budget
+        self.policies = []
+        by_model = {}
+        fallback_targets = {f for m in cfg.models.values() for f in m.fallbacks}
         for m in cfg.models.values():
             route = Route(m, self.providers[m.provider])
+            if m.resilient or m.name in fallback_targets:
+                targets = []
+                for d in m.deployments:
+                    t = Route(m, self.providers[d.provider])
+                    t.upstream = d.upstream_model
+                    t.upstream_b = t.upstream.encode()
+                    targets.append(t)
+                route.resil = Policy(m, targets)
+                self.policies.append(route.resil)
+            by_model[m.name] = route
             for name in [m.name] + m.aliases:
                 self.routes[name] = route
+        for m in cfg.models.values():
+            if m.fallbacks:
+                by_model[m.name].resil.fallbacks = [by_model[f] for f in m.fallbacks]
         self.keys = KeyStore(cfg.keys, shared, worker, n_workers)
         for rec in self.keys.records:  # model names and aliases each key may call
             rec.allowed = frozenset(n for n, r in self.routes.items() if rec.allows(n, r.name))
@@ -920,25 +971,30 @@ class App:
                     return self._reject(conn, r, 429, f"rate limit of {key.rpm} requests per minute "
                                                       f"exceeded for key {key.name!r}",
                                         b"retry-after: %d\r\n" % wait)
-        provider = route.provider
+        tgt = route
+        if route.resil is not None:
+            dep = route.resil.pick(r.t0)
+            r.dep = dep
+            tgt = dep.target
+        provider = tgt.provider
         if provider.dialect != dialect:
             from sluice import translate  # loaded on first use: workers that never translate stay smaller
             if obj is None:
                 obj = loads(body)
             try:
                 if dialect == "anthropic":
-                    new, stream = translate.anthropic_request_to_openai(obj, route.upstream)
+                    new, stream = translate.anthropic_request_to_openai(obj, tgt.upstream)
                     r.translate = 1
                 else:
                     new, stream, r.include_usage = translate.openai_request_to_anthropic(
-                        obj, route.upstream, route.max_output)
+                        obj, tgt.upstream, tgt.max_output)
                     r.translate = 2
                 body = dumps(new)
             except (translate.TranslationError, TypeError, ValueError, AttributeError, RecursionError) as e:
                 return self._reject(conn, r, 400, f"cannot translate request: {e}")
             r.stream = stream
-        elif route.upstream != model:
-            body = self._patch_model(body, obj, model, span, route)
+        elif tgt.upstream != model:
+            body = self._patch_model(body, obj, model, span, tgt)
             if body is None:
                 return self._reject(conn, r, 400, "request body is nested too deeply to rewrite its model")
         r.key = key
@@ -953,13 +1009,14 @@ class App:
             if obj is not None:
                 mt = obj.get("max_completion_tokens") or obj.get("max_tokens")
             if type(mt) is not int or mt <= 0:
-                mt = route.max_output
+                mt = tgt.max_output
             estimate = len(r.body) // 4 + (mt if mt < MAX_TOKENS_RESERVED else MAX_TOKENS_RESERVED)
             wait = self.keys.reserve(key, estimate)
             if wait:
                 return self._reject(conn, r, 429, f"token budget of key {key.name!r} exhausted",
                                     b"retry-after: %d\r\n" % wait)
             r.reserved = estimate
+        # (inlined on this path; _payload is the same for another attempt)
         fwd = r.fwd
         if r.translate:
             # the body is ours now: our content type, and no headers of the client's dialect
@@ -972,11 +1029,56 @@ class App:
             fwd += provider.anthropic_version
         payload = b"".join((provider.head_prefix, fwd, b"content-length: %d\r\n\r\n" % len(body), body))
         self.metrics.in_flight += 1
-        r.payload = payload  # kept for a retry on a fresh connection
+        r.payload = payload  # kept for another attempt
         if TEST_DELAY_S:
             self.loop.call_later(TEST_DELAY_S, self._send_upstream, conn, r, provider.pool)
         else:
             self._send_upstream(conn, r, provider.pool)
+
+    def _payload(self, r, provider, body):
+        """The request as sent to ``provider`` (kept for another attempt); as in ``chat``."""
+        fwd = r.fwd
+        if r.translate:
+            fwd = b"".join([ln + b"\r\n" for ln in fwd.split(b"\r\n")[:-1]
+                            if not ln.lower().startswith((b"anthropic-", b"content-type:"))])
+            fwd += b"content-type: application/json\r\n"
+            if provider.dialect == "anthropic":
+                fwd += provider.anthropic_version
+        elif not r.has_av and provider.dialect == "anthropic":
+            fwd += provider.anthropic_version
+        return b"".join((provider.head_prefix, fwd, b"content-length: %d\r\n\r\n" % len(body), body))
+
+    def retarget(self, r, tgt):
+        """Make ``r`` ready for another attempt at ``tgt`` (a deployment's Route): its body
+        translated or its model patched for that provider. False when it cannot be."""
+        provider = tgt.provider
+        dialect = r.dialect
+        body = r.body
+        model = r.client_model
+        r.translate = 0
+        r.include_usage = False
+        r.stream = False
+        try:
+            if provider.dialect != dialect:
+                from sluice import translate
+                obj = loads(body)
+                if dialect == "anthropic":
+                    new, stream = translate.anthropic_request_to_openai(obj, tgt.upstream)
+                    r.translate = 1
+                else:
+                    new, stream, r.include_usage = translate.openai_request_to_anthropic(
+                        obj, tgt.upstream, tgt.max_output)
+                    r.translate = 2
+                body = dumps(new)
+                r.stream = stream
+            elif tgt.upstream != model:
+                body = self._patch_model(body, loads(body), model, None, tgt)
+                if body is None:
+                    return False
+        except Exception:  # what the first attempt's checks let through but this target refuses
+            return False
+        r.payload = self._payload(r, provider, body)
+        return True
 
     def _send_upstream(self, conn, r, pool):
         up = pool.acquire()
@@ -1017,6 +1119,10 @@ class App:
         m = self.metrics
         m.in_flight -= 1
         m.count_request(req.model_label, status)
+        rs = req.rs
+        if rs is not None and rs.budgeted:
+            rs.budgeted = False
+            m.retries_in_flight -= 1
         if req.overhead:
             m.overhead.observe(req.overhead / 1e6)
         key = req.key
@@ -1035,7 +1141,8 @@ class App:
             now = time.time()
             self.access.entries.append((
                 now, conn.peer, req.method.decode(), req.url.decode("latin-1"), status, req.model_label,
-                key.name if key is not None else "-", perf_counter() - req.t0, req.overhead, req.stream))
+                key.name if key is not None else "-", perf_counter() - req.t0, req.overhead, req.stream,
+                rs.attempts if rs is not None else 1, rs.fallback if rs is not None else None))
             if len(self.access.entries) >= 4096:
                 self.access.flush()
 
@@ -1053,6 +1160,11 @@ class App:
             conns += [[["provider", name, "state", "idle"], idle], [["provider", name, "state", "busy"], busy],
                       [["provider", name, "state", "connecting"], connecting]]
         g["sluice_upstream_connections"] = conns
+        if self.policies:
+            now = perf_counter()
+            g["sluice_ejected_deployments"] = [
+                [["model", pol.name, "provider", d.name], 1 if d.ejected_until > now else 0]
+                for pol in self.policies if pol.single is None for d in pol.deps]
         if self.n_workers == 1 or self.worker == 0:
             res, spent = [], []
             for rec in self.keys.records:

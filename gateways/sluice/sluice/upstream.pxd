@@ -5,7 +5,7 @@ cimport cython
 from sluice.metrics cimport Histogram
 from sluice.server cimport App, ClientConn, Request
 
-cdef int RAW, REFRAME, BUFFER, TSTREAM
+cdef int RAW, REFRAME, BUFFER, TSTREAM, DISCARD
 cdef Py_ssize_t MAX_HEAD, MAX_BUFFERED_BODY
 cdef double STALE_RETRY_S
 
@@ -73,6 +73,7 @@ cdef class UpstreamConn:
     cpdef bint _write_head(self, ClientConn client, bint after) except -1
     @cython.locals(idx=Py_ssize_t, cl=Py_ssize_t, connection=Py_ssize_t, keep=bint, now=double, us=double)
     cpdef on_headers_complete(self)
+    cpdef bint _attempt_failed(self, Request req, int status, bytes head, bytes low) except -1
     cpdef _bodies(self)
     @cython.locals(i=Py_ssize_t)
     cpdef _scan(self, bytes data)
@@ -80,5 +81,5 @@ cdef class UpstreamConn:
     cpdef _raw_usage(self, Request req)
     cpdef _finish(self)
     cpdef _lost_during_exchange(self)
-    cpdef _fail(self, int status, message)
+    cpdef _fail(self, int status, message, kind=*)
     cpdef _fail_midstream(self)

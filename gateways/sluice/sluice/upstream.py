@@ -17,12 +17,14 @@ import orjson
 from httptools import HttpParserError, HttpResponseParser
 
 from sluice.http import error_body, response
+from sluice.resilience import classify, on_failure, parse_retry_after
 
 # exchange modes
 RAW = 0       # same dialect: upstream bytes go straight to the client
 REFRAME = 1   # same dialect, but the body must be re-framed (close-delimited upstream, HTTP/1.0 client)
 BUFFER = 2    # translated unary response, or a translated error: whole body, then one write
 TSTREAM = 3   # translated SSE stream, event by event
+DISCARD = 4   # a failed attempt that another attempt replaces: the body is read and dropped
 
 # at most 12 digits: a larger count is not believed (the estimate is charged instead)
 _USAGE = re.compile(rb'"(prompt_tokens|completion_tokens|input_tokens|output_tokens)"\s*:\s*(\d{1,12})(?!\d)')
@@ -216,12 +218,12 @@ class Pool:
                 if client.waiting is self:
                     if kind == "connect_timeout":
                         client.upstream_failed(504, f"provider {p.name} did not accept a connection "
-                                                    f"within {p.connect_timeout:g}s")
+                                                    f"within {p.connect_timeout:g}s", "connect")
                     elif kind == "connect_refused":
-                        client.upstream_failed(502, f"provider {p.name} refused the connection")
+                        client.upstream_failed(502, f"provider {p.name} refused the connection", "connect")
                     else:  # the cause (addresses included) is for the log, not for clients
                         _log_connect_error(p, error)
-                        client.upstream_failed(502, f"cannot connect to provider {p.name}")
+                        client.upstream_failed(502, f"cannot connect to provider {p.name}", "connect")
                     break
             return
         c = app.metrics.upstream_connects
@@ -397,10 +399,10 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         if not self.head_done or not self.client_head_sent:
             if not self.head_done and now - self.t_sent > p.response_timeout:
                 self.app.metrics.upstream_error(p.name, "response_timeout")
-                self._fail(504, f"provider {p.name} did not answer within {p.response_timeout:g}s")
+                self._fail(504, f"provider {p.name} did not answer within {p.response_timeout:g}s", "timeout")
             elif self.head_done and now - self.last_rx > p.stream_idle_timeout:
                 self.app.metrics.upstream_error(p.name, "idle_timeout")
-                self._fail(504, f"provider {p.name} stalled for {p.stream_idle_timeout:g}s")
+                self._fail(504, f"provider {p.name} stalled for {p.stream_idle_timeout:g}s", "timeout")
         elif now - self.last_rx > p.stream_idle_timeout:
             self.app.metrics.upstream_error(p.name, "idle_timeout")
             self._fail_midstream()
@@ -585,6 +587,17 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         self.broken = head.startswith(b"HTTP/1.0") or (connection >= 0 and _closes(low, connection))
         now = self.t_head = perf_counter()
         self.provider.latency.observe(now - self.t_sent)
+        dep = req.dep
+        if dep is not None:  # resilience: a failed attempt may be replaced by another one
+            if status < 429:
+                if dep.fails:
+                    dep.fails = 0
+            elif self._attempt_failed(req, status, head, low):
+                if cl >= 0:
+                    self.left = _clen(low, cl) - (len(buf) - idx - 4)
+                self.mode = DISCARD
+                self.hout = None
+                return
         client = self.client
         keep = req.keep_alive and not app.stopping
         if req.translate == 0:
@@ -649,6 +662,19 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
             i = low.find(b"\nretry-after:")
             self.retry_after = head[i + 1:head.find(b"\r\n", i + 1) + 2] if i >= 0 else b""
 
+    def _attempt_failed(self, req, status, head, low):
+        """An error status: True when another attempt replaces this one (nothing of it is relayed)."""
+        cls = classify(status)
+        if cls is None:  # not a provider fault (a 4xx): the deployment is healthy
+            if req.dep.fails:
+                req.dep.fails = 0
+            return False
+        delay = on_failure(self.app, req, cls, parse_retry_after(head, low), self.t_head)
+        if delay < 0:
+            return False
+        req.rs.delay = delay
+        return True
+
     def _bodies(self):
         """Body pieces of the last feed, for the modes that do not relay raw bytes."""
         parts = self.bodyp
@@ -657,6 +683,8 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         body = parts[0] if len(parts) == 1 else b"".join(parts)
         parts.clear()
         mode = self.mode
+        if mode == DISCARD:
+            return
         client = self.client
         if client is None:
             return
@@ -725,6 +753,16 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         client = self.client
         req = self.req
         mode = self.mode
+        if mode == DISCARD:  # a failed attempt, read to its end: the connection can be reused
+            self.client = None
+            self.req = None
+            if self.alive and not self.broken and not self.close_delimited:
+                self.pool.release(self)
+            else:
+                self.close()
+                self.pool.discard(self)
+            client.resend(req)
+            return
         app = self.app
         now = self.t_rx  # the read that completed the response
         prompt = completion = None
@@ -811,6 +849,9 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
             req = self.req
             self.client = None
             self.req = None
+            if self.head_done and self.mode == DISCARD:
+                client.resend(req)
+                return
             if (self.nbytes == 0 and self.reused and not req.retried
                     and perf_counter() - self.t_sent < STALE_RETRY_S):
                 # a pooled connection the provider had already closed: retry once, fresh
@@ -819,20 +860,24 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
                 return
             self.app.metrics.upstream_error(self.provider.name, "closed")
             client.upstream_failed(502, f"provider {self.provider.name} closed the connection "
-                                        "before answering")
+                                        "before answering", "reset")
             return
         self.app.metrics.upstream_error(self.provider.name, "closed_midstream")
         self._fail_midstream()
 
-    def _fail(self, status, message):
+    def _fail(self, status, message, kind=""):
         """Give up on this exchange before anything was sent to the client."""
         client = self.client
+        req = self.req
         self.client = None
         self.req = None
         self.abort()
         self.pool.discard(self)
         if client is not None:
-            client.upstream_failed(status, message)
+            if self.head_done and self.mode == DISCARD:  # the next attempt was decided already
+                client.resend(req)
+            else:
+                client.upstream_failed(status, message, kind)
 
     def _fail_midstream(self):
         """Give up after the response head went out: tell the client if we can, then close."""

@@ -1,0 +1,420 @@
+"""Retries, the retry budget, fallbacks, weighted deployments and outlier ejection, against a
+real Sluice and two stub providers (``a`` and ``b``) whose failures the tests script."""
+import http.client
+import json
+import os
+import re
+import threading
+import time
+
+import pytest
+
+from sluice_helpers import chat
+from sluice_stub import Stub, free_port, wait_until
+
+MSG = [{"role": "user", "content": "hi"}]
+
+CONFIG = """
+[server]
+listen = "127.0.0.1:{port}"
+workers = 1
+access_log = "ACCESS"
+access_log_flush_s = 0.05
+forward_request_headers = ["content-type", "x-test-*"]
+
+[retry_budget]
+share = 0.2
+min_retry_concurrency = 3
+
+[providers.a]
+base_url = "A/v1"
+response_timeout_s = 0.5
+stream_idle_timeout_s = 0.5
+
+[providers.b]
+base_url = "B/v1"
+
+[providers.b-anth]
+base_url = "B/v1"
+dialect = "anthropic"
+
+[providers.down]
+base_url = "http://127.0.0.1:DOWN/v1"
+
+[models.plain]
+provider = "a"
+
+[models.retrying]
+provider = "a"
+retry = { max_attempts = 2, backoff_base_ms = 1, backoff_max_ms = 5 }
+
+[models.retry-all]
+provider = "a"
+retry = { max_attempts = 3, on = ["5xx", "timeout", "reset"], backoff_base_ms = 1, retry_after_send = true }
+
+[models.retry-no-send]
+provider = "a"
+retry = { max_attempts = 3, on = ["5xx", "timeout", "reset"], backoff_base_ms = 1 }
+
+[models.prim]
+provider = "a"
+fallbacks = ["back"]
+fallback_on = ["overloaded"]
+
+[models.back]
+provider = "b"
+
+[models.prim-x]
+provider = "a"
+fallbacks = ["back-claude"]
+
+[models.back-claude]
+provider = "b-anth"
+upstream_model = "claude-x"
+
+[models.dual]
+deployments = [{ provider = "a", weight = 1 }, { provider = "b", weight = 1 }]
+outlier = { consecutive_failures = 3, ejection_s = 2 }
+
+[models.standby]
+deployments = [{ provider = "down", weight = 1 }, { provider = "b", weight = 0 }]
+retry = { max_attempts = 2, on = ["connect"], backoff_base_ms = 1 }
+"""
+
+
+@pytest.fixture(scope="module")
+def stubs():
+    a, b = Stub().start(), Stub().start()
+    yield a, b
+    a.stop()
+    b.stop()
+
+
+@pytest.fixture(scope="module")
+def gw(stubs, tmp_path_factory):
+    from sluice_helpers import Sluice
+    a, b = stubs
+    d = str(tmp_path_factory.mktemp("resil"))
+    text = (CONFIG.replace("A/v1", a.url + "/v1").replace("B/v1", b.url + "/v1")
+            .replace("DOWN", str(free_port())).replace("ACCESS", os.path.join(d, "access.log")))
+    g = Sluice(text, d).start()
+    g.access_path = os.path.join(d, "access.log")
+    yield g
+    g.stop()
+
+
+@pytest.fixture(autouse=True)
+def reset(stubs):
+    for s in stubs:
+        s.plan = []
+        s.fail_status = 0
+        s.fail_share = 0.0
+        s.retry_after = None
+        s.requests.clear()
+    yield
+
+
+def post(gw, model, headers=None, **extra):
+    return chat(gw.port, dict({"model": model, "messages": MSG}, **extra), key=None, headers=headers)
+
+
+def metric(gw, line_prefix):
+    total = 0
+    for line in gw.metrics().splitlines():
+        if line.startswith(line_prefix):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def _access(gw, model):
+    try:
+        with open(gw.access_path) as f:
+            lines = [json.loads(ln) for ln in f if ln.strip()]
+    except FileNotFoundError:
+        return []
+    return [ln for ln in lines if ln["model"] == model]
+
+
+def last_access(gw, model, before):
+    """The access log line of the request made after ``before`` lines of ``model`` were seen."""
+    assert wait_until(lambda: len(_access(gw, model)) > before, timeout=3)
+    return _access(gw, model)[-1]
+
+
+def test_no_retry_unless_configured(gw, stubs):
+    a, _ = stubs
+    a.plan = [500]
+    status, _, _ = post(gw, "plain")
+    assert status == 500
+    assert len(a.requests) == 1
+
+
+def test_500_then_success_is_retried_once(gw, stubs):
+    a, _ = stubs
+    before = metric(gw, 'sluice_retries_total{reason="5xx"}')
+    a.plan = [500]
+    time.sleep(0.2)
+    seen = len(_access(gw, "retrying"))
+    status, _, data = post(gw, "retrying")
+    assert status == 200, data
+    assert json.loads(data)["choices"][0]["message"]["content"] == "Hello from stub"
+    assert len(a.requests) == 2
+    assert metric(gw, 'sluice_retries_total{reason="5xx"}') == before + 1
+    entry = last_access(gw, "retrying", seen)
+    assert entry["attempts"] == 2 and entry["status"] == 200 and entry["fallback"] is None
+    # two failures: max_attempts = 2, the second one is relayed
+    a.plan = [502, 500]
+    status, _, _ = post(gw, "retrying")
+    assert status == 500
+    assert len(a.requests) == 4
+
+
+def test_429_retry_after_is_honoured(gw, stubs):
+    a, _ = stubs
+    a.plan = [429]
+    a.retry_after = 1
+    t0 = time.monotonic()
+    status, _, _ = post(gw, "retrying")
+    assert status == 200
+    assert time.monotonic() - t0 >= 0.95
+    assert len(a.requests) == 2
+    # longer than retry_after_max_ms (2000): relayed at once, with its Retry-After
+    a.plan = [429]
+    a.retry_after = 5
+    t0 = time.monotonic()
+    status, headers, _ = post(gw, "retrying")
+    assert status == 429 and headers.get("retry-after") == "5"
+    assert time.monotonic() - t0 < 2
+    assert len(a.requests) == 3
+
+
+def test_stream_failing_before_first_frame_is_retried(gw, stubs):
+    a, _ = stubs
+    a.plan = [503]
+    status, headers, data = post(gw, "retrying", stream=True)
+    assert status == 200 and b"data: [DONE]" in data
+    assert len(a.requests) == 2
+
+
+def test_no_retry_after_first_stream_byte(gw, stubs):
+    a, _ = stubs
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
+    conn.request("POST", "/v1/chat/completions",
+                  body=json.dumps({"model": "retry-all", "messages": MSG, "stream": True}),
+                  headers={"content-type": "application/json", "x-test-hang": "1"})
+    resp = conn.getresponse()
+    assert resp.status == 200
+    try:
+        data = resp.read()
+    except http.client.IncompleteRead as e:
+        data = e.partial
+    conn.close()
+    assert b"chat.completion.chunk" in data
+    time.sleep(0.3)
+    assert len(a.requests) == 1  # stalled after the first frame: never sent again
+
+
+def test_timeout_retried_only_with_retry_after_send(gw, stubs):
+    a, _ = stubs
+    h = {"x-test-delay-ms": "1200"}
+    status, _, _ = post(gw, "retry-no-send", headers=h)
+    assert status == 504
+    assert len(a.requests) == 1
+    a.requests.clear()
+    a.plan = [-1]  # closed after the request was sent: "reset"
+    status, _, _ = post(gw, "retry-no-send")
+    assert status == 502
+    assert len(a.requests) == 1
+    a.requests.clear()
+    a.plan = [-1]
+    status, _, _ = post(gw, "retry-all")
+    assert status == 200
+    assert len(a.requests) == 2
+    assert metric(gw, 'sluice_retries_total{reason="reset"}') >= 1
+
+
+def test_retry_budget_bounds_amplification(gw, stubs):
+    a, _ = stubs
+    a.fail_status = 500
+    exhausted0 = metric(gw, "sluice_retry_budget_exhausted_total")
+    n_threads, per_thread = 30, 5
+    statuses = []
+
+    def worker():
+        for _ in range(per_thread):
+            s, _, _ = post(gw, "retrying", headers={"x-test-delay-ms": "60"})
+            statuses.append(s)
+
+    threads = [threading.Thread(target=worker) for _ in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    n = n_threads * per_thread
+    assert len(statuses) == n and set(statuses) == {500}
+    attempts = len(a.requests)
+    # retries in flight <= max(3, 0.2 x requests in flight): about 1.2 attempts a request at most
+    assert n < attempts <= 1.3 * n, attempts
+    assert metric(gw, "sluice_retry_budget_exhausted_total") > exhausted0
+    assert wait_until(lambda: metric(gw, "sluice_retries_in_flight") == 0, timeout=3)
+
+
+def _load(gw, model, n_threads, per_thread, headers=None):
+    statuses = []
+
+    def worker():
+        for _ in range(per_thread):
+            statuses.append(post(gw, model, headers=headers)[0])
+
+    threads = [threading.Thread(target=worker) for _ in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return statuses
+
+
+def test_error_burst_success_rate_and_amplification(gw, stubs):
+    a, _ = stubs
+    a.fail_share = 0.2
+    statuses = _load(gw, "retrying", 20, 10, headers={"x-test-delay-ms": "20"})
+    n = len(statuses)
+    ok = statuses.count(200) / n
+    attempts = len(a.requests)
+    # without retries about 80% would succeed; the budget keeps attempts near 1 + 0.2
+    assert ok >= 0.88, ok
+    assert attempts <= 1.3 * n, attempts
+
+
+def test_budget_also_bounds_fallbacks(gw, stubs):
+    a, b = stubs
+    a.fail_status = 503
+    statuses = _load(gw, "prim", 30, 4, headers={"x-test-delay-ms": "60"})
+    n = len(statuses)
+    assert len(a.requests) == n
+    # fallback attempts take retry-budget slots ([retry_budget] fallbacks = true, the default)
+    assert 0 < len(b.requests) <= 0.35 * n, len(b.requests)
+    assert statuses.count(200) == len(b.requests)
+
+
+def test_fallback_on_overloaded(gw, stubs):
+    a, b = stubs
+    before = metric(gw, 'sluice_fallbacks_total{from="prim",to="back"}')
+    a.fail_status = 503
+    time.sleep(0.2)
+    seen = len(_access(gw, "prim"))
+    status, _, data = post(gw, "prim")
+    assert status == 200, data
+    assert len(a.requests) == 1 and len(b.requests) == 1
+    assert json.loads(b.requests[0]["body"])["model"] == "back"
+    assert metric(gw, 'sluice_fallbacks_total{from="prim",to="back"}') == before + 1
+    entry = last_access(gw, "prim", seen)
+    assert entry["attempts"] == 2 and entry["fallback"] == "back"
+    # a class not in fallback_on is relayed
+    a.fail_status = 500
+    status, _, _ = post(gw, "prim")
+    assert status == 500 and len(b.requests) == 1
+
+
+def test_anthropic_fallback_for_openai_primary(gw, stubs):
+    a, b = stubs
+    a.fail_status = 500
+    status, _, data = post(gw, "prim-x", stream=False)
+    assert status == 200, data
+    doc = json.loads(data)
+    assert doc["object"] == "chat.completion"  # translated back to the client's dialect
+    assert doc["choices"][0]["message"]["content"] == "Hello from stub"
+    assert b.requests[0]["path"] == "/v1/messages"
+    assert json.loads(b.requests[0]["body"])["model"] == "claude-x"
+    # a stream too
+    b.requests.clear()
+    status, _, data = post(gw, "prim-x", stream=True)
+    assert status == 200 and b"data: [DONE]" in data and b"tok0" in data
+    assert b.requests[0]["path"] == "/v1/messages"
+
+
+def test_connect_failure_goes_to_standby_deployment(gw, stubs):
+    _, b = stubs
+    before = metric(gw, 'sluice_retries_total{reason="connect"}')
+    for _ in range(3):
+        status, _, _ = post(gw, "standby")
+        assert status == 200
+    assert len(b.requests) == 3
+    assert metric(gw, 'sluice_retries_total{reason="connect"}') >= before + 1
+
+
+def test_outlier_ejection_and_readmission(gw, stubs):
+    a, b = stubs
+    a.fail_status = 500
+    for _ in range(200):
+        post(gw, "dual")
+        if len(a.requests) >= 3:
+            break
+    assert len(a.requests) == 3
+    assert metric(gw, 'sluice_ejections_total{model="dual",provider="a"}') >= 1
+    assert metric(gw, 'sluice_ejected_deployments{model="dual",provider="a"}') == 1
+    t_ejected = time.monotonic()
+    for _ in range(10):  # all to b while a is ejected
+        status, _, _ = post(gw, "dual")
+        assert status == 200
+    if time.monotonic() - t_ejected < 1.5:
+        assert len(a.requests) == 3
+    a.fail_status = 0
+    time.sleep(max(0.0, 2.2 - (time.monotonic() - t_ejected)))
+    for _ in range(30):
+        assert post(gw, "dual")[0] == 200
+    assert len(a.requests) > 3  # re-admitted after the cool-down
+    assert metric(gw, 'sluice_ejected_deployments{model="dual",provider="a"}') == 0
+
+
+def test_config_errors(tmp_path):
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "gateways", "sluice"))
+    from sluice.config import Config, ConfigError
+    base = {"providers": {"p": {"base_url": "http://127.0.0.1:1/v1"}}}
+    bad = [
+        {"m": {"provider": "p", "retry": {"on": ["teapot"]}}},
+        {"m": {"provider": "p", "retry": {"max_attempts": 0}}},
+        {"m": {"provider": "p", "fallbacks": ["nope"]}},
+        {"m": {"provider": "p", "fallbacks": ["m"]}},
+        {"m": {"provider": "p", "deployments": [{"provider": "p"}]}},
+        {"m": {"deployments": [{"provider": "p", "weight": 0}]}},
+        {"m": {"deployments": [{"provider": "x"}]}},
+        {"m": {"provider": "p", "outlier": {"ejection_s": 0}}},
+    ]
+    for models in bad:
+        with pytest.raises(ConfigError):
+            Config(dict(base, models=models))
+    with pytest.raises(ConfigError):
+        Config(dict(base, models={"m": {"provider": "p"}}, retry_budget={"share": 2}))
+    c = Config(dict(base, models={"m": {"provider": "p"}}))
+    assert c.models["m"].retry is None and not c.models["m"].resilient
+    assert c.retry_budget.share == 0.2 and c.retry_budget.min_retry_concurrency == 3
+    assert re  # noqa
+
+
+def test_resilient_template_rides_out_a_failing_primary(stubs, tmp_path):
+    """gateways/sluice/resilient.toml.tmpl as the fault lane renders it: the primary answering
+    500, every request still succeeds (a retry to the standby, then the primary ejected)."""
+    from sluice_helpers import SLUICE_DIR, Sluice
+    a, b = stubs
+    with open(os.path.join(SLUICE_DIR, "resilient.toml.tmpl")) as f:
+        text = f.read()
+    for k, v in {"{{listen_host}}": "127.0.0.1", "{{port}}": "{port}", "{{workers}}": "1",
+                 "{{upstream_url}}": a.url, "{{standby_url}}": b.url}.items():
+        text = text.replace(k, v)
+    g = Sluice(text, str(tmp_path), env={"SLUICE_MOCK_API_KEY": "sk-mock"}).start()
+    try:
+        a.fail_status = 500
+        for _ in range(20):
+            assert post(g, "mock-alias")[0] == 200
+        assert len(a.requests) == 5  # consecutive_failures = 5, then ejected for 2 s
+        assert len(b.requests) == 20
+        assert metric(g, 'sluice_ejected_deployments{model="mock-model",provider="mock"}') == 1
+        a.fail_status = 0
+        time.sleep(2.2)
+        for _ in range(5):
+            assert post(g, "mock-alias")[0] == 200
+        assert len(a.requests) == 10  # back on the primary after the cool-down
+    finally:
+        g.stop()
