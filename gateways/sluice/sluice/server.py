@@ -1016,18 +1016,7 @@ class App:
                 return self._reject(conn, r, 429, f"token budget of key {key.name!r} exhausted",
                                     b"retry-after: %d\r\n" % wait)
             r.reserved = estimate
-        # (inlined on this path; _payload is the same for another attempt)
-        fwd = r.fwd
-        if r.translate:
-            # the body is ours now: our content type, and no headers of the client's dialect
-            fwd = b"".join([ln + b"\r\n" for ln in fwd.split(b"\r\n")[:-1]
-                            if not ln.lower().startswith((b"anthropic-", b"content-type:"))])
-            fwd += b"content-type: application/json\r\n"
-            if provider.dialect == "anthropic":
-                fwd += provider.anthropic_version
-        elif not r.has_av and provider.dialect == "anthropic":
-            fwd += provider.anthropic_version
-        payload = b"".join((provider.head_prefix, fwd, b"content-length: %d\r\n\r\n" % len(body), body))
+        payload = self._payload(r, provider, body)
         self.metrics.in_flight += 1
         r.payload = payload  # kept for another attempt
         if TEST_DELAY_S:
@@ -1036,7 +1025,7 @@ class App:
             self._send_upstream(conn, r, provider.pool)
 
     def _payload(self, r, provider, body):
-        """The request as sent to ``provider`` (kept for another attempt); as in ``chat``."""
+        """The request as sent to ``provider`` (kept for another attempt)."""
         fwd = r.fwd
         if r.translate:
             fwd = b"".join([ln + b"\r\n" for ln in fwd.split(b"\r\n")[:-1]
