@@ -27,6 +27,7 @@ SLUICE_RUN = os.path.join(REPO_DIR, "gateways", "sluice", "run.py")
 
 pytestmark = [
     pytest.mark.timeout(180),
+    pytest.mark.integration,  # real mock, nginx, Sluice and tcpdump
     pytest.mark.skipif(not os.path.exists(TCPDUMP) or os.geteuid() != 0,
                        reason="needs tcpdump (scripts/install-test-deps.sh) and root to capture"),
 ]
