@@ -7,7 +7,7 @@ GATEWAYS ?=
 SET      ?=
 STUDY    ?=
 
-.PHONY: study test test-fast test-deps test-sluice-pure sluice-build report gate setup clean-venv
+.PHONY: study study-deps test test-fast test-deps test-sluice-pure sluice-build report gate setup clean-venv
 
 setup: $(VENV)/.installed
 
@@ -24,9 +24,14 @@ sluice-build: setup
 	@command -v gcc >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq --no-install-recommends gcc; }
 	$(PY) gateways/sluice/build.py
 
+## What the study itself needs from Debian: tcpdump for the wire timing (without it the wire
+## figures are reported missing, with the reason). Idempotent.
+study-deps:
+	@command -v tcpdump >/dev/null 2>&1 || [ -x /usr/bin/tcpdump ] || { [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends tcpdump; } || echo "tcpdump missing: wire timing will be reported as not captured" >&2
+
 ## make study [PROFILE=standard] [GATEWAYS=all|direct,nginx,...] [SET="--set runs_per_gateway=1"]
 ## (no GATEWAYS: the profile's own systems, else every system under gateways/)
-study: setup sluice-build
+study: setup study-deps sluice-build
 	$(PY) -m harness notebook --profile $(PROFILE) $(if $(GATEWAYS),--gateways $(GATEWAYS)) $(SET)
 
 ## What the tests start: Debian's nginx and chromium, and every pinned competitor (into .cache/).
