@@ -44,9 +44,9 @@ test-deps: setup
 test: setup test-deps sluice-build
 	$(PY) -m pytest -p no:cacheprovider
 
-## The unit tests only (no real gateways, no Locust; about a minute): the inner loop.
-test-fast: setup
-	$(PY) -m pytest -p no:cacheprovider -m "not integration"
+## The unit tests only (no real gateways, no Locust; under a minute, on both cores): the inner loop.
+test-fast: setup sluice-build
+	$(PY) -m pytest -p no:cacheprovider -m "not integration" -n 2
 
 ## Sluice's tests once more on its pure-Python modules (CI runs it after `make test`).
 test-sluice-pure: setup

@@ -3,7 +3,6 @@ import json
 import subprocess
 import sys
 
-import nbformat
 import pytest
 
 from harness.model.config import REPO_DIR
@@ -12,6 +11,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_study_command_executes_the_notebook(tmp_path):
+    import nbformat  # a 1.8 s import: only the tests that read notebooks pay it
     out = tmp_path / "artifacts"
     done = subprocess.run(
         [sys.executable, "-m", "harness", "notebook", "--profile", "smoke", "--gateways", "direct,nginx",
@@ -31,6 +31,7 @@ def test_study_command_executes_the_notebook(tmp_path):
 
 
 def test_committed_notebooks_have_no_outputs():
+    import nbformat  # a 1.8 s import: only the tests that read notebooks pay it
     for path in (REPO_DIR / "notebooks").glob("*.ipynb"):
         nb = nbformat.read(path, as_version=4)
         assert not any(c.get("outputs") for c in nb.cells if c.cell_type == "code"), path

@@ -5,7 +5,6 @@ import math
 import subprocess
 import sys
 
-import nbformat
 import numpy as np
 import pandas as pd
 import pytest
@@ -194,6 +193,7 @@ def test_report_section_and_plot(synthetic):
 
 @pytest.mark.integration
 def test_open_loop_lane_through_papermill(tmp_path):
+    import nbformat  # a 1.8 s import: only the tests that read notebooks pay it
     out = tmp_path / "artifacts"
     rates = [20.0, 40.0]
     done = subprocess.run(

@@ -4,7 +4,6 @@ import dataclasses
 import json
 import shutil
 
-import nbformat
 import pytest
 from synthetic import RunParams, make_study
 
@@ -159,6 +158,7 @@ def test_suite_table_has_a_row_per_cell_and_system(tmp_path):
 
 @pytest.mark.integration
 def test_smoke_suite_through_papermill(tmp_path):
+    import nbformat  # a 1.8 s import: only the tests that read notebooks pay it
     import papermill
     out = tmp_path / "suites"
     executed = tmp_path / "suite.ipynb"
