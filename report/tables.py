@@ -21,6 +21,7 @@ from report.table import Cell, Part, Row, Table, cell, number, table
 HEADLINE_METRICS = ("throughput_rps", "overhead_vs_mock_p50_ms", "net_overhead_p50_ms",
                     "wire_in_gateway_p50_us", "cpu_ms_per_request", "rss_peak_bytes", "errors_total")
 HEADLINE_VERDICTS = ("throughput_rps", "overhead_vs_mock_p50_ms")
+NOT_RUN_REASON_CHARS = 60
 STABILITY_METRICS = ("throughput_rps", "overhead_vs_mock_p50_ms", "overhead_vs_mock_p95_ms",
                      "overhead_vs_direct_p50_ms", "overhead_vs_direct_p95_ms", "latency_p99_ms",
                      "cpu_ms_per_request", "rss_peak_bytes", "rss_steady_bytes")
@@ -100,7 +101,11 @@ def headline(data: ReportData) -> Table:
         sub = rs[rs["system"] == system] if len(rs) else rs
         if not len(sub):
             why = (meta.not_runnable_reason if meta else "") or "no runs"
-            not_run = Cell((Part("not run", "tag not run"), Part(f": {why}", small=True)))
+            # a long reason (an installer's error) would push the table off the first screen:
+            # its start here, all of it in the tooltip and the methodology's systems table
+            short = why if len(why) <= NOT_RUN_REASON_CHARS else why[:NOT_RUN_REASON_CHARS - 1] + "…"
+            not_run = Cell((Part("not run", "tag not run"), Part(f": {short}", small=True)),
+                           title=why)
             rows.append(Row((name, number("0"), *(number(F.DASH) for _ in HEADLINE_METRICS),
                              not_run, cell(F.DASH, "verdict")), id=f"headline-{system}"))
             continue
