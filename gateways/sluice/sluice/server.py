@@ -982,17 +982,9 @@ class App:
             if obj is None:
                 obj = loads(body)
             try:
-                if dialect == "anthropic":
-                    new, stream = translate.anthropic_request_to_openai(obj, tgt.upstream)
-                    r.translate = 1
-                else:
-                    new, stream, r.include_usage = translate.openai_request_to_anthropic(
-                        obj, tgt.upstream, tgt.max_output)
-                    r.translate = 2
-                body = dumps(new)
+                body = self._translated(r, tgt, obj)
             except (translate.TranslationError, TypeError, ValueError, AttributeError, RecursionError) as e:
                 return self._reject(conn, r, 400, f"cannot translate request: {e}")
-            r.stream = stream
         elif tgt.upstream != model:
             body = self._patch_model(body, obj, model, span, tgt)
             if body is None:
@@ -1037,6 +1029,19 @@ class App:
             fwd += provider.anthropic_version
         return b"".join((provider.head_prefix, fwd, b"content-length: %d\r\n\r\n" % len(body), body))
 
+    def _translated(self, r, tgt, obj):
+        """The request body in ``tgt``'s provider dialect; ``r`` learns how to translate the
+        answer back. Raises what the translation refuses."""
+        from sluice import translate  # loaded on first use: workers that never translate stay smaller
+        if r.dialect == "anthropic":
+            new, r.stream = translate.anthropic_request_to_openai(obj, tgt.upstream)
+            r.translate = 1
+        else:
+            new, r.stream, r.include_usage = translate.openai_request_to_anthropic(
+                obj, tgt.upstream, tgt.max_output)
+            r.translate = 2
+        return dumps(new)
+
     def retarget(self, r, tgt):
         """Make ``r`` ready for another attempt at ``tgt`` (a deployment's Route): its body
         translated or its model patched for that provider. False when it cannot be."""
@@ -1049,17 +1054,7 @@ class App:
         r.stream = False
         try:
             if provider.dialect != dialect:
-                from sluice import translate
-                obj = loads(body)
-                if dialect == "anthropic":
-                    new, stream = translate.anthropic_request_to_openai(obj, tgt.upstream)
-                    r.translate = 1
-                else:
-                    new, stream, r.include_usage = translate.openai_request_to_anthropic(
-                        obj, tgt.upstream, tgt.max_output)
-                    r.translate = 2
-                body = dumps(new)
-                r.stream = stream
+                body = self._translated(r, tgt, loads(body))
             elif tgt.upstream != model:
                 body = self._patch_model(body, loads(body), model, None, tgt)
                 if body is None:
