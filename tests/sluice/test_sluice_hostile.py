@@ -90,22 +90,27 @@ class LyingProvider:
                 return
             threading.Thread(target=self._serve, args=(c,), daemon=True).start()
 
-    def _serve(self, c):
+    def _requests(self, c):
+        """Each request read from connection ``c`` (head, body), recorded, until it closes."""
         c.settimeout(30)
         buf = b""
+        while True:
+            while b"\r\n\r\n" not in buf:
+                chunk = c.recv(65536)
+                if not chunk:
+                    return
+                buf += chunk
+            head, _, buf = buf.partition(b"\r\n\r\n")
+            n = int(re.search(rb"content-length: *(\d+)", head, re.I).group(1))
+            while len(buf) < n:
+                buf += c.recv(65536)
+            self.requests.append((head, buf[:n]))
+            buf = buf[n:]
+            yield head
+
+    def _serve(self, c):
         try:
-            while True:
-                while b"\r\n\r\n" not in buf:
-                    chunk = c.recv(65536)
-                    if not chunk:
-                        return
-                    buf += chunk
-                head, _, buf = buf.partition(b"\r\n\r\n")
-                n = int(re.search(rb"content-length: *(\d+)", head, re.I).group(1))
-                while len(buf) < n:
-                    buf += c.recv(65536)
-                self.requests.append((head, buf[:n]))
-                buf = buf[n:]
+            for head in self._requests(c):
                 if self.close_after_s is not None:
                     time.sleep(self.close_after_s)
                     return
@@ -665,23 +670,8 @@ class _StaleAfterFirst(LyingProvider):
         self.delay_s = delay_s
 
     def _serve(self, c):
-        c.settimeout(30)
-        buf = b""
-        n = 0
         try:
-            while True:
-                while b"\r\n\r\n" not in buf:
-                    chunk = c.recv(65536)
-                    if not chunk:
-                        return
-                    buf += chunk
-                head, _, buf = buf.partition(b"\r\n\r\n")
-                clen = int(re.search(rb"content-length: *(\d+)", head, re.I).group(1))
-                while len(buf) < clen:
-                    buf += c.recv(65536)
-                self.requests.append((head, buf[:clen]))
-                buf = buf[clen:]
-                n += 1
+            for n, _ in enumerate(self._requests(c), 1):
                 if n > 1:
                     time.sleep(self.delay_s)
                     return
