@@ -11,8 +11,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.model import affinity
 from harness.model.profiles import PROFILES
-from harness.model.topology import load_processes, topology_problems
+from harness.model.topology import load_processes, topology_of, topology_problems
 
 REPO_DIR = Path(__file__).resolve().parents[2]
 GATEWAYS_DIR = REPO_DIR / "gateways"
@@ -99,6 +100,11 @@ class StudyConfig:
     base_port: int = 0                   # 0: any free ports; N: the mock on N, the system on N+1
     topology: str = ""                   # a topology file: which host runs what
                                          # (harness/model/topology.py); "" = all on this machine
+    cpu_affinity_load: str = ""          # CPUs every Locust process starts on, in taskset's list
+                                         # syntax ("0", "0-1", "0,2"); "" = any CPU (not pinned)
+    cpu_affinity_mock: str = ""          # CPUs the mock (all its workers) starts on; "" = any
+    cpu_affinity_system: str = ""        # CPUs the system under test and its children start on;
+                                         # "" = any (gateway_workers is not changed by it)
     out_dir: str = "artifacts"           # the study directory is out_dir/study_id
     study_id: str = ""                   # "" = a UTC timestamp chosen when the study starts
 
@@ -382,6 +388,7 @@ def validate(config: StudyConfig) -> None:
              "topology without locust_workers")
     if config.fault_scenario:
         problems.extend(_fault_problems(config))
+    problems.extend(_affinity_problems(config))
     need(bool(config.out_dir), "out_dir: must not be empty")
     if config.out_dir and not problems:
         _check_out_dir(config, problems)
@@ -445,6 +452,24 @@ def _fault_problems(config: StudyConfig) -> list[str]:
         problems.append(f"fault_lead_s: must exceed idle_s ({config.idle_s:g}): the system's "
                         f"start, the idle sampling and the pre-check fit in it, got {config.fault_lead_s}")
     return problems
+
+
+def _affinity_problems(config: StudyConfig) -> list[str]:
+    """CPU lists taskset accepts, of CPUs this process may use, for roles on this machine."""
+    values = {role: getattr(config, name) for role, name in affinity.FIELDS.items()}
+    if not any(values.values()):
+        return []
+    remote = {}
+    if config.topology and not topology_problems(config.topology_path):
+        topo = topology_of(config.topology_path)
+        placed = {"mock": [topo.mock], "system": [topo.system],
+                  "load": [topo.locust_master, *(w.host for w in topo.locust_workers)]}
+        for role, names in placed.items():
+            away = [n for n in names if not topo.host(n).local]
+            if away:
+                remote[role] = away[0]
+    return affinity.problems(values, os.sched_getaffinity(0), shutil.which(affinity.TASKSET) is not None,
+                             remote)
 
 
 def _check_out_dir(config: StudyConfig, problems: list[str]) -> None:

@@ -8,6 +8,7 @@ import random
 from dataclasses import dataclass, field
 
 from harness.model import faults
+from harness.model.affinity import CpuAffinity
 from harness.model.config import StudyConfig
 from harness.model.gateway_spec import GatewaySpec, feature_of
 from harness.model.topology import Topology, load_processes, local_topology, topology_of
@@ -83,13 +84,15 @@ class RunSpec:
     system_port: int = 0
     topology: Topology = field(default_factory=local_topology)  # which host runs what
     wire: WireSettings = field(default_factory=WireSettings)
+    affinity: CpuAffinity = field(default_factory=CpuAffinity)  # CPUs per role ("" = any)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
 
 def comparison_key(system: str, load: LoadShape, mock: MockSettings, gateway_workers: int,
-                   gateway_toml_sha256: str, topology: Topology | None = None) -> str:
+                   gateway_toml_sha256: str, topology: Topology | None = None,
+                   affinity: CpuAffinity | None = None) -> str:
     """SHA-256 of the run's full configuration. Runs with equal keys ran the same thing; the
     run index, round and position are deliberately left out so repeated runs share a key."""
     mock_settings = dataclasses.asdict(mock)
@@ -99,6 +102,8 @@ def comparison_key(system: str, load: LoadShape, mock: MockSettings, gateway_wor
                "gateway_workers": gateway_workers, "gateway_toml_sha256": gateway_toml_sha256}
     if topology is not None and topology.source:  # runs on one machine keep their earlier keys
         payload["topology"] = topology.key()
+    if affinity is not None and affinity.is_set():  # unpinned runs keep their earlier keys
+        payload["affinity"] = dataclasses.asdict(affinity)
     canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -135,6 +140,8 @@ def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec]) -> list[RunSpe
     topology = topology_of(config.topology_path)
     wire = WireSettings(capture_s=config.wire_capture_s, offset_s=config.wire_capture_offset_s,
                         snaplen_bytes=config.wire_snaplen_bytes)
+    pins = CpuAffinity(load=config.cpu_affinity_load, mock=config.cpu_affinity_mock,
+                       system=config.cpu_affinity_system)
     rng = random.Random(config.seed)
     plan = []
     for round_index in range(1, config.runs_per_gateway + 1):
@@ -152,7 +159,7 @@ def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec]) -> list[RunSpe
                 ready_timeout_s=max(config.ready_timeout_s, spec.ready_timeout_s),
                 gateway_toml_sha256=spec.toml_sha256, seed=config.seed,
                 comparison_key=comparison_key(system, load, mock, config.gateway_workers,
-                                              spec.toml_sha256, topology), topology=topology,
+                                              spec.toml_sha256, topology, pins), topology=topology,
                 mock_port=config.base_port, system_port=config.base_port + 1 if config.base_port else 0,
-                wire=wire))
+                wire=wire, affinity=pins))
     return plan

@@ -112,11 +112,12 @@ def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
                           chunk_delay_ms=spec.mock.chunk_delay_ms,
                           host=topology.host(topology.mock), faults=spec.mock.faults,
                           fault_seed=spec.mock.fault_seed,
-                          fault_epoch_unix_s=load_at + spec.load.warmup_s + spec.load.ramp_s)
+                          fault_epoch_unix_s=load_at + spec.load.warmup_s + spec.load.ramp_s,
+                          cpus=spec.affinity.mock)
         system = start_system(gateway, run_dir, mock.url, mock.port, spec.gateway_workers,
                               spec.ready_timeout_s, port=spec.system_port,
                               host=topology.host(topology.system), upstream_host=mock.address,
-                              feature=spec.load.feature)
+                              feature=spec.load.feature, cpus=spec.affinity.system)
         target = system.target
         manifest = replace(manifest, ready_s=round(system.ready_s, 3), request=RequestInfo(
             feature=spec.load.feature, dialect=target.dialect, chat_path=target.chat_path,

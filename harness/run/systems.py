@@ -10,6 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.model.affinity import pinned
 from harness.model.config import REPO_DIR
 from harness.model.gateway_spec import GatewaySpec, render
 from harness.model.topology import Host
@@ -108,10 +109,11 @@ class MockHandle:
 def start_mock(run_dir: Path, latency_ms: float, workers: int, response_tokens: int,
                ready_timeout_s: float = 20.0, port: int = 0, stream_chunks: int = 20,
                chunk_delay_ms: float = 20.0, host: Host | None = None, faults: str = "",
-               fault_seed: int = 0, fault_epoch_unix_s: float = 0.0) -> MockHandle:
+               fault_seed: int = 0, fault_epoch_unix_s: float = 0.0, cpus: str = "") -> MockHandle:
     """host: where it runs (None: this machine at 127.0.0.1); it listens on the host's address.
     faults: a fault schedule (JSON list, times after ``fault_epoch_unix_s``; "" = none), also
-    written with its seed and epoch to the run's faults.json."""
+    written with its seed and epoch to the run's faults.json. cpus: the CPUs it starts on
+    (taskset's list; "" = any)."""
     host = host or LOCALHOST
     port = port or free_port()
     stats_dir = run_dir / "mock-stats"
@@ -125,7 +127,7 @@ def start_mock(run_dir: Path, latency_ms: float, workers: int, response_tokens: 
                                              "epoch_unix_s": fault_epoch_unix_s})
         argv += ["--faults", faults, "--fault-seed", str(fault_seed),
                  "--fault-epoch-unix-s", repr(fault_epoch_unix_s)]
-    proc = start_on(host, "mock", argv, run_dir / "mock.log", pid_file(run_dir, "mock"),
+    proc = start_on(host, "mock", pinned(cpus, argv), run_dir / "mock.log", pid_file(run_dir, "mock"),
                     cwd=REPO_DIR, env={"PYTHONPATH": str(REPO_DIR)})
     url = f"http://{host.address}:{port}"
     try:
@@ -145,8 +147,9 @@ class StartedSystem:
 
 def start_system(spec: GatewaySpec, run_dir: Path, upstream_url: str, upstream_port: int,
                  workers: int, ready_timeout_s: float, port: int = 0, host: Host | None = None,
-                 upstream_host: str = "127.0.0.1", feature: str = "") -> StartedSystem:
-    """host: where it runs and listens (None: this machine at 127.0.0.1)."""
+                 upstream_host: str = "127.0.0.1", feature: str = "", cpus: str = "") -> StartedSystem:
+    """host: where it runs and listens (None: this machine at 127.0.0.1); cpus: the CPUs it and
+    its children start on (taskset's list; "" = any)."""
     host = host or LOCALHOST
     port = port or free_port()
     values = {**_base_values(spec), "port": port, "listen_host": host.address,
@@ -164,7 +167,7 @@ def start_system(spec: GatewaySpec, run_dir: Path, upstream_url: str, upstream_p
     proc = None
     if spec.has_process:
         env = {"PYTHONPATH": str(REPO_DIR), **{k: render(v, values) for k, v in spec.start_env.items()}}
-        proc = start_on(host, "system", [render(a, values) for a in spec.start_command],
+        proc = start_on(host, "system", pinned(cpus, [render(a, values) for a in spec.start_command]),
                         run_dir / "system.log", pid_file(run_dir, "system"), cwd=run_dir, env=env,
                         stop_signal=spec.stop_signal, stop_timeout_s=spec.stop_timeout_s)
     try:
