@@ -95,7 +95,7 @@ def test_the_command_is_started_under_taskset():
 
 @pytest.mark.skipif(shutil.which("taskset") is None, reason="taskset is not installed")
 def test_a_pinned_process_and_its_children_run_on_those_cpus(tmp_path):
-    cpu = sorted(os.sched_getaffinity(0))[-1]
+    cpu = max(os.sched_getaffinity(0))
     child = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); time.sleep(30)"
     proc = ManagedProcess("pinned", pinned(str(cpu), [sys.executable, "-c", child]), tmp_path / "p.log")
     try:

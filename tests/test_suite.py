@@ -1,7 +1,9 @@
 """Suites of cells: paths, expansion, exclusions, comparison keys, comparing two suites, and the
 smoke suite for real through papermill."""
 import dataclasses
+import hashlib
 import json
+import os
 import shutil
 
 import pytest
@@ -114,6 +116,35 @@ def test_committed_suites_expand(name):
     runnable = [c for c in cells if not c.excluded]
     assert runnable and all(c.config.gateways[0] == "direct" for c in runnable)
     assert len({c.comparison_key for c in runnable}) == len(runnable)
+
+
+def test_noise_suites_parse_and_list_their_cells(tmp_path, capsys, monkeypatch):
+    """capture-ab: the aa pair with the capture off and on; affinity-ab: unpinned and two pinned
+    splits (checked as on a 2-CPU machine with taskset)."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    which = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/taskset" if name == "taskset" else which(name))
+    suites = REPO_DIR / "notebooks" / "suites"
+    for name in ("capture-ab", "affinity-ab"):
+        assert main(["suite", str(suites / f"{name}.toml"), "--dry-run", "--out-dir", str(tmp_path)]) == 0
+    assert not any(tmp_path.iterdir())
+    capture = [c for c in S.expand(S.load_suite(suites / "capture-ab.toml")) if not c.excluded]
+    assert [c.config.wire_capture_s for c in capture] == [0.0, 20.0]
+    assert all(c.config.gateways == ("direct", "nginx", "nginx~aa") for c in capture)
+    cells = S.expand(S.load_suite(suites / "affinity-ab.toml"))
+    pins = [(c.config.cpu_affinity_load, c.config.cpu_affinity_mock, c.config.cpu_affinity_system)
+            for c in cells if not c.excluded]
+    assert pins == [("", "", ""), ("0", "1", "1"), ("0", "0", "1")]
+    assert all(c.excluded.startswith("excluded by the suite") for c in cells if c.config is None)
+    # unpinned, the aa cell has the key it had before affinity existed (and capture-ab's "on" cell)
+    assert cells[0].comparison_key == capture[1].comparison_key
+    unpinned = {k: v for k, v in cells[0].config.to_dict().items()
+                if k not in S.NOT_IN_KEY and k not in S.IN_KEY_WHEN_SET}
+    tomls = {g: S.load_gateway_spec(g, cells[0].config.systems_dir).toml_sha256 for g in cells[0].config.gateways}
+    old = hashlib.sha256(json.dumps({"config": unpinned, "gateway_toml_sha256": tomls}, sort_keys=True,
+                                    separators=(",", ":")).encode()).hexdigest()
+    assert cells[0].comparison_key == old
+    assert len({c.comparison_key for c in cells if not c.excluded}) == 3
 
 
 def _fake_suite(root, suite_id, cells):

@@ -67,6 +67,9 @@ NAMESPACE: dict[str, tuple[str, ...]] = {
 # do not change what runs (where it is written, what it is called, which preset it came from).
 SUITE_OWNED = ("out_dir", "study_id", "profile")
 NOT_IN_KEY = SUITE_OWNED + ("base_port", "gateways_dir")
+# Settings that change nothing while empty: in the key only when set, so cells from before they
+# existed keep their keys.
+IN_KEY_WHEN_SET = ("cpu_affinity_load", "cpu_affinity_mock", "cpu_affinity_system")
 # The per-cell table's figures (run_summary columns; how each is shown: the metric registry),
 # then each lane's own headline when the cell ran it.
 CELL_METRICS = ("throughput_rps", "overhead_vs_direct_p50_ms", "overhead_vs_direct_p99_ms",
@@ -198,7 +201,8 @@ def resolve_path(path: str | Path) -> Path:
 def comparison_key(config: StudyConfig) -> str:
     """SHA-256 of everything that decides what a cell runs: every setting (where it is written
     and under which name aside) and the gateway.toml of every system in it."""
-    settings = {k: v for k, v in config.to_dict().items() if k not in NOT_IN_KEY}
+    settings = {k: v for k, v in config.to_dict().items()
+                if k not in NOT_IN_KEY and (v or k not in IN_KEY_WHEN_SET)}
     tomls = {name: load_gateway_spec(name, config.systems_dir).toml_sha256 for name in config.gateways}
     canonical = json.dumps({"config": settings, "gateway_toml_sha256": tomls}, sort_keys=True,
                            separators=(",", ":"))
