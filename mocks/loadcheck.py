@@ -3,10 +3,12 @@
 sending a request with an id, reading the answer and waiting ``--think-s`` (the study's
 closed loop), then stops the mock and prints, as JSON, the mock's own added time and its
 holds from its per-request log (``harness.stats.identity.mock_self_time``), the mock's CPU
-time, and how much of the time some task on the machine waited for a CPU (Linux PSI,
-``/proc/pressure/cpu``): on a shared machine the holds' tail is mostly that wait.
+time, what its garbage collector did after the ramp (``gc``: passes, pauses), and how much of
+the time some task on the machine waited for a CPU (Linux PSI, ``/proc/pressure/cpu``): on a
+shared machine the holds' tail is mostly that wait.
 
     python -m mocks.loadcheck --connections 1000 --workers 1 --latency-ms 60 --duration-s 20
+    python -m mocks.loadcheck --connections 1000 --gc default      # the mock's GC control off
 
 Load goes to 127.0.0.1 only.
 """
@@ -25,6 +27,8 @@ import tempfile
 import time
 
 import uvloop
+
+from mocks.server import GC_MODES
 
 
 def _free_port() -> int:
@@ -80,11 +84,22 @@ async def _user(k: int, port: int, stop_at: float, think_s: float, ramp_s: float
         writer.close()
 
 
-async def _load(port: int, connections: int, duration_s: float, think_s: float, ramp_s: float) -> list:
+async def _load(port: int, connections: int, duration_s: float, think_s: float, ramp_s: float,
+                stats_dir: str) -> tuple[list, dict]:
+    """The answers, and the mock's stats once the ramp is over (read in a thread)."""
+    from mocks.stats import read_stats
+
+    async def after_ramp() -> dict:
+        await asyncio.sleep(ramp_s)
+        t = time.time()
+        return await asyncio.get_running_loop().run_in_executor(
+            None, lambda: read_stats(stats_dir, fresher_than_t_unix_s=t))
+
     done: list = []
     stop_at = time.monotonic() + ramp_s + duration_s
+    snapshot = asyncio.ensure_future(after_ramp())
     await asyncio.gather(*(_user(k, port, stop_at, think_s, ramp_s, done) for k in range(connections)))
-    return done
+    return done, await snapshot
 
 
 def main(argv=None) -> int:
@@ -95,15 +110,18 @@ def main(argv=None) -> int:
     ap.add_argument("--duration-s", type=float, default=20.0, help="measured part, after the ramp")
     ap.add_argument("--ramp-s", type=float, default=5.0)
     ap.add_argument("--think-s", type=float, default=1.0)
+    ap.add_argument("--gc", choices=GC_MODES, default="lean",
+                    help="the mock's garbage-collector mode (mocks.server --gc)")
     args = ap.parse_args(argv)
 
     from harness.stats.identity import mock_self_time
-    from mocks.stats import read_request_log
+    from mocks.stats import diff_stats, read_request_log, read_stats
 
     stats_dir = tempfile.mkdtemp(prefix="sluice-mock-loadcheck-")
     port = _free_port()
     mock = subprocess.Popen([sys.executable, "-m", "mocks.server", "--port", str(port), "--workers",
-                             str(args.workers), "--latency-ms", str(args.latency_ms), "--stats-dir", stats_dir],
+                             str(args.workers), "--latency-ms", str(args.latency_ms), "--stats-dir", stats_dir,
+                             "--gc", args.gc],
                             stdout=subprocess.PIPE, text=True)
     try:
         if "ready" not in (mock.stdout.readline() or ""):
@@ -112,22 +130,27 @@ def main(argv=None) -> int:
         t_load_ns = time.time_ns()
         t0 = time.monotonic()
         psi0, cpu0 = _cpu_pressure_us(), _cpu_s(mock.pid)
-        done = uvloop.run(_load(port, args.connections, args.duration_s, args.think_s, args.ramp_s))
+        done, after_ramp = uvloop.run(_load(port, args.connections, args.duration_s, args.think_s,
+                                            args.ramp_s, stats_dir))
         elapsed_s = time.monotonic() - t0
         psi1, cpu1 = _cpu_pressure_us(), _cpu_s(mock.pid)
     finally:
         mock.send_signal(signal.SIGTERM)
         mock.wait(30)
+    gc_window = diff_stats(read_stats(stats_dir), after_ramp)["gc"]
     log = read_request_log(stats_dir)
     # the measured part: after the ramp (all connections open)
     log = log[log["body_end_t_unix_ns"] >= t_load_ns + int(args.ramp_s * 1e9)]
     dur_s = (log["body_end_t_unix_ns"].max() - log["body_end_t_unix_ns"].min()) / 1e9 if len(log) else 0
     out = {"connections": args.connections, "workers": args.workers, "latency_ms": args.latency_ms,
+           "gc_mode": args.gc,
            "answered": len(done), "ok": sum(done), "measured_requests": int(len(log)),
            "rate_per_s": round(len(log) / dur_s, 1) if dur_s else None,
            "mock_cpu_cores": round((cpu1 - cpu0) / elapsed_s, 3),
            "cpu_pressure_some_pct": round((psi1 - psi0) / 1e4 / elapsed_s, 1) if psi0 is not None else None,
-           "self_time_ms": mock_self_time(log), "stats_dir": stats_dir}
+           "self_time_ms": mock_self_time(log),
+           "gc": {k: v for k, v in gc_window.items() if k != "pause_histogram_us"} if gc_window else None,
+           "stats_dir": stats_dir}
     print(json.dumps(out, indent=1))
     return 0
 

@@ -2,7 +2,7 @@
 
     python -m mocks.server --host 127.0.0.1 --port N --latency-ms 60 --workers 1 \\
         --stats-dir DIR --response-tokens 16 --stream-chunks 20 --chunk-delay-ms 20 \\
-        [--faults SCHEDULE.json --fault-seed 0 --fault-epoch-unix-s T]
+        [--faults SCHEDULE.json --fault-seed 0 --fault-epoch-unix-s T] [--gc lean|freeze|default]
 
 Endpoints
     POST /v1/chat/completions   OpenAI chat.completion, or SSE chat.completion.chunk frames
@@ -48,6 +48,12 @@ own id, so the marker wins); ids are 1-64 characters of ``[A-Za-z0-9._:-]``, any
 else logs as ``""``.  Every response is written inside the handler so that the time its
 head (and last byte) went to the socket can be logged.
 
+Garbage collection (``--gc``, see ``GC_MODES``): by default each worker freezes its startup
+heap and runs Python's cyclic collector on its own timer (a young pass each second, a full
+one each minute) rather than inside whichever request crossed a threshold; ``--gc default``
+leaves Python's collector as it is, for an A/B.  Every collection's generation, pause and
+freed objects are in the stats (``gc``), in every mode.
+
 With ``--workers K`` (K > 1) this process is a supervisor: it starts K worker processes
 (this module again, each binding the port with SO_REUSEPORT), forwards SIGTERM/SIGINT to
 them, waits for them and exits; if a worker dies on its own, it stops the others and
@@ -75,6 +81,7 @@ import time
 import orjson
 import uvloop
 from aiohttp import web
+from multidict import istr
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
@@ -114,6 +121,9 @@ H_DELAY = "x-mock-chunk-delay-ms"
 H_TOKENS = "x-mock-response-tokens"
 H_CLIENT_RID = "x-request-id"
 H_FAULT = "x-mock-fault"
+# looked up as istr: a plain str key is lowercased into a new string on every lookup
+_K_LATENCY, _K_CHUNKS, _K_DELAY, _K_TOKENS, _K_CLIENT_RID, _K_FAULT = map(
+    istr, (H_LATENCY, H_CHUNKS, H_DELAY, H_TOKENS, H_CLIENT_RID, H_FAULT))
 
 _RID_MARK = b"[rid:"
 _RID_IN_BODY = re.compile(rb"\[rid:([A-Za-z0-9._:-]{1,64})\]")
@@ -122,6 +132,24 @@ _RID_VALID = re.compile(r"[A-Za-z0-9._:-]{1,64}\Z")
 MAX_MS = 3_600_000.0
 MAX_CHUNKS = 100_000
 MAX_TOKENS = 1_000_000
+
+# Python's cyclic GC runs whenever allocations cross its threshold, i.e. inside whichever
+# request made them, and its full passes over every connection's objects held the loop for
+# 2-19 ms at 1,000 connections. "lean" (the default) freezes the startup heap, so it is never
+# scanned again, and collects on the mock's own timer instead: a young pass each second (what
+# was allocated since the last one and is still alive: the requests in flight, well under a
+# millisecond) and a full pass each minute. Not gc.disable(): memory stays bounded without
+# trusting the timer alone. Objects without cycles are freed by reference counting as always;
+# cyclic garbage waits at most a second (young) or a minute (once promoted); and a burst of more
+# than GC_BACKSTOP_OBJECTS new objects between two passes still gets Python's own young pass
+# (counted in the stats as not timed). "freeze" is how the mock ran before (startup heap frozen,
+# Python's thresholds); "default" leaves the collector as Python sets it. Every pass's pause is
+# in the stats (gc.callbacks) in every mode, so the modes can be compared.
+GC_MODES = ("lean", "freeze", "default")
+GC_YOUNG_EVERY_S = 1.0
+GC_FULL_EVERY_S = 60.0
+GC_BACKSTOP_OBJECTS = 100_000
+_GC_NEVER = 1_000_000_000  # generation 1 and 2 thresholds: only the timer collects them
 
 STATS_INTERVAL_S = 0.25   # write the worker file this often when it changed ...
 STATS_HEARTBEAT_S = 0.5   # ... and at least this often anyway (freshness for read_stats)
@@ -165,7 +193,7 @@ def request_id_of(headers, body: bytes) -> str:
         m = _RID_IN_BODY.match(body, i)
         if m is not None:
             return m.group(1).decode()
-    v = headers.get(H_CLIENT_RID)
+    v = headers.get(_K_CLIENT_RID)
     if v is not None and _RID_VALID.match(v):
         return v
     return ""
@@ -322,19 +350,19 @@ class MockApp:
 
     def _overrides(self, headers):
         lat, n, chunks, delay = self.lat_ns, self.tokens, self.chunks, self.delay_ns
-        v = headers.get(H_LATENCY)
+        v = headers.get(_K_LATENCY)
         if v is not None:
             lat = _ms_header(v, H_LATENCY)
-        v = headers.get(H_TOKENS)
+        v = headers.get(_K_TOKENS)
         if v is not None:
             n = _int_header(v, H_TOKENS, 0, MAX_TOKENS)
-        v = headers.get(H_CHUNKS)
+        v = headers.get(_K_CHUNKS)
         if v is not None:
             chunks = _int_header(v, H_CHUNKS, 1, MAX_CHUNKS)
-        v = headers.get(H_DELAY)
+        v = headers.get(_K_DELAY)
         if v is not None:
             delay = _ms_header(v, H_DELAY)
-        v = headers.get(H_FAULT)
+        v = headers.get(_K_FAULT)
         if v is not None:
             try:
                 return lat, n, chunks, delay, parse_header(v)
@@ -685,7 +713,7 @@ async def _stats_writer(stats: WorkerStats, stats_dir: str, log: RequestLog) -> 
 def _config_record(cfg) -> dict:
     rec = {"latency_ms": cfg.latency_ms, "response_tokens": cfg.response_tokens,
            "stream_chunks": cfg.stream_chunks, "chunk_delay_ms": cfg.chunk_delay_ms,
-           "workers": cfg.workers, "mock_version": __version__}
+           "workers": cfg.workers, "gc": cfg.gc, "mock_version": __version__}
     if cfg.fault_schedule:
         rec.update(faults=[f.record() for f in cfg.fault_schedule], fault_seed=cfg.fault_seed,
                    fault_epoch_unix_s=cfg.fault_epoch_unix_s)
@@ -746,6 +774,59 @@ async def _down_windows(cfg, listener: _Listener, stats: WorkerStats, stop: asyn
             return
 
 
+class _GcWatch:
+    """Times every collection into the worker's stats (a gc.callbacks hook); ``collect``
+    runs one pass on the mock's own timer, marked as timed."""
+
+    __slots__ = ("stats", "t0", "timed")
+
+    def __init__(self, stats: WorkerStats):
+        self.stats = stats
+        self.t0 = 0
+        self.timed = False
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self.t0 = _mono()
+        else:
+            self.stats.record_gc(info["generation"], _mono() - self.t0, info["collected"], self.timed)
+
+    def collect(self, generation: int) -> int:
+        self.timed = True
+        try:
+            return gc.collect(generation)
+        finally:
+            self.timed = False
+
+
+def _gc_control(mode: str, stats: WorkerStats) -> _GcWatch:
+    """Set the collector up for ``mode`` once startup is done (see GC_MODES)."""
+    if mode != "default":
+        gc.collect()
+        gc.freeze()  # startup objects (modules, the app, its tables) need no more scanning
+    if mode == "lean":
+        gc.set_threshold(GC_BACKSTOP_OBJECTS, _GC_NEVER, _GC_NEVER)
+    watch = _GcWatch(stats)
+    gc.callbacks.append(watch)
+    return watch
+
+
+async def _gc_timer(watch: _GcWatch) -> None:
+    """Lean mode's passes: young every GC_YOUNG_EVERY_S, full every GC_FULL_EVERY_S (each
+    full one also logged, with its pause, to stderr)."""
+    next_full = time.monotonic() + GC_FULL_EVERY_S
+    while True:
+        await asyncio.sleep(GC_YOUNG_EVERY_S)
+        if time.monotonic() < next_full:
+            watch.collect(1)
+            continue
+        next_full += GC_FULL_EVERY_S
+        t0 = _mono()
+        freed = watch.collect(2)
+        print(f"sluice-mock: gc full pass {(_mono() - t0) / 1e6:.2f} ms, {freed} objects freed",
+              file=sys.stderr, flush=True)
+
+
 async def _serve(cfg, reuseport: bool, announce: bool) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -776,11 +857,13 @@ async def _serve(cfg, reuseport: bool, announce: bool) -> int:
     writer = asyncio.create_task(_stats_writer(stats, cfg.stats_dir, log))
     downs = (asyncio.create_task(_down_windows(cfg, listener, stats, stop))
              if any(f.kind == "down" for f in cfg.fault_schedule) else None)
-    gc.collect()
-    gc.freeze()  # startup objects need no more scanning
+    watch = _gc_control(cfg.gc, stats)
+    collector = asyncio.create_task(_gc_timer(watch)) if cfg.gc == "lean" else None
 
     await stop.wait()
 
+    if collector is not None:
+        collector.cancel()
     if downs is not None:
         downs.cancel()
     listener.close()  # stop accepting; then let in-flight requests finish (bounded)
@@ -818,7 +901,8 @@ def _child_argv(cfg) -> list[str]:
             "--response-tokens", str(cfg.response_tokens), "--stream-chunks", str(cfg.stream_chunks),
             "--chunk-delay-ms", repr(cfg.chunk_delay_ms), "--models", ",".join(cfg.models),
             "--shutdown-grace-s", repr(cfg.shutdown_grace_s), "--backlog", str(cfg.backlog),
-            "--max-body-bytes", str(cfg.max_body_bytes), "--timer", cfg.timer, "--worker-of", str(os.getpid()),
+            "--max-body-bytes", str(cfg.max_body_bytes), "--timer", cfg.timer, "--gc", cfg.gc,
+            "--worker-of", str(os.getpid()),
             *(("--faults", cfg.faults, "--fault-seed", str(cfg.fault_seed),
                 "--fault-epoch-unix-s", repr(cfg.fault_epoch_unix_s)) if cfg.faults else ())]
 
@@ -935,6 +1019,10 @@ def _parse_args(argv=None):
                     help="how holds and chunk gaps are timed: a timerfd (sub-ms, Linux; default) or the "
                          "event loop's millisecond timers")
     ap.add_argument("--max-body-bytes", type=int, default=64 * 1024 * 1024)
+    ap.add_argument("--gc", choices=GC_MODES, default="lean",
+                    help="Python's cyclic garbage collector: lean (default: startup heap frozen, "
+                         "collected on the mock's timer, not inside requests), freeze (startup heap "
+                         "frozen, Python's thresholds: the mock before 1.2), default (as Python sets it)")
     ap.add_argument("--faults", default=None, metavar="JSON_OR_FILE",
                     help="fault schedule: a JSON list (inline, or the path of a file); see mocks.faults")
     ap.add_argument("--fault-seed", type=int, default=0, help="which requests get a fault (default 0)")

@@ -40,6 +40,14 @@ Definitions (the same in every worker file, merge and diff):
     ``[{pid, fault_index, start_t_unix_s, end_t_unix_s}]``: when each worker actually
     closed and reopened its listener for a ``down`` fault (refused connects never reach
     the request log).
+``gc``
+    what Python's cyclic garbage collector did in the workers (the instrument's own
+    pauses; the mode is ``config.gc``): ``collections`` (``{generation: passes}``),
+    ``timed`` (of those, the passes the mock ran itself on its timer; the rest were
+    automatic), ``collected`` (objects freed), ``pause_count``, ``pause_sum_ns``,
+    ``pause_max_ns``, ``pause_histogram_us`` (10 µs buckets, as the holds), and in merges
+    and diffs ``pause_ms`` (p50/p90/p99/max/mean) and ``pause_total_ms``.  ``None`` when
+    a worker's mock predates it.
 
 Per-request log
     Each worker also appends one CSV line per request to
@@ -90,7 +98,9 @@ class WorkerStats:
 
     __slots__ = ("pid", "started_t_unix_s", "latency_ms", "config", "count", "incomplete",
                  "errors", "by_path", "by_status", "hist", "hold_count", "hold_sum_ns",
-                 "hold_max_ns", "version", "final", "log_dropped", "faults", "down_windows")
+                 "hold_max_ns", "version", "final", "log_dropped", "faults", "down_windows",
+                 "gc_collections", "gc_timed", "gc_collected", "gc_pause_hist", "gc_pause_sum_ns",
+                 "gc_pause_max_ns")
 
     def __init__(self, latency_ms: float, config: dict | None = None, pid: int | None = None):
         self.pid = os.getpid() if pid is None else pid
@@ -111,6 +121,12 @@ class WorkerStats:
         self.log_dropped = 0
         self.faults: dict[str, int] = {}
         self.down_windows: list[dict] = []
+        self.gc_collections = [0, 0, 0]  # passes by generation
+        self.gc_timed = 0
+        self.gc_collected = 0
+        self.gc_pause_hist: dict[int, int] = {}
+        self.gc_pause_sum_ns = 0
+        self.gc_pause_max_ns = 0
 
     def record_hold(self, hold_ns: int) -> None:
         b = hold_ns // _BUCKET_NS * BUCKET_US
@@ -128,6 +144,20 @@ class WorkerStats:
         bs[status] = bs.get(status, 0) + 1
         if status == 400:
             self.errors += 1
+        self.version += 1
+
+    def record_gc(self, generation: int, pause_ns: int, collected: int, timed: bool) -> None:
+        """One collection, as a gc.callbacks hook saw it."""
+        self.gc_collections[generation] += 1
+        if timed:
+            self.gc_timed += 1
+        self.gc_collected += collected
+        b = pause_ns // _BUCKET_NS * BUCKET_US
+        h = self.gc_pause_hist
+        h[b] = h.get(b, 0) + 1
+        self.gc_pause_sum_ns += pause_ns
+        if pause_ns > self.gc_pause_max_ns:
+            self.gc_pause_max_ns = pause_ns
         self.version += 1
 
     def record_fault(self, label: str) -> None:
@@ -158,6 +188,11 @@ class WorkerStats:
             "down_windows": [dict(w, pid=self.pid) for w in self.down_windows],
             # int keys (orjson writes them as strings); readers normalise with int()
             "hold_histogram_us": dict(self.hist),
+            "gc": {"collections": {str(g): n for g, n in enumerate(self.gc_collections)},
+                   "timed": self.gc_timed, "collected": self.gc_collected,
+                   "pause_count": sum(self.gc_pause_hist.values()),
+                   "pause_sum_ns": self.gc_pause_sum_ns, "pause_max_ns": self.gc_pause_max_ns,
+                   "pause_histogram_us": dict(self.gc_pause_hist)},
         }
 
     def write(self, stats_dir: str) -> dict:
@@ -214,7 +249,73 @@ def _hold_summary(hist: dict[int, int], sum_ns: int, max_ns: int | None) -> dict
 def _empty_totals() -> dict:
     return {"count": 0, "incomplete": 0, "errors": 0, "by_path": {}, "by_status": {},
             "hist": {}, "hold_sum_ns": 0, "hold_max_ns": 0, "log_dropped": 0, "faults": {},
-            "down_windows": []}
+            "down_windows": [], "gc": None}
+
+
+_GC_COUNTS = ("timed", "collected", "pause_sum_ns")
+
+
+def _empty_gc() -> dict:
+    return {"collections": {}, "hist": {}, "pause_max_ns": 0, **{k: 0 for k in _GC_COUNTS}}
+
+
+def _gc_totals(records: list) -> dict | None:
+    """The workers' gc records summed; None when one has none (a mock from before them)."""
+    if not records or any(r is None for r in records):
+        return None
+    t = _empty_gc()
+    for r in records:
+        _add_counts(t["collections"], r.get("collections", {}))
+        _add_counts(t["hist"], _hist_int(r.get("pause_histogram_us", {})))
+        for k in _GC_COUNTS:
+            t[k] += int(r.get(k, 0))
+        t["pause_max_ns"] = max(t["pause_max_ns"], int(r.get("pause_max_ns", 0)))
+    return t
+
+
+def _gc_diff(later: dict | None, earlier: dict | None) -> dict | None:
+    if later is None or earlier is None:
+        return None
+    t = _empty_gc()
+    _add_counts(t["collections"], later.get("collections", {}))
+    _add_counts(t["collections"], earlier.get("collections", {}), -1)
+    _add_counts(t["hist"], _hist_int(later.get("pause_histogram_us", {})))
+    _add_counts(t["hist"], _hist_int(earlier.get("pause_histogram_us", {})), -1)
+    for k in _GC_COUNTS:
+        t[k] = int(later.get(k, 0)) - int(earlier.get(k, 0))
+    negative = [f"gc.{k}" for k in _GC_COUNTS if t[k] < 0]
+    negative += [f"gc.collections[{k}]" for k, v in t["collections"].items() if v < 0]
+    negative += [f"gc.pause_histogram_us[{k}]" for k, v in t["hist"].items() if v < 0]
+    if negative:
+        raise ValueError(f"later snapshot is not a continuation of earlier: {negative[:5]}")
+    t["pause_max_ns"] = _window_max(t["hist"], int(later.get("pause_max_ns", 0)),
+                                    int(earlier.get("pause_max_ns", 0)))
+    return t
+
+
+def _gc_shape(t: dict | None) -> dict | None:
+    if t is None:
+        return None
+    hist = {k: v for k, v in t["hist"].items() if v}
+    n = sum(hist.values())
+    return {"collections": dict(sorted(t["collections"].items())), "timed": t["timed"],
+            "collected": t["collected"], "pause_count": n, "pause_sum_ns": t["pause_sum_ns"],
+            "pause_max_ns": t["pause_max_ns"] if n else 0,
+            "pause_total_ms": round(t["pause_sum_ns"] / 1e6, 4),
+            "pause_ms": _hold_summary(hist, t["pause_sum_ns"], t["pause_max_ns"] if n else None),
+            "pause_histogram_us": _hist_str(hist)}
+
+
+def _window_max(hist: dict[int, int], later_max: int, earlier_max: int) -> int:
+    """The largest sample of a difference of histograms: exact when the later snapshot's
+    maximum is new since the earlier one; otherwise bounded by the difference's top bucket."""
+    hist = {k: v for k, v in hist.items() if v}
+    if not hist:
+        return 0
+    if later_max > earlier_max:
+        return later_max  # the maximum happened inside the window
+    top = max(hist) * 1000 + _BUCKET_NS
+    return min(top, later_max) if later_max else top
 
 
 def _add_counts(dst: dict, src: dict, sign: int = 1) -> None:
@@ -243,6 +344,7 @@ def _shape(t: dict, latency_ms, workers: int, extra: dict) -> dict:
         "log_dropped": t["log_dropped"],
         "faults": {k: v for k, v in sorted(t["faults"].items()) if v},
         "down_windows": sorted(t["down_windows"], key=lambda w: (w["start_t_unix_s"], w["pid"])),
+        "gc": _gc_shape(t["gc"]),
     }
     out.update(extra)
     return out
@@ -268,6 +370,7 @@ def merge_worker_snapshots(snaps: list[dict], stale_pids: list[int] | None = Non
         if latency_ms is None:
             latency_ms = s.get("latency_ms")
             config = s.get("config")
+    t["gc"] = _gc_totals([s.get("gc") for s in snaps])
     stale = sorted(stale_pids or [])
     extra = {
         "worker_pids": sorted(int(s["pid"]) for s in snaps if "pid" in s),
@@ -357,15 +460,9 @@ def diff_stats(later: dict, earlier: dict) -> dict:
     negative += [f"hold_histogram_us[{k}]" for k, v in t["hist"].items() if v < 0]
     if negative:
         raise ValueError(f"later snapshot is not a continuation of earlier: {negative[:5]}")
-    later_max = int(later.get("hold_max_ns", 0))
-    earlier_max = int(earlier.get("hold_max_ns", 0))
-    hist = {k: v for k, v in t["hist"].items() if v}
-    if hist:
-        if later_max > earlier_max:
-            t["hold_max_ns"] = later_max  # the maximum happened inside the window
-        else:
-            top = max(hist) * 1000 + _BUCKET_NS
-            t["hold_max_ns"] = min(top, later_max) if later_max else top
+    t["hold_max_ns"] = _window_max(t["hist"], int(later.get("hold_max_ns", 0)),
+                                   int(earlier.get("hold_max_ns", 0)))
+    t["gc"] = _gc_diff(later.get("gc"), earlier.get("gc"))
     extra = {
         "worker_pids": later.get("worker_pids", []),
         "updated_t_unix_s": later.get("updated_t_unix_s"),

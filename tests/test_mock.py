@@ -169,7 +169,7 @@ def conn(mock):
 # ----------------------------------------------------------------------------- shapes
 
 def test_version_and_stats_import_is_light():
-    assert __version__ == "1.1.0"
+    assert __version__ == "1.2.0"
     code = "import sys, mocks.stats; assert 'aiohttp' not in sys.modules, 'aiohttp imported'"
     subprocess.run([PY, "-c", code], cwd=REPO_DIR, check=True, timeout=30)
 
@@ -439,6 +439,30 @@ def test_two_workers_merged_stats_exact_and_clean_stop(tmp_path):
     assert final["final"] and final["count"] == n
 
 
+@pytest.mark.parametrize("mode,workers", [("lean", 1), ("lean", 2), ("default", 1)])
+def test_gc_mode_and_pauses_in_the_stats(tmp_path, mode, workers):
+    """Every worker runs the --gc mode it was given and records its collections; lean ones
+    collect on their timer (each second), the others only when Python decides to."""
+    m = Mock(tmp_path / "stats", "--latency-ms", "1", "--gc", mode, workers=workers)
+    try:
+        c = m.client()
+        for _ in range(20):
+            assert call(c, "POST", "/v1/chat/completions", BODY)[0] == 200
+        c.close()
+        time.sleep(1.5)
+        t = time.time()
+        s = read_stats(m.stats_dir, fresher_than_t_unix_s=t)
+    finally:
+        assert m.stop() == 0
+    assert s["fresh"] and s["config"]["gc"] == mode and s["workers"] == workers
+    g = s["gc"]
+    assert g["pause_count"] == sum(g["collections"].values())
+    if mode == "lean":
+        assert g["timed"] >= workers and g["collections"]["1"] >= workers and g["pause_ms"]["max"] > 0
+    else:
+        assert g["timed"] == 0
+
+
 def test_stats_flushed_on_sigterm_after_inflight_stream_finishes(tmp_path):
     m = Mock(tmp_path / "stats", "--latency-ms", "0", "--stream-chunks", "6", "--chunk-delay-ms", "50")
     c = m.client()
@@ -674,3 +698,4 @@ def test_loadcheck_reports_self_time():
     t = r["self_time_ms"]
     assert t["requests"] == r["measured_requests"] and t["hold_applied_ms"]["p50"] >= 5.0
     assert t["hold_over_ms"]["p50"] >= 0.0 and r["mock_cpu_cores"] >= 0.0
+    assert r["gc_mode"] == "lean" and r["gc"]["pause_count"] == sum(r["gc"]["collections"].values())

@@ -1,6 +1,9 @@
 """The mock's statistics in process: per-worker files merged, waited for while stale, and
-differences between two snapshots exact."""
+differences between two snapshots exact; its garbage-collector modes in a fresh interpreter."""
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -73,3 +76,93 @@ def test_diff_stats_exact():
     with pytest.raises(ValueError):
         diff_stats(earlier, later)
     json.dumps(d)  # serialisable as mock_stats.json
+
+
+def test_gc_pauses_merged_and_diffed_exactly():
+    a, b = WorkerStats(60, pid=1), WorkerStats(60, pid=2)
+    a.record_gc(0, 40_000, 3, timed=False)
+    a.record_gc(1, 250_000, 0, timed=True)
+    b.record_gc(2, 4_000_000, 12, timed=True)
+    earlier = merge_worker_snapshots([a.snapshot(), b.snapshot()])
+    g = earlier["gc"]
+    assert g["collections"] == {"0": 1, "1": 1, "2": 1} and g["timed"] == 2 and g["collected"] == 15
+    assert g["pause_count"] == 3 and g["pause_max_ns"] == 4_000_000 and g["pause_total_ms"] == 4.29
+    assert g["pause_histogram_us"] == {"40": 1, "250": 1, "4000": 1} and g["pause_ms"]["max"] == 4.0
+    a.record_gc(0, 30_000, 1, timed=False)
+    a.record_gc(1, 600_000, 2, timed=True)
+    d = diff_stats(merge_worker_snapshots([a.snapshot(), b.snapshot()]), earlier)["gc"]
+    assert d["collections"] == {"0": 1, "1": 1, "2": 0} and (d["timed"], d["collected"]) == (1, 3)
+    assert d["pause_count"] == 2 and d["pause_sum_ns"] == 630_000
+    # the window's largest pause is bounded by its top bucket (the all-time maximum is older)
+    assert d["pause_histogram_us"] == {"30": 1, "600": 1} and d["pause_max_ns"] == 610_000
+    assert diff_stats(earlier, earlier)["gc"]["pause_ms"]["p50"] is None
+    json.dumps(d)
+
+
+def test_gc_is_none_for_a_mock_from_before_it():
+    w = WorkerStats(60, pid=1)
+    old = {k: v for k, v in w.snapshot().items() if k != "gc"}
+    assert merge_worker_snapshots([old])["gc"] is None
+    assert merge_worker_snapshots([old, w.snapshot()])["gc"] is None
+    new = merge_worker_snapshots([w.snapshot()])
+    assert diff_stats(new, merge_worker_snapshots([old]))["gc"] is None
+    assert new["gc"]["collections"] == {"0": 0, "1": 0, "2": 0} and new["gc"]["pause_count"] == 0
+
+
+GC_PROBE = """
+import asyncio, gc, json, sys
+import mocks.server as m
+from mocks.stats import WorkerStats
+
+mode = sys.argv[1]
+m.GC_YOUNG_EVERY_S, m.GC_FULL_EVERY_S = 0.05, 0.12
+stats = WorkerStats(60)
+watch = m._gc_control(mode, stats)
+frozen = gc.get_freeze_count()
+
+async def main():
+    timer = asyncio.create_task(m._gc_timer(watch)) if mode == "lean" else None
+    for _ in range(30):
+        for _ in range(200):  # cyclic garbage, as an exception's traceback makes
+            a = []; a.append(a)
+        await asyncio.sleep(0.01)
+    if timer is not None:
+        timer.cancel()
+
+asyncio.run(main())
+print(json.dumps({"frozen": frozen, "threshold": gc.get_threshold(), "snap": stats.snapshot()["gc"]}))
+"""
+
+
+@pytest.mark.parametrize("mode", ["lean", "freeze", "default"])
+def test_gc_modes_collect_where_they_should(mode):
+    """lean: startup frozen, only the mock's timed passes (young and full), garbage freed;
+    freeze and default: Python's own passes, none timed; every pass's pause recorded."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", GC_PROBE, mode], capture_output=True, text=True,
+                         timeout=60, cwd=repo, env=dict(os.environ, PYTHONPATH=repo))
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    g = r["snap"]
+    passes = sum(g["collections"].values())
+    assert passes > 0 and g["pause_count"] == passes and g["pause_sum_ns"] > 0 and g["collected"] > 0
+    assert (r["frozen"] > 1000) == (mode != "default")
+    if mode == "lean":
+        assert r["threshold"][0] == 100_000 and g["timed"] == passes
+        assert g["collections"]["1"] > 0 and g["collections"]["2"] > 0 and g["collections"]["0"] == 0
+        assert "gc full pass" in out.stderr
+    else:
+        assert g["timed"] == 0 and g["collections"]["0"] > 0 and r["threshold"][0] == 700
+
+
+def test_the_run_manifest_summarises_the_mocks_gc():
+    from harness.run.run import _gc_summary
+    w = WorkerStats(60, {"gc": "lean"}, pid=1)
+    w.record_gc(1, 300_000, 0, timed=True)
+    w.record_gc(2, 2_500_000, 4, timed=True)
+    during = diff_stats(merge_worker_snapshots([w.snapshot()]),
+                        merge_worker_snapshots([WorkerStats(60, {"gc": "lean"}, pid=1).snapshot()]))
+    assert _gc_summary(during) == {"gc_mode": "lean", "gc_passes": 2, "gc_pause_ms_total": 2.8,
+                                   "gc_pause_ms_max": 2.5}
+    old = {k: v for k, v in w.snapshot().items() if k != "gc"}
+    assert _gc_summary(diff_stats(merge_worker_snapshots([old]), merge_worker_snapshots([old]))) == {}

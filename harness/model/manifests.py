@@ -119,13 +119,19 @@ class WireCheck:
 
 @dataclass(frozen=True)
 class MockSummary:
-    """The mock's own hold time during the load (from mock_stats.json)."""
+    """The mock's own hold time and collector pauses during the load (from mock_stats.json)."""
     count: int | None = None
     hold_ms_p50: float | None = None
     hold_ms_p90: float | None = None
     hold_ms_p99: float | None = None
     hold_ms_max: float | None = None
     hold_ms_mean: float | None = None
+    # its garbage collector during the load (the instrument's own pauses); None: a mock from
+    # before they were recorded
+    gc_mode: str = ""                       # the mock's --gc mode
+    gc_passes: int | None = None            # collections, every generation
+    gc_pause_ms_total: float | None = None  # time the mock stood still in them
+    gc_pause_ms_max: float | None = None
 
 
 @dataclass(frozen=True)

@@ -272,7 +272,8 @@ def _finish(manifest: RunManifest, spec: RunSpec, run_dir: Path, mock, baseline_
         manifest = replace(
             manifest,
             mock=MockSummary(count=during["count"],
-                             **{f"hold_ms_{k}": v for k, v in during["hold_ms"].items()}),
+                             **{f"hold_ms_{k}": v for k, v in during["hold_ms"].items()},
+                             **_gc_summary(during)),
             checks=replace(manifest.checks, mock_count=during["count"], successful_rows=ok,
                            count_match=None if spec.mock.faults else during["count"] == ok,
                            count_note=FAULTED_COUNT_NOTE if spec.mock.faults else "",
@@ -282,6 +283,15 @@ def _finish(manifest: RunManifest, spec: RunSpec, run_dir: Path, mock, baseline_
     manifest = replace(manifest, files=hash_run_files(run_dir))
     write_manifest(run_dir, manifest)
     return manifest
+
+
+def _gc_summary(during: dict) -> dict:
+    """MockSummary's gc fields from a mock_stats difference ({} from a mock without them)."""
+    gc = during.get("gc")
+    if gc is None:
+        return {}
+    return {"gc_mode": during["config"].get("gc", ""), "gc_passes": sum(gc["collections"].values()),
+            "gc_pause_ms_total": gc["pause_total_ms"], "gc_pause_ms_max": gc["pause_ms"]["max"]}
 
 
 def _wait_until(load_at: float) -> None:
