@@ -81,9 +81,9 @@ import time
 import orjson
 import uvloop
 from aiohttp import web
-from multidict import istr
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
+from multidict import istr
 
 from mocks import __version__
 from mocks.bodies import Renderer, models_body, prompt_tokens
