@@ -3,9 +3,9 @@
 sending a request with an id, reading the answer and waiting ``--think-s`` (the study's
 closed loop), then stops the mock and prints, as JSON, the mock's own added time and its
 holds from its per-request log (``harness.stats.identity.mock_self_time``), the mock's CPU
-time, what its garbage collector did after the ramp (``gc``: passes, pauses), and how much of
-the time some task on the machine waited for a CPU (Linux PSI, ``/proc/pressure/cpu``): on a
-shared machine the holds' tail is mostly that wait.
+time and memory, what its garbage collector did after the ramp (``gc``: passes, pauses),
+and how much of the time some task on the machine waited for a CPU (Linux PSI,
+``/proc/pressure/cpu``): on a shared machine the holds' tail is mostly that wait.
 
     python -m mocks.loadcheck --connections 1000 --workers 1 --latency-ms 60 --duration-s 20
     python -m mocks.loadcheck --connections 1000 --gc default      # the mock's GC control off
@@ -58,6 +58,19 @@ def _cpu_s(pid: int) -> float:
         except psutil.Error:
             pass
     return total
+
+
+def _rss_mib(pid: int) -> float:
+    """Resident memory of the mock and its workers (what its garbage-collector mode keeps)."""
+    import psutil
+    p = psutil.Process(pid)
+    total = p.memory_info().rss
+    for c in p.children(recursive=True):
+        try:
+            total += c.memory_info().rss
+        except psutil.Error:
+            pass
+    return round(total / 2**20, 1)
 
 
 def _request(rid: str) -> bytes:
@@ -133,7 +146,7 @@ def main(argv=None) -> int:
         done, after_ramp = uvloop.run(_load(port, args.connections, args.duration_s, args.think_s,
                                             args.ramp_s, stats_dir))
         elapsed_s = time.monotonic() - t0
-        psi1, cpu1 = _cpu_pressure_us(), _cpu_s(mock.pid)
+        psi1, cpu1, rss = _cpu_pressure_us(), _cpu_s(mock.pid), _rss_mib(mock.pid)
     finally:
         mock.send_signal(signal.SIGTERM)
         mock.wait(30)
@@ -146,7 +159,7 @@ def main(argv=None) -> int:
            "gc_mode": args.gc,
            "answered": len(done), "ok": sum(done), "measured_requests": int(len(log)),
            "rate_per_s": round(len(log) / dur_s, 1) if dur_s else None,
-           "mock_cpu_cores": round((cpu1 - cpu0) / elapsed_s, 3),
+           "mock_cpu_cores": round((cpu1 - cpu0) / elapsed_s, 3), "mock_rss_mib_at_end": rss,
            "cpu_pressure_some_pct": round((psi1 - psi0) / 1e4 / elapsed_s, 1) if psi0 is not None else None,
            "self_time_ms": mock_self_time(log),
            "gc": {k: v for k, v in gc_window.items() if k != "pause_histogram_us"} if gc_window else None,
