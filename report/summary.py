@@ -11,6 +11,8 @@ import pandas as pd
 
 from harness.model.metrics import metric
 from harness.stats.outcomes import Basis, Label, Outcome
+from harness.stats.keeping_up import keeping_up
+from harness.stats.metrics import OFFERED_SHARE
 from harness.stats.sizing import sizing
 from report import format as F
 from report.data import ReportData
@@ -102,3 +104,33 @@ def limits(labels: pd.DataFrame) -> list[tuple[str, int]]:
         for gists in per_run.values():
             counts.update(gists)
     return counts.most_common()
+
+
+def kept_up(data: ReportData) -> str:
+    """One sentence: at the top of the ramp, which systems served the load they were offered and
+    which did not (with the share the worst run served, or its failed runs)."""
+    frame = keeping_up(data.rs, data.study.systems)
+    if not len(frame):
+        return ""
+    kept = frame[(frame["kept_up_runs"] == frame["runs"])]
+    behind = frame[frame["kept_up_runs"] < frame["runs"]]
+
+    def why(r) -> str:
+        failed = r["runs"] - r["completed"]
+        parts = []
+        if r["completed"]:
+            parts.append(f"its worst run served {r['served_share_min']:.0%}")
+        if failed:
+            parts.append(f"{failed} of {r['runs']} runs failed")
+        return f"{r['system']} ({', '.join(parts)})"
+
+    users = data.study.manifest.config.users
+    head = (f"At {users:,} users (offered ≈ {frame['offered_rps'].mean():,.0f} req/s, "
+            f"kept up = every run served ≥ {OFFERED_SHARE:.0%} of it)")
+    if not len(behind):
+        return f"{head}, every system kept up."
+    if not len(kept):
+        return f"{head}, no system kept up: " + "; ".join(why(r) for _, r in behind.iterrows()) + "."
+    late = [why(r) for _, r in behind.iterrows()]
+    late = late[0] if len(late) == 1 else ", ".join(late[:-1]) + " and " + late[-1]
+    return f"{head}, {', '.join(kept['system'])} kept up; {late} did not."

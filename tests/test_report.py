@@ -456,3 +456,34 @@ def test_compare_two_studies_where_the_keys_match(tmp_path, capsys):
     assert rows[("sluice", F.heading("overhead_vs_mock_p50_ms"))][-2] == "slower"
     assert rows[("direct", F.heading("throughput_rps"))][-2] == "no clear difference"
     assert [r[0] for r in t["compare-apart"][1:]] == ["nginx"]
+
+
+def test_who_kept_up_with_the_offered_load():
+    from types import SimpleNamespace
+
+    from harness.stats.keeping_up import keeping_up
+    from report.summary import kept_up
+    rs = pd.DataFrame([
+        {"system": "nginx", "status": "completed", "throughput_rps": 890.0, "offered_rps": 900.0},
+        {"system": "nginx", "status": "completed", "throughput_rps": 880.0, "offered_rps": 900.0},
+        {"system": "litellm", "status": "completed", "throughput_rps": 450.0, "offered_rps": 900.0},
+        {"system": "litellm", "status": "completed", "throughput_rps": 700.0, "offered_rps": 900.0},
+        {"system": "mlflow", "status": "failed", "throughput_rps": np.nan, "offered_rps": 900.0},
+        {"system": "mlflow", "status": "completed", "throughput_rps": 860.0, "offered_rps": 900.0}])
+    frame = keeping_up(rs, ["nginx", "litellm", "mlflow", "absent"]).set_index("system")
+    assert list(frame.index) == ["nginx", "litellm", "mlflow"]
+    assert frame.loc["nginx", "kept_up_runs"] == 2
+    assert frame.loc["litellm", "kept_up_runs"] == 0
+    assert frame.loc["litellm", "served_share_min"] == pytest.approx(0.5)
+    assert (frame.loc["mlflow", "completed"], frame.loc["mlflow", "kept_up_runs"]) == (1, 1)
+    data = SimpleNamespace(rs=rs, study=SimpleNamespace(
+        systems=["nginx", "litellm", "mlflow"],
+        manifest=SimpleNamespace(config=SimpleNamespace(users=1000))))
+    assert kept_up(data) == (
+        "At 1,000 users (offered ≈ 900 req/s, kept up = every run served ≥ 90% of it), nginx "
+        "kept up; litellm (its worst run served 50%) and mlflow (its worst run served 96%, "
+        "1 of 2 runs failed) did not.")
+    # a saturation study offers no bound: nothing to say
+    assert kept_up(SimpleNamespace(rs=rs.assign(offered_rps=np.nan), study=data.study)) == ""
+    everyone = rs[rs["system"] == "nginx"]
+    assert kept_up(SimpleNamespace(rs=everyone, study=data.study)).endswith("every system kept up.")
