@@ -92,6 +92,8 @@ def _headline(html: str) -> dict[str, dict[str, str]]:
 def _fmt(values, digits):
     """A headline cell: 'mean ± sd' (the run count is its own column, the CI in a tooltip)."""
     v = np.asarray(values, dtype=float)
+    if v.mean() != 0:   # at most four significant digits
+        digits = min(digits, max(0, 3 - int(np.floor(np.log10(abs(v.mean()))))))
     if v.size == 1:
         return f"{v[0]:.{digits}f}"
     return f"{v.mean():.{digits}f} ± {v.std(ddof=1):.{digits}f}"
@@ -146,7 +148,7 @@ def test_headline_numbers_match_a_recomputation_from_requests_parquet(syn, html)
         else:
             assert row["CPU time per request (ms)"] == "—"
     # the failed litellm run is not averaged: two completed runs
-    assert table["litellm"]["runs completed"] == "2 of 3"
+    assert table["litellm"]["runs done"] == "2/3"
     assert "slower" in table["litellm"]["vs nginx"] and table["nginx"]["vs nginx"] == "reference"
 
 
@@ -156,9 +158,9 @@ def test_headline_table_from_the_registry(syn):
     thr = [syn.expected[f"nginx-{i}"]["throughput_rps"] for i in (1, 2, 3)]
     assert t.loc["nginx", F.heading("throughput_rps")] == (
         f"{np.mean(thr):.1f} ± {np.std(thr, ddof=1):.1f}")
-    assert t.loc["litellm", "runs completed"] == "2 of 3"
+    assert t.loc["litellm", "runs done"] == "2/3"
     assert t.loc["nginx", "vs nginx"] == "reference"
-    assert "throughput: slower" in t.loc["litellm", "vs nginx"]
+    assert "req/s: slower ×0.34" in t.loc["litellm", "vs nginx"]
     assert t.loc["direct", F.heading("cpu_ms_per_request")] == "—"
     assert t.loc["nginx", F.heading("rss_peak_bytes")] == "48.0 ± 0.0"
     assert t.loc["nginx", "result"] == "capacity"
@@ -480,9 +482,9 @@ def test_who_kept_up_with_the_offered_load():
         systems=["nginx", "litellm", "mlflow"],
         manifest=SimpleNamespace(config=SimpleNamespace(users=1000))))
     assert kept_up(data) == (
-        "At 1,000 users (offered ≈ 900 req/s, kept up = every run served ≥ 90% of it), nginx "
-        "kept up; litellm (its worst run served 50%) and mlflow (its worst run served 96%, "
-        "1 of 2 runs failed) did not.")
+        "At 1,000 users (≈ 900 req/s offered; kept up = every run served ≥ 90% of it), every "
+        "system kept up but litellm (50%) and mlflow (96%; 1 of 2 runs failed) (the worst run's "
+        "share served).")
     # a saturation study offers no bound: nothing to say
     assert kept_up(SimpleNamespace(rs=rs.assign(offered_rps=np.nan), study=data.study)) == ""
     everyone = rs[rs["system"] == "nginx"]
