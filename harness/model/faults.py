@@ -21,9 +21,10 @@ Scenarios (shares are of the generation requests whose body reached the mock in 
                      the rest, for 30 s; needs ``stream = true``.
 ``provider_down``    the mock closes its listener and connections: connects refused for 10 s.
 ``failover``         two providers: the mock (the primary) answers every generation request
-                     503 (the OpenAI error body) for 30 s, while a standby (a second mock with
-                     the same settings, never faulted) stays healthy; a system configured with
-                     the standby can fail over to it.
+                     503 for 30 s (the dialect's error body: OpenAI's on
+                     ``/v1/chat/completions``), while a standby (a second mock with the same
+                     settings, never faulted) stays healthy; a system configured with the
+                     standby can fail over to it.
 
 A scenario that ``needs_standby`` runs with that second mock: the harness starts it beside the
 primary (same host, its own port: ``base_port`` + 2 when ports are fixed), gives templates its
