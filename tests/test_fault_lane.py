@@ -85,6 +85,21 @@ def test_window_outside_the_hold_names_the_field(tmp_path):
     assert line.startswith("fault_lead_s:")
 
 
+def test_resilience_is_shipped_or_recommended(tmp_path):
+    assert from_profile("faults").resilience == "shipped"
+    validate(from_profile("faults", out_dir=str(tmp_path), resilience="recommended"))
+    (line,) = _problems(tmp_path, resilience="tuned")
+    assert line.startswith("resilience:") and "recommended" in line
+
+
+def test_runs_from_before_the_resilience_fields_read_as_shipped():
+    from harness.model.manifests import RunManifest, from_plain
+    run = from_plain(RunManifest, {"run_id": "x-1", "system": "x", "run_index": 1, "round": 1,
+                                   "position": 0, "comparison_key": "", "spec": None,
+                                   "status": "completed"}, "old run")
+    assert (run.resilience, run.resilience_note) == ("shipped", "")
+
+
 def test_fault_seed_defaults_to_the_study_seed_and_keys_without_faults_are_unchanged():
     cfg = from_profile("faults", seed=7)
     assert fault_settings(cfg)["fault_seed"] == 7

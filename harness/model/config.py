@@ -30,6 +30,8 @@ OPEN_LOOP_MAX_RATE_PER_PROCESS = 5000.0
 # Open loop: users >= this x rate x time per request (Little's law), so the schedule does not
 # wait for a free user until latency has at least doubled.
 OPEN_LOOP_USER_HEADROOM = 2.0
+# How each system runs in a study: as shipped, or with its declared recommended resilience.
+RESILIENCE = ("shipped", "recommended")
 
 
 class ConfigError(ValueError):
@@ -81,6 +83,8 @@ class StudyConfig:
     fault_lead_s: float = 10.0           # a fault run's load starts this long after the mock (the
                                          # system's start, idle_s and the pre-check must fit), so
                                          # the mock's fault epoch is known when it starts
+    resilience: str = "shipped"          # provider-fault lane: each system "shipped" (as installed)
+                                         # or "recommended" (its declared resilience configuration)
     open_loop_rates_per_s: tuple[float, ...] = ()  # open-loop lane: offered req/s, one step each,
                                          # ascending; () = closed loop (users, ramp, think time)
     open_loop_step_s: float = 20.0       # seconds each open-loop step lasts (its measured window)
@@ -382,6 +386,8 @@ def validate(config: StudyConfig) -> None:
              "topology without locust_workers")
     if config.fault_scenario:
         problems.extend(_fault_problems(config))
+    need(config.resilience in RESILIENCE,
+         f"resilience: one of {list(RESILIENCE)}, got {config.resilience!r}")
     need(bool(config.out_dir), "out_dir: must not be empty")
     if config.out_dir and not problems:
         _check_out_dir(config, problems)
