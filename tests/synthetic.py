@@ -45,7 +45,9 @@ UNARY_DEFAULTS = {"ttfb_ms": math.nan, "ttft_ms": math.nan, "chunks": 0, "stream
                   # identity and wire figures: not measured in synthetic runs
                   "request_id": "", "mock_service_ms": math.nan, "net_overhead_ms": math.nan,
                   "wire_request_path_us": math.nan, "wire_response_path_us": math.nan,
-                  "wire_in_gateway_us": math.nan, "wire_mock_us": math.nan}
+                  "wire_in_gateway_us": math.nan, "wire_mock_us": math.nan,
+                  # error bodies: not judged in synthetic runs
+                  "error_body_dialect": ""}
 
 
 @dataclass(frozen=True)
