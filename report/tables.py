@@ -392,11 +392,22 @@ def suite_cells(frame: pd.DataFrame, metrics: tuple[str, ...], table_id: str) ->
 
 
 FAULT_WINDOW_METRICS = ("success_share", "amplification", "added_p50_ms", "added_p99_ms",
-                        "partial_streams")
+                        "client_dialect_share", "partial_streams")
 
 
-def faults(per_window: pd.DataFrame, per_run: pd.DataFrame, systems: list[str]) -> Table:
-    """One scenario: per run, its before/during/after windows; a system measured once says so."""
+def dialect_cell(share: float, error_responses: int, missing: str) -> Cell:
+    """The share of error bodies in the client's dialect; its tooltip says of how many error
+    responses, or why there is none (no error response, or an artifact that never judged them)."""
+    if F.isnan(share):
+        return Cell((Part(F.DASH),), "n", title=missing or "no error response to judge")
+    return Cell((Part(F.value(share, "client_dialect_share")),), "n",
+                title=f"of {error_responses:g} error responses (status ≥ 400 or a bad body)")
+
+
+def faults(per_window: pd.DataFrame, per_run: pd.DataFrame, systems: list[str],
+           missing_dialect: str = "") -> Table:
+    """One scenario: per run, its before/during/after windows; a system measured once says so.
+    ``missing_dialect``: why the artifact judged no error body ("" when it did)."""
     order = {s: i for i, s in enumerate(systems)}
     runs_of = per_run.groupby("system")["run_id"].nunique()
     rows = []
@@ -406,14 +417,18 @@ def faults(per_window: pd.DataFrame, per_run: pd.DataFrame, systems: list[str]) 
             name += " (single run)"
         recovery = (F.value(r["recovery_s"], "recovery_s", unit=True) if r["recovered"]
                     else "did not recover in the window")
+        run_cell = Cell((Part(name), Part(F.configuration(r["resilience"], r["resilience_note"]),
+                                          small=True, br=True)))
         rss = {w["window"]: w["rss_peak_bytes"] for w in
                per_window[per_window["run_id"] == r["run_id"]].to_dict("records")}
         for w in per_window[per_window["run_id"] == r["run_id"]].to_dict("records"):
             mix = ", ".join(f"{code}: {n}" for code, n in w["status_counts"].items())
             first = w["window"] == "before"
-            rows.append(Row((cell(name if first else ""), cell(w["window"]), number(w["requests"]),
-                             *(number(F.value(w[m], m)) for m in FAULT_WINDOW_METRICS),
-                             cell(mix or F.DASH),
+            figures = [dialect_cell(w[m], w["error_responses"], missing_dialect)
+                       if m == "client_dialect_share" else number(F.value(w[m], m))
+                       for m in FAULT_WINDOW_METRICS]
+            rows.append(Row((run_cell if first else cell(""), cell(w["window"]),
+                             number(w["requests"]), *figures, cell(mix or F.DASH),
                              number(F.value(rss.get(w["window"]), "rss_peak_bytes")),
                              cell(recovery if first else ""),
                              cell(("yes" if r["stayed_up"] else "no") if first else "")),

@@ -34,8 +34,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from harness.model.manifests import RunManifest, StudyManifest, from_plain
-from harness.model.schema import SCHEMA_VERSION
-from harness.run.store import REQUEST_SCHEMA, SAMPLE_SCHEMA
+from harness.model.schema import MOCK_REQUESTS, SCHEMA_VERSION
+from harness.run.store import REQUEST_SCHEMA, SAMPLE_SCHEMA, write_table
 
 BASE_T = 1_760_000_000.0
 # Columns of the real schema that the synthetic unary, closed-loop runs leave at their defaults.
@@ -558,8 +558,15 @@ def _fault_run_rows(run_id: str, system: str, p: FaultRun, hs: float):
         "error_body_dialect": np.where(failed, p.dialect, "")})
     copies = np.where(during, p.attempts, 1)
     mock_t = np.concatenate([t[i] + 0.001 * (1 + np.arange(c)) for i, c in enumerate(copies)])
-    mock = pd.DataFrame({"path": "/v1/chat/completions",
-                         "body_end_t_unix_ns": (mock_t * 1e9).astype("int64")})
+    body_end = (mock_t * 1e9).astype("int64")
+    hold_ns = int(MOCK_LATENCY_MS * 1e6)
+    mock = pd.DataFrame({
+        "run_id": run_id, "system": system, "request_id": np.repeat(rows["request_id"], copies),
+        "mock_seq": [f"1-{i}" for i in range(len(mock_t))], "path": "/v1/chat/completions",
+        "worker_pid": 1, "status_code": 200, "fault": "", "body_end_t_unix_ns": body_end,
+        "hold_set_ns": hold_ns, "hold_applied_ns": hold_ns, "head_written_t_unix_ns": body_end + hold_ns,
+        "last_frame_written_t_unix_ns": body_end + hold_ns, "bytes_in": 400, "bytes_out": 300,
+        "arrival_lag_ns": 0, "write_ns": 0, "peer_port": 40000})
     st = np.arange(hs - 5.0, hs + FAULT_HOLD_S + 5.0, 1.0) + 0.25
     samples = pd.DataFrame([_sample(run_id, system, x, "system", 3,
                                     p.rss_peak if abs(x - (hs + 15.25)) < 1e-6 else 30 * 2**20,
@@ -569,9 +576,11 @@ def _fault_run_rows(run_id: str, system: str, p: FaultRun, hs: float):
 
 def make_fault_study(root: str | Path, study_id: str, runs: dict[str, list[FaultRun]],
                      scenario: str = "error_burst", resilience: str = "shipped",
-                     not_runnable: dict[str, str] | None = None) -> Path:
+                     not_runnable: dict[str, str] | None = None,
+                     without_columns: tuple[str, ...] = ()) -> Path:
     """A fault study on disk (``runs``: system -> its runs; ``not_runnable``: system -> why it
-    could not run), as the harness lays it out."""
+    could not run; ``without_columns``: request columns an older artifact lacks), as the
+    harness lays it out."""
     path = Path(root) / study_id
     not_runnable = not_runnable or {}
     plan, entries = [], []
@@ -581,10 +590,11 @@ def make_fault_study(root: str | Path, study_id: str, runs: dict[str, list[Fault
         run_dir.mkdir(parents=True)
         hs = BASE_T + 100.0 * i
         rows, samples, mock = _fault_run_rows(run_id, system, p, hs)
-        _write_parquet(rows, REQUEST_SCHEMA, run_dir / "requests.parquet")
+        _write_parquet(rows, REQUEST_SCHEMA, run_dir / "requests.parquet",
+                       without=without_columns)
         _write_parquet(samples.assign(inflight_requests=math.nan, host="synthetic-host"),
                        SAMPLE_SCHEMA, run_dir / "samples.parquet")
-        mock.to_parquet(run_dir / "mock_requests.parquet")
+        write_table(run_dir / "mock_requests.parquet", mock, MOCK_REQUESTS)
         _write_json({"schema_version": SCHEMA_VERSION, "schedule": [], "seed": 0,
                      "epoch_unix_s": hs}, run_dir / "faults.json")
         phases = {"warmup_start_t_unix_s": hs - 4.0, "ramp_start_t_unix_s": hs - 2.0,

@@ -246,3 +246,22 @@ def test_a_studys_fault_figures_per_system_and_configuration(tmp_path):
     assert sluice["recovery_s_mean"] == pytest.approx(1.5)             # 3 s and 0 s
     assert sluice["client_dialect_during_n"] == 1                     # only run 2 had errors
     assert sluice["rss_peak_bytes_mean"] == 40 * 2**20
+
+
+def test_the_study_report_shows_the_dialect_share_and_the_configuration(tmp_path):
+    from synthetic import FaultRun, make_fault_study
+
+    from report.data import collect
+    from report.sections import render_section
+    runs = {"direct": [FaultRun()],
+            "sluice": [FaultRun(resilience="shipped",
+                                resilience_note="no recommended configuration declared")]}
+    html = render_section(collect(make_fault_study(tmp_path, "new", runs)), "faults")
+    assert "error bodies in the client&#39;s dialect" in html
+    assert 'title="of 20 error responses (status ≥ 400 or a bad body)">100%' in html
+    assert "as shipped: no recommended configuration declared" in html
+    # an artifact from before the column: the figure is missing, and says why
+    old = render_section(collect(make_fault_study(tmp_path, "old", runs,
+                                                  without_columns=("error_body_dialect",))),
+                         "faults")
+    assert 'title="not measured in artifact version 2 (requests.error_body_dialect)">—' in old
