@@ -46,6 +46,16 @@ GATEWAY_TIME = (*(f"wire_{part}_p{q}_us" for part in ("request_path", "response_
 UNSTABLE = " ⚠ unstable"
 
 
+def _short(text: str) -> str:
+    return text if len(text) <= NOT_RUN_REASON_CHARS else text[:NOT_RUN_REASON_CHARS - 1] + "…"
+
+
+def not_run_cell(why: str) -> Cell:
+    """'not run: why'. A long reason (an installer's error) would push a table off the screen:
+    its start here, all of it in the tooltip (and the methodology's systems table)."""
+    return Cell((Part("not run", "tag not run"), Part(f": {_short(why)}", small=True)), title=why)
+
+
 def _summary_of(summary: pd.DataFrame, system: str, name: str) -> dict | None:
     d = summary[(summary["system"] == system) & (summary["metric"] == name)]
     return d.iloc[0].to_dict() if len(d) else None
@@ -100,12 +110,7 @@ def headline(data: ReportData) -> Table:
                      Part(f" {meta.kind if meta else ''} · {_version(data, system)}", small=True)))
         sub = rs[rs["system"] == system] if len(rs) else rs
         if not len(sub):
-            why = (meta.not_runnable_reason if meta else "") or "no runs"
-            # a long reason (an installer's error) would push the table off the first screen:
-            # its start here, all of it in the tooltip and the methodology's systems table
-            short = why if len(why) <= NOT_RUN_REASON_CHARS else why[:NOT_RUN_REASON_CHARS - 1] + "…"
-            not_run = Cell((Part("not run", "tag not run"), Part(f": {short}", small=True)),
-                           title=why)
+            not_run = not_run_cell((meta.not_runnable_reason if meta else "") or "no runs")
             rows.append(Row((name, number("0"), *(number(F.DASH) for _ in HEADLINE_METRICS),
                              not_run, cell(F.DASH, "verdict")), id=f"headline-{system}"))
             continue
@@ -436,3 +441,70 @@ def faults(per_window: pd.DataFrame, per_run: pd.DataFrame, systems: list[str],
     return table(["run", "window", "requests", *(F.heading(m) for m in FAULT_WINDOW_METRICS),
                   "status codes (count)", F.heading("rss_peak_bytes"), F.heading("recovery_s"),
                   "stayed up"], rows, "faults-table", wide=True)
+
+
+# The provider-fault lane across a suite: (system_figures name, metric, window shown) in order.
+FAULT_SUITE_FIGURES = (("success_before", "success_share", "before"),
+                       ("success_during", "success_share", "during"),
+                       ("success_after", "success_share", "after"),
+                       ("amplification_during", "amplification", "during"),
+                       ("added_p50_during_ms", "added_p50_ms", "during"),
+                       ("added_p99_during_ms", "added_p99_ms", "during"),
+                       ("client_dialect_during", "client_dialect_share", "during"),
+                       ("recovery_s", "recovery_s", ""),
+                       ("partial_streams_during", "partial_streams", "during"),
+                       ("rss_peak_bytes", "rss_peak_bytes", ""))
+
+
+def _runs_text(runs: int) -> str:
+    return "1 run: no spread" if runs == 1 else f"{runs} runs"
+
+
+def _fault_figure(r: dict, name: str, m: str) -> Cell:
+    """'mean ± sd' over the row's runs ('mean' for one); the runs it rests on in the tooltip,
+    or why there is no figure."""
+    d = {k: r[f"{name}_{k}"] for k in ("n", "mean", "sd")}
+    n = 0 if F.isnan(d["n"]) else int(d["n"])
+    text = F.mean_sd(d, m, n=False)
+    if n and metric(m).unit == "%":   # a share's heading carries no unit: its value does
+        mean, _, sd = text.partition(" ± ")
+        text = f"{mean}%" + (f" ± {sd}" if sd else "")
+    if name == "recovery_s" and int(r["recovered"]) < int(r["runs"]):
+        text = ("did not recover in the window" if not n
+                else f"{text} ({int(r['recovered'])} of {int(r['runs'])} recovered)")
+    if n:
+        title = f"over {_runs_text(n)}" if n == 1 else f"mean ± sd over {n} runs"
+    elif name == "client_dialect_during":
+        title = r["dialect_missing"] or "no error response to judge"
+    else:
+        title = ""
+    return Cell((Part(text),), "n", title=title)
+
+
+def fault_suite(rows: pd.DataFrame, table_id: str) -> Table:
+    """One scenario of a faults suite: per system (in the given order) and configuration asked,
+    its figures over its runs ('mean ± sd', one run marked as such), the configuration that ran
+    (recommended, or as shipped and why) with the cell's other axis values; a system that did
+    not run once per reason, with it."""
+    out, shown_not_run = [], set()
+    for r in rows.to_dict("records"):
+        who = Cell((Part(r["system"], strong=True), Part(f" {r['kind']}", small=True)))
+        if r["not_run"]:
+            if (r["system"], r["not_run"]) in shown_not_run:
+                continue
+            shown_not_run.add((r["system"], r["not_run"]))
+            out.append(Row((who, not_run_cell(r["not_run"]), number("0"),
+                            *(number(F.DASH) for _ in FAULT_SUITE_FIGURES), cell(F.DASH))))
+            continue
+        ran = F.configuration(r["resilience"], r["resilience_note"])
+        asked = "" if ran == "recommended" or r["asked"] != "recommended" else "recommended asked"
+        small = tuple(Part(x, small=True, br=True) for x in (asked, r["axes"]) if x)
+        config = Cell((Part(_short(ran)), *small), title=ran if ran != _short(ran) else "")
+        runs, up = int(r["runs"]), int(r["stayed_up"])
+        figures = [_fault_figure(r, name, m) for name, m, _ in FAULT_SUITE_FIGURES]
+        stayed = "yes" if up == runs else "no" if not up else f"{up} of {runs}"
+        out.append(Row((who, config, number(_runs_text(runs)), *figures[:-1], cell(stayed),
+                        figures[-1]), "" if up == runs else "failed"))
+    headings = [F.heading(m, window) for _, m, window in FAULT_SUITE_FIGURES]
+    return table(["system", "configuration", "runs", *headings[:-1], "stayed up", headings[-1]],
+                 out, table_id, wide=True)

@@ -250,6 +250,7 @@ def fault_timelines(study: Study, per_run: pd.DataFrame) -> pd.DataFrame:
                       r.hold_start_t_unix_s, r.hold_end_t_unix_s)
         frames.append(tl.assign(run_id=r.run_id, system=r.system, run_index=r.run_index,
                                 run_status=r.run_status, resilience=r.resilience,
+                                resilience_note=r.resilience_note,
                                 fault_from_s=r.fault_start_t_unix_s - r.hold_start_t_unix_s,
                                 fault_to_s=r.fault_end_t_unix_s - r.hold_start_t_unix_s))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
