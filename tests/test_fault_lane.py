@@ -246,6 +246,9 @@ def test_a_studys_fault_figures_per_system_and_configuration(tmp_path):
     assert sluice["recovery_s_mean"] == pytest.approx(1.5)             # 3 s and 0 s
     assert sluice["client_dialect_during_n"] == 1                     # only run 2 had errors
     assert sluice["rss_peak_bytes_mean"] == 40 * 2**20
+    # a study none of whose runs reached the hold: no rows, the same columns
+    none = fstats.system_figures(per_window.iloc[:0], per_run)
+    assert none.empty and list(none.columns) == list(fstats.SYSTEM_COLUMNS)
 
 
 def test_the_study_report_shows_the_dialect_share_and_the_configuration(tmp_path):

@@ -68,6 +68,8 @@ SYSTEM_FIGURES = {
     "recovery_s": (None, "recovery_s"),
     "rss_peak_bytes": (None, "rss_peak_bytes"),
 }
+SYSTEM_COLUMNS = ("system", "resilience", "resilience_note", "runs", "stayed_up", "recovered",
+                  *(f"{name}_{k}" for name in SYSTEM_FIGURES for k in ("n", "mean", "sd")))
 
 
 @dataclass(frozen=True)
@@ -280,4 +282,4 @@ def system_figures(per_window: pd.DataFrame, per_run: pd.DataFrame) -> pd.DataFr
             d = describe(values.astype("float64"))
             row.update({f"{name}_{k}": d[k] for k in ("n", "mean", "sd")})
         rows.append(row)
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=list(SYSTEM_COLUMNS))
