@@ -309,8 +309,8 @@ def plot_fault_timelines(timelines: pd.DataFrame, colors: dict[str, str], title:
     bottom.set_xlabel("seconds after the hold's start (1-s bins; shaded: the fault window)")
     top.set_title(title)
     systems = [s for s in colors if s in set(timelines["system"])]
-    styles = [r for r in RESILIENCE_STYLE
-              if r in {_ran(x) for x in timelines[["resilience", "resilience_note"]].to_dict("records")}]
+    ran = {_ran(x) for x in timelines[["resilience", "resilience_note"]].to_dict("records")}
+    styles = [r for r in RESILIENCE_STYLE if r in ran]
     handles = ([Line2D([], [], color=colors[s], lw=2) for s in systems]
                + ([Line2D([], [], color="0.3", ls=RESILIENCE_STYLE[r]) for r in styles]
                   if len(styles) > 1 else []))
@@ -322,4 +322,5 @@ def plot_fault_timelines(timelines: pd.DataFrame, colors: dict[str, str], title:
 
 def plot_faults(data: ReportData, timelines: pd.DataFrame) -> str | None:
     """A study's fault runs over the hold (plot_fault_timelines), in the report's colours."""
-    return plot_fault_timelines(timelines, data.colors, "While the provider fails (each run a line)")
+    return plot_fault_timelines(timelines, data.colors,
+                                "While the provider fails (each run a line)")

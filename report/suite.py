@@ -57,6 +57,10 @@ def cells_frame(suite_dir: str | Path) -> pd.DataFrame:
     return suite_cells(S.suite_table(suite_dir), S.CELL_METRICS + S.LANE_METRICS, "").frame()
 
 
+def _values(entry: dict) -> str:
+    return ", ".join(f"{k} = {S._show(v)}" for k, v in entry["values"].items())
+
+
 def fault_scenarios(suite_dir: str | Path, manifest: dict) -> list[dict]:
     """Per fault scenario of the suite, in the order of its cells: its window, the sentences, the
     table (systems in the suite's order, then the resilience asked, shipped first), the plot in
@@ -88,8 +92,7 @@ def fault_scenarios(suite_dir: str | Path, manifest: dict) -> list[dict]:
             "table": fault_suite(sub, table_id) if len(sub) else None,
             "plot": plot_fault_timelines(lines, colors, f"{scenario}: while the provider fails "
                                          "(each run a line)"),
-            "left_out": [(e["cell_id"], ", ".join(f"{k} = {S._show(v)}" for k, v in e["values"].items()),
-                          e["excluded"] or f"no study ({e['status']})")
+            "left_out": [(e["cell_id"], _values(e), e["excluded"] or f"no study ({e['status']})")
                          for e in cells if not len(sub) or e["cell_id"] not in set(sub["cell"])]})
     return out
 
@@ -105,7 +108,7 @@ def render_suite_html(suite_dir: str | Path, compare_with: str | Path | None = N
         report = (f"{entry['dir']}/{REPORT_NAME}" if study is not None
                   and (study / REPORT_NAME).is_file() else "")
         cells.append(Row((cell(entry["cell_id"]),
-                          cell(", ".join(f"{k} = {S._show(v)}" for k, v in entry["values"].items())),
+                          cell(_values(entry)),
                           cell(entry["status"]), cell(entry["comparison_key"][:12]),
                           cell(entry["excluded"]), Cell((Part(report, href=report),))),
                          "failed" if entry["excluded"] else "ok"))

@@ -106,7 +106,7 @@ def limits(labels: pd.DataFrame) -> list[tuple[str, int]]:
     return counts.most_common()
 
 
-# --- the provider-fault lane across a suite ---------------------------------------------------------
+# --- the provider-fault lane across a suite ---------------------------------------------------
 
 def _capital(text: str) -> str:
     return text[:1].upper() + text[1:]
@@ -154,8 +154,9 @@ def fault_findings(rows: pd.DataFrame, href: str = "") -> list[Sentence]:
                 ("amplification_during", "amplification", False,
                  "fewest provider requests per client request during the fault")):
             best = _leaders(ranked, name, m, highest)
+            runs = _runs(*(int(r["runs"]) for r in best))
             text = (f"{lead}{words}: {' and '.join(_who(r) for r in best)} "
-                    f"{F.value(best[0][f'{name}_mean'], m)} ({_runs(*(int(r['runs']) for r in best))})")
+                    f"{F.value(best[0][f'{name}_mean'], m)} ({runs})")
             if floor is not None:
                 text += f"; the baseline {floor['system']}: {F.value(floor[f'{name}_mean'], m)}"
             out.append(Sentence(_capital(text) + ".", href))

@@ -280,7 +280,8 @@ class ChatUser(FastHttpUser):
                                             "stream": timing}
             if resp.status_code != 200:
                 raw = resp._response  # None when no response arrived (a connection error)
-                _judge_error_body(resp, raw.read(ERROR_BODY_PREFIX_BYTES) if raw is not None else b"")
+                head = raw.read(ERROR_BODY_PREFIX_BYTES) if raw is not None else b""
+                _judge_error_body(resp, head)
                 while raw is not None and raw.read(1 << 16):  # drain: the connection stays usable
                     pass
                 resp.failure(f"HTTP {resp.status_code}")

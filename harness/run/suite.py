@@ -397,7 +397,8 @@ def fault_table(suite_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     rows, lines = [], []
     for entry in manifest["cells"]:
         study_dir = suite_dir / entry["dir"] if entry.get("dir") else None
-        if not cell_scenario(entry) or study_dir is None or not (study_dir / "manifest.json").is_file():
+        if (not cell_scenario(entry) or study_dir is None
+                or not (study_dir / "manifest.json").is_file()):
             continue
         study = load_study(study_dir)
         per_window, per_run = fault_summary(study)
@@ -429,7 +430,8 @@ def _why_not_run(study: Study, system: str, skipped: dict) -> str:
         return meta.not_runnable_reason or skipped.get(system, "") or "not runnable here"
     runs = [r for r in study.runs if r.system == system]
     if runs:
-        return f"no run reached the hold ({runs[0].status}: {runs[0].reason or 'no reason recorded'})"
+        why = runs[0].reason or "no reason recorded"
+        return f"no run reached the hold ({runs[0].status}: {why})"
     return skipped.get(system, "") or "no runs"
 
 

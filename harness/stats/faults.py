@@ -262,7 +262,8 @@ def system_figures(per_window: pd.DataFrame, per_run: pd.DataFrame) -> pd.DataFr
     """One row per system of a study's fault runs: its configuration (the runs' resilience and
     notes), ``runs`` (runs that reached the hold), ``stayed_up`` and ``recovered`` (how many of
     them), and n, mean and sd over those runs (``{name}_n``, ``_mean``, ``_sd``) of each
-    SYSTEM_FIGURES figure. A run that did not stay up counts: what its clients saw is the finding."""
+    SYSTEM_FIGURES figure. A run that did not stay up counts: what its clients saw is the
+    finding."""
     rows = []
     for system, runs in per_run.groupby("system", sort=False):
         runs = runs[runs["run_id"].isin(set(per_window["run_id"]))]
