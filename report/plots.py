@@ -280,22 +280,21 @@ def _ran(run) -> str:
     return "recommended" if ran == "recommended" else "shipped"
 
 
-def plot_fault_timelines(timelines: pd.DataFrame, colors: dict[str, str], title: str) -> str | None:
-    """Success share and amplification per 1-s bin of the hold (harness.stats.faults
-    .fault_timelines), each run a thin line of its system's colour (dashed: the recommended
+def plot_fault_timelines(timelines: pd.DataFrame, colors: dict[str, str],
+                         title: str) -> str | None:
+    """Success share and amplification per 1-s bin of the hold (``fault_timelines`` of
+    harness.stats.faults), each run a thin line of its system's colour (dashed: the recommended
     configuration; crosses: a run that did not complete), the fault window shaded."""
     if timelines.empty:
         return None
     plt = _plt()
     from matplotlib.lines import Line2D
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 5.6), sharex=True)
-    for run_key, g in timelines.groupby([c for c in ("cell", "run_id") if c in timelines],
-                                        sort=False):
+    for _, g in timelines.groupby([c for c in ("cell", "run_id") if c in timelines], sort=False):
         first = g.iloc[0]
-        style = {**_run_style(first["run_status"], first["run_index"]),
-                 "linestyle": RESILIENCE_STYLE[_ran(first)], "markersize": 3}
-        if first["run_status"] == "completed":
-            style["marker"] = ""
+        done = first["run_status"] == "completed"
+        style = {"linestyle": RESILIENCE_STYLE[_ran(first)], "linewidth": 0.9,
+                 "alpha": 0.8 if done else 0.6, "marker": "" if done else "x", "markersize": 3}
         color = colors.get(first["system"], "k")
         top.plot(g["t_s"], g["success_share"] * 100, color=color, **style)
         bottom.plot(g["t_s"], g["amplification"], color=color, **style)
