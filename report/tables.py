@@ -406,7 +406,7 @@ def dialect_cell(share: float, error_responses: int, missing: str) -> Cell:
     if F.isnan(share):
         return Cell((Part(F.DASH),), "n", title=missing or "no error response to judge")
     return Cell((Part(F.value(share, "client_dialect_share")),), "n",
-                title=f"of {error_responses:g} error responses (status ≥ 400 or a bad body)")
+                title=f"of {error_responses:g} error responses (status ≥ 400)")
 
 
 def faults(per_window: pd.DataFrame, per_run: pd.DataFrame, systems: list[str],

@@ -208,8 +208,9 @@ def test_error_bodies_in_the_clients_dialect_per_window():
     client = _client(times, status=status).assign(
         error_body_dialect=["client"] * 6 + ["other"] * 3 + ["none"] + [""] * 10)
     client.loc[9, "error_kind"] = "connection"
+    client.loc[10, ["error_kind", "error_body_dialect"]] = ["other", "none"]   # a stream cut short
     f = fstats.window_figures(client, _mock(times), T0, T0 + 2, SET_MS)
-    # the connection error got no response: it has no body to judge
+    # neither the connection error nor the stream cut after its 200 had an error body to judge
     assert f["error_responses"] == 9 and f["client_dialect_share"] == pytest.approx(6 / 9)
     assert math.isnan(fstats.window_figures(client, _mock(times), T0 + 1, T0 + 2,
                                             SET_MS)["client_dialect_share"])   # no errors there
@@ -261,7 +262,7 @@ def test_the_study_report_shows_the_dialect_share_and_the_configuration(tmp_path
                                 resilience_note="no recommended configuration declared")]}
     html = render_section(collect(make_fault_study(tmp_path, "new", runs)), "faults")
     assert "error bodies in the client&#39;s dialect" in html
-    assert 'title="of 20 error responses (status ≥ 400 or a bad body)">100%' in html
+    assert 'title="of 20 error responses (status ≥ 400)">100%' in html
     assert "as shipped: no recommended configuration declared" in html
     # an artifact from before the column: the figure is missing, and says why
     old = render_section(collect(make_fault_study(tmp_path, "old", runs,

@@ -11,8 +11,8 @@ Per window: client-visible success share (no error), requests by status code, am
 retries, 4.0 when every request reached the provider four times; a window edge can shift a
 retry into the next window), added latency p50/p99 (successful requests' latency minus the
 mock's set latency), error bodies in the client's dialect (``client_dialect_share``: of the
-failed requests that got a response and whose body the load generator judged, those whose
-body had the error shape of the client's dialect; NaN when there were none, or in an artifact
+error responses (status ≥ 400) whose body the load generator judged, those whose body had
+the error shape of the client's dialect; NaN when there were none, or in an artifact
 without ``error_body_dialect``), partial streams (streamed responses that did not end with the
 dialect's done frame), and the system's peak RSS. Per run: time to recover (``recovery_s``:
 from the fault's end to the start of the first 1-s bin whose p50 latency is within
@@ -107,10 +107,11 @@ def window_figures(client: pd.DataFrame, mock: pd.DataFrame, lo: float, hi: floa
     m = mock[(t >= lo) & (t < hi)]
     ok = _ok(c)
     lat = c.loc[ok, "latency_ms"]
-    # failed requests that got a response whose body was judged (an older artifact judged none)
+    # error responses whose body was judged (an older artifact judged none); a connection error
+    # or a stream cut short after its 200 had no error body
     dialect = (c["error_body_dialect"] if "error_body_dialect" in c
                else pd.Series(None, index=c.index, dtype=object))
-    judged = ~ok & (c["status_code"] != 0) & dialect.isin(ERROR_BODY_CLASSES)
+    judged = (c["status_code"] >= 400) & dialect.isin(ERROR_BODY_CLASSES)
     n_judged, in_dialect = int(judged.sum()), int((judged & (dialect == "client")).sum())
     streamed = c["chunks"].fillna(0) > 0 if "chunks" in c else pd.Series(False, index=c.index)
     if "stream_done" in c:
