@@ -114,9 +114,9 @@ def _capital(text: str) -> str:
 
 def _who(r: dict) -> str:
     """A system's name, with the configuration it ran when that is not the one asked."""
-    ran = F.configuration(r["resilience"], r["resilience_note"])
+    ran = F.configuration(r["resilience"], r["resilience_note"]).split(":")[0]
     asked = "recommended" if r["asked"] == "recommended" else "as shipped"
-    return r["system"] if ran == asked else f"{r['system']} ({ran.split(':')[0]})"
+    return r["system"] if ran == asked else f"{r['system']} ({ran})"
 
 
 def _runs(*counts: int) -> str:
