@@ -196,6 +196,11 @@ def test_error_burst_study(tmp_path):
         assert w.loc["during", "success_share"] == pytest.approx(0.8, abs=0.08)
         assert w.loc["before", "success_share"] == 1.0 and w.loc["after", "success_share"] == 1.0
         assert w.loc["during", "amplification"] == pytest.approx(1.0, abs=0.05)
+        # the mock's OpenAI error bodies, passed through: the client's dialect
+        assert w.loc["during", "client_dialect_share"] == 1.0
+    errors = study.requests[study.requests["error_kind"] != ""]
+    assert len(errors) and set(errors["error_body_dialect"]) == {"client"}
+    assert set(study.requests.loc[study.requests["error_kind"] == "", "error_body_dialect"]) == {""}
     run = study.runs[0]
     assert run.checks.count_match is None and run.checks.count_note
     html = build.build_report(study.path).read_text(encoding="utf-8")
