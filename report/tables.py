@@ -469,15 +469,17 @@ def _fault_figure(r: dict, name: str, m: str) -> Cell:
     if n and metric(m).unit == "%":   # a share's heading carries no unit: its value does
         mean, _, sd = text.partition(" ± ")
         text = f"{mean}%" + (f" ± {sd}" if sd else "")
-    if name == "recovery_s" and int(r["recovered"]) < int(r["runs"]):
-        text = ("did not recover in the window" if not n
-                else f"{text} ({int(r['recovered'])} of {int(r['runs'])} recovered)")
     if n:
         title = f"over {_runs_text(n)}" if n == 1 else f"mean ± sd over {n} runs"
     elif name == "client_dialect_during":
         title = r["dialect_missing"] or "no error response to judge"
     else:
         title = ""
+    recovered, runs = int(r["recovered"]), int(r["runs"])
+    if name == "recovery_s" and recovered < runs:
+        text = f"{text} ({recovered} of {runs})" if n else "not recovered"
+        title = (f"{recovered} of {runs} runs recovered within the hold"
+                 + (f"; {title} that did" if n else ""))
     return Cell((Part(text),), "n", title=title)
 
 
@@ -493,17 +495,17 @@ def fault_suite(rows: pd.DataFrame, table_id: str) -> Table:
             if (r["system"], r["not_run"]) in shown_not_run:
                 continue
             shown_not_run.add((r["system"], r["not_run"]))
-            out.append(Row((who, not_run_cell(r["not_run"]), number("0"),
+            out.append(Row((who, not_run_cell(r["not_run"]), cell("0"),
                             *(number(F.DASH) for _ in FAULT_SUITE_FIGURES), cell(F.DASH))))
             continue
         ran = F.configuration(r["resilience"], r["resilience_note"])
-        asked = "" if ran == "recommended" or r["asked"] != "recommended" else "recommended asked"
+        asked = "" if ran == "recommended" or r["asked"] != "recommended" else "asked: recommended"
         small = tuple(Part(x, small=True, br=True) for x in (asked, r["axes"]) if x)
         config = Cell((Part(_short(ran)), *small), title=ran if ran != _short(ran) else "")
         runs, up = int(r["runs"]), int(r["stayed_up"])
         figures = [_fault_figure(r, name, m) for name, m, _ in FAULT_SUITE_FIGURES]
         stayed = "yes" if up == runs else "no" if not up else f"{up} of {runs}"
-        out.append(Row((who, config, number(_runs_text(runs)), *figures[:-1], cell(stayed),
+        out.append(Row((who, config, cell(_runs_text(runs)), *figures[:-1], cell(stayed),
                         figures[-1]), "" if up == runs else "failed"))
     headings = [F.heading(m, window) for _, m, window in FAULT_SUITE_FIGURES]
     return table(["system", "configuration", "runs", *headings[:-1], "stayed up", headings[-1]],
