@@ -180,6 +180,14 @@ def verdict_reason(v: Mapping[str, Any]) -> str:
     return f"{rtxt}: " + " and ".join(why)
 
 
+def configuration(resilience: str, note: str) -> str:
+    """How a system ran in the fault lane: "recommended", or "as shipped" with the reason when
+    there is one (a system asked for its recommended configuration that declares none)."""
+    if resilience == "recommended" and not note:
+        return "recommended"
+    return "as shipped" + (f": {note}" if note else "")
+
+
 def verdict_class(outcome: Outcome | None) -> str:
     """The CSS class a verdict is shown with."""
     return {Outcome.BETTER: "verdict-better", Outcome.WORSE: "verdict-worse"}.get(outcome, "")

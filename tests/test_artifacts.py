@@ -121,8 +121,9 @@ def test_sampler_rows_are_the_raw_sample_columns(tmp_path):
 
 
 def test_the_locust_side_imports_nothing_heavy():
-    """The locustfile imports the registry in every Locust process: standard library only."""
-    code = ("import sys, harness.model.schema; "
+    """The locustfile imports the registry and the dialects' error shapes in every Locust
+    process: standard library only."""
+    code = ("import sys, harness.model.schema, harness.run.bodies; "
             "print(sorted(m for m in ('pandas', 'pyarrow', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=REPO_DIR, env={"PYTHONPATH": str(REPO_DIR)}, check=True)

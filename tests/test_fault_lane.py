@@ -85,6 +85,14 @@ def test_window_outside_the_hold_names_the_field(tmp_path):
     assert line.startswith("fault_lead_s:")
 
 
+def test_runs_from_before_the_resilience_fields_read_as_shipped():
+    from harness.model.manifests import RunManifest, from_plain
+    run = from_plain(RunManifest, {"run_id": "x-1", "system": "x", "run_index": 1, "round": 1,
+                                   "position": 0, "comparison_key": "", "spec": None,
+                                   "status": "completed"}, "old run")
+    assert (run.resilience, run.resilience_note) == ("shipped", "")
+
+
 def test_fault_seed_defaults_to_the_study_seed_and_keys_without_faults_are_unchanged():
     cfg = from_profile("faults", seed=7)
     assert fault_settings(cfg)["fault_seed"] == 7
@@ -268,6 +276,11 @@ def test_error_burst_study(tmp_path):
         assert w.loc["during", "success_share"] == pytest.approx(0.8, abs=0.08)
         assert w.loc["before", "success_share"] == 1.0 and w.loc["after", "success_share"] == 1.0
         assert w.loc["during", "amplification"] == pytest.approx(1.0, abs=0.05)
+        # the mock's OpenAI error bodies, passed through: the client's dialect
+        assert w.loc["during", "client_dialect_share"] == 1.0
+    errors = study.requests[study.requests["error_kind"] != ""]
+    assert len(errors) and set(errors["error_body_dialect"]) == {"client"}
+    assert set(study.requests.loc[study.requests["error_kind"] == "", "error_body_dialect"]) == {""}
     run = study.runs[0]
     assert run.checks.count_match is None and run.checks.count_note
     html = build.build_report(study.path).read_text(encoding="utf-8")
@@ -308,3 +321,72 @@ def test_failover_study_the_standby_serves_while_the_primary_fails(tmp_path):
     assert {"mock", "standby", "system"} <= roles
     html = build.build_report(study.path).read_text(encoding="utf-8")
     assert "When the provider fails" in html
+
+
+def test_error_bodies_in_the_clients_dialect_per_window():
+    times = T0 + np.arange(0, 2, 0.1)                    # 20 requests
+    status = [502] * 6 + [503] * 3 + [0] + [200] * 10
+    client = _client(times, status=status).assign(
+        error_body_dialect=["client"] * 6 + ["other"] * 3 + ["none"] + [""] * 10)
+    client.loc[9, "error_kind"] = "connection"
+    client.loc[10, ["error_kind", "error_body_dialect"]] = ["other", "none"]   # a stream cut short
+    f = fstats.window_figures(client, _mock(times), T0, T0 + 2, SET_MS)
+    # neither the connection error nor the stream cut after its 200 had an error body to judge
+    assert f["error_responses"] == 9 and f["client_dialect_share"] == pytest.approx(6 / 9)
+    assert math.isnan(fstats.window_figures(client, _mock(times), T0 + 1, T0 + 2,
+                                            SET_MS)["client_dialect_share"])   # no errors there
+    # an artifact from before the column: not judged, never a plausible 0%
+    older = client.assign(error_body_dialect=None)
+    f = fstats.window_figures(older, _mock(times), T0, T0 + 2, SET_MS)
+    assert f["error_responses"] == 0 and math.isnan(f["client_dialect_share"])
+
+
+def test_a_studys_fault_figures_per_system_and_configuration(tmp_path):
+    from synthetic import FaultRun, make_fault_study
+
+    from harness.stats.loading import load_study
+    path = make_fault_study(tmp_path, "cell", {
+        "direct": [FaultRun()],
+        # every request of the fault window reached the provider four times
+        "sluice": [FaultRun(attempts=4, fail_every=0, slow_ms=50.0, slow_after_s=3.0,
+                            resilience="recommended"),
+                   FaultRun(attempts=4, fail_every=10, dialect="other", stayed_up=False,
+                            resilience="recommended")]})
+    per_window, per_run = fstats.fault_summary(load_study(path))
+    assert set(per_window["resilience"]) == {"shipped", "recommended"}
+    during = per_window[per_window["window"] == "during"].set_index("run_id")
+    assert during.loc["sluice-1", "amplification"] == 4.0
+    assert during.loc["direct-1", "client_dialect_share"] == 1.0
+    assert during.loc["sluice-2", "client_dialect_share"] == 0.0
+    figures = fstats.system_figures(per_window, per_run).set_index("system")
+    direct, sluice = figures.loc["direct"], figures.loc["sluice"]
+    assert (direct["runs"], direct["success_during_n"], direct["success_during_mean"]) == (1, 1, 0.8)
+    assert math.isnan(direct["success_during_sd"])                       # one run: no spread
+    assert sluice["runs"] == 2 and sluice["stayed_up"] == 1 and sluice["resilience"] == "recommended"
+    assert sluice["amplification_during_mean"] == 4.0 and sluice["amplification_during_sd"] == 0.0
+    assert sluice["success_during_mean"] == pytest.approx(0.95)
+    assert sluice["recovery_s_mean"] == pytest.approx(1.5)             # 3 s and 0 s
+    assert sluice["client_dialect_during_n"] == 1                     # only run 2 had errors
+    assert sluice["rss_peak_bytes_mean"] == 40 * 2**20
+    # a study none of whose runs reached the hold: no rows, the same columns
+    none = fstats.system_figures(per_window.iloc[:0], per_run)
+    assert none.empty and list(none.columns) == list(fstats.SYSTEM_COLUMNS)
+
+
+def test_the_study_report_shows_the_dialect_share_and_the_configuration(tmp_path):
+    from synthetic import FaultRun, make_fault_study
+
+    from report.data import collect
+    from report.sections import render_section
+    runs = {"direct": [FaultRun()],
+            "sluice": [FaultRun(resilience="shipped",
+                                resilience_note="no recommended configuration declared")]}
+    html = render_section(collect(make_fault_study(tmp_path, "new", runs)), "faults")
+    assert "error bodies in the client&#39;s dialect" in html
+    assert 'title="of 20 error responses (status ≥ 400)">100%' in html
+    assert "as shipped: no recommended configuration declared" in html
+    # an artifact from before the column: the figure is missing, and says why
+    old = render_section(collect(make_fault_study(tmp_path, "old", runs,
+                                                  without_columns=("error_body_dialect",))),
+                         "faults")
+    assert 'title="not measured in artifact version 2 (requests.error_body_dialect)">—' in old

@@ -24,6 +24,8 @@ METRIC_LISTS = {
     "self overhead": tuple(m for trio in tables.SELF_OVERHEAD for m in trio),
     "suite": S.CELL_METRICS + S.LANE_METRICS, "A/A": aa.DEFAULT_METRICS,
     "gate": tuple(f.metric for f in gate.FIGURES),
+    "faults": tables.FAULT_WINDOW_METRICS,
+    "faults suite": tuple(m for _, m, _ in tables.FAULT_SUITE_FIGURES),
 }
 
 

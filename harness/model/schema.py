@@ -166,6 +166,11 @@ REQUESTS = Table("requests", "requests.parquet", (
     _c("wire_mock_us", "float64", "µs",
        "from the capture: first byte of the mock's response − last byte of the request it got "
        "(for the direct baseline the only wire figure)", raw=False),
+    _c("error_body_dialect", "string", "",
+       "a failed request's body, judged on its first 16 KiB: `client` (the error shape of the "
+       "client's dialect: OpenAI `{\"error\": {\"message\", \"type\"}}`, Anthropic "
+       "`{\"type\": \"error\", \"error\": {\"type\", \"message\"}}`), `other` (JSON of "
+       "another shape), `none` (empty, not JSON, or no response); `\"\"` for a success"),
 ))
 
 SAMPLES = Table("samples", "samples.parquet", (
@@ -226,11 +231,12 @@ MOCK_REQUESTS = Table("mock_requests", "mock_requests.parquet", (
 
 TABLES = {t.name: t for t in (REQUESTS, SAMPLES, MOCK_REQUESTS)}
 
-# Columns version 2 gained before its release: a version-2 file written earlier lacks them and is
-# read with them missing (migrate.table), as version-1 files are.
+# Columns version 2 gained after its first files were written: a version-2 file written earlier
+# lacks them and is read with them missing (migrate.table), as version-1 files are.
 ADDED_IN_V2 = {
     "requests": ("request_id", "mock_service_ms", "net_overhead_ms", "wire_request_path_us",
-                 "wire_response_path_us", "wire_in_gateway_us", "wire_mock_us"),
+                 "wire_response_path_us", "wire_in_gateway_us", "wire_mock_us",
+                 "error_body_dialect"),
     "mock_requests": ("provider",),
 }
 # Columns whose value before they existed is known, not missing: (table, column) -> that value.
