@@ -99,6 +99,8 @@ class WireWindow:
 
     def finish(self) -> WireCheck:
         """Stop (if still capturing) and say what was captured."""
+        if self._thread.ident is None:   # never started: the run failed before its load
+            return WireCheck(captured=False, reason="not captured: the run failed before its load")
         self._done.set()
         self._thread.join(timeout=30.0)
         if self._thread.is_alive():  # never leave tcpdump behind
