@@ -53,7 +53,7 @@ test-sluice-pure: setup
 	SLUICE_PURE_PYTHON=1 $(PY) -m pytest -p no:cacheprovider tests/sluice
 
 ## The provider-fault lane: every system in every fault scenario, configured as its vendor
-## recommends (notebooks/suites/faults.toml; about 70 minutes here), then the suite's report.
+## recommends (notebooks/suites/faults.toml; about 80 minutes here), then the suite's report.
 faults: setup study-deps sluice-build
 	id=faults-$$(date -u +%Y%m%dT%H%M%SZ) && $(PY) -m harness suite notebooks/suites/faults.toml \
 	  --suite-id $$id && $(PY) -m harness report artifacts/suites/$$id
