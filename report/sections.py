@@ -103,7 +103,8 @@ def section_banner(data: ReportData) -> str:
 def section_summary(data: ReportData) -> str:
     none, too_few = summary.undecided(data)
     return render("summary.html.j2", findings=summary.findings(data), reference=data.reference,
-                  none=none, too_few=too_few, cost=summary.cost(data))
+                  none=none, too_few=too_few, cost=summary.cost(data),
+                  kept_up=summary.kept_up(data))
 
 
 def section_headline(data: ReportData) -> str:

@@ -13,6 +13,8 @@ import pandas as pd
 from harness.model.metrics import metric
 from harness.model.roles import FLOOR
 from harness.stats.outcomes import Basis, Label, Outcome
+from harness.stats.keeping_up import keeping_up
+from harness.stats.metrics import OFFERED_SHARE
 from harness.stats.sizing import sizing
 from report import format as F
 from report.data import ReportData
@@ -57,18 +59,20 @@ def findings(data: ReportData) -> list[tuple[str, list[Sentence]]]:
 
 
 def cost(data: ReportData) -> str:
-    """One sentence: each sized system's cores and monthly cost at the planned load, marked when
-    its runs showed behaviour rather than capacity."""
+    """One sentence: each sized system's estimated monthly cost at the planned load (its cores
+    are in the sizing table), marked when its runs showed behaviour rather than capacity."""
     frame = sizing(data.rs, data.study.systems, data.prices, data.load_rps)
     if not len(frame):
         return ""
     behaviour = set(data.labels.loc[data.labels["label"] == Label.BEHAVIOUR, "system"]
                     if len(data.labels) else ())
-    parts = [f"{r['system']} {F.value(r['cores'], 'cores')} cores ≈ ${r['usd_month']:,.0f}"
-             + (" (behaviour)" if r["system"] in behaviour else "")
+    every = behaviour >= set(frame["system"])
+    parts = [f"{r['system']} ${r['usd_month']:,.0f}"
+             + (" (behaviour)" if r["system"] in behaviour and not every else "")
              for r in frame.to_dict("records")]
-    return (f"At {data.load_rps:,.0f} req/s (an estimate from CPU-ms per request and steady "
-            f"memory, per month): " + "; ".join(parts) + ".")
+    return (f"Estimated cost at {data.load_rps:,.0f} req/s, per month"
+            + (" (behaviour: what each system did here)" if every else "") + ": "
+            + ", ".join(parts) + ".")
 
 
 def undecided(data: ReportData) -> tuple[list[str], list[str]]:
@@ -104,6 +108,33 @@ def limits(labels: pd.DataFrame) -> list[tuple[str, int]]:
         for gists in per_run.values():
             counts.update(gists)
     return counts.most_common()
+
+
+def kept_up(data: ReportData) -> str:
+    """One sentence: at the top of the ramp, which systems served the load they were offered and
+    which did not (with the share the worst run served, and any failed runs)."""
+    frame = keeping_up(data.rs, data.study.systems)
+    if not len(frame):
+        return ""
+    behind = frame[frame["kept_up_runs"] < frame["runs"]]
+
+    def why(r) -> str:
+        failed = r["runs"] - r["completed"]
+        parts = [f"{r['served_share_min']:.0%}"] if r["completed"] else []
+        if failed:
+            parts.append(f"{failed} of {r['runs']} runs failed")
+        return f"{r['system']} ({'; '.join(parts)})"
+
+    users = data.study.manifest.config.users
+    head = (f"At {users:,} users (≈ {frame['offered_rps'].mean():,.0f} req/s offered; kept up = "
+            f"every run served ≥ {OFFERED_SHARE:.0%} of it)")
+    if not len(behind):
+        return f"{head}, every system kept up."
+    late = [why(r) for _, r in behind.iterrows()]
+    late = late[0] if len(late) == 1 else ", ".join(late[:-1]) + " and " + late[-1]
+    if len(behind) == len(frame):
+        return f"{head}, no system kept up; the worst run served: {late}."
+    return f"{head}, every system kept up but {late} (the worst run's share served)."
 
 
 # --- the provider-fault lane across a suite ---------------------------------------------------

@@ -11,7 +11,7 @@ from harness.stats.across import describe
 from harness.stats.feature_cost import FEATURE_METRICS, STREAM_METRICS
 from harness.stats.metrics import ERROR_KINDS
 from harness.stats.open_loop import OPEN_LOOP_BOUNDS_MS, open_loop_capacity
-from harness.stats.outcomes import Basis, Label
+from harness.stats.outcomes import Basis, Label, Outcome
 from harness.stats.sizing import sizing as sizing_of
 from report import format as F
 from report.data import ReportData
@@ -21,7 +21,7 @@ from report.table import Cell, Part, Row, Table, cell, number, table
 HEADLINE_METRICS = ("throughput_rps", "overhead_vs_mock_p50_ms", "net_overhead_p50_ms",
                     "wire_in_gateway_p50_us", "cpu_ms_per_request", "rss_peak_bytes", "errors_total")
 HEADLINE_VERDICTS = ("throughput_rps", "overhead_vs_mock_p50_ms")
-NOT_RUN_REASON_CHARS = 60
+NOT_RUN_REASON_CHARS = 28
 STABILITY_METRICS = ("throughput_rps", "overhead_vs_mock_p50_ms", "overhead_vs_mock_p95_ms",
                      "overhead_vs_direct_p50_ms", "overhead_vs_direct_p95_ms", "latency_p99_ms",
                      "cpu_ms_per_request", "rss_peak_bytes", "rss_steady_bytes")
@@ -46,14 +46,10 @@ GATEWAY_TIME = (*(f"wire_{part}_p{q}_us" for part in ("request_path", "response_
 UNSTABLE = " ⚠ unstable"
 
 
-def _short(text: str) -> str:
-    return text if len(text) <= NOT_RUN_REASON_CHARS else text[:NOT_RUN_REASON_CHARS - 1] + "…"
-
-
-def not_run_cell(why: str) -> Cell:
-    """'not run: why'. A long reason (an installer's error) would push a table off the screen:
-    its start here, all of it in the tooltip (and the methodology's systems table)."""
-    return Cell((Part("not run", "tag not run"), Part(f": {_short(why)}", small=True)), title=why)
+def _short(text: str, chars: int = NOT_RUN_REASON_CHARS) -> str:
+    """A long reason (an installer's error) would push a table off the first screen: its start
+    in the cell, all of it in the tooltip (and the methodology's systems table)."""
+    return text if len(text) <= chars else text[:chars - 1] + "…"
 
 
 def _summary_of(summary: pd.DataFrame, system: str, name: str) -> dict | None:
@@ -79,11 +75,23 @@ def _version(data: ReportData, system: str) -> str:
 
 # --- the head-to-head table ----------------------------------------------------------------------
 
+# The headline's verdict column names its two figures briefly; the verdicts table has them whole.
+_VERDICT_SHORT = {"throughput_rps": "req/s", "overhead_vs_mock_p50_ms": "overhead"}
+
+
 def _verdict_part(v: pd.Series, m: str, br: bool) -> Part:
-    """'throughput: slower'; 'too few runs' rather than 'no clear difference' when no test ran."""
-    word = (Basis.TOO_FEW_RUNS.value if v["basis"] is Basis.TOO_FEW_RUNS
-            else F.verdict_word(v["outcome"], m))
-    return Part(f"{metric(m).label}: {word}", F.verdict_class(v["outcome"]), br=br)
+    """'overhead: slower ×2.1', 'req/s: ≈' (no clear difference), 'too few runs' when no test
+    ran; the metric's whole words in the verdicts table."""
+    if v["basis"] is Basis.TOO_FEW_RUNS:
+        word = Basis.TOO_FEW_RUNS.value
+    elif v["outcome"] is Outcome.NO_CLEAR_DIFFERENCE:
+        word = "≈"
+    else:
+        word = F.verdict_word(v["outcome"], m)
+        if v["basis"] is Basis.TESTED:
+            word += f" {F.times(v['ratio'])}"
+    return Part(f"{_VERDICT_SHORT.get(m, metric(m).label)}: {word}", F.verdict_class(v["outcome"]),
+                br=br)
 
 
 def verdict_anchor(system: str, name: str) -> str:
@@ -100,26 +108,29 @@ def headline(data: ReportData) -> Table:
     comp = (data.comparison.set_index(["system", "metric"]) if data.comparison is not None
             else None)
     labels = data.labels.set_index("system") if len(data.labels) else None
-    columns = [Cell((Part("system"), Part("kind · version", small=True, br=True))),
-               cell("runs completed"), *(cell(F.heading(m)) for m in HEADLINE_METRICS),
+    columns = [cell("system"),
+               cell("runs done"), *(cell(F.heading(m)) for m in HEADLINE_METRICS),
                cell("result"), cell(f"vs {ref}")]
     rows = []
     for system in data.study.systems:
         meta = systems_meta.get(system)
-        name = Cell((Part(system, strong=True),
-                     Part(f" {meta.kind if meta else ''} · {_version(data, system)}", small=True)))
+        # kind and version in the tooltip: one line a system keeps the table on the first screen
+        name = Cell((Part(system, strong=True),),
+                    title=f"{meta.kind if meta else ''} · {_version(data, system)}")
         sub = rs[rs["system"] == system] if len(rs) else rs
         if not len(sub):
-            not_run = not_run_cell((meta.not_runnable_reason if meta else "") or "no runs")
-            rows.append(Row((name, number("0"), *(number(F.DASH) for _ in HEADLINE_METRICS),
-                             not_run, cell(F.DASH, "verdict")), id=f"headline-{system}"))
+            why = (meta.not_runnable_reason if meta else "") or "no runs"
+            rows.append(Row((name, number("0/0"), *(number(F.DASH) for _ in HEADLINE_METRICS),
+                             Cell((Part("not run", "tag not run"),), title=why),
+                             Cell((Part(_short(why), small=True),), "verdict", title=why)),
+                            id=f"headline-{system}"))
             continue
         n_done = int((sub["status"] == "completed").sum())
         figures = []
         for m in HEADLINE_METRICS:
             d = _summary_of(summary, system, m)
             unstable = bool(d and d["unstable"]) and m != "errors_total"
-            figures.append(Cell((Part(F.mean_sd(d, m, n=False) if d else F.DASH),
+            figures.append(Cell((Part(F.mean_sd(d, m, n=False, compact=True) if d else F.DASH),
                                  *((Part(" ⚠", "unstable"),) if unstable else ())),
                                 "n unstable" if unstable else "n",
                                 title=F.spread(d, m) if d else ""))
@@ -132,7 +143,7 @@ def headline(data: ReportData) -> Table:
         else:
             verdicts = Cell((Part(F.DASH),), "verdict")
         label = labels.loc[system, "label"] if labels is not None and system in labels.index else ""
-        rows.append(Row((name, number(f"{n_done} of {len(sub)}"), *figures, _label_tag(label),
+        rows.append(Row((name, number(f"{n_done}/{len(sub)}"), *figures, _label_tag(label),
                          verdicts), id=f"headline-{system}"))
     return Table(tuple(columns), tuple(rows), "headline-table")
 
@@ -443,6 +454,8 @@ def faults(per_window: pd.DataFrame, per_run: pd.DataFrame, systems: list[str],
                   "stayed up"], rows, "faults-table", wide=True)
 
 
+# A faults suite's configuration column wraps: a reason or note may take two lines or three there.
+FAULT_NOTE_CHARS = 60
 # The provider-fault lane across a suite: (system_figures name, metric, window shown) in order.
 FAULT_SUITE_FIGURES = (("success_before", "success_share", "before"),
                        ("success_during", "success_share", "during"),
@@ -495,13 +508,17 @@ def fault_suite(rows: pd.DataFrame, table_id: str) -> Table:
             if (r["system"], r["not_run"]) in shown_not_run:
                 continue
             shown_not_run.add((r["system"], r["not_run"]))
-            out.append(Row((who, not_run_cell(r["not_run"]), cell("0"),
+            not_run = Cell((Part("not run", "tag not run"),
+                            Part(f": {_short(r['not_run'], FAULT_NOTE_CHARS)}", small=True)),
+                           title=r["not_run"])
+            out.append(Row((who, not_run, cell("0"),
                             *(number(F.DASH) for _ in FAULT_SUITE_FIGURES), cell(F.DASH))))
             continue
         ran = F.configuration(r["resilience"], r["resilience_note"])
         asked = "" if ran == "recommended" or r["asked"] != "recommended" else "asked: recommended"
         small = tuple(Part(x, small=True, br=True) for x in (asked, r["axes"]) if x)
-        config = Cell((Part(_short(ran)), *small), title=ran if ran != _short(ran) else "")
+        shown = _short(ran, FAULT_NOTE_CHARS)
+        config = Cell((Part(shown), *small), title=ran if ran != shown else "")
         runs, up = int(r["runs"]), int(r["stayed_up"])
         figures = [_fault_figure(r, name, m) for name, m, _ in FAULT_SUITE_FIGURES]
         stayed = "yes" if up == runs else "no" if not up else f"{up} of {runs}"

@@ -265,4 +265,5 @@ def test_a_system_that_did_not_run_is_named_with_its_reason(tmp_path):
     headline = tables.headline(collect(made.path))
     assert headline.frame().set_index("system").loc["ghost", "result"] == "not run"
     ghost = next(r for r in headline.rows if r.id == "headline-ghost")
-    assert ghost.cells[-2].text == "not run: needs a GPU"   # the reason, in small print
+    assert ghost.cells[-2].title == "needs a GPU"    # the reason: in the tag's tooltip ...
+    assert ghost.cells[-1].text == "needs a GPU"     # ... and in small print beside it

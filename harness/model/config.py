@@ -101,6 +101,7 @@ class StudyConfig:
     seed: int = 0                        # orders systems within each round of the plan
     gateways_dir: str = "gateways"       # where the system folders are (relative to the repo)
     base_port: int = 0                   # 0: any free ports; N: the mock on N, the system on N+1
+                                         # (a fault scenario's standby provider on N+2)
     topology: str = ""                   # a topology file: which host runs what
                                          # (harness/model/topology.py); "" = all on this machine
     out_dir: str = "artifacts"           # the study directory is out_dir/study_id
@@ -437,6 +438,9 @@ def _fault_problems(config: StudyConfig) -> list[str]:
     if config.open_loop_rates_per_s:
         problems.append("fault_scenario: the fault window is placed in the closed loop's hold; "
                         "the open-loop lane has none")
+    if faults.needs_standby(config.fault_scenario) and config.base_port > 65533:
+        problems.append(f"base_port: {config.fault_scenario} starts a standby provider on base_port "
+                        f"+ 2; use at most 65533, got {config.base_port}")
     duration = faults.duration_of(config.fault_scenario, config.fault_duration_s)
     if config.fault_start_s < 0 or config.fault_duration_s < 0:
         problems.append(f"fault_start_s: the window must not be negative, got start "

@@ -177,8 +177,9 @@ SAMPLES = Table("samples", "samples.parquet", (
     _c("run_id", "string", "", "the run", raw=False),
     _c("system", "string", "", "the run's system under test", raw=False),
     _c("t_unix_s", "float64", "s since the Unix epoch", "sample time"),
-    _c("role", "string", "", "`system` (the system under test), `mock`, `locust`, `capture` "
-       "(tcpdump, during the wire capture), `machine`"),
+    _c("role", "string", "", "`system` (the system under test), `mock`, `standby` (the "
+       "standby provider, when the fault scenario has one), `locust`, `capture` (tcpdump, "
+       "during the wire capture), `machine`"),
     _c("pid_count", "int32", "processes", "processes in the role's tree at that moment"),
     _c("rss_bytes", "int64", "bytes",
        "resident memory summed over the role's whole process tree (for `machine`: used memory)"),
@@ -201,6 +202,10 @@ SAMPLES = Table("samples", "samples.parquet", (
 MOCK_REQUESTS = Table("mock_requests", "mock_requests.parquet", (
     _c("run_id", "string", "", "the run", raw=False),
     _c("system", "string", "", "the run's system under test", raw=False),
+    _c("provider", "string", "",
+       "the mock that served it: `primary`, or `standby` (the second mock a fault scenario "
+       "such as `failover` starts); an artifact from before the column reads as `primary`",
+       raw=False),
     _c("request_id", "string", "",
        "the load generator's id (last `[rid:<id>]` in the body, else `x-request-id`); "
        "`\"\"` when none was found"),
@@ -232,7 +237,11 @@ ADDED_IN_V2 = {
     "requests": ("request_id", "mock_service_ms", "net_overhead_ms", "wire_request_path_us",
                  "wire_response_path_us", "wire_in_gateway_us", "wire_mock_us",
                  "error_body_dialect"),
+    "mock_requests": ("provider",),
 }
+# Columns whose value before they existed is known, not missing: (table, column) -> that value.
+# Before the standby provider, every mock row came from the one mock.
+KNOWN_BEFORE = {("mock_requests", "provider"): "primary"}
 
 
 def missing_value(column: Column):

@@ -18,7 +18,8 @@ dialect's done frame), and the system's peak RSS. Per run: time to recover (``re
 from the fault's end to the start of the first 1-s bin whose p50 latency is within
 ``RECOVERY_SHARE`` or ``RECOVERY_MS`` of the before window's p50; NaN when no bin of the
 hold's rest is), whether the system stayed up (the run completed), its peak RSS over the hold,
-and the configuration that ran (``resilience``, ``resilience_note``: the run manifest's).
+and its configuration (the run manifest's ``resilience`` asked and ``resilience_note``: why it
+ran as shipped instead, "" when it ran as asked).
 
 Functions over frames are pure; ``fault_summary`` reads a study's run directories.
 """
@@ -189,11 +190,15 @@ def fault_window_of(run: RunManifest, run_dir: Path) -> FaultWindow | None:
 
 
 def mock_rows(run_dir: Path) -> pd.DataFrame:
-    """The mock's per-request log of a run: mock_requests.parquet when stored, else the raw
-    logs in mock-stats/."""
+    """The providers' per-request log of a run: mock_requests.parquet when stored, else the raw
+    logs in mock-stats/ and, when a standby ran, mock-standby-stats/."""
     from mocks.stats import read_request_log
     stored = Path(run_dir) / MOCK_REQUESTS_FILE
-    return pd.read_parquet(stored) if stored.is_file() else read_request_log(str(Path(run_dir) / "mock-stats"))
+    if stored.is_file():
+        return pd.read_parquet(stored)
+    logs = [read_request_log(str(Path(run_dir) / name)) for name in ("mock-stats", "mock-standby-stats")]
+    return pd.concat(logs, ignore_index=True).sort_values("body_end_t_unix_ns", kind="stable",
+                                                         ignore_index=True)
 
 
 def run_fault_figures(run: RunManifest, client: pd.DataFrame, mock: pd.DataFrame,
