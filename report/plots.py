@@ -10,6 +10,7 @@ import pandas as pd
 
 from harness.model.metrics import metric
 from harness.stats.across import describe
+from harness.stats.faults import BIN_S as FAULT_BIN_S
 from harness.stats.open_loop import KEPT_UP_SHARE, OPEN_LOOP_BOUNDS_MS
 from harness.stats.ramp import rss_timeline
 from report.data import ReportData
@@ -296,8 +297,9 @@ def plot_fault_timelines(timelines: pd.DataFrame, colors: dict[str, str],
         style = {"linestyle": RESILIENCE_STYLE[_ran(first)], "linewidth": 0.9,
                  "alpha": 0.8 if done else 0.6, "marker": "" if done else "x", "markersize": 3}
         color = colors.get(first["system"], "k")
-        top.plot(g["t_s"], g["success_share"] * 100, color=color, **style)
-        bottom.plot(g["t_s"], g["amplification"], color=color, **style)
+        middle = g["t_s"] + FAULT_BIN_S / 2   # a bin's figure belongs to all of it, not its start
+        top.plot(middle, g["success_share"] * 100, color=color, **style)
+        bottom.plot(middle, g["amplification"], color=color, **style)
     first = timelines.iloc[0]
     for ax in (top, bottom):
         ax.axvspan(first["fault_from_s"], first["fault_to_s"], color="0.85", alpha=0.5)
@@ -305,7 +307,8 @@ def plot_fault_timelines(timelines: pd.DataFrame, colors: dict[str, str],
     top.set_ylim(-2, 102)
     bottom.set_ylabel("provider requests per\nclient request")
     bottom.set_ylim(bottom=0)
-    bottom.set_xlabel("seconds after the hold's start (1-s bins; shaded: the fault window)")
+    bottom.set_xlabel(f"seconds after the hold's start ({FAULT_BIN_S:g}-s bins, at their middle; "
+                      "shaded: the fault window)")
     top.set_title(title)
     systems = [s for s in colors if s in set(timelines["system"])]
     ran = {_ran(x) for x in timelines[["resilience", "resilience_note"]].to_dict("records")}

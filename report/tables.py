@@ -51,12 +51,6 @@ def _short(text: str, limit: int = NOT_RUN_REASON_CHARS) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def not_run_cell(why: str) -> Cell:
-    """'not run: why'. A long reason (an installer's error) would push a table off the screen:
-    its start here, all of it in the tooltip (and the methodology's systems table)."""
-    return Cell((Part("not run", "tag not run"), Part(f": {_short(why)}", small=True)), title=why)
-
-
 def _summary_of(summary: pd.DataFrame, system: str, name: str) -> dict | None:
     d = summary[(summary["system"] == system) & (summary["metric"] == name)]
     return d.iloc[0].to_dict() if len(d) else None
@@ -462,6 +456,8 @@ def faults(per_window: pd.DataFrame, per_run: pd.DataFrame, systems: list[str],
                   "stayed up"], rows, "faults-table", wide=True)
 
 
+# A faults suite's configuration column wraps: a reason or note may take two lines or three there.
+FAULT_NOTE_CHARS = 60
 # The provider-fault lane across a suite: (system_figures name, metric, window shown) in order.
 FAULT_SUITE_FIGURES = (("success_before", "success_share", "before"),
                        ("success_during", "success_share", "during"),
@@ -514,13 +510,17 @@ def fault_suite(rows: pd.DataFrame, table_id: str) -> Table:
             if (r["system"], r["not_run"]) in shown_not_run:
                 continue
             shown_not_run.add((r["system"], r["not_run"]))
-            out.append(Row((who, not_run_cell(r["not_run"]), cell("0"),
+            not_run = Cell((Part("not run", "tag not run"),
+                            Part(f": {_short(r['not_run'], FAULT_NOTE_CHARS)}", small=True)),
+                           title=r["not_run"])
+            out.append(Row((who, not_run, cell("0"),
                             *(number(F.DASH) for _ in FAULT_SUITE_FIGURES), cell(F.DASH))))
             continue
         ran = F.configuration(r["resilience"], r["resilience_note"])
         asked = "" if ran == "recommended" or r["asked"] != "recommended" else "asked: recommended"
         small = tuple(Part(x, small=True, br=True) for x in (asked, r["axes"]) if x)
-        config = Cell((Part(_short(ran)), *small), title=ran if ran != _short(ran) else "")
+        shown = _short(ran, FAULT_NOTE_CHARS)
+        config = Cell((Part(shown), *small), title=ran if ran != shown else "")
         runs, up = int(r["runs"]), int(r["stayed_up"])
         figures = [_fault_figure(r, name, m) for name, m, _ in FAULT_SUITE_FIGURES]
         stayed = "yes" if up == runs else "no" if not up else f"{up} of {runs}"

@@ -561,7 +561,8 @@ def _fault_run_rows(run_id: str, system: str, p: FaultRun, hs: float):
     body_end = (mock_t * 1e9).astype("int64")
     hold_ns = int(MOCK_LATENCY_MS * 1e6)
     mock = pd.DataFrame({
-        "run_id": run_id, "system": system, "request_id": np.repeat(rows["request_id"], copies),
+        "run_id": run_id, "system": system, "provider": "primary",
+        "request_id": np.repeat(rows["request_id"], copies),
         "mock_seq": [f"1-{i}" for i in range(len(mock_t))], "path": "/v1/chat/completions",
         "worker_pid": 1, "status_code": 200, "fault": "", "body_end_t_unix_ns": body_end,
         "hold_set_ns": hold_ns, "hold_applied_ns": hold_ns, "head_written_t_unix_ns": body_end + hold_ns,

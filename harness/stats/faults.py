@@ -18,7 +18,8 @@ dialect's done frame), and the system's peak RSS. Per run: time to recover (``re
 from the fault's end to the start of the first 1-s bin whose p50 latency is within
 ``RECOVERY_SHARE`` or ``RECOVERY_MS`` of the before window's p50; NaN when no bin of the
 hold's rest is), whether the system stayed up (the run completed), its peak RSS over the hold,
-and the configuration that ran (``resilience``, ``resilience_note``: the run manifest's).
+and its configuration (the run manifest's ``resilience`` asked and ``resilience_note``: why it
+ran as shipped instead, "" when it ran as asked).
 
 Functions over frames are pure; ``fault_summary`` reads a study's run directories.
 """
