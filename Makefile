@@ -7,7 +7,7 @@ GATEWAYS ?=
 SET      ?=
 STUDY    ?=
 
-.PHONY: study study-deps test test-fast test-deps test-sluice-pure sluice-build report gate setup clean-venv
+.PHONY: study study-deps faults test test-fast test-deps test-sluice-pure sluice-build report gate setup clean-venv
 
 setup: $(VENV)/.installed
 
@@ -51,6 +51,12 @@ test-fast: setup sluice-build
 ## Sluice's tests once more on its pure-Python modules (CI runs it after `make test`).
 test-sluice-pure: setup
 	SLUICE_PURE_PYTHON=1 $(PY) -m pytest -p no:cacheprovider tests/sluice
+
+## The provider-fault lane: every system in every fault scenario, configured as its vendor
+## recommends (notebooks/suites/faults.toml; about 80 minutes here), then the suite's report.
+faults: setup study-deps sluice-build
+	id=faults-$$(date -u +%Y%m%dT%H%M%SZ) && $(PY) -m harness suite notebooks/suites/faults.toml \
+	  --suite-id $$id && $(PY) -m harness report artifacts/suites/$$id
 
 ## The performance gate (CI runs it after the tests): a `gate` study, its A/A self-check, and
 ## Sluice's ratios to nginx against baselines/gate.json.

@@ -7,6 +7,7 @@ Schedule (``--faults``: a JSON list, inline or in a file): one object per fault:
 
     [{"kind": "status", "status": 500, "share": 0.2, "start_s": 10, "duration_s": 30},
      {"kind": "status", "status": 429, "retry_after_s": 1, "share": 0.3},
+     {"kind": "overloaded", "share": 0.5, "start_s": 10, "duration_s": 3},
      {"kind": "slow", "hold_ms": 2000, "share": 0.1, "start_s": 5, "duration_s": 20},
      {"kind": "reset", "share": 0.05},
      {"kind": "stall", "after_frames": 3, "stall_s": 5, "share": 0.1},
@@ -26,6 +27,11 @@ body arrived inside ``[start, start + duration)``.  Kind-specific keys:
                type ``server_error``), Anthropic ``{"type": "error", "error": {"type",
                "message"}, "request_id"}`` (429 ``rate_limit_error``, 500 ``api_error``,
                529 ``overloaded_error``).
+``overloaded`` ``hold_ms`` (wait before the error, default 0): the provider's own overload
+               answer, in the dialect of the path: 529 with Anthropic's ``{"type": "error",
+               "error": {"type": "overloaded_error", "message": "Overloaded"}, "request_id"}``
+               on ``/v1/messages``, 503 with the OpenAI error body (type ``server_error``) on
+               ``/v1/chat/completions``.
 ``slow``       ``hold_ms`` (required): the hold before the head instead of the latency.
 ``reset``      after the normal hold, the head (with the whole body's Content-Length) and
                ``after_bytes`` body bytes (unary; default half the body, at most all but
@@ -53,7 +59,7 @@ run is reproducible from ``--fault-seed`` and the share is exact over any 100 re
 
 Per-request header (tests): ``x-mock-fault: KIND[=VALUE][;key=value]...`` with the kind's
 keys above (no ``share``/``start_s``/``duration_s``, no ``down``); ``status=503`` and
-``slow=2000`` (ms) are shorthands.  E.g. ``status=429;retry_after_s=2``, ``reset``,
+``slow=2000`` (ms) are shorthands.  E.g. ``status=429;retry_after_s=2``, ``overloaded``, ``reset``,
 ``reset;after_bytes=10``, ``stall;after_frames=2;stall_s=1``, ``malformed``.  The header
 takes precedence over the schedule; an invalid one is a 400.
 """
@@ -67,10 +73,11 @@ import random
 
 import orjson
 
-KINDS = ("status", "slow", "reset", "stall", "malformed", "down")
+KINDS = ("status", "overloaded", "slow", "reset", "stall", "malformed", "down")  # down last: no header
 _COMMON = ("kind", "share", "start_s", "duration_s")
 _KEYS = {
     "status": _COMMON + ("status", "retry_after_s", "hold_ms"),
+    "overloaded": _COMMON + ("hold_ms",),
     "slow": _COMMON + ("hold_ms",),
     "reset": _COMMON + ("after_bytes", "after_frames"),
     "stall": _COMMON + ("after_bytes", "after_frames", "stall_s"),
@@ -79,6 +86,7 @@ _KEYS = {
 }
 _REQUIRED = {"status": ("status",), "slow": ("hold_ms",), "down": ("duration_s",)}
 _SHORTHAND = {"status": "status", "slow": "hold_ms"}  # header: KIND=VALUE sets this key
+OVERLOADED_STATUS = {"openai": 503, "anthropic": 529}  # each provider's "overloaded", by dialect
 
 BLOCK = 100
 MAX_S = 86_400.0

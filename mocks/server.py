@@ -31,12 +31,12 @@ Faults (see ``mocks.faults`` for the schedule's format and what each does on the
 ``--fault-seed N`` (which requests get them; recorded in the stats' config) and
 ``--fault-epoch-unix-s T`` (the windows' zero; default the mock's start, shared by all
 workers).  A request header ``x-mock-fault: ...`` forces a fault on one request.  Only
-generation requests get per-request faults (status, slow, reset, stall, malformed),
-chosen once the body is read and valid; the request log's ``fault`` column names it
-(``status:<code>``, ``slow``, ``reset``, ``stall``, ``malformed``; ``""`` none) and its
-``status_code`` is the status of the head written (499: the client left first).  A
-``down`` window closes every worker's listener and connections, so connects are refused
-until it ends; the stats file records when each worker applied it (``down_windows``).
+generation requests get per-request faults (status, overloaded, slow, reset, stall,
+malformed), chosen once the body is read and valid; the request log's ``fault`` column names
+it (``status:<code>``, ``overloaded``, ``slow``, ``reset``, ``stall``, ``malformed``; ``""``
+none) and its ``status_code`` is the status of the head written (499: the client left
+first).  A ``down`` window closes every worker's listener and connections, so connects are
+refused until it ends; the stats file records when each worker applied it (``down_windows``).
 Without a schedule the cost per request is one header lookup and one ``is None`` test.
 
 Per-request log: every worker logs each request (``mocks.stats.RequestLog``: one CSV
@@ -89,6 +89,7 @@ from multidict import istr
 from mocks import __version__
 from mocks.bodies import Renderer, models_body, prompt_tokens
 from mocks.faults import (
+    OVERLOADED_STATUS,
     FaultError,
     FaultPlan,
     anthropic_error_body,
@@ -544,7 +545,7 @@ class MockApp:
         stream of ``first``, ``middle``, ``last``)."""
         kind = fault.kind
         self.stats.record_fault(fault.label)
-        if kind == "status":
+        if kind in ("status", "overloaded"):
             return await self._status_fault(request, rid, path, body, t0, fault, anthropic)
         if kind == "slow":
             lat = fault.hold_ns
@@ -573,6 +574,8 @@ class MockApp:
         if fault.hold_ns:
             await self._hold(path, t0 + fault.hold_ns)
         status, retry = fault.status, fault.retry_after_s
+        if fault.kind == "overloaded":
+            status = OVERLOADED_STATUS["anthropic" if anthropic else "openai"]
         headers = {CT: JSON_CT, RID: rid}
         if retry is not None:
             headers["Retry-After"] = str(retry)

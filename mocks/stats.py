@@ -32,9 +32,9 @@ Definitions (the same in every worker file, merge and diff):
     request-log records lost because the log buffer was full or could not be written.
 ``faults``
     ``{label: n}``: generation requests answered with an injected fault (``mocks.faults``;
-    labels as in the request log's ``fault`` column: ``status:<code>``, ``slow``,
-    ``reset``, ``stall``, ``malformed``).  A status fault is counted in ``by_status`` and
-    has no hold sample; a reset or stall is ``incomplete``; a slow or malformed answer
+    labels as in the request log's ``fault`` column: ``status:<code>``, ``overloaded``,
+    ``slow``, ``reset``, ``stall``, ``malformed``).  A status or overloaded fault is counted
+    in ``by_status`` and has no hold sample; a reset or stall is ``incomplete``; a slow or malformed answer
     is in ``count`` like any other 200.
 ``down_windows``
     ``[{pid, fault_index, start_t_unix_s, end_t_unix_s}]``: when each worker actually

@@ -29,6 +29,12 @@ PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e
            "#7f7f7f", "#bcbd22", "#17becf"]
 
 
+def system_colors(systems: list[str]) -> dict[str, str]:
+    """Each system's colour by its place in the study's order: the same in every plot of a
+    report, and across a suite whose cells list the same systems."""
+    return {s: PALETTE[i % len(PALETTE)] for i, s in enumerate(systems)}
+
+
 @dataclass(frozen=True, eq=False)
 class ReportData:
     study: Study
@@ -69,7 +75,7 @@ def collect(study_dir: str | Path, reference: str | None = None,
                   if has_runs and ref is not None and ref in set(rs["system"]) else None)
     labels = system_labels(rs) if has_runs else pd.DataFrame(
         columns=["system", "label", "runs", "completed", "reasons"])
-    colors = {s: PALETTE[i % len(PALETTE)] for i, s in enumerate(study.systems)}
+    colors = system_colors(study.systems)
     return ReportData(study=study, roles=roles, rs=rs, summary=summary,
                       comparison=comparison,
                       labels=labels, ramp=ramp_curve(study, bin_users=bin_users, floor=roles.floor),

@@ -47,17 +47,27 @@ def heading(m: str | Metric, qualifier: str = "") -> str:
     return f"{words} ({m.unit})" if m.unit and m.unit != "%" else words
 
 
-def mean_sd(d: Mapping[str, Any], m: str | Metric, n: bool = True) -> str:
+def compact_digits(x: float, digits: int) -> int:
+    """The registry's decimals, but no more than four significant digits in all: '4225', not
+    '4224.68' (a narrow table; the exact value is in the artifacts)."""
+    if isnan(x) or x == 0:
+        return digits
+    return min(digits, max(0, 3 - math.floor(math.log10(abs(x)))))
+
+
+def mean_sd(d: Mapping[str, Any], m: str | Metric, n: bool = True, compact: bool = False) -> str:
     """'mean ± sd (n=…)'; 'mean (n=1)' for a single run; '—' when there is none. ``n=False``
-    leaves the run count out (a table that states it in its own column)."""
+    leaves the run count out (a table that states it in its own column); ``compact`` keeps to
+    four significant digits (compact_digits)."""
     m = _m(m)
     if isnan(d.get("n")) or not d.get("n") or isnan(d.get("mean")):
         return DASH
     count = f" (n={int(d['n'])})" if n else ""
     mean = d["mean"] / m.scale
+    digits = compact_digits(mean, m.digits) if compact else m.digits
     if int(d["n"]) == 1 or isnan(d.get("sd")):
-        return f"{mean:.{m.digits}f}{count}"
-    return f"{mean:.{m.digits}f} ± {d['sd'] / m.scale:.{m.digits}f}{count}"
+        return f"{mean:.{digits}f}{count}"
+    return f"{mean:.{digits}f} ± {d['sd'] / m.scale:.{digits}f}{count}"
 
 
 def spread(d: Mapping[str, Any], m: str | Metric) -> str:
@@ -168,6 +178,14 @@ def verdict_reason(v: Mapping[str, Any]) -> str:
     if abs(ratio - 1) < VERDICT_MIN_EFFECT:
         why.append(f"the ratio is only {_off(ratio, 1)} (< {VERDICT_MIN_EFFECT:.0%})")
     return f"{rtxt}: " + " and ".join(why)
+
+
+def configuration(resilience: str, note: str) -> str:
+    """How a system ran in the fault lane: "recommended", or "as shipped" with the reason when
+    there is one (a system asked for its recommended configuration that declares none)."""
+    if resilience == "recommended" and not note:
+        return "recommended"
+    return "as shipped" + (f": {note}" if note else "")
 
 
 def verdict_class(outcome: Outcome | None) -> str:

@@ -10,10 +10,11 @@ import pandas as pd
 
 from harness.model.metrics import metric
 from harness.stats.across import describe
+from harness.stats.faults import BIN_S as FAULT_BIN_S
 from harness.stats.open_loop import KEPT_UP_SHARE, OPEN_LOOP_BOUNDS_MS
 from harness.stats.ramp import rss_timeline
 from report.data import ReportData
-from report.format import heading
+from report.format import configuration, heading
 
 RSS = metric("rss_peak_bytes")
 
@@ -270,19 +271,35 @@ def plot_open_loop(data: ReportData, steps: pd.DataFrame) -> str | None:
     return _png(fig)
 
 
-def plot_faults(data: ReportData, timelines: pd.DataFrame) -> str | None:
-    """Success share and amplification per 1-s bin of the hold, one colour per system, the
-    fault window shaded."""
+# How a fault run's configuration is drawn: its system's colour, this line style.
+RESILIENCE_STYLE = {"shipped": "-", "recommended": "--"}
+
+
+def _ran(run) -> str:
+    """The configuration a run ran: a recommended one asked for but not declared ran as shipped."""
+    ran = configuration(run["resilience"], run["resilience_note"])
+    return "recommended" if ran == "recommended" else "shipped"
+
+
+def plot_fault_timelines(timelines: pd.DataFrame, colors: dict[str, str],
+                         title: str) -> str | None:
+    """Success share and amplification per 1-s bin of the hold (``fault_timelines`` of
+    harness.stats.faults), each run a thin line of its system's colour (dashed: the recommended
+    configuration; crosses: a run that did not complete), the fault window shaded."""
     if timelines.empty:
         return None
     plt = _plt()
+    from matplotlib.lines import Line2D
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 5.6), sharex=True)
-    for run_id, g in timelines.groupby("run_id", sort=False):
-        run = data.study.run(run_id)
-        style = {k: v for k, v in _run_style(run.status, run.run_index or 1).items() if k != "marker"}
-        color = data.colors.get(run.system, "k")
-        top.plot(g["t_s"], g["success_share"] * 100, color=color, label=run_id, **style)
-        bottom.plot(g["t_s"], g["amplification"], color=color, label=run_id, **style)
+    for _, g in timelines.groupby([c for c in ("cell", "run_id") if c in timelines], sort=False):
+        first = g.iloc[0]
+        done = first["run_status"] == "completed"
+        style = {"linestyle": RESILIENCE_STYLE[_ran(first)], "linewidth": 0.9,
+                 "alpha": 0.8 if done else 0.6, "marker": "" if done else "x", "markersize": 3}
+        color = colors.get(first["system"], "k")
+        middle = g["t_s"] + FAULT_BIN_S / 2   # a bin's figure belongs to all of it, not its start
+        top.plot(middle, g["success_share"] * 100, color=color, **style)
+        bottom.plot(middle, g["amplification"], color=color, **style)
     first = timelines.iloc[0]
     for ax in (top, bottom):
         ax.axvspan(first["fault_from_s"], first["fault_to_s"], color="0.85", alpha=0.5)
@@ -290,7 +307,22 @@ def plot_faults(data: ReportData, timelines: pd.DataFrame) -> str | None:
     top.set_ylim(-2, 102)
     bottom.set_ylabel("provider requests per\nclient request")
     bottom.set_ylim(bottom=0)
-    bottom.set_xlabel("seconds after the hold's start (1-s bins; shaded: the fault window)")
-    top.set_title("While the provider fails (each run a line)")
-    top.legend(ncol=4, fontsize=8, loc="lower left")
+    bottom.set_xlabel(f"seconds after the hold's start ({FAULT_BIN_S:g}-s bins, at their middle; "
+                      "shaded: the fault window)")
+    top.set_title(title)
+    systems = [s for s in colors if s in set(timelines["system"])]
+    ran = {_ran(x) for x in timelines[["resilience", "resilience_note"]].to_dict("records")}
+    styles = [r for r in RESILIENCE_STYLE if r in ran]
+    handles = ([Line2D([], [], color=colors[s], lw=2) for s in systems]
+               + ([Line2D([], [], color="0.3", ls=RESILIENCE_STYLE[r]) for r in styles]
+                  if len(styles) > 1 else []))
+    labels = systems + ([("as shipped" if r == "shipped" else r) for r in styles]
+                        if len(styles) > 1 else [])
+    top.legend(handles, labels, ncol=min(len(labels), 6), fontsize=8, loc="lower left")
     return _png(fig)
+
+
+def plot_faults(data: ReportData, timelines: pd.DataFrame) -> str | None:
+    """A study's fault runs over the hold (plot_fault_timelines), in the report's colours."""
+    return plot_fault_timelines(timelines, data.colors,
+                                "While the provider fails (each run a line)")

@@ -12,6 +12,7 @@ from markupsafe import Markup
 from scipy import stats
 
 from harness.model.metrics import metric
+from harness.run.bodies import ERROR_BODY_PREFIX_BYTES
 from harness.stats.faults import (
     RECOVERY_MS,
     RECOVERY_SHARE,
@@ -102,7 +103,8 @@ def section_banner(data: ReportData) -> str:
 def section_summary(data: ReportData) -> str:
     none, too_few = summary.undecided(data)
     return render("summary.html.j2", findings=summary.findings(data), reference=data.reference,
-                  none=none, too_few=too_few, cost=summary.cost(data))
+                  none=none, too_few=too_few, cost=summary.cost(data),
+                  kept_up=summary.kept_up(data))
 
 
 def section_headline(data: ReportData) -> str:
@@ -176,10 +178,12 @@ def section_faults(data: ReportData) -> str:
         scenarios.append({"name": name, "start_s": f"{first.fault_start_s:g}",
                           "duration_s": f"{first.fault_duration_s:g}",
                           "table": tables.faults(per_window[per_window["scenario"] == name], runs,
-                                                 data.study.systems)})
+                                                 data.study.systems, data.study.not_measured(
+                                                     "requests", "error_body_dialect"))})
     return render("faults.html.j2", scenarios=scenarios,
                   plot=plots.plot_faults(data, fault_timelines(data.study, per_run)),
-                  share=f"{RECOVERY_SHARE:.0%}", slack=f"{RECOVERY_MS:g}")
+                  share=f"{RECOVERY_SHARE:.0%}", slack=f"{RECOVERY_MS:g}",
+                  prefix=f"{ERROR_BODY_PREFIX_BYTES // 1024} KiB")
 
 
 def section_open_loop(data: ReportData) -> str:

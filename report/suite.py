@@ -1,5 +1,7 @@
 """The HTML report of a suite: every cell with its axis values and headline figures, the
-combinations left out and why, and a link to each cell's own study report.
+combinations left out and why, and a link to each cell's own study report. A suite of
+provider-fault cells also gets, per scenario, every system's figures before, during and after
+the fault in each configuration, the sentences they support and their timeline.
 
     python -m harness report SUITE_DIR [--compare OTHER_SUITE_DIR]
 
@@ -12,14 +14,21 @@ from pathlib import Path
 import pandas as pd
 from markupsafe import Markup
 
+from harness.model import faults
+from harness.model.config import RESILIENCE
 from harness.model.metrics import metric
 from harness.run import suite as S
+from harness.run.bodies import ERROR_BODY_PREFIX_BYTES
 from harness.run.store import read_json
+from harness.stats.faults import RECOVERY_MS, RECOVERY_SHARE
 from report import build
 from report import format as F
+from report.data import system_colors
+from report.plots import plot_fault_timelines
 from report.sections import render, style
+from report.summary import fault_findings
 from report.table import Cell, Part, Row, Table, cell, from_frame, table
-from report.tables import suite_cells
+from report.tables import fault_suite, suite_cells
 
 REPORT_NAME = "report.html"
 
@@ -48,6 +57,46 @@ def cells_frame(suite_dir: str | Path) -> pd.DataFrame:
     return suite_cells(S.suite_table(suite_dir), S.CELL_METRICS + S.LANE_METRICS, "").frame()
 
 
+def _values(entry: dict) -> str:
+    return ", ".join(f"{k} = {S._show(v)}" for k, v in entry["values"].items())
+
+
+def fault_scenarios(suite_dir: str | Path, manifest: dict) -> list[dict]:
+    """Per fault scenario of the suite, in the order of its cells: its window, the sentences, the
+    table (systems in the suite's order, then the resilience asked, shipped first), the plot in
+    the report's system colours, and its cells without figures and why."""
+    entries = [e for e in manifest["cells"] if S.cell_scenario(e)]
+    if not entries:
+        return []
+    rows, timelines = S.fault_table(suite_dir)
+    systems = list(dict.fromkeys(rows["system"])) if len(rows) else []
+    colors = system_colors(systems)
+    out = []
+    for scenario in dict.fromkeys(S.cell_scenario(e) for e in entries):
+        cells = [e for e in entries if S.cell_scenario(e) == scenario]
+        sub = rows[rows["scenario"] == scenario] if len(rows) else rows
+        if len(sub):
+            sub = sub.assign(_s=sub["system"].map(systems.index),
+                             _a=sub["asked"].map(lambda a: RESILIENCE.index(a) if a in RESILIENCE
+                                                 else len(RESILIENCE)))
+            sub = sub.sort_values(["_s", "_a", "cell"], kind="mergesort").drop(columns=["_s", "_a"])
+        config = next((e["config"] for e in cells if e.get("config")), None)
+        table_id = f"suite-faults-{scenario}"
+        lines = timelines[timelines["scenario"] == scenario] if len(timelines) else timelines
+        out.append({
+            "name": scenario, "id": table_id,
+            "start_s": f"{config['fault_start_s']:g}" if config else "",
+            "duration_s": (f"{faults.duration_of(scenario, config['fault_duration_s']):g}"
+                           if config else ""),
+            "findings": fault_findings(sub, f"#{table_id}") if len(sub) else [],
+            "table": fault_suite(sub, table_id) if len(sub) else None,
+            "plot": plot_fault_timelines(lines, colors, f"{scenario}: while the provider fails "
+                                         "(each run a line)"),
+            "left_out": [(e["cell_id"], _values(e), e["excluded"] or f"no study ({e['status']})")
+                         for e in cells if not len(sub) or e["cell_id"] not in set(sub["cell"])]})
+    return out
+
+
 def render_suite_html(suite_dir: str | Path, compare_with: str | Path | None = None) -> str:
     suite_dir = Path(suite_dir)
     manifest = read_json(suite_dir / "manifest.json")
@@ -59,7 +108,7 @@ def render_suite_html(suite_dir: str | Path, compare_with: str | Path | None = N
         report = (f"{entry['dir']}/{REPORT_NAME}" if study is not None
                   and (study / REPORT_NAME).is_file() else "")
         cells.append(Row((cell(entry["cell_id"]),
-                          cell(", ".join(f"{k} = {S._show(v)}" for k, v in entry["values"].items())),
+                          cell(_values(entry)),
                           cell(entry["status"]), cell(entry["comparison_key"][:12]),
                           cell(entry["excluded"]), Cell((Part(report, href=report),))),
                          "failed" if entry["excluded"] else "ok"))
@@ -74,7 +123,9 @@ def render_suite_html(suite_dir: str | Path, compare_with: str | Path | None = N
                   comparison=None if comparison is None else compare_table(comparison),
                   apart=None if apart is None else from_frame(apart, "suite-not-comparable-table",
                                                               wide=True),
-                  other=str(compare_with))
+                  other=str(compare_with), faults=fault_scenarios(suite_dir, manifest),
+                  share=f"{RECOVERY_SHARE:.0%}", slack=f"{RECOVERY_MS:g}",
+                  prefix=f"{ERROR_BODY_PREFIX_BYTES // 1024} KiB")
     return render("page.html.j2", title_prefix="Sluice suite", title=manifest["suite_id"],
                   sections=[Markup(style()), Markup(body)])
 

@@ -1,5 +1,6 @@
 """The report's answer in words: one sentence per headline finding that passed its verdict test,
-each linked to its row in the verdicts table, and the one-line account of what limited the study.
+each linked to its row in the verdicts table, and the one-line account of what limited the study;
+for a faults suite, per scenario, which system fared best while the provider failed.
 Generated from the statistics' outcomes only: nothing here is written by hand per study."""
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ from dataclasses import dataclass
 import pandas as pd
 
 from harness.model.metrics import metric
+from harness.model.roles import FLOOR
 from harness.stats.outcomes import Basis, Label, Outcome
+from harness.stats.keeping_up import keeping_up
+from harness.stats.metrics import OFFERED_SHARE
 from harness.stats.sizing import sizing
 from report import format as F
 from report.data import ReportData
@@ -55,18 +59,20 @@ def findings(data: ReportData) -> list[tuple[str, list[Sentence]]]:
 
 
 def cost(data: ReportData) -> str:
-    """One sentence: each sized system's cores and monthly cost at the planned load, marked when
-    its runs showed behaviour rather than capacity."""
+    """One sentence: each sized system's estimated monthly cost at the planned load (its cores
+    are in the sizing table), marked when its runs showed behaviour rather than capacity."""
     frame = sizing(data.rs, data.study.systems, data.prices, data.load_rps)
     if not len(frame):
         return ""
     behaviour = set(data.labels.loc[data.labels["label"] == Label.BEHAVIOUR, "system"]
                     if len(data.labels) else ())
-    parts = [f"{r['system']} {F.value(r['cores'], 'cores')} cores ≈ ${r['usd_month']:,.0f}"
-             + (" (behaviour)" if r["system"] in behaviour else "")
+    every = behaviour >= set(frame["system"])
+    parts = [f"{r['system']} ${r['usd_month']:,.0f}"
+             + (" (behaviour)" if r["system"] in behaviour and not every else "")
              for r in frame.to_dict("records")]
-    return (f"At {data.load_rps:,.0f} req/s (an estimate from CPU-ms per request and steady "
-            f"memory, per month): " + "; ".join(parts) + ".")
+    return (f"Estimated cost at {data.load_rps:,.0f} req/s, per month"
+            + (" (behaviour: what each system did here)" if every else "") + ": "
+            + ", ".join(parts) + ".")
 
 
 def undecided(data: ReportData) -> tuple[list[str], list[str]]:
@@ -102,3 +108,104 @@ def limits(labels: pd.DataFrame) -> list[tuple[str, int]]:
         for gists in per_run.values():
             counts.update(gists)
     return counts.most_common()
+
+
+def kept_up(data: ReportData) -> str:
+    """One sentence: at the top of the ramp, which systems served the load they were offered and
+    which did not (with the share the worst run served, and any failed runs)."""
+    frame = keeping_up(data.rs, data.study.systems)
+    if not len(frame):
+        return ""
+    behind = frame[frame["kept_up_runs"] < frame["runs"]]
+
+    def why(r) -> str:
+        failed = r["runs"] - r["completed"]
+        parts = [f"{r['served_share_min']:.0%}"] if r["completed"] else []
+        if failed:
+            parts.append(f"{failed} of {r['runs']} runs failed")
+        return f"{r['system']} ({'; '.join(parts)})"
+
+    users = data.study.manifest.config.users
+    head = (f"At {users:,} users (≈ {frame['offered_rps'].mean():,.0f} req/s offered; kept up = "
+            f"every run served ≥ {OFFERED_SHARE:.0%} of it)")
+    if not len(behind):
+        return f"{head}, every system kept up."
+    late = [why(r) for _, r in behind.iterrows()]
+    late = late[0] if len(late) == 1 else ", ".join(late[:-1]) + " and " + late[-1]
+    if len(behind) == len(frame):
+        return f"{head}, no system kept up; the worst run served: {late}."
+    return f"{head}, every system kept up but {late} (the worst run's share served)."
+
+
+# --- the provider-fault lane across a suite ---------------------------------------------------
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _who(r: dict) -> str:
+    """A system's name, with the configuration it ran when that is not the one asked."""
+    ran = F.configuration(r["resilience"], r["resilience_note"]).split(":")[0]
+    asked = "recommended" if r["asked"] == "recommended" else "as shipped"
+    return r["system"] if ran == asked else f"{r['system']} ({ran})"
+
+
+def _runs(*counts: int) -> str:
+    if all(n == 1 for n in counts):
+        return "1 run each: no spread" if len(counts) > 1 else "1 run: no spread"
+    return "n = " + " and ".join(str(n) for n in counts)
+
+
+def _leaders(ranked: list[dict], name: str, m: str, highest: bool) -> list[dict]:
+    """The rows whose figure, as shown, is the best one (ties stay together)."""
+    best = (max if highest else min)(r[f"{name}_mean"] for r in ranked)
+    return [r for r in ranked if F.value(r[f"{name}_mean"], m) == F.value(best, m)]
+
+
+def fault_findings(rows: pd.DataFrame, href: str = "") -> list[Sentence]:
+    """One scenario of a faults suite (report.tables.fault_suite's rows), per cell (each value of
+    the resilience axis asked, and of any other axis): which system had the highest success
+    share during the fault, which the lowest amplification, and each in-house system against
+    the best other one (highest success, then fewest provider requests). The floor, the client
+    straight to the provider, is no contender (it neither retries nor fails over): it is quoted
+    as the baseline. From the figures only."""
+    out = []
+    several = rows["asked"].nunique() > 1
+    for (asked, axes), g in rows.groupby(["asked", "axes"], sort=False):
+        ran = [r for r in g.to_dict("records") if not r["not_run"] and r["success_during_n"] > 0]
+        ranked = [r for r in ran if r["role"] != FLOOR]
+        if not ranked:
+            continue
+        label = "recommended configurations" if asked == "recommended" else "as shipped"
+        where = ", ".join(x for x in (label if several else "", axes) if x)
+        lead = f"{where}, " if where else ""
+        floor = next((r for r in ran if r["role"] == FLOOR), None)
+        for name, m, highest, words in (
+                ("success_during", "success_share", True, "highest success during the fault"),
+                ("amplification_during", "amplification", False,
+                 "fewest provider requests per client request during the fault")):
+            best = _leaders(ranked, name, m, highest)
+            runs = _runs(*(int(r["runs"]) for r in best))
+            text = (f"{lead}{words}: {' and '.join(_who(r) for r in best)} "
+                    f"{F.value(best[0][f'{name}_mean'], m)} ({runs})")
+            if floor is not None:
+                text += f"; the baseline {floor['system']}: {F.value(floor[f'{name}_mean'], m)}"
+            out.append(Sentence(_capital(text) + ".", href))
+        others = sorted((r for r in ranked if r["kind"] != "in-house"),
+                        key=lambda r: (-r["success_during_mean"], r["amplification_during_mean"]))
+        for house in (r for r in ranked if r["kind"] == "in-house"):
+            if not others:
+                break
+            o = others[0]
+            share = (house["success_during_mean"] - o["success_during_mean"]) * 100
+            amp = house["amplification_during_mean"] - o["amplification_during_mean"]
+            out.append(Sentence(_capital(
+                f"{lead}{_who(house)} against {_who(o)}, the best other system: success during "
+                f"the fault {F.value(house['success_during_mean'], 'success_share')} vs "
+                f"{F.value(o['success_during_mean'], 'success_share')} ({share:+.1f} points), "
+                f"provider requests per client request "
+                f"{F.value(house['amplification_during_mean'], 'amplification')} vs "
+                f"{F.value(o['amplification_during_mean'], 'amplification')} "
+                f"({F.signed(amp, metric('amplification'))}) "
+                f"({_runs(int(house['runs']), int(o['runs']))})."), href))
+    return out

@@ -11,7 +11,7 @@ from harness.stats.across import describe
 from harness.stats.feature_cost import FEATURE_METRICS, STREAM_METRICS
 from harness.stats.metrics import ERROR_KINDS
 from harness.stats.open_loop import OPEN_LOOP_BOUNDS_MS, open_loop_capacity
-from harness.stats.outcomes import Basis, Label
+from harness.stats.outcomes import Basis, Label, Outcome
 from harness.stats.sizing import sizing as sizing_of
 from report import format as F
 from report.data import ReportData
@@ -22,6 +22,7 @@ HEADLINE_METRICS = ("throughput_rps", "overhead_vs_mock_p50_ms", "net_overhead_p
                     "wire_in_gateway_p50_us", "cpu_ms_per_request", "rss_peak_bytes", "errors_total")
 HEADLINE_VERDICTS = ("throughput_rps", "overhead_vs_mock_p50_ms")
 NOT_RUN_REASON_CHARS = 60
+HEADLINE_REASON_CHARS = 28     # the headline's verdict column is narrow: it must fit 1,280 px
 STABILITY_METRICS = ("throughput_rps", "overhead_vs_mock_p50_ms", "overhead_vs_mock_p95_ms",
                      "overhead_vs_direct_p50_ms", "overhead_vs_direct_p95_ms", "latency_p99_ms",
                      "cpu_ms_per_request", "rss_peak_bytes", "rss_steady_bytes")
@@ -44,6 +45,10 @@ GATEWAY_TIME = (*(f"wire_{part}_p{q}_us" for part in ("request_path", "response_
                 "wire_join_rate", "identity_match_rate", "net_overhead_p50_ms",
                 "self_overhead_p50_ms")
 UNSTABLE = " ⚠ unstable"
+
+
+def _short(text: str, limit: int = NOT_RUN_REASON_CHARS) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def _summary_of(summary: pd.DataFrame, system: str, name: str) -> dict | None:
@@ -69,11 +74,23 @@ def _version(data: ReportData, system: str) -> str:
 
 # --- the head-to-head table ----------------------------------------------------------------------
 
+# The headline's verdict column names its two figures briefly; the verdicts table has them whole.
+_VERDICT_SHORT = {"throughput_rps": "req/s", "overhead_vs_mock_p50_ms": "overhead"}
+
+
 def _verdict_part(v: pd.Series, m: str, br: bool) -> Part:
-    """'throughput: slower'; 'too few runs' rather than 'no clear difference' when no test ran."""
-    word = (Basis.TOO_FEW_RUNS.value if v["basis"] is Basis.TOO_FEW_RUNS
-            else F.verdict_word(v["outcome"], m))
-    return Part(f"{metric(m).label}: {word}", F.verdict_class(v["outcome"]), br=br)
+    """'overhead: slower ×2.1', 'req/s: ≈' (no clear difference), 'too few runs' when no test
+    ran; the metric's whole words in the verdicts table."""
+    if v["basis"] is Basis.TOO_FEW_RUNS:
+        word = Basis.TOO_FEW_RUNS.value
+    elif v["outcome"] is Outcome.NO_CLEAR_DIFFERENCE:
+        word = "≈"
+    else:
+        word = F.verdict_word(v["outcome"], m)
+        if v["basis"] is Basis.TESTED:
+            word += f" {F.times(v['ratio'])}"
+    return Part(f"{_VERDICT_SHORT.get(m, metric(m).label)}: {word}", F.verdict_class(v["outcome"]),
+                br=br)
 
 
 def verdict_anchor(system: str, name: str) -> str:
@@ -90,31 +107,32 @@ def headline(data: ReportData) -> Table:
     comp = (data.comparison.set_index(["system", "metric"]) if data.comparison is not None
             else None)
     labels = data.labels.set_index("system") if len(data.labels) else None
-    columns = [Cell((Part("system"), Part("kind · version", small=True, br=True))),
-               cell("runs completed"), *(cell(F.heading(m)) for m in HEADLINE_METRICS),
+    columns = [cell("system"),
+               cell("runs done"), *(cell(F.heading(m)) for m in HEADLINE_METRICS),
                cell("result"), cell(f"vs {ref}")]
     rows = []
     for system in data.study.systems:
         meta = systems_meta.get(system)
-        name = Cell((Part(system, strong=True),
-                     Part(f" {meta.kind if meta else ''} · {_version(data, system)}", small=True)))
+        # kind and version in the tooltip: one line a system keeps the table on the first screen
+        name = Cell((Part(system, strong=True),),
+                    title=f"{meta.kind if meta else ''} · {_version(data, system)}")
         sub = rs[rs["system"] == system] if len(rs) else rs
         if not len(sub):
             why = (meta.not_runnable_reason if meta else "") or "no runs"
             # a long reason (an installer's error) would push the table off the first screen:
             # its start here, all of it in the tooltip and the methodology's systems table
-            short = why if len(why) <= NOT_RUN_REASON_CHARS else why[:NOT_RUN_REASON_CHARS - 1] + "…"
-            not_run = Cell((Part("not run", "tag not run"), Part(f": {short}", small=True)),
-                           title=why)
-            rows.append(Row((name, number("0"), *(number(F.DASH) for _ in HEADLINE_METRICS),
-                             not_run, cell(F.DASH, "verdict")), id=f"headline-{system}"))
+            rows.append(Row((name, number("0/0"), *(number(F.DASH) for _ in HEADLINE_METRICS),
+                             Cell((Part("not run", "tag not run"),), title=why),
+                             Cell((Part(_short(why, HEADLINE_REASON_CHARS), small=True),),
+                                  "verdict", title=why)),
+                            id=f"headline-{system}"))
             continue
         n_done = int((sub["status"] == "completed").sum())
         figures = []
         for m in HEADLINE_METRICS:
             d = _summary_of(summary, system, m)
             unstable = bool(d and d["unstable"]) and m != "errors_total"
-            figures.append(Cell((Part(F.mean_sd(d, m, n=False) if d else F.DASH),
+            figures.append(Cell((Part(F.mean_sd(d, m, n=False, compact=True) if d else F.DASH),
                                  *((Part(" ⚠", "unstable"),) if unstable else ())),
                                 "n unstable" if unstable else "n",
                                 title=F.spread(d, m) if d else ""))
@@ -127,7 +145,7 @@ def headline(data: ReportData) -> Table:
         else:
             verdicts = Cell((Part(F.DASH),), "verdict")
         label = labels.loc[system, "label"] if labels is not None and system in labels.index else ""
-        rows.append(Row((name, number(f"{n_done} of {len(sub)}"), *figures, _label_tag(label),
+        rows.append(Row((name, number(f"{n_done}/{len(sub)}"), *figures, _label_tag(label),
                          verdicts), id=f"headline-{system}"))
     return Table(tuple(columns), tuple(rows), "headline-table")
 
@@ -392,11 +410,22 @@ def suite_cells(frame: pd.DataFrame, metrics: tuple[str, ...], table_id: str) ->
 
 
 FAULT_WINDOW_METRICS = ("success_share", "amplification", "added_p50_ms", "added_p99_ms",
-                        "partial_streams")
+                        "client_dialect_share", "partial_streams")
 
 
-def faults(per_window: pd.DataFrame, per_run: pd.DataFrame, systems: list[str]) -> Table:
-    """One scenario: per run, its before/during/after windows; a system measured once says so."""
+def dialect_cell(share: float, error_responses: int, missing: str) -> Cell:
+    """The share of error bodies in the client's dialect; its tooltip says of how many error
+    responses, or why there is none (no error response, or an artifact that never judged them)."""
+    if F.isnan(share):
+        return Cell((Part(F.DASH),), "n", title=missing or "no error response to judge")
+    return Cell((Part(F.value(share, "client_dialect_share")),), "n",
+                title=f"of {error_responses:g} error responses (status ≥ 400)")
+
+
+def faults(per_window: pd.DataFrame, per_run: pd.DataFrame, systems: list[str],
+           missing_dialect: str = "") -> Table:
+    """One scenario: per run, its before/during/after windows; a system measured once says so.
+    ``missing_dialect``: why the artifact judged no error body ("" when it did)."""
     order = {s: i for i, s in enumerate(systems)}
     runs_of = per_run.groupby("system")["run_id"].nunique()
     rows = []
@@ -406,14 +435,18 @@ def faults(per_window: pd.DataFrame, per_run: pd.DataFrame, systems: list[str]) 
             name += " (single run)"
         recovery = (F.value(r["recovery_s"], "recovery_s", unit=True) if r["recovered"]
                     else "did not recover in the window")
+        run_cell = Cell((Part(name), Part(F.configuration(r["resilience"], r["resilience_note"]),
+                                          small=True, br=True)))
         rss = {w["window"]: w["rss_peak_bytes"] for w in
                per_window[per_window["run_id"] == r["run_id"]].to_dict("records")}
         for w in per_window[per_window["run_id"] == r["run_id"]].to_dict("records"):
             mix = ", ".join(f"{code}: {n}" for code, n in w["status_counts"].items())
             first = w["window"] == "before"
-            rows.append(Row((cell(name if first else ""), cell(w["window"]), number(w["requests"]),
-                             *(number(F.value(w[m], m)) for m in FAULT_WINDOW_METRICS),
-                             cell(mix or F.DASH),
+            figures = [dialect_cell(w[m], w["error_responses"], missing_dialect)
+                       if m == "client_dialect_share" else number(F.value(w[m], m))
+                       for m in FAULT_WINDOW_METRICS]
+            rows.append(Row((run_cell if first else cell(""), cell(w["window"]),
+                             number(w["requests"]), *figures, cell(mix or F.DASH),
                              number(F.value(rss.get(w["window"]), "rss_peak_bytes")),
                              cell(recovery if first else ""),
                              cell(("yes" if r["stayed_up"] else "no") if first else "")),
@@ -421,3 +454,78 @@ def faults(per_window: pd.DataFrame, per_run: pd.DataFrame, systems: list[str]) 
     return table(["run", "window", "requests", *(F.heading(m) for m in FAULT_WINDOW_METRICS),
                   "status codes (count)", F.heading("rss_peak_bytes"), F.heading("recovery_s"),
                   "stayed up"], rows, "faults-table", wide=True)
+
+
+# A faults suite's configuration column wraps: a reason or note may take two lines or three there.
+FAULT_NOTE_CHARS = 60
+# The provider-fault lane across a suite: (system_figures name, metric, window shown) in order.
+FAULT_SUITE_FIGURES = (("success_before", "success_share", "before"),
+                       ("success_during", "success_share", "during"),
+                       ("success_after", "success_share", "after"),
+                       ("amplification_during", "amplification", "during"),
+                       ("added_p50_during_ms", "added_p50_ms", "during"),
+                       ("added_p99_during_ms", "added_p99_ms", "during"),
+                       ("client_dialect_during", "client_dialect_share", "during"),
+                       ("recovery_s", "recovery_s", ""),
+                       ("partial_streams_during", "partial_streams", "during"),
+                       ("rss_peak_bytes", "rss_peak_bytes", ""))
+
+
+def _runs_text(runs: int) -> str:
+    return "1 run: no spread" if runs == 1 else f"{runs} runs"
+
+
+def _fault_figure(r: dict, name: str, m: str) -> Cell:
+    """'mean ± sd' over the row's runs ('mean' for one); the runs it rests on in the tooltip,
+    or why there is no figure."""
+    d = {k: r[f"{name}_{k}"] for k in ("n", "mean", "sd")}
+    n = 0 if F.isnan(d["n"]) else int(d["n"])
+    text = F.mean_sd(d, m, n=False)
+    if n and metric(m).unit == "%":   # a share's heading carries no unit: its value does
+        mean, _, sd = text.partition(" ± ")
+        text = f"{mean}%" + (f" ± {sd}" if sd else "")
+    if n:
+        title = f"over {_runs_text(n)}" if n == 1 else f"mean ± sd over {n} runs"
+    elif name == "client_dialect_during":
+        title = r["dialect_missing"] or "no error response to judge"
+    else:
+        title = ""
+    recovered, runs = int(r["recovered"]), int(r["runs"])
+    if name == "recovery_s" and recovered < runs:
+        text = f"{text} ({recovered} of {runs})" if n else "not recovered"
+        title = (f"{recovered} of {runs} runs recovered within the hold"
+                 + (f"; {title} that did" if n else ""))
+    return Cell((Part(text),), "n", title=title)
+
+
+def fault_suite(rows: pd.DataFrame, table_id: str) -> Table:
+    """One scenario of a faults suite: per system (in the given order) and configuration asked,
+    its figures over its runs ('mean ± sd', one run marked as such), the configuration that ran
+    (recommended, or as shipped and why) with the cell's other axis values; a system that did
+    not run once per reason, with it."""
+    out, shown_not_run = [], set()
+    for r in rows.to_dict("records"):
+        who = Cell((Part(r["system"], strong=True), Part(f" {r['kind']}", small=True)))
+        if r["not_run"]:
+            if (r["system"], r["not_run"]) in shown_not_run:
+                continue
+            shown_not_run.add((r["system"], r["not_run"]))
+            not_run = Cell((Part("not run", "tag not run"),
+                            Part(f": {_short(r['not_run'], FAULT_NOTE_CHARS)}", small=True)),
+                           title=r["not_run"])
+            out.append(Row((who, not_run, cell("0"),
+                            *(number(F.DASH) for _ in FAULT_SUITE_FIGURES), cell(F.DASH))))
+            continue
+        ran = F.configuration(r["resilience"], r["resilience_note"])
+        asked = "" if ran == "recommended" or r["asked"] != "recommended" else "asked: recommended"
+        small = tuple(Part(x, small=True, br=True) for x in (asked, r["axes"]) if x)
+        shown = _short(ran, FAULT_NOTE_CHARS)
+        config = Cell((Part(shown), *small), title=ran if ran != shown else "")
+        runs, up = int(r["runs"]), int(r["stayed_up"])
+        figures = [_fault_figure(r, name, m) for name, m, _ in FAULT_SUITE_FIGURES]
+        stayed = "yes" if up == runs else "no" if not up else f"{up} of {runs}"
+        out.append(Row((who, config, cell(_runs_text(runs)), *figures[:-1], cell(stayed),
+                        figures[-1]), "" if up == runs else "failed"))
+    headings = [F.heading(m, window) for _, m, window in FAULT_SUITE_FIGURES]
+    return table(["system", "configuration", "runs", *headings[:-1], "stayed up", headings[-1]],
+                 out, table_id, wide=True)

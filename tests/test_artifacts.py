@@ -121,8 +121,9 @@ def test_sampler_rows_are_the_raw_sample_columns(tmp_path):
 
 
 def test_the_locust_side_imports_nothing_heavy():
-    """The locustfile imports the registry in every Locust process: standard library only."""
-    code = ("import sys, harness.model.schema; "
+    """The locustfile imports the registry and the dialects' error shapes in every Locust
+    process: standard library only."""
+    code = ("import sys, harness.model.schema, harness.run.bodies; "
             "print(sorted(m for m in ('pandas', 'pyarrow', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=REPO_DIR, env={"PYTHONPATH": str(REPO_DIR)}, check=True)
@@ -264,4 +265,5 @@ def test_a_system_that_did_not_run_is_named_with_its_reason(tmp_path):
     headline = tables.headline(collect(made.path))
     assert headline.frame().set_index("system").loc["ghost", "result"] == "not run"
     ghost = next(r for r in headline.rows if r.id == "headline-ghost")
-    assert ghost.cells[-2].text == "not run: needs a GPU"   # the reason, in small print
+    assert ghost.cells[-2].title == "needs a GPU"    # the reason: in the tag's tooltip ...
+    assert ghost.cells[-1].text == "needs a GPU"     # ... and in small print beside it

@@ -1,11 +1,18 @@
-"""Request bodies of the feature-cost lane: sizes, dialects, reproducibility."""
+"""Request bodies of the feature-cost lane: sizes, dialects, reproducibility; and how the load
+generator judges an error body against the client's dialect."""
 import json
 import re
 
 import pytest
 from sluice import translate
 
-from harness.run.bodies import DIALECTS, chat_body
+from harness.run.bodies import (
+    DIALECTS,
+    ERROR_BODY_CLASSES,
+    ERROR_BODY_PREFIX_BYTES,
+    chat_body,
+    error_body_dialect,
+)
 
 
 @pytest.mark.parametrize("dialect", sorted(DIALECTS))
@@ -56,3 +63,40 @@ def test_dialect_frame_patterns(dialect, content, done):
     d = DIALECTS[dialect]
     assert re.search(d.content_frame.encode(), content) and not re.search(d.content_frame.encode(), done)
     assert re.search(d.done_frame.encode(), done) and not re.search(d.done_frame.encode(), content)
+
+
+# --- error bodies in the client's dialect ----------------------------------------------------------
+
+def test_error_bodies_of_the_clients_dialect():
+    from mocks.faults import anthropic_error_body, openai_error_body
+    for status in (429, 500, 503):
+        openai, anthropic = openai_error_body(status), anthropic_error_body(status, "req_1")
+        assert error_body_dialect("openai", openai) == "client"
+        assert error_body_dialect("anthropic", anthropic) == "client"
+        # the other provider's error shape is not the client's dialect
+        assert error_body_dialect("openai", anthropic) == "other"
+        assert error_body_dialect("anthropic", openai) == "other"
+
+
+@pytest.mark.parametrize("body,expected", [
+    (b'{"error": {"message": "upstream failed", "type": null}}', "client"),
+    (b'{"error": "upstream failed"}', "other"),                  # a string, not an error object
+    (b'{"error": {"message": "no type"}}', "other"),
+    (b'{"detail": "Internal Server Error"}', "other"),
+    (b'[1, 2]', "other"),
+    (b"", "none"), (None, "none"),
+    (b"<html><body>502 Bad Gateway</body></html>", "none"),
+    (b"upstream connect error", "none"),
+    (b"\xff\xfe{", "none"),
+])
+def test_error_body_shapes_for_an_openai_client(body, expected):
+    assert error_body_dialect("openai", body) == expected
+
+
+def test_only_a_bounded_prefix_of_an_error_body_is_read():
+    padded = json.dumps({"error": {"message": "x" * ERROR_BODY_PREFIX_BYTES, "type": "server_error"}})
+    assert error_body_dialect("openai", padded.encode()) == "other"   # cut there: too long to judge
+    small = json.dumps({"error": {"message": "x", "type": "server_error"}}).encode()
+    assert error_body_dialect("openai", small + b" " * (2 * ERROR_BODY_PREFIX_BYTES)) == "client"
+    assert error_body_dialect("openai", b"x" * (4 * ERROR_BODY_PREFIX_BYTES)) == "none"
+    assert set(ERROR_BODY_CLASSES) == {"client", "other", "none"}

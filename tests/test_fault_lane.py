@@ -85,6 +85,14 @@ def test_window_outside_the_hold_names_the_field(tmp_path):
     assert line.startswith("fault_lead_s:")
 
 
+def test_runs_from_before_the_resilience_fields_read_as_shipped():
+    from harness.model.manifests import RunManifest, from_plain
+    run = from_plain(RunManifest, {"run_id": "x-1", "system": "x", "run_index": 1, "round": 1,
+                                   "position": 0, "comparison_key": "", "spec": None,
+                                   "status": "completed"}, "old run")
+    assert (run.resilience, run.resilience_note) == ("shipped", "")
+
+
 def test_fault_seed_defaults_to_the_study_seed_and_keys_without_faults_are_unchanged():
     cfg = from_profile("faults", seed=7)
     assert fault_settings(cfg)["fault_seed"] == 7
@@ -105,6 +113,84 @@ def test_fault_seed_defaults_to_the_study_seed_and_keys_without_faults_are_uncha
     old = hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     assert comparison_key("x", load, plain, 1, "h") == old
     assert comparison_key("x", load, faulted, 1, "h") != old
+
+
+def test_overloaded_uses_the_providers_own_answer_and_failover_a_standby():
+    assert {s["kind"] for s in faults.render("overloaded", 15.0, 30.0)} == {"overloaded"}
+    (spec,) = faults.render("failover", 15.0, 30.0)
+    assert spec == {"kind": "status", "status": 503, "share": 1.0, "start_s": 15.0, "duration_s": 30.0}
+    assert faults.needs_standby("failover")
+    assert not any(faults.needs_standby(n) for n in ("", "error_burst", "provider_down"))
+
+
+def test_resilience_is_shipped_or_recommended_and_the_fault_profile_recommends(tmp_path):
+    assert from_profile("faults").resilience == "recommended"
+    assert from_profile("smoke").resilience == "shipped"
+    validate(from_profile("faults", out_dir=str(tmp_path), resilience="shipped"))
+    (line,) = _problems(tmp_path, resilience="tuned")
+    assert line == "resilience: one of ['shipped', 'recommended'], got 'tuned'"
+
+
+def test_a_standby_needs_a_third_fixed_port(tmp_path):
+    validate(from_profile("faults", out_dir=str(tmp_path), fault_scenario="failover", base_port=65533))
+    (line,) = _problems(tmp_path, fault_scenario="failover", base_port=65534)
+    assert line.startswith("base_port:") and "base_port + 2" in line
+    validate(from_profile("faults", out_dir=str(tmp_path), base_port=65534))  # no standby
+
+
+def _plan(tmp_path, **kw):
+    from harness.model.gateway_spec import load_gateway_spec
+    from harness.model.plan import make_plan
+    cfg = from_profile("faults", gateways=("direct", "sluice"), out_dir=str(tmp_path), **kw)
+    return {r.system: r for r in make_plan(cfg, {n: load_gateway_spec(n) for n in cfg.gateways})}
+
+
+def test_plan_carries_resilience_in_the_key_and_a_standby_port(tmp_path):
+    rec = _plan(tmp_path, fault_scenario="failover", base_port=20000)
+    shipped = _plan(tmp_path, fault_scenario="failover", base_port=20000, resilience="shipped")
+    for system in ("direct", "sluice"):
+        assert rec[system].resilience == "recommended" and shipped[system].resilience == "shipped"
+        assert rec[system].comparison_key != shipped[system].comparison_key
+        assert (rec[system].mock_port, rec[system].system_port, rec[system].standby_port) == \
+            (20000, 20001, 20002)
+    assert _plan(tmp_path, base_port=20000)["sluice"].standby_port == 0   # error_burst: no standby
+    # a run as shipped keeps the key it had before the setting existed
+    r = shipped["sluice"]
+    assert r.comparison_key == comparison_key("sluice", r.load, r.mock, r.gateway_workers,
+                                              r.gateway_toml_sha256)
+
+
+def test_runs_from_before_the_setting_read_as_shipped():
+    from harness.model.manifests import RunManifest
+    from tests.synthetic import small_run_manifest
+    run = small_run_manifest("sluice-1", "sluice", 1, {})
+    data = json.loads(run.to_json())
+    for key in ("resilience", "resilience_note"):
+        data.pop(key)
+    data["spec"].pop("resilience")
+    data["spec"].pop("standby_port")
+    old = RunManifest.from_json(json.dumps(data))
+    assert (old.resilience, old.resilience_note, old.spec.resilience, old.spec.standby_port) == \
+        ("shipped", "", "shipped", 0)
+
+
+def test_templates_see_the_standby_or_else_the_mock(tmp_path):
+    from harness.model.gateway_spec import load_gateway_spec, render
+    from harness.run.systems import MockHandle, run_values
+    spec = load_gateway_spec("sluice")
+    text = (spec.directory / "resilient.toml.tmpl").read_text()
+    alone = run_values(spec, tmp_path, 9001, "127.0.0.1", "http://127.0.0.1:9000", "127.0.0.1",
+                       9000, 1)
+    assert (alone["standby_url"], alone["standby_host"], alone["standby_port"]) == \
+        ("http://127.0.0.1:9000", "127.0.0.1", 9000)
+    assert 'base_url = "http://127.0.0.1:9000/v1"' in render(text, alone)
+    standby = MockHandle(process=None, url="http://10.0.0.2:9002", port=9002,
+                         stats_dir=tmp_path, address="10.0.0.2")
+    both = run_values(spec, tmp_path, 9001, "127.0.0.1", "http://127.0.0.1:9000", "127.0.0.1",
+                      9000, 1, standby)
+    assert (both["standby_url"], both["standby_host"], both["standby_port"]) == \
+        ("http://10.0.0.2:9002", "10.0.0.2", 9002)
+    assert 'base_url = "http://10.0.0.2:9002/v1"' in render(text, both)
 
 
 # --- statistics ----------------------------------------------------------------------------------
@@ -151,6 +237,15 @@ def test_recovery_is_the_first_bin_back_near_the_before_p50():
     assert math.isnan(fstats.recovery_s(never, T0 + 3, T0 + 10, 61.0))
 
 
+def test_raw_logs_of_both_providers_when_no_table_was_stored(tmp_path):
+    from tests.test_identity import _mock, _mock_row
+    for name, rows in (("mock-stats", [("a", 2), ("b", 4)]), ("mock-standby-stats", [("a", 3)])):
+        (tmp_path / name).mkdir()
+        _mock([_mock_row(rid, t) for rid, t in rows]).to_csv(tmp_path / name / "requests-9.csv",
+                                                             index=False)
+    assert fstats.mock_rows(tmp_path)["request_id"].tolist() == ["a", "a", "b"]
+
+
 def test_timeline_bins():
     times = T0 + np.arange(0, 3, 0.25)
     client = _client(times, status=[500 if t >= T0 + 1 and t < T0 + 2 else 200 for t in times])
@@ -181,7 +276,117 @@ def test_error_burst_study(tmp_path):
         assert w.loc["during", "success_share"] == pytest.approx(0.8, abs=0.08)
         assert w.loc["before", "success_share"] == 1.0 and w.loc["after", "success_share"] == 1.0
         assert w.loc["during", "amplification"] == pytest.approx(1.0, abs=0.05)
+        # the mock's OpenAI error bodies, passed through: the client's dialect
+        assert w.loc["during", "client_dialect_share"] == 1.0
+    errors = study.requests[study.requests["error_kind"] != ""]
+    assert len(errors) and set(errors["error_body_dialect"]) == {"client"}
+    assert set(study.requests.loc[study.requests["error_kind"] == "", "error_body_dialect"]) == {""}
     run = study.runs[0]
     assert run.checks.count_match is None and run.checks.count_note
     html = build.build_report(study.path).read_text(encoding="utf-8")
     assert "When the provider fails" in html and "single run" in html
+
+
+@pytest.mark.integration  # starts two mocks, Sluice and Locust: ~50 s
+def test_failover_study_the_standby_serves_while_the_primary_fails(tmp_path):
+    from harness.run.study import run_study
+    from harness.stats.loading import load_study
+    from harness.stats.runs import _identity_problem
+    from report import build
+    config = from_profile("smoke", gateways=("direct", "sluice"), out_dir=str(tmp_path),
+                          study_id="fo", fault_scenario="failover", resilience="recommended",
+                          hold_s=10.0, max_hold_s=12.0, fault_start_s=3.0, fault_duration_s=4.0,
+                          fault_lead_s=6.0)
+    result = run_study(config, progress=lambda line: None)
+    assert result.status == "completed"
+    study = load_study(result.study_dir)
+    runs = {r.system: r for r in study.runs}
+    assert (runs["sluice"].resilience, runs["sluice"].resilience_note) == ("recommended", "")
+    assert runs["direct"].resilience == "recommended"
+    assert runs["direct"].resilience_note.startswith("the client calls the provider itself")
+    per_window, per_run = fstats.fault_summary(study)
+    assert per_run["stayed_up"].all()
+    w = per_window.set_index(["system", "window"])
+    assert w.loc[("sluice", "during"), "success_share"] >= 0.95   # failed over to the standby
+    assert w.loc[("direct", "during"), "success_share"] <= 0.05   # nothing between it and the 503s
+    assert w.loc[("sluice", "during"), "amplification"] > 1.0     # its retries, both providers' rows
+    mock = pd.read_parquet(study.run_dirs["sluice-1"] / "mock_requests.parquet")
+    assert ((mock["provider"] == "standby") & (mock["status_code"] == 200)).sum() > 0
+    assert set(pd.read_parquet(study.run_dirs["direct-1"] / "mock_requests.parquet")["provider"]) \
+        == {"primary"}
+    identity = runs["sluice"].checks.identity
+    assert identity.client_without_mock == 0 and identity.ids_seen_more_than_once > 0
+    assert "more than once" not in _identity_problem(runs["sluice"])
+    roles = set(study.samples[study.samples["run_id"] == "sluice-1"]["role"])
+    assert {"mock", "standby", "system"} <= roles
+    html = build.build_report(study.path).read_text(encoding="utf-8")
+    assert "When the provider fails" in html
+
+
+def test_error_bodies_in_the_clients_dialect_per_window():
+    times = T0 + np.arange(0, 2, 0.1)                    # 20 requests
+    status = [502] * 6 + [503] * 3 + [0] + [200] * 10
+    client = _client(times, status=status).assign(
+        error_body_dialect=["client"] * 6 + ["other"] * 3 + ["none"] + [""] * 10)
+    client.loc[9, "error_kind"] = "connection"
+    client.loc[10, ["error_kind", "error_body_dialect"]] = ["other", "none"]   # a stream cut short
+    f = fstats.window_figures(client, _mock(times), T0, T0 + 2, SET_MS)
+    # neither the connection error nor the stream cut after its 200 had an error body to judge
+    assert f["error_responses"] == 9 and f["client_dialect_share"] == pytest.approx(6 / 9)
+    assert math.isnan(fstats.window_figures(client, _mock(times), T0 + 1, T0 + 2,
+                                            SET_MS)["client_dialect_share"])   # no errors there
+    # an artifact from before the column: not judged, never a plausible 0%
+    older = client.assign(error_body_dialect=None)
+    f = fstats.window_figures(older, _mock(times), T0, T0 + 2, SET_MS)
+    assert f["error_responses"] == 0 and math.isnan(f["client_dialect_share"])
+
+
+def test_a_studys_fault_figures_per_system_and_configuration(tmp_path):
+    from synthetic import FaultRun, make_fault_study
+
+    from harness.stats.loading import load_study
+    path = make_fault_study(tmp_path, "cell", {
+        "direct": [FaultRun()],
+        # every request of the fault window reached the provider four times
+        "sluice": [FaultRun(attempts=4, fail_every=0, slow_ms=50.0, slow_after_s=3.0,
+                            resilience="recommended"),
+                   FaultRun(attempts=4, fail_every=10, dialect="other", stayed_up=False,
+                            resilience="recommended")]})
+    per_window, per_run = fstats.fault_summary(load_study(path))
+    assert set(per_window["resilience"]) == {"shipped", "recommended"}
+    during = per_window[per_window["window"] == "during"].set_index("run_id")
+    assert during.loc["sluice-1", "amplification"] == 4.0
+    assert during.loc["direct-1", "client_dialect_share"] == 1.0
+    assert during.loc["sluice-2", "client_dialect_share"] == 0.0
+    figures = fstats.system_figures(per_window, per_run).set_index("system")
+    direct, sluice = figures.loc["direct"], figures.loc["sluice"]
+    assert (direct["runs"], direct["success_during_n"], direct["success_during_mean"]) == (1, 1, 0.8)
+    assert math.isnan(direct["success_during_sd"])                       # one run: no spread
+    assert sluice["runs"] == 2 and sluice["stayed_up"] == 1 and sluice["resilience"] == "recommended"
+    assert sluice["amplification_during_mean"] == 4.0 and sluice["amplification_during_sd"] == 0.0
+    assert sluice["success_during_mean"] == pytest.approx(0.95)
+    assert sluice["recovery_s_mean"] == pytest.approx(1.5)             # 3 s and 0 s
+    assert sluice["client_dialect_during_n"] == 1                     # only run 2 had errors
+    assert sluice["rss_peak_bytes_mean"] == 40 * 2**20
+    # a study none of whose runs reached the hold: no rows, the same columns
+    none = fstats.system_figures(per_window.iloc[:0], per_run)
+    assert none.empty and list(none.columns) == list(fstats.SYSTEM_COLUMNS)
+
+
+def test_the_study_report_shows_the_dialect_share_and_the_configuration(tmp_path):
+    from synthetic import FaultRun, make_fault_study
+
+    from report.data import collect
+    from report.sections import render_section
+    runs = {"direct": [FaultRun()],
+            "sluice": [FaultRun(resilience="shipped",
+                                resilience_note="no recommended configuration declared")]}
+    html = render_section(collect(make_fault_study(tmp_path, "new", runs)), "faults")
+    assert "error bodies in the client&#39;s dialect" in html
+    assert 'title="of 20 error responses (status ≥ 400)">100%' in html
+    assert "as shipped: no recommended configuration declared" in html
+    # an artifact from before the column: the figure is missing, and says why
+    old = render_section(collect(make_fault_study(tmp_path, "old", runs,
+                                                  without_columns=("error_body_dialect",))),
+                         "faults")
+    assert 'title="not measured in artifact version 2 (requests.error_body_dialect)">—' in old

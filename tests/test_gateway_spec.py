@@ -95,3 +95,77 @@ def test_unknown_keys_and_wrong_types_name_the_file_table_and_key(tmp_path, text
     with pytest.raises(GatewaySpecError) as info:
         load_gateway_spec("x", d)
     assert str(info.value).startswith(str(d / "x" / "gateway.toml")) and message in str(info.value)
+
+
+# --- [resilience] --------------------------------------------------------------------------------
+
+STARTED = (BASE + '[start]\ncommand = ["run", "{{run_dir}}/a.conf"]\nenv = { A = "1", B = "2" }\n'
+           '[[start.files]]\ntemplate = "a.tmpl"\noutput = "a.conf"\n'
+           '[[start.files]]\ntemplate = "b.tmpl"\noutput = "b.conf"\n'
+           '[request]\nmodel = "m"\nheaders = { Authorization = "k", X = "x" }\n')
+TEMPLATES = [("a.tmpl", "a {{upstream_url}}"), ("b.tmpl", "b"),
+             ("a.recommended.tmpl", "a {{upstream_url}} {{standby_url}} {{standby_host}}:{{standby_port}}")]
+
+
+def test_recommended_replaces_files_and_merges_env_headers_and_model(tmp_path):
+    d = write(tmp_path, "x", STARTED + '[resilience.recommended]\n'
+              'files = [{ template = "a.recommended.tmpl", output = "a.conf" }]\n'
+              'headers = { X = "y", "x-config" = "{{standby_url}}" }\nenv = { B = "3" }\n'
+              'model = "m-fallbacks"\n', files=TEMPLATES)
+    spec = load_gateway_spec("x", d)
+    assert spec.configured("shipped") == (spec, "")
+    run, note = spec.configured("recommended")
+    assert note == ""
+    assert [(f.template, f.output) for f in run.start_files] == [("a.recommended.tmpl", "a.conf"),
+                                                                 ("b.tmpl", "b.conf")]
+    assert run.start_env == {"A": "1", "B": "3"} and run.model == "m-fallbacks"
+    assert run.headers == {"Authorization": "k", "X": "y", "x-config": "{{standby_url}}"}
+    assert run.request_plan().headers == run.headers and run.toml_sha256 == spec.toml_sha256
+
+
+def test_recommended_without_model_keeps_the_request_model(tmp_path):
+    d = write(tmp_path, "x", STARTED + '[resilience.recommended]\nenv = { C = "4" }\n', files=TEMPLATES)
+    run, note = load_gateway_spec("x", d).configured("recommended")
+    assert note == "" and run.model == "m" and run.start_files[0].template == "a.tmpl"
+    assert run.start_env == {"A": "1", "B": "2", "C": "4"}
+
+
+def test_unconfigurable_and_undeclared_run_as_shipped_with_the_reason(tmp_path):
+    d = write(tmp_path, "x", STARTED + '[resilience]\nunconfigurable = "it has no retries"\n',
+              files=TEMPLATES)
+    spec = load_gateway_spec("x", d)
+    assert spec.configured("recommended") == (spec, "it has no retries")
+    undeclared = STARTED.replace('"x"', '"y"')
+    plain = load_gateway_spec("y", write(tmp_path, "y", undeclared, files=TEMPLATES))
+    assert plain.configured("recommended") == (plain, "no recommended configuration declared")
+    direct = load_gateway_spec("direct")
+    assert direct.configured("recommended")[1].startswith("the client calls the provider itself")
+
+
+def test_sluice_recommends_its_resilient_template():
+    spec = load_gateway_spec("sluice")
+    run, note = spec.configured("recommended")
+    assert note == "" and [f.template for f in run.start_files] == ["resilient.toml.tmpl"]
+    assert "{{standby_url}}" in (spec.directory / "resilient.toml.tmpl").read_text()
+
+
+@pytest.mark.parametrize("text,message", [
+    ('[resilience]\nunconfigurable = "no"\n[resilience.recommended]\nmodel = "m"\n', "not both or neither"),
+    ('[resilience]\n', "not both or neither"),
+    ('[resilience]\nunconfigurable = " "\n', "say why"),
+    ('[resilience.recommended]\nfiles = [{ template = "b.tmpl", output = "c.conf" }]\n',
+     "output 'c.conf' replaces no [[start.files]] output (they are: a.conf, b.conf)"),
+    ('[resilience.recommended]\nfiles = [{ template = "gone.tmpl", output = "a.conf" }]\n',
+     "resilience.recommended.files template 'gone.tmpl' does not exist"),
+    ('[resilience.recommended]\nfiles = [{ template = "bad.tmpl", output = "a.conf" }]\n',
+     "unknown placeholder '{{standby}}'"),
+    ('[resilience.recommended]\nenv = { K = "{{nope}}" }\n', "unknown placeholder '{{nope}}'"),
+    ('[resilience.recommended]\nretries = 3\n', "[resilience.recommended] retries: unknown key"),
+    ('[resilience]\nrecomended = {}\n', "[resilience] recomended: unknown key"),
+    ('[resilience.recommended]\nheaders = { X = 1 }\n', "[resilience.recommended.headers] X: expected a string"),
+])
+def test_bad_resilience_tables_name_the_problem(tmp_path, text, message):
+    d = write(tmp_path, "x", STARTED + text, files=[*TEMPLATES, ("bad.tmpl", "{{standby}}")])
+    with pytest.raises(GatewaySpecError) as info:
+        load_gateway_spec("x", d)
+    assert str(info.value).startswith(str(d / "x" / "gateway.toml")) and message in str(info.value)

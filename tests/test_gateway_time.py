@@ -1,6 +1,7 @@
 """Time inside the system, on synthetic data: the identity and wire columns a run gets after its
 load (harness/run/measure.py), their per-run figures (harness/stats/gateway_time.py), the
 manifest types, the request ids in the bodies and the parameters."""
+import dataclasses
 import json
 import math
 from types import SimpleNamespace
@@ -47,7 +48,23 @@ def test_identity_columns_and_check_count_every_anomaly():
     assert check.ids_seen_more_than_once_ids == ("b",)
     assert check.match_rate == pytest.approx(0.25) and not check.ok
     assert "2 successful row(s) the mock never saw" in _identity_problem(
-        SimpleNamespace(checks=RunChecks(identity=check)))
+        SimpleNamespace(checks=RunChecks(identity=check), spec=None))
+
+
+def test_under_provider_faults_a_repeated_id_is_a_retry_not_an_identity_problem():
+    ids = ["a", "b"]
+    mock = _mock([_mock_row("a", T0_NS), _mock_row("a", T0_NS + 1), _mock_row("b", T0_NS + 2)])
+    _, check = measure.identity(_client(ids), mock)
+    assert check.ids_seen_more_than_once == 1 and check.amplification == 1.5 and not check.ok
+    plain = small_run_manifest("nginx-1", "nginx", 1, PHASES)
+    faulted = plain.__class__(**{**vars(plain), "spec": dataclasses.replace(
+        plain.spec, mock=dataclasses.replace(plain.spec.mock, fault_scenario="failover"))})
+    for run, problem in ((plain, "identity: 1 id(s) the mock saw more than once"), (faulted, "")):
+        assert _identity_problem(dataclasses.replace(run, checks=RunChecks(identity=check))) == problem
+    # other anomalies stay problems under faults
+    _, lost = measure.identity(_client(["a", "c"]), mock)
+    assert _identity_problem(dataclasses.replace(faulted, checks=RunChecks(identity=lost))) == \
+        "identity: 1 successful row(s) the mock never saw, 1 mock row(s) no client sent"
 
 
 def test_a_clean_join_is_ok_and_no_problem():
@@ -60,9 +77,29 @@ def test_a_clean_join_is_ok_and_no_problem():
 def test_mock_rows_before_the_load_are_left_out():
     log = _mock([_mock_row("pre", 99 * 10**9), _mock_row("a", 101 * 10**9)])
     spec = small_run_manifest("nginx-1", "nginx", 1, PHASES).spec
-    frame = measure.mock_requests(log, spec, 100.0)
+    frame = measure.mock_requests({"primary": log}, spec, 100.0)
     assert list(frame.columns) == MOCK_REQUESTS.names and frame["request_id"].tolist() == ["a"]
-    assert (frame["run_id"] == "nginx-1").all()
+    assert (frame["run_id"] == "nginx-1").all() and (frame["provider"] == "primary").all()
+
+
+def test_both_providers_rows_in_one_table_in_body_end_order():
+    primary = _mock([_mock_row("pre", 99 * 10**9), _mock_row("a", 101 * 10**9),
+                     _mock_row("c", 103 * 10**9)])
+    standby = _mock([_mock_row("a", 102 * 10**9), _mock_row("b", 104 * 10**9)])
+    spec = small_run_manifest("sluice-1", "sluice", 1, PHASES).spec
+    frame = measure.mock_requests({"primary": primary, "standby": standby}, spec, 100.0)
+    assert list(zip(frame["request_id"], frame["provider"])) == [
+        ("a", "primary"), ("a", "standby"), ("c", "primary"), ("b", "standby")]
+    _, check = measure.identity(_client(["a", "b", "c"]), frame)
+    assert check.amplification == pytest.approx(4 / 3) and check.client_without_mock == 0
+
+
+def test_a_mock_requests_file_from_before_the_standby_reads_as_primary():
+    frame = pd.DataFrame({c: ["x"] for c in MOCK_REQUESTS.names if c != "provider"})
+    for version in (1, SCHEMA_VERSION):
+        out, missing = migrate_table(frame.copy(), MOCK_REQUESTS, version, "old.parquet")
+        assert list(out.columns) == MOCK_REQUESTS.names and out["provider"].tolist() == ["primary"]
+        assert "provider" not in missing
 
 
 def test_mock_requests_table_is_the_mock_log():

@@ -15,6 +15,7 @@ from test_mock import BODY, PY, Mock, call, sse_events, stream
 
 from mocks.faults import (
     BLOCK,
+    OVERLOADED_STATUS,
     FaultError,
     FaultPlan,
     anthropic_error_body,
@@ -153,6 +154,21 @@ def test_header_syntax():
             parse_header(bad)
 
 
+def test_overloaded_kind_takes_only_a_hold():
+    f = parse_header("overloaded")
+    assert (f.kind, f.label, f.hold_ns, f.retry_after_s) == ("overloaded", "overloaded", 0, None)
+    assert parse_header("overloaded;hold_ms=5").hold_ns == 5_000_000
+    for bad in ("overloaded=503", "overloaded;status=503", "overloaded;retry_after_s=1"):
+        with pytest.raises(FaultError):
+            parse_header(bad)
+    (f,) = parse_schedule('[{"kind": "overloaded", "share": 0.5, "start_s": 1, "duration_s": 3}]')
+    assert f.record() == {"kind": "overloaded", "start_s": 1.0, "duration_s": 3.0, "share": 0.5,
+                          "hold_ms": 0.0}
+    with pytest.raises(FaultError, match=r"faults\[0\]\.status: unknown key"):
+        parse_schedule('[{"kind": "overloaded", "status": 529}]')
+    assert OVERLOADED_STATUS == {"openai": 503, "anthropic": 529}
+
+
 def _picked(plan, n):
     return [i for i in range(n) if plan.pick(0) is not None]
 
@@ -224,6 +240,27 @@ def test_status_fault(conn, path, header, status, retry_after, error_type):
         else:
             assert d["type"] == "error" and d["error"]["type"] == error_type and d["request_id"]
         assert elapsed < 2.5  # answered at once, not after the 5 s hold (unless hold_ms says so)
+
+
+@pytest.mark.integration  # a real mock process
+@pytest.mark.parametrize("path, status", [(OPENAI, 503), (ANTHROPIC, 529)])
+def test_overloaded_in_the_providers_dialect(mock, conn, path, status):
+    rid = f"overloaded-{status}"
+    body = dict(BODY, messages=[{"role": "user", "content": f"[rid:{rid}] hi"}])
+    for b in (body, dict(body, stream=True)):  # a stream request gets the same JSON error
+        got, hdrs, raw, elapsed = call(conn, "POST", path, b, {"x-mock-fault": "overloaded",
+                                                               "x-mock-latency-ms": "5000"})
+        assert got == status and hdrs["Content-Type"].startswith("application/json")
+        assert hdrs.get("Retry-After") is None and elapsed < 2.5  # at once, not after the hold
+        d = json.loads(raw)
+        if path == ANTHROPIC:
+            assert d["type"] == "error" and d["request_id"]
+            assert d["error"] == {"type": "overloaded_error", "message": "Overloaded"}
+        else:
+            assert set(d["error"]) == {"message", "type", "param", "code"}
+            assert d["error"]["type"] == "server_error" and "overloaded" in d["error"]["message"]
+    r = wait_logged(mock.stats_dir, [rid])[rid]
+    assert (r.fault, r.status_code) == ("overloaded", status)
 
 
 @pytest.mark.integration  # a real mock process

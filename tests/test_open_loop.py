@@ -94,7 +94,7 @@ def _step_rows(run_id, system, index, rate, start, added, rng, unsent=False, wai
         "ttfb_ms": math.nan, "ttft_ms": math.nan, "chunks": 0,
         "chunk_gaps_ms": [[] for _ in range(int(keep.sum()))], "stream_done": False,
         "intended_start_t_unix_s": intended[keep], "offered_rate_per_s": rate,
-        "step_index": index, "waited_for_user": waited, "request_id": "",
+        "step_index": index, "waited_for_user": waited, "request_id": "", "error_body_dialect": "",
         **{c: math.nan for c in ("mock_service_ms", "net_overhead_ms", "wire_request_path_us",
                                  "wire_response_path_us", "wire_in_gateway_us", "wire_mock_us")}})
 

@@ -92,6 +92,8 @@ def _headline(html: str) -> dict[str, dict[str, str]]:
 def _fmt(values, digits):
     """A headline cell: 'mean ± sd' (the run count is its own column, the CI in a tooltip)."""
     v = np.asarray(values, dtype=float)
+    if v.mean() != 0:   # at most four significant digits
+        digits = min(digits, max(0, 3 - int(np.floor(np.log10(abs(v.mean()))))))
     if v.size == 1:
         return f"{v[0]:.{digits}f}"
     return f"{v.mean():.{digits}f} ± {v.std(ddof=1):.{digits}f}"
@@ -146,7 +148,7 @@ def test_headline_numbers_match_a_recomputation_from_requests_parquet(syn, html)
         else:
             assert row["CPU time per request (ms)"] == "—"
     # the failed litellm run is not averaged: two completed runs
-    assert table["litellm"]["runs completed"] == "2 of 3"
+    assert table["litellm"]["runs done"] == "2/3"
     assert "slower" in table["litellm"]["vs nginx"] and table["nginx"]["vs nginx"] == "reference"
 
 
@@ -156,9 +158,9 @@ def test_headline_table_from_the_registry(syn):
     thr = [syn.expected[f"nginx-{i}"]["throughput_rps"] for i in (1, 2, 3)]
     assert t.loc["nginx", F.heading("throughput_rps")] == (
         f"{np.mean(thr):.1f} ± {np.std(thr, ddof=1):.1f}")
-    assert t.loc["litellm", "runs completed"] == "2 of 3"
+    assert t.loc["litellm", "runs done"] == "2/3"
     assert t.loc["nginx", "vs nginx"] == "reference"
-    assert "throughput: slower" in t.loc["litellm", "vs nginx"]
+    assert "req/s: slower ×0.34" in t.loc["litellm", "vs nginx"]
     assert t.loc["direct", F.heading("cpu_ms_per_request")] == "—"
     assert t.loc["nginx", F.heading("rss_peak_bytes")] == "48.0 ± 0.0"
     assert t.loc["nginx", "result"] == "capacity"
@@ -456,3 +458,34 @@ def test_compare_two_studies_where_the_keys_match(tmp_path, capsys):
     assert rows[("sluice", F.heading("overhead_vs_mock_p50_ms"))][-2] == "slower"
     assert rows[("direct", F.heading("throughput_rps"))][-2] == "no clear difference"
     assert [r[0] for r in t["compare-apart"][1:]] == ["nginx"]
+
+
+def test_who_kept_up_with_the_offered_load():
+    from types import SimpleNamespace
+
+    from harness.stats.keeping_up import keeping_up
+    from report.summary import kept_up
+    rs = pd.DataFrame([
+        {"system": "nginx", "status": "completed", "throughput_rps": 890.0, "offered_rps": 900.0},
+        {"system": "nginx", "status": "completed", "throughput_rps": 880.0, "offered_rps": 900.0},
+        {"system": "litellm", "status": "completed", "throughput_rps": 450.0, "offered_rps": 900.0},
+        {"system": "litellm", "status": "completed", "throughput_rps": 700.0, "offered_rps": 900.0},
+        {"system": "mlflow", "status": "failed", "throughput_rps": np.nan, "offered_rps": 900.0},
+        {"system": "mlflow", "status": "completed", "throughput_rps": 860.0, "offered_rps": 900.0}])
+    frame = keeping_up(rs, ["nginx", "litellm", "mlflow", "absent"]).set_index("system")
+    assert list(frame.index) == ["nginx", "litellm", "mlflow"]
+    assert frame.loc["nginx", "kept_up_runs"] == 2
+    assert frame.loc["litellm", "kept_up_runs"] == 0
+    assert frame.loc["litellm", "served_share_min"] == pytest.approx(0.5)
+    assert (frame.loc["mlflow", "completed"], frame.loc["mlflow", "kept_up_runs"]) == (1, 1)
+    data = SimpleNamespace(rs=rs, study=SimpleNamespace(
+        systems=["nginx", "litellm", "mlflow"],
+        manifest=SimpleNamespace(config=SimpleNamespace(users=1000))))
+    assert kept_up(data) == (
+        "At 1,000 users (≈ 900 req/s offered; kept up = every run served ≥ 90% of it), every "
+        "system kept up but litellm (50%) and mlflow (96%; 1 of 2 runs failed) (the worst run's "
+        "share served).")
+    # a saturation study offers no bound: nothing to say
+    assert kept_up(SimpleNamespace(rs=rs.assign(offered_rps=np.nan), study=data.study)) == ""
+    everyone = rs[rs["system"] == "nginx"]
+    assert kept_up(SimpleNamespace(rs=everyone, study=data.study)).endswith("every system kept up.")

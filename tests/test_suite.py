@@ -222,3 +222,123 @@ def test_smoke_suite_through_papermill(tmp_path):
     shutil.copytree(suite_dir, out / "copy")
     compared, apart = S.compare_suites(suite_dir, out / "copy")
     assert set(compared["cell_a"]) == {c["cell_id"] for c in by_status["completed"]} and apart.empty
+
+
+# --- the provider-fault lane across a suite ---------------------------------------------------------
+
+BIFROST = "not runnable here: the Go module proxy refuses its modules (the exact error is in gateway.toml)"
+
+
+def _fault_suite(root):
+    """A faults suite of synthetic studies: error_burst as shipped (one run each) and with the
+    recommended configurations (Sluice twice, nginx declaring none), provider_down as shipped,
+    and stalled_streams left out; bifrost is never runnable."""
+    from synthetic import FaultRun, make_fault_study
+
+    from harness.model.config import from_profile
+    not_runnable = {"bifrost": BIFROST}
+    cells = [
+        ("cell-01", "error_burst", "shipped", {
+            "direct": [FaultRun()], "nginx": [FaultRun(dialect="other")],
+            # every request of the fault window reached the provider four times
+            "sluice": [FaultRun(attempts=4, fail_every=0)]}),
+        ("cell-02", "error_burst", "recommended", {
+            "direct": [FaultRun()],
+            "nginx": [FaultRun(dialect="other",
+                               resilience_note="no recommended configuration declared")],
+            "sluice": [FaultRun(attempts=2, fail_every=50, resilience="recommended"),
+                       FaultRun(attempts=2, fail_every=25, resilience="recommended")]}),
+        ("cell-03", "provider_down", "shipped", {
+            "direct": [FaultRun(fail_every=1, dialect="none")],
+            "nginx": [FaultRun(fail_every=1, dialect="none")],
+            "sluice": [FaultRun(fail_every=1, slow_ms=30.0, slow_after_s=40.0)]}),
+    ]
+    entries = []
+    for cell_id, scenario, resilience, runs in cells:
+        make_fault_study(root, cell_id, runs, scenario, resilience, not_runnable)
+        entries.append({"cell_id": cell_id, "comparison_key": cell_id * 8, "excluded": "",
+                        "values": {"fault_scenario": scenario, "resilience": resilience},
+                        "status": "completed", "dir": cell_id, "skipped": not_runnable,
+                        "config": from_profile("faults", fault_scenario=scenario,
+                                               resilience=resilience).to_dict()})
+    entries.append({"cell_id": "cell-04", "comparison_key": "", "config": None, "dir": "",
+                    "values": {"fault_scenario": "stalled_streams", "resilience": "shipped"},
+                    "status": "excluded", "excluded": "excluded by the suite: stalled streams "
+                                                      "need streamed responses"})
+    write_json(root / "manifest.json", {
+        "suite_id": "faults-test", "name": "faults", "description": "synthetic", "profile": "faults",
+        "suite_file": "notebooks/suites/faults.toml", "suite_file_sha256": "0" * 64,
+        "suite_text": "", "axes": {"fault_scenario": [], "resilience": []}, "status": "completed",
+        "started_t_unix_s": 1.0, "ended_t_unix_s": 2.0, "cells": entries})
+    return root
+
+
+def test_fault_suite_table_per_system_and_configuration(tmp_path):
+    from report import tables
+    rows, timelines = S.fault_table(_fault_suite(tmp_path))
+    assert set(rows["scenario"]) == {"error_burst", "provider_down"}   # cell-04 has no study
+    burst = rows[rows["scenario"] == "error_burst"].set_index(["cell", "system"])
+    assert burst.loc[("cell-01", "sluice"), "amplification_during_mean"] == 4.0
+    assert burst.loc[("cell-02", "sluice"), "runs"] == 2
+    assert burst.loc[("cell-01", "bifrost"), "not_run"] == BIFROST
+    assert set(timelines["cell"]) == {"cell-01", "cell-02", "cell-03"}
+    shown = tables.fault_suite(rows[rows["scenario"] == "error_burst"], "t").frame()
+    during = F.heading("success_share", "during")
+    amp = F.heading("amplification", "during")
+    by = {(r["system"].split()[0], r["configuration"]): r for r in shown.to_dict("records")}
+    single = by[("sluice", "as shipped")]
+    assert single["runs"] == "1 run: no spread" and single[amp] == "4.00"
+    assert single[during] == "100.0%" and "±" not in single[during]
+    two = by[("sluice", "recommended")]
+    assert two["runs"] == "2 runs" and two[during] == "97.0% ± 1.4" and two[amp] == "2.00 ± 0.00"
+    shipped = by[("nginx", "as shipped: no recommended configuration declared")]
+    assert shipped[F.heading("client_dialect_share", "during")] == "0%"
+    assert by[("direct", "as shipped")][F.heading("client_dialect_share", "during")] == "100%"
+    # a system that did not run: once, with its reason (the whole of it in the tooltip)
+    (not_run,) = [r for r in shown.to_dict("records") if r["system"].startswith("bifrost")]
+    assert not_run["configuration"] == "not run" and not_run["runs"] == "0"
+    assert not_run[during] == F.DASH
+    (row,) = [r for r in tables.fault_suite(rows[rows["scenario"] == "error_burst"], "t").rows
+              if r.cells[0].main_text.startswith("bifrost")]
+    assert row.cells[1].text.startswith("not run: not runnable here: the Go module")
+    assert row.cells[1].title == BIFROST
+
+
+def test_fault_suite_sentences_come_from_the_figures(tmp_path):
+    from report.summary import fault_findings
+    rows, _ = S.fault_table(_fault_suite(tmp_path))
+    texts = [s.text for s in fault_findings(rows[rows["scenario"] == "error_burst"])]
+    assert texts == [
+        ("As shipped, highest success during the fault: sluice 100.0% (1 run: no spread); "
+         "the baseline direct: 80.0%."),
+        ("As shipped, fewest provider requests per client request during the fault: nginx 1.00 "
+         "(1 run: no spread); the baseline direct: 1.00."),
+        ("As shipped, sluice against nginx, the best other system: success during the fault "
+         "100.0% vs 80.0% (+20.0 points), provider requests per client request 4.00 vs 1.00 "
+         "(+3.00) (1 run each: no spread)."),
+        ("Recommended configurations, highest success during the fault: sluice 97.0% (n = 2); "
+         "the baseline direct: 80.0%."),
+        ("Recommended configurations, fewest provider requests per client request during the "
+         "fault: nginx (as shipped) 1.00 (1 run: no spread); the baseline direct: 1.00."),
+        ("Recommended configurations, sluice against nginx (as shipped), the best other system: "
+         "success during the fault 97.0% vs 80.0% (+17.0 points), provider requests per client "
+         "request 2.00 vs 1.00 (+1.00) (n = 2 and 1).")]
+    # a tie stays a tie
+    down = [s.text for s in fault_findings(rows[rows["scenario"] == "provider_down"])]
+    assert down[0].startswith("Highest success during the fault: nginx and sluice 0.0%")
+
+
+def test_faults_suite_report_has_one_table_per_scenario(tmp_path):
+    """Rendered without a browser: a table per scenario that ran, its plot, and the scenario
+    left out with its reason."""
+    import re
+
+    from report.suite import render_suite_html
+    html = render_suite_html(_fault_suite(tmp_path))
+    assert re.findall(r'<table id="(suite-faults-[a-z_]+)"', html) == [
+        "suite-faults-error_burst", "suite-faults-provider_down"]
+    assert html.count('alt="error_burst: success share and amplification') == 1
+    assert html.count('alt="provider_down: success share and amplification') == 1
+    assert "Scenario <code>stalled_streams</code>" in html
+    assert "cell-04 (fault_scenario = stalled_streams, resilience = shipped): excluded by the suite" in html
+    assert "1 run: no spread" in html and "not run" in html

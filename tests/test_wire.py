@@ -218,3 +218,16 @@ def test_direct_baseline_mock_side_only(tmp_path):
     assert list(df["mock_wire_us"]) == [60_100.0, 60_050.0]
     assert df["in_gateway_us"].isna().all() and df["request_path_us"].isna().all()
     assert s["join_rate"] == 1.0 and s["client_requests"] == 2
+
+
+def test_a_capture_never_started_finishes_at_once_with_its_reason(tmp_path):
+    """A run that fails before its load (a slow start, a failed pre-check) never starts the
+    capture: finishing it says so instead of failing the study."""
+    from harness.model.config import from_profile
+    from harness.model.gateway_spec import load_gateway_spec
+    from harness.model.plan import make_plan
+    from harness.run.measure import WireWindow
+    config = from_profile("smoke", gateways=["nginx"])
+    (spec,) = make_plan(config, {"nginx": load_gateway_spec("nginx")})
+    check = WireWindow(spec, tmp_path, [1, 2]).finish()
+    assert not check.captured and check.reason == "not captured: the run failed before its load"

@@ -31,6 +31,8 @@ OPEN_LOOP_MAX_RATE_PER_PROCESS = 5000.0
 # Open loop: users >= this x rate x time per request (Little's law), so the schedule does not
 # wait for a free user until latency has at least doubled.
 OPEN_LOOP_USER_HEADROOM = 2.0
+# How each system runs in a study: as shipped, or with its declared recommended resilience.
+RESILIENCE = ("shipped", "recommended")
 
 
 class ConfigError(ValueError):
@@ -82,6 +84,8 @@ class StudyConfig:
     fault_lead_s: float = 10.0           # a fault run's load starts this long after the mock (the
                                          # system's start, idle_s and the pre-check must fit), so
                                          # the mock's fault epoch is known when it starts
+    resilience: str = "shipped"          # provider-fault lane: each system "shipped" (as installed)
+                                         # or "recommended" (its declared resilience configuration)
     open_loop_rates_per_s: tuple[float, ...] = ()  # open-loop lane: offered req/s, one step each,
                                          # ascending; () = closed loop (users, ramp, think time)
     open_loop_step_s: float = 20.0       # seconds each open-loop step lasts (its measured window)
@@ -98,6 +102,7 @@ class StudyConfig:
     seed: int = 0                        # orders systems within each round of the plan
     gateways_dir: str = "gateways"       # where the system folders are (relative to the repo)
     base_port: int = 0                   # 0: any free ports; N: the mock on N, the system on N+1
+                                         # (a fault scenario's standby provider on N+2)
     topology: str = ""                   # a topology file: which host runs what
                                          # (harness/model/topology.py); "" = all on this machine
     cpu_affinity_load: str = ""          # CPUs every Locust process starts on, in taskset's list
@@ -389,6 +394,8 @@ def validate(config: StudyConfig) -> None:
     if config.fault_scenario:
         problems.extend(_fault_problems(config))
     problems.extend(_affinity_problems(config))
+    need(config.resilience in RESILIENCE,
+         f"resilience: one of {list(RESILIENCE)}, got {config.resilience!r}")
     need(bool(config.out_dir), "out_dir: must not be empty")
     if config.out_dir and not problems:
         _check_out_dir(config, problems)
@@ -438,6 +445,9 @@ def _fault_problems(config: StudyConfig) -> list[str]:
     if config.open_loop_rates_per_s:
         problems.append("fault_scenario: the fault window is placed in the closed loop's hold; "
                         "the open-loop lane has none")
+    if faults.needs_standby(config.fault_scenario) and config.base_port > 65533:
+        problems.append(f"base_port: {config.fault_scenario} starts a standby provider on base_port "
+                        f"+ 2; use at most 65533, got {config.base_port}")
     duration = faults.duration_of(config.fault_scenario, config.fault_duration_s)
     if config.fault_start_s < 0 or config.fault_duration_s < 0:
         problems.append(f"fault_start_s: the window must not be negative, got start "

@@ -10,15 +10,27 @@ Scenarios (shares are of the generation requests whose body reached the mock in 
 
 ``error_burst``      20% of requests answered 500 (the dialect's real error body) for 30 s.
 ``rate_limited``     30% answered 429 with ``Retry-After: 1`` for 30 s.
-``overloaded``       bursts of overload: 50% answered 503 for 3 s in every 10 s, over 30 s.
-                     Anthropic answers 529 when overloaded; every system here is called in the
-                     OpenAI dialect by default, so the bursts are OpenAI-dialect 503s.
+``overloaded``       bursts of overload: 50% answered "overloaded" for 3 s in every 10 s, over
+                     30 s, in the provider's dialect: 529 ``overloaded_error`` on
+                     ``/v1/messages`` (Anthropic), 503 with the OpenAI error body on
+                     ``/v1/chat/completions``.
 ``slow_tail``        10% of requests held 2 s before the response head, for 30 s.
 ``resets``           5% cut mid-response by a TCP RST (after half the body or half the
                      frames), for 30 s.
 ``stalled_streams``  5% of streams stop after half their frames and close after 10 s without
                      the rest, for 30 s; needs ``stream = true``.
 ``provider_down``    the mock closes its listener and connections: connects refused for 10 s.
+``failover``         two providers: the mock (the primary) answers every generation request
+                     503 for 30 s (the dialect's error body: OpenAI's on
+                     ``/v1/chat/completions``), while a standby (a second mock with the same
+                     settings, never faulted) stays healthy; a system configured with the
+                     standby can fail over to it.
+
+A scenario that ``needs_standby`` runs with that second mock: the harness starts it beside the
+primary (same host, its own port: ``base_port`` + 2 when ports are fixed), gives templates its
+address (``{{standby_url}}``, ``{{standby_host}}``, ``{{standby_port}}``; without a standby they
+are the primary's), samples it as the ``standby`` role and keeps its request log beside the
+primary's (the ``provider`` column of mock_requests.parquet).
 
 Importing this module starts nothing.
 """
@@ -34,6 +46,7 @@ class Scenario:
     specs: tuple[dict, ...]         # the mock's fault specs without their window
     duration_s: float               # the window's length when fault_duration_s is 0
     needs_stream: bool = False
+    needs_standby: bool = False     # a second, healthy provider runs beside the faulted one
     burst_s: float = 0.0            # > 0: each spec on for burst_s in every burst_period_s
     burst_period_s: float = 0.0
 
@@ -42,13 +55,15 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("error_burst", ({"kind": "status", "status": 500, "share": 0.2},), 30.0),
     Scenario("rate_limited", ({"kind": "status", "status": 429, "retry_after_s": 1,
                                "share": 0.3},), 30.0),
-    Scenario("overloaded", ({"kind": "status", "status": 503, "share": 0.5},), 30.0,
+    Scenario("overloaded", ({"kind": "overloaded", "share": 0.5},), 30.0,
              burst_s=3.0, burst_period_s=10.0),
     Scenario("slow_tail", ({"kind": "slow", "hold_ms": 2000, "share": 0.1},), 30.0),
     Scenario("resets", ({"kind": "reset", "share": 0.05},), 30.0),
     Scenario("stalled_streams", ({"kind": "stall", "stall_s": 10, "share": 0.05},), 30.0,
              needs_stream=True),
     Scenario("provider_down", ({"kind": "down"},), 10.0),
+    Scenario("failover", ({"kind": "status", "status": 503, "share": 1.0},), 30.0,
+             needs_standby=True),
 )}
 
 
@@ -58,6 +73,11 @@ def scenario(name: str) -> Scenario:
         return SCENARIOS[name]
     except KeyError:
         raise KeyError(f"unknown fault scenario {name!r}; choose one of {sorted(SCENARIOS)}") from None
+
+
+def needs_standby(name: str) -> bool:
+    """Whether a run with this scenario ("" = none) starts the standby provider."""
+    return bool(name) and scenario(name).needs_standby
 
 
 def duration_of(name: str, fault_duration_s: float) -> float:

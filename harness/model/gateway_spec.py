@@ -20,11 +20,15 @@ KINDS = ("baseline", "in-house", "competitor")
 # overhead is measured from; hop: the cost of one plain HTTP proxy hop, the usual reference;
 # system: any other system under test.
 ROLES = ("floor", "hop", "system")
-PLACEHOLDERS = ("port", "listen_host", "upstream_url", "upstream_host", "upstream_port", "run_dir",
-                "gateway_dir", "cache_dir", "repo_dir", "python", "workers")
+PLACEHOLDERS = ("port", "listen_host", "upstream_url", "upstream_host", "upstream_port",
+                "standby_url", "standby_host", "standby_port", "run_dir", "gateway_dir",
+                "cache_dir", "repo_dir", "python", "workers")
+# The resilience note of a system asked for its recommended configuration that declares nothing.
+NO_RECOMMENDED = "no recommended configuration declared"
 DIALECT_PATHS = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 _HEADERS = T.Table(each=T.STR)
+_FILES = T.Tables(T.Table({"template": T.STR, "output": T.STR}, required=("template", "output")))
 # The format of gateway.toml (documented in gateways/README.md).
 SCHEMA = T.Table(required=("schema_version", "name", "kind"), keys={
     "schema_version": T.INT, "name": T.STR, "kind": T.STR, "role": T.STR, "language": T.STR,
@@ -33,8 +37,7 @@ SCHEMA = T.Table(required=("schema_version", "name", "kind"), keys={
     "version": T.Table({"command": T.STRINGS, "pattern": T.STR}),
     "install": T.Table({"check": T.STRINGS, "command": T.STRINGS, "timeout_s": T.NUMBER}),
     "start": T.Table({"command": T.STRINGS, "env": T.Table(each=T.STR),
-                      "files": T.Tables(T.Table({"template": T.STR, "output": T.STR},
-                                                required=("template", "output"))),
+                      "files": _FILES,
                       "stop_signal": T.STR, "stop_timeout_s": T.NUMBER}),
     "ready": T.Table({"path": T.STR, "status": T.INT, "timeout_s": T.NUMBER,
                       "warmup_requests": T.INT}),
@@ -43,6 +46,9 @@ SCHEMA = T.Table(required=("schema_version", "name", "kind"), keys={
     "metrics": T.Table({"path": T.STR, "inflight_gauge": T.STR}),
     "features": T.Table(each=T.Table({"dialect": T.STR, "chat_path": T.STR, "model": T.STR,
                                       "headers": _HEADERS})),
+    "resilience": T.Table({"unconfigurable": T.STR,
+                           "recommended": T.Table({"files": _FILES, "headers": _HEADERS,
+                                                   "env": T.Table(each=T.STR), "model": T.STR})}),
 })
 
 
@@ -65,6 +71,17 @@ class Feature:
     chat_path: str | None = None
     model: str | None = None
     headers: dict | None = None
+
+
+@dataclass(frozen=True)
+class Recommended:
+    """[resilience.recommended]: how the system runs when a study asks for its recommended
+    resilience configuration. Each file replaces the [[start.files]] entry with its output;
+    headers and env are merged over [request]'s and [start]'s; a model replaces [request]'s."""
+    files: tuple[TemplateFile, ...] = ()
+    headers: dict = field(default_factory=dict)
+    env: dict = field(default_factory=dict)
+    model: str | None = None
 
 
 @dataclass(frozen=True)
@@ -111,10 +128,26 @@ class GatewaySpec:
     metrics_path: str = ""                   # Prometheus text endpoint on base_url, "" = none
     inflight_gauge: str = ""                 # its gauge of requests in flight (sampled each second)
     features: dict = field(default_factory=dict)  # name -> Feature ([features.NAME] tables)
+    recommended: Recommended | None = None   # [resilience.recommended]; None: none declared
+    unconfigurable: str = ""                 # [resilience] unconfigurable: why there is none
 
     @property
     def has_process(self) -> bool:
         return bool(self.start_command)
+
+    def configured(self, resilience: str) -> tuple["GatewaySpec", str]:
+        """The spec a run with this resilience setting starts, and its resilience note: "" when
+        it runs as asked, else why it runs as shipped although its recommended one was asked for."""
+        if resilience == "shipped":
+            return self, ""
+        if self.recommended is None:
+            return self, self.unconfigurable or NO_RECOMMENDED
+        r = self.recommended
+        replaced = {f.output: f for f in r.files}
+        return dataclasses.replace(
+            self, start_files=tuple(replaced.get(f.output, f) for f in self.start_files),
+            start_env={**self.start_env, **r.env}, headers={**self.headers, **r.headers},
+            model=self.model if r.model is None else r.model), ""
 
     def request_plan(self, feature: str = "") -> RequestPlan:
         """The requests of a run with `feature` ("" = [request] as declared)."""
@@ -210,12 +243,15 @@ def _load_folder(name: str, gateways_dir: Path) -> GatewaySpec:
         metrics_path=metrics.get("path", ""),
         inflight_gauge=metrics.get("inflight_gauge", ""),
         features=_features(data.get("features", {}), path),
+        **_resilience(data.get("resilience"), start, path),
     )
     if spec.runnable and not spec.has_process and "{{port}}" in spec.base_url:
         raise GatewaySpecError(f"{path}: request.base_url uses {{{{port}}}} but [start] starts nothing")
-    for tf in spec.start_files:
-        if not (spec.directory / tf.template).is_file():
-            raise GatewaySpecError(f"{path}: start.files template {tf.template!r} does not exist")
+    for where, files in (("start.files", spec.start_files),
+                         ("resilience.recommended.files", spec.recommended.files if spec.recommended else ())):
+        for tf in files:
+            if not (spec.directory / tf.template).is_file():
+                raise GatewaySpecError(f"{path}: {where} template {tf.template!r} does not exist")
     _check_placeholders(spec, path)
     return spec
 
@@ -233,13 +269,42 @@ def _features(table: dict, path: Path) -> dict:
     return features
 
 
+def _resilience(table: dict | None, start: dict, path: Path) -> dict:
+    """GatewaySpec's recommended and unconfigurable fields from [resilience] (its keys and types
+    already checked against SCHEMA)."""
+    if table is None:
+        return {}
+    if ("unconfigurable" in table) == ("recommended" in table):
+        raise GatewaySpecError(f"{path}: [resilience] needs either unconfigurable (one sentence: "
+                               "why) or [resilience.recommended], not both or neither")
+    if "unconfigurable" in table:
+        if not table["unconfigurable"].strip():
+            raise GatewaySpecError(f"{path}: [resilience] unconfigurable: say why, in one sentence")
+        return {"unconfigurable": table["unconfigurable"]}
+    r = table["recommended"]
+    outputs = [f["output"] for f in start.get("files", [])]
+    for f in r.get("files", []):
+        if f["output"] not in outputs:
+            raise GatewaySpecError(f"{path}: [resilience.recommended] files: output {f['output']!r} "
+                                   f"replaces no [[start.files]] output (they are: "
+                                   f"{', '.join(outputs) or 'none'})")
+    return {"recommended": Recommended(
+        files=tuple(TemplateFile(f["template"], f["output"]) for f in r.get("files", [])),
+        headers=dict(r.get("headers", {})), env=dict(r.get("env", {})), model=r.get("model"))}
+
+
 def _check_placeholders(spec: GatewaySpec, path: Path) -> None:
     texts = [*spec.install_check, *spec.install_command, *spec.start_command, *spec.version_command,
              *spec.start_env.values(), *spec.headers.values(), spec.base_url, spec.chat_path,
              spec.ready_path]
     for f in spec.features.values():
         texts += [f.chat_path or "", *(f.headers or {}).values()]
-    texts += [(spec.directory / tf.template).read_text() for tf in spec.start_files]
+    files = spec.start_files
+    if spec.recommended is not None:
+        r = spec.recommended
+        texts += [*r.headers.values(), *r.env.values()]
+        files += r.files
+    texts += [(spec.directory / tf.template).read_text() for tf in files]
     for text in texts:
         for match in _PLACEHOLDER.finditer(text):
             if match.group(1) not in PLACEHOLDERS:

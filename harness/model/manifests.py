@@ -186,6 +186,8 @@ class RunManifest:
     status: str                             # running | completed | failed | interrupted
     reason: str = ""
     kind: str = ""
+    resilience: str = "shipped"             # the configuration asked for: shipped | recommended
+    resilience_note: str = ""               # why it ran as shipped ("" when it ran as asked)
     version: str = ""                       # the system's version, read back from it
     mock_version: str = ""
     locust_version: str = ""

@@ -120,6 +120,8 @@ _ALL: tuple[Metric, ...] = (
     _m("amplification", "provider requests per client request", "x", "lower", 2),
     _m("added_p50_ms", "added p50", "ms", "lower", 2, near_zero=True),
     _m("added_p99_ms", "added p99", "ms", "lower", 2, near_zero=True),
+    _m("client_dialect_share", "error bodies in the client's dialect", "%", "higher", 0,
+       scale=0.01, words=("more in the client's dialect", "fewer in the client's dialect")),
     _m("recovery_s", "time to recover", "s", "lower", 0),
     _m("partial_streams", "partial streams", "", "lower", 0, words=_ERR),
 )

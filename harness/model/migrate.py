@@ -10,7 +10,9 @@ Version 1 → 2:
   file may lack some. They are added holding missing values (NaN, or None for other types:
   never a plausible measurement) and reported, so a reader can say "not measured in this
   artifact version". Version 2 files hold every column, except those ``schema.ADDED_IN_V2``
-  names (added before version 2 was released), which are treated the same way.
+  names (added before version 2 was released), which are treated the same way. A column whose
+  value before it existed is known (``schema.KNOWN_BEFORE``: mock_requests' ``provider`` was
+  always ``primary``) is added holding that value instead, and not reported.
 * mock_stats.json: unchanged.
 """
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.model.gateway_spec import folder_of
-from harness.model.schema import ADDED_IN_V2, SCHEMA_VERSION, Table, missing_value
+from harness.model.schema import ADDED_IN_V2, KNOWN_BEFORE, SCHEMA_VERSION, Table, missing_value
 
 
 class TableFormatError(ValueError):
@@ -59,6 +61,7 @@ def table(frame: pd.DataFrame, spec: Table, version: int,
         raise TableFormatError(f"{source}: missing columns {list(missing)} of schema version "
                                f"{version} (artifacts/README.md)")
     for name in missing:
-        frame[name] = pd.Series([missing_value(spec.column(name))] * len(frame), index=frame.index,
+        value = KNOWN_BEFORE.get((spec.name, name), missing_value(spec.column(name)))
+        frame[name] = pd.Series([value] * len(frame), index=frame.index,
                                 dtype="float64" if spec.column(name).type == "float64" else object)
-    return frame[spec.names], missing
+    return frame[spec.names], tuple(n for n in missing if (spec.name, n) not in KNOWN_BEFORE)

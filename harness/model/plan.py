@@ -82,8 +82,11 @@ class RunSpec:
     comparison_key: str
     mock_port: int = 0        # 0: any free port (ports do not change what runs: not in the key)
     system_port: int = 0
+    standby_port: int = 0     # the standby provider's, when the fault scenario needs one
     topology: Topology = field(default_factory=local_topology)  # which host runs what
     wire: WireSettings = field(default_factory=WireSettings)
+    resilience: str = "shipped"  # shipped | recommended: the configuration the system is asked
+                                 # to run with (the study's setting)
     affinity: CpuAffinity = field(default_factory=CpuAffinity)  # CPUs per role ("" = any)
 
     def to_dict(self) -> dict:
@@ -92,7 +95,7 @@ class RunSpec:
 
 def comparison_key(system: str, load: LoadShape, mock: MockSettings, gateway_workers: int,
                    gateway_toml_sha256: str, topology: Topology | None = None,
-                   affinity: CpuAffinity | None = None) -> str:
+                   resilience: str = "shipped", affinity: CpuAffinity | None = None) -> str:
     """SHA-256 of the run's full configuration. Runs with equal keys ran the same thing; the
     run index, round and position are deliberately left out so repeated runs share a key."""
     mock_settings = dataclasses.asdict(mock)
@@ -102,6 +105,8 @@ def comparison_key(system: str, load: LoadShape, mock: MockSettings, gateway_wor
                "gateway_workers": gateway_workers, "gateway_toml_sha256": gateway_toml_sha256}
     if topology is not None and topology.source:  # runs on one machine keep their earlier keys
         payload["topology"] = topology.key()
+    if resilience != "shipped":  # runs as shipped keep their earlier keys
+        payload["resilience"] = resilience
     if affinity is not None and affinity.is_set():  # unpinned runs keep their earlier keys
         payload["affinity"] = dataclasses.asdict(affinity)
     canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
@@ -142,6 +147,7 @@ def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec]) -> list[RunSpe
                         snaplen_bytes=config.wire_snaplen_bytes)
     pins = CpuAffinity(load=config.cpu_affinity_load, mock=config.cpu_affinity_mock,
                        system=config.cpu_affinity_system)
+    standby = faults.needs_standby(config.fault_scenario)
     rng = random.Random(config.seed)
     plan = []
     for round_index in range(1, config.runs_per_gateway + 1):
@@ -159,7 +165,9 @@ def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec]) -> list[RunSpe
                 ready_timeout_s=max(config.ready_timeout_s, spec.ready_timeout_s),
                 gateway_toml_sha256=spec.toml_sha256, seed=config.seed,
                 comparison_key=comparison_key(system, load, mock, config.gateway_workers,
-                                              spec.toml_sha256, topology, pins), topology=topology,
-                mock_port=config.base_port, system_port=config.base_port + 1 if config.base_port else 0,
-                wire=wire, affinity=pins))
+                                              spec.toml_sha256, topology, config.resilience, pins),
+                topology=topology, mock_port=config.base_port,
+                system_port=config.base_port + 1 if config.base_port else 0,
+                standby_port=config.base_port + 2 if config.base_port and standby else 0,
+                wire=wire, resilience=config.resilience, affinity=pins))
     return plan

@@ -166,14 +166,20 @@ REQUESTS = Table("requests", "requests.parquet", (
     _c("wire_mock_us", "float64", "µs",
        "from the capture: first byte of the mock's response − last byte of the request it got "
        "(for the direct baseline the only wire figure)", raw=False),
+    _c("error_body_dialect", "string", "",
+       "a failed request's body, judged on its first 16 KiB: `client` (the error shape of the "
+       "client's dialect: OpenAI `{\"error\": {\"message\", \"type\"}}`, Anthropic "
+       "`{\"type\": \"error\", \"error\": {\"type\", \"message\"}}`), `other` (JSON of "
+       "another shape), `none` (empty, not JSON, or no response); `\"\"` for a success"),
 ))
 
 SAMPLES = Table("samples", "samples.parquet", (
     _c("run_id", "string", "", "the run", raw=False),
     _c("system", "string", "", "the run's system under test", raw=False),
     _c("t_unix_s", "float64", "s since the Unix epoch", "sample time"),
-    _c("role", "string", "", "`system` (the system under test), `mock`, `locust`, `capture` "
-       "(tcpdump, during the wire capture), `machine`"),
+    _c("role", "string", "", "`system` (the system under test), `mock`, `standby` (the "
+       "standby provider, when the fault scenario has one), `locust`, `capture` (tcpdump, "
+       "during the wire capture), `machine`"),
     _c("pid_count", "int32", "processes", "processes in the role's tree at that moment"),
     _c("rss_bytes", "int64", "bytes",
        "resident memory summed over the role's whole process tree (for `machine`: used memory)"),
@@ -196,6 +202,10 @@ SAMPLES = Table("samples", "samples.parquet", (
 MOCK_REQUESTS = Table("mock_requests", "mock_requests.parquet", (
     _c("run_id", "string", "", "the run", raw=False),
     _c("system", "string", "", "the run's system under test", raw=False),
+    _c("provider", "string", "",
+       "the mock that served it: `primary`, or `standby` (the second mock a fault scenario "
+       "such as `failover` starts); an artifact from before the column reads as `primary`",
+       raw=False),
     _c("request_id", "string", "",
        "the load generator's id (last `[rid:<id>]` in the body, else `x-request-id`); "
        "`\"\"` when none was found"),
@@ -221,12 +231,17 @@ MOCK_REQUESTS = Table("mock_requests", "mock_requests.parquet", (
 
 TABLES = {t.name: t for t in (REQUESTS, SAMPLES, MOCK_REQUESTS)}
 
-# Columns version 2 gained before its release: a version-2 file written earlier lacks them and is
-# read with them missing (migrate.table), as version-1 files are.
+# Columns version 2 gained after its first files were written: a version-2 file written earlier
+# lacks them and is read with them missing (migrate.table), as version-1 files are.
 ADDED_IN_V2 = {
     "requests": ("request_id", "mock_service_ms", "net_overhead_ms", "wire_request_path_us",
-                 "wire_response_path_us", "wire_in_gateway_us", "wire_mock_us"),
+                 "wire_response_path_us", "wire_in_gateway_us", "wire_mock_us",
+                 "error_body_dialect"),
+    "mock_requests": ("provider",),
 }
+# Columns whose value before they existed is known, not missing: (table, column) -> that value.
+# Before the standby provider, every mock row came from the one mock.
+KNOWN_BEFORE = {("mock_requests", "provider"): "primary"}
 
 
 def missing_value(column: Column):

@@ -38,6 +38,44 @@ DIALECTS = {
                          unary_marker='"content"'),
 }
 
+# A failed request's body, as the load generator judges it (at most this many bytes of it): in
+# the error shape of the client's dialect, JSON of another shape, or no JSON at all (empty, text,
+# HTML, or no response).
+ERROR_BODY_PREFIX_BYTES = 16 * 1024
+ERROR_BODY_CLASSES = ("client", "other", "none")
+
+
+def _openai_error(doc) -> bool:
+    """``{"error": {"message": str, "type": ...}}``; Anthropic's marker ``"type": "error"`` is
+    another dialect's body, even though its ``error`` has the same two keys."""
+    error = doc.get("error")
+    return (doc.get("type") != "error" and isinstance(error, dict)
+            and isinstance(error.get("message"), str) and "type" in error)
+
+
+def _anthropic_error(doc) -> bool:
+    """``{"type": "error", "error": {"type": str, "message": str}}``."""
+    error = doc.get("error")
+    return (doc.get("type") == "error" and isinstance(error, dict)
+            and isinstance(error.get("type"), str) and isinstance(error.get("message"), str))
+
+
+ERROR_SHAPES = {"openai": _openai_error, "anthropic": _anthropic_error}
+
+
+def error_body_dialect(dialect: str, body: bytes | None) -> str:
+    """One of ERROR_BODY_CLASSES for a failed request's body, judged on its first
+    ERROR_BODY_PREFIX_BYTES: a JSON body cut there is too long for an error of the dialect
+    ("other")."""
+    head = (body or b"")[:ERROR_BODY_PREFIX_BYTES]
+    try:
+        doc = json.loads(head)
+    except ValueError:   # not JSON, not UTF-8, empty, or cut at the prefix
+        cut = len(body or b"") > ERROR_BODY_PREFIX_BYTES and head.lstrip()[:1] in (b"{", b"[")
+        return "other" if cut else "none"
+    return "client" if isinstance(doc, dict) and ERROR_SHAPES[dialect](doc) else "other"
+
+
 SYSTEM_PROMPT = "You are a helpful assistant."
 _WORDS = ("def", "return", "self", "value", "config", "request", "response", "import", "class",
           "for", "in", "if", "else", "None", "True", "False", "items", "result", "error", "path",

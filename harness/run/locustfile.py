@@ -20,6 +20,7 @@ from gevent.event import AsyncResult
 from locust import FastHttpUser, LoadTestShape, constant, events, task
 
 from harness.model.schema import REQUESTS
+from harness.run.bodies import ERROR_BODY_PREFIX_BYTES, error_body_dialect
 
 SETTINGS = json.load(open(os.environ["SLUICE_LOAD_FILE"]))
 # The topology's name for this host (harness/load.py sets it); pids are unique only per host.
@@ -29,6 +30,7 @@ STREAM = SETTINGS["stream"]
 CONTENT_FRAME = re.compile(SETTINGS["content_frame"].encode())
 DONE_FRAME = re.compile(SETTINGS["done_frame"].encode())
 UNARY_MARKER = SETTINGS["unary_marker"].encode()
+DIALECT = SETTINGS["dialect"]
 # Built by the harness (harness/bodies.py) from the run's dialect, size and seed.
 with open(SETTINGS["body_file"], "rb") as _f:
     _body = _f.read()
@@ -48,6 +50,13 @@ def _identified():
     """(request id, headers, body) of the next request."""
     rid = _RID_PREFIX + str(next(_SEQ))
     return rid, {"x-request-id": rid, **_headers}, _BODY_HEAD + rid.encode() + _BODY_TAIL
+
+
+def _judge_error_body(resp, body):
+    """A failed request's body, judged against the client's dialect, into its row."""
+    resp.request_meta["context"]["error_body_dialect"] = error_body_dialect(DIALECT, body)
+
+
 _overhead_header = SETTINGS["self_overhead_header"]
 _overhead_scale = SETTINGS["self_overhead_scale_ms"]
 
@@ -200,7 +209,9 @@ def on_request(request_type, name, response_time, response_length, response=None
         "chunk_gaps_ms": timing.get("chunk_gaps_ms", ""), "stream_done": timing.get("done", ""),
         "intended_start_t_unix_s": f"{slot[0]:.6f}" if slot[0] != "" else "",
         "offered_rate_per_s": slot[2], "step_index": slot[1], "waited_for_user": slot[3],
-        "request_id": (context or {}).get("request_id", "")})
+        "request_id": (context or {}).get("request_id", ""),
+        # a failure the task did not judge (a stream cut short, no response) had no error body
+        "error_body_dialect": (context or {}).get("error_body_dialect", "none") if kind else ""})
     ROWS.maybe_flush(time.monotonic())
 
 
@@ -246,8 +257,10 @@ class ChatUser(FastHttpUser):
                                   catch_response=True, name="chat",
                                   context={"request_id": rid}) as resp:
                 if resp.status_code != 200:
+                    _judge_error_body(resp, resp.content)
                     resp.failure(f"HTTP {resp.status_code}")
                 elif not resp.content or UNARY_MARKER not in resp.content:
+                    _judge_error_body(resp, resp.content)
                     resp.failure("HTTP 200 without a chat completion body")
         except GreenletExit:
             ROWS.killed_inflight += 1
@@ -266,7 +279,11 @@ class ChatUser(FastHttpUser):
             resp.request_meta["context"] = {**resp.request_meta.get("context", {}),
                                             "stream": timing}
             if resp.status_code != 200:
-                resp._response.read()  # drain the error body: the connection stays usable
+                raw = resp._response  # None when no response arrived (a connection error)
+                head = raw.read(ERROR_BODY_PREFIX_BYTES) if raw is not None else b""
+                _judge_error_body(resp, head)
+                while raw is not None and raw.read(1 << 16):  # drain: the connection stays usable
+                    pass
                 resp.failure(f"HTTP {resp.status_code}")
                 return
             arrivals, size = [], 0

@@ -99,6 +99,8 @@ class WireWindow:
 
     def finish(self) -> WireCheck:
         """Stop (if still capturing) and say what was captured."""
+        if self._thread.ident is None:   # never started: the run failed before its load
+            return WireCheck(captured=False, reason="not captured: the run failed before its load")
         self._done.set()
         self._thread.join(timeout=30.0)
         if self._thread.is_alive():  # never leave tcpdump behind
@@ -117,12 +119,17 @@ class WireWindow:
 
 # --- after the run ------------------------------------------------------------------------------
 
-def mock_requests(log: pd.DataFrame, spec: RunSpec, load_start_t_unix_s: float) -> pd.DataFrame:
-    """The mock's log rows of the load (the pre-check and warm-up requests came before it)."""
+def mock_requests(logs: dict[str, pd.DataFrame], spec: RunSpec,
+                  load_start_t_unix_s: float) -> pd.DataFrame:
+    """The providers' log rows of the load (the pre-check and warm-up requests came before it),
+    in body-end order; ``logs``: provider (primary, standby) -> its request log."""
+    log = pd.concat([frame.assign(provider=name) for name, frame in logs.items()],
+                    ignore_index=True).sort_values("body_end_t_unix_ns", kind="stable")
     if not math.isnan(load_start_t_unix_s):
         log = log[log["body_end_t_unix_ns"] >= int(load_start_t_unix_s * 1e9)]
-    return stored_frame(MOCK_REQUESTS, log.reset_index(drop=True), run_id=spec.run_id,
-                        system=spec.system)
+    log = log.reset_index(drop=True)
+    return stored_frame(MOCK_REQUESTS, log, run_id=spec.run_id, system=spec.system,
+                        provider=log["provider"].to_numpy())
 
 
 def write_mock_requests(run_dir: Path, frame: pd.DataFrame) -> None:

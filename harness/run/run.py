@@ -13,6 +13,7 @@ from typing import Callable
 from urllib.parse import urlparse
 
 import mocks
+from harness.model import faults
 from harness.model.gateway_spec import GatewaySpec
 from harness.model.manifests import (
     HostSnapshot,
@@ -84,10 +85,12 @@ def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
         shutil.rmtree(run_dir)  # an earlier, unfinished attempt of this run
     run_dir.mkdir(parents=True)
     before = hosts.read_all(spec.topology, hosts.facts)
+    gateway, resilience_note = gateway.configured(spec.resilience)
     manifest = RunManifest(
         run_id=spec.run_id, system=spec.system, run_index=spec.run_index, round=spec.round,
         position=spec.position, comparison_key=spec.comparison_key, spec=spec, status="running",
-        kind=gateway.kind, version=version, mock_version=mocks.__version__,
+        kind=gateway.kind, resilience=spec.resilience, resilience_note=resilience_note,
+        version=version, mock_version=mocks.__version__,
         locust_version=_locust_version(), started_t_unix_s=time.time(),
         host_before=snapshot_of(host_snapshot()),
         hosts={name: RunHost(address=h["address"], prefix=tuple(h["prefix"]),
@@ -97,7 +100,7 @@ def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
     topology = spec.topology
     here = next((h.name for h in topology.hosts if h.local), "controller")
     sampler = Sampler(run_dir / "raw" / "samples.csv", host=here)
-    mock = system = locust = wire_window = None
+    mock = standby = system = locust = wire_window = None
     wire_check = WireCheck(captured=False, reason=measure.capture_not_possible(spec)
                            or "not captured: the run ended before its load")
     workers: list = []
@@ -114,10 +117,17 @@ def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
                           fault_seed=spec.mock.fault_seed,
                           fault_epoch_unix_s=load_at + spec.load.warmup_s + spec.load.ramp_s,
                           cpus=spec.affinity.mock)
+        if faults.needs_standby(spec.mock.fault_scenario):  # the same provider, never faulted
+            standby = start_mock(run_dir, spec.mock.latency_ms, spec.mock.workers,
+                                 spec.mock.response_tokens, port=spec.standby_port,
+                                 stream_chunks=spec.mock.stream_chunks,
+                                 chunk_delay_ms=spec.mock.chunk_delay_ms,
+                                 host=topology.host(topology.mock), name="mock-standby",
+                                 cpus=spec.affinity.mock)
         system = start_system(gateway, run_dir, mock.url, mock.port, spec.gateway_workers,
                               spec.ready_timeout_s, port=spec.system_port,
                               host=topology.host(topology.system), upstream_host=mock.address,
-                              feature=spec.load.feature, cpus=spec.affinity.system)
+                              feature=spec.load.feature, standby=standby, cpus=spec.affinity.system)
         target = system.target
         manifest = replace(manifest, ready_s=round(system.ready_s, 3), request=RequestInfo(
             feature=spec.load.feature, dialect=target.dialect, chat_path=target.chat_path,
@@ -132,6 +142,8 @@ def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
             sampler.watch("system", lambda: [system.process.pid], inflight)
         if topology.host(topology.mock).local:
             sampler.watch("mock", lambda: [mock.process.pid])
+            if standby is not None:
+                sampler.watch("standby", lambda: [standby.process.pid])
         if any(topology.host(h).local for h in (topology.locust_master,
                                                  *(w.host for w in topology.locust_workers))):
             sampler.watch("locust", lambda: [p.pid for p in (locust, *workers) if p is not None
@@ -153,7 +165,8 @@ def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
                       dialect=target.dialect)
         check = pre_check(target.base_url, target.chat_path, target.model, target.headers,
                           mock.stats_dir, spec.load.request_timeout_s, dialect=target.dialect,
-                          request_bytes=spec.load.request_bytes)
+                          request_bytes=spec.load.request_bytes,
+                          standby_stats_dir=standby.stats_dir if standby else None)
         baseline_stats = check.pop("_snapshot")
         manifest = replace(manifest, checks=RunChecks(pre_request=PreRequestCheck(**check)))
         if check["problem"] or not check["mock_saw_it"]:
@@ -205,14 +218,14 @@ def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
             wire_check = wire_window.finish()
         sampler.stop()  # first: samples describe live processes, never ones being torn down
         for proc in (*remote_samplers, locust, *workers, system.process if system else None,
-                     mock.process if mock else None):
+                     mock.process if mock else None, standby.process if standby else None):
             if proc is not None:
                 proc.stop()
         after = hosts.read_all(topology)
         manifest = replace(manifest, host_after=snapshot_of(host_snapshot()),
                            hosts={name: replace(h, after=after.get(name, {}))
                                   for name, h in manifest.hosts.items()})
-        manifest = _finish(manifest, spec, run_dir, mock, baseline_stats, status, reason,
+        manifest = _finish(manifest, spec, run_dir, mock, standby, baseline_stats, status, reason,
                            wire_check, _port_of(system.target.base_url) if system else None)
     return RunRecord(spec.run_id, spec.system, spec.run_index, manifest.status, manifest.reason,
                      run_dir, spec.comparison_key, manifest.started_t_unix_s,
@@ -227,16 +240,18 @@ def write_manifest(run_dir: Path, manifest: RunManifest) -> None:
     write_atomic(run_dir / "manifest.json", manifest.to_json())
 
 
-def _finish(manifest: RunManifest, spec: RunSpec, run_dir: Path, mock, baseline_stats,
+def _finish(manifest: RunManifest, spec: RunSpec, run_dir: Path, mock, standby, baseline_stats,
             status: str, reason: str, wire_check: WireCheck, gateway_port: int | None) -> RunManifest:
     """Whatever happened, turn what was written into artifacts and seal the manifest."""
     if manifest.phases == Phases():  # the load did not end normally: keep what the shape recorded
         manifest = replace(manifest, phases=Phases(**load_stage.read_phases(run_dir)))
     mock_rows, identity_reason = None, "the mock did not start"
     if mock is not None:
+        providers = {"primary": mock, **({"standby": standby} if standby is not None else {})}
         try:
-            mock_rows = measure.mock_requests(read_request_log(mock.stats_dir), spec,
-                                              manifest.phases.t("warmup_start"))
+            mock_rows = measure.mock_requests(
+                {name: read_request_log(p.stats_dir) for name, p in providers.items()}, spec,
+                manifest.phases.t("warmup_start"))
             measure.write_mock_requests(run_dir, mock_rows)
         except Exception as exc:  # the rows stay; the identity figures are missing, with why
             identity_reason = f"the mock's request log is not readable: {type(exc).__name__}: {exc}"
@@ -319,6 +334,8 @@ def _remote_roles(spec: RunSpec, has_system: bool) -> dict[str, dict[str, list[s
     roles: dict[str, dict[str, list[str]]] = {h.name: {} for h in topology.hosts if not h.local}
     placed = [(topology.mock, "mock", "mock"), (topology.locust_master, "locust", "locust-master"),
               *((host, "locust", label) for host, label in load_stage.worker_labels(spec))]
+    if faults.needs_standby(spec.mock.fault_scenario):
+        placed.append((topology.mock, "standby", "mock-standby"))
     if has_system:
         placed.append((topology.system, "system", "system"))
     for host, role, label in placed:

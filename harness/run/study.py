@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.model import config as config_mod
+from harness.model import faults
 from harness.model.config import ConfigError, StudyConfig
 from harness.model.gateway_spec import (
     GatewaySpec,
@@ -66,7 +67,10 @@ def prepare(config: StudyConfig) -> tuple[StudyConfig, dict[str, GatewaySpec], l
                 problems.append(f"gateways: {name} needs {missing!r}, which is not installed "
                                 f"(not on PATH and no [install] step); install it or leave {name} out")
     if config.base_port:
-        for port, role in ((config.base_port, "the mock"), (config.base_port + 1, "the system under test")):
+        ports = [(config.base_port, "the mock"), (config.base_port + 1, "the system under test")]
+        if faults.needs_standby(config.fault_scenario):
+            ports.append((config.base_port + 2, "the standby provider"))
+        for port, role in ports:
             if port_in_use(port):
                 problems.append(f"base_port: port {port} (for {role}) is already in use on 127.0.0.1; "
                                 f"stop what listens there or choose another base_port (0 = any free port)")

@@ -47,6 +47,7 @@ from harness.model.roles import FLOOR, Roles
 from harness.run.store import read_json, sha256_file, write_json
 from harness.run.study import prepare
 from harness.stats.across import describe, system_summary, verdict
+from harness.stats.faults import fault_summary, fault_timelines, system_figures
 from harness.stats.loading import Study, load_study
 from harness.stats.open_loop import open_loop_capacity, open_loop_steps
 from harness.stats.runs import run_summary
@@ -374,6 +375,68 @@ def suite_table(suite_dir: str | Path) -> pd.DataFrame:
                 row.update({f"{m}_{k}": d[k] for k in ("n", "mean", "sd")})
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+# Axes every fault table shows in its own columns: the others label a row's configuration.
+FAULT_AXES = ("fault_scenario", "resilience")
+
+
+def cell_scenario(entry: dict) -> str:
+    """The fault scenario of a suite manifest's cell ("" for a healthy provider)."""
+    return ((entry.get("config") or {}).get("fault_scenario")
+            or entry["values"].get("fault_scenario", ""))
+
+
+def fault_table(suite_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The provider-fault lane across a suite. First, one row per fault cell that has a study and
+    per system of it: ``cell``, ``scenario``, ``asked`` (the cell's resilience setting),
+    ``axes`` (its other axis values), ``system``, ``kind``, ``role``, ``not_run`` (why a system
+    has no fault run that reached the hold; "" when it has), ``dialect_missing`` (why the
+    artifact judged no error body; "" when it did) and harness.stats.faults.system_figures'
+    columns (NaN for a system that did not run). Second, every fault run's 1-s timeline with its
+    cell, scenario and ``asked``. Cells left out or without a study have no rows: the suite
+    manifest says why."""
+    suite_dir = Path(suite_dir)
+    manifest = read_json(suite_dir / "manifest.json")
+    rows, lines = [], []
+    for entry in manifest["cells"]:
+        study_dir = suite_dir / entry["dir"] if entry.get("dir") else None
+        if (not cell_scenario(entry) or study_dir is None
+                or not (study_dir / "manifest.json").is_file()):
+            continue
+        study = load_study(study_dir)
+        per_window, per_run = fault_summary(study)
+        figures = system_figures(per_window, per_run).set_index("system")
+        where = {"cell": entry["cell_id"], "scenario": cell_scenario(entry),
+                 "asked": study.manifest.config.resilience,
+                 "axes": ", ".join(f"{k} = {_show(v)}" for k, v in entry["values"].items()
+                                   if field_of(k) not in FAULT_AXES)}
+        missing = study.not_measured("requests", "error_body_dialect")
+        for system in study.systems:
+            meta = study.manifest.systems.get(system)
+            row = {**where, "system": system, "kind": meta.kind if meta else "",
+                   "role": meta.role if meta else "", "not_run": "", "dialect_missing": missing}
+            if system in figures.index:
+                row.update(figures.loc[system].to_dict())
+            else:
+                row["not_run"] = _why_not_run(study, system, (entry.get("skipped") or {}))
+            rows.append(row)
+        timelines = fault_timelines(study, per_run)
+        if len(timelines):
+            lines.append(timelines.assign(**{k: where[k] for k in ("cell", "scenario", "asked")}))
+    return (pd.DataFrame(rows),
+            pd.concat(lines, ignore_index=True) if lines else pd.DataFrame())
+
+
+def _why_not_run(study: Study, system: str, skipped: dict) -> str:
+    meta = study.manifest.systems.get(system)
+    if meta is not None and not meta.runnable:
+        return meta.not_runnable_reason or skipped.get(system, "") or "not runnable here"
+    runs = [r for r in study.runs if r.system == system]
+    if runs:
+        why = runs[0].reason or "no reason recorded"
+        return f"no run reached the hold ({runs[0].status}: {why})"
+    return skipped.get(system, "") or "no runs"
 
 
 def compare_suites(a_dir: str | Path, b_dir: str | Path,

@@ -109,14 +109,16 @@ class MockHandle:
 def start_mock(run_dir: Path, latency_ms: float, workers: int, response_tokens: int,
                ready_timeout_s: float = 20.0, port: int = 0, stream_chunks: int = 20,
                chunk_delay_ms: float = 20.0, host: Host | None = None, faults: str = "",
-               fault_seed: int = 0, fault_epoch_unix_s: float = 0.0, cpus: str = "") -> MockHandle:
+               fault_seed: int = 0, fault_epoch_unix_s: float = 0.0,
+               name: str = "mock", cpus: str = "") -> MockHandle:
     """host: where it runs (None: this machine at 127.0.0.1); it listens on the host's address.
     faults: a fault schedule (JSON list, times after ``fault_epoch_unix_s``; "" = none), also
-    written with its seed and epoch to the run's faults.json. cpus: the CPUs it starts on
-    (taskset's list; "" = any)."""
+    written with its seed and epoch to the run's faults.json. name: its stats directory
+    (``<name>-stats``), log and pid file in the run directory (``mock-standby``: the standby).
+    cpus: the CPUs it starts on (taskset's list; "" = any)."""
     host = host or LOCALHOST
     port = port or free_port()
-    stats_dir = run_dir / "mock-stats"
+    stats_dir = run_dir / f"{name}-stats"
     stats_dir.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "mocks.server", "--host", host.address, "--port", str(port),
             "--latency-ms", str(latency_ms), "--workers", str(workers),
@@ -127,11 +129,11 @@ def start_mock(run_dir: Path, latency_ms: float, workers: int, response_tokens: 
                                              "epoch_unix_s": fault_epoch_unix_s})
         argv += ["--faults", faults, "--fault-seed", str(fault_seed),
                  "--fault-epoch-unix-s", repr(fault_epoch_unix_s)]
-    proc = start_on(host, "mock", pinned(cpus, argv), run_dir / "mock.log", pid_file(run_dir, "mock"),
+    proc = start_on(host, name, pinned(cpus, argv), run_dir / f"{name}.log", pid_file(run_dir, name),
                     cwd=REPO_DIR, env={"PYTHONPATH": str(REPO_DIR)})
     url = f"http://{host.address}:{port}"
     try:
-        wait_ready(proc, url + "/health", 200, ready_timeout_s, "mock provider")
+        wait_ready(proc, url + "/health", 200, ready_timeout_s, f"{name} provider")
     except Exception:
         proc.stop()
         raise
@@ -145,16 +147,30 @@ class StartedSystem:
     ready_s: float
 
 
+def run_values(spec: GatewaySpec, run_dir: Path, port: int, listen_host: str, upstream_url: str,
+               upstream_host: str, upstream_port: int, workers: int,
+               standby: MockHandle | None = None) -> dict:
+    """Every placeholder's value for one run; without a standby, {{standby_*}} are the mock's
+    (a template naming a standby still renders, pointing at the one provider there is)."""
+    return {**_base_values(spec), "port": port, "listen_host": listen_host,
+            "upstream_url": upstream_url, "upstream_host": upstream_host,
+            "upstream_port": upstream_port, "run_dir": run_dir, "workers": workers,
+            "standby_url": standby.url if standby else upstream_url,
+            "standby_host": standby.address if standby else upstream_host,
+            "standby_port": standby.port if standby else upstream_port}
+
+
 def start_system(spec: GatewaySpec, run_dir: Path, upstream_url: str, upstream_port: int,
                  workers: int, ready_timeout_s: float, port: int = 0, host: Host | None = None,
-                 upstream_host: str = "127.0.0.1", feature: str = "", cpus: str = "") -> StartedSystem:
-    """host: where it runs and listens (None: this machine at 127.0.0.1); cpus: the CPUs it and
-    its children start on (taskset's list; "" = any)."""
+                 upstream_host: str = "127.0.0.1", feature: str = "",
+                 standby: MockHandle | None = None, cpus: str = "") -> StartedSystem:
+    """host: where it runs and listens (None: this machine at 127.0.0.1). standby: the second
+    provider of a fault scenario that has one. cpus: the CPUs it and its children start on
+    (taskset's list; "" = any)."""
     host = host or LOCALHOST
     port = port or free_port()
-    values = {**_base_values(spec), "port": port, "listen_host": host.address,
-              "upstream_url": upstream_url, "upstream_host": upstream_host,
-              "upstream_port": upstream_port, "run_dir": run_dir, "workers": workers}
+    values = run_values(spec, run_dir, port, host.address, upstream_url, upstream_host,
+                        upstream_port, workers, standby)
     for tf in spec.start_files:
         out = run_dir / tf.output
         out.parent.mkdir(parents=True, exist_ok=True)

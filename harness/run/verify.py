@@ -77,14 +77,17 @@ def mock_snapshot(stats_dir: Path, timeout_s: float = 3.0) -> dict:
 
 
 def pre_check(base_url: str, chat_path: str, model: str, headers: dict, stats_dir: Path,
-              timeout_s: float, dialect: str = "openai", request_bytes: int = 0) -> dict:
+              timeout_s: float, dialect: str = "openai", request_bytes: int = 0,
+              standby_stats_dir: Path | None = None) -> dict:
     """One request through the system, as the load will send it (dialect, body size), must come
-    back well-formed and must reach the mock."""
-    before = mock_snapshot(stats_dir)
+    back well-formed and must reach the mock (or the standby provider, when there is one: a
+    system may spread its requests over both). ``_snapshot``: the mock's stats after it."""
+    dirs = [stats_dir, *([standby_stats_dir] if standby_stats_dir is not None else [])]
+    before = [mock_snapshot(d) for d in dirs]
     reply = send_chat(base_url, chat_path, model, headers, timeout_s=timeout_s, dialect=dialect,
                       request_bytes=request_bytes)
-    after = mock_snapshot(stats_dir)
-    seen = after["count"] - before["count"]
+    after = [mock_snapshot(d) for d in dirs]
+    seen = sum(a["count"] - b["count"] for a, b in zip(after, before))
     return {"status": reply.status, "problem": reply_problem(reply, stream=False, dialect=dialect),
             "mock_request_id": reply.headers.get("x-mock-request-id", ""),
-            "mock_saw_it": seen >= 1, "mock_count_delta": seen, "_snapshot": after}
+            "mock_saw_it": seen >= 1, "mock_count_delta": seen, "_snapshot": after[0]}

@@ -10,13 +10,17 @@ Per window: client-visible success share (no error), requests by status code, am
 (mock rows whose body arrived in the window per client request sent in it: 1.0 without
 retries, 4.0 when every request reached the provider four times; a window edge can shift a
 retry into the next window), added latency p50/p99 (successful requests' latency minus the
-mock's set latency), partial streams (streamed responses that did not end with the dialect's
-done frame), and the system's peak RSS. Per run: time to recover (``recovery_s``: from the
-fault's end to the start of the first 1-s bin whose p50 latency is within
+mock's set latency), error bodies in the client's dialect (``client_dialect_share``: of the
+error responses (status ≥ 400) whose body the load generator judged, those whose body had
+the error shape of the client's dialect; NaN when there were none, or in an artifact
+without ``error_body_dialect``), partial streams (streamed responses that did not end with the
+dialect's done frame), and the system's peak RSS. Per run: time to recover (``recovery_s``:
+from the fault's end to the start of the first 1-s bin whose p50 latency is within
 ``RECOVERY_SHARE`` or ``RECOVERY_MS`` of the before window's p50; NaN when no bin of the
-hold's rest is) and whether the system stayed up (the run completed).
+hold's rest is), whether the system stayed up (the run completed), its peak RSS over the hold,
+and its configuration (the run manifest's ``resilience`` asked and ``resilience_note``: why it
+ran as shipped instead, "" when it ran as asked).
 
-Error bodies in the client's dialect are not judged: requests.parquet keeps no bodies.
 Functions over frames are pure; ``fault_summary`` reads a study's run directories.
 """
 from __future__ import annotations
@@ -29,7 +33,9 @@ import numpy as np
 import pandas as pd
 
 from harness.model.manifests import RunManifest
+from harness.run.bodies import ERROR_BODY_CLASSES
 from harness.run.store import read_json
+from harness.stats.across import describe
 from harness.stats.loading import Study, mock_latency_ms
 
 WINDOWS = ("before", "during", "after")
@@ -40,13 +46,31 @@ BIN_S = 1.0
 GENERATION_PATHS = ("/v1/chat/completions", "/chat/completions", "/v1/messages", "/messages")
 MOCK_REQUESTS_FILE = "mock_requests.parquet"
 
-WINDOW_COLUMNS = ("run_id", "system", "run_index", "run_status", "scenario", "window",
-                  "start_t_unix_s", "end_t_unix_s", "requests", "ok", "success_share",
-                  "status_counts", "mock_rows", "amplification", "added_p50_ms", "added_p99_ms",
-                  "streams", "partial_streams", "rss_peak_bytes")
-RUN_COLUMNS = ("run_id", "system", "run_index", "run_status", "scenario", "stayed_up",
-               "fault_start_t_unix_s", "fault_end_t_unix_s", "hold_start_t_unix_s",
-               "hold_end_t_unix_s", "before_p50_ms", "recovery_s", "recovered")
+WINDOW_COLUMNS = ("run_id", "system", "run_index", "run_status", "scenario", "resilience",
+                  "resilience_note", "window", "start_t_unix_s", "end_t_unix_s", "requests", "ok",
+                  "success_share", "status_counts", "mock_rows", "amplification", "added_p50_ms",
+                  "added_p99_ms", "error_responses", "client_dialect_share", "streams",
+                  "partial_streams", "rss_peak_bytes")
+RUN_COLUMNS = ("run_id", "system", "run_index", "run_status", "scenario", "resilience",
+               "resilience_note", "stayed_up", "fault_start_t_unix_s", "fault_end_t_unix_s",
+               "hold_start_t_unix_s", "hold_end_t_unix_s", "before_p50_ms", "recovery_s",
+               "recovered", "rss_peak_bytes")
+# A system's figures over its runs in one study (``system_figures``): name -> (window, column)
+# of a window figure, or (None, column) of a run figure.
+SYSTEM_FIGURES = {
+    "success_before": ("before", "success_share"),
+    "success_during": ("during", "success_share"),
+    "success_after": ("after", "success_share"),
+    "amplification_during": ("during", "amplification"),
+    "added_p50_during_ms": ("during", "added_p50_ms"),
+    "added_p99_during_ms": ("during", "added_p99_ms"),
+    "client_dialect_during": ("during", "client_dialect_share"),
+    "partial_streams_during": ("during", "partial_streams"),
+    "recovery_s": (None, "recovery_s"),
+    "rss_peak_bytes": (None, "rss_peak_bytes"),
+}
+SYSTEM_COLUMNS = ("system", "resilience", "resilience_note", "runs", "stayed_up", "recovered",
+                  *(f"{name}_{k}" for name in SYSTEM_FIGURES for k in ("n", "mean", "sd")))
 
 
 @dataclass(frozen=True)
@@ -84,6 +108,12 @@ def window_figures(client: pd.DataFrame, mock: pd.DataFrame, lo: float, hi: floa
     m = mock[(t >= lo) & (t < hi)]
     ok = _ok(c)
     lat = c.loc[ok, "latency_ms"]
+    # error responses whose body was judged (an older artifact judged none); a connection error
+    # or a stream cut short after its 200 had no error body
+    dialect = (c["error_body_dialect"] if "error_body_dialect" in c
+               else pd.Series(None, index=c.index, dtype=object))
+    judged = (c["status_code"] >= 400) & dialect.isin(ERROR_BODY_CLASSES)
+    n_judged, in_dialect = int(judged.sum()), int((judged & (dialect == "client")).sum())
     streamed = c["chunks"].fillna(0) > 0 if "chunks" in c else pd.Series(False, index=c.index)
     if "stream_done" in c:
         partial = int((streamed & ~c["stream_done"].fillna(False).astype(bool)).sum())
@@ -99,6 +129,8 @@ def window_figures(client: pd.DataFrame, mock: pd.DataFrame, lo: float, hi: floa
         "amplification": len(m) / n if n else math.nan,
         "added_p50_ms": _pct(lat, 50) - set_latency_ms,
         "added_p99_ms": _pct(lat, 99) - set_latency_ms,
+        "error_responses": n_judged,
+        "client_dialect_share": in_dialect / n_judged if n_judged else math.nan,
         "streams": int(streamed.sum()), "partial_streams": partial,
     }
 
@@ -158,11 +190,15 @@ def fault_window_of(run: RunManifest, run_dir: Path) -> FaultWindow | None:
 
 
 def mock_rows(run_dir: Path) -> pd.DataFrame:
-    """The mock's per-request log of a run: mock_requests.parquet when stored, else the raw
-    logs in mock-stats/."""
+    """The providers' per-request log of a run: mock_requests.parquet when stored, else the raw
+    logs in mock-stats/ and, when a standby ran, mock-standby-stats/."""
     from mocks.stats import read_request_log
     stored = Path(run_dir) / MOCK_REQUESTS_FILE
-    return pd.read_parquet(stored) if stored.is_file() else read_request_log(str(Path(run_dir) / "mock-stats"))
+    if stored.is_file():
+        return pd.read_parquet(stored)
+    logs = [read_request_log(str(Path(run_dir) / name)) for name in ("mock-stats", "mock-standby-stats")]
+    return pd.concat(logs, ignore_index=True).sort_values("body_end_t_unix_ns", kind="stable",
+                                                         ignore_index=True)
 
 
 def run_fault_figures(run: RunManifest, client: pd.DataFrame, mock: pd.DataFrame,
@@ -171,7 +207,8 @@ def run_fault_figures(run: RunManifest, client: pd.DataFrame, mock: pd.DataFrame
     """(one record per window, the run's record) for one run."""
     hs, he = run.phases.t("hold_start"), run.phases.t("hold_end")
     base = {"run_id": run.run_id, "system": run.system, "run_index": run.run_index,
-            "run_status": run.status, "scenario": run.spec.mock.fault_scenario if run.spec else ""}
+            "run_status": run.status, "scenario": run.spec.mock.fault_scenario if run.spec else "",
+            "resilience": run.resilience, "resilience_note": run.resilience_note}
     gen = generation_rows(mock)
     recs = []
     if not (math.isnan(hs) or math.isnan(he)):
@@ -185,7 +222,8 @@ def run_fault_figures(run: RunManifest, client: pd.DataFrame, mock: pd.DataFrame
     summary = {**base, "stayed_up": run.status == "completed",
                "fault_start_t_unix_s": fault.start_t_unix_s, "fault_end_t_unix_s": fault.end_t_unix_s,
                "hold_start_t_unix_s": hs, "hold_end_t_unix_s": he, "before_p50_ms": before_p50,
-               "recovery_s": rec_s, "recovered": not math.isnan(rec_s)}
+               "recovery_s": rec_s, "recovered": not math.isnan(rec_s),
+               "rss_peak_bytes": _rss_peak(samples, hs, he) if recs else math.nan}
     return recs, summary
 
 
@@ -219,6 +257,36 @@ def fault_timelines(study: Study, per_run: pd.DataFrame) -> pd.DataFrame:
         tl = timeline(client, generation_rows(mock_rows(study.run_dirs[r.run_id])),
                       r.hold_start_t_unix_s, r.hold_end_t_unix_s)
         frames.append(tl.assign(run_id=r.run_id, system=r.system, run_index=r.run_index,
+                                run_status=r.run_status, resilience=r.resilience,
+                                resilience_note=r.resilience_note,
                                 fault_from_s=r.fault_start_t_unix_s - r.hold_start_t_unix_s,
                                 fault_to_s=r.fault_end_t_unix_s - r.hold_start_t_unix_s))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def system_figures(per_window: pd.DataFrame, per_run: pd.DataFrame) -> pd.DataFrame:
+    """One row per system of a study's fault runs: its configuration (the runs' resilience and
+    notes), ``runs`` (runs that reached the hold), ``stayed_up`` and ``recovered`` (how many of
+    them), and n, mean and sd over those runs (``{name}_n``, ``_mean``, ``_sd``) of each
+    SYSTEM_FIGURES figure. A run that did not stay up counts: what its clients saw is the
+    finding."""
+    rows = []
+    for system, runs in per_run.groupby("system", sort=False):
+        runs = runs[runs["run_id"].isin(set(per_window["run_id"]))]
+        if runs.empty:
+            continue
+        row = {"system": system,
+               "resilience": "/".join(dict.fromkeys(runs["resilience"])),
+               "resilience_note": "; ".join(n for n in dict.fromkeys(runs["resilience_note"]) if n),
+               "runs": len(runs), "stayed_up": int(runs["stayed_up"].sum()),
+               "recovered": int(runs["recovered"].sum())}
+        for name, (window, column) in SYSTEM_FIGURES.items():
+            if window is None:
+                values = runs[column]
+            else:
+                w = per_window[(per_window["system"] == system) & (per_window["window"] == window)]
+                values = w[w["run_id"].isin(set(runs["run_id"]))][column]
+            d = describe(values.astype("float64"))
+            row.update({f"{name}_{k}": d[k] for k in ("n", "mean", "sd")})
+        rows.append(row)
+    return pd.DataFrame(rows, columns=list(SYSTEM_COLUMNS))

@@ -6,7 +6,7 @@ Client rows (one per request the load generator sent) need the columns
     ``request_id`` (str), ``latency_ms`` (float: send -> last byte received),
     ``error_kind`` (str; ``""``/NA for a success), ``start_t_unix_s`` (float).
 Mock rows are ``mocks.stats.read_request_log(stats_dir)`` (columns:
-``mocks.stats.REQUEST_LOG_COLUMNS``).
+``mocks.stats.REQUEST_LOG_COLUMNS``), both providers' when a standby ran.
 
 The join is by ``request_id``.  Every successful client row should match exactly one mock
 row; what does not is counted and listed, never dropped:
@@ -19,6 +19,8 @@ row; what does not is counted and listed, never dropped:
     not record, or one a gateway invented).
 ``ids_seen_more_than_once``
     client ids the mock logged more than once: the gateway retried (or duplicated) it.
+    Under provider faults that is the system's answer to them: counted in ``amplification``,
+    not judged a problem (``harness.stats.runs``).
 ``amplification``
     mock rows per client request, over the ids of the client rows: 1.0 without retries,
     4.0 when every request was tried four times.

@@ -157,16 +157,19 @@ def classify(row: Mapping) -> tuple[Label, list[str]]:
 
 
 def _identity_problem(run: RunManifest) -> str:
-    """What the identity join found wrong, "" when every successful row matched one mock row."""
+    """What the identity join found wrong, "" when every successful row matched one mock row.
+    Under provider faults an id the mock saw more than once is a retry, the system's answer to
+    the fault: the lane reports it as amplification, not as a problem."""
     i = run.checks.identity
     if i is None or i.ok:
         return ""
+    faulted = run.spec is not None and bool(run.spec.mock.fault_scenario)
     parts = [f"{n} {what}" for n, what in (
         (i.client_without_mock, "successful row(s) the mock never saw"),
         (i.mock_without_client, "mock row(s) no client sent"),
-        (i.ids_seen_more_than_once, "id(s) the mock saw more than once"),
+        (0 if faulted else i.ids_seen_more_than_once, "id(s) the mock saw more than once"),
         (i.client_without_id, "row(s) without an id")) if n]
-    return "identity: " + ", ".join(parts)
+    return "identity: " + ", ".join(parts) if parts else ""
 
 
 # --- per run -------------------------------------------------------------------------------------
@@ -193,7 +196,7 @@ def other_cpu(run: RunManifest, samples: pd.DataFrame, start: float, end: float)
             continue
         # isin, not ==: samples of an artifact version without hosts hold None, which == misses
         ours = [mean_of(here[(here["role"] == role) & here["host"].isin([h])])
-                for role in ("system", "mock", "locust", "capture") for h in hosts]
+                for role in ("system", "mock", "standby", "locust", "capture") for h in hosts]
         other = machine - sum(v for v in ours if not math.isnan(v))
         if math.isnan(worst[1]) or other > worst[1]:
             worst = (machine, other)
