@@ -12,9 +12,9 @@ import pandas as pd
 
 from harness.model.metrics import metric
 from harness.model.roles import FLOOR
-from harness.stats.outcomes import Basis, Label, Outcome
 from harness.stats.keeping_up import keeping_up
 from harness.stats.metrics import OFFERED_SHARE
+from harness.stats.outcomes import Basis, Label, Outcome
 from harness.stats.sizing import sizing
 from report import format as F
 from report.data import ReportData
