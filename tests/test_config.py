@@ -1,10 +1,12 @@
 """Study parameters are validated before anything starts, each problem named."""
 import dataclasses
 import math
+import shutil
 
 import pytest
 
 from harness.model.config import (
+    PLANNED_MAX_RATE_PER_PROCESS,
     PROFILES,
     ConfigError,
     StudyConfig,
@@ -37,9 +39,26 @@ def problems_of(config):
     return info.value.problems
 
 
-def test_profiles_all_validate(tmp_path):
+def test_profiles_all_validate(tmp_path, monkeypatch):
+    # The parameters, not this machine's free disk: the disk check has its own test.
+    monkeypatch.setattr(shutil, "disk_usage", lambda _path: shutil._ntuple_diskusage(10**15, 0, 10**15))
     for name in PROFILES:
         validate(from_profile(name, out_dir=str(tmp_path)))
+
+
+def test_too_little_disk_names_out_dir_and_the_sizes(tmp_path, monkeypatch):
+    monkeypatch.setattr(shutil, "disk_usage", lambda _path: shutil._ntuple_diskusage(10**9, 10**9 - 10**6, 10**6))
+    found = problems_of(from_profile("smoke", out_dir=str(tmp_path)))
+    assert len(found) == 1 and found[0].startswith("out_dir:") and "GB free" in found[0], found
+
+
+def test_the_disk_estimate_has_a_realistic_ceiling():
+    # No think time and a 60 ms mock: 1,000 users could ask 16,667 req/s, one Locust process
+    # completes far fewer; the estimate stops at the ceiling, not at the users' pace.
+    c = from_profile("published")
+    load_s = c.warmup_s + c.ramp_s + c.max_hold_s
+    ceiling_rows = PLANNED_MAX_RATE_PER_PROCESS * c.locust_processes * load_s * c.runs_per_gateway * len(c.gateways)
+    assert c.planned_rows() == int(ceiling_rows)
 
 
 def test_standard_defaults_match_the_protocol():
