@@ -39,15 +39,19 @@ def problems_of(config):
     return info.value.problems
 
 
+def _free_disk_bytes(monkeypatch, free: int) -> None:
+    monkeypatch.setattr(shutil, "disk_usage", lambda _path: shutil._ntuple_diskusage(10**15, 10**15 - free, free))
+
+
 def test_profiles_all_validate(tmp_path, monkeypatch):
     # The parameters, not this machine's free disk: the disk check has its own test.
-    monkeypatch.setattr(shutil, "disk_usage", lambda _path: shutil._ntuple_diskusage(10**15, 0, 10**15))
+    _free_disk_bytes(monkeypatch, 10**15)
     for name in PROFILES:
         validate(from_profile(name, out_dir=str(tmp_path)))
 
 
 def test_too_little_disk_names_out_dir_and_the_sizes(tmp_path, monkeypatch):
-    monkeypatch.setattr(shutil, "disk_usage", lambda _path: shutil._ntuple_diskusage(10**9, 10**9 - 10**6, 10**6))
+    _free_disk_bytes(monkeypatch, 10**6)
     found = problems_of(from_profile("smoke", out_dir=str(tmp_path)))
     assert len(found) == 1 and found[0].startswith("out_dir:") and "GB free" in found[0], found
 
