@@ -50,7 +50,7 @@ def test_the_default_systems_are_the_profiles_from_every_entry_point(tmp_path):
     assert notebook_parameters(config, {})["gateways"] == list(config.gateways)
     gate = study_config(parser().parse_args(["study", "--profile", "gate",
                                              "--set", f"out_dir={tmp_path}"]))
-    assert gate.gateways == ("nginx", "nginx~aa", "sluice")
+    assert gate.gateways == ("nginx", "nginx~aa", "sluice~base", "sluice")
 
 
 def test_overrides_reach_the_notebook_and_named_ones_stay_explicit(tmp_path):

@@ -7,7 +7,7 @@ import pytest
 from synthetic import make_study
 
 from harness import stats as A
-from harness.checks import aa, gate
+from harness.checks import aa, rules
 from harness.model.metrics import METRICS, Better, metric
 from harness.run import suite as S
 from harness.stats.metrics import SUMMARY_METRICS
@@ -23,7 +23,7 @@ METRIC_LISTS = {
     "streaming": tables.STREAM_TABLE, "open-loop steps": tables.STEP_METRICS,
     "self overhead": tuple(m for trio in tables.SELF_OVERHEAD for m in trio),
     "suite": S.CELL_METRICS + S.LANE_METRICS, "A/A": aa.DEFAULT_METRICS,
-    "gate": tuple(f.metric for f in gate.FIGURES),
+    "gate": tuple(r.metric for r in rules.GATED) + rules.TAILS,
     "faults": tables.FAULT_WINDOW_METRICS,
     "faults suite": tuple(m for _, m, _ in tables.FAULT_SUITE_FIGURES),
 }

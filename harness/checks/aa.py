@@ -2,55 +2,36 @@
 
 One study runs the same system twice under two names (e.g. ``nginx`` and ``nginx~aa``: a name
 with a ``~suffix`` runs the same gateway folder under another name); the study's
-``config.aa_pair`` names them. Two copies of one system must look
-alike; if they do not, the differences the study reports between *different* systems cannot be
-trusted on this machine right now.
+``config.aa_pair`` names them. Two copies of one system must look alike; if they do not, the
+differences the study reports between *different* systems, and the gate's verdict between two
+builds, cannot be trusted on this machine right now.
 
-    python -m harness aa STUDY_DIR [--a A] [--b B] [--metrics m1,m2,...]
+    python -m harness aa STUDY_DIR [--a A] [--b B]
 
 exits 0 when the check passes, 1 when the noise is too high, 2 on bad input.
 
-Per metric, over the completed runs of each copy, all of these must hold:
-
-* the verdict of ``harness.stats.across.verdict`` (Welch's t-test + the 10% rule) is "no clear
-  difference";
-* the two means are within ``max_diff`` (5%) of each other: |mean_a − mean_b| / |mean_b|, the
-  denominator floored at ``OVERHEAD_EPSILON_MS`` (0.05 ms) for overheads, which can be near 0;
-* optionally (``max_cov``, off by default), each copy's coefficient of variation is below a
-  limit: with a large spread the t-test cannot see a 10% difference, so its "no clear
-  difference" means less; the CoVs are always printed, and the report flags CoV >= 10%.
-
-The outcome is "pass" or "noise too high on this machine right now", with the reasons. It is
-never presented as a comparison of the two names: they are the same system.
+It judges by the gate's own rules (harness/checks/rules.py): per round, the second copy's figure
+over the first's; over the rounds, the mean of those ratios must be within the figure's limit of
+1 (CPU-ms per request, throughput, peak RSS: 5 %; wire in-gateway p50, net overhead p50: 10 %),
+in either direction. A figure neither copy measured is reported and not judged; tails are
+reported with their spread, never judged. The outcome is "pass" or "noise too high on this
+machine right now", with the reasons; it is never presented as a comparison of the two names.
 """
 from __future__ import annotations
 
-import dataclasses
-import math
 from dataclasses import dataclass
-from typing import Iterable
 
 import pandas as pd
 
-from harness.checks.inputs import CheckInputError, floor_of, require_completed
-from harness.model.metrics import metric
+from harness.checks import rules
+from harness.checks.inputs import CheckInputError, require_completed
 from harness.model.roles import Roles
-from harness.stats.across import describe, verdict
-from harness.stats.metrics import OVERHEAD_EPSILON_MS
-from harness.stats.outcomes import Outcome
-from report.format import verdict_reason
 
 PASS = "pass"
 NOISE_TOO_HIGH = "noise too high on this machine right now"
-MAX_DIFF = 0.05
-# The issue's criteria are the verdict and the 5% rule. A spread limit per copy is optional
-# (--max-cov): at ~1 ms overheads, run-to-run CoV is often above 10% while the two copies'
-# means still agree within 5%, and that agreement is what the A/A check is for.
-MAX_COV: float | None = None
-DEFAULT_METRICS: tuple[str, ...] = ("throughput_rps", "overhead_vs_mock_p50_ms",
-                                    "overhead_vs_mock_p95_ms", "cpu_ms_per_request",
-                                    "rss_peak_bytes")
-MIN_RUNS = 2
+MIN_ROUNDS = 2
+# The figures it judges and their limits: the gate's (rules.GATED).
+DEFAULT_METRICS: tuple[str, ...] = tuple(r.metric for r in rules.GATED)
 
 EXIT_PASS, EXIT_NOISE, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -60,37 +41,13 @@ class AAInputError(CheckInputError):
 
 
 @dataclass(frozen=True)
-class AAMetric:
-    metric: str
-    label: str
-    n_a: int
-    n_b: int
-    mean_a: float
-    mean_b: float
-    sd_a: float
-    sd_b: float
-    cov_a: float
-    cov_b: float
-    rel_diff: float          # |mean_a − mean_b| / max(|mean_b|, floor)
-    outcome: Outcome         # the verdict of one copy against the other
-    verdict_reason: str
-    p_value: float
-    problems: tuple[str, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-
-@dataclass(frozen=True)
 class AAResult:
     a: str
     b: str
-    outcome: str             # PASS or NOISE_TOO_HIGH
-    reasons: tuple[str, ...]  # why the noise is too high (empty on a pass)
-    metrics: tuple[AAMetric, ...]
-    max_diff: float = MAX_DIFF
-    max_cov: float = MAX_COV
+    outcome: str                        # PASS or NOISE_TOO_HIGH
+    reasons: tuple[str, ...]            # why the noise is too high (empty on a pass)
+    judged: tuple[rules.Judged, ...]    # b / a per figure
+    tails: tuple[rules.PairedRatio, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -101,18 +58,13 @@ class AAResult:
         return EXIT_PASS if self.passed else EXIT_NOISE
 
     def lines(self) -> list[str]:
-        head = (f"A/A check ({self.a} and {self.b}, the same system twice): {self.outcome}")
-        out = [head]
+        out = [f"A/A check ({self.a} and {self.b}, the same system twice): {self.outcome}"]
         if not self.passed:
-            out.append("  the study's own noise is too high to compare systems here; reasons:")
+            out.append("  the study's own noise is too high to compare here; reasons:")
             out += [f"  - {r}" for r in self.reasons]
-        cov_rule = f", each CoV below {self.max_cov:.0%}" if self.max_cov is not None else ""
-        out.append("  per metric (must be: no clear difference, means within "
-                   f"{self.max_diff:.0%}{cov_rule}):")
-        for m in self.metrics:
-            out.append(f"  {'ok  ' if m.ok else 'NOISY'} {m.label}: means differ by "
-                       f"{_pct(m.rel_diff)}, {_words(m.outcome)} ({m.verdict_reason}), CoV "
-                       f"{_pct(m.cov_a)} / {_pct(m.cov_b)}, n={m.n_a}/{m.n_b}")
+        out.append("  per figure, paired by round (must be within its limit of 1, either way):")
+        out += [f"  {rules.line(j, 'NOISY', j.outside)}" for j in self.judged]
+        out += [f"  {rules.tail_line(t)}" for t in self.tails]
         return out
 
     @property
@@ -120,71 +72,36 @@ class AAResult:
         return "\n".join(self.lines())
 
 
-def _words(outcome: Outcome) -> str:
-    # the verdict's own words (faster, more memory, ...) would read as a comparison of systems
-    return outcome.value if outcome is Outcome.NO_CLEAR_DIFFERENCE else "a difference was found"
-
-
-def _pct(x: float) -> str:
-    return "n/a" if x is None or math.isnan(x) else f"{x:.1%}"
-
-
 def check_input(rs: pd.DataFrame, a: str, b: str) -> None:
-    """Raise AAInputError unless both copies ran, completed, at least MIN_RUNS times each."""
+    """Raise AAInputError unless both copies ran, completed, in at least MIN_ROUNDS rounds."""
     if a == b:
         raise AAInputError(f"the two copies must have different names, got {a!r} twice")
     require_completed(rs, (("", a), ("", b)), AAInputError, "this study",
                       f"an A/A study runs one system under two names, e.g. --gateways {a},{a}~aa",
-                      "rerun the study", MIN_RUNS)
+                      "rerun the study", MIN_ROUNDS)
+    paired = rules.paired_rounds(rs, a, b)
+    if len(paired) < MIN_ROUNDS:
+        raise AAInputError(f"{a} and {b} completed runs together in {len(paired)} round(s); the "
+                           f"A/A check pairs them by round and needs at least {MIN_ROUNDS}")
 
 
 def aa_check(run_summary_df: pd.DataFrame, a: str, b: str,
-             metrics: Iterable[str] = DEFAULT_METRICS, max_diff: float = MAX_DIFF,
-             max_cov: float = MAX_COV, epsilon_ms: float = OVERHEAD_EPSILON_MS) -> AAResult:
+             checked: tuple[rules.Rule, ...] = rules.GATED) -> AAResult:
     """The A/A check over a run_summary table (raises AAInputError on bad input)."""
     rs = run_summary_df
     check_input(rs, a, b)
-    done = rs[rs["status"] == "completed"]
-    va, vb = done[done["system"] == a], done[done["system"] == b]
-    results: list[AAMetric] = []
-    reasons: list[str] = []
-    for name in metrics:
-        if name not in rs.columns:
-            raise AAInputError(f"unknown metric {name!r} (run_summary has no such column)")
-        label = metric(name).label
-        xa = va[name].astype("float64").tolist()
-        xb = vb[name].astype("float64").tolist()
-        da, db = describe(xa), describe(xb)
-        if da["n"] < MIN_RUNS or db["n"] < MIN_RUNS:
-            raise AAInputError(f"{label}: {da['n']} and {db['n']} runs have a value "
-                               f"({a} and {b}); the A/A check needs at least {MIN_RUNS} each")
-        v = verdict(xa, xb, name)
-        denom = max(abs(db["mean"]), floor_of(name, epsilon_ms))
-        rel = abs(da["mean"] - db["mean"]) / denom if denom > 0 else (
-            0.0 if da["mean"] == db["mean"] else math.inf)
-        reason = verdict_reason(dataclasses.asdict(v))
-        problems = []
-        if v.outcome is not Outcome.NO_CLEAR_DIFFERENCE:
-            problems.append(f"{label}: the verdict found a difference between two copies of "
-                            f"the same system ({reason})")
-        if not rel <= max_diff:
-            problems.append(f"{label}: the two copies' means differ by {_pct(rel)} "
-                            f"(more than {max_diff:.0%})")
-        for system, d in ((a, da), (b, db)) if max_cov is not None else ():
-            cov = d["cov"]
-            # a mean of 0 leaves the CoV undefined; judge the spread by the other checks then
-            if not math.isnan(cov) and cov >= max_cov:
-                problems.append(f"{label}: {system}'s runs spread too much (CoV {_pct(cov)}, "
-                                  f"at least {max_cov:.0%}): a 10% difference could not be seen")
-        m = AAMetric(name, label, da["n"], db["n"], da["mean"], db["mean"], da["sd"], db["sd"],
-                     da["cov"], db["cov"], rel, v.outcome, reason, v.p_value, tuple(problems))
-        reasons.extend(problems)
-        results.append(m)
-    outcome = PASS if not reasons else NOISE_TOO_HIGH
-    return AAResult(a, b, outcome, tuple(reasons), tuple(results), max_diff, max_cov)
+    judged = rules.judge_all(rs, b, a, checked)
+    if not any(not j.missing for j in judged):
+        raise AAInputError(f"no figure of {a} and {b} could be paired: "
+                           + "; ".join(f"{j.rule.label}: {j.missing}" for j in judged))
+    reasons = tuple(f"{j.rule.label}: the two copies differ by {rules.pct(j.change, True)} "
+                    f"(paired by round; more than {rules.pct(j.rule.max_change)})"
+                    for j in judged if j.outside)
+    return AAResult(a, b, NOISE_TOO_HIGH if reasons else PASS, reasons, judged,
+                    rules.tails(rs, b, a))
 
 
-def pair(manifest: dict, a: str | None = None, b: str | None = None) -> tuple[str, str]:
+def pair(manifest, a: str | None = None, b: str | None = None) -> tuple[str, str]:
     """The two copies: the study's ``config.aa_pair``, each overridden when given."""
     study_pair = Roles.of(manifest).aa_pair or (None, None)
     a, b = a or study_pair[0], b or study_pair[1]
@@ -192,4 +109,3 @@ def pair(manifest: dict, a: str | None = None, b: str | None = None) -> tuple[st
         raise AAInputError("this study names no A/A pair (config.aa_pair) and --a/--b were not "
                            "both given")
     return a, b
-

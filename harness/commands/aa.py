@@ -1,6 +1,6 @@
 """The A/A check of a study: the same system under two names (the study's ``aa_pair``, such as
-nginx and nginx~aa) must show no clear difference, or the machine is too noisy for the study's
-verdicts right now.
+nginx and nginx~aa) must agree within the gate's limits, paired by round (harness/checks/rules.py), or the machine
+is too noisy for the study's verdicts right now.
 
     python -m harness aa artifacts/<study-id> [--a A --b B]
 
@@ -19,28 +19,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("study_dir", help="artifacts/<study-id>")
     parser.add_argument("--a", default=None, help="first copy (default: the study's aa_pair)")
     parser.add_argument("--b", default=None, help="second copy (default: the study's aa_pair)")
-    parser.add_argument("--metrics", default=None,
-                        help="comma-separated run_summary columns (default: throughput, overhead "
-                             "p50 and p95, CPU-ms per request, peak RSS)")
-    parser.add_argument("--max-diff", type=float, default=None,
-                        help="largest relative difference of the means (default: 0.05)")
-    parser.add_argument("--max-cov", type=float, default=None,
-                        help="also require each copy's CoV below this (default: no spread limit)")
 
 
 def run(args: argparse.Namespace) -> int:
     from harness import stats
     from harness.checks import aa
-    metrics = ([m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics
-               else list(aa.DEFAULT_METRICS))
     try:
         try:
             study = stats.load_study(args.study_dir)
         except stats.ArtifactError as exc:
             raise aa.AAInputError(str(exc)) from None
         a, b = aa.pair(study.manifest, args.a, args.b)
-        result = aa.aa_check(stats.run_summary(study), a, b, metrics,
-                             aa.MAX_DIFF if args.max_diff is None else args.max_diff, args.max_cov)
+        result = aa.aa_check(stats.run_summary(study), a, b)
     except aa.AAInputError as exc:
         print(f"A/A check: cannot be made: {exc}", file=sys.stderr)
         return aa.EXIT_BAD_INPUT

@@ -1,18 +1,18 @@
-"""The performance regression gate (what `make gate` and CI run).
+"""The performance regression gate (what `make gate` and CI run): two builds side by side.
 
     python -m harness gate                  # the same as `gate run` with no options
-    python -m harness gate run [--baseline baselines/gate.json] [--set NAME=VALUE ...]
-    python -m harness gate check   STUDY_DIR [--baseline baselines/gate.json]
-    python -m harness gate refresh STUDY_DIR [--baseline baselines/gate.json]
+    python -m harness gate run [--base REF] [--head-env NAME=VALUE ...] [--set NAME=VALUE ...]
+    python -m harness gate check   STUDY_DIR
+    python -m harness gate refresh STUDY_DIR
 
-`run` (the default) runs a `gate` study (the profile's systems interleaved: its reference, a
-second copy of it, and the gated system), checks the study's own noise on its A/A pair and then
-judges the gated system's figures, as ratios to the reference, against the baseline. When the machine is too noisy right now for two copies of
-the same system to agree, the comparison does not decide: it is printed for information, the
-gate says it is inconclusive and exits 0, since a comparison it cannot trust must not block a
-change, nor pass one silently. Otherwise the verdict decides: 0 ok, 1 a figure regressed, 2 bad
-input (e.g. no baseline). `check` judges an existing study; `refresh` writes the baseline from
-one, deliberately (harness/checks/gate.py, baselines/README.md).
+`run` (the default) builds the base commit's system in a worktree beside this tree (the base:
+--base REF, else the commit accepted in this CPU model's record under baselines/gate/, else the
+newest record's), runs a `gate` study (the A/A pair, the base build and the head build,
+interleaved) and judges it (harness/checks/gate.py): 0 ok, or inconclusive when the A/A pair
+disagreed; 1 a figure regressed or a run failed; 2 bad input. --head-env sets an environment
+variable of the head build alone (SLUICE_TEST_DELAY_MS=1 slows it on purpose: the gate must
+fail). `check` judges an existing gate study; `refresh` writes this CPU model's record from one,
+deliberately (baselines/README.md).
 """
 from __future__ import annotations
 
@@ -22,85 +22,86 @@ import time
 
 from harness.model.config import ConfigError
 
-HELP = "the regression gate: run a gate study and judge it (or check / refresh a study)"
-EXIT_INCONCLUSIVE = 0
+HELP = "the regression gate: two builds side by side in one study (or check / refresh a study)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     # Defaults are resolved in the actions: importing the gate here would slow every --help.
     sub = parser.add_subparsers(dest="action", metavar="ACTION")
-    run_p = sub.add_parser("run", help="run a gate study, its A/A check, and judge it (default)")
-    check_p = sub.add_parser("check", help="judge a study against the baseline (exit 0 ok, "
-                                           "1 regression, 2 bad input)")
-    refresh_p = sub.add_parser("refresh", help="write the baseline from a study (deliberately)")
-    run_p.add_argument("--baseline", default=None, help="baseline file (default: baselines/gate.json)")
+    run_p = sub.add_parser("run", help="build the base, run a gate study and judge it (default)")
+    check_p = sub.add_parser("check", help="judge a gate study: head build against base build "
+                                           "(exit 0 ok/inconclusive, 1 regression, 2 bad input)")
+    refresh_p = sub.add_parser("refresh", help="write this CPU model's record from a gate study")
+    run_p.add_argument("--base", default=None, metavar="REF",
+                       help="git ref of the base build (default: the accepted commit in "
+                            "baselines/gate/)")
+    run_p.add_argument("--head-env", action="append", default=[], metavar="NAME=VALUE",
+                       help="environment of the head build alone (e.g. SLUICE_TEST_DELAY_MS=1)")
     run_p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                        help="override a field of the gate profile's StudyConfig")
+    for p in (run_p, check_p, refresh_p):
+        p.add_argument("--history-dir", default=None,
+                       help="the gate records (default: baselines/gate)")
     for p in (check_p, refresh_p):
         p.add_argument("study_dir", help="artifacts/<study-id>")
-        p.add_argument("--baseline", default=None, help="baseline file (default: baselines/gate.json)")
-        p.add_argument("--candidate", default=None,
-                       help="candidate system (default: the study's gate_system)")
-        p.add_argument("--reference", default=None,
-                       help="reference system (default: the study's reference_system)")
-        p.add_argument("--epsilon-ms", type=float, default=None,
-                       help="floor of the reference's overhead before dividing (default: the "
-                            "baseline's, or 0.05 ms)")
-    check_p.add_argument("--min-threshold", type=float, default=None,
-                         help="smallest threshold, as a fraction (default: 0.10)")
-    check_p.add_argument("--sd-multiple", type=float, default=None,
-                         help="threshold in baseline sds (default: 3)")
+        p.add_argument("--head", default=None, help="head entry (default: the study's gate_system)")
+        p.add_argument("--base", default=None,
+                       help="base entry (default: the study's gate_base_system)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.checks import gate
-    baseline = getattr(args, "baseline", None) or gate.DEFAULT_BASELINE  # `gate` alone: none given
+    from harness.checks import gate, history
+    history_dir = getattr(args, "history_dir", None) or history.HISTORY_DIR
     if args.action == "check":
-        result = gate.check(args.study_dir, baseline, args.candidate, args.reference,
-                            _or(args.min_threshold, gate.MIN_THRESHOLD),
-                            _or(args.sd_multiple, gate.SD_MULTIPLE), args.epsilon_ms)
+        result = gate.check(args.study_dir, history_dir, args.head, args.base)
     elif args.action == "refresh":
-        result = gate.refresh(args.study_dir, baseline, args.candidate, args.reference,
-                              _or(args.epsilon_ms, gate.OVERHEAD_EPSILON_MS))
+        result = gate.refresh(args.study_dir, history_dir, args.head, args.base)
     else:
-        return run_gate(baseline, getattr(args, "set", []))
+        return run_gate(history_dir, getattr(args, "base", None), getattr(args, "head_env", []),
+                        getattr(args, "set", []))
     print(result.text, file=sys.stderr if result.exit_code == gate.EXIT_BAD_INPUT else sys.stdout)
     return result.exit_code
 
 
-def _or(value, default):
-    return default if value is None else value
-
-
-def run_gate(baseline, settings: list[str]) -> int:
-    """A gate study, its A/A self-check on the profile's aa_pair, then the verdict."""
-    from harness import stats
-    from harness.checks import aa, gate
+def run_gate(history_dir, base: str | None, head_env: list[str], settings: list[str]) -> int:
+    """Resolve the base, run the gate study, judge it."""
+    from harness.checks import gate
     from harness.model.config import from_profile, parse_overrides
+    from harness.remote.machine import machine_facts
     from harness.run.study import run_study
     overrides = {"study_id": time.strftime("gate-%Y%m%dT%H%M%SZ", time.gmtime()),
                  **parse_overrides(settings)}
-    config = from_profile("gate", **overrides)
-    if len(config.aa_pair) != 2:
-        raise ConfigError([f"aa_pair: the gate checks its own noise on two copies of one system; "
-                           f"got {list(config.aa_pair)}"])
+    probe = from_profile("gate", **overrides)
+    problems = []
+    if len(probe.aa_pair) != 2:
+        problems.append(f"aa_pair: the gate checks its own noise on two copies of one system; "
+                        f"got {list(probe.aa_pair)}")
+    if not probe.gate_base_system:
+        problems.append("gate_base_system: the gate compares the head build with a base build; "
+                        "name the base entry (the gate profile's is sluice~base)")
+    bad_env = [item for item in head_env if "=" not in item or not item.split("=", 1)[0]]
+    problems += [f"--head-env {item!r}: expected NAME=VALUE" for item in bad_env]
+    if problems:
+        raise ConfigError(problems)
+    if base is None:
+        try:
+            base, source = gate.base_ref(machine_facts(), probe.profile, history_dir)
+        except gate.GateInputError as exc:
+            raise ConfigError([f"--base: {exc}"]) from None
+        print(f"gate: base = {base[:12]}, {source}")
+    config = from_profile("gate", **{
+        **overrides, "builds": (*probe.builds, f"{probe.gate_base_system}={base}"),
+        "system_env": (*probe.system_env, *(f"{probe.gate_system}:{item}" for item in head_env))})
     result = run_study(config)
     if result.status != "completed":
         print(f"gate: the gate study did not complete ({result.status})", file=sys.stderr)
         return gate.EXIT_FAIL
     failed = [r for r in result.records if r.status != "completed"]
-    if failed:
-        print("gate: FAIL — runs failed: " + "; ".join(f"{r.run_id}: {r.reason.splitlines()[0]}"
-                                                    for r in failed))
+    skipped = [f"{name}: {why}" for name, why in result.skipped.items()]
+    if failed or skipped:
+        print("gate: FAIL — runs failed or systems could not run: " + "; ".join(
+            [f"{r.run_id}: {r.reason.splitlines()[0]}" for r in failed] + skipped))
         return gate.EXIT_FAIL
-    study = stats.load_study(result.study_dir)
-    self_check = aa.aa_check(stats.run_summary(study), *aa.pair(study.manifest))
-    print(self_check.text)
-    verdict = gate.check(result.study_dir, baseline)
-    if not self_check.passed:
-        print("gate: INCONCLUSIVE — the study's own noise is too high on this machine right now, "
-              "so it does not decide (see the A/A reasons above); for information only:")
-        print("\n".join(f"  (informational) {line}" for line in verdict.lines))
-        return EXIT_INCONCLUSIVE
-    print("\n".join(verdict.lines))
+    verdict = gate.check(result.study_dir, history_dir)
+    print(verdict.text, file=sys.stderr if verdict.exit_code == gate.EXIT_BAD_INPUT else sys.stdout)
     return verdict.exit_code

@@ -59,7 +59,17 @@ class StudyConfig:
     reference_system: str = "nginx"      # verdicts compare every system with this one (when it ran)
     aa_pair: tuple[str, ...] = ()        # two copies of one system that must agree (A/A check);
                                          # () = no A/A check in this study
-    gate_system: str = "sluice"          # the system the regression gate judges against the reference
+    gate_system: str = "sluice"          # the system the regression gate judges (the head build)
+    gate_base_system: str = ""           # the gate judges gate_system against this entry, the same
+                                         # system built from the base commit (see `builds`);
+                                         # "" = no build comparison in this study
+    builds: tuple[str, ...] = ()         # "ENTRY=REF" items: that study entry runs its system's
+                                         # folder as committed at git REF (a worktree under
+                                         # .cache/builds/, built as its own gateway.toml's [build]
+                                         # says); every other entry runs from this working tree
+    system_env: tuple[str, ...] = ()     # "ENTRY:NAME=VALUE" items: extra environment of one
+                                         # entry's process (e.g. "sluice:SLUICE_TEST_DELAY_MS=1"
+                                         # slows the head build alone); no commas in VALUE
     runs_per_gateway: int = 3            # each system is run this many times, interleaved
     users: int = 1000                    # closed-loop users at the top of the ramp
     ramp_s: float = 120.0                # seconds from warm-up users to `users`, linear
@@ -152,6 +162,8 @@ class StudyConfig:
         d = dataclasses.asdict(self)
         d["gateways"] = list(self.gateways)
         d["aa_pair"] = list(self.aa_pair)
+        d["builds"] = list(self.builds)
+        d["system_env"] = list(self.system_env)
         return d
 
     def per_call_s(self) -> float:
@@ -342,6 +354,10 @@ def validate(config: StudyConfig) -> None:
     need(not config.aa_pair or (len(config.aa_pair) == 2 and set(config.aa_pair) <= set(config.gateways)),
          f"aa_pair: must be two of the study's systems, got {list(config.aa_pair)}")
     need(len(set(config.gateways)) == len(config.gateways), "gateways: a system is listed twice")
+    need(not config.gate_base_system or config.gate_base_system in config.gateways,
+         f"gate_base_system: must be one of the study's systems, got {config.gate_base_system!r}")
+    from harness.model import builds
+    problems.extend(builds.problems(config.builds, config.system_env, config.gateways))
     from harness.model.gateway_spec import (
         folder_of,  # here: gateway_spec imports this module
     )

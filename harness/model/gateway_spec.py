@@ -36,6 +36,7 @@ SCHEMA = T.Table(required=("schema_version", "name", "kind"), keys={
     "not_runnable_command": T.STR,
     "version": T.Table({"command": T.STRINGS, "pattern": T.STR}),
     "install": T.Table({"check": T.STRINGS, "command": T.STRINGS, "timeout_s": T.NUMBER}),
+    "build": T.Table({"command": T.STRINGS, "timeout_s": T.NUMBER}),
     "start": T.Table({"command": T.STRINGS, "env": T.Table(each=T.STR),
                       "files": _FILES,
                       "stop_signal": T.STR, "stop_timeout_s": T.NUMBER}),
@@ -110,6 +111,8 @@ class GatewaySpec:
     install_check: tuple[str, ...] = ()
     install_command: tuple[str, ...] = ()
     install_timeout_s: float = 900.0
+    build_command: tuple[str, ...] = ()      # compiles the folder's own sources (idempotent);
+    build_timeout_s: float = 600.0           # run before each study, in this tree or a base's
     start_command: tuple[str, ...] = ()      # empty: the client calls the upstream itself
     start_env: dict = field(default_factory=dict)
     start_files: tuple[TemplateFile, ...] = ()
@@ -225,6 +228,8 @@ def _load_folder(name: str, gateways_dir: Path) -> GatewaySpec:
         install_check=tuple(install.get("check", ())),
         install_command=tuple(install.get("command", ())),
         install_timeout_s=float(install.get("timeout_s", 900)),
+        build_command=tuple(data.get("build", {}).get("command", ())),
+        build_timeout_s=float(data.get("build", {}).get("timeout_s", 600)),
         start_command=tuple(start.get("command", ())),
         start_env=dict(start.get("env", {})),
         start_files=tuple(TemplateFile(f["template"], f["output"]) for f in start.get("files", [])),
@@ -294,7 +299,8 @@ def _resilience(table: dict | None, start: dict, path: Path) -> dict:
 
 
 def _check_placeholders(spec: GatewaySpec, path: Path) -> None:
-    texts = [*spec.install_check, *spec.install_command, *spec.start_command, *spec.version_command,
+    texts = [*spec.install_check, *spec.install_command, *spec.build_command, *spec.start_command,
+             *spec.version_command,
              *spec.start_env.values(), *spec.headers.values(), spec.base_url, spec.chat_path,
              spec.ready_path]
     for f in spec.features.values():

@@ -251,6 +251,7 @@ class SystemInfo:
     not_runnable_command: str = ""
     version: str = ""
     gateway_toml_sha256: str = ""
+    source_commit: str = ""       # the commit it ran as (its `builds` ref); "" = the study's tree
 
 
 @dataclass(frozen=True)

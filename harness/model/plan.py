@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from harness.model import faults
 from harness.model.affinity import CpuAffinity
+from harness.model.builds import system_env
 from harness.model.config import StudyConfig
 from harness.model.gateway_spec import GatewaySpec, feature_of
 from harness.model.topology import Topology, load_processes, local_topology, topology_of
@@ -88,6 +89,8 @@ class RunSpec:
     resilience: str = "shipped"  # shipped | recommended: the configuration the system is asked
                                  # to run with (the study's setting)
     affinity: CpuAffinity = field(default_factory=CpuAffinity)  # CPUs per role ("" = any)
+    source_commit: str = ""   # the commit the system's folder ran as; "" = the study's tree
+    env: tuple[tuple[str, str], ...] = ()  # extra environment of the system's process
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -95,7 +98,8 @@ class RunSpec:
 
 def comparison_key(system: str, load: LoadShape, mock: MockSettings, gateway_workers: int,
                    gateway_toml_sha256: str, topology: Topology | None = None,
-                   resilience: str = "shipped", affinity: CpuAffinity | None = None) -> str:
+                   resilience: str = "shipped", affinity: CpuAffinity | None = None,
+                   source_commit: str = "", env: tuple[tuple[str, str], ...] = ()) -> str:
     """SHA-256 of the run's full configuration. Runs with equal keys ran the same thing; the
     run index, round and position are deliberately left out so repeated runs share a key."""
     mock_settings = dataclasses.asdict(mock)
@@ -109,6 +113,10 @@ def comparison_key(system: str, load: LoadShape, mock: MockSettings, gateway_wor
         payload["resilience"] = resilience
     if affinity is not None and affinity.is_set():  # unpinned runs keep their earlier keys
         payload["affinity"] = dataclasses.asdict(affinity)
+    if source_commit:  # runs of the study's own tree keep their earlier keys
+        payload["source_commit"] = source_commit
+    if env:  # runs without extra environment keep their earlier keys
+        payload["env"] = [list(item) for item in env]
     canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -125,9 +133,13 @@ def fault_settings(config: StudyConfig) -> dict:
                 fault_lead_s=config.fault_lead_s)
 
 
-def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec]) -> list[RunSpec]:
+def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec],
+              commits: dict[str, str] | None = None) -> list[RunSpec]:
     """Round r runs every system once, in an order shuffled by the seed, so slow drift of the
-    machine (thermal, other tenants) spreads over all systems instead of landing on one."""
+    machine (thermal, other tenants) spreads over all systems instead of landing on one.
+    commits: the entries built from another commit (entry -> full commit)."""
+    commits = commits or {}
+    envs = system_env(config.system_env)
     base_load = LoadShape(
         users=config.users, ramp_s=config.ramp_s, hold_s=config.hold_s,
         min_hold_requests=config.min_hold_requests, max_hold_s=config.max_hold_s,
@@ -157,6 +169,8 @@ def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec]) -> list[RunSpe
             spec = specs[system]
             # the feature-cost lane: 'sluice@alias' runs with its own feature, in the same rounds
             load = dataclasses.replace(base_load, feature=feature_of(system) or config.feature)
+            env = tuple(sorted(envs.get(system, {}).items()))
+            source = commits.get(system, "")
             plan.append(RunSpec(
                 run_id=f"{system}-{round_index}", system=system, run_index=round_index,
                 round=round_index, position=position, load=load, mock=mock,
@@ -165,9 +179,11 @@ def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec]) -> list[RunSpe
                 ready_timeout_s=max(config.ready_timeout_s, spec.ready_timeout_s),
                 gateway_toml_sha256=spec.toml_sha256, seed=config.seed,
                 comparison_key=comparison_key(system, load, mock, config.gateway_workers,
-                                              spec.toml_sha256, topology, config.resilience, pins),
+                                              spec.toml_sha256, topology, config.resilience, pins,
+                                              source, env),
                 topology=topology, mock_port=config.base_port,
                 system_port=config.base_port + 1 if config.base_port else 0,
                 standby_port=config.base_port + 2 if config.base_port and standby else 0,
-                wire=wire, resilience=config.resilience, affinity=pins))
+                wire=wire, resilience=config.resilience, affinity=pins, source_commit=source,
+                env=env))
     return plan

@@ -5,7 +5,9 @@
   lane's floor for its dialect, not the study's;
 * reference: the system verdicts compare with (``config.reference_system``), when it ran;
 * A/A pair: two copies of one system that must agree (``config.aa_pair``);
-* gate system: the system the regression gate judges (``config.gate_system``).
+* gate system: the system the regression gate judges (``config.gate_system``), the head build;
+* gate base: the same system built from the base commit, which the gate compares it with
+  (``config.gate_base_system``).
 
 A command-line flag overrides what the manifest says.
 """
@@ -27,10 +29,12 @@ class Roles:
     reference: str | None
     aa_pair: tuple[str, str] | None
     gate_system: str | None
+    gate_base: str | None = None
 
     @classmethod
     def of(cls, manifest: "StudyManifest", *, floor: str | None = None, reference: str | None = None,
-           aa_pair: Sequence[str] | None = None, gate_system: str | None = None) -> "Roles":
+           aa_pair: Sequence[str] | None = None, gate_system: str | None = None,
+           gate_base: str | None = None) -> "Roles":
         config = manifest.config
         floors = tuple(name for name, meta in manifest.systems.items() if meta.role == FLOOR)
         plain = [name for name in floors if "@" not in name]
@@ -40,4 +44,5 @@ class Roles:
         return cls(floor=floor or (plain[0] if plain else None), floors=floors,
                    reference=reference or config.reference_system or None,
                    aa_pair=pair or None,  # type: ignore[arg-type]
-                   gate_system=gate_system or config.gate_system or None)
+                   gate_system=gate_system or config.gate_system or None,
+                   gate_base=gate_base or config.gate_base_system or None)

@@ -127,7 +127,8 @@ def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
         system = start_system(gateway, run_dir, mock.url, mock.port, spec.gateway_workers,
                               spec.ready_timeout_s, port=spec.system_port,
                               host=topology.host(topology.system), upstream_host=mock.address,
-                              feature=spec.load.feature, standby=standby, cpus=spec.affinity.system)
+                              feature=spec.load.feature, standby=standby, cpus=spec.affinity.system,
+                              extra_env=dict(spec.env))
         target = system.target
         manifest = replace(manifest, ready_s=round(system.ready_s, 3), request=RequestInfo(
             feature=spec.load.feature, dialect=target.dialect, chat_path=target.chat_path,

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from harness.model import config as config_mod
 from harness.model import faults
+from harness.model.builds import build_refs
 from harness.model.config import ConfigError, StudyConfig
 from harness.model.gateway_spec import (
     GatewaySpec,
@@ -31,6 +32,7 @@ from harness.model.plan import RunSpec, make_plan
 from harness.model.topology import topology_of
 from harness.remote import hosts
 from harness.remote.machine import git_commit, machine_facts, package_versions
+from harness.run import builds
 from harness.run.processes import ProcessError, port_in_use, stop_all
 from harness.run.run import Interrupted, RunRecord, completed_record, measure_run
 from harness.run.store import write_atomic
@@ -46,15 +48,26 @@ class StudyResult:
 
 
 def prepare(config: StudyConfig) -> tuple[StudyConfig, dict[str, GatewaySpec], list[RunSpec]]:
-    """Everything that can be decided without starting a process; raises ConfigError."""
+    """Everything that can be decided without starting a process; raises ConfigError. An entry
+    built from another commit gets its worktree here (git only), its spec read from there."""
     config_mod.validate(config)
     specs = {}
     problems = []
+    refs = build_refs(config.builds)
+    commits: dict[str, str] = {}
     for name in config.gateways:
+        gateways_dir = config.systems_dir
+        if name in refs:
+            try:
+                tree = builds.checkout(refs[name])
+            except builds.BuildError as exc:
+                problems.append(f"builds: {name}: {exc}")
+                continue
+            gateways_dir, commits[name] = tree.gateways_dir, tree.commit
         try:
-            specs[name] = load_gateway_spec(name, config.systems_dir)
+            specs[name] = load_gateway_spec(name, gateways_dir)
         except GatewaySpecError as exc:
-            problems.append(f"gateways: {exc}")
+            problems.append(f"{'builds' if name in refs else 'gateways'}: {exc}")
             continue
         feature = feature_of(name) or config.feature
         if feature and specs[name].runnable and feature not in specs[name].features:
@@ -78,7 +91,7 @@ def prepare(config: StudyConfig) -> tuple[StudyConfig, dict[str, GatewaySpec], l
     if problems:
         raise ConfigError(problems)
     config = config.with_study_id()
-    return config, specs, make_plan(config, specs)
+    return config, specs, make_plan(config, specs, commits)
 
 
 def _unreachable_hosts(config: StudyConfig) -> list[str]:
@@ -126,7 +139,8 @@ def run_study(config: StudyConfig, progress=print) -> StudyResult:
     records: list[RunRecord] = []
     skipped: dict[str, str] = {}
     try:
-        versions, systems = _install_all(specs, study_dir, skipped, progress)
+        commits = {r.system: r.source_commit for r in plan if r.source_commit}
+        versions, systems = _install_all(specs, commits, study_dir, skipped, progress)
         manifest = replace(manifest, systems=systems)
         write_atomic(path, manifest.to_json())
         runnable = [r for r in plan if r.system not in skipped]
@@ -166,15 +180,18 @@ def run_study(config: StudyConfig, progress=print) -> StudyResult:
     return StudyResult(study_dir, manifest.status, tuple(records), skipped)
 
 
-def _install_all(specs, study_dir, skipped, progress) -> tuple[dict[str, str], dict[str, SystemInfo]]:
-    """(system -> version) of the runnable systems, and every system's entry in the manifest."""
+def _install_all(specs, commits, study_dir, skipped, progress) -> tuple[dict[str, str], dict[str, SystemInfo]]:
+    """(system -> version) of the runnable systems, and every system's entry in the manifest.
+    Each is installed, then built (its [build], when it declares one); commits: the entries
+    that run from another commit's worktree."""
     versions, systems = {}, {}
     for name, spec in specs.items():
         entry = SystemInfo(kind=spec.kind, role=spec.role, language=spec.language,
                            description=spec.description, runnable=spec.runnable,
                            not_runnable_reason=spec.not_runnable_reason,
                            not_runnable_command=spec.not_runnable_command,
-                           gateway_toml_sha256=spec.toml_sha256)
+                           gateway_toml_sha256=spec.toml_sha256,
+                           source_commit=commits.get(name, ""))
         systems[name] = entry
         if not spec.runnable:
             skipped[name] = f"not runnable here: {spec.not_runnable_reason}"
@@ -185,6 +202,12 @@ def _install_all(specs, study_dir, skipped, progress) -> tuple[dict[str, str], d
         if result.ok and missing_binary(spec):
             result = InstallResult(False, result.installed_now, f"{name}: {missing_binary(spec)!r} "
                                    f"is still missing after its install step")
+        if result.ok and spec.build_command:
+            progress(f"{name}: building ({' '.join(spec.build_command)} in {spec.directory})")
+            try:
+                builds.build(spec, study_dir / "install" / f"{name}.build.log")
+            except builds.BuildError as exc:
+                result = InstallResult(False, result.installed_now, str(exc))
         if not result.ok:
             skipped[name] = result.message
             systems[name] = replace(entry, runnable=False, not_runnable_reason=result.message)

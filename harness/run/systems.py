@@ -163,10 +163,11 @@ def run_values(spec: GatewaySpec, run_dir: Path, port: int, listen_host: str, up
 def start_system(spec: GatewaySpec, run_dir: Path, upstream_url: str, upstream_port: int,
                  workers: int, ready_timeout_s: float, port: int = 0, host: Host | None = None,
                  upstream_host: str = "127.0.0.1", feature: str = "",
-                 standby: MockHandle | None = None, cpus: str = "") -> StartedSystem:
+                 standby: MockHandle | None = None, cpus: str = "",
+                 extra_env: dict[str, str] | None = None) -> StartedSystem:
     """host: where it runs and listens (None: this machine at 127.0.0.1). standby: the second
     provider of a fault scenario that has one. cpus: the CPUs it and its children start on
-    (taskset's list; "" = any)."""
+    (taskset's list; "" = any). extra_env: the study's system_env for it, over its own."""
     host = host or LOCALHOST
     port = port or free_port()
     values = run_values(spec, run_dir, port, host.address, upstream_url, upstream_host,
@@ -182,7 +183,8 @@ def start_system(spec: GatewaySpec, run_dir: Path, upstream_url: str, upstream_p
                     self_overhead_scale_ms=spec.self_overhead_scale_ms, dialect=requests.dialect)
     proc = None
     if spec.has_process:
-        env = {"PYTHONPATH": str(REPO_DIR), **{k: render(v, values) for k, v in spec.start_env.items()}}
+        env = {"PYTHONPATH": str(REPO_DIR), **{k: render(v, values) for k, v in spec.start_env.items()},
+               **(extra_env or {})}
         proc = start_on(host, "system", pinned(cpus, [render(a, values) for a in spec.start_command]),
                         run_dir / "system.log", pid_file(run_dir, "system"), cwd=run_dir, env=env,
                         stop_signal=spec.stop_signal, stop_timeout_s=spec.stop_timeout_s)

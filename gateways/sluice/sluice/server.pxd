@@ -7,7 +7,7 @@ from sluice.metrics cimport Metrics
 from sluice.upstream cimport Pool, Provider, UpstreamConn
 
 cdef int P_QUEUE, P_UPSTREAM, P_BAD, P_WRITE, P_FINAL, P_BURST
-cdef double TEST_DELAY_S
+cdef double TEST_DELAY_S, TEST_CPU_BURN_S
 
 
 @cython.final

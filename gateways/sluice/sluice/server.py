@@ -26,6 +26,16 @@ from sluice.upstream import Provider
 # Only for the performance gate's own test: a Sluice slowed on purpose, by this many
 # milliseconds before each request goes upstream, must be caught by the gate. Never set in use.
 TEST_DELAY_S = float(os.environ.get("SLUICE_TEST_DELAY_MS", "0") or 0) / 1000.0
+# ... and, for the same reason, by this much CPU per request (a busy wait, microseconds).
+TEST_CPU_BURN_S = float(os.environ.get("SLUICE_TEST_CPU_BURN_US", "0") or 0) / 1e6
+
+
+
+def _burn_cpu(seconds):
+    end = perf_counter() + seconds
+    while perf_counter() < end:
+        pass
+
 
 loads = orjson.loads
 dumps = orjson.dumps
@@ -1011,6 +1021,8 @@ class App:
         payload = self._payload(r, provider, body)
         self.metrics.in_flight += 1
         r.payload = payload  # kept for another attempt
+        if TEST_CPU_BURN_S:
+            _burn_cpu(TEST_CPU_BURN_S)
         if TEST_DELAY_S:
             self.loop.call_later(TEST_DELAY_S, self._send_upstream, conn, r, provider.pool)
         else:

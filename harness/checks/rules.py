@@ -1,0 +1,194 @@
+"""The rules the A/A check and the gate both judge by: paired ratios of a few figures, one limit each.
+
+Both checks compare two entries of one study that ran interleaved, round by round: the A/A check
+two copies of one system (``nginx~aa`` / ``nginx``), the gate two builds of one system (``sluice``
+/ ``sluice~base``). Per figure, the ratio is taken inside each round (the two runs were minutes
+apart and shared the machine's state: whoever else was using it, thermal state, page cache),
+then averaged over rounds. No stored number from another study or another CPU model enters.
+
+Which figures, and why these limits (measured on this 2-core machine; ``GATED``):
+
+* CPU-ms per request, throughput and peak RSS: within 5 %. They barely move with the machine's
+  noise when both entries meet it in the same round.
+* wire-timed in-gateway p50 and net overhead p50: within 10 %. Sub-millisecond times on shared
+  cores jitter more than CPU time does.
+
+Tails (p95/p99) are reported with their spread and never judged: three rounds cannot estimate
+a p99's ratio well enough to block a change on it.
+
+A figure neither entry measured (no wire capture, no identity join) is reported as not
+measured, with the reason, and not judged.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from harness.checks.inputs import floor_of
+from harness.model.metrics import metric
+from harness.stats.across import describe
+from harness.stats.metrics import OVERHEAD_EPSILON_MS
+
+
+@dataclass(frozen=True)
+class Rule:
+    metric: str              # a run_summary column (in the metric registry)
+    max_change: float        # |paired ratio − 1| allowed, as a fraction
+
+    @property
+    def label(self) -> str:
+        return metric(self.metric).label
+
+    @property
+    def lower_is_better(self) -> bool:
+        return not metric(self.metric).higher_is_better
+
+
+GATED: tuple[Rule, ...] = (
+    Rule("cpu_ms_per_request", 0.05),
+    Rule("throughput_rps", 0.05),
+    Rule("rss_peak_bytes", 0.05),
+    Rule("wire_in_gateway_p50_us", 0.10),
+    Rule("net_overhead_p50_ms", 0.10),
+)
+TAILS: tuple[str, ...] = ("wire_in_gateway_p99_us", "net_overhead_p99_ms", "overhead_vs_mock_p95_ms")
+
+
+@dataclass(frozen=True)
+class PairedRatio:
+    """``numerator`` / ``denominator`` of one figure, per round in which both completed a run."""
+    metric: str
+    numerator: str
+    denominator: str
+    rounds: tuple[int, ...]      # rounds with a defined ratio
+    ratios: tuple[float, ...]    # one per round, in order
+    mean: float                  # NaN when no round has a value
+    sd: float                    # NaN with fewer than two rounds
+    floored: tuple[int, ...] = ()  # rounds whose denominator was floored (a near-zero overhead)
+
+    @property
+    def n(self) -> int:
+        return len(self.ratios)
+
+    @property
+    def measured(self) -> bool:
+        return self.n > 0 and not math.isnan(self.mean)
+
+    def rounds_text(self) -> str:
+        return ", ".join(f"{r:.3f}" for r in self.ratios)
+
+
+def paired_rounds(rs: pd.DataFrame, a: str, b: str) -> list[int]:
+    """Rounds in which both entries completed a run, sorted."""
+    if "round" not in rs.columns:
+        return []
+    done = rs[(rs["status"] == "completed") & rs["round"].notna()]
+    in_a = set(done.loc[done["system"] == a, "round"])
+    in_b = set(done.loc[done["system"] == b, "round"])
+    return sorted(int(r) for r in in_a & in_b)
+
+
+def paired_ratio(rs: pd.DataFrame, numerator: str, denominator: str, name: str,
+                 epsilon_ms: float = OVERHEAD_EPSILON_MS) -> PairedRatio:
+    """The figure's ratio per paired round; a near-zero denominator (an overhead) is floored at
+    its metric's floor before dividing, and those rounds are named."""
+    done = rs[rs["status"] == "completed"]
+    rounds, ratios, floored = [], [], []
+    if name in rs.columns:
+        for rnd in paired_rounds(rs, numerator, denominator):
+            here = done[done["round"] == rnd]
+            x = here.loc[here["system"] == numerator, name].astype("float64").mean()
+            y = here.loc[here["system"] == denominator, name].astype("float64").mean()
+            if math.isnan(x) or math.isnan(y):
+                continue
+            floor = floor_of(name, epsilon_ms)
+            if floor and y < floor:
+                y = floor
+                floored.append(rnd)
+            if y <= 0:
+                continue
+            rounds.append(rnd)
+            ratios.append(x / y)
+    d = describe(ratios)
+    return PairedRatio(name, numerator, denominator, tuple(rounds), tuple(ratios),
+                       d["mean"] if ratios else math.nan, d["sd"], tuple(floored))
+
+
+def missing_reason(rs: pd.DataFrame, systems: tuple[str, ...], name: str) -> str:
+    """Why a figure has no paired value: the reasons the runs recorded, else a plain account."""
+    if name not in rs.columns:
+        return "not in this study's run summary"
+    rows = rs[rs["system"].isin(systems) & (rs["status"] == "completed")]
+    for column in ("wire_reason", "identity_reason") if name.startswith(("wire_", "net_")) else ():
+        if column in rows.columns:
+            reasons = sorted({str(v) for v in rows[column].dropna() if str(v)})
+            if reasons:
+                return "; ".join(reasons)[:200]
+    if not len(rows) or np.isnan(rows[name].astype("float64")).all():
+        return "no completed run has a value"
+    return "no round has a value for both"
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One rule applied to one paired ratio."""
+    rule: Rule
+    ratio: PairedRatio
+    change: float            # mean − 1
+    worse: bool              # beyond the limit in the figure's bad direction
+    outside: bool            # beyond the limit in either direction
+    missing: str = ""        # why it was not judged ("" = judged)
+
+
+def judge(rule: Rule, ratio: PairedRatio, rs: pd.DataFrame) -> Judged:
+    if not ratio.measured:
+        return Judged(rule, ratio, math.nan, False, False,
+                      missing_reason(rs, (ratio.numerator, ratio.denominator), rule.metric))
+    change = ratio.mean - 1.0
+    worse = change > rule.max_change if rule.lower_is_better else change < -rule.max_change
+    return Judged(rule, ratio, change, worse, abs(change) > rule.max_change)
+
+
+def judge_all(rs: pd.DataFrame, numerator: str, denominator: str,
+              rules: tuple[Rule, ...] = GATED,
+              epsilon_ms: float = OVERHEAD_EPSILON_MS) -> tuple[Judged, ...]:
+    return tuple(judge(rule, paired_ratio(rs, numerator, denominator, rule.metric, epsilon_ms), rs)
+                 for rule in rules)
+
+
+def tails(rs: pd.DataFrame, numerator: str, denominator: str,
+          epsilon_ms: float = OVERHEAD_EPSILON_MS) -> tuple[PairedRatio, ...]:
+    """The tails' paired ratios: reported with their spread, never judged."""
+    return tuple(paired_ratio(rs, numerator, denominator, name, epsilon_ms) for name in TAILS)
+
+
+def pct(x: float, signed: bool = False) -> str:
+    if x is None or math.isnan(x):
+        return "n/a"
+    digits = 1 if abs(x) < 0.1 else 0
+    return f"{x:{'+' if signed else ''}.{digits}%}".replace(".0%", "%")
+
+
+def line(j: Judged, flag: str, flagged: bool) -> str:
+    """One line per judged figure: ``flag`` (FAIL, NOISY) when flagged, else ``ok``; the mean
+    ratio with its spread and every round's, the change and the limit."""
+    r = j.ratio
+    name = f"{j.rule.label} ({r.numerator}/{r.denominator})"
+    if j.missing:
+        return f"n/a  {name}: not measured ({j.missing}); not judged"
+    sd = "" if math.isnan(r.sd) else f" ± {r.sd:.3f}"
+    floored = (f"; {r.denominator} floored at its metric's floor in rounds "
+               f"{', '.join(map(str, r.floored))}" if r.floored else "")
+    return (f"{flag if flagged else 'ok':<4} {name}: {r.mean:.3f}{sd} over {r.n} rounds "
+            f"({r.rounds_text()}), {pct(j.change, True)}, limit {pct(j.rule.max_change)}{floored}")
+
+
+def tail_line(r: PairedRatio) -> str:
+    if not r.measured:
+        return f"tail {metric(r.metric).label} ({r.numerator}/{r.denominator}): not measured"
+    sd = "" if math.isnan(r.sd) else f" ± {r.sd:.3f}"
+    return (f"tail {metric(r.metric).label} ({r.numerator}/{r.denominator}): {r.mean:.3f}{sd} "
+            f"({r.rounds_text()}); reported, never judged")

@@ -1,0 +1,96 @@
+"""A system's folder as committed at another git ref, checked out and built beside this tree.
+
+``checkout(ref)`` resolves the ref to its commit and keeps one git worktree of it under
+``.cache/builds/<commit>/`` (made once, reused; a broken one is made again).
+``build(spec, log)`` runs the ``[build]`` command the spec's own gateway.toml declares, with
+``{{gateway_dir}}`` pointing into that worktree, so both builds are compiled the same way, each
+from its own sources. A folder whose gateway.toml declares no ``[build]`` runs as committed.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.model.config import REPO_DIR
+from harness.model.gateway_spec import GatewaySpec, render
+
+BUILDS_DIR = REPO_DIR / ".cache" / "builds"
+GIT_TIMEOUT_S = 120.0
+
+
+class BuildError(RuntimeError):
+    """A ref that does not name a commit, a checkout or a build that failed; says which."""
+
+
+@dataclass(frozen=True)
+class Checkout:
+    ref: str                 # as the user gave it
+    commit: str              # the full commit it resolved to
+    path: Path               # the worktree's root
+
+    @property
+    def gateways_dir(self) -> Path:
+        return self.path / "gateways"
+
+
+def _git(*args: str, cwd: Path = REPO_DIR) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
+                              timeout=GIT_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BuildError(f"git {' '.join(args)}: {exc}") from None
+
+
+def resolve(ref: str) -> str:
+    """The full commit a ref names in this repository."""
+    done = _git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    if done.returncode != 0 or not done.stdout.strip():
+        raise BuildError(f"{ref!r} names no commit in {REPO_DIR} (a shallow clone may lack it: "
+                         "git fetch --unshallow)")
+    return done.stdout.strip()
+
+
+def checkout(ref: str, builds_dir: Path = BUILDS_DIR) -> Checkout:
+    """One worktree per commit, detached; reused while it is whole and at that commit."""
+    commit = resolve(ref)
+    path = builds_dir / commit
+    if path.is_dir():
+        head = _git("rev-parse", "HEAD", cwd=path)
+        clean = _git("status", "--porcelain", "--untracked-files=no", cwd=path)
+        if head.returncode == 0 and head.stdout.strip() == commit and not clean.stdout.strip():
+            return Checkout(ref, commit, path)
+        shutil.rmtree(path, ignore_errors=True)
+    _git("worktree", "prune")
+    builds_dir.mkdir(parents=True, exist_ok=True)
+    done = _git("worktree", "add", "--detach", "--force", str(path), commit)
+    if done.returncode != 0:
+        raise BuildError(f"git worktree add {path} {commit[:12]} failed: "
+                         f"{(done.stderr or done.stdout).strip()[:300]}")
+    return Checkout(ref, commit, path)
+
+
+def build(spec: GatewaySpec, log_path: Path) -> str:
+    """Run the spec's [build] command (idempotent by its own design); '' when it declares none,
+    else a one-line account. BuildError, naming the command and its log, when it fails."""
+    if not spec.build_command:
+        return ""
+    values = {"gateway_dir": spec.directory, "cache_dir": spec.cache_dir, "repo_dir": REPO_DIR,
+              "python": sys.executable}
+    command = [render(a, values) for a in spec.build_command]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        try:
+            done = subprocess.run(command, cwd=spec.directory, stdout=log,
+                                  stderr=subprocess.STDOUT, timeout=spec.build_timeout_s)
+        except subprocess.TimeoutExpired:
+            raise BuildError(f"{spec.name}: build timed out after {spec.build_timeout_s:.0f} s: "
+                             f"{' '.join(command)} (log: {log_path})") from None
+        except OSError as exc:
+            raise BuildError(f"{spec.name}: cannot run build {' '.join(command)}: {exc}") from None
+    if done.returncode != 0:
+        raise BuildError(f"{spec.name}: build failed (exit {done.returncode}): "
+                         f"{' '.join(command)} (log: {log_path})")
+    return f"built by {' '.join(command)}"
