@@ -58,8 +58,9 @@ faults: setup study-deps sluice-build
 	id=faults-$$(date -u +%Y%m%dT%H%M%SZ) && $(PY) -m harness suite notebooks/suites/faults.toml \
 	  --suite-id $$id && $(PY) -m harness report artifacts/suites/$$id
 
-## The performance gate (CI runs it after the tests): a `gate` study, its A/A self-check, and
-## Sluice's ratios to nginx against baselines/gate.json.
+## The performance gate (CI runs it after the tests): the base commit's Sluice (from
+## baselines/gate/, built in a worktree) and this tree's side by side in one `gate` study, its
+## A/A self-check first (baselines/README.md).
 gate: setup sluice-build
 	$(PY) -m harness gate run
 

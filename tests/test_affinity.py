@@ -174,3 +174,28 @@ def test_each_role_is_started_pinned(tmp_path, monkeypatch):
 def test_the_roles_are_the_fields():
     assert set(affinity.FIELDS.values()) == {"cpu_affinity_load", "cpu_affinity_mock", "cpu_affinity_system"}
     assert {f.name for f in dataclasses.fields(CpuAffinity)} == set(affinity.FIELDS)
+
+
+def test_niceness_is_checked_placed_in_the_argv_and_keyed_only_when_set(tmp_path, monkeypatch):
+    assert problems_of(from_profile("aa", out_dir=str(tmp_path), nice_load=20)) == [
+        "nice_load: niceness runs from -20 to 19, got 20"]
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert problems_of(from_profile("aa", out_dir=str(tmp_path), nice_mock=-5)) == [
+        "nice_mock: a negative niceness (a higher priority) needs root, got -5"]
+    assert pinned("1", ["x"], -5) == ["taskset", "-c", "1", "nice", "-n", "-5", "x"]
+    assert pinned("", ["x"], 3) == ["nice", "-n", "3", "x"]
+    assert pinned("", ["x"]) == ["x"]
+    plain, nice = _plan(), _plan(nice_mock=-5)
+    assert nice[0].nice == affinity.Niceness(mock=-5) and plain[0].nice == affinity.Niceness()
+    assert [r.comparison_key for r in plain] != [r.comparison_key for r in nice]
+
+
+def test_a_niced_process_runs_at_that_niceness(tmp_path):
+    proc = ManagedProcess("niced", pinned("", [sys.executable, "-c", "import time; time.sleep(30)"], 7),
+                          tmp_path / "p.log")
+    try:
+        assert wait_for(lambda: len(proc.tree()) == 1, 10.0)
+        assert proc.tree()[0].cmdline()[0] == sys.executable  # nice exec'd it: the pid is its own
+        assert proc.tree()[0].nice() == 7
+    finally:
+        proc.stop()

@@ -1,14 +1,18 @@
-"""CPU affinity per role: the CPUs the load generator, the mock and the system under test are
+"""Placement per role: the CPUs the load generator, the mock and the system under test are
 started on (``taskset -c LIST``), so that on a small machine they stop taking turns on the same
-cores. Lists use taskset's syntax: ``0``, ``0-1``, ``0,2``, ``0-7:2``; "" = not pinned."""
+cores, and their scheduling priority (``nice -n N``), so that a role sharing a core with another
+is served first. Lists use taskset's syntax: ``0``, ``0-1``, ``0,2``, ``0-7:2``; "" = not pinned.
+Niceness runs from -20 (first) to 19 (last); 0 = unchanged; below 0 needs root."""
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
 TASKSET = "taskset"
-# role -> the StudyConfig field that pins it
+NICE = "nice"
+# role -> the StudyConfig field that pins it, and the one that sets its niceness
 FIELDS = {"load": "cpu_affinity_load", "mock": "cpu_affinity_mock", "system": "cpu_affinity_system"}
+NICE_FIELDS = {"load": "nice_load", "mock": "nice_mock", "system": "nice_system"}
 _PART = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?\Z")
 
 
@@ -18,6 +22,17 @@ class CpuAffinity:
     load: str = ""      # every Locust process (master, workers, --processes children)
     mock: str = ""      # the mock, its supervisor and workers
     system: str = ""    # the system under test and everything it starts
+
+    def is_set(self) -> bool:
+        return bool(self.load or self.mock or self.system)
+
+
+@dataclass(frozen=True)
+class Niceness:
+    """Per role, the niceness its processes start with (children inherit it); 0 = unchanged."""
+    load: int = 0
+    mock: int = 0
+    system: int = 0
 
     def is_set(self) -> bool:
         return bool(self.load or self.mock or self.system)
@@ -80,7 +95,23 @@ def problems(values: dict[str, str], available, taskset_found: bool,
     return out
 
 
-def pinned(cpus: str, argv: list[str]) -> list[str]:
-    """argv started on ``cpus`` (taskset execs it: the pid stays the process's own), or argv as
-    it is when ``cpus`` is ""."""
-    return [TASKSET, "-c", cpus, *argv] if cpus else list(argv)
+def nice_problems(values: dict[str, int], is_root: bool, nice_found: bool) -> list[str]:
+    """One line per bad niceness. values: role -> its niceness."""
+    out = []
+    for role, level in values.items():
+        name = NICE_FIELDS[role]
+        if not -20 <= level <= 19:
+            out.append(f"{name}: niceness runs from -20 to 19, got {level}")
+        elif level < 0 and not is_root:
+            out.append(f"{name}: a negative niceness (a higher priority) needs root, got {level}")
+    if any(values.values()) and not nice_found:
+        out.append(f"{', '.join(NICE_FIELDS[r] for r, v in values.items() if v)}: needs {NICE} "
+                   "(coreutils) on PATH")
+    return out
+
+
+def pinned(cpus: str, argv: list[str], nice: int = 0) -> list[str]:
+    """argv started on ``cpus`` with niceness ``nice`` (taskset and nice exec it: the pid stays
+    the process's own), or argv as it is when neither is set."""
+    argv = [NICE, "-n", str(nice), *argv] if nice else list(argv)
+    return [TASKSET, "-c", cpus, *argv] if cpus else argv

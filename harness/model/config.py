@@ -123,6 +123,10 @@ class StudyConfig:
     cpu_affinity_mock: str = ""          # CPUs the mock (all its workers) starts on; "" = any
     cpu_affinity_system: str = ""        # CPUs the system under test and its children start on;
                                          # "" = any (gateway_workers is not changed by it)
+    nice_load: int = 0                   # niceness of every Locust process (nice -n; -20 first ..
+                                         # 19 last; 0 = unchanged; below 0 needs root)
+    nice_mock: int = 0                   # niceness of the mock (all its workers)
+    nice_system: int = 0                 # niceness of the system under test and its children
     out_dir: str = "artifacts"           # the study directory is out_dir/study_id
     study_id: str = ""                   # "" = a UTC timestamp chosen when the study starts
 
@@ -413,6 +417,9 @@ def validate(config: StudyConfig) -> None:
     if config.fault_scenario:
         problems.extend(_fault_problems(config))
     problems.extend(_affinity_problems(config))
+    problems.extend(affinity.nice_problems(
+        {role: getattr(config, name) for role, name in affinity.NICE_FIELDS.items()},
+        os.geteuid() == 0, shutil.which(affinity.NICE) is not None))
     need(config.resilience in RESILIENCE,
          f"resilience: one of {list(RESILIENCE)}, got {config.resilience!r}")
     need(bool(config.out_dir), "out_dir: must not be empty")

@@ -8,7 +8,7 @@ import random
 from dataclasses import dataclass, field
 
 from harness.model import faults
-from harness.model.affinity import CpuAffinity
+from harness.model.affinity import CpuAffinity, Niceness
 from harness.model.builds import system_env
 from harness.model.config import StudyConfig
 from harness.model.gateway_spec import GatewaySpec, feature_of
@@ -91,6 +91,7 @@ class RunSpec:
     affinity: CpuAffinity = field(default_factory=CpuAffinity)  # CPUs per role ("" = any)
     source_commit: str = ""   # the commit the system's folder ran as; "" = the study's tree
     env: tuple[tuple[str, str], ...] = ()  # extra environment of the system's process
+    nice: Niceness = field(default_factory=Niceness)  # niceness per role (0 = unchanged)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -99,7 +100,8 @@ class RunSpec:
 def comparison_key(system: str, load: LoadShape, mock: MockSettings, gateway_workers: int,
                    gateway_toml_sha256: str, topology: Topology | None = None,
                    resilience: str = "shipped", affinity: CpuAffinity | None = None,
-                   source_commit: str = "", env: tuple[tuple[str, str], ...] = ()) -> str:
+                   source_commit: str = "", env: tuple[tuple[str, str], ...] = (),
+                   nice: Niceness | None = None) -> str:
     """SHA-256 of the run's full configuration. Runs with equal keys ran the same thing; the
     run index, round and position are deliberately left out so repeated runs share a key."""
     mock_settings = dataclasses.asdict(mock)
@@ -117,6 +119,8 @@ def comparison_key(system: str, load: LoadShape, mock: MockSettings, gateway_wor
         payload["source_commit"] = source_commit
     if env:  # runs without extra environment keep their earlier keys
         payload["env"] = [list(item) for item in env]
+    if nice is not None and nice.is_set():  # runs at default priority keep their earlier keys
+        payload["nice"] = dataclasses.asdict(nice)
     canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -159,6 +163,7 @@ def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec],
                         snaplen_bytes=config.wire_snaplen_bytes)
     pins = CpuAffinity(load=config.cpu_affinity_load, mock=config.cpu_affinity_mock,
                        system=config.cpu_affinity_system)
+    nice = Niceness(load=config.nice_load, mock=config.nice_mock, system=config.nice_system)
     standby = faults.needs_standby(config.fault_scenario)
     rng = random.Random(config.seed)
     plan = []
@@ -180,10 +185,10 @@ def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec],
                 gateway_toml_sha256=spec.toml_sha256, seed=config.seed,
                 comparison_key=comparison_key(system, load, mock, config.gateway_workers,
                                               spec.toml_sha256, topology, config.resilience, pins,
-                                              source, env),
+                                              source, env, nice),
                 topology=topology, mock_port=config.base_port,
                 system_port=config.base_port + 1 if config.base_port else 0,
                 standby_port=config.base_port + 2 if config.base_port and standby else 0,
                 wire=wire, resilience=config.resilience, affinity=pins, source_commit=source,
-                env=env))
+                env=env, nice=nice))
     return plan

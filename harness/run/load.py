@@ -118,7 +118,7 @@ def start_locust(spec: RunSpec, target: Target, run_dir: Path,
            "SLUICE_WORKER_HOST": master.name, **LOCUSTFILE_PATH}
     # Normally Locust has exited by itself before stop(); on an interrupt it gets 5 s to flush.
     # --processes children are forked: they inherit the CPUs the master starts on
-    return start_on(master, "locust", pinned(spec.affinity.load, argv), run_dir / "locust-stdout.log",
+    return start_on(master, "locust", pinned(spec.affinity.load, argv, spec.nice.load), run_dir / "locust-stdout.log",
                     pid_file(run_dir, "locust-master"), cwd=run_dir, env=env,
                     stop_signal="SIGTERM", stop_timeout_s=5)
 
@@ -145,7 +145,7 @@ def start_workers(spec: RunSpec, run_dir: Path, master_port: int) -> list[Manage
                     "--logfile", str(run_dir / f"{label}.log"), "--loglevel", "INFO"]
             env = {"SLUICE_LOAD_FILE": str(run_dir / "load.json"), "PYTHONUNBUFFERED": "1",
                    "SLUICE_WORKER_HOST": name, **LOCUSTFILE_PATH}
-            started.append(start_on(topology.host(name), "locust", pinned(spec.affinity.load, argv),
+            started.append(start_on(topology.host(name), "locust", pinned(spec.affinity.load, argv, spec.nice.load),
                                     run_dir / f"{label}-stdout.log", pid_file(run_dir, label),
                                     cwd=run_dir, env=env, stop_signal="SIGTERM", stop_timeout_s=5))
     except Exception:

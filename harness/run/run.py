@@ -116,19 +116,19 @@ def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
                           host=topology.host(topology.mock), faults=spec.mock.faults,
                           fault_seed=spec.mock.fault_seed,
                           fault_epoch_unix_s=load_at + spec.load.warmup_s + spec.load.ramp_s,
-                          cpus=spec.affinity.mock)
+                          cpus=spec.affinity.mock, nice=spec.nice.mock)
         if faults.needs_standby(spec.mock.fault_scenario):  # the same provider, never faulted
             standby = start_mock(run_dir, spec.mock.latency_ms, spec.mock.workers,
                                  spec.mock.response_tokens, port=spec.standby_port,
                                  stream_chunks=spec.mock.stream_chunks,
                                  chunk_delay_ms=spec.mock.chunk_delay_ms,
                                  host=topology.host(topology.mock), name="mock-standby",
-                                 cpus=spec.affinity.mock)
+                                 cpus=spec.affinity.mock, nice=spec.nice.mock)
         system = start_system(gateway, run_dir, mock.url, mock.port, spec.gateway_workers,
                               spec.ready_timeout_s, port=spec.system_port,
                               host=topology.host(topology.system), upstream_host=mock.address,
                               feature=spec.load.feature, standby=standby, cpus=spec.affinity.system,
-                              extra_env=dict(spec.env))
+                              nice=spec.nice.system, extra_env=dict(spec.env))
         target = system.target
         manifest = replace(manifest, ready_s=round(system.ready_s, 3), request=RequestInfo(
             feature=spec.load.feature, dialect=target.dialect, chat_path=target.chat_path,

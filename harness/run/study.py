@@ -203,9 +203,9 @@ def _install_all(specs, commits, study_dir, skipped, progress) -> tuple[dict[str
             result = InstallResult(False, result.installed_now, f"{name}: {missing_binary(spec)!r} "
                                    f"is still missing after its install step")
         if result.ok and spec.build_command:
-            progress(f"{name}: building ({' '.join(spec.build_command)} in {spec.directory})")
+            progress(f"{name}: building in {spec.directory}")
             try:
-                builds.build(spec, study_dir / "install" / f"{name}.build.log")
+                progress(f"{name}: {builds.build(spec, study_dir / 'install' / f'{name}.build.log')}")
             except builds.BuildError as exc:
                 result = InstallResult(False, result.installed_now, str(exc))
         if not result.ok:

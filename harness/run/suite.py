@@ -70,7 +70,8 @@ SUITE_OWNED = ("out_dir", "study_id", "profile")
 NOT_IN_KEY = SUITE_OWNED + ("base_port", "gateways_dir")
 # Settings that change nothing while empty: in the key only when set, so cells from before they
 # existed keep their keys.
-IN_KEY_WHEN_SET = ("cpu_affinity_load", "cpu_affinity_mock", "cpu_affinity_system")
+IN_KEY_WHEN_SET = ("cpu_affinity_load", "cpu_affinity_mock", "cpu_affinity_system", "nice_load",
+                   "nice_mock", "nice_system", "gate_base_system", "builds", "system_env")
 # The per-cell table's figures (run_summary columns; how each is shown: the metric registry),
 # then each lane's own headline when the cell ran it.
 CELL_METRICS = ("throughput_rps", "overhead_vs_direct_p50_ms", "overhead_vs_direct_p99_ms",

@@ -110,12 +110,12 @@ def start_mock(run_dir: Path, latency_ms: float, workers: int, response_tokens: 
                ready_timeout_s: float = 20.0, port: int = 0, stream_chunks: int = 20,
                chunk_delay_ms: float = 20.0, host: Host | None = None, faults: str = "",
                fault_seed: int = 0, fault_epoch_unix_s: float = 0.0,
-               name: str = "mock", cpus: str = "") -> MockHandle:
+               name: str = "mock", cpus: str = "", nice: int = 0) -> MockHandle:
     """host: where it runs (None: this machine at 127.0.0.1); it listens on the host's address.
     faults: a fault schedule (JSON list, times after ``fault_epoch_unix_s``; "" = none), also
     written with its seed and epoch to the run's faults.json. name: its stats directory
     (``<name>-stats``), log and pid file in the run directory (``mock-standby``: the standby).
-    cpus: the CPUs it starts on (taskset's list; "" = any)."""
+    cpus: the CPUs it starts on (taskset's list; "" = any); nice: its niceness (0 = unchanged)."""
     host = host or LOCALHOST
     port = port or free_port()
     stats_dir = run_dir / f"{name}-stats"
@@ -129,7 +129,7 @@ def start_mock(run_dir: Path, latency_ms: float, workers: int, response_tokens: 
                                              "epoch_unix_s": fault_epoch_unix_s})
         argv += ["--faults", faults, "--fault-seed", str(fault_seed),
                  "--fault-epoch-unix-s", repr(fault_epoch_unix_s)]
-    proc = start_on(host, name, pinned(cpus, argv), run_dir / f"{name}.log", pid_file(run_dir, name),
+    proc = start_on(host, name, pinned(cpus, argv, nice), run_dir / f"{name}.log", pid_file(run_dir, name),
                     cwd=REPO_DIR, env={"PYTHONPATH": str(REPO_DIR)})
     url = f"http://{host.address}:{port}"
     try:
@@ -164,7 +164,7 @@ def start_system(spec: GatewaySpec, run_dir: Path, upstream_url: str, upstream_p
                  workers: int, ready_timeout_s: float, port: int = 0, host: Host | None = None,
                  upstream_host: str = "127.0.0.1", feature: str = "",
                  standby: MockHandle | None = None, cpus: str = "",
-                 extra_env: dict[str, str] | None = None) -> StartedSystem:
+                 extra_env: dict[str, str] | None = None, nice: int = 0) -> StartedSystem:
     """host: where it runs and listens (None: this machine at 127.0.0.1). standby: the second
     provider of a fault scenario that has one. cpus: the CPUs it and its children start on
     (taskset's list; "" = any). extra_env: the study's system_env for it, over its own."""
@@ -185,7 +185,7 @@ def start_system(spec: GatewaySpec, run_dir: Path, upstream_url: str, upstream_p
     if spec.has_process:
         env = {"PYTHONPATH": str(REPO_DIR), **{k: render(v, values) for k, v in spec.start_env.items()},
                **(extra_env or {})}
-        proc = start_on(host, "system", pinned(cpus, [render(a, values) for a in spec.start_command]),
+        proc = start_on(host, "system", pinned(cpus, [render(a, values) for a in spec.start_command], nice),
                         run_dir / "system.log", pid_file(run_dir, "system"), cwd=run_dir, env=env,
                         stop_signal=spec.stop_signal, stop_timeout_s=spec.stop_timeout_s)
     try:
