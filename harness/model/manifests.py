@@ -132,6 +132,10 @@ class MockSummary:
     gc_passes: int | None = None            # collections, every generation
     gc_pause_ms_total: float | None = None  # time the mock stood still in them
     gc_pause_ms_max: float | None = None
+    # Time its processes were runnable but waiting for a CPU during the load (schedstat): on a
+    # shared machine, where its own added time goes. None: not on this machine, no schedstat,
+    # or a run from before it was recorded.
+    run_queue_wait_ms: float | None = None
 
 
 @dataclass(frozen=True)

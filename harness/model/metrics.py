@@ -91,6 +91,7 @@ _ALL: tuple[Metric, ...] = (
     _m("mock_cpu_peak_percent", "mock CPU peak", "%", "lower", 0, words=_CPU),
     _m("other_cpu_mean_percent", "other processes' CPU (mean)", "%", "lower", 0, words=_CPU),
     _m("mock_hold_p99_ms", "mock hold p99", "ms", "lower", 2),
+    _m("mock_cpu_wait_per_request_ms", "mock's wait for a CPU per request", "ms", "lower", 3),
     _m("load_avg_before", "load average before", "", "lower", 2),
     # --- the streaming lane ----------------------------------------------------------------------
     _m("streams", "streams", "", "higher", 0),

@@ -36,7 +36,7 @@ from harness.remote.machine import host_snapshot
 from harness.run import load as load_stage
 from harness.run import measure
 from harness.run.processes import ProcessError, free_port
-from harness.run.sampling import Sampler, scrape_gauge
+from harness.run.sampling import Sampler, run_queue_wait_ns, scrape_gauge
 from harness.run.store import (
     hash_run_files,
     read_raw_csv,
@@ -105,7 +105,7 @@ def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
                            or "not captured: the run ended before its load")
     workers: list = []
     remote_samplers: list = []
-    baseline_stats = None
+    baseline_stats = mock_wait_ms = None
     status, reason = "completed", ""
     try:
         # faults: the mock's epoch is the hold's planned start; the load waits for its slot below
@@ -176,6 +176,7 @@ def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
         if spec.mock.faults:
             _wait_until(load_at)
         load_started = time.time()
+        mock_wait_at_start = _mock_wait_ns(mock, topology)
         if wire_window is not None:
             wire_window.start()
         master_port = free_port() if topology.locust_workers else 0
@@ -191,6 +192,7 @@ def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
                 worker.stop()
             if wire_window is not None:  # never past the load
                 wire_check, wire_window = wire_window.finish(), None
+        mock_wait_ms = _elapsed_ms(mock_wait_at_start, _mock_wait_ns(mock, topology))
         result = load_stage.collect(locust, run_dir, load_started)
         manifest = replace(
             manifest,
@@ -227,7 +229,8 @@ def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
                            hosts={name: replace(h, after=after.get(name, {}))
                                   for name, h in manifest.hosts.items()})
         manifest = _finish(manifest, spec, run_dir, mock, standby, baseline_stats, status, reason,
-                           wire_check, _port_of(system.target.base_url) if system else None)
+                           wire_check, _port_of(system.target.base_url) if system else None,
+                           mock_wait_ms)
     return RunRecord(spec.run_id, spec.system, spec.run_index, manifest.status, manifest.reason,
                      run_dir, spec.comparison_key, manifest.started_t_unix_s,
                      manifest.ended_t_unix_s)
@@ -241,8 +244,20 @@ def write_manifest(run_dir: Path, manifest: RunManifest) -> None:
     write_atomic(run_dir / "manifest.json", manifest.to_json())
 
 
+def _mock_wait_ns(mock, topology) -> int | None:
+    """The mock's run-queue wait so far (its whole process tree), when it runs here."""
+    if mock is None or not topology.host(topology.mock).local:
+        return None
+    return run_queue_wait_ns([p.pid for p in mock.process.tree()])
+
+
+def _elapsed_ms(start_ns: int | None, end_ns: int | None) -> float | None:
+    return None if start_ns is None or end_ns is None else (end_ns - start_ns) / 1e6
+
+
 def _finish(manifest: RunManifest, spec: RunSpec, run_dir: Path, mock, standby, baseline_stats,
-            status: str, reason: str, wire_check: WireCheck, gateway_port: int | None) -> RunManifest:
+            status: str, reason: str, wire_check: WireCheck, gateway_port: int | None,
+            mock_wait_ms: float | None = None) -> RunManifest:
     """Whatever happened, turn what was written into artifacts and seal the manifest."""
     if manifest.phases == Phases():  # the load did not end normally: keep what the shape recorded
         manifest = replace(manifest, phases=Phases(**load_stage.read_phases(run_dir)))
@@ -289,7 +304,7 @@ def _finish(manifest: RunManifest, spec: RunSpec, run_dir: Path, mock, standby, 
             manifest,
             mock=MockSummary(count=during["count"],
                              **{f"hold_ms_{k}": v for k, v in during["hold_ms"].items()},
-                             **_gc_summary(during)),
+                             **_gc_summary(during), run_queue_wait_ms=mock_wait_ms),
             checks=replace(manifest.checks, mock_count=during["count"], successful_rows=ok,
                            count_match=None if spec.mock.faults else during["count"] == ok,
                            count_note=FAULTED_COUNT_NOTE if spec.mock.faults else "",

@@ -20,6 +20,26 @@ import psutil
 from harness.model.schema import SAMPLES
 
 
+def run_queue_wait_ns(pids) -> int | None:
+    """Nanoseconds the threads of these processes have spent runnable but waiting for a CPU
+    (the second field of /proc/<pid>/task/<tid>/schedstat), summed; None where the kernel does
+    not keep it (no schedstat) or no process could be read."""
+    total, read = 0, False
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    total += int(f.read().split()[1])
+                read = True
+            except (OSError, IndexError, ValueError):
+                continue
+    return total if read else None
+
+
 def scrape_gauge(url: str, gauge: str, timeout_s: float = 0.5) -> float:
     """Sum of a Prometheus gauge's samples (all label sets); NaN when it cannot be read."""
     try:

@@ -340,6 +340,10 @@ def run_summary(study: Study, bin_users: int = DEFAULT_BIN_USERS,
         if hold50 is None:
             hold50 = (study.mock_stats.get(rid, {}).get("hold_ms") or {}).get("p50")
         rec["mock_hold_p50_ms"] = _num(hold50)
+        # where the mock's own time goes on shared cores: waiting for a CPU, per request it saw
+        wait, seen = run.mock.run_queue_wait_ms, run.mock.count
+        rec["mock_cpu_wait_per_request_ms"] = (wait / seen if wait is not None and seen
+                                               else math.nan)
         rec["mock_cpu_peak_percent"] = _peak("mock")
         rec["mock_cpu_limit_percent"] = 100.0 * _mock_workers(study, run) * MOCK_CPU_LIMIT_FRACTION
         rec["load_avg_before"] = _load_avg_before(run, samples)
