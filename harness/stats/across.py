@@ -171,6 +171,19 @@ def verdict(a: Iterable[float], b: Iterable[float], metric: str) -> Verdict:
                    basis=Basis.TESTED)
 
 
+# a verdict row's columns that judge (side_by_side leaves them out)
+VERDICT_ONLY = ("ratio", "ratio_sd", "diff", "diff_low", "diff_high", "t", "p_value", "outcome",
+                "basis")
+
+
+def side_by_side(a: Iterable[float], b: Iterable[float]) -> dict[str, float]:
+    """Run set ``a`` beside reference run set ``b`` without a verdict (their machines differ):
+    the figures a verdict row carries for both sides (n, mean, sd), and nothing judged."""
+    da, db = describe(a), describe(b)
+    return {"n": da["n"], "mean": da["mean"], "sd": da["sd"],
+            "n_ref": db["n"], "mean_ref": db["mean"], "sd_ref": db["sd"]}
+
+
 COMPARE_COLUMNS = ["system", "reference", "metric", "n", "n_ref", "mean", "sd", "mean_ref",
                    "sd_ref", "ratio", "ratio_sd", "diff", "diff_low", "diff_high", "t", "p_value", "outcome", "basis"]
 
