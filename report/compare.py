@@ -16,7 +16,7 @@ import pandas as pd
 from markupsafe import Markup
 
 from harness.run.atomic import write_atomic
-from harness.stats.across import side_by_side, verdict
+from harness.stats.across import OPTIONAL_FIGURES, measured, side_by_side, verdict
 from harness.stats.loading import Study, load_study
 from harness.stats.machines import MachineMatch, same_machine
 from harness.stats.metrics import COMPARE_METRICS
@@ -49,6 +49,9 @@ def compare_studies(a_dir: str | Path, b_dir: str | Path,
         da = rs_a[(rs_a["system"] == system) & (rs_a["status"] == "completed")]
         db = rs_b[(rs_b["system"] == system) & (rs_b["status"] == "completed")]
         for m in COMPARE_METRICS:
+            if m in OPTIONAL_FIGURES and not (measured(rs_a, system, m)
+                                              and measured(rs_b, system, m)):
+                continue   # a wire or net figure not taken in both: nothing to compare
             if m in da.columns and m in db.columns:
                 xb, xa = db[m].astype("float64").tolist(), da[m].astype("float64").tolist()
                 figures = asdict(verdict(xb, xa, m)) if machines.same else side_by_side(xb, xa)
