@@ -10,6 +10,7 @@ from harness.model.roles import Roles
 from harness.stats.across import (
     SUMMARY_COLUMNS,
     compare,
+    overhead_figures,
     reference_of,
     system_labels,
     system_summary,
@@ -49,6 +50,7 @@ class ReportData:
     colors: dict[str, str]
     prices: Prices                   # for the sizing section's monthly cost
     load_rps: float                  # the load the sizing section plans for
+    overhead: dict[str, str]         # per compared system, the overhead figure its verdict uses
 
     def ordered(self, frame: pd.DataFrame) -> pd.DataFrame:
         """``frame``'s rows in the study's system order (stable within a system)."""
@@ -73,6 +75,7 @@ def collect(study_dir: str | Path, reference: str | None = None,
                else pd.DataFrame(columns=SUMMARY_COLUMNS))
     comparison = (compare(rs, reference=ref, floor=roles.floor)
                   if has_runs and ref is not None and ref in set(rs["system"]) else None)
+    overhead = overhead_figures(rs, ref) if comparison is not None else {}
     labels = system_labels(rs) if has_runs else pd.DataFrame(
         columns=["system", "label", "runs", "completed", "reasons"])
     colors = system_colors(study.systems)
@@ -83,4 +86,4 @@ def collect(study_dir: str | Path, reference: str | None = None,
                       prices=(Prices() if (vcpu_hour_usd, gb_hour_usd) == (
                           DEFAULT_VCPU_HOUR_USD, DEFAULT_GB_HOUR_USD)
                           else Prices(vcpu_hour_usd, gb_hour_usd, "given on the command line")),
-                      load_rps=load_rps)
+                      load_rps=load_rps, overhead=overhead)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 from typing import Any, Mapping
 
 import pandas as pd
@@ -191,3 +192,43 @@ def configuration(resilience: str, note: str) -> str:
 def verdict_class(outcome: Outcome | None) -> str:
     """The CSS class a verdict is shown with."""
     return {Outcome.BETTER: "verdict-better", Outcome.WORSE: "verdict-worse"}.get(outcome, "")
+
+
+# --- machines -------------------------------------------------------------------------------------
+
+# marketing words that make a CPU model too long for the first screen's one line
+_CPU_NOISE = (r"\((?:R|TM|tm|r)\)", r"\bCPU\b", r"\bProcessor\b", r"\b\d+-Core\b", r"@\s*[\d.]+\s*GHz")
+
+
+def cpu_short(model: str) -> str:
+    """'Intel(R) Xeon(R) Platinum 8370C CPU @ 2.80GHz' → 'Intel Xeon Platinum 8370C' (the
+    whole model goes in a tooltip)."""
+    short = model
+    for pattern in _CPU_NOISE:
+        short = re.sub(pattern, " ", short)
+    short = re.sub(r"\s+", " ", short).strip(" ,")
+    return short or model
+
+
+def kernel_text(facts: Mapping[str, str]) -> str:
+    """'Linux 6.1.0-18-amd64': the kernel release, after the OS's name when the release lacks it."""
+    kernel = facts.get("kernel", "unknown")
+    if kernel == "unknown" or not kernel[:1].isdigit():
+        return kernel if kernel != "unknown" else "kernel unknown"
+    system = facts.get("os", "").split("-")[0]
+    return f"{system or 'kernel'} {kernel}"
+
+
+def machine_line(facts: Mapping[str, str], short: bool = True) -> str:
+    """'AMD EPYC 7763, 2 cores, Linux 6.1.0-18-amd64' from harness.stats.machines.machine_facts;
+    "unknown" where the manifest does not say."""
+    model = facts.get("cpu_model", "unknown")
+    cores = facts.get("cpu_count", "unknown")
+    unit = "core" if cores == "1" else "cores"
+    return f"{cpu_short(model) if short else model}, {cores} {unit}, {kernel_text(facts)}"
+
+
+def different_machines(a: Mapping[str, str], b: Mapping[str, str]) -> str:
+    """The sentence a comparison of studies from different machines opens with."""
+    return (f"These studies ran on different machines (A: {machine_line(a)}; B: "
+            f"{machine_line(b)}): differences between them are not verdicts.")

@@ -21,6 +21,7 @@ from harness.stats.faults import (
 )
 from harness.stats.feature_cost import feature_cost
 from harness.stats.loading import cpu_count, mock_latency_ms
+from harness.stats.machines import machine_facts
 from harness.stats.metrics import DEFINITIONS
 from harness.stats.open_loop import OPEN_LOOP_DEFINITIONS, is_open_loop, open_loop_steps
 from harness.stats.outcomes import Label
@@ -67,10 +68,12 @@ def section_style(data: ReportData) -> str:
 
 def section_header(data: ReportData) -> str:
     m = data.study.manifest
+    facts = machine_facts(m.machine)
     return render("header.html.j2", study_id=m.study_id or data.study.path.name,
                   status=m.status, reason=m.reason, profile=m.config.profile,
                   started=m.started_t_unix_s, ended=m.ended_t_unix_s,
-                  systems=data.study.systems, reference=data.reference)
+                  systems=data.study.systems, reference=data.reference,
+                  machine=F.machine_line(facts), machine_full=F.machine_line(facts, short=False))
 
 
 def section_banner(data: ReportData) -> str:

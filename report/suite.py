@@ -49,7 +49,32 @@ def compare_table(comparison: pd.DataFrame) -> Table:
 
 
 _COMPARE_NUMBERS = {"metric", "n", "n_ref", "mean", "sd", "mean_ref", "sd_ref", "ratio", "ratio_sd",
-                    "diff", "diff_low", "diff_high", "t", "p_value", "outcome", "basis"}
+                    "diff", "diff_low", "diff_high", "t", "p_value", "outcome", "basis",
+                    "same_machine"}
+
+
+def side_by_side_table(comparison: pd.DataFrame, table_id: str) -> Table:
+    """Rows of two studies on different machines: per system and metric, A's and B's mean ± sd
+    (n), and nothing judged: no ratio, no test, no verdict."""
+    axes = [c for c in comparison.columns if c not in _COMPARE_NUMBERS]
+    rows = []
+    for r in comparison.to_dict("records"):
+        m = metric(r["metric"])
+        rows.append([*(r[c] for c in axes), F.heading(m),
+                     F.mean_sd({"n": r["n_ref"], "mean": r["mean_ref"], "sd": r["sd_ref"]}, m),
+                     F.mean_sd({"n": r["n"], "mean": r["mean"], "sd": r["sd"]}, m)])
+    return table([*axes, "metric", "A: mean ± sd", "B: mean ± sd"], rows, table_id, wide=True,
+                 numeric=["A: mean ± sd", "B: mean ± sd"])
+
+
+def machines_of(pairs: list) -> dict:
+    """What a suite comparison says about its machines (harness.run.suite.cell_machines): each
+    suite's machines in words, and one sentence per distinct pair of different machines."""
+    lines_a = list(dict.fromkeys(F.machine_line(m.a) for _, _, m in pairs))
+    lines_b = list(dict.fromkeys(F.machine_line(m.b) for _, _, m in pairs))
+    different = list(dict.fromkeys(F.different_machines(m.a, m.b) for _, _, m in pairs
+                                   if not m.same))
+    return {"a": lines_a, "b": lines_b, "different": different}
 
 
 def cells_frame(suite_dir: str | Path) -> pd.DataFrame:
@@ -112,15 +137,23 @@ def render_suite_html(suite_dir: str | Path, compare_with: str | Path | None = N
                           cell(entry["status"]), cell(entry["comparison_key"][:12]),
                           cell(entry["excluded"]), Cell((Part(report, href=report),))),
                          "failed" if entry["excluded"] else "ok"))
-    comparison = apart = None
+    comparison = apart = machines = None
     if compare_with:
         comparison, apart = S.compare_suites(compare_with, suite_dir)
+        machines = machines_of(S.cell_machines(compare_with, suite_dir))
+    judged = elsewhere = None
+    if comparison is not None and len(comparison):
+        same = comparison["same_machine"].astype(bool)
+        judged = compare_table(comparison[same]) if same.any() else None
+        elsewhere = (side_by_side_table(comparison[~same], "suite-side-by-side-table")
+                     if (~same).any() else None)
     cells_table = table(["cell", "axis values", "status", "comparison key", "left out because",
                          "study report"], cells, "suite-cells-table")
     body = render("suite.html.j2", m=manifest, cells=cells_table,
                   per_cell=suite_cells(S.suite_table(suite_dir), S.CELL_METRICS + S.LANE_METRICS,
                                        "suite-table"),
-                  comparison=None if comparison is None else compare_table(comparison),
+                  comparison=judged, side_by_side=elsewhere, machines=machines,
+                  compared=comparison is not None,
                   apart=None if apart is None else from_frame(apart, "suite-not-comparable-table",
                                                               wide=True),
                   other=str(compare_with), faults=fault_scenarios(suite_dir, manifest),

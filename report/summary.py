@@ -18,7 +18,13 @@ from harness.stats.outcomes import Basis, Label, Outcome
 from harness.stats.sizing import sizing
 from report import format as F
 from report.data import ReportData
-from report.tables import HEADLINE_METRICS, verdict_anchor
+from report.tables import (
+    HEADLINE_METRICS,
+    OVERHEAD_SOURCE,
+    overhead_of,
+    overhead_why,
+    verdict_anchor,
+)
 
 
 @dataclass(frozen=True)
@@ -38,9 +44,25 @@ def _finding(r: pd.Series) -> Sentence:
                f" to {F.signed(r['diff_high'], m)})")
     else:
         how = F.times(r["ratio"])
-    return Sentence(f"{word[:1].upper()}{word[1:]}: {m.label} {how}.",
+    source = OVERHEAD_SOURCE.get(r["metric"])
+    label = f"overhead ({source})" if source else m.label   # which overhead figure, in a word
+    title = f"Welch p = {r['p_value']:.2g}: {F.verdict_reason(r)}"
+    if source:
+        title = f"{_capital(overhead_why(r['metric']))}. {title}"
+    return Sentence(f"{word[:1].upper()}{word[1:]}: {label} {how}.",
                     f"#{verdict_anchor(r['system'], r['metric'])}", F.verdict_class(r["outcome"]),
-                    f"Welch p = {r['p_value']:.2g}: {F.verdict_reason(r)}")
+                    title)
+
+
+def headline_rows(data: ReportData) -> pd.DataFrame:
+    """The comparison's rows the summary speaks of: the headline figures, of the overhead
+    figures only the one each system's verdict uses (tables.overhead_of)."""
+    c = data.comparison
+    if c is None or not len(c):
+        return c
+    chosen = [m not in OVERHEAD_SOURCE or m == overhead_of(data, s)
+              for s, m in zip(c["system"], c["metric"])]
+    return c[c["metric"].isin(HEADLINE_METRICS) & pd.Series(chosen, index=c.index)]
 
 
 def findings(data: ReportData) -> list[tuple[str, list[Sentence]]]:
@@ -48,8 +70,8 @@ def findings(data: ReportData) -> list[tuple[str, list[Sentence]]]:
     reference passed its test (better or worse)."""
     if data.comparison is None or data.reference is None:
         return []
-    c = data.comparison
-    passed = c[c["metric"].isin(HEADLINE_METRICS) & (c["outcome"] != Outcome.NO_CLEAR_DIFFERENCE)]
+    c = headline_rows(data)
+    passed = c[c["outcome"] != Outcome.NO_CLEAR_DIFFERENCE]
     order = {m: i for i, m in enumerate(HEADLINE_METRICS)}
     out = []
     for system in [s for s in data.study.systems if s in set(passed["system"])]:
@@ -79,7 +101,7 @@ def undecided(data: ReportData) -> tuple[list[str], list[str]]:
     """Systems compared with no headline finding, and those with too few runs for any."""
     if data.comparison is None:
         return [], []
-    c = data.comparison[data.comparison["metric"].isin(HEADLINE_METRICS)]
+    c = headline_rows(data)
     found = {s for s, _ in findings(data)}
     too_few = [s for s in data.study.systems if s in set(c["system"]) and s not in found
                and (c[c["system"] == s]["basis"] == Basis.TOO_FEW_RUNS).all()]

@@ -7,7 +7,7 @@ from typing import Any
 import pandas as pd
 
 from harness.model.metrics import metric
-from harness.stats.across import describe
+from harness.stats.across import OVERHEAD_FIGURES, describe
 from harness.stats.feature_cost import FEATURE_METRICS, STREAM_METRICS
 from harness.stats.metrics import ERROR_KINDS
 from harness.stats.open_loop import OPEN_LOOP_BOUNDS_MS, open_loop_capacity
@@ -20,7 +20,10 @@ from report.table import Cell, Part, Row, Table, cell, number, table
 # The tail (p95) lives in the verdicts and stability tables: the headline fits 1,280 px.
 HEADLINE_METRICS = ("throughput_rps", "overhead_vs_mock_p50_ms", "net_overhead_p50_ms",
                     "wire_in_gateway_p50_us", "cpu_ms_per_request", "rss_peak_bytes", "errors_total")
-HEADLINE_VERDICTS = ("throughput_rps", "overhead_vs_mock_p50_ms")
+# the headline's verdicts: throughput, and the overhead figure each system's verdict uses
+# (harness.stats.across.overhead_figure: wire, else net, else client-observed)
+OVERHEAD = "overhead"
+HEADLINE_VERDICTS = ("throughput_rps", OVERHEAD)
 NOT_RUN_REASON_CHARS = 60
 HEADLINE_REASON_CHARS = 28     # the headline's verdict column is narrow: it must fit 1,280 px
 STABILITY_METRICS = ("throughput_rps", "overhead_vs_mock_p50_ms", "overhead_vs_mock_p95_ms",
@@ -74,13 +77,37 @@ def _version(data: ReportData, system: str) -> str:
 
 # --- the head-to-head table ----------------------------------------------------------------------
 
-# The headline's verdict column names its two figures briefly; the verdicts table has them whole.
-_VERDICT_SHORT = {"throughput_rps": "req/s", "overhead_vs_mock_p50_ms": "overhead"}
+# Which overhead figure a verdict used, in a word: the headline and the summary say it.
+OVERHEAD_SOURCE = {"wire_in_gateway_p50_us": "wire", "net_overhead_p50_ms": "net",
+                   "overhead_vs_mock_p50_ms": "client"}
+# The headline's verdict column names its figures briefly; the verdicts table has them whole.
+_VERDICT_SHORT = {"throughput_rps": "req/s",
+                  **{m: f"overhead ({w})" for m, w in OVERHEAD_SOURCE.items()}}
+
+
+def overhead_of(data: ReportData, system: str) -> str:
+    """The overhead figure ``system``'s verdict uses (the client-observed one when none was
+    chosen: the reference, or a report without a comparison)."""
+    return data.overhead.get(system, OVERHEAD_FIGURES[-1])
+
+
+def overhead_why(name: str) -> str:
+    """Why a verdict used this overhead figure, for a tooltip."""
+    if name == OVERHEAD_FIGURES[-1]:
+        return (f"overhead from {metric(name).label}: neither the wire nor the net overhead was "
+                "measured for both this system and the reference")
+    return (f"overhead from {metric(name).label}, the least noisy overhead figure measured for "
+            "both this system and the reference")
+
+
+def headline_verdicts(data: ReportData, system: str) -> tuple[str, ...]:
+    """The metrics of ``system``'s headline verdicts, the overhead slot resolved."""
+    return tuple(overhead_of(data, system) if m == OVERHEAD else m for m in HEADLINE_VERDICTS)
 
 
 def _verdict_part(v: pd.Series, m: str, br: bool) -> Part:
-    """'overhead: slower ×2.1', 'req/s: ≈' (no clear difference), 'too few runs' when no test
-    ran; the metric's whole words in the verdicts table."""
+    """'overhead (wire): slower ×2.1', 'req/s: ≈' (no clear difference), 'too few runs' when
+    no test ran; the metric's whole words in the verdicts table."""
     if v["basis"] is Basis.TOO_FEW_RUNS:
         word = Basis.TOO_FEW_RUNS.value
     elif v["outcome"] is Outcome.NO_CLEAR_DIFFERENCE:
@@ -139,9 +166,12 @@ def headline(data: ReportData) -> Table:
         if system == ref:
             verdicts = Cell((Part("reference"),), "verdict")
         elif comp is not None:
+            shown = [x for x in headline_verdicts(data, system) if (system, x) in comp.index]
             parts = [_verdict_part(comp.loc[(system, m)], m, br=bool(i))
-                     for i, m in enumerate(x for x in HEADLINE_VERDICTS if (system, x) in comp.index)]
-            verdicts = Cell(tuple(parts) or (Part(F.DASH),), "verdict")
+                     for i, m in enumerate(shown)]
+            overhead = overhead_of(data, system)
+            verdicts = Cell(tuple(parts) or (Part(F.DASH),), "verdict",
+                            title=overhead_why(overhead) if overhead in shown else "")
         else:
             verdicts = Cell((Part(F.DASH),), "verdict")
         label = labels.loc[system, "label"] if labels is not None and system in labels.index else ""
@@ -182,8 +212,12 @@ def verdicts(data: ReportData) -> Table | None:
     rows = []
     for _, r in data.ordered(data.comparison).iterrows():
         m = metric(r["metric"])
+        used = r["metric"] in OVERHEAD_FIGURES and r["metric"] == overhead_of(data, r["system"])
+        name = (Cell((Part(F.heading(m)), Part("the headline's overhead verdict", small=True,
+                                               br=True)), title=overhead_why(r["metric"]))
+                if used else F.heading(m))
         rows.append(Row(tuple(x if isinstance(x, Cell) else cell(x) for x in [
-                     r["system"], F.heading(m), m.better.value,
+                     r["system"], name, m.better.value,
                      number(F.mean_sd({"n": r["n"], "mean": r["mean"], "sd": r["sd"]}, m)),
                      number(F.mean_sd({"n": r["n_ref"], "mean": r["mean_ref"], "sd": r["sd_ref"]}, m)),
                      number(F.effect(r, m)),

@@ -107,6 +107,10 @@ def _default_params() -> dict[str, list[RunParams]]:
     }
 
 
+SYNTHETIC_MACHINE = {"hostname": "synthetic-host", "kernel": "Linux 6.1.0-synthetic",
+                     "cpu_model": "Synthetic CPU @ 2.0GHz", "cpu_count": 2,
+                     "memory_bytes": 8 * 2**30, "python": "3.11.2",
+                     "load_avg_1m": 0.3, "load_avg_5m": 0.2, "load_avg_15m": 0.1}
 KINDS = {"direct": "baseline", "nginx": "baseline", "sluice": "in-house", "litellm": "competitor"}
 VERSIONS = {"direct": "-", "nginx": "1.22.1", "sluice": "0.1.0", "litellm": "1.74.0"}
 ROLES = {"direct": "floor", "nginx": "hop"}   # as gateways/*/gateway.toml say
@@ -347,8 +351,10 @@ def _sample(run_id, system, t, role, pids, rss, pct, total, load):
 def make_study(root: str | Path, study_id: str = "synthetic-study",
                params: dict[str, list[RunParams]] | None = None, seed: int = 7,
                status: str = "completed", schema_version: int = SCHEMA_VERSION,
-               without_columns: tuple[str, ...] = ()) -> SyntheticStudy:
-    """Write ``root/study_id`` and return its path with the expected figures per run."""
+               without_columns: tuple[str, ...] = (),
+               machine: dict[str, Any] | None = None) -> SyntheticStudy:
+    """Write ``root/study_id`` and return its path with the expected figures per run;
+    ``machine`` replaces the manifest's machine facts (default: a 2-core synthetic host)."""
     params = params if params is not None else _default_params()
     systems = list(params)
     runs_per = max(len(v) for v in params.values())
@@ -467,10 +473,7 @@ def make_study(root: str | Path, study_id: str = "synthetic-study",
                    "mock_response_tokens": 16, "gateway_workers": 2, "seed": seed,
                    "out_dir": str(Path(root)), "study_id": study_id},
         "plan": plan, "runs": entries,
-        "machine": {"hostname": "synthetic-host", "kernel": "Linux 6.1.0-synthetic",
-                    "cpu_model": "Synthetic CPU @ 2.0GHz", "cpu_count": 2,
-                    "memory_bytes": 8 * 2**30, "python": "3.11.2",
-                    "load_avg_1m": 0.3, "load_avg_5m": 0.2, "load_avg_15m": 0.1},
+        "machine": dict(machine if machine is not None else SYNTHETIC_MACHINE),
         "versions": {"locust": "2.47.0", "pandas": pd.__version__, "pyarrow": pa.__version__,
                      "numpy": np.__version__},
         "git_commit": "0123456789abcdef0123456789abcdef01234567-dirty",

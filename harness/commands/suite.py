@@ -26,6 +26,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compare", nargs=2, metavar=("SUITE_DIR_A", "SUITE_DIR_B"))
 
 
+# what a row of two cells on different machines shows: each side's figures, nothing judged
+_SIDE_BY_SIDE = {"n_ref": "n_A", "mean_ref": "mean_A", "sd_ref": "sd_A", "n": "n_B", "mean": "mean_B",
+                 "sd": "sd_B"}
+
+
+def compare_text(a_dir: str, b_dir: str) -> str:
+    """Suite B against suite A as text: both suites' machines, the different-machines sentence
+    when their CPUs differ, the verdicts of cells on the same machine and the bare figures of
+    cells on different ones, and the cells not comparable."""
+    from harness.run import suite as S
+    from harness.stats.across import VERDICT_ONLY
+    from report.suite import machines_of
+    compared, apart = S.compare_suites(a_dir, b_dir)
+    machines = machines_of(S.cell_machines(a_dir, b_dir))
+    out = [f"A ({a_dir}) measured on {'; '.join(machines['a']) or '—'}",
+           f"B ({b_dir}) measured on {'; '.join(machines['b']) or '—'}", *machines["different"], ""]
+    if not len(compared):
+        out.append("no cell has a key in both")
+    else:
+        same = compared["same_machine"].astype(bool)
+        if same.any():
+            out.append(compared[same].drop(columns="same_machine").to_string(index=False))
+        if (~same).any():
+            other = compared[~same]
+            axes = [c for c in other.columns if c not in VERDICT_ONLY and c not in _SIDE_BY_SIDE
+                    and c != "same_machine"]
+            out.append(("\n" if same.any() else "")
+                       + "on different machines (figures side by side, no verdict):\n"
+                       + other[axes + list(_SIDE_BY_SIDE)].rename(columns=_SIDE_BY_SIDE)
+                       .to_string(index=False))
+    if len(apart):
+        out.append("\nnot comparable:\n" + apart.to_string(index=False))
+    return "\n".join(out)
+
+
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
@@ -33,10 +68,7 @@ def run(args: argparse.Namespace) -> int:
     with pd.option_context("display.width", 200, "display.max_columns", 50,
                            "display.max_colwidth", 120):
         if args.compare:
-            compared, apart = S.compare_suites(*args.compare)
-            print(compared.to_string(index=False) if len(compared) else "no cell has a key in both")
-            if len(apart):
-                print("\nnot comparable:\n" + apart.to_string(index=False))
+            print(compare_text(*args.compare))
             return 0
         if not args.suite:
             print("error: a suite file (or --compare A B) is needed", file=sys.stderr)

@@ -46,9 +46,10 @@ from harness.model.gateway_spec import GatewaySpecError, load_gateway_spec
 from harness.model.roles import FLOOR, Roles
 from harness.run.store import read_json, sha256_file, write_json
 from harness.run.study import prepare
-from harness.stats.across import describe, system_summary, verdict
+from harness.stats.across import describe, side_by_side, system_summary, verdict
 from harness.stats.faults import fault_summary, fault_timelines, system_figures
 from harness.stats.loading import Study, load_study
+from harness.stats.machines import MachineMatch, same_machine
 from harness.stats.open_loop import open_loop_capacity, open_loop_steps
 from harness.stats.runs import run_summary
 from harness.stats.streaming import stream_summary
@@ -444,29 +445,48 @@ def compare_suites(a_dir: str | Path, b_dir: str | Path,
                    metrics: tuple[str, ...] = tuple(m for m in CELL_METRICS if m != "errors_total"),
                    ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Suite B against suite A, cell by cell where the comparison keys are equal: per system and
-    metric, the means, B/A and the verdict (harness.stats.across.verdict). The second table lists the cells
-    of either suite that have no equal key in the other, which are not compared."""
+    metric, the means, B/A and the verdict (harness.stats.across.verdict). A pair of cells run on
+    different machines (cell_machines) gets each side's n, mean and sd only, no verdict, and
+    ``same_machine`` False. The second table lists the cells of either suite that have no equal
+    key in the other, which are not compared."""
     ma, ca = _cell_summaries(Path(a_dir))
     mb, cb = _cell_summaries(Path(b_dir))
-    by_key_a = {e["comparison_key"]: (e, rs) for e, rs, _ in ca}
-    by_key_b = {e["comparison_key"]: (e, rs) for e, rs, _ in cb}
+    by_key_a = {e["comparison_key"]: (e, rs, st) for e, rs, st in ca}
+    by_key_b = {e["comparison_key"]: (e, rs, st) for e, rs, st in cb}
     rows = []
     for key in [k for k in by_key_b if k in by_key_a]:
-        (ea, ra), (eb, rb) = by_key_a[key], by_key_b[key]
+        (ea, ra, sa), (eb, rb, sb) = by_key_a[key], by_key_b[key]
+        same = same_machine(sa.manifest.machine, sb.manifest.machine).same
         for system in [s for s in pd.unique(rb["system"]) if s in set(ra["system"])]:
             da = ra[(ra["system"] == system) & (ra["status"] == "completed")]
             db = rb[(rb["system"] == system) & (rb["status"] == "completed")]
             for m in metrics:
-                v = verdict(db[m].astype("float64").tolist(), da[m].astype("float64").tolist(), m)
+                xb, xa = db[m].astype("float64").tolist(), da[m].astype("float64").tolist()
+                figures = dataclasses.asdict(verdict(xb, xa, m)) if same else side_by_side(xb, xa)
                 rows.append({"cell_a": ea["cell_id"], "cell_b": eb["cell_id"],
                              **{k: _show(x) for k, x in eb["values"].items()}, "system": system,
-                             "metric": m, **dataclasses.asdict(v)})
+                             "metric": m, "same_machine": same, **figures})
     apart = []
     for suite_id, own, other in ((ma["suite_id"], by_key_a, by_key_b), (mb["suite_id"], by_key_b, by_key_a)):
-        for key, (entry, _) in own.items():
+        for key, (entry, *_) in own.items():
             if key not in other:
                 apart.append({"suite": suite_id, "cell": entry["cell_id"],
                               **{k: _show(x) for k, x in entry["values"].items()},
                               "comparison_key": key[:12],
                               "why": "no cell with this comparison key in the other suite"})
     return pd.DataFrame(rows), pd.DataFrame(apart)
+
+
+def cell_machines(a_dir: str | Path, b_dir: str | Path) -> list[tuple[str, str, MachineMatch]]:
+    """(cell of A, cell of B, their machines) per pair of cells with equal comparison keys, in B's
+    order: what compare_suites decides "same machine" on, from the cells' study manifests."""
+    def cells(suite_dir: Path) -> dict[str, tuple[str, dict]]:
+        out = {}
+        for entry in read_json(suite_dir / "manifest.json")["cells"]:
+            study = suite_dir / entry["dir"] / "manifest.json" if entry.get("dir") else None
+            if study is not None and study.is_file():
+                out[entry["comparison_key"]] = (entry["cell_id"], read_json(study).get("machine"))
+        return out
+    a, b = cells(Path(a_dir)), cells(Path(b_dir))
+    return [(a[k][0], cell_b, same_machine(a[k][1], machine_b))
+            for k, (cell_b, machine_b) in b.items() if k in a]

@@ -109,8 +109,11 @@ class Verdict:
 
 def min_difference(mean_ref: float, metric: str) -> float:
     """The smallest difference a DIFFERENCE verdict counts: the 10 % rule applied to the
-    reference's magnitude, floored (for an overhead) at the latency measurement's resolution."""
+    reference's magnitude, floored (for an overhead) at the latency measurement's resolution,
+    in the metric's own unit (a wire figure is in µs)."""
     floor = OVERHEAD_EPSILON_MS if metric in METRICS and METRICS[metric].near_zero else 0.0
+    if metric.endswith("_us"):
+        floor *= 1000.0
     return VERDICT_MIN_EFFECT * max(abs(mean_ref), floor)
 
 
@@ -171,6 +174,55 @@ def verdict(a: Iterable[float], b: Iterable[float], metric: str) -> Verdict:
                    basis=Basis.TESTED)
 
 
+# a verdict row's columns that judge (side_by_side leaves them out)
+VERDICT_ONLY = ("ratio", "ratio_sd", "diff", "diff_low", "diff_high", "t", "p_value", "outcome",
+                "basis")
+
+
+def side_by_side(a: Iterable[float], b: Iterable[float]) -> dict[str, float]:
+    """Run set ``a`` beside reference run set ``b`` without a verdict (their machines differ):
+    the figures a verdict row carries for both sides (n, mean, sd), and nothing judged."""
+    da, db = describe(a), describe(b)
+    return {"n": da["n"], "mean": da["mean"], "sd": da["sd"],
+            "n_ref": db["n"], "mean_ref": db["mean"], "sd_ref": db["sd"]}
+
+
+# The overhead a headline verdict judges, least noisy first: the time inside the gateway on the
+# wire (packet capture, µs), then latency minus the mock's own time for the same request, then
+# the client-observed latency minus the mock's set latency (which carries the client's and the
+# mock's jitter too).
+OVERHEAD_FIGURES = ("wire_in_gateway_p50_us", "net_overhead_p50_ms", "overhead_vs_mock_p50_ms")
+# figures only some runs measure (capture off, multi-host, …): judged only where both sides have them
+OPTIONAL_FIGURES = OVERHEAD_FIGURES[:-1]
+
+
+def measured(run_summary_df: pd.DataFrame, system: str, name: str) -> bool:
+    """Whether a figure was measured in enough of a system's completed runs to be tested as
+    well as its runs allow: in at least two (or in its only one)."""
+    if name not in run_summary_df.columns:
+        return False
+    done = run_summary_df[(run_summary_df["system"] == system)
+                          & (run_summary_df["status"] == "completed")]
+    have = int(done[name].astype("float64").notna().sum())
+    return have >= 1 and have >= min(2, len(done))
+
+
+def overhead_figure(run_summary_df: pd.DataFrame, system: str, reference: str) -> str:
+    """The first of OVERHEAD_FIGURES measured for both ``system`` and ``reference``; the
+    client-observed figure when neither of the others was."""
+    for name in OPTIONAL_FIGURES:
+        if (measured(run_summary_df, system, name)
+                and measured(run_summary_df, reference, name)):
+            return name
+    return OVERHEAD_FIGURES[-1]
+
+
+def overhead_figures(run_summary_df: pd.DataFrame, reference: str) -> dict[str, str]:
+    """Per system other than the reference, the overhead figure its verdict uses."""
+    systems = pd.unique(run_summary_df["system"]) if len(run_summary_df) else ()
+    return {s: overhead_figure(run_summary_df, s, reference) for s in systems if s != reference}
+
+
 COMPARE_COLUMNS = ["system", "reference", "metric", "n", "n_ref", "mean", "sd", "mean_ref",
                    "sd_ref", "ratio", "ratio_sd", "diff", "diff_low", "diff_high", "t", "p_value", "outcome", "basis"]
 
@@ -191,7 +243,8 @@ def compare(run_summary_df: pd.DataFrame, reference: str,
             continue
         sub = done[done["system"] == system]
         for m in metrics:
-            if m not in df.columns:
+            if m not in df.columns or (m in OPTIONAL_FIGURES and not (
+                    measured(df, system, m) and measured(df, reference, m))):
                 continue
             v = asdict(verdict(sub[m].astype("float64").tolist(),
                                ref[m].astype("float64").tolist(), m))

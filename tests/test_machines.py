@@ -1,0 +1,170 @@
+"""Every figure names its machine: the facts a report shows, the "same machine?" decision on
+synthetic manifests, and comparisons of studies (and suites) from different machines, which show
+the figures side by side and give no verdict."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from synthetic import SYNTHETIC_MACHINE, RunParams, make_study
+from test_report import _tables
+
+from harness.commands import main as cli
+from harness.run import suite as S
+from harness.run.store import write_json
+from harness.stats.across import VERDICT_ONLY
+from harness.stats.machines import machine_facts, same_machine
+from report import format as F
+from report.compare import compare_studies
+from report.sections import render_section
+from report.suite import render_suite_html
+
+EPYC = {"cpu_model": "AMD EPYC 7763 64-Core Processor", "cpu_count": 2,
+        "kernel": "6.1.0-18-amd64", "os": "Linux-6.1.0-18-amd64-x86_64-with-glibc2.36"}
+XEON = {"cpu_model": "Intel(R) Xeon(R) Platinum 8370C CPU @ 2.80GHz", "cpu_count": 4,
+        "kernel": "6.1.0-18-amd64"}
+VERDICT_WORDS = ("faster", "slower", "no clear difference", "less CPU", "more CPU",
+                 "less memory", "more memory", "verdict-better", "verdict-worse", "≈")
+
+
+# --- the decision, on synthetic manifests ---------------------------------------------------------
+
+def test_facts_say_unknown_where_the_manifest_is_silent():
+    assert machine_facts({"cpu_count": 2.0}) == {"cpu_model": "unknown", "cpu_count": "2",
+                                                 "kernel": "unknown"}
+    assert machine_facts(None)["cpu_model"] == "unknown"
+    assert machine_facts({"cpu_model": "  "})["cpu_model"] == "unknown"
+
+
+def test_same_machine_is_the_same_cpu_model_and_core_count():
+    assert same_machine(EPYC, dict(EPYC)).same
+    assert same_machine(EPYC, {**EPYC, "cpu_count": 2.0}).same        # a count read as a float
+    # the kernel is named, not compared
+    assert same_machine(EPYC, {**EPYC, "kernel": "6.12.0"}).same
+    other_model = same_machine(EPYC, {**EPYC, "cpu_model": "AMD EPYC 9654"})
+    assert not other_model.same and other_model.differs == ("cpu_model",)
+    more_cores = same_machine(EPYC, {**EPYC, "cpu_count": 8})
+    assert more_cores.differs == ("cpu_count",)
+    assert same_machine(EPYC, XEON).differs == ("cpu_model", "cpu_count")
+    assert same_machine(EPYC, XEON).a["cpu_model"] == EPYC["cpu_model"]
+
+
+def test_a_fact_missing_on_one_side_cannot_show_the_same_machine():
+    assert same_machine(EPYC, {"cpu_count": 2}).differs == ("cpu_model",)
+    assert same_machine({}, {}).same          # nothing tells them apart
+
+
+def test_machine_line_is_short():
+    assert F.machine_line(machine_facts(EPYC)) == "AMD EPYC 7763, 2 cores, Linux 6.1.0-18-amd64"
+    assert F.machine_line(machine_facts(XEON)) == "Intel Xeon Platinum 8370C, 4 cores, kernel 6.1.0-18-amd64"
+    assert (F.machine_line(machine_facts(XEON), short=False)
+            == "Intel(R) Xeon(R) Platinum 8370C CPU @ 2.80GHz, 4 cores, kernel 6.1.0-18-amd64")
+    assert F.machine_line(machine_facts({})) == "unknown, unknown cores, kernel unknown"
+    assert F.machine_line(machine_facts({**SYNTHETIC_MACHINE, "cpu_count": 1})).endswith(
+        "1 core, Linux 6.1.0-synthetic")
+    sentence = F.different_machines(machine_facts(EPYC), machine_facts(XEON))
+    assert sentence == ("These studies ran on different machines (A: AMD EPYC 7763, 2 cores, "
+                        "Linux 6.1.0-18-amd64; B: Intel Xeon Platinum 8370C, 4 cores, kernel "
+                        "6.1.0-18-amd64): differences between them are not verdicts.")
+
+
+# --- the study report's first screen --------------------------------------------------------------
+
+def test_the_study_report_names_its_machine_in_its_header(tmp_path):
+    s = make_study(tmp_path, params={"nginx": [RunParams()]},
+                   machine={"cpu_model": "AMD EPYC 7763 64-Core Processor", "kernel": "6.1.0-18-amd64"})
+    data = SimpleNamespace(study=SimpleNamespace(manifest=s.manifest, path=s.path, systems=["nginx"]),
+                           reference="nginx")
+    header = render_section(data, "header")
+    assert "Measured on AMD EPYC 7763, unknown cores, kernel 6.1.0-18-amd64" in header
+    assert 'title="AMD EPYC 7763 64-Core Processor, unknown cores' in header
+
+
+# --- two studies ----------------------------------------------------------------------------------
+
+BASE = {"direct": [RunParams(overhead_ms=o, cpu_cores=None) for o in (0.2, 0.25, 0.3)],
+        "sluice": [RunParams(overhead_ms=o, cpu_cores=0.15) for o in (0.45, 0.5, 0.55)]}
+SLOWER = {**BASE, "sluice": [RunParams(overhead_ms=o, cpu_cores=0.15) for o in (5.0, 5.2, 5.4)]}
+
+
+@pytest.fixture(scope="module")
+def studies(tmp_path_factory):
+    """Study a on an EPYC; b, slower, on the same CPU with another kernel; c, slower, on a Xeon."""
+    root = tmp_path_factory.mktemp("machines")
+    return {"a": make_study(root, study_id="a", params=BASE, machine=EPYC).path,
+            "b": make_study(root, study_id="b", params=SLOWER,
+                            machine={**EPYC, "kernel": "6.12.0"}).path,
+            "c": make_study(root, study_id="c", params=SLOWER, machine=XEON).path}
+
+
+def test_studies_on_the_same_machine_get_verdicts_and_name_it(studies, tmp_path):
+    verdicts, _, machines = compare_studies(studies["a"], studies["b"])
+    assert machines.same and "outcome" in verdicts.columns
+    out = tmp_path / "same.html"
+    assert cli(["report", "--compare", str(studies["a"]), str(studies["b"]), "-o", str(out)]) == 0
+    html = out.read_text()
+    assert ("A measured on AMD EPYC 7763, 2 cores, Linux 6.1.0-18-amd64; B measured on AMD EPYC "
+            "7763, 2 cores, Linux 6.12.0") in html
+    assert "different machines" not in html and "suite-compare-table" in html
+
+
+def test_studies_on_different_machines_are_shown_side_by_side_without_a_verdict(studies, tmp_path):
+    verdicts, _, machines = compare_studies(studies["a"], studies["c"])
+    assert machines.differs == ("cpu_model", "cpu_count")
+    assert not set(VERDICT_ONLY) & set(verdicts.columns)
+    row = verdicts.set_index(["system", "metric"]).loc[("sluice", "overhead_vs_mock_p50_ms")]
+    assert row["mean"] > row["mean_ref"] > 0 and row["n"] == row["n_ref"] == 3
+    out = tmp_path / "other.html"
+    assert cli(["report", "--compare", str(studies["a"]), str(studies["c"]), "-o", str(out)]) == 0
+    html = out.read_text()
+    assert F.different_machines(machines.a, machines.b) in html
+    body = html[html.index('id="different-machines"'):]
+    assert not any(w in body for w in VERDICT_WORDS), [w for w in VERDICT_WORDS if w in body]
+    t = _tables(html)
+    assert "suite-compare-table" not in t
+    assert t["compare-side-by-side-table"][0] == ["system", "metric", "A: mean ± sd", "B: mean ± sd"]
+    rows = {(r[0], r[1]): r for r in t["compare-side-by-side-table"][1:]}
+    shown = rows[("sluice", F.heading("overhead_vs_mock_p50_ms"))]
+    assert float(shown[2].split(" ")[0]) < float(shown[3].split(" ")[0])
+
+
+# --- two suites -----------------------------------------------------------------------------------
+
+def _suite(root: Path, suite_id: str, study: Path) -> Path:
+    """A suite of one cell: ``study`` (its report already there, so no cell report is built)."""
+    (root / suite_id).mkdir()
+    (study / "report.html").touch()
+    write_json(root / suite_id / "manifest.json", {
+        "suite_id": suite_id, "name": suite_id, "description": "", "status": "completed",
+        "profile": "synthetic", "started_t_unix_s": 0.0, "suite_file": "s.toml",
+        "suite_file_sha256": "0" * 64, "cells": [
+            {"cell_id": "cell-01", "values": {"load.users": 10}, "comparison_key": "k1" * 32,
+             "excluded": "", "status": "completed", "dir": os.path.relpath(study, root / suite_id)}]})
+    return root / suite_id
+
+
+@pytest.mark.parametrize("other,same", [("b", True), ("c", False)])
+def test_suites_from_different_machines_are_not_judged(studies, tmp_path, capsys, other, same):
+    a, b = _suite(tmp_path, "a", studies["a"]), _suite(tmp_path, "b", studies[other])
+    compared, _ = S.compare_suites(a, b)
+    assert set(compared["same_machine"]) == {same}
+    pairs = S.cell_machines(a, b)
+    assert [(x, y, m.same) for x, y, m in pairs] == [("cell-01", "cell-01", same)]
+    assert cli(["suite", "--compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "A (" in out and "measured on AMD EPYC 7763, 2 cores" in out
+    if same:
+        assert "different machines" not in out and "worse" in out.lower()
+        return
+    sentence = F.different_machines(machine_facts(EPYC), machine_facts(XEON))
+    assert not set(VERDICT_ONLY) & set(compared.dropna(axis=1, how="all").columns)
+    assert sentence in out and "mean_A" in out and "mean_B" in out
+    assert not any(w in out.lower() for w in ("better", "worse", "no clear difference", "p_value"))
+    html = render_suite_html(b, compare_with=a)
+    assert sentence in html
+    t = _tables(html)
+    assert "suite-compare-table" not in t and len(t["suite-side-by-side-table"]) > 1
+    against = html[html.index("Against suite"):]
+    assert not any(w in against for w in VERDICT_WORDS)
