@@ -232,3 +232,27 @@ def different_machines(a: Mapping[str, str], b: Mapping[str, str]) -> str:
     """The sentence a comparison of studies from different machines opens with."""
     return (f"These studies ran on different machines (A: {machine_line(a)}; B: "
             f"{machine_line(b)}): differences between them are not verdicts.")
+
+
+def placement_text(config) -> str:
+    """Where the roles ran, from a StudyConfig's affinity and niceness: 'system under test on its
+    own core (CPU 1); load generator and mock on CPU 0; mock at nice -5', or 'every role on any
+    CPU' when none was pinned or niced."""
+    pins = {"system under test": config.cpu_affinity_system, "load generator": config.cpu_affinity_load,
+            "mock": config.cpu_affinity_mock}
+    nice = {"load generator": config.nice_load, "mock": config.nice_mock,
+            "system under test": config.nice_system}
+    parts = []
+    system_cpus = pins["system under test"]
+    others = [v for k, v in pins.items() if k != "system under test"]
+    if system_cpus and all(v and not set(v.split(",")) & set(system_cpus.split(",")) for v in others):
+        parts.append(f"system under test on its own core{'s' if '-' in system_cpus or ',' in system_cpus else ''} "
+                     f"(CPU {system_cpus})")
+        pins.pop("system under test")
+    by_cpus: dict[str, list[str]] = {}
+    for role, cpus in pins.items():
+        if cpus:
+            by_cpus.setdefault(cpus, []).append(role)
+    parts += [f"{' and '.join(roles)} on CPU {cpus}" for cpus, roles in by_cpus.items()]
+    parts += [f"{role} at nice {level}" for role, level in nice.items() if level]
+    return "; ".join(parts) or "every role on any CPU"

@@ -73,7 +73,8 @@ def section_header(data: ReportData) -> str:
                   status=m.status, reason=m.reason, profile=m.config.profile,
                   started=m.started_t_unix_s, ended=m.ended_t_unix_s,
                   systems=data.study.systems, reference=data.reference,
-                  machine=F.machine_line(facts), machine_full=F.machine_line(facts, short=False))
+                  machine=F.machine_line(facts), machine_full=F.machine_line(facts, short=False),
+                  placement=F.placement_text(m.config))
 
 
 def section_banner(data: ReportData) -> str:

@@ -168,3 +168,15 @@ def test_suites_from_different_machines_are_not_judged(studies, tmp_path, capsys
     assert "suite-compare-table" not in t and len(t["suite-side-by-side-table"]) > 1
     against = html[html.index("Against suite"):]
     assert not any(w in against for w in VERDICT_WORDS)
+
+
+def test_the_header_says_where_the_roles_ran():
+    from harness.model.config import from_profile
+    from report.format import placement_text
+    assert placement_text(from_profile("aa")) == "every role on any CPU"
+    apart = from_profile("aa", cpu_affinity_load="0", cpu_affinity_mock="0", cpu_affinity_system="1",
+                         nice_mock=-5)
+    assert placement_text(apart) == ("system under test on its own core (CPU 1); load generator "
+                                     "and mock on CPU 0; mock at nice -5")
+    shared = from_profile("aa", cpu_affinity_load="0", cpu_affinity_mock="1", cpu_affinity_system="1")
+    assert placement_text(shared) == "system under test and mock on CPU 1; load generator on CPU 0"

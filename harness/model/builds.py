@@ -40,7 +40,8 @@ def problems(builds: Sequence[str], env: Sequence[str], entries: Sequence[str]) 
             out.append(f"builds: {entry!r} is not one of the study's systems {list(entries)}")
         elif entry in seen:
             out.append(f"builds: {entry!r} is given twice")
-        seen.add(entry)
+        else:
+            seen.add(entry)
     for item in env:
         entry, colon, assignment = item.partition(":")
         name, eq, _ = assignment.partition("=")

@@ -187,7 +187,9 @@ SAMPLES = Table("samples", "samples.parquet", (
        "CPU used by the tree since the previous sample (100 = one core busy; `machine`: all "
        "cores, so up to 200 on 2 cores)"),
     _c("cpu_seconds_total", "float64", "s",
-       "cumulative user+system CPU seconds of the tree's live processes since the run started"),
+       "cumulative CPU seconds of the tree's processes, each thread's time on a CPU from "
+       "/proc/<pid>/task/<tid>/schedstat (to the ns; psutil's user+system clock ticks where "
+       "the kernel keeps no schedstat); a process that exited keeps its last value"),
     _c("num_fds", "int32", "descriptors", "open file descriptors over the tree"),
     _c("load_avg_1m", "float64", "runnable tasks", "the machine's 1-minute load average"),
     _c("inflight_requests", "float64", "requests",

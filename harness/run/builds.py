@@ -45,12 +45,18 @@ def _git(*args: str, cwd: Path = REPO_DIR) -> subprocess.CompletedProcess:
 
 
 def resolve(ref: str) -> str:
-    """The full commit a ref names in this repository."""
-    done = _git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
-    if done.returncode != 0 or not done.stdout.strip():
-        raise BuildError(f"{ref!r} names no commit in {REPO_DIR} (a shallow clone may lack it: "
-                         "git fetch --unshallow)")
-    return done.stdout.strip()
+    """The full commit a ref names in this repository. A shallow clone (as CI may make) is
+    deepened once from its origin when it lacks the ref."""
+    def rev_parse() -> str:
+        done = _git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+        return done.stdout.strip() if done.returncode == 0 else ""
+    commit = rev_parse()
+    if not commit and _git("rev-parse", "--is-shallow-repository").stdout.strip() == "true":
+        _git("fetch", "--quiet", "--unshallow")
+        commit = rev_parse()
+    if not commit:
+        raise BuildError(f"{ref!r} names no commit in {REPO_DIR}")
+    return commit
 
 
 def checkout(ref: str, builds_dir: Path = BUILDS_DIR) -> Checkout:
