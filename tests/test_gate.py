@@ -98,7 +98,7 @@ def test_stored_records_decide_nothing(studies, tmp_path):
         with_record = G.check(studies[name], history_dir)
         without = G.check(studies[name], tmp_path / "empty")
         assert with_record.exit_code == without.exit_code == code
-        assert [j.worse for j in with_record.judged] == [j.worse for j in without.judged]
+        assert [g.outcome for g in with_record.guarded] == [g.outcome for g in without.guarded]
     assert "a record from another CPU model (Intel Xeon, 2 cores, kernel unknown): shown as " \
            "history only, never a yardstick here" in with_record.text
 
@@ -191,3 +191,43 @@ def test_cli(studies, tmp_path, capsys):
     assert "--head-env 'oops': expected NAME=VALUE" in capsys.readouterr().err
     assert cli(["gate", "run", "--history-dir", str(tmp_path / "empty")]) == 2
     assert "give --base REF" in capsys.readouterr().err
+
+
+def _judged(metric, mean):
+    rule = next(r for r in R.GATED if r.metric == metric)
+    ratio = R.PairedRatio(metric, "x", "y", (1, 2, 3), (mean,) * 3, mean, 0.0)
+    return R.judge(rule, ratio, _rs([]))
+
+
+def test_the_a_a_pair_guards_each_figure_with_its_own_noise():
+    quiet, noisy = _judged("cpu_ms_per_request", 1.02), _judged("cpu_ms_per_request", 1.08)
+    # the copies agree: the 5 % limit decides
+    assert R.guard(_judged("cpu_ms_per_request", 1.04), quiet).outcome == R.OK
+    assert R.guard(_judged("cpu_ms_per_request", 1.06), quiet).outcome == R.FAIL
+    # the copies moved 8 %: a 6 % change could be chance (undecided), a 20 % one cannot (fail)
+    g = R.guard(_judged("cpu_ms_per_request", 1.06), noisy)
+    assert g.outcome == R.UNDECIDED and g.allowance == pytest.approx(0.13)
+    assert R.guard(_judged("cpu_ms_per_request", 1.20), noisy).outcome == R.FAIL
+    assert R.guard(_judged("cpu_ms_per_request", 0.70), noisy).outcome == R.UNDECIDED
+    assert R.guard(_judged("throughput_rps", 1.30), _judged("throughput_rps", 1.01)).outcome == R.OK
+    assert "limit 5% + A/A noise 8% = 13%" in R.guarded_line(g)
+    assert R.guard(_judged("cpu_ms_per_request", 1.06), None).outcome == R.FAIL
+
+
+def test_a_noisy_a_a_pair_makes_small_changes_inconclusive_and_large_ones_fail(tmp_path):
+    # nginx~aa uses 10 % more CPU than nginx: the pair's noise on that figure is 10 %
+    params_noisy = _params()
+    params_noisy["nginx~aa"] = [replace(r, cpu_cores=r.cpu_cores * 1.1) for r in params_noisy["nginx"]]
+    small = make_study(tmp_path, "small", params={**params_noisy, "sluice": [
+        replace(r, cpu_cores=r.cpu_cores * 1.07) for r in params_noisy["sluice"]]})
+    large = make_study(tmp_path, "large", params={**params_noisy, "sluice": [
+        replace(r, cpu_cores=r.cpu_cores * 1.5) for r in params_noisy["sluice"]]})
+    for s in (small, large):
+        m = json.loads((s.path / "manifest.json").read_text())
+        m["config"].update(profile="gate", gate_base_system="sluice~base", aa_pair=["nginx", "nginx~aa"])
+        (s.path / "manifest.json").write_text(json.dumps(m))
+    res = G.check(small.path, tmp_path)
+    assert res.exit_code == G.EXIT_OK and not res.decided, res.text
+    assert "gate: INCONCLUSIVE — the A/A pair moved more than the limit on CPU time per request (10%)" in res.text
+    res = G.check(large.path, tmp_path)
+    assert res.exit_code == G.EXIT_FAIL, res.text

@@ -8,14 +8,18 @@ A gate study (profile ``gate``) runs, interleaved round by round: the reference 
 second copy of it (the A/A pair), the base build (``sluice~base``: gateways/sluice as committed
 at the base commit, built the same way) and the head build (``sluice``: this tree). ``check``:
 
-1. the A/A pair must agree by the rules below (harness/checks/aa.py); when it does not, this
-   machine is too noisy right now: the comparison is printed for information, the verdict is
-   *inconclusive* and the exit code 0 (a comparison it cannot trust must neither block a change
-   nor pass one silently);
-2. otherwise, per figure, head / base paired by round (harness/checks/rules.py: CPU-ms per
-   request, throughput and peak RSS within 5 %, wire in-gateway p50 and net overhead p50 within
-   10 %): a figure worse than its limit in its bad direction fails the gate. Better never fails.
-   Tails are printed with their spread, never judged.
+1. per figure, head / base paired by round (harness/checks/rules.py: CPU-ms per request,
+   throughput and peak RSS within 5 %, wire in-gateway p50 and net overhead p50 within 10 %);
+   better never fails;
+2. the A/A pair guards each figure with its own noise (rules.guard): where the two copies of
+   nginx agree within the figure's limit, the limit decides; where they moved more (noise d),
+   the figure fails only beyond the limit plus d, and is otherwise *undecided*: a regression of
+   the limit's size could hide in that noise. Tails are printed with their spread, never judged.
+
+The verdict: FAIL (exit 1) when a figure failed; else *inconclusive* (exit 0, a comparison it
+cannot trust must neither block a change nor pass one silently) when a figure is undecided;
+else ok. A large regression therefore fails even on a noisy machine, and "ok" is said only
+where the study's own noise allows it.
 
 No stored number decides a verdict: both builds met the same machine in the same rounds, so the
 CPU model cancels. The history (harness/checks/history.py) is printed beside the verdict: this
@@ -33,6 +37,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.checks import aa, history, rules
+from harness.checks.rules import pct
 from harness.checks.inputs import CheckInputError, require_completed
 from harness.model.metrics import metric
 from harness.model.roles import Roles
@@ -54,8 +59,8 @@ class GateInputError(CheckInputError):
 class GateResult:
     exit_code: int
     lines: tuple[str, ...]
-    judged: tuple[rules.Judged, ...] = ()
-    decided: bool = False            # the A/A pair agreed (or the study has none)
+    guarded: tuple[rules.Guarded, ...] = ()
+    decided: bool = False            # every measured figure decided: no regression hid in noise
 
     @property
     def text(self) -> str:
@@ -166,28 +171,31 @@ def check(study_dir: str | Path, history_dir: str | Path = history.HISTORY_DIR,
     lines = [f"gate: study {sid} on {history.machine_text(m)}",
              f"gate: head {b.head} ({short(b.head_commit)}, {b.head_version}) against base "
              f"{b.base} ({short(b.base_commit)}, {b.base_version}), side by side, paired by round"]
+    aa_by_metric = {}
     if self_check is not None:
         lines += self_check.lines()
-    decided = self_check is None or self_check.passed
-    verdict_lines = [rules.line(j, "FAIL", j.worse) for j in judged]
-    verdict_lines += [rules.tail_line(t) for t in rules.tails(rs, b.head, b.base)]
-    failed = [j for j in judged if j.worse]
-    if not decided:
-        lines.append("gate: INCONCLUSIVE — the A/A pair disagreed: this machine is too noisy "
-                     "right now, so the comparison does not decide; for information only:")
-        lines += [f"  (informational) {x}" for x in verdict_lines]
+        aa_by_metric = {j.rule.metric: j for j in self_check.judged}
+    guarded = tuple(rules.guard(j, aa_by_metric.get(j.rule.metric)) for j in judged)
+    lines += [rules.guarded_line(g) for g in guarded]
+    lines += [rules.tail_line(t) for t in rules.tails(rs, b.head, b.base)]
+    failed = [g for g in guarded if g.outcome == rules.FAIL]
+    undecided = [g for g in guarded if g.outcome == rules.UNDECIDED]
+    if failed:
+        lines.append(f"gate: FAIL — {len(failed)} of {sum(g.outcome != rules.NOT_MEASURED for g in guarded)} "
+                     "judged figures regressed: " + ", ".join(g.judged.rule.label for g in failed))
+        code = EXIT_FAIL
+    elif undecided:
+        lines.append("gate: INCONCLUSIVE — the A/A pair moved more than the limit on "
+                     + ", ".join(f"{g.judged.rule.label} ({pct(g.noise)})" for g in undecided)
+                     + ": this machine is too noisy right now to say those did not regress, and "
+                     "no figure regressed beyond the limit plus that noise")
         code = EXIT_OK
     else:
-        lines += verdict_lines
-        if failed:
-            lines.append(f"gate: FAIL — {len(failed)} of {sum(not j.missing for j in judged)} "
-                         "judged figures regressed: " + ", ".join(j.rule.label for j in failed))
-        else:
-            lines.append("gate: ok — no figure of the head build is worse than the base build's "
-                         "beyond its limit")
-        code = EXIT_FAIL if failed else EXIT_OK
+        lines.append("gate: ok — no figure of the head build is worse than the base build's "
+                     "beyond its limit")
+        code = EXIT_OK
     lines += _history_lines(study, rs, b.head, history_dir)
-    return GateResult(code, tuple(lines), judged, decided)
+    return GateResult(code, tuple(lines), guarded, not undecided)
 
 
 def refresh(study_dir: str | Path, history_dir: str | Path = history.HISTORY_DIR,

@@ -159,6 +159,55 @@ def judge_all(rs: pd.DataFrame, numerator: str, denominator: str,
                  for rule in rules)
 
 
+OK, FAIL, UNDECIDED, NOT_MEASURED = "ok", "FAIL", "undecided", "not measured"
+
+
+@dataclass(frozen=True)
+class Guarded:
+    """A head/base figure judged beside the A/A pair's noise on the same figure.
+
+    Two copies of one system differing by ``noise`` (|A/A mean ratio − 1|) in the same study say
+    how far that figure moves by chance here right now. Within the figure's limit, the limit
+    decides. Beyond it, a change still fails when it is worse than the limit plus that noise (it
+    cannot be chance as large as the noise seen); otherwise the figure is undecided: a regression
+    of the limit's size could hide in the noise, so "ok" cannot be said either."""
+    judged: Judged
+    noise: float             # NaN: no A/A figure to guard it (judged on the limit alone)
+    allowance: float         # the worse-direction change beyond which it fails
+    outcome: str             # OK, FAIL, UNDECIDED or NOT_MEASURED
+
+
+def guard(j: Judged, aa: Judged | None) -> Guarded:
+    if j.missing:
+        return Guarded(j, math.nan, math.nan, NOT_MEASURED)
+    limit = j.rule.max_change
+    noise = abs(aa.change) if aa is not None and not aa.missing else math.nan
+    noisy = not math.isnan(noise) and noise > limit
+    allowance = limit + noise if noisy else limit
+    worse_by = j.change if j.rule.lower_is_better else -j.change
+    if worse_by > allowance:
+        return Guarded(j, noise, allowance, FAIL)
+    return Guarded(j, noise, allowance, UNDECIDED if noisy else OK)
+
+
+def guarded_line(g: Guarded) -> str:
+    """The figure's line: its outcome, the head/base ratio over the rounds, and what it was
+    judged against (the limit, or the limit plus the A/A noise)."""
+    j, r = g.judged, g.judged.ratio
+    name = f"{j.rule.label} ({r.numerator}/{r.denominator})"
+    if g.outcome == NOT_MEASURED:
+        return f"n/a  {name}: not measured ({j.missing}); not judged"
+    sd = "" if math.isnan(r.sd) else f" ± {r.sd:.3f}"
+    against = (f"limit {pct(j.rule.max_change)} + A/A noise {pct(g.noise)} = {pct(g.allowance)}"
+               if g.allowance > j.rule.max_change else f"limit {pct(j.rule.max_change)}")
+    unguarded = "; no A/A figure guards it" if math.isnan(g.noise) else ""
+    floored = (f"; {r.denominator} floored at its metric's floor in rounds "
+               f"{', '.join(map(str, r.floored))}" if r.floored else "")
+    label = {OK: "ok", FAIL: "FAIL", UNDECIDED: "?"}[g.outcome]
+    return (f"{label:<4} {name}: {r.mean:.3f}{sd} over {r.n} rounds ({r.rounds_text()}), "
+            f"{pct(j.change, True)}, {against}{unguarded}{floored}")
+
+
 def tails(rs: pd.DataFrame, numerator: str, denominator: str,
           epsilon_ms: float = OVERHEAD_EPSILON_MS) -> tuple[PairedRatio, ...]:
     """The tails' paired ratios: reported with their spread, never judged."""
