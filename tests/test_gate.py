@@ -228,6 +228,28 @@ def test_a_noisy_a_a_pair_makes_small_changes_inconclusive_and_large_ones_fail(t
         (s.path / "manifest.json").write_text(json.dumps(m))
     res = G.check(small.path, tmp_path)
     assert res.exit_code == G.EXIT_OK and not res.decided, res.text
-    assert "gate: INCONCLUSIVE — the A/A pair moved more than the limit on CPU time per request (10%)" in res.text
+    assert "gate: INCONCLUSIVE — undecided: CPU time per request: the A/A pair moved 10%, more than its limit" in res.text
     res = G.check(large.path, tmp_path)
     assert res.exit_code == G.EXIT_FAIL, res.text
+
+
+def test_a_mean_past_the_limit_fails_only_when_significant_over_the_rounds():
+    rule = next(r for r in R.GATED if r.metric == "cpu_ms_per_request")
+    def judged(*ratios):
+        mean = sum(ratios) / len(ratios)
+        sd = pd.Series(ratios).std()
+        return R.judge(rule, R.PairedRatio(rule.metric, "head", "base", tuple(range(1, len(ratios) + 1)),
+                                           ratios, mean, sd), _rs([]))
+    scattered = R.guard(judged(0.93, 1.06, 1.30), None)   # mean +9.7 %, one round carries it
+    assert scattered.outcome == R.UNDECIDED and scattered.p_value > R.ALPHA
+    assert "not significant at 0.05" in R.guarded_line(scattered)
+    steady = R.guard(judged(1.19, 1.21, 1.20), None)      # +20 % in every round
+    assert steady.outcome == R.FAIL and steady.p_value < 0.01
+    assert "significant at 0.05" in R.guarded_line(steady)
+    # the test is against the allowance, not against 1: +6 % every round is past 5 % by little
+    assert R.significance(judged(1.06, 1.061, 1.059), 0.05) < R.ALPHA
+    assert R.significance(judged(1.06, 1.03, 1.09), 0.05) > R.ALPHA
+    # throughput: worse is lower
+    thr = next(r for r in R.GATED if r.metric == "throughput_rps")
+    low = R.judge(thr, R.PairedRatio(thr.metric, "h", "b", (1, 2, 3), (0.8, 0.81, 0.79), 0.8, 0.01), _rs([]))
+    assert R.guard(low, None).outcome == R.FAIL

@@ -12,9 +12,11 @@ at the base commit, built the same way) and the head build (``sluice``: this tre
    throughput and peak RSS within 5 %, wire in-gateway p50 and net overhead p50 within 10 %);
    better never fails;
 2. the A/A pair guards each figure with its own noise (rules.guard): where the two copies of
-   nginx agree within the figure's limit, the limit decides; where they moved more (noise d),
-   the figure fails only beyond the limit plus d, and is otherwise *undecided*: a regression of
-   the limit's size could hide in that noise. Tails are printed with their spread, never judged.
+   nginx agree within the figure's limit, the limit is the allowance; where they moved more
+   (noise d), the limit plus d. A figure fails when its mean is worse than the allowance and
+   that is significant over the rounds (one-sided t-test, p ≤ 0.05); worse but not significant,
+   or a noisy A/A pair, leaves it *undecided*: a regression of the limit's size could hide
+   there. Tails are printed with their spread, never judged.
 
 The verdict: FAIL (exit 1) when a figure failed; else *inconclusive* (exit 0, a comparison it
 cannot trust must neither block a change nor pass one silently) when a figure is undecided;
@@ -31,6 +33,7 @@ Exit codes: 0 ok or inconclusive, 1 a figure regressed (or a run failed), 2 bad 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -185,10 +188,12 @@ def check(study_dir: str | Path, history_dir: str | Path = history.HISTORY_DIR,
                      "judged figures regressed: " + ", ".join(g.judged.rule.label for g in failed))
         code = EXIT_FAIL
     elif undecided:
-        lines.append("gate: INCONCLUSIVE — the A/A pair moved more than the limit on "
-                     + ", ".join(f"{g.judged.rule.label} ({pct(g.noise)})" for g in undecided)
-                     + ": this machine is too noisy right now to say those did not regress, and "
-                     "no figure regressed beyond the limit plus that noise")
+        lines.append("gate: INCONCLUSIVE — undecided: " + "; ".join(
+            (f"{g.judged.rule.label} worse by {pct(g.judged.change if g.judged.rule.lower_is_better else -g.judged.change)}"
+             f" but not significantly (p = {g.p_value:.2g})") if not math.isnan(g.p_value) else
+            f"{g.judged.rule.label}: the A/A pair moved {pct(g.noise)}, more than its limit"
+            for g in undecided) + "; this machine is too noisy right now to say those did not "
+            "regress, and no figure regressed significantly")
         code = EXIT_OK
     else:
         lines.append("gate: ok — no figure of the head build is worse than the base build's "

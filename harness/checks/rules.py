@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from harness.checks.inputs import floor_of
 from harness.model.metrics import metric
@@ -160,6 +161,7 @@ def judge_all(rs: pd.DataFrame, numerator: str, denominator: str,
 
 
 OK, FAIL, UNDECIDED, NOT_MEASURED = "ok", "FAIL", "undecided", "not measured"
+ALPHA = 0.05                 # a regression must be this significant to fail the gate
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,23 @@ class Guarded:
     noise: float             # NaN: no A/A figure to guard it (judged on the limit alone)
     allowance: float         # the worse-direction change beyond which it fails
     outcome: str             # OK, FAIL, UNDECIDED or NOT_MEASURED
+    p_value: float = math.nan  # the worse-than-allowance test, when the mean was past it
+
+
+def significance(j: Judged, allowance: float) -> float:
+    """One-sided p-value that the figure is worse than 1 + allowance (lower is better) or
+    1 − allowance (higher is better), from the rounds' ratios on a log scale (Student's t with
+    n − 1 degrees of freedom: the rounds are the independent samples). NaN with fewer than two
+    rounds; 0 when every round agrees exactly beyond the allowance."""
+    ratios = np.log(np.asarray(j.ratio.ratios, dtype="float64"))
+    if ratios.size < 2 or not np.all(np.isfinite(ratios)):
+        return math.nan
+    bound = math.log(1 + allowance) if j.rule.lower_is_better else math.log(max(1 - allowance, 1e-9))
+    diff = (ratios.mean() - bound) * (1 if j.rule.lower_is_better else -1)
+    se = ratios.std(ddof=1) / math.sqrt(ratios.size)
+    if se == 0:
+        return 0.0 if diff > 0 else 1.0
+    return float(stats.t.sf(diff / se, ratios.size - 1))
 
 
 def guard(j: Judged, aa: Judged | None) -> Guarded:
@@ -186,7 +205,10 @@ def guard(j: Judged, aa: Judged | None) -> Guarded:
     allowance = limit + noise if noisy else limit
     worse_by = j.change if j.rule.lower_is_better else -j.change
     if worse_by > allowance:
-        return Guarded(j, noise, allowance, FAIL)
+        p = significance(j, allowance)
+        if p <= ALPHA:
+            return Guarded(j, noise, allowance, FAIL, p)
+        return Guarded(j, noise, allowance, UNDECIDED, p)
     return Guarded(j, noise, allowance, UNDECIDED if noisy else OK)
 
 
@@ -204,8 +226,11 @@ def guarded_line(g: Guarded) -> str:
     floored = (f"; {r.denominator} floored at its metric's floor in rounds "
                f"{', '.join(map(str, r.floored))}" if r.floored else "")
     label = {OK: "ok", FAIL: "FAIL", UNDECIDED: "?"}[g.outcome]
+    test = ("" if math.isnan(g.p_value) else
+            f"; worse than that with p = {g.p_value:.2g} (one-sided t over the rounds, "
+            f"{'significant' if g.p_value <= ALPHA else 'not significant'} at {ALPHA:g})")
     return (f"{label:<4} {name}: {r.mean:.3f}{sd} over {r.n} rounds ({r.rounds_text()}), "
-            f"{pct(j.change, True)}, {against}{unguarded}{floored}")
+            f"{pct(j.change, True)}, {against}{unguarded}{test}{floored}")
 
 
 def tails(rs: pd.DataFrame, numerator: str, denominator: str,
