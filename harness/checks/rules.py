@@ -169,10 +169,12 @@ class Guarded:
     """A head/base figure judged beside the A/A pair's noise on the same figure.
 
     Two copies of one system differing by ``noise`` (|A/A mean ratio − 1|) in the same study say
-    how far that figure moves by chance here right now. Within the figure's limit, the limit
-    decides. Beyond it, a change still fails when it is worse than the limit plus that noise (it
-    cannot be chance as large as the noise seen); otherwise the figure is undecided: a regression
-    of the limit's size could hide in the noise, so "ok" cannot be said either."""
+    how far that figure moves by chance here right now. Within the figure's limit, the limit is
+    the allowance; beyond it, the limit plus that noise (and "ok" cannot be said: a regression of
+    the limit's size could hide in the noise). A figure fails when its mean is worse than the
+    allowance *and* that is significant over the rounds (``significance``): the head build's
+    own rounds scatter too (CPU per request by ~15 % a round here), and a mean past the limit by
+    chance must not block a change. Worse but not significant: undecided."""
     judged: Judged
     noise: float             # NaN: no A/A figure to guard it (judged on the limit alone)
     allowance: float         # the worse-direction change beyond which it fails
@@ -215,22 +217,17 @@ def guard(j: Judged, aa: Judged | None) -> Guarded:
 def guarded_line(g: Guarded) -> str:
     """The figure's line: its outcome, the head/base ratio over the rounds, and what it was
     judged against (the limit, or the limit plus the A/A noise)."""
-    j, r = g.judged, g.judged.ratio
-    name = f"{j.rule.label} ({r.numerator}/{r.denominator})"
+    j = g.judged
     if g.outcome == NOT_MEASURED:
-        return f"n/a  {name}: not measured ({j.missing}); not judged"
-    sd = "" if math.isnan(r.sd) else f" ± {r.sd:.3f}"
+        return _not_measured(j)
     against = (f"limit {pct(j.rule.max_change)} + A/A noise {pct(g.noise)} = {pct(g.allowance)}"
                if g.allowance > j.rule.max_change else f"limit {pct(j.rule.max_change)}")
     unguarded = "; no A/A figure guards it" if math.isnan(g.noise) else ""
-    floored = (f"; {r.denominator} floored at its metric's floor in rounds "
-               f"{', '.join(map(str, r.floored))}" if r.floored else "")
     label = {OK: "ok", FAIL: "FAIL", UNDECIDED: "?"}[g.outcome]
     test = ("" if math.isnan(g.p_value) else
             f"; worse than that with p = {g.p_value:.2g} (one-sided t over the rounds, "
             f"{'significant' if g.p_value <= ALPHA else 'not significant'} at {ALPHA:g})")
-    return (f"{label:<4} {name}: {r.mean:.3f}{sd} over {r.n} rounds ({r.rounds_text()}), "
-            f"{pct(j.change, True)}, {against}{unguarded}{test}{floored}")
+    return f"{label:<4} {_measured(j)}, {against}{unguarded}{test}{_floored(j.ratio)}"
 
 
 def tails(rs: pd.DataFrame, numerator: str, denominator: str,
@@ -247,17 +244,32 @@ def pct(x: float, signed: bool = False) -> str:
 
 
 def line(j: Judged, flag: str, flagged: bool) -> str:
-    """One line per judged figure: ``flag`` (FAIL, NOISY) when flagged, else ``ok``; the mean
-    ratio with its spread and every round's, the change and the limit."""
-    r = j.ratio
-    name = f"{j.rule.label} ({r.numerator}/{r.denominator})"
+    """One line per judged figure: ``flag`` (NOISY) when flagged, else ``ok``; the mean ratio
+    with its spread and every round's, the change and the limit."""
     if j.missing:
-        return f"n/a  {name}: not measured ({j.missing}); not judged"
+        return _not_measured(j)
+    return (f"{flag if flagged else 'ok':<4} {_measured(j)}, limit {pct(j.rule.max_change)}"
+            f"{_floored(j.ratio)}")
+
+
+def _name(j: Judged) -> str:
+    return f"{j.rule.label} ({j.ratio.numerator}/{j.ratio.denominator})"
+
+
+def _not_measured(j: Judged) -> str:
+    return f"n/a  {_name(j)}: not measured ({j.missing}); not judged"
+
+
+def _measured(j: Judged) -> str:
+    r = j.ratio
     sd = "" if math.isnan(r.sd) else f" ± {r.sd:.3f}"
-    floored = (f"; {r.denominator} floored at its metric's floor in rounds "
-               f"{', '.join(map(str, r.floored))}" if r.floored else "")
-    return (f"{flag if flagged else 'ok':<4} {name}: {r.mean:.3f}{sd} over {r.n} rounds "
-            f"({r.rounds_text()}), {pct(j.change, True)}, limit {pct(j.rule.max_change)}{floored}")
+    return (f"{_name(j)}: {r.mean:.3f}{sd} over {r.n} rounds ({r.rounds_text()}), "
+            f"{pct(j.change, True)}")
+
+
+def _floored(r: PairedRatio) -> str:
+    return (f"; {r.denominator} floored at its metric's floor in rounds "
+            f"{', '.join(map(str, r.floored))}" if r.floored else "")
 
 
 def tail_line(r: PairedRatio) -> str:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.model.config import REPO_DIR
-from harness.model.gateway_spec import GatewaySpec, render
+from harness.model.gateway_spec import GatewaySpec
+from harness.run.systems import run_declared
 
 BUILDS_DIR = REPO_DIR / ".cache" / "builds"
 GIT_TIMEOUT_S = 120.0
@@ -79,24 +79,13 @@ def checkout(ref: str, builds_dir: Path = BUILDS_DIR) -> Checkout:
 
 
 def build(spec: GatewaySpec, log_path: Path) -> str:
-    """Run the spec's [build] command (idempotent by its own design); '' when it declares none,
-    else a one-line account. BuildError, naming the command and its log, when it fails."""
+    """Run the spec's [build] command in its folder (idempotent by its own design); '' when it
+    declares none, else a one-line account. BuildError, naming the command and its log, when
+    it fails."""
     if not spec.build_command:
         return ""
-    values = {"gateway_dir": spec.directory, "cache_dir": spec.cache_dir, "repo_dir": REPO_DIR,
-              "python": sys.executable}
-    command = [render(a, values) for a in spec.build_command]
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
-        try:
-            done = subprocess.run(command, cwd=spec.directory, stdout=log,
-                                  stderr=subprocess.STDOUT, timeout=spec.build_timeout_s)
-        except subprocess.TimeoutExpired:
-            raise BuildError(f"{spec.name}: build timed out after {spec.build_timeout_s:.0f} s: "
-                             f"{' '.join(command)} (log: {log_path})") from None
-        except OSError as exc:
-            raise BuildError(f"{spec.name}: cannot run build {' '.join(command)}: {exc}") from None
-    if done.returncode != 0:
-        raise BuildError(f"{spec.name}: build failed (exit {done.returncode}): "
-                         f"{' '.join(command)} (log: {log_path})")
-    return f"built by {' '.join(command)}"
+    problem = run_declared(spec, spec.build_command, "build", log_path, spec.build_timeout_s,
+                           cwd=spec.directory)
+    if problem:
+        raise BuildError(problem)
+    return f"built (log: {log_path})"

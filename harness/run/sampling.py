@@ -20,12 +20,9 @@ import psutil
 from harness.model.schema import SAMPLES
 
 
-def task_cpu_ns(pid: int) -> dict[int, int]:
-    """CPU time of each live thread of a process, in ns, from /proc/<pid>/task/<tid>/schedstat
-    (its first field: time on a CPU, to the nanosecond); {} where the kernel keeps none. psutil's
-    cpu_times count clock ticks (10 ms here): over a 20-s window of a process using 35 ms a
-    second, that quantization alone moved CPU per request by several percent between two runs
-    of the same nginx."""
+def _schedstat(pid: int) -> dict[int, tuple[int, int]]:
+    """Per live thread of a process, (ns on a CPU, ns runnable but waiting for one): the first
+    two fields of /proc/<pid>/task/<tid>/schedstat; {} where the kernel keeps none."""
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
@@ -34,30 +31,26 @@ def task_cpu_ns(pid: int) -> dict[int, int]:
     for tid in tids:
         try:
             with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                out[int(tid)] = int(f.read().split()[0])
-        except (OSError, IndexError, ValueError):
+                on_cpu, waiting = f.read().split()[:2]
+            out[int(tid)] = (int(on_cpu), int(waiting))
+        except (OSError, ValueError):
             continue
     return out
 
 
+def task_cpu_ns(pid: int) -> dict[int, int]:
+    """CPU time of each live thread of a process, in ns (schedstat); {} where the kernel keeps
+    none. psutil's cpu_times count clock ticks (10 ms here): over a 20-s window of a process
+    using 35 ms a second, that quantization alone moved CPU per request by several percent
+    between two runs of the same nginx."""
+    return {tid: on_cpu for tid, (on_cpu, _) in _schedstat(pid).items()}
+
+
 def run_queue_wait_ns(pids) -> int | None:
-    """Nanoseconds the threads of these processes have spent runnable but waiting for a CPU
-    (the second field of /proc/<pid>/task/<tid>/schedstat), summed; None where the kernel does
-    not keep it (no schedstat) or no process could be read."""
-    total, read = 0, False
-    for pid in pids:
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                    total += int(f.read().split()[1])
-                read = True
-            except (OSError, IndexError, ValueError):
-                continue
-    return total if read else None
+    """Nanoseconds the threads of these processes have spent runnable but waiting for a CPU,
+    summed; None where the kernel keeps no schedstat or no process could be read."""
+    threads = [waiting for pid in pids for _, waiting in _schedstat(pid).values()]
+    return sum(threads) if threads else None
 
 
 def scrape_gauge(url: str, gauge: str, timeout_s: float = 0.5) -> float:
@@ -99,14 +92,14 @@ class _RoleTree:
         rss = fds = count = 0
         for proc in live:
             proc = self.procs.setdefault(proc.pid, proc)
+            precise = task_cpu_ns(proc.pid)
             try:
                 with proc.oneshot():
-                    times = proc.cpu_times()
+                    times = None if precise else proc.cpu_times()  # ticks: only without schedstat
                     mem = proc.memory_info().rss
                     nfds = proc.num_fds()
             except psutil.Error:
                 continue
-            precise = task_cpu_ns(proc.pid)
             if precise:
                 self.cpu_by_task.pop((proc.pid, None), None)
                 for tid, ns in precise.items():

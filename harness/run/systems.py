@@ -45,31 +45,37 @@ def is_installed(spec: GatewaySpec) -> bool:
     return check.returncode == 0
 
 
+def run_declared(spec: GatewaySpec, argv, what: str, log_path: Path, timeout_s: float,
+                 cwd: Path = REPO_DIR) -> str:
+    """Run one of the spec's declared commands ([install], [build]) with its placeholders filled,
+    output appended to ``log_path``; '' when it exited 0, else one line saying why, naming the
+    command and the log."""
+    command = [render(a, _base_values(spec)) for a in argv]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        try:
+            done = subprocess.run(command, cwd=cwd, env={**os.environ, "PYTHONPATH": str(REPO_DIR)},
+                                  stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return (f"{spec.name}: {what} timed out after {timeout_s:.0f} s: {' '.join(command)} "
+                    f"(log: {log_path})")
+        except OSError as exc:
+            return f"{spec.name}: cannot run {what} {' '.join(command)}: {exc}"
+    if done.returncode != 0:
+        return (f"{spec.name}: {what} failed (exit {done.returncode}): {' '.join(command)} "
+                f"(log: {log_path})")
+    return ""
+
+
 def install(spec: GatewaySpec, log_path: Path) -> InstallResult:
     """Idempotent: the check decides; the install runs only when the check fails."""
-    values = _base_values(spec)
-    env = {**os.environ, "PYTHONPATH": str(REPO_DIR)}
     if is_installed(spec):
         return InstallResult(True, False, "already installed")
     if not spec.install_command:
         return InstallResult(True, False, "nothing to install")
-    command = [render(a, values) for a in spec.install_command]
     spec.cache_dir.mkdir(parents=True, exist_ok=True)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
-        try:
-            done = subprocess.run(command, cwd=REPO_DIR, env=env, stdout=log,
-                                  stderr=subprocess.STDOUT, timeout=spec.install_timeout_s)
-        except subprocess.TimeoutExpired:
-            return InstallResult(False, True, f"{spec.name}: install timed out after "
-                                 f"{spec.install_timeout_s:.0f} s: {' '.join(command)} (log: {log_path})")
-        except OSError as exc:
-            return InstallResult(False, True, f"{spec.name}: cannot run install "
-                                 f"{' '.join(command)}: {exc}")
-    if done.returncode != 0:
-        return InstallResult(False, True, f"{spec.name}: install failed (exit {done.returncode}): "
-                             f"{' '.join(command)} (log: {log_path})")
-    return InstallResult(True, True, "installed")
+    problem = run_declared(spec, spec.install_command, "install", log_path, spec.install_timeout_s)
+    return InstallResult(not problem, True, problem or "installed")
 
 
 def missing_binary(spec: GatewaySpec) -> str:

@@ -30,7 +30,6 @@ TEST_DELAY_S = float(os.environ.get("SLUICE_TEST_DELAY_MS", "0") or 0) / 1000.0
 TEST_CPU_BURN_S = float(os.environ.get("SLUICE_TEST_CPU_BURN_US", "0") or 0) / 1e6
 
 
-
 def _burn_cpu(seconds):
     end = perf_counter() + seconds
     while perf_counter() < end:
