@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 from markupsafe import Markup
 
-from harness.run.atomic import write_atomic
+from harness.files.atomic import write_atomic
 from harness.stats.across import OPTIONAL_FIGURES, measured, side_by_side, verdict
 from harness.stats.loading import Study, load_study
 from harness.stats.machines import MachineMatch, same_machine

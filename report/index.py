@@ -7,8 +7,8 @@ from pathlib import Path
 
 from markupsafe import Markup
 
-from harness.run.atomic import write_atomic
-from harness.stats.loading import ArtifactError, read_study_manifest
+from harness.files.atomic import write_atomic
+from harness.files.readers import ArtifactError, read_study_manifest
 from report import format as F
 from report.sections import render, style
 from report.table import Cell, Part, cell, table

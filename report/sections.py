@@ -12,7 +12,7 @@ from markupsafe import Markup
 from scipy import stats
 
 from harness.model.metrics import metric
-from harness.run.bodies import ERROR_BODY_PREFIX_BYTES
+from harness.model.dialects import ERROR_BODY_PREFIX_BYTES
 from harness.stats.faults import (
     RECOVERY_MS,
     RECOVERY_SHARE,

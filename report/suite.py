@@ -17,9 +17,10 @@ from markupsafe import Markup
 from harness.model import faults
 from harness.model.config import RESILIENCE
 from harness.model.metrics import metric
-from harness.run import suite as S
-from harness.run.bodies import ERROR_BODY_PREFIX_BYTES
-from harness.run.store import read_json
+from harness.stats import suite as S
+from harness.model.dialects import ERROR_BODY_PREFIX_BYTES
+from harness.files.readers import read_suite_manifest
+from harness.model.suite import CellEntry, SuiteManifest, axis_text
 from harness.stats.faults import RECOVERY_MS, RECOVERY_SHARE
 from report import build
 from report import format as F
@@ -68,7 +69,7 @@ def side_by_side_table(comparison: pd.DataFrame, table_id: str) -> Table:
 
 
 def machines_of(pairs: list) -> dict:
-    """What a suite comparison says about its machines (harness.run.suite.cell_machines): each
+    """What a suite comparison says about its machines (harness.stats.suite.cell_machines): each
     suite's machines in words, and one sentence per distinct pair of different machines."""
     lines_a = list(dict.fromkeys(F.machine_line(m.a) for _, _, m in pairs))
     lines_b = list(dict.fromkeys(F.machine_line(m.b) for _, _, m in pairs))
@@ -82,30 +83,30 @@ def cells_frame(suite_dir: str | Path) -> pd.DataFrame:
     return suite_cells(S.suite_table(suite_dir), S.CELL_METRICS + S.LANE_METRICS, "").frame()
 
 
-def _values(entry: dict) -> str:
-    return ", ".join(f"{k} = {S._show(v)}" for k, v in entry["values"].items())
+def _values(entry: CellEntry) -> str:
+    return ", ".join(f"{k} = {axis_text(v)}" for k, v in entry.values.items())
 
 
-def fault_scenarios(suite_dir: str | Path, manifest: dict) -> list[dict]:
+def fault_scenarios(suite_dir: str | Path, manifest: SuiteManifest) -> list[dict]:
     """Per fault scenario of the suite, in the order of its cells: its window, the sentences, the
     table (systems in the suite's order, then the resilience asked, shipped first), the plot in
     the report's system colours, and its cells without figures and why."""
-    entries = [e for e in manifest["cells"] if S.cell_scenario(e)]
+    entries = [e for e in manifest.cells if e.scenario]
     if not entries:
         return []
     rows, timelines = S.fault_table(suite_dir)
     systems = list(dict.fromkeys(rows["system"])) if len(rows) else []
     colors = system_colors(systems)
     out = []
-    for scenario in dict.fromkeys(S.cell_scenario(e) for e in entries):
-        cells = [e for e in entries if S.cell_scenario(e) == scenario]
+    for scenario in dict.fromkeys(e.scenario for e in entries):
+        cells = [e for e in entries if e.scenario == scenario]
         sub = rows[rows["scenario"] == scenario] if len(rows) else rows
         if len(sub):
             sub = sub.assign(_s=sub["system"].map(systems.index),
                              _a=sub["asked"].map(lambda a: RESILIENCE.index(a) if a in RESILIENCE
                                                  else len(RESILIENCE)))
             sub = sub.sort_values(["_s", "_a", "cell"], kind="mergesort").drop(columns=["_s", "_a"])
-        config = next((e["config"] for e in cells if e.get("config")), None)
+        config = next((e.config for e in cells if e.config), None)
         table_id = f"suite-faults-{scenario}"
         lines = timelines[timelines["scenario"] == scenario] if len(timelines) else timelines
         out.append({
@@ -117,26 +118,26 @@ def fault_scenarios(suite_dir: str | Path, manifest: dict) -> list[dict]:
             "table": fault_suite(sub, table_id) if len(sub) else None,
             "plot": plot_fault_timelines(lines, colors, f"{scenario}: while the provider fails "
                                          "(each run a line)"),
-            "left_out": [(e["cell_id"], _values(e), e["excluded"] or f"no study ({e['status']})")
-                         for e in cells if not len(sub) or e["cell_id"] not in set(sub["cell"])]})
+            "left_out": [(e.cell_id, _values(e), e.excluded or f"no study ({e.status})")
+                         for e in cells if not len(sub) or e.cell_id not in set(sub["cell"])]})
     return out
 
 
 def render_suite_html(suite_dir: str | Path, compare_with: str | Path | None = None) -> str:
     suite_dir = Path(suite_dir)
-    manifest = read_json(suite_dir / "manifest.json")
+    manifest = read_suite_manifest(suite_dir)
     cells = []
-    for entry in manifest["cells"]:
-        study = suite_dir / entry["dir"] if entry.get("dir") else None
+    for entry in manifest.cells:
+        study = suite_dir / entry.dir if entry.dir else None
         if study is not None and (study / "manifest.json").is_file() and not (study / REPORT_NAME).is_file():
             build.build_report(study)
-        report = (f"{entry['dir']}/{REPORT_NAME}" if study is not None
+        report = (f"{entry.dir}/{REPORT_NAME}" if study is not None
                   and (study / REPORT_NAME).is_file() else "")
-        cells.append(Row((cell(entry["cell_id"]),
+        cells.append(Row((cell(entry.cell_id),
                           cell(_values(entry)),
-                          cell(entry["status"]), cell(entry["comparison_key"][:12]),
-                          cell(entry["excluded"]), Cell((Part(report, href=report),))),
-                         "failed" if entry["excluded"] else "ok"))
+                          cell(entry.status), cell(entry.comparison_key[:12]),
+                          cell(entry.excluded), Cell((Part(report, href=report),))),
+                         "failed" if entry.excluded else "ok"))
     comparison = apart = machines = None
     if compare_with:
         comparison, apart = S.compare_suites(compare_with, suite_dir)
@@ -159,7 +160,7 @@ def render_suite_html(suite_dir: str | Path, compare_with: str | Path | None = N
                   other=str(compare_with), faults=fault_scenarios(suite_dir, manifest),
                   share=f"{RECOVERY_SHARE:.0%}", slack=f"{RECOVERY_MS:g}",
                   prefix=f"{ERROR_BODY_PREFIX_BYTES // 1024} KiB")
-    return render("page.html.j2", title_prefix="Sluice suite", title=manifest["suite_id"],
+    return render("page.html.j2", title_prefix="Sluice suite", title=manifest.suite_id,
                   sections=[Markup(style()), Markup(body)])
 
 

@@ -34,8 +34,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from harness.model.manifests import RunManifest, StudyManifest, from_plain
-from harness.model.schema import MOCK_REQUESTS, SCHEMA_VERSION
-from harness.run.store import REQUEST_SCHEMA, SAMPLE_SCHEMA, write_table
+from harness.model import formats as F
+from harness.model.schema import MOCK_REQUESTS
+from harness.files.store import REQUEST_SCHEMA, SAMPLE_SCHEMA, write_table
 
 BASE_T = 1_760_000_000.0
 # Columns of the real schema that the synthetic unary, closed-loop runs leave at their defaults.
@@ -145,7 +146,7 @@ def _sha(path: Path) -> str:
 
 
 def _write_parquet(df: pd.DataFrame, schema: pa.Schema, path: Path,
-                   version: int = SCHEMA_VERSION, without: tuple[str, ...] = ()) -> None:
+                   version: int, without: tuple[str, ...] = ()) -> None:
     """``without``: columns an older artifact version did not have yet."""
     schema = pa.schema([f for f in schema if f.name not in without])
     table = pa.Table.from_pandas(df[schema.names], schema=schema, preserve_index=False)
@@ -158,8 +159,15 @@ def _write_json(obj: Any, path: Path) -> None:
     path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def _write_manifest(manifest: RunManifest | StudyManifest, path: Path, version: int) -> None:
-    """Version 2 as the harness writes it; version 1 as it was: phases not reached are absent."""
+def _version(fmt: F.Format, schema_version: int | None) -> int:
+    """The version a synthetic file of this kind is written in: the current one, or the one
+    asked for (1: every kind as the first artifact format wrote it)."""
+    return fmt.version if schema_version is None else schema_version
+
+
+def _write_manifest(manifest: RunManifest | StudyManifest, path: Path, version: int | None) -> None:
+    """The current version as the harness writes it; version 1 as it was: phases not reached
+    are absent."""
     data = json.loads(manifest.to_json())
     if version == 1:
         data["schema_version"] = 1
@@ -323,7 +331,7 @@ def _run(system: str, n: int, p: RunParams, t0: float, rng: random.Random,
     sdf = pd.DataFrame(samples)
 
     ok_count = int(((df["error_kind"] == "") & (df["phase"] != "warmup")).sum()) if len(df) else 0
-    mock = {"schema_version": SCHEMA_VERSION, "count": ok_count + int(p.errors_hold.get("http", 0)),
+    mock = {"count": ok_count + int(p.errors_hold.get("http", 0)),
             "by_path": {"/v1/chat/completions": ok_count}, "errors": 0,
             "hold_ms": {"p50": MOCK_LATENCY_MS + 0.1, "p90": MOCK_LATENCY_MS + 0.3,
                         "p99": p.mock_hold_p99_ms, "max": p.mock_hold_p99_ms + 1.0,
@@ -350,7 +358,7 @@ def _sample(run_id, system, t, role, pids, rss, pct, total, load):
 
 def make_study(root: str | Path, study_id: str = "synthetic-study",
                params: dict[str, list[RunParams]] | None = None, seed: int = 7,
-               status: str = "completed", schema_version: int = SCHEMA_VERSION,
+               status: str = "completed", schema_version: int | None = None,
                without_columns: tuple[str, ...] = (),
                machine: dict[str, Any] | None = None) -> SyntheticStudy:
     """Write ``root/study_id`` and return its path with the expected figures per run;
@@ -391,11 +399,14 @@ def make_study(root: str | Path, study_id: str = "synthetic-study",
         (run_dir / "raw").mkdir(parents=True, exist_ok=True)
         rdf = rdf.assign(**UNARY_DEFAULTS, chunk_gaps_ms=[[] for _ in range(len(rdf))])
         sdf = sdf.assign(inflight_requests=math.nan, host="synthetic-host")
-        _write_parquet(rdf, REQUEST_SCHEMA, run_dir / "requests.parquet", schema_version,
+        _write_parquet(rdf, REQUEST_SCHEMA, run_dir / "requests.parquet",
+                       _version(F.REQUESTS_TABLE, schema_version),
                        without_columns)
-        _write_parquet(sdf, SAMPLE_SCHEMA, run_dir / "samples.parquet", schema_version,
+        _write_parquet(sdf, SAMPLE_SCHEMA, run_dir / "samples.parquet",
+                       _version(F.SAMPLES_TABLE, schema_version),
                        without_columns)
-        _write_json({**mock, "schema_version": schema_version}, run_dir / "mock_stats.json")
+        _write_json({**mock, "schema_version": _version(F.MOCK_STATS, schema_version)},
+                    run_dir / "mock_stats.json")
         rdf.to_csv(run_dir / "raw" / "requests-4242.csv", index=False)
         (run_dir / "locust_stats.csv").write_text(
             "Type,Name,Request Count,Failure Count\nPOST,/v1/chat/completions,"
@@ -595,12 +606,12 @@ def make_fault_study(root: str | Path, study_id: str, runs: dict[str, list[Fault
         hs = BASE_T + 100.0 * i
         rows, samples, mock = _fault_run_rows(run_id, system, p, hs)
         _write_parquet(rows, REQUEST_SCHEMA, run_dir / "requests.parquet",
-                       without=without_columns)
+                       F.REQUESTS_TABLE.version - bool(without_columns), without=without_columns)
         _write_parquet(samples.assign(inflight_requests=math.nan, host="synthetic-host"),
-                       SAMPLE_SCHEMA, run_dir / "samples.parquet")
+                       SAMPLE_SCHEMA, run_dir / "samples.parquet", F.SAMPLES_TABLE.version)
         write_table(run_dir / "mock_requests.parquet", mock.assign(provider="primary"),
                     MOCK_REQUESTS)
-        _write_json({"schema_version": SCHEMA_VERSION, "schedule": [], "seed": 0,
+        _write_json({"schema_version": F.FAULT_SCHEDULE.version, "schedule": [], "seed": 0,
                      "epoch_unix_s": hs}, run_dir / "faults.json")
         phases = {"warmup_start_t_unix_s": hs - 4.0, "ramp_start_t_unix_s": hs - 2.0,
                   "hold_start_t_unix_s": hs, "hold_end_t_unix_s": hs + FAULT_HOLD_S,
@@ -630,7 +641,7 @@ def make_fault_study(root: str | Path, study_id: str, runs: dict[str, list[Fault
                         "role": ROLES.get(s, "system"), "runnable": s not in not_runnable,
                         "not_runnable_reason": not_runnable.get(s, "")} for s in systems}},
         f"synthetic {study_id}")
-    _write_manifest(manifest, path / "manifest.json", SCHEMA_VERSION)
+    _write_manifest(manifest, path / "manifest.json", None)
     return path
 
 
@@ -647,3 +658,17 @@ if __name__ == "__main__":   # python tests/synthetic.py DIR: write a study to l
     import sys
     out = make_study(sys.argv[1] if len(sys.argv) > 1 else "artifacts")
     print(out.path)
+
+
+def write_suite_manifest(suite_dir: Path, cells: list[dict], **fields: Any) -> Path:
+    """A suite manifest as the harness writes it; the fields not given take placeholders."""
+    from harness.files.atomic import write_atomic
+    from harness.model.suite import SuiteManifest
+    data = {"suite_id": Path(suite_dir).name, "name": Path(suite_dir).name, "description": "",
+            "suite_file": "s.toml", "suite_file_sha256": "0" * 64, "suite_text": "",
+            "profile": "synthetic", "axes": {}, "status": "completed", "started_t_unix_s": 0.0,
+            **fields, "cells": cells}
+    Path(suite_dir).mkdir(parents=True, exist_ok=True)
+    write_atomic(Path(suite_dir) / "manifest.json",
+                 from_plain(SuiteManifest, data, "synthetic suite").to_json())
+    return Path(suite_dir)

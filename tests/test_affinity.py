@@ -19,7 +19,7 @@ from harness.model.plan import make_plan
 from harness.run import load as load_stage
 from harness.run import systems
 from harness.run.load import Target
-from harness.run.processes import ManagedProcess
+from harness.host.processes import ManagedProcess
 
 
 def problems_of(config):

@@ -20,18 +20,13 @@ from synthetic import make_study
 from harness import stats as A
 from harness.model.config import REPO_DIR
 from harness.model.manifests import ManifestError, RunManifest, StudyManifest
-from harness.model.schema import (
-    ADDED_IN_V2,
-    KNOWN_VERSIONS,
-    MOCK_REQUESTS,
-    REQUESTS,
-    SAMPLES,
-    SCHEMA_VERSION,
-)
+from harness.model import formats as F
+from harness.model.migrate import LACKED
+from harness.model.schema import MOCK_REQUESTS, REQUESTS, SAMPLES
 from harness.run import load as load_stage
 from harness.run.run import _write_samples
-from harness.run.sampling import Sampler
-from harness.run.store import (
+from harness.host.sampling import Sampler
+from harness.files.store import (
     REQUEST_SCHEMA,
     SAMPLE_SCHEMA,
     hash_run_files,
@@ -43,6 +38,8 @@ from report.data import collect
 
 V1_FIXTURE = Path(__file__).parent / "fixtures" / "studies" / "v1-smoke"
 FIGURES = ("run_summary", "system_summary", "compare", "head_to_head_table")
+# The request columns version 2 gained while it was current (a version-2 file may lack them).
+LATE_V2_COLUMNS = LACKED["requests"][2]
 # Columns version 1 gained without a new number: a version-1 file may lack them.
 LATE_V1_COLUMNS = ("ttfb_ms", "ttft_ms", "chunks", "chunk_gaps_ms", "stream_done",
                    "intended_start_t_unix_s", "offered_rate_per_s", "step_index",
@@ -62,8 +59,8 @@ def assert_same_figures(a: A.Study, b: A.Study) -> None:
         pd.testing.assert_frame_equal(fa[name], fb[name], check_exact=True, obj=name)
 
 
-def write_as_v2(src: Path, dst: Path) -> Path:
-    """A version-2 copy of a study: every manifest and table rewritten by the current writers
+def write_as_current(src: Path, dst: Path) -> Path:
+    """A current-version copy of a study: every manifest and table rewritten by the current writers
     from what the loader made of them, run file hashes recomputed."""
     shutil.copytree(src, dst)
     study = A.load_study(dst)
@@ -73,7 +70,7 @@ def write_as_v2(src: Path, dst: Path) -> Path:
             rows = frame[frame["run_id"] == run.run_id].reset_index(drop=True)
             write_table(run_dir / table.file, rows, table)
         mock = json.loads((run_dir / "mock_stats.json").read_text())
-        (run_dir / "mock_stats.json").write_text(json.dumps({**mock, "schema_version": 2}))
+        (run_dir / "mock_stats.json").write_text(json.dumps({**mock, "schema_version": F.MOCK_STATS.version}))
         write_atomic(run_dir / "manifest.json",
                      dataclasses.replace(run, files=hash_run_files(run_dir)).to_json())
     write_atomic(dst / "manifest.json", study.manifest.to_json())
@@ -123,7 +120,7 @@ def test_sampler_rows_are_the_raw_sample_columns(tmp_path):
 def test_the_locust_side_imports_nothing_heavy():
     """The locustfile imports the registry and the dialects' error shapes in every Locust
     process: standard library only."""
-    code = ("import sys, harness.model.schema, harness.run.bodies; "
+    code = ("import sys, harness.model.schema, harness.model.dialects, harness.run.bodies; "
             "print(sorted(m for m in ('pandas', 'pyarrow', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=REPO_DIR, env={"PYTHONPATH": str(REPO_DIR)}, check=True)
@@ -142,9 +139,9 @@ def test_consolidating_v1_raw_files_gives_the_tables_v1_wrote(tmp_path):
         for table in (REQUESTS, SAMPLES):
             old = pq.read_table(V1_FIXTURE / "runs" / system / "1" / table.file)
             new = pq.read_table(run_dir / table.file)
-            assert new.schema.metadata[b"schema_version"] == str(SCHEMA_VERSION).encode()
+            assert new.schema.metadata[b"schema_version"] == str(F.TABLE_FORMATS[table.name].version).encode()
             # the columns version 2 gained are missing in v1's raw files: left empty
-            added = [n for n in ADDED_IN_V2.get(table.name, ()) if n not in old.column_names]
+            added = [n for n in (LATE_V2_COLUMNS if table is REQUESTS else ()) if n not in old.column_names]
             if added:
                 assert all(new.column(n).null_count == len(new) or
                            set(new.column(n).to_pylist()) <= {""} for n in added)
@@ -158,12 +155,12 @@ def test_consolidating_v1_raw_files_gives_the_tables_v1_wrote(tmp_path):
 def test_v1_fixture_and_its_v2_copy_give_identical_figures(tmp_path):
     v1 = A.load_study(V1_FIXTURE)
     assert json.loads((V1_FIXTURE / "manifest.json").read_text())["schema_version"] == 1
-    v2_dir = write_as_v2(V1_FIXTURE, tmp_path / "v2")
-    assert json.loads((v2_dir / "manifest.json").read_text())["schema_version"] == 2
+    v2_dir = write_as_current(V1_FIXTURE, tmp_path / "v2")
+    assert json.loads((v2_dir / "manifest.json").read_text())["schema_version"] == F.STUDY_MANIFEST.version
     v2 = A.load_study(v2_dir)
     # version 1 predates the identity and wire columns: they load as missing
-    assert v1.missing_columns == {1: {"requests": ADDED_IN_V2["requests"]}}
-    assert v2.missing_columns in ({}, {2: {"requests": ADDED_IN_V2["requests"]}})
+    assert v1.missing_columns == {1: {"requests": LATE_V2_COLUMNS}}
+    assert v2.missing_columns == {}
     assert v1.manifest == v2.manifest
     assert ([dataclasses.replace(r, files={}) for r in v1.runs]
             == [dataclasses.replace(r, files={}) for r in v2.runs])
@@ -185,7 +182,7 @@ def test_columns_an_older_version_lacked_are_missing_and_reported(tmp_path):
     assert old.samples["host"].isna().all() and old.requests["ttfb_ms"].isna().all()
     assert old.requests["chunks"].isna().all()          # missing, not a plausible 0
     assert old.not_measured("samples", "host") == (
-        "not measured in artifact version 1 (samples.host)")
+        "not measured in samples table version 1 (samples.host)")
     assert old.not_measured("requests", "latency_ms") == ""
     assert_same_figures(old, A.load_study(make_study(tmp_path / "new").path))
 
@@ -201,13 +198,13 @@ def test_a_v2_table_without_a_column_is_refused(tmp_path):
 def test_an_unknown_json_version_is_refused_in_one_line(tmp_path, target):
     made = make_study(tmp_path)
     path = made.path / target
-    path.write_text(json.dumps({**json.loads(path.read_text()), "schema_version": 3}))
+    path.write_text(json.dumps({**json.loads(path.read_text()), "schema_version": 9}))
     with pytest.raises(A.ArtifactError) as info:
         A.load_study(made.path, verify=False)
     message = str(info.value)
     assert "\n" not in message
-    assert str(path) in message and "schema_version 3" in message
-    assert f"known: {', '.join(map(str, KNOWN_VERSIONS))}" in message
+    assert str(path) in message and "schema_version 9" in message
+    assert "known: 1, 2" in message
 
 
 def test_an_unknown_parquet_version_is_refused(tmp_path):
@@ -216,7 +213,7 @@ def test_an_unknown_parquet_version_is_refused(tmp_path):
     table = pq.read_table(path)
     pq.write_table(table.replace_schema_metadata({b"schema_version": b"7"}), path)
     with pytest.raises(A.ArtifactError, match=r"requests.parquet \(Parquet metadata\): "
-                                              r"schema_version 7 is not one"):
+                                              r"requests table schema_version 7 is not one"):
         A.load_study(made.path, verify=False)
 
 

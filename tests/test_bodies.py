@@ -6,13 +6,13 @@ import re
 import pytest
 from sluice import translate
 
-from harness.run.bodies import (
+from harness.model.dialects import (
     DIALECTS,
     ERROR_BODY_CLASSES,
     ERROR_BODY_PREFIX_BYTES,
-    chat_body,
     error_body_dialect,
 )
+from harness.run.bodies import chat_body
 
 
 @pytest.mark.parametrize("dialect", sorted(DIALECTS))

@@ -239,11 +239,13 @@ def test_recovery_is_the_first_bin_back_near_the_before_p50():
 
 def test_raw_logs_of_both_providers_when_no_table_was_stored(tmp_path):
     from tests.test_identity import _mock, _mock_row
+
+    from harness.files.readers import read_mock_requests
     for name, rows in (("mock-stats", [("a", 2), ("b", 4)]), ("mock-standby-stats", [("a", 3)])):
         (tmp_path / name).mkdir()
         _mock([_mock_row(rid, t) for rid, t in rows]).to_csv(tmp_path / name / "requests-9.csv",
                                                              index=False)
-    assert fstats.mock_rows(tmp_path)["request_id"].tolist() == ["a", "a", "b"]
+    assert read_mock_requests(tmp_path)["request_id"].tolist() == ["a", "a", "b"]
 
 
 def test_timeline_bins():
@@ -389,4 +391,4 @@ def test_the_study_report_shows_the_dialect_share_and_the_configuration(tmp_path
     old = render_section(collect(make_fault_study(tmp_path, "old", runs,
                                                   without_columns=("error_body_dialect",))),
                          "faults")
-    assert 'title="not measured in artifact version 2 (requests.error_body_dialect)">—' in old
+    assert 'title="not measured in requests table version 2 (requests.error_body_dialect)">—' in old

@@ -14,7 +14,8 @@ from harness.model.config import StudyConfig
 from harness.model.manifests import IdentityCheck, RunChecks, RunManifest, WireCheck
 from harness.model.metrics import METRICS
 from harness.model.migrate import table as migrate_table
-from harness.model.schema import ADDED_IN_V2, MOCK_REQUESTS, REQUESTS, SCHEMA_VERSION
+from harness.model.migrate import LACKED
+from harness.model.schema import MOCK_REQUESTS, REQUESTS
 from harness.run import measure
 from harness.run.bodies import RID_SLOT, chat_body
 from harness.stats import gateway_time
@@ -96,7 +97,7 @@ def test_both_providers_rows_in_one_table_in_body_end_order():
 
 def test_a_mock_requests_file_from_before_the_standby_reads_as_primary():
     frame = pd.DataFrame({c: ["x"] for c in MOCK_REQUESTS.names if c != "provider"})
-    for version in (1, SCHEMA_VERSION):
+    for version in (2,):
         out, missing = migrate_table(frame.copy(), MOCK_REQUESTS, version, "old.parquet")
         assert list(out.columns) == MOCK_REQUESTS.names and out["provider"].tolist() == ["primary"]
         assert "provider" not in missing
@@ -187,9 +188,9 @@ def test_manifest_round_trip_and_older_manifests_load():
 
 
 def test_a_version_2_requests_file_without_the_new_columns_loads_them_missing():
-    frame = pd.DataFrame({c: [] for c in REQUESTS.names if c not in ADDED_IN_V2["requests"]})
-    out, missing = migrate_table(frame, REQUESTS, SCHEMA_VERSION, "old.parquet")
-    assert set(missing) == set(ADDED_IN_V2["requests"]) and list(out.columns) == REQUESTS.names
+    frame = pd.DataFrame({c: [] for c in REQUESTS.names if c not in LACKED["requests"][2]})
+    out, missing = migrate_table(frame, REQUESTS, 2, "old.parquet")
+    assert set(missing) == set(LACKED["requests"][2]) and list(out.columns) == REQUESTS.names
 
 
 @pytest.mark.parametrize("dialect", ["openai", "anthropic"])

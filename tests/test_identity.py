@@ -1,8 +1,9 @@
-"""Per-request identity (harness/stats/identity.py) on synthetic client and mock rows."""
+"""Per-request identity (harness/run/identity.py) on synthetic client and mock rows."""
 import pandas as pd
 import pytest
 
-from harness.stats.identity import PER_REQUEST_COLUMNS, join_requests, mock_self_time
+from harness.run.identity import PER_REQUEST_COLUMNS, join_requests
+from harness.stats.mock_time import mock_self_time
 from mocks.stats import REQUEST_LOG_COLUMNS
 
 T0_NS = 1_800_000_000_000_000_000

@@ -8,12 +8,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from synthetic import SYNTHETIC_MACHINE, RunParams, make_study
+from synthetic import SYNTHETIC_MACHINE, RunParams, make_study, write_suite_manifest
 from test_report import _tables
 
 from harness.commands import main as cli
-from harness.run import suite as S
-from harness.run.store import write_json
+from harness.stats import suite as S
 from harness.stats.across import VERDICT_ONLY
 from harness.stats.machines import machine_facts, same_machine
 from report import format as F
@@ -136,12 +135,9 @@ def _suite(root: Path, suite_id: str, study: Path) -> Path:
     """A suite of one cell: ``study`` (its report already there, so no cell report is built)."""
     (root / suite_id).mkdir()
     (study / "report.html").touch()
-    write_json(root / suite_id / "manifest.json", {
-        "suite_id": suite_id, "name": suite_id, "description": "", "status": "completed",
-        "profile": "synthetic", "started_t_unix_s": 0.0, "suite_file": "s.toml",
-        "suite_file_sha256": "0" * 64, "cells": [
-            {"cell_id": "cell-01", "values": {"load.users": 10}, "comparison_key": "k1" * 32,
-             "excluded": "", "status": "completed", "dir": os.path.relpath(study, root / suite_id)}]})
+    write_suite_manifest(root / suite_id, [
+        {"cell_id": "cell-01", "values": {"load.users": 10}, "comparison_key": "k1" * 32,
+         "excluded": "", "status": "completed", "dir": os.path.relpath(study, root / suite_id)}])
     return root / suite_id
 
 

@@ -12,7 +12,8 @@ from synthetic import _write_parquet, small_run_manifest, small_study_manifest
 
 from harness import stats as A
 from harness.model.config import REPO_DIR, ConfigError, from_profile, validate
-from harness.run.store import REQUEST_SCHEMA
+from harness.files.store import REQUEST_SCHEMA
+from harness.model.formats import REQUESTS_TABLE
 from report import tables
 from report.build import render_report_html
 
@@ -112,7 +113,7 @@ def synthetic(tmp_path_factory):
                                  unsent=p.get("unsent_step") == i, waited=p.get("waited_step") == i)
                       for i, rate in enumerate(RATES, 1)]
             _write_parquet(pd.concat(frames, ignore_index=True), REQUEST_SCHEMA,
-                           run_dir / "requests.parquet")
+                           run_dir / "requests.parquet", REQUESTS_TABLE.version)
             manifest = small_run_manifest(
                 run_id, system, n, {"hold_start_t_unix_s": t, "hold_end_t_unix_s": t + 3 * STEP_S},
                 open_loop_rates_per_s=list(RATES), open_loop_step_s=STEP_S)

@@ -8,8 +8,8 @@ import psutil
 import pytest
 from polling import wait_for
 
-from harness.run import processes
-from harness.run.processes import (
+from harness.host import processes
+from harness.host.processes import (
     ManagedProcess,
     ProcessError,
     free_port,

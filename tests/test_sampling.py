@@ -1,4 +1,4 @@
-"""harness.run.sampling: CPU time to the nanosecond from schedstat, kept for threads and processes
+"""harness.host.sampling: CPU time to the nanosecond from schedstat, kept for threads and processes
 that exit, and the run-queue wait."""
 import os
 import subprocess
@@ -7,7 +7,7 @@ import sys
 import pytest
 from polling import wait_for
 
-from harness.run.sampling import _RoleTree, run_queue_wait_ns, task_cpu_ns
+from harness.host.sampling import _RoleTree, run_queue_wait_ns, task_cpu_ns
 
 pytestmark = pytest.mark.skipif(not os.path.exists(f"/proc/{os.getpid()}/schedstat"),
                                 reason="the kernel keeps no schedstat")

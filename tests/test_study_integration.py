@@ -7,8 +7,8 @@ import pytest
 
 from harness.commands import main
 from harness.model.config import ConfigError, from_profile
-from harness.model.schema import SCHEMA_VERSION
-from harness.run.store import REQUEST_SCHEMA, SAMPLE_SCHEMA, sha256_file
+from harness.model import formats as F
+from harness.files.store import REQUEST_SCHEMA, SAMPLE_SCHEMA, sha256_file
 from harness.run.study import run_study
 
 pytestmark = pytest.mark.integration
@@ -33,7 +33,7 @@ def test_study_completes_with_every_run(smoke_study):
     assert [r.status for r in result.records] == ["completed", "completed"], \
         [r.reason for r in result.records]
     manifest = json.loads((result.study_dir / "manifest.json").read_text())
-    assert manifest["schema_version"] == SCHEMA_VERSION and manifest["status"] == "completed"
+    assert manifest["schema_version"] == F.STUDY_MANIFEST.version and manifest["status"] == "completed"
     assert manifest["config"]["seed"] == 7 and len(manifest["plan"]) == 2
     assert manifest["systems"]["nginx"]["version"][0].isdigit()
     assert manifest["machine"]["cpu_count"] >= 1 and manifest["machine"]["kernel"]
@@ -69,7 +69,7 @@ def test_parquet_schemas_and_hashes(smoke_study):
     d = run_dir(result, "nginx")
     assert pq.read_schema(d / "requests.parquet").remove_metadata() == REQUEST_SCHEMA
     assert pq.read_schema(d / "samples.parquet").remove_metadata() == SAMPLE_SCHEMA
-    assert pq.read_metadata(d / "requests.parquet").metadata[b"schema_version"] == str(SCHEMA_VERSION).encode()
+    assert pq.read_metadata(d / "requests.parquet").metadata[b"schema_version"] == str(F.REQUESTS_TABLE.version).encode()
     manifest = json.loads((d / "manifest.json").read_text())
     assert {"requests.parquet", "samples.parquet", "mock_stats.json", "system.log"} <= set(manifest["files"])
     for name, digest in manifest["files"].items():

@@ -7,13 +7,14 @@ import os
 import shutil
 
 import pytest
-from synthetic import RunParams, make_study
+from synthetic import RunParams, make_study, write_suite_manifest
 
 from harness.commands import main
 from harness.model.config import REPO_DIR
-from harness.model.schema import SCHEMA_VERSION
-from harness.run import suite as S
-from harness.run.store import write_json
+from harness.model import suite as M
+from harness.model.formats import SUITE_MANIFEST
+from harness.run import suite as R
+from harness.stats import suite as S
 from harness.stats.outcomes import Outcome
 from report import format as F
 from report.suite import cells_frame
@@ -45,19 +46,19 @@ reason = "not needed here"
                                         ("mock.stream_chunks", "stream_chunks"), ("seed", "seed"),
                                         ("load.open_loop_rates_per_s", "open_loop_rates_per_s")])
 def test_paths_name_fields(path, field):
-    assert S.field_of(path) == field
+    assert M.field_of(path) == field
 
 
 @pytest.mark.parametrize("path,message", [("colour", "not a setting"), ("net.users", "unknown section"),
                                           ("mock.users", "mock has no 'users'"),
                                           ("out_dir", "not a setting"), ("study.study_id", "study has no")])
 def test_bad_paths_are_named(path, message):
-    with pytest.raises(S.SuiteError, match=message):
-        S.field_of(path)
+    with pytest.raises(M.SuiteError, match=message):
+        M.field_of(path)
 
 
 def test_expansion_exclusions_and_baseline(tmp_path):
-    cells = S.expand(S.load_suite(write_suite(tmp_path, BASIC)), str(tmp_path / "out"))
+    cells = R.expand(M.load_suite(write_suite(tmp_path, BASIC)), str(tmp_path / "out"))
     assert [c.values for c in cells] == [
         {"request.stream": False, "load.users": 0}, {"request.stream": False, "load.users": 4},
         {"request.stream": True, "load.users": 0}, {"request.stream": True, "load.users": 4}]
@@ -71,14 +72,14 @@ def test_expansion_exclusions_and_baseline(tmp_path):
 
 
 def test_comparison_key_is_the_whole_configuration(tmp_path):
-    suite = S.load_suite(write_suite(tmp_path, BASIC))
-    a = S.expand(suite, str(tmp_path / "a"))[1]
-    b = S.expand(suite, str(tmp_path / "b"))[1]
+    suite = M.load_suite(write_suite(tmp_path, BASIC))
+    a = R.expand(suite, str(tmp_path / "a"))[1]
+    b = R.expand(suite, str(tmp_path / "b"))[1]
     assert a.comparison_key == b.comparison_key          # where it is written does not count
-    assert S.comparison_key(dataclasses.replace(a.config, study_id="x")) == a.comparison_key
+    assert M.cell_key(dataclasses.replace(a.config, study_id="x")) == a.comparison_key
     for change in (dict(users=5), dict(seed=1), dict(mock_latency_ms=61.0),
                    dict(gateways=("direct", "nginx", "sluice"))):
-        assert S.comparison_key(dataclasses.replace(a.config, **change)) != a.comparison_key, change
+        assert M.cell_key(dataclasses.replace(a.config, **change)) != a.comparison_key, change
 
 
 @pytest.mark.parametrize("text,message", [
@@ -98,8 +99,8 @@ def test_comparison_key_is_the_whole_configuration(tmp_path):
     ('[axes\n', "not valid TOML"),
 ])
 def test_bad_suite_files_are_refused_before_anything_runs(tmp_path, text, message):
-    with pytest.raises(S.SuiteError, match=message):
-        S.load_suite(write_suite(tmp_path, text))
+    with pytest.raises(M.SuiteError, match=message):
+        M.load_suite(write_suite(tmp_path, text))
 
 
 def test_dry_run_lists_cells_keys_and_reasons(tmp_path, capsys):
@@ -112,7 +113,7 @@ def test_dry_run_lists_cells_keys_and_reasons(tmp_path, capsys):
 
 @pytest.mark.parametrize("name", ["smoke", "streaming", "load-levels"])
 def test_committed_suites_expand(name):
-    cells = S.expand(S.load_suite(REPO_DIR / "notebooks" / "suites" / f"{name}.toml"))
+    cells = R.expand(M.load_suite(REPO_DIR / "notebooks" / "suites" / f"{name}.toml"))
     runnable = [c for c in cells if not c.excluded]
     assert runnable and all(c.config.gateways[0] == "direct" for c in runnable)
     assert len({c.comparison_key for c in runnable}) == len(runnable)
@@ -128,10 +129,10 @@ def test_noise_suites_parse_and_list_their_cells(tmp_path, capsys, monkeypatch):
     for name in ("capture-ab", "affinity-ab"):
         assert main(["suite", str(suites / f"{name}.toml"), "--dry-run", "--out-dir", str(tmp_path)]) == 0
     assert not any(tmp_path.iterdir())
-    capture = [c for c in S.expand(S.load_suite(suites / "capture-ab.toml")) if not c.excluded]
+    capture = [c for c in R.expand(M.load_suite(suites / "capture-ab.toml")) if not c.excluded]
     assert [c.config.wire_capture_s for c in capture] == [0.0, 20.0]
     assert all(c.config.gateways == ("direct", "nginx", "nginx~aa") for c in capture)
-    cells = S.expand(S.load_suite(suites / "affinity-ab.toml"))
+    cells = R.expand(M.load_suite(suites / "affinity-ab.toml"))
     pins = [(c.config.cpu_affinity_load, c.config.cpu_affinity_mock, c.config.cpu_affinity_system)
             for c in cells if not c.excluded]
     assert pins == [("", "", ""), ("0", "1", "1"), ("0", "0", "1")]
@@ -139,8 +140,8 @@ def test_noise_suites_parse_and_list_their_cells(tmp_path, capsys, monkeypatch):
     # unpinned, the aa cell has the key it had before affinity existed (and capture-ab's "on" cell)
     assert cells[0].comparison_key == capture[1].comparison_key
     unpinned = {k: v for k, v in cells[0].config.to_dict().items()
-                if k not in S.NOT_IN_KEY and k not in S.IN_KEY_WHEN_SET}
-    tomls = {g: S.load_gateway_spec(g, cells[0].config.systems_dir).toml_sha256 for g in cells[0].config.gateways}
+                if k not in M.NOT_IN_KEY and k not in M.IN_KEY_WHEN_SET}
+    tomls = {g: M.load_gateway_spec(g, cells[0].config.systems_dir).toml_sha256 for g in cells[0].config.gateways}
     old = hashlib.sha256(json.dumps({"config": unpinned, "gateway_toml_sha256": tomls}, sort_keys=True,
                                     separators=(",", ":")).encode()).hexdigest()
     assert cells[0].comparison_key == old
@@ -154,7 +155,7 @@ def _fake_suite(root, suite_id, cells):
         make_study(root / suite_id, study_id=cell_id, params=params)
         entries.append({"cell_id": cell_id, "values": values, "comparison_key": key, "excluded": "",
                         "status": "completed", "dir": cell_id})
-    write_json(root / suite_id / "manifest.json", {"suite_id": suite_id, "cells": entries})
+    write_suite_manifest(root / suite_id, entries)
     return root / suite_id
 
 
@@ -200,7 +201,7 @@ def test_smoke_suite_through_papermill(tmp_path):
                     "suite_id": "smoke-test"})
     suite_dir = out / "smoke-test"
     manifest = json.loads((suite_dir / "manifest.json").read_text())
-    assert manifest["schema_version"] == SCHEMA_VERSION and manifest["status"] == "completed"
+    assert manifest["schema_version"] == SUITE_MANIFEST.version and manifest["status"] == "completed"
     by_status = {}
     for cell in manifest["cells"]:
         by_status.setdefault(cell["status"], []).append(cell)
@@ -265,11 +266,11 @@ def _fault_suite(root):
                     "values": {"fault_scenario": "stalled_streams", "resilience": "shipped"},
                     "status": "excluded", "excluded": "excluded by the suite: stalled streams "
                                                       "need streamed responses"})
-    write_json(root / "manifest.json", {
-        "suite_id": "faults-test", "name": "faults", "description": "synthetic", "profile": "faults",
-        "suite_file": "notebooks/suites/faults.toml", "suite_file_sha256": "0" * 64,
-        "suite_text": "", "axes": {"fault_scenario": [], "resilience": []}, "status": "completed",
-        "started_t_unix_s": 1.0, "ended_t_unix_s": 2.0, "cells": entries})
+    write_suite_manifest(root, entries, suite_id="faults-test", name="faults",
+                         description="synthetic", profile="faults",
+                         suite_file="notebooks/suites/faults.toml",
+                         axes={"fault_scenario": [], "resilience": []},
+                         started_t_unix_s=1.0, ended_t_unix_s=2.0)
     return root
 
 

@@ -1,4 +1,4 @@
-"""Wire timing (harness/stats/wire.py) on synthetic pcaps written with dpkt: known times in,
+"""Wire timing (harness/run/wire.py) on synthetic pcaps written with dpkt: known times in,
 exact microseconds out."""
 import json
 import os
@@ -8,7 +8,7 @@ from decimal import Decimal
 import dpkt
 import pytest
 
-from harness.stats.wire import COLUMNS, summarize, wire_times
+from harness.run.wire import COLUMNS, summarize, wire_times
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

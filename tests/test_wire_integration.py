@@ -1,6 +1,6 @@
 """Wire timing for real: the mock, a gateway (nginx from the study's template; Sluice from
 its study config), a small keep-alive client on 127.0.0.1 sending requests with ids, a
-tcpdump capture on ``lo`` (harness/run/capture.py), parsed afterwards (harness/stats/wire.py)
+tcpdump capture on ``lo`` (harness/run/capture.py), parsed afterwards (harness/run/wire.py)
 and joined with the mock's own request log."""
 import http.client
 import json
@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from harness.run.capture import Capture, CaptureError
-from harness.stats.wire import summarize, wire_times
+from harness.run.wire import summarize, wire_times
 from mocks.stats import read_request_log
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -44,7 +44,8 @@ from harness.checks.rules import pct
 from harness.checks.inputs import CheckInputError, require_completed
 from harness.model.metrics import metric
 from harness.model.roles import Roles
-from harness.stats.loading import ArtifactError, Study, load_study
+from harness.files.readers import ArtifactError
+from harness.stats.loading import Study, load_study
 from harness.stats.runs import run_summary
 
 EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2

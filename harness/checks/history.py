@@ -25,7 +25,7 @@ from typing import Mapping
 
 from harness.checks import rules
 from harness.model.config import REPO_DIR
-from harness.run.atomic import write_atomic
+from harness.files.atomic import write_atomic
 
 GATE_RECORD_VERSION = 2
 HISTORY_DIR = REPO_DIR / "baselines" / "gate"

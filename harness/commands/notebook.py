@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     config = study_config(args)
     import papermill
 
-    from harness.run.store import read_json
+    from harness.files.readers import read_study_manifest
     # papermill relays the notebook's output (the study's progress lines) through logging.
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     study_dir = config.study_dir
@@ -55,14 +55,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: the study notebook failed: {exc.ename}: {exc.evalue}\n"
               f"executed notebook: {executed}", file=sys.stderr)
         return 1
-    manifest = read_json(study_dir / "manifest.json")
+    manifest = read_study_manifest(study_dir / "manifest.json")
     report = ""
     if not args.no_report:
         from report.build import build_report
         report = str(build_report(study_dir))
-    print(f"\nstudy {manifest['status']} in {(time.monotonic() - start) / 60:.1f} min")
+    print(f"\nstudy {manifest.status} in {(time.monotonic() - start) / 60:.1f} min")
     print(f"  artifacts: {study_dir}")
     print(f"  notebook:  {executed}")
     if report:
         print(f"  report:    {report}")
-    return 0 if manifest["status"] == "completed" else 1
+    return 0 if manifest.status == "completed" else 1

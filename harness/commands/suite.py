@@ -1,5 +1,5 @@
 """Suites of cells: a base configuration plus axes, each combination run as a whole study with
-the direct baseline (file format: harness/run/suite.py).
+the direct baseline (file format: harness/model/suite.py).
 
     python -m harness suite notebooks/suites/load-levels.toml --dry-run   # cells, exclusions, keys
     python -m harness suite notebooks/suites/streaming.toml [--out-dir artifacts/suites] [--suite-id ID]
@@ -35,7 +35,7 @@ def compare_text(a_dir: str, b_dir: str) -> str:
     """Suite B against suite A as text: both suites' machines, the different-machines sentence
     when their CPUs differ, the verdicts of cells on the same machine and the bare figures of
     cells on different ones, and the cells not comparable."""
-    from harness.run import suite as S
+    from harness.stats import suite as S
     from harness.stats.across import VERDICT_ONLY
     from report.suite import machines_of
     compared, apart = S.compare_suites(a_dir, b_dir)
@@ -64,7 +64,9 @@ def compare_text(a_dir: str, b_dir: str) -> str:
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from harness.run import suite as S
+    from harness.model.suite import SuiteError, load_suite
+    from harness.run.suite import cells_table, expand, run_suite
+    from harness.stats.suite import suite_table
     with pd.option_context("display.width", 200, "display.max_columns", 50,
                            "display.max_colwidth", 120):
         if args.compare:
@@ -74,17 +76,17 @@ def run(args: argparse.Namespace) -> int:
             print("error: a suite file (or --compare A B) is needed", file=sys.stderr)
             return 2
         try:
-            suite = S.load_suite(args.suite)
-            cells = S.expand(suite, args.out_dir)
-        except S.SuiteError as exc:
+            suite = load_suite(args.suite)
+            cells = expand(suite, args.out_dir)
+        except SuiteError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        print(S.cells_table(cells).to_string(index=False))
+        print(cells_table(cells).to_string(index=False))
         if args.dry_run:
             return 0
         if not any(c.config for c in cells):
             print("error: no cell of this suite can run", file=sys.stderr)
             return 2
-        result = S.run_suite(suite, cells, args.out_dir, args.suite_id)
-        print(S.suite_table(result.suite_dir).to_string(index=False))
+        result = run_suite(suite, cells, args.out_dir, args.suite_id)
+        print(suite_table(result.suite_dir).to_string(index=False))
     return 0 if result.status == "completed" else 1

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from harness.model import toml_schema as T
 from harness.model.config import GATEWAYS_DIR, REPO_DIR
+from harness.model.dialects import DIALECTS
 
 SCHEMA_VERSION = 1
 KINDS = ("baseline", "in-house", "competitor")
@@ -25,7 +26,7 @@ PLACEHOLDERS = ("port", "listen_host", "upstream_url", "upstream_host", "upstrea
                 "cache_dir", "repo_dir", "python", "workers")
 # The resilience note of a system asked for its recommended configuration that declares nothing.
 NO_RECOMMENDED = "no recommended configuration declared"
-DIALECT_PATHS = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
+DIALECT_PATHS = {name: d.chat_path for name, d in DIALECTS.items()}
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 _HEADERS = T.Table(each=T.STR)
 _FILES = T.Tables(T.Table({"template": T.STR, "output": T.STR}, required=("template", "output")))
@@ -123,7 +124,7 @@ class GatewaySpec:
     ready_timeout_s: float = 30.0
     warmup_requests: int = 0
     base_url: str = "http://{{listen_host}}:{{port}}"
-    chat_path: str = "/v1/chat/completions"
+    chat_path: str = DIALECTS["openai"].chat_path
     model: str = "mock-model"
     headers: dict = field(default_factory=dict)
     self_overhead_header: str = ""
@@ -240,7 +241,7 @@ def _load_folder(name: str, gateways_dir: Path) -> GatewaySpec:
         ready_timeout_s=float(ready.get("timeout_s", 30)),
         warmup_requests=ready.get("warmup_requests", 0),
         base_url=request.get("base_url", "http://{{listen_host}}:{{port}}"),
-        chat_path=request.get("chat_path", "/v1/chat/completions"),
+        chat_path=request.get("chat_path", DIALECTS["openai"].chat_path),
         model=request.get("model", "mock-model"),
         headers=dict(request.get("headers", {})),
         self_overhead_header=request.get("self_overhead_header", ""),

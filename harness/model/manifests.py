@@ -19,7 +19,7 @@ from typing import Any
 from harness.model import migrate
 from harness.model.config import StudyConfig
 from harness.model.plan import RunSpec
-from harness.model.schema import SCHEMA_VERSION, check_version
+from harness.model.formats import RUN_MANIFEST, STUDY_MANIFEST, Format
 
 
 class ManifestError(ValueError):
@@ -54,7 +54,7 @@ class PreRequestCheck:
 
 @dataclass(frozen=True)
 class IdentityCheck:
-    """The run's rows joined with the mock's request log by request id (harness.stats.identity):
+    """The run's rows joined with the mock's request log by request id (harness.run.identity):
     every successful row should match exactly one mock row; what does not is counted and, up to
     a cap, listed."""
     client_rows: int
@@ -94,7 +94,7 @@ class RunChecks:
 
 @dataclass(frozen=True)
 class WireCheck:
-    """The run's packet capture during the hold (harness.run.capture, harness.stats.wire).
+    """The run's packet capture during the hold (harness.run.capture, harness.run.wire).
     ``captured`` False: no wire figures, and ``reason`` says why."""
     captured: bool
     reason: str = ""
@@ -211,13 +211,13 @@ class RunManifest:
     files: dict[str, str] = field(default_factory=dict)    # relative path -> SHA-256
 
     def to_json(self) -> str:
-        return _dump(self)
+        return _dump(self, RUN_MANIFEST)
 
     @classmethod
     def from_json(cls, text: str, source: str = "run manifest") -> "RunManifest":
         data = _parse(text, source)
-        version = check_version(data.get("schema_version"), source)
-        return from_plain(cls, migrate.run_manifest(data, version), source)
+        version = RUN_MANIFEST.check(data.get("schema_version"), source)
+        return from_plain(cls, migrate.unstamped(data, version), source)
 
 
 # --- the study manifest --------------------------------------------------------------------------
@@ -294,19 +294,19 @@ class StudyManifest:
     attempts: tuple[Attempt, ...] = ()
 
     def to_json(self) -> str:
-        return _dump(self)
+        return _dump(self, STUDY_MANIFEST)
 
     @classmethod
     def from_json(cls, text: str, source: str = "study manifest") -> "StudyManifest":
         data = _parse(text, source)
-        version = check_version(data.get("schema_version"), source)
+        version = STUDY_MANIFEST.check(data.get("schema_version"), source)
         return from_plain(cls, migrate.study_manifest(data, version), source)
 
 
 # --- plain JSON <-> dataclasses ------------------------------------------------------------------
 
-def _dump(obj) -> str:
-    body = {"schema_version": SCHEMA_VERSION, **to_plain(obj)}
+def _dump(obj, fmt: Format) -> str:
+    body = {"schema_version": fmt.version, **to_plain(obj)}
     return json.dumps(body, indent=2, default=str) + "\n"
 
 

@@ -1,34 +1,45 @@
 """Older artifact versions, brought up to the current one: the only place that knows them.
+Each kind's versions are in harness.model.formats; a recorded file of every older version is
+under tests/fixtures/ and tests/data/ (tests/test_formats.py).
 
-Version 1 → 2:
-
-* manifests: the same keys, now each with one spelling and type (harness.model.manifests
-  checks them); a version-1 system without a ``role`` gets the one its folder name implied
-  then (direct the floor, nginx the hop);
-* Parquet tables: version 1 gained columns without changing its number (the streaming and
-  open-loop request columns; the samples' ``inflight_requests`` and ``host``), so a version-1
-  file may lack some. They are added holding missing values (NaN, or None for other types:
-  never a plausible measurement) and reported, so a reader can say "not measured in this
-  artifact version". Version 2 files hold every column, except those ``schema.ADDED_IN_V2``
-  names (added before version 2 was released), which are treated the same way. A column whose
-  value before it existed is known (``schema.KNOWN_BEFORE``: mock_requests' ``provider`` was
-  always ``primary``) is added holding that value instead, and not reported.
-* mock_stats.json: unchanged.
+* study manifest 1 → 2: a system without a ``role`` gets the one its folder name implied then
+  (direct the floor, nginx the hop).
+* run manifest 1 → 2, mock stats 1 → 2: the same keys (each now with one spelling and type,
+  which harness.model.manifests checks).
+* Parquet tables: an older version may lack columns (``LACKED``); they are added holding
+  missing values (NaN, or None for other types: never a plausible measurement) and reported,
+  so a reader can say "not measured in this artifact version". A column whose value before it
+  existed is known (``KNOWN_BEFORE``: mock_requests' ``provider`` was always ``primary``) is
+  added holding that value instead, and not reported. The current version lacks nothing.
+* gate record 1 → 2: harness.checks.history.migrate (its ratios kept as head_vs_reference).
 """
 from __future__ import annotations
 
 import pandas as pd
 
+from harness.model.formats import TABLE_FORMATS
 from harness.model.gateway_spec import folder_of
-from harness.model.schema import ADDED_IN_V2, KNOWN_BEFORE, SCHEMA_VERSION, Table, missing_value
+from harness.model.schema import Table, missing_value
 
 
 class TableFormatError(ValueError):
-    """A Parquet table without the columns of its schema version."""
+    """A Parquet table without the columns of its version."""
 
 
 # Version 1 knew the floor and the hop by their folder names; version 2 reads each system's role.
 V1_ROLES_BY_FOLDER = {"direct": "floor", "nginx": "hop"}
+ANY = None   # the version predates the column list: any column may be absent
+# table -> version -> the columns a file of that version may lack.
+LACKED = {
+    "requests": {1: ANY, 2: ("request_id", "mock_service_ms", "net_overhead_ms",
+                             "wire_request_path_us", "wire_response_path_us",
+                             "wire_in_gateway_us", "wire_mock_us", "error_body_dialect")},
+    "samples": {1: ANY},
+    "mock_requests": {2: ("provider",)},
+}
+# Columns whose value before they existed is known, not missing: (table, column) -> that value.
+# Before the standby provider, every mock row came from the one mock.
+KNOWN_BEFORE = {("mock_requests", "provider"): "primary"}
 
 
 def study_manifest(data: dict, version: int) -> dict:
@@ -42,12 +53,8 @@ def study_manifest(data: dict, version: int) -> dict:
     return data
 
 
-def run_manifest(data: dict, version: int) -> dict:
-    """A run manifest's plain data in the current version (without its version stamp)."""
-    return {k: v for k, v in data.items() if k != "schema_version"}
-
-
-def mock_stats(data: dict, version: int) -> dict:
+def unstamped(data: dict, version: int) -> dict:
+    """A JSON artifact whose versions share their keys: its data without the version stamp."""
     return {k: v for k, v in data.items() if k != "schema_version"}
 
 
@@ -56,10 +63,11 @@ def table(frame: pd.DataFrame, spec: Table, version: int,
     """``frame`` with the current version's columns, in order, and the columns its version did
     not have (added as missing values)."""
     missing = tuple(c.name for c in spec.stored if c.name not in frame.columns)
-    late = ADDED_IN_V2.get(spec.name, ())
-    if version == SCHEMA_VERSION and any(name not in late for name in missing):
-        raise TableFormatError(f"{source}: missing columns {list(missing)} of schema version "
-                               f"{version} (artifacts/README.md)")
+    may_lack = (() if version == TABLE_FORMATS[spec.name].version
+                else LACKED.get(spec.name, {}).get(version, ()))
+    if may_lack is not ANY and any(name not in may_lack for name in missing):
+        raise TableFormatError(f"{source}: missing columns {list(missing)} of {spec.name} "
+                               f"version {version} (artifacts/README.md)")
     for name in missing:
         value = KNOWN_BEFORE.get((spec.name, name), missing_value(spec.column(name)))
         frame[name] = pd.Series([value] * len(frame), index=frame.index,

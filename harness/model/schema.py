@@ -6,31 +6,13 @@ dtypes readers use, and the column tables of artifacts/README.md. A new column i
 its table; a new table is one ``Table``.
 
 The Locust processes import this module, so it uses the standard library only (the Arrow and
-pandas conversions live in harness.run.store and harness.stats.loading).
+pandas conversions live in harness.files). Each table's format version: harness.model.formats.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-# The artifact format: JSON manifests, Parquet metadata and mock_stats.json all carry it.
-SCHEMA_VERSION = 2
-KNOWN_VERSIONS = (1, 2)
-
 # Column types: what a column holds, spelled once for Arrow, pandas and the README.
-class UnknownVersionError(ValueError):
-    """An artifact written in a format this harness does not know (newer, or not ours)."""
-
-
-def check_version(found, source: str) -> int:
-    """The artifact's schema version, if this harness reads it; else one line naming the file,
-    the version found and the versions known."""
-    if isinstance(found, bool) or found not in KNOWN_VERSIONS:
-        raise UnknownVersionError(
-            f"{source}: schema_version {found!r} is not one this harness reads "
-            f"(known: {', '.join(map(str, KNOWN_VERSIONS))})")
-    return int(found)
-
-
 TYPES = ("string", "float64", "int32", "int64", "bool", "list<float64>")
 PANDAS_DTYPES = {"string": "str", "float64": "float64", "int32": "int32", "int64": "int64",
                  "bool": "bool", "list<float64>": "object"}
@@ -232,18 +214,6 @@ MOCK_REQUESTS = Table("mock_requests", "mock_requests.parquet", (
 ))
 
 TABLES = {t.name: t for t in (REQUESTS, SAMPLES, MOCK_REQUESTS)}
-
-# Columns version 2 gained after its first files were written: a version-2 file written earlier
-# lacks them and is read with them missing (migrate.table), as version-1 files are.
-ADDED_IN_V2 = {
-    "requests": ("request_id", "mock_service_ms", "net_overhead_ms", "wire_request_path_us",
-                 "wire_response_path_us", "wire_in_gateway_us", "wire_mock_us",
-                 "error_body_dialect"),
-    "mock_requests": ("provider",),
-}
-# Columns whose value before they existed is known, not missing: (table, column) -> that value.
-# Before the standby provider, every mock row came from the one mock.
-KNOWN_BEFORE = {("mock_requests", "provider"): "primary"}
 
 
 def missing_value(column: Column):

@@ -17,7 +17,7 @@ import sys
 import threading
 from pathlib import Path
 
-from harness.run.sampling import Sampler, scrape_gauge
+from harness.host.sampling import Sampler, scrape_gauge
 
 
 def read_pids(paths: list[str]) -> list[int]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from harness.model.config import REPO_DIR
 from harness.model.topology import Host, Topology
 from harness.remote.machine import host_snapshot, machine_facts
-from harness.run.processes import ManagedProcess, ProcessError
+from harness.host.processes import ManagedProcess, ProcessError
 
 REMOTE_CALL_TIMEOUT_S = 30.0
 

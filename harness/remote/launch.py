@@ -20,8 +20,8 @@ from pathlib import Path
 
 import psutil
 
-from harness.run.atomic import write_atomic
-from harness.run.processes import stop_tree
+from harness.files.atomic import write_atomic
+from harness.host.processes import stop_tree
 
 
 def launch(pid_file: Path, cwd: str, command: list[str]) -> None:

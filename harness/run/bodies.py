@@ -4,77 +4,20 @@ Two client dialects (OpenAI chat completions, Anthropic messages) and two kinds 
 small default chat, or a long agent-style conversation of about `request_bytes` (tool
 definitions, tool calls and tool results carrying file contents, as coding agents send). The
 text is drawn from a fixed vocabulary by a seeded generator, so a run's body is reproducible
-from its recorded seed. The load generator also needs to know, per dialect, which SSE frames
-carry text and which one ends a stream; that lives here beside the bodies.
+from its recorded seed. What each dialect means on the wire (paths, frames, error
+shapes) is harness.model.dialects.
 """
 from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
+
+from harness.model.dialects import DIALECTS
 
 SMALL_BODY_BYTES = 0   # request_bytes = 0: the small two-message chat
 # Where the load generator writes each request's id (the mock and the wire parser read
 # `[rid:<id>]`); "@" is not an id character, so an unfilled slot never passes for an id.
 RID_SLOT = "[rid:@RID@] "
-
-
-@dataclass(frozen=True)
-class Dialect:
-    name: str
-    chat_path: str           # the path a client of this dialect calls
-    content_frame: str       # regex (bytes) that an SSE data line carrying text matches
-    done_frame: str          # regex (bytes) of the data line that ends a stream
-    unary_marker: str        # bytes every well-formed unary answer contains
-
-
-DIALECTS = {
-    "openai": Dialect("openai", "/v1/chat/completions",
-                      content_frame=r'"content"\s*:\s*"[^"]', done_frame=r"^data:\s*\[DONE\]\s*$",
-                      unary_marker='"choices"'),
-    "anthropic": Dialect("anthropic", "/v1/messages",
-                         content_frame=r'"text_delta"\s*,\s*"text"\s*:\s*"[^"]',
-                         done_frame=r'^data:.*"type"\s*:\s*"message_stop"',
-                         unary_marker='"content"'),
-}
-
-# A failed request's body, as the load generator judges it (at most this many bytes of it): in
-# the error shape of the client's dialect, JSON of another shape, or no JSON at all (empty, text,
-# HTML, or no response).
-ERROR_BODY_PREFIX_BYTES = 16 * 1024
-ERROR_BODY_CLASSES = ("client", "other", "none")
-
-
-def _openai_error(doc) -> bool:
-    """``{"error": {"message": str, "type": ...}}``; Anthropic's marker ``"type": "error"`` is
-    another dialect's body, even though its ``error`` has the same two keys."""
-    error = doc.get("error")
-    return (doc.get("type") != "error" and isinstance(error, dict)
-            and isinstance(error.get("message"), str) and "type" in error)
-
-
-def _anthropic_error(doc) -> bool:
-    """``{"type": "error", "error": {"type": str, "message": str}}``."""
-    error = doc.get("error")
-    return (doc.get("type") == "error" and isinstance(error, dict)
-            and isinstance(error.get("type"), str) and isinstance(error.get("message"), str))
-
-
-ERROR_SHAPES = {"openai": _openai_error, "anthropic": _anthropic_error}
-
-
-def error_body_dialect(dialect: str, body: bytes | None) -> str:
-    """One of ERROR_BODY_CLASSES for a failed request's body, judged on its first
-    ERROR_BODY_PREFIX_BYTES: a JSON body cut there is too long for an error of the dialect
-    ("other")."""
-    head = (body or b"")[:ERROR_BODY_PREFIX_BYTES]
-    try:
-        doc = json.loads(head)
-    except ValueError:   # not JSON, not UTF-8, empty, or cut at the prefix
-        cut = len(body or b"") > ERROR_BODY_PREFIX_BYTES and head.lstrip()[:1] in (b"{", b"[")
-        return "other" if cut else "none"
-    return "client" if isinstance(doc, dict) and ERROR_SHAPES[dialect](doc) else "other"
-
 
 SYSTEM_PROMPT = "You are a helpful assistant."
 _WORDS = ("def", "return", "self", "value", "config", "request", "response", "import", "class",

@@ -1,6 +1,6 @@
 """A bounded tcpdump capture of a run's client->gateway and gateway->mock connections.
 
-The capture only records; :mod:`harness.stats.wire` parses the pcap after the run.
+The capture only records; :mod:`harness.run.wire` parses the pcap after the run.
 
     cap = Capture("/run/dir/wire.pcap", ports=[gateway_port, mock_port]).start()
     sampler.add_role("capture", cap.pid)          # its CPU is part of the run's cost

@@ -18,9 +18,10 @@ from harness.model.config import MAX_SPAWN_RATE_PER_PROCESS, REPO_DIR
 from harness.model.plan import RunSpec
 from harness.model.schema import REQUESTS
 from harness.remote.hosts import pid_file, start_on
-from harness.run.bodies import DIALECTS, RID_SLOT, chat_body
-from harness.run.processes import ManagedProcess, ProcessError, log_tail
-from harness.run.store import read_raw_csv, stored_frame, write_table
+from harness.model.dialects import DIALECTS
+from harness.run.bodies import RID_SLOT, chat_body
+from harness.host.processes import ManagedProcess, ProcessError, log_tail
+from harness.files.store import read_raw_csv, stored_frame, write_table
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 # The locustfile imports its CSV header from this repository (harness.model.schema).

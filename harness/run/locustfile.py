@@ -20,7 +20,7 @@ from gevent.event import AsyncResult
 from locust import FastHttpUser, LoadTestShape, constant, events, task
 
 from harness.model.schema import REQUESTS
-from harness.run.bodies import ERROR_BODY_PREFIX_BYTES, error_body_dialect
+from harness.model.dialects import ERROR_BODY_PREFIX_BYTES, error_body_dialect
 
 SETTINGS = json.load(open(os.environ["SLUICE_LOAD_FILE"]))
 # The topology's name for this host (harness/load.py sets it); pids are unique only per host.
@@ -31,7 +31,7 @@ CONTENT_FRAME = re.compile(SETTINGS["content_frame"].encode())
 DONE_FRAME = re.compile(SETTINGS["done_frame"].encode())
 UNARY_MARKER = SETTINGS["unary_marker"].encode()
 DIALECT = SETTINGS["dialect"]
-# Built by the harness (harness/bodies.py) from the run's dialect, size and seed.
+# Built by the harness (harness/run/bodies.py) from the run's dialect, size and seed.
 with open(SETTINGS["body_file"], "rb") as _f:
     _body = _f.read()
 # Every request carries its own id: the x-request-id header (first of ours, so it sits in the

@@ -1,6 +1,6 @@
 """What the system itself adds, per request: the identity join with the mock's request log, and
 the wire capture during the hold. The capture runs in a thread beside the load; everything
-else runs after the run, on its files (harness.stats.identity, harness.stats.wire).
+else runs after the run, on its files (harness.run.identity, harness.run.wire).
 """
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from harness.model.manifests import IdentityCheck, WireCheck
 from harness.model.plan import RunSpec
 from harness.model.schema import MOCK_REQUESTS
 from harness.run.capture import Capture, CaptureError, CaptureResult
-from harness.run.store import stored_frame, write_table
-from harness.stats.identity import join_requests
-from harness.stats.wire import wire_times
+from harness.files.store import stored_frame, write_table
+from harness.run.identity import join_requests
+from harness.run.wire import wire_times
 
 PCAP_FILE = "wire.pcap"
 # A pcap is evidence and is kept, unless it is larger than this (then deleted, with the reason).

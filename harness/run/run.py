@@ -30,14 +30,15 @@ from harness.model.manifests import (
     from_plain,
 )
 from harness.model.plan import RunSpec
-from harness.model.schema import SAMPLES, UnknownVersionError
+from harness.model.formats import MOCK_STATS, UnknownVersionError
+from harness.model.schema import SAMPLES
 from harness.remote import hosts
 from harness.remote.machine import host_snapshot
 from harness.run import load as load_stage
 from harness.run import measure
-from harness.run.processes import ProcessError, free_port
-from harness.run.sampling import Sampler, run_queue_wait_ns, scrape_gauge
-from harness.run.store import (
+from harness.host.processes import ProcessError, free_port
+from harness.host.sampling import Sampler, run_queue_wait_ns, scrape_gauge
+from harness.files.store import (
     hash_run_files,
     read_raw_csv,
     sha256_file,
@@ -298,7 +299,8 @@ def _finish(manifest: RunManifest, spec: RunSpec, run_dir: Path, mock, standby, 
     if rows is not None and mock is not None and baseline_stats is not None:
         final = read_stats(mock.stats_dir, timeout_s=3.0)
         during = diff_stats(final, baseline_stats)
-        write_json(run_dir / "mock_stats.json", {k: v for k, v in during.items() if k != "schema_version"})
+        write_json(run_dir / MOCK_STATS.file, {k: v for k, v in during.items() if k != "schema_version"},
+                   MOCK_STATS)
         ok = int(((rows["status_code"] == 200) & (rows["error_kind"] == "")).sum())
         manifest = replace(
             manifest,

@@ -33,9 +33,9 @@ from harness.model.topology import topology_of
 from harness.remote import hosts
 from harness.remote.machine import git_commit, machine_facts, package_versions
 from harness.run import builds
-from harness.run.processes import ProcessError, port_in_use, stop_all
+from harness.host.processes import ProcessError, port_in_use, stop_all
 from harness.run.run import Interrupted, RunRecord, completed_record, measure_run
-from harness.run.store import write_atomic
+from harness.files.store import write_atomic
 from harness.run.systems import InstallResult, install, missing_binary, read_version
 
 

@@ -16,8 +16,9 @@ from harness.model.gateway_spec import GatewaySpec, render
 from harness.model.topology import Host
 from harness.remote.hosts import pid_file, start_on
 from harness.run.load import Target
-from harness.run.processes import ManagedProcess, free_port, wait_ready
-from harness.run.store import write_json
+from harness.host.processes import ManagedProcess, free_port, wait_ready
+from harness.files.store import write_json
+from harness.model.formats import FAULT_SCHEDULE
 
 # No topology: every process on this machine, on the loopback address, as always.
 LOCALHOST = Host("localhost", "127.0.0.1")
@@ -131,8 +132,9 @@ def start_mock(run_dir: Path, latency_ms: float, workers: int, response_tokens: 
             "--response-tokens", str(response_tokens), "--stats-dir", str(stats_dir),
             "--stream-chunks", str(stream_chunks), "--chunk-delay-ms", str(chunk_delay_ms)]
     if faults:
-        write_json(run_dir / "faults.json", {"schedule": json.loads(faults), "seed": fault_seed,
-                                             "epoch_unix_s": fault_epoch_unix_s})
+        write_json(run_dir / FAULT_SCHEDULE.file, {"schedule": json.loads(faults), "seed": fault_seed,
+                                                   "epoch_unix_s": fault_epoch_unix_s},
+                   FAULT_SCHEDULE)
         argv += ["--faults", faults, "--fault-seed", str(fault_seed),
                  "--fault-epoch-unix-s", repr(fault_epoch_unix_s)]
     proc = start_on(host, name, pinned(cpus, argv, nice), run_dir / f"{name}.log", pid_file(run_dir, name),

@@ -33,8 +33,8 @@ import numpy as np
 import pandas as pd
 
 from harness.model.manifests import RunManifest
-from harness.run.bodies import ERROR_BODY_CLASSES
-from harness.run.store import read_json
+from harness.model.dialects import ERROR_BODY_CLASSES, GENERATION_PATHS
+from harness.files.readers import read_fault_schedule, read_mock_requests
 from harness.stats.across import describe
 from harness.stats.loading import Study, mock_latency_ms
 
@@ -43,7 +43,6 @@ RECOVERY_SHARE = 0.10     # a bin's p50 within 10% of the before window's p50 ..
 RECOVERY_MS = 2.0         # ... or within 2 ms of it, whichever is wider
 BIN_S = 1.0
 # The mock's request log also holds /health and /models; only generation requests count.
-GENERATION_PATHS = ("/v1/chat/completions", "/chat/completions", "/v1/messages", "/messages")
 MOCK_REQUESTS_FILE = "mock_requests.parquet"
 
 WINDOW_COLUMNS = ("run_id", "system", "run_index", "run_status", "scenario", "resilience",
@@ -185,20 +184,8 @@ def fault_window_of(run: RunManifest, run_dir: Path) -> FaultWindow | None:
     path = Path(run_dir) / "faults.json"
     if not path.is_file():
         return None
-    start = float(read_json(path)["epoch_unix_s"]) + run.spec.mock.fault_start_s
+    start = float(read_fault_schedule(path)["epoch_unix_s"]) + run.spec.mock.fault_start_s
     return FaultWindow(start, start + run.spec.mock.fault_duration_s)
-
-
-def mock_rows(run_dir: Path) -> pd.DataFrame:
-    """The providers' per-request log of a run: mock_requests.parquet when stored, else the raw
-    logs in mock-stats/ and, when a standby ran, mock-standby-stats/."""
-    from mocks.stats import read_request_log
-    stored = Path(run_dir) / MOCK_REQUESTS_FILE
-    if stored.is_file():
-        return pd.read_parquet(stored)
-    logs = [read_request_log(str(Path(run_dir) / name)) for name in ("mock-stats", "mock-standby-stats")]
-    return pd.concat(logs, ignore_index=True).sort_values("body_end_t_unix_ns", kind="stable",
-                                                         ignore_index=True)
 
 
 def run_fault_figures(run: RunManifest, client: pd.DataFrame, mock: pd.DataFrame,
@@ -238,7 +225,7 @@ def fault_summary(study: Study) -> tuple[pd.DataFrame, pd.DataFrame]:
             continue
         client = study.requests[study.requests["run_id"] == run.run_id]
         samples = study.samples[study.samples["run_id"] == run.run_id]
-        recs, summary = run_fault_figures(run, client, mock_rows(run_dir), samples, fault,
+        recs, summary = run_fault_figures(run, client, read_mock_requests(run_dir), samples, fault,
                                           mock_latency_ms(study, run))
         win += recs
         per_run.append(summary)
@@ -254,7 +241,7 @@ def fault_timelines(study: Study, per_run: pd.DataFrame) -> pd.DataFrame:
         if math.isnan(r.hold_start_t_unix_s) or math.isnan(r.hold_end_t_unix_s):
             continue
         client = study.requests[study.requests["run_id"] == r.run_id]
-        tl = timeline(client, generation_rows(mock_rows(study.run_dirs[r.run_id])),
+        tl = timeline(client, generation_rows(read_mock_requests(study.run_dirs[r.run_id])),
                       r.hold_start_t_unix_s, r.hold_end_t_unix_s)
         frames.append(tl.assign(run_id=r.run_id, system=r.system, run_index=r.run_index,
                                 run_status=r.run_status, resilience=r.resilience,

@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from harness.files.readers import read_mock_requests
 from harness.model.manifests import RunManifest
 from harness.model.schema import MOCK_REQUESTS
 
@@ -69,9 +70,8 @@ def figures(run: RunManifest, ok: pd.DataFrame, mock: pd.DataFrame | None) -> di
     return rec
 
 
-def read_mock_requests(run_dir) -> pd.DataFrame | None:
+def stored_mock_requests(run_dir) -> pd.DataFrame | None:
     """A run's mock_requests table; None for a run (or artifact version) without one."""
-    path = run_dir / MOCK_REQUESTS.file if run_dir is not None else None
-    if path is None or not path.is_file():
+    if run_dir is None or not (run_dir / MOCK_REQUESTS.file).is_file():
         return None
-    return pd.read_parquet(path)
+    return read_mock_requests(run_dir)

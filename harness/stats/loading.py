@@ -1,4 +1,6 @@
-"""Loading a study directory: manifests, rows and samples, checked against their recorded hashes; what each manifest says about its run."""
+"""A study directory as one object: its manifests, rows and samples (each read by its one reader
+in harness.files.readers, checked against the recorded hashes), and what each manifest says
+about its run."""
 from __future__ import annotations
 
 import math
@@ -8,31 +10,17 @@ from typing import Any
 
 import pandas as pd
 
-from harness.model import migrate
-from harness.model.manifests import (
-    ManifestError,
-    PlanEntry,
-    RunEntry,
-    RunManifest,
-    StudyManifest,
+from harness.files.readers import (
+    ArtifactError,
+    empty_frame,
+    read_mock_stats,
+    read_run_manifest,
+    read_study_manifest,
+    read_table,
+    verify_run_files,
 )
-from harness.model.schema import (
-    REQUESTS,
-    SAMPLES,
-    SCHEMA_VERSION,
-    Table,
-    UnknownVersionError,
-    check_version,
-)
-from harness.run.store import parquet_version, read_json, sha256_file
-
-
-class ArtifactError(RuntimeError):
-    """A study directory that cannot be analysed as it is."""
-
-
-class IntegrityError(ArtifactError):
-    """A run's file no longer matches the SHA-256 its run manifest recorded."""
+from harness.model.manifests import PlanEntry, RunEntry, RunManifest, StudyManifest
+from harness.model.schema import REQUESTS, SAMPLES, Table
 
 
 # --- loading -------------------------------------------------------------------------------------
@@ -41,7 +29,7 @@ class IntegrityError(ArtifactError):
 class Study:
     """One study directory, loaded and brought to the current artifact version. ``requests`` and
     ``samples`` hold every run's rows, with an extra ``run_status`` column (the run manifest's
-    status) so incomplete runs stay visible. ``missing_columns``: artifact version -> table ->
+    status) so incomplete runs stay visible. ``missing_columns``: table version -> table ->
     the columns that version's files did not have (present here as missing values)."""
 
     path: Path
@@ -73,69 +61,14 @@ class Study:
                     if column in tables.get(table, ())]
         if not versions:
             return ""
-        return (f"not measured in artifact version {', '.join(map(str, versions))} "
+        return (f"not measured in {table} table version {', '.join(map(str, versions))} "
                 f"({table}.{column})")
-
-
-def verify_run_files(run_dir: Path, run_manifest: RunManifest) -> None:
-    """Raise IntegrityError naming the first file whose SHA-256 differs from the manifest's."""
-    for name, expected in sorted(run_manifest.files.items()):
-        path = Path(run_dir) / name
-        if not path.is_file():
-            raise IntegrityError(f"{path}: listed in the run manifest's files but missing; "
-                                 f"refusing to analyse run {run_manifest.run_id!r}")
-        actual = sha256_file(path)
-        if actual != str(expected).lower():
-            raise IntegrityError(
-                f"{path}: SHA-256 {actual} does not match {expected} recorded in "
-                f"{Path(run_dir) / 'manifest.json'}; the artifact changed after run "
-                f"{run_manifest.run_id!r} ended, refusing to analyse it")
-
-
-def read_study_manifest(path: Path) -> StudyManifest:
-    return _manifest(StudyManifest, path)
-
-
-def read_run_manifest(path: Path) -> RunManifest:
-    return _manifest(RunManifest, path)
-
-
-def _manifest(cls, path: Path):
-    try:
-        return cls.from_json(Path(path).read_text(encoding="utf-8"), source=str(path))
-    except (ManifestError, UnknownVersionError) as exc:
-        raise ArtifactError(str(exc)) from None
-
-
-def read_mock_stats(path: Path) -> dict:
-    try:
-        data = read_json(path)
-    except UnknownVersionError as exc:
-        raise ArtifactError(str(exc)) from None
-    return migrate.mock_stats(data, data["schema_version"])
-
-
-def _empty_frame(table: Table) -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in table.pandas_dtypes.items()})
-
-
-def read_table(path: Path, table: Table) -> tuple[pd.DataFrame, int, tuple[str, ...]]:
-    """A run's Parquet table in the current version: (rows, the file's version, the columns
-    that version lacked). A missing file is an empty table."""
-    if not path.is_file():
-        return _empty_frame(table), SCHEMA_VERSION, ()
-    try:
-        version = check_version(parquet_version(path), f"{path} (Parquet metadata)")
-        df, missing = migrate.table(pd.read_parquet(path), table, version, str(path))
-    except (UnknownVersionError, migrate.TableFormatError) as exc:
-        raise ArtifactError(str(exc)) from None
-    return df, version, missing
 
 
 def _concat(frames: list[pd.DataFrame], table: Table) -> pd.DataFrame:
     frames = [f for f in frames if len(f)]
     if not frames:
-        df = _empty_frame(table)
+        df = empty_frame(table)
         df["run_status"] = pd.Series(dtype="str")
         return df
     return pd.concat(frames, ignore_index=True)

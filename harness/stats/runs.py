@@ -318,7 +318,7 @@ def run_summary(study: Study, bin_users: int = DEFAULT_BIN_USERS,
         rec["self_overhead_p95_ms"] = _pct(so, 95)
 
         # time inside the system: net of the mock per request, and on the wire
-        mock_log = gateway_time.read_mock_requests(study.run_dirs.get(rid))
+        mock_log = gateway_time.stored_mock_requests(study.run_dirs.get(rid))
         rec.update(gateway_time.figures(run, ok, mock_log))
 
         # what else might have limited the result

@@ -1,5 +1,6 @@
-"""Artifacts on disk: JSON files, typed tables (raw CSV in, Parquet out with
-the schema version in its metadata), file hashes. Column types come from harness.model.schema."""
+"""Writing artifacts, and the low-level reads under harness.files.readers: JSON files and typed
+tables (raw CSV in, Parquet out with its format version in the metadata), file hashes. Column
+types come from harness.model.schema, format versions from harness.model.formats."""
 from __future__ import annotations
 
 import hashlib
@@ -12,15 +13,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.model.schema import (
-    NUMERIC,
-    REQUESTS,
-    SAMPLES,
-    SCHEMA_VERSION,
-    Table,
-    check_version,
-)
-from harness.run.atomic import write_atomic
+from harness.files.atomic import write_atomic
+from harness.model.formats import TABLE_FORMATS, Format
+from harness.model.schema import NUMERIC, REQUESTS, SAMPLES, Table
 
 _ARROW = {"string": pa.string(), "float64": pa.float64(), "int32": pa.int32(),
           "int64": pa.int64(), "bool": pa.bool_(), "list<float64>": pa.list_(pa.float64())}
@@ -39,24 +34,25 @@ def dump_json(data: dict) -> str:
     return json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
 
 
-def write_json(path: Path, data: dict) -> None:
-    """A harness JSON artifact, stamped with the current schema version."""
-    write_atomic(path, dump_json({"schema_version": SCHEMA_VERSION, **data}))
+def write_json(path: Path, data: dict, fmt: Format) -> None:
+    """A harness JSON artifact, stamped with its format's current version."""
+    write_atomic(path, dump_json({"schema_version": fmt.version, **data}))
 
 
-def read_json(path: Path) -> dict:
-    """A harness JSON artifact; UnknownVersionError when its schema version is not one this
-    harness reads (the stamp's keys are the same in every version so far)."""
+def read_json(path: Path, fmt: Format) -> tuple[dict, int]:
+    """A harness JSON artifact and its version (checked: UnknownVersionError when this harness
+    does not read it). The kind's reader in harness.files.readers migrates it."""
     with open(path, encoding="utf-8") as f:
         data = json.load(f)
-    check_version(data.get("schema_version") if isinstance(data, dict) else None, str(path))
-    return data
+    found = data.get("schema_version") if isinstance(data, dict) else None
+    return data, fmt.check(found, str(path))
 
 
 def write_table(path: Path, frame: pd.DataFrame, table: Table) -> None:
     arrow = pa.Table.from_pandas(frame[table.names], schema=arrow_schema(table),
                                  preserve_index=False)
-    arrow = arrow.replace_schema_metadata({VERSION_KEY: str(SCHEMA_VERSION).encode()})
+    version = TABLE_FORMATS[table.name].version
+    arrow = arrow.replace_schema_metadata({VERSION_KEY: str(version).encode()})
     pq.write_table(arrow, path)
 
 

@@ -1,0 +1,254 @@
+"""A suite: its file (a base configuration plus axes, expanded into cells), the comparison key
+of a cell, and the suite manifest that records the cells. Expanding and running: harness.run.
+suite; the analysis across cells: harness.stats.suite.
+
+    python -m harness suite notebooks/suites/streaming.toml --dry-run     # cells, exclusions, keys
+    python -m harness suite notebooks/suites/streaming.toml [--out-dir artifacts/suites] [--suite-id ID]
+    python -m harness suite --compare artifacts/suites/A artifacts/suites/B
+
+A suite file is TOML::
+
+    name = "streaming"                 # names the suite's directory
+    profile = "streaming"              # the preset the base starts from (default: standard)
+    [base]                             # settings every cell shares, by path (see below)
+    gateways = ["nginx", "sluice"]     # the direct baseline is added to every cell
+    load.users = 200
+    [axes]                             # path = [values]; the cells are every combination
+    request.stream = [false, true]
+    mock.latency_ms = [60, 500]
+    [[exclude]]                        # optional: combinations left out on purpose, and why
+    where = { request.stream = false, mock.latency_ms = 500 }
+    reason = "..."
+
+A path is a StudyConfig field by its own name (``users``) or a dotted path ``section.name``
+that means the field ``name`` or ``section_name`` of that section (``mock.latency_ms`` is
+``mock_latency_ms``); the sections and their fields are ``NAMESPACE``. Each runnable cell is a
+whole study in ``<out-dir>/<suite-id>/<cell-id>/``; the suite's ``manifest.json`` lists every
+cell with its axis values, its comparison key and, for a cell left out, the reason (a declared
+exclusion or the configuration's validation error). Two suites are compared cell by cell only
+where the comparison keys are equal.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.model import config as config_mod
+from harness.model import migrate
+from harness.model import toml_schema as T
+from harness.model.config import ConfigError, StudyConfig
+from harness.model.formats import SUITE_MANIFEST
+from harness.model.gateway_spec import load_gateway_spec
+from harness.model.manifests import ManifestError, from_plain, to_plain
+
+DEFAULT_OUT_DIR = "artifacts/suites"
+NAMESPACE: dict[str, tuple[str, ...]] = {
+    "load": ("users", "ramp_s", "hold_s", "min_hold_requests", "max_hold_s", "warmup_s",
+             "warmup_users", "think_time_s", "locust_processes", "request_timeout_s",
+             "open_loop_rates_per_s", "open_loop_step_s"),
+    "mock": ("mock_latency_ms", "mock_workers", "mock_response_tokens", "stream_chunks",
+             "chunk_delay_ms"),
+    "request": ("stream", "feature", "request_bytes"),
+    "gateway": ("gateways", "gateway_workers", "ready_timeout_s"),
+    "study": ("runs_per_gateway", "seed", "idle_s", "cooldown_s"),
+}
+# Set by the suite itself, never by a cell; and left out of the comparison key because they
+# do not change what runs (where it is written, what it is called, which preset it came from).
+SUITE_OWNED = ("out_dir", "study_id", "profile")
+NOT_IN_KEY = SUITE_OWNED + ("base_port", "gateways_dir")
+# Settings that change nothing while empty: in the key only when set, so cells from before they
+# existed keep their keys.
+IN_KEY_WHEN_SET = ("cpu_affinity_load", "cpu_affinity_mock", "cpu_affinity_system", "nice_load",
+                   "nice_mock", "nice_system", "gate_base_system", "builds", "system_env")
+# The format of a suite file (this module's docstring); paths and values are checked after.
+SCHEMA = T.Table({"name": T.STR, "description": T.STR, "profile": T.STR,
+                  "base": T.Table(each=T.ANY), "axes": T.Table(each=T.ANY),
+                  "exclude": T.Tables(T.Table({"where": T.Table(each=T.ANY), "reason": T.STR},
+                                              required=("where", "reason")))})
+
+
+class SuiteError(ValueError):
+    """A suite file that cannot be expanded; raised before any process starts."""
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    description: str
+    profile: str
+    base: dict            # field -> value
+    axes: dict            # dotted path -> list of values, in file order
+    exclude: tuple        # ({path: value}, reason) pairs
+    path: Path
+    text: str
+
+
+@dataclass(frozen=True)
+class Cell:
+    cell_id: str
+    values: dict                  # axis path -> this cell's value
+    config: StudyConfig | None    # None when the combination cannot even be built
+    comparison_key: str           # "" for a cell left out
+    excluded: str                 # "" = runnable; otherwise why it was left out
+
+
+def field_of(path: str) -> str:
+    """The StudyConfig field a path names; SuiteError when it names none."""
+    fields = {f.name for f in dataclasses.fields(StudyConfig)} - set(SUITE_OWNED)
+    section, dot, name = path.partition(".")
+    if not dot:
+        if path in fields:
+            return path
+        raise SuiteError(f"{path}: not a setting; use a StudyConfig field or one of "
+                         f"{sorted(NAMESPACE)}.<name>")
+    if section not in NAMESPACE:
+        raise SuiteError(f"{path}: unknown section {section!r}; sections: {sorted(NAMESPACE)}")
+    for candidate in (name, f"{section}_{name}"):
+        if candidate in NAMESPACE[section]:
+            return candidate
+    raise SuiteError(f"{path}: {section} has no {name!r}; it has "
+                     f"{[f.removeprefix(section + '_') for f in NAMESPACE[section]]}")
+
+
+def _flatten(table: dict, prefix: str = "") -> dict:
+    """TOML's dotted keys arrive nested ({load: {users: 1}}); paths are flat ('load.users')."""
+    flat = {}
+    for key, value in table.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flatten(value, path + "."))
+        else:
+            flat[path] = value
+    return flat
+
+
+def load_suite(path: str | Path) -> Suite:
+    path = resolve_path(path)
+    try:
+        data, raw = T.load(path, SCHEMA)
+    except T.TomlSchemaError as exc:
+        raise SuiteError(str(exc)) from None
+    name = data.get("name") or path.stem
+    if not name.replace("-", "").replace("_", "").isalnum():
+        raise SuiteError(f"{path}: name {name!r} must be letters, digits, '-' or '_'")
+    profile = data.get("profile", "standard")
+    if profile not in config_mod.PROFILES:
+        raise SuiteError(f"{path}: unknown profile {profile!r}; choose one of {sorted(config_mod.PROFILES)}")
+    base = {_setting(path, "base", p, [value]): value
+            for p, value in _flatten(data.get("base", {})).items()}
+    axes = _flatten(data.get("axes", {}))
+    if not axes:
+        raise SuiteError(f"{path}: [axes] is empty; a suite needs at least one axis")
+    seen: dict[str, str] = {}
+    for axis, values in axes.items():
+        if not isinstance(values, list) or not values:
+            raise SuiteError(f"{path}: [axes] {axis}: expected a non-empty list of values, got {values!r}")
+        target = _setting(path, "axes", axis, values)
+        if target in seen:
+            raise SuiteError(f"{path}: [axes] {axis}: sets {target}, as {seen[target]!r} does")
+        seen[target] = axis
+    exclude = []
+    for i, rule in enumerate(data.get("exclude", [])):
+        where = _flatten(rule["where"])
+        if not where:
+            raise SuiteError(f"{path}: [exclude[{i}]] where: names no axis")
+        stray = sorted(set(where) - set(axes))
+        if stray:
+            raise SuiteError(f"{path}: [exclude[{i}]] where: names {stray}, which are not axes")
+        exclude.append((where, rule["reason"]))
+    return Suite(name=name, description=data.get("description", ""), profile=profile,
+                 base=base, axes=axes, exclude=tuple(exclude), path=path, text=raw.decode())
+
+
+def _setting(path: Path, table: str, setting: str, values: list) -> str:
+    """The field a setting of the file names, once each of its values fits that field's type;
+    otherwise SuiteError naming the file, the table, the setting and (for a value) what was
+    expected."""
+    try:
+        name = field_of(setting)
+        for value in values:
+            config_mod.convert(name, value)
+    except SuiteError as exc:
+        raise SuiteError(f"{path}: [{table}] {exc}") from None
+    except ConfigError as exc:
+        raise SuiteError(f"{path}: [{table}] {setting}: {exc.problems[0].partition(': ')[2]}") from None
+    return name
+
+
+def resolve_path(path: str | Path) -> Path:
+    """As given when it exists (relative to here), else relative to the repository."""
+    p = Path(path)
+    return p if p.is_absolute() or p.exists() else config_mod.REPO_DIR / p
+
+
+def cell_key(config: StudyConfig) -> str:
+    """SHA-256 of everything that decides what a cell runs: every setting (where it is written
+    and under which name aside) and the gateway.toml of every system in it."""
+    settings = {k: v for k, v in config.to_dict().items()
+                if k not in NOT_IN_KEY and (v or k not in IN_KEY_WHEN_SET)}
+    tomls = {name: load_gateway_spec(name, config.systems_dir).toml_sha256 for name in config.gateways}
+    canonical = json.dumps({"config": settings, "gateway_toml_sha256": tomls}, sort_keys=True,
+                           separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def axis_text(value: Any) -> str:
+    """An axis value as a suite file writes it (lists and booleans as JSON)."""
+    return json.dumps(value) if isinstance(value, (list, tuple, bool)) else str(value)
+
+
+# --- the suite manifest (manifest.json of a suite directory; format: SUITE_MANIFEST) -------------
+
+@dataclass(frozen=True)
+class CellEntry:
+    """A cell as the suite manifest records it; ``dir`` (relative to the suite directory) is ""
+    until its study starts, ``config`` None for a cell that could not be built."""
+    cell_id: str
+    values: dict[str, Any]
+    comparison_key: str
+    excluded: str
+    status: str                       # excluded | pending | the study's status
+    dir: str = ""
+    config: dict[str, Any] | None = None
+    skipped: dict[str, str] = field(default_factory=dict)   # system -> why it did not run
+
+    @property
+    def scenario(self) -> str:
+        """The cell's fault scenario ("" for a healthy provider)."""
+        return (self.config or {}).get("fault_scenario") or self.values.get("fault_scenario", "")
+
+
+@dataclass(frozen=True)
+class SuiteManifest:
+    suite_id: str
+    name: str
+    description: str
+    suite_file: str
+    suite_file_sha256: str
+    suite_text: str
+    profile: str
+    axes: dict[str, Any]
+    status: str                       # running | completed | interrupted | failed
+    started_t_unix_s: float
+    cells: tuple[CellEntry, ...]
+    ended_t_unix_s: float | None = None
+    reason: str = ""
+
+    def to_json(self) -> str:
+        body = {"schema_version": SUITE_MANIFEST.version, **to_plain(self)}
+        return json.dumps(body, indent=2, default=str) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "suite manifest") -> "SuiteManifest":
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise ManifestError(f"{source}: not JSON ({exc})") from None
+        if not isinstance(data, dict):
+            raise ManifestError(f"{source}: not a JSON object")
+        version = SUITE_MANIFEST.check(data.get("schema_version"), source)
+        return from_plain(cls, migrate.unstamped(data, version), source)
