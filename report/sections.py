@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import jinja2
 import pandas as pd
@@ -38,10 +38,6 @@ from report.table import rows_of, table
 
 HERE = Path(__file__).resolve().parent
 REPO_DIR = HERE.parent
-SECTIONS = ("style", "header", "banner", "summary", "headline", "sizing", "plots", "streaming",
-            "faults", "open_loop", "feature_cost", "self_overhead", "gateway_time", "verdicts",
-            "stability", "runs", "methodology",
-            "artifacts")
 CONFIG_LOAD_KEYS = ["users", "warmup_users", "warmup_s", "ramp_s", "hold_s", "min_hold_requests",
                     "max_hold_s", "think_time_s", "locust_processes", "request_timeout_s", "idle_s",
                     "cooldown_s", "gateway_workers", "ready_timeout_s"]
@@ -302,11 +298,35 @@ def section_artifacts(data: ReportData) -> str:
     return render("artifacts.html.j2", study_files=study_files, runs=runs, snippet=_snippet(data))
 
 
+# The study report's sections, in page order: name -> the function that renders it (its template
+# is templates/<name>.html.j2). A new section is a function here, a line here and a template.
+SECTIONS: dict[str, Callable[[ReportData], str]] = {
+    "style": section_style,
+    "header": section_header,
+    "banner": section_banner,
+    "summary": section_summary,
+    "headline": section_headline,
+    "sizing": section_sizing,
+    "plots": section_plots,
+    "streaming": section_streaming,
+    "faults": section_faults,
+    "open_loop": section_open_loop,
+    "feature_cost": section_feature_cost,
+    "self_overhead": section_self_overhead,
+    "gateway_time": section_gateway_time,
+    "verdicts": section_verdicts,
+    "stability": section_stability,
+    "runs": section_runs,
+    "methodology": section_methodology,
+    "artifacts": section_artifacts,
+}
+
+
 def render_section(data: ReportData, name: str) -> str:
     """One section's HTML (a fragment; the 'style' section carries the CSS the others use)."""
     if name not in SECTIONS:
-        raise KeyError(f"unknown section {name!r}; sections: {SECTIONS}")
-    return globals()[f"section_{name}"](data)
+        raise KeyError(f"unknown section {name!r}; sections: {list(SECTIONS)}")
+    return SECTIONS[name](data)
 
 
 def render_page(data: ReportData) -> str:

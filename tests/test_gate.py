@@ -155,7 +155,7 @@ def test_history_reads_version_1_and_refuses_unknown_versions(tmp_path):
     assert record["head_vs_reference"]["cpu_ms_per_request"]["mean"] == pytest.approx(1.7810760767578462)
     bad = tmp_path / "gate-x.json"
     bad.write_text(json.dumps({"schema_version": 99}))
-    with pytest.raises(H.HistoryError, match="schema_version 99; this harness reads 2"):
+    with pytest.raises(H.HistoryError, match=r"gate record schema_version 99 is not one this harness reads \(known: 1, 2\)"):
         H.read_record(bad)
 
 

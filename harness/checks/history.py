@@ -25,9 +25,10 @@ from typing import Mapping
 
 from harness.checks import rules
 from harness.model.config import REPO_DIR
+from harness.model.formats import GATE_RECORD, UnknownVersionError
 from harness.files.atomic import write_atomic
 
-GATE_RECORD_VERSION = 2
+GATE_RECORD_VERSION = GATE_RECORD.version
 HISTORY_DIR = REPO_DIR / "baselines" / "gate"
 # Version 1's figure names -> the run_summary metric each was a ratio of.
 _V1_FIGURES = {"throughput_ratio": "throughput_rps", "overhead_p50_ratio": "overhead_vs_mock_p50_ms",
@@ -58,28 +59,29 @@ def machine_text(m: Mapping) -> str:
 
 def migrate(data: dict, source: str) -> dict:
     """A record of any known version, as version 2."""
-    version = data.get("schema_version")
+    try:
+        version = GATE_RECORD.check(data.get("schema_version"), source)
+    except UnknownVersionError as exc:
+        raise HistoryError(str(exc)) from None
     if version == GATE_RECORD_VERSION:
         return data
-    if version == 1:
-        figures = data.get("figures") or {}
-        return {
-            "schema_version": GATE_RECORD_VERSION,
-            "profile": data.get("profile", "gate"),
-            "machine": {**(data.get("machine") or {}), "kernel": (data.get("machine") or {}).get("kernel")},
-            "commit": data.get("commit", "unknown"),
-            "base_commit": "",
-            "study_id": data.get("study_id", "?"),
-            "created_t_unix_s": data.get("created_t_unix_s"),
-            "head": data.get("candidate"), "base": None, "reference": data.get("reference"),
-            "head_vs_base": {},
-            "head_vs_reference": {_V1_FIGURES[k]: {"mean": v.get("mean"), "sd": v.get("sd"),
-                                                   "n": v.get("n"), "ratios": []}
-                                  for k, v in figures.items() if k in _V1_FIGURES},
-            "migrated_from": 1,
-        }
-    raise HistoryError(f"{source}: schema_version {version!r}; this harness reads "
-                       f"{GATE_RECORD_VERSION} (and migrates 1)")
+    # version 1, the only older one
+    figures = data.get("figures") or {}
+    return {
+        "schema_version": GATE_RECORD_VERSION,
+        "profile": data.get("profile", "gate"),
+        "machine": {**(data.get("machine") or {}), "kernel": (data.get("machine") or {}).get("kernel")},
+        "commit": data.get("commit", "unknown"),
+        "base_commit": "",
+        "study_id": data.get("study_id", "?"),
+        "created_t_unix_s": data.get("created_t_unix_s"),
+        "head": data.get("candidate"), "base": None, "reference": data.get("reference"),
+        "head_vs_base": {},
+        "head_vs_reference": {_V1_FIGURES[k]: {"mean": v.get("mean"), "sd": v.get("sd"),
+                                               "n": v.get("n"), "ratios": []}
+                              for k, v in figures.items() if k in _V1_FIGURES},
+        "migrated_from": 1,
+    }
 
 
 def read_record(path: str | Path) -> dict:

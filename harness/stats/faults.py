@@ -37,6 +37,7 @@ from harness.model.dialects import ERROR_BODY_CLASSES, GENERATION_PATHS
 from harness.files.readers import read_fault_schedule, read_mock_requests
 from harness.stats.across import describe
 from harness.stats.loading import Study, mock_latency_ms
+from harness.stats.rows import is_success, percentile
 
 WINDOWS = ("before", "during", "after")
 RECOVERY_SHARE = 0.10     # a bin's p50 within 10% of the before window's p50 ...
@@ -85,14 +86,8 @@ def windows(hold_start: float, hold_end: float, fault: FaultWindow) -> dict[str,
     return {"before": (hold_start, fs), "during": (fs, fe), "after": (fe, hold_end)}
 
 
-def _ok(rows: pd.DataFrame) -> pd.Series:
-    return rows["error_kind"].fillna("") == ""
 
 
-def _pct(values, q: float) -> float:
-    a = np.asarray(values, dtype="float64")
-    a = a[~np.isnan(a)]
-    return float(np.percentile(a, q)) if a.size else math.nan
 
 
 def generation_rows(mock: pd.DataFrame) -> pd.DataFrame:
@@ -105,7 +100,7 @@ def window_figures(client: pd.DataFrame, mock: pd.DataFrame, lo: float, hi: floa
     c = client[(client["start_t_unix_s"] >= lo) & (client["start_t_unix_s"] < hi)]
     t = mock["body_end_t_unix_ns"] / 1e9
     m = mock[(t >= lo) & (t < hi)]
-    ok = _ok(c)
+    ok = is_success(c)
     lat = c.loc[ok, "latency_ms"]
     # error responses whose body was judged (an older artifact judged none); a connection error
     # or a stream cut short after its 200 had no error body
@@ -126,8 +121,8 @@ def window_figures(client: pd.DataFrame, mock: pd.DataFrame, lo: float, hi: floa
                           c["status_code"].value_counts().sort_index().items()},
         "mock_rows": len(m),
         "amplification": len(m) / n if n else math.nan,
-        "added_p50_ms": _pct(lat, 50) - set_latency_ms,
-        "added_p99_ms": _pct(lat, 99) - set_latency_ms,
+        "added_p50_ms": percentile(lat, 50) - set_latency_ms,
+        "added_p99_ms": percentile(lat, 99) - set_latency_ms,
         "error_responses": n_judged,
         "client_dialect_share": in_dialect / n_judged if n_judged else math.nan,
         "streams": int(streamed.sum()), "partial_streams": partial,
@@ -141,13 +136,13 @@ def recovery_s(client: pd.DataFrame, fault_end: float, hold_end: float,
     if math.isnan(before_p50_ms) or not hold_end > fault_end:
         return math.nan
     limit = before_p50_ms + max(RECOVERY_SHARE * before_p50_ms, RECOVERY_MS)
-    ok = client[_ok(client)]
+    ok = client[is_success(client)]
     t = ok["start_t_unix_s"].to_numpy(dtype="float64")
     lat = ok["latency_ms"].to_numpy(dtype="float64")
     for k in range(int(math.ceil((hold_end - fault_end) / BIN_S))):
         lo = fault_end + k * BIN_S
         sel = (t >= lo) & (t < min(lo + BIN_S, hold_end))
-        if sel.any() and _pct(lat[sel], 50) <= limit:
+        if sel.any() and percentile(lat[sel], 50) <= limit:
             return k * BIN_S
     return math.nan
 
@@ -159,7 +154,7 @@ def timeline(client: pd.DataFrame, mock: pd.DataFrame, t0: float, t1: float,
     if len(edges) < 2:
         return pd.DataFrame(columns=["t_s", "requests", "success_share", "amplification"])
     ct = client["start_t_unix_s"].to_numpy(dtype="float64")
-    ok = _ok(client).to_numpy()
+    ok = is_success(client).to_numpy()
     mt = mock["body_end_t_unix_ns"].to_numpy(dtype="float64") / 1e9
     n, _ = np.histogram(ct, edges)
     n_ok, _ = np.histogram(ct[ok], edges)

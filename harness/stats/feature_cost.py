@@ -15,7 +15,8 @@ from harness.model.gateway_spec import feature_of, folder_of
 from harness.model.roles import Roles
 from harness.stats.across import describe, verdict
 from harness.stats.loading import Study
-from harness.stats.runs import _ok, _pct, run_summary, window_rows
+from harness.stats.rows import percentile, successful
+from harness.stats.runs import run_summary, window_rows
 
 PASSTHROUGH = "passthrough"
 FEATURE_METRICS = ("latency_p50_ms", "latency_p99_ms", "cpu_ms_per_request")
@@ -32,13 +33,13 @@ def feature_runs(study: Study, rs: pd.DataFrame | None = None) -> pd.DataFrame:
         if not feature_of(system):
             continue
         load = run.spec.load if run.spec else None
-        ok = _ok(window_rows(study, run))
+        ok = successful(window_rows(study, run))
         meta.append({"run_id": run.run_id, "folder": folder_of(system),
                      "feature": feature_of(system),
                      "dialect": run.request.dialect if run.request else "",
                      "request_bytes": load.request_bytes if load else 0,
                      "stream": load.stream if load else False,
-                     "ttft_p50_ms": _pct(ok["ttft_ms"], 50) if len(ok) else math.nan})
+                     "ttft_p50_ms": percentile(ok["ttft_ms"], 50) if len(ok) else math.nan})
     if not meta:
         return pd.DataFrame()
     return rs.merge(pd.DataFrame(meta), on="run_id", how="inner")

@@ -13,14 +13,11 @@ import pandas as pd
 from harness.files.readers import read_mock_requests
 from harness.model.manifests import RunManifest
 from harness.model.schema import MOCK_REQUESTS
+from harness.stats.rows import percentile
 
 QUANTILES = (50, 95, 99)
 
 
-def _pct(values, q: float) -> float:
-    a = np.asarray(values, dtype="float64")
-    a = a[~np.isnan(a)]
-    return float(np.percentile(a, q)) if a.size else math.nan
 
 
 def mock_own_ms(mock: pd.DataFrame) -> np.ndarray:
@@ -40,7 +37,7 @@ def figures(run: RunManifest, ok: pd.DataFrame, mock: pd.DataFrame | None) -> di
     rec: dict = {}
     net = ok["net_overhead_ms"].to_numpy("float64")
     for q in QUANTILES:
-        rec[f"net_overhead_p{q}_ms"] = _pct(net, q)
+        rec[f"net_overhead_p{q}_ms"] = percentile(net, q)
     identity = run.checks.identity
     rec["identity_match_rate"] = (float(identity.match_rate)
                                   if identity is not None and identity.match_rate is not None
@@ -50,8 +47,8 @@ def figures(run: RunManifest, ok: pd.DataFrame, mock: pd.DataFrame | None) -> di
 
     for part in ("in_gateway", "request_path", "response_path"):
         for q in QUANTILES:
-            rec[f"wire_{part}_p{q}_us"] = _pct(ok[f"wire_{part}_us"], q)
-    rec["wire_mock_p50_us"] = _pct(ok["wire_mock_us"], 50)
+            rec[f"wire_{part}_p{q}_us"] = percentile(ok[f"wire_{part}_us"], q)
+    rec["wire_mock_p50_us"] = percentile(ok["wire_mock_us"], 50)
     wire = run.wire
     rec["wire_join_rate"] = (float(wire.join_rate) if wire is not None and wire.join_rate is not None
                              else math.nan)
@@ -66,7 +63,7 @@ def figures(run: RunManifest, ok: pd.DataFrame, mock: pd.DataFrame | None) -> di
     else:
         rec["wire_reason"] = ""
 
-    rec["mock_own_p99_ms"] = _pct(mock_own_ms(mock), 99) if mock is not None else math.nan
+    rec["mock_own_p99_ms"] = percentile(mock_own_ms(mock), 99) if mock is not None else math.nan
     return rec
 
 

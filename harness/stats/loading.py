@@ -161,7 +161,7 @@ def system_order(study: Study) -> list[str]:
     return order
 
 
-def _num(x: Any) -> float:
+def as_float(x: Any) -> float:
     try:
         v = float(x)
     except (TypeError, ValueError):
@@ -172,35 +172,31 @@ def _num(x: Any) -> float:
 def mock_latency_ms(study: Study, run: RunManifest) -> float:
     """The mock's set latency for a run (the study's setting for a run without a manifest)."""
     if run.spec is None:
-        return _num(study.manifest.config.mock_latency_ms)
-    return _num(run.spec.mock.latency_ms)
+        return as_float(study.manifest.config.mock_latency_ms)
+    return as_float(run.spec.mock.latency_ms)
 
 
-def _mock_workers(study: Study, run: RunManifest) -> float:
-    n = _num(run.spec.mock.workers if run.spec else study.manifest.config.mock_workers)
+def mock_workers(study: Study, run: RunManifest) -> float:
+    n = as_float(run.spec.mock.workers if run.spec else study.manifest.config.mock_workers)
     return n if n > 0 else 1.0
 
 
-def _locust_processes(study: Study, run: RunManifest) -> float:
+def locust_processes(study: Study, run: RunManifest) -> float:
     """Load-generating Locust processes (a topology's workers when it has them)."""
-    n = _num(run.spec.load.locust_processes if run.spec
+    n = as_float(run.spec.load.locust_processes if run.spec
              else study.manifest.config.locust_processes)
     return n if n > 0 else 1.0
 
 
-def _load_avg_before(run: RunManifest, samples: pd.DataFrame) -> float:
+def load_avg_before(run: RunManifest, samples: pd.DataFrame) -> float:
     """The machine's 1-minute load average when the run began (else its first sample)."""
     if run.host_before is not None and run.host_before.load_avg_1m is not None:
-        return _num(run.host_before.load_avg_1m)
+        return as_float(run.host_before.load_avg_1m)
     if len(samples):
         first = samples.sort_values("t_unix_s").iloc[0]
-        return _num(first["load_avg_1m"])
+        return as_float(first["load_avg_1m"])
     return math.nan
 
 
 def cpu_count(study: Study) -> float:
-    return _num(study.manifest.machine.get("cpu_count"))
-
-
-def _phase(run: RunManifest, name: str) -> float:
-    return run.phases.t(name)
+    return as_float(study.manifest.machine.get("cpu_count"))

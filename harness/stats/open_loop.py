@@ -9,8 +9,8 @@ import pandas as pd
 from harness.model.manifests import RunManifest
 from harness.model.roles import Roles
 from harness.stats.across import describe
-from harness.stats.loading import Study, _phase
-from harness.stats.runs import _ok, _pct
+from harness.stats.loading import Study
+from harness.stats.rows import percentile, successful
 
 OPEN_LOOP_BOUNDS_MS = (5.0, 10.0, 50.0)   # declared bounds on the p99 added latency
 KEPT_UP_SHARE = 0.95       # a step is kept up when at least this share of its offered rate was served,
@@ -49,7 +49,7 @@ def open_loop_steps(study: Study, floor: str | None = None) -> pd.DataFrame:
         if not is_open_loop(run):
             continue
         load = run.spec.load
-        step_s, hs = float(load.open_loop_step_s), _phase(run, "hold_start")
+        step_s, hs = float(load.open_loop_step_s), run.phases.t("hold_start")
         if math.isnan(hs):
             continue
         rows = study.requests[study.requests["run_id"] == run.run_id]
@@ -70,7 +70,7 @@ def open_loop_steps(study: Study, floor: str | None = None) -> pd.DataFrame:
 def _open_loop_step(run: RunManifest, rows: pd.DataFrame, index: int, rate: float, start: float,
                     step_s: float) -> dict:
     scheduled = math.ceil(rate * step_s - 1e-9)   # the slots k/rate < step_s the schedule offers
-    ok = _ok(rows)
+    ok = successful(rows)
     lag_ms = (rows["start_t_unix_s"] - rows["intended_start_t_unix_s"]).to_numpy(dtype="float64") * 1e3
     intended = ok["intended_start_t_unix_s"].to_numpy(dtype="float64")
     from_intended = (ok["start_t_unix_s"].to_numpy(dtype="float64") - intended) * 1e3 + \
@@ -78,8 +78,8 @@ def _open_loop_step(run: RunManifest, rows: pd.DataFrame, index: int, rate: floa
     end_t = ok["start_t_unix_s"].to_numpy(dtype="float64") + ok["latency_ms"].to_numpy(dtype="float64") / 1e3
     achieved = float(((end_t >= start) & (end_t < start + step_s)).sum()) / step_s
     quarter = step_s / 4.0
-    first = _pct(from_intended[intended < start + quarter], 50)
-    last = _pct(from_intended[intended >= start + step_s - quarter], 50)
+    first = percentile(from_intended[intended < start + quarter], 50)
+    last = percentile(from_intended[intended >= start + step_s - quarter], 50)
     unsent, failed = scheduled - len(rows), len(rows) - len(ok)
     reasons = []
     if achieved < KEPT_UP_SHARE * rate:
@@ -102,11 +102,11 @@ def _open_loop_step(run: RunManifest, rows: pd.DataFrame, index: int, rate: floa
             "offered_rps": rate, "step_start_t_unix_s": start, "scheduled": scheduled,
             "sent": int(len(rows)), "unsent": unsent, "successful": int(len(ok)), "failed": failed,
             "waited_for_user": waited, "achieved_rps": achieved,
-            "from_intended_p50_ms": _pct(from_intended, 50),
-            "from_intended_p99_ms": _pct(from_intended, 99),
-            "from_start_p50_ms": _pct(ok["latency_ms"], 50),
-            "from_start_p99_ms": _pct(ok["latency_ms"], 99),
-            "schedule_lag_p99_ms": _pct(lag_ms, 99),
+            "from_intended_p50_ms": percentile(from_intended, 50),
+            "from_intended_p99_ms": percentile(from_intended, 99),
+            "from_start_p50_ms": percentile(ok["latency_ms"], 50),
+            "from_start_p99_ms": percentile(ok["latency_ms"], 99),
+            "schedule_lag_p99_ms": percentile(lag_ms, 99),
             "from_intended_first_quarter_p50_ms": first, "from_intended_last_quarter_p50_ms": last,
             "kept_up": not [r for r in reasons if "waited for a free user" not in r],
             "reasons": "; ".join(reasons)}

@@ -7,9 +7,10 @@ import numpy as np
 import pandas as pd
 
 from harness.model.roles import Roles
-from harness.stats.loading import Study, _num, _phase, mock_latency_ms
+from harness.stats.loading import Study, as_float, mock_latency_ms
 from harness.stats.metrics import DEFAULT_BIN_USERS, PERCENTILES
-from harness.stats.runs import _ok, _pct, users_bin
+from harness.stats.rows import percentile, successful
+from harness.stats.runs import users_bin
 
 
 def ramp_curve(study: Study, bin_users: int = DEFAULT_BIN_USERS,
@@ -22,10 +23,10 @@ def ramp_curve(study: Study, bin_users: int = DEFAULT_BIN_USERS,
     out = []
     for run in study.runs:
         rid = run.run_id
-        lo, hi = _phase(run, "ramp_start"), _phase(run, "hold_end")
+        lo, hi = run.phases.t("ramp_start"), run.phases.t("hold_end")
         rows = study.requests[study.requests["run_id"] == rid]
         if math.isnan(hi):   # a run that ended early: up to its failure (or its last request)
-            hi = _num(run.failed_t_unix_s)
+            hi = as_float(run.failed_t_unix_s)
             if math.isnan(hi) and len(rows):
                 hi = float(np.nextafter(rows["start_t_unix_s"].max(), math.inf))
         if math.isnan(lo) or math.isnan(hi):
@@ -50,7 +51,7 @@ def ramp_curve(study: Study, bin_users: int = DEFAULT_BIN_USERS,
                    "successful": int(okl.size), "duration_s": dur,
                    "throughput_rps": okl.size / dur if dur > 0 else math.nan}
             for q in PERCENTILES:
-                p = _pct(okl, q)
+                p = percentile(okl, q)
                 rec[f"latency_p{q}_ms"] = p
                 rec[f"overhead_vs_mock_p{q}_ms"] = p - mlat
                 d = (floor_bins.loc[int(edge), f"p{q}"]
@@ -69,11 +70,11 @@ def _floor_ramp_bins(study: Study, floor: str | None, bin_users: int) -> pd.Data
     for run in study.runs:
         if floor is None or run.system != floor or run.status != "completed":
             continue
-        lo, hi = _phase(run, "ramp_start"), _phase(run, "hold_end")
+        lo, hi = run.phases.t("ramp_start"), run.phases.t("hold_end")
         rows = study.requests[study.requests["run_id"] == run.run_id]
-        rows = _ok(rows[(rows["start_t_unix_s"] >= lo) & (rows["start_t_unix_s"] < hi)])
+        rows = successful(rows[(rows["start_t_unix_s"] >= lo) & (rows["start_t_unix_s"] < hi)])
         for edge, grp in rows.groupby(users_bin(rows["users"], bin_users)):
-            per.append({"bin": int(edge), **{f"p{q}": _pct(grp["latency_ms"], q) for q in PERCENTILES}})
+            per.append({"bin": int(edge), **{f"p{q}": percentile(grp["latency_ms"], q) for q in PERCENTILES}})
     if not per:
         return None
     return pd.DataFrame(per).groupby("bin").mean()
@@ -84,7 +85,7 @@ def rss_timeline(study: Study) -> pd.DataFrame:
     s = study.samples[study.samples["role"] == "system"].copy()
     starts = {}
     for run in study.runs:
-        ws, rs = _phase(run, "warmup_start"), _phase(run, "ramp_start")
+        ws, rs = run.phases.t("warmup_start"), run.phases.t("ramp_start")
         starts[run.run_id] = ws if not math.isnan(ws) else rs
     s["load_start_t_unix_s"] = s["run_id"].map(starts).astype("float64")
     s["t_rel_s"] = s["t_unix_s"] - s["load_start_t_unix_s"]

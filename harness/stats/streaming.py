@@ -7,8 +7,9 @@ import numpy as np
 import pandas as pd
 
 from harness.model.roles import Roles
-from harness.stats.loading import Study, _num
-from harness.stats.runs import _ok, _pct, window_rows
+from harness.stats.loading import Study, as_float
+from harness.stats.rows import percentile, successful
+from harness.stats.runs import window_rows
 
 BUFFERED_GAP_SHARE = 0.25   # frames arriving this much closer together than the mock sent them
 BUFFERED_FIRST_TOKEN_SHARE = 0.9  # ... and the first of them this late in the stream: buffered
@@ -27,26 +28,26 @@ def stream_summary(study: Study, floor: str | None = None) -> pd.DataFrame:
             continue
         mock = run.spec.mock
         rows = window_rows(study, run)
-        ok = _ok(rows)
+        ok = successful(rows)
         gaps = np.concatenate([np.asarray(g, dtype="float64") for g in ok["chunk_gaps_ms"]]
                               ) if len(ok) else np.array([])
         rec = {"run_id": run.run_id, "system": run.system,
                "status": run.status, "streams": int(len(ok)),
                "failed_streams": int(len(rows) - len(ok)),
-               "ttfb_p50_ms": _pct(ok["ttfb_ms"], 50), "ttft_p50_ms": _pct(ok["ttft_ms"], 50),
-               "ttft_p95_ms": _pct(ok["ttft_ms"], 95), "ttft_p99_ms": _pct(ok["ttft_ms"], 99),
-               "gap_p50_ms": _pct(gaps, 50), "gap_p99_ms": _pct(gaps, 99),
+               "ttfb_p50_ms": percentile(ok["ttfb_ms"], 50), "ttft_p50_ms": percentile(ok["ttft_ms"], 50),
+               "ttft_p95_ms": percentile(ok["ttft_ms"], 95), "ttft_p99_ms": percentile(ok["ttft_ms"], 99),
+               "gap_p50_ms": percentile(gaps, 50), "gap_p99_ms": percentile(gaps, 99),
                "gap_max_ms": float(gaps.max()) if gaps.size else math.nan,
-               "duration_p50_ms": _pct(ok["latency_ms"], 50),
+               "duration_p50_ms": percentile(ok["latency_ms"], 50),
                "chunks_mean": float(ok["chunks"].mean()) if len(ok) else math.nan,
                "done_share": float(ok["stream_done"].mean()) if len(ok) else math.nan,
                "set_chunks": mock.stream_chunks, "set_gap_ms": mock.chunk_delay_ms}
-        set_gap = _num(rec["set_gap_ms"])
+        set_gap = as_float(rec["set_gap_ms"])
         # Frames closer together than sent: held back and released in a burst. A proxy that
         # buffers the whole stream releases its first token only at the end; one that falls
         # behind under load releases bunches along the way, with its first token early.
         held = (ok["ttft_ms"] / ok["latency_ms"]).to_numpy(dtype="float64") if len(ok) else np.array([])
-        rec["first_token_at_share_p50"] = _pct(held[~np.isnan(held)], 50)
+        rec["first_token_at_share_p50"] = percentile(held[~np.isnan(held)], 50)
         close = bool(not math.isnan(rec["gap_p50_ms"]) and not math.isnan(set_gap)
                      and rec["gap_p50_ms"] < BUFFERED_GAP_SHARE * set_gap)
         late = bool(not math.isnan(rec["first_token_at_share_p50"])

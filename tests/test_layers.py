@@ -1,0 +1,106 @@
+"""Imports run one way: each folder of harness/ (and report/, mocks/) imports only the layers
+below it, as the README's layout table states. The table here is that table; a new arrow
+against it fails with the file and the import."""
+from __future__ import annotations
+
+import ast
+import importlib.util
+from pathlib import Path
+
+from harness.model.config import REPO_DIR
+
+# layer -> the layers it may import (besides itself, the standard library and third parties).
+BELOW = {
+    "mocks": set(),
+    "harness.model": set(),
+    "harness.files": {"harness.model", "mocks"},
+    "harness.host": {"harness.model", "harness.files"},
+    "harness.remote": {"harness.model", "harness.files", "harness.host"},
+    "harness.run": {"harness.model", "harness.files", "harness.host", "harness.remote", "mocks"},
+    "harness.stats": {"harness.model", "harness.files"},
+    "harness.checks": {"harness.model", "harness.files", "harness.stats"},
+    "report": {"harness.model", "harness.files", "harness.stats"},
+    "harness.commands": {"harness.model", "harness.files", "harness.host", "harness.remote",
+                         "harness.run", "harness.stats", "harness.checks", "report"},
+    "harness": {"harness.commands"},      # harness/__main__.py
+}
+
+
+def layer_of(module: str) -> str | None:
+    for name in sorted(BELOW, key=len, reverse=True):
+        if module == name or module.startswith(name + "."):
+            return name
+    return None
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO_DIR).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def imported(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every import in a file, ``from a import b`` as ``a.b`` when b is a
+    module (so ``from harness import stats`` is an arrow to harness.stats)."""
+    out = []
+    package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1]
+                                + ([base] if base else []))
+            for a in node.names:
+                full = f"{base}.{a.name}"
+                ours = layer_of(base) is not None   # never import a third party to look
+                out.append((node.lineno, full if ours and _is_module(full) else base))
+    return out
+
+
+def arrows_against_the_layers() -> list[str]:
+    wrong = []
+    for root in ("harness", "report", "mocks"):
+        for path in sorted((REPO_DIR / root).rglob("*.py")):
+            source = layer_of(_module_name(path))
+            for line, module in imported(path):
+                target = layer_of(module)
+                if target is None or target == source:
+                    continue
+                if target not in BELOW[source]:
+                    wrong.append(f"{path.relative_to(REPO_DIR)}:{line}: {source} imports "
+                                 f"{module} ({target} is not below {source})")
+    return wrong
+
+
+def test_imports_run_one_way():
+    assert arrows_against_the_layers() == []
+
+
+def test_the_check_sees_an_arrow_against_the_layers(tmp_path, monkeypatch):
+    """The walker finds a stats -> run import (so the test above can fail)."""
+    bad = REPO_DIR / "harness" / "stats" / "_layer_probe.py"
+    bad.write_text("from harness.run import study\n")
+    try:
+        assert any("_layer_probe.py:1: harness.stats imports harness.run.study" in w
+                   for w in arrows_against_the_layers())
+    finally:
+        bad.unlink()
+
+
+def test_the_readme_states_the_same_layers():
+    readme = (REPO_DIR / "README.md").read_text()
+    for layer, below in BELOW.items():
+        if layer == "harness":
+            continue
+        folder = layer.replace(".", "/") + "/"
+        allowed = ", ".join(sorted(b.replace(".", "/") + "/" for b in below)) or "nothing"
+        assert f"| `{folder}` | {allowed} |" in readme, (
+            f"README.md's layout table: the row of {folder} should say it may import {allowed}")
