@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import shutil
 import time
-from dataclasses import dataclass, replace
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 from urllib.parse import urlparse
@@ -79,15 +80,69 @@ def run_dir_for(study_dir: Path, spec: RunSpec) -> Path:
     return study_dir / "runs" / spec.system / str(spec.run_index)
 
 
+@dataclass
+class _Running:
+    """What a run has started and learned so far: each stage reads and extends it, and the
+    teardown and the manifest's last write read what is there (None: never started)."""
+    manifest: RunManifest
+    wire_check: WireCheck
+    mock: object = None
+    standby: object = None
+    system: object = None
+    locust: object = None
+    workers: list = field(default_factory=list)
+    wire_window: object = None
+    baseline_stats: dict | None = None
+    mock_wait_ms: float | None = None
+
+
 def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Path,
                 progress: Callable[[str], None] = print) -> RunRecord:
+    """One run of one system: its providers, the system, the samplers and the capture, the
+    pre-check, the load; every process stopped whatever happens (an ExitStack: the observers
+    first, then the processes, newest first), then the run's artifacts and manifest written."""
     run_dir = run_dir_for(study_dir, spec)
     if run_dir.exists():
         shutil.rmtree(run_dir)  # an earlier, unfinished attempt of this run
     run_dir.mkdir(parents=True)
-    before = hosts.read_all(spec.topology, hosts.facts)
     gateway, resilience_note = gateway.configured(spec.resilience)
-    manifest = RunManifest(
+    r = _Running(_first_manifest(spec, gateway, version, resilience_note),
+                 WireCheck(captured=False, reason=measure.capture_not_possible(spec)
+                           or "not captured: the run ended before its load"))
+    write_manifest(run_dir, r.manifest)
+    status, reason = "completed", ""
+    try:
+        with ExitStack() as processes, ExitStack() as observers:
+            load_at = _start_providers(r, spec, run_dir, processes)
+            _start_system(r, spec, gateway, run_dir, processes)
+            _start_observers(r, spec, gateway, run_dir, observers, processes)
+            _verify(r, spec, gateway, progress)
+            _drive_load(r, spec, run_dir, load_at, progress)
+    except Interrupted:
+        status, reason = "interrupted", "the study was interrupted"
+        raise
+    except Exception as exc:  # a failed run must not fail the study
+        status, reason = "failed", f"{type(exc).__name__}: {exc}"
+        r.manifest = replace(r.manifest, failed_t_unix_s=time.time())
+        progress(f"FAILED: {reason.splitlines()[0]}")
+    finally:
+        after = hosts.read_all(spec.topology)
+        r.manifest = replace(r.manifest, host_after=snapshot_of(host_snapshot()),
+                             hosts={name: replace(h, after=after.get(name, {}))
+                                    for name, h in r.manifest.hosts.items()})
+        r.manifest = _finish(r.manifest, spec, run_dir, r.mock, r.standby, r.baseline_stats,
+                             status, reason, r.wire_check,
+                             _port_of(r.system.target.base_url) if r.system else None,
+                             r.mock_wait_ms)
+    m = r.manifest
+    return RunRecord(spec.run_id, spec.system, spec.run_index, m.status, m.reason, run_dir,
+                     spec.comparison_key, m.started_t_unix_s, m.ended_t_unix_s)
+
+
+def _first_manifest(spec: RunSpec, gateway: GatewaySpec, version: str,
+                    resilience_note: str) -> RunManifest:
+    before = hosts.read_all(spec.topology, hosts.facts)
+    return RunManifest(
         run_id=spec.run_id, system=spec.system, run_index=spec.run_index, round=spec.round,
         position=spec.position, comparison_key=spec.comparison_key, spec=spec, status="running",
         kind=gateway.kind, resilience=spec.resilience, resilience_note=resilience_note,
@@ -97,144 +152,155 @@ def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
         hosts={name: RunHost(address=h["address"], prefix=tuple(h["prefix"]),
                              roles=tuple(h["roles"]), before=before.get(name, {}))
                for name, h in hosts.describe(spec.topology).items()})
-    write_manifest(run_dir, manifest)
+
+
+def _stop_later(stack: ExitStack, started):
+    """``started`` (a process handle), stopped when ``stack`` closes."""
+    stack.callback(started.stop)
+    return started
+
+
+def _start_providers(r: _Running, spec: RunSpec, run_dir: Path, processes: ExitStack) -> float:
+    """The mock, and for a scenario that needs one a standby (the same provider, never
+    faulted). Returns when the load may start: with faults, the mock's epoch is the hold's
+    planned start, and the load waits for its slot."""
+    load_at = time.time() + spec.mock.fault_lead_s
+    topology, m = spec.topology, spec.mock
+    common = dict(stream_chunks=m.stream_chunks, chunk_delay_ms=m.chunk_delay_ms,
+                  host=topology.host(topology.mock), cpus=spec.affinity.mock, nice=spec.nice.mock)
+    r.mock = start_mock(run_dir, m.latency_ms, m.workers, m.response_tokens,
+                        **{**common, "port": spec.mock_port}, faults=m.faults,
+                        fault_seed=m.fault_seed,
+                        fault_epoch_unix_s=load_at + spec.load.warmup_s + spec.load.ramp_s)
+    _stop_later(processes, r.mock.process)
+    if faults.needs_standby(m.fault_scenario):
+        r.standby = start_mock(run_dir, m.latency_ms, m.workers, m.response_tokens,
+                               **{**common, "port": spec.standby_port}, name="mock-standby")
+        _stop_later(processes, r.standby.process)
+    return load_at
+
+
+def _start_system(r: _Running, spec: RunSpec, gateway: GatewaySpec, run_dir: Path,
+                  processes: ExitStack) -> None:
     topology = spec.topology
+    r.system = start_system(gateway, run_dir, r.mock.url, r.mock.port, spec.gateway_workers,
+                            spec.ready_timeout_s, port=spec.system_port,
+                            host=topology.host(topology.system), upstream_host=r.mock.address,
+                            feature=spec.load.feature, standby=r.standby,
+                            cpus=spec.affinity.system, nice=spec.nice.system,
+                            extra_env=dict(spec.env))
+    if r.system.process is not None:
+        _stop_later(processes, r.system.process)
+    target = r.system.target
+    r.manifest = replace(r.manifest, ready_s=round(r.system.ready_s, 3), request=RequestInfo(
+        feature=spec.load.feature, dialect=target.dialect, chat_path=target.chat_path,
+        model=target.model, request_bytes=spec.load.request_bytes,
+        self_overhead_header=target.self_overhead_header))
+
+
+def _start_observers(r: _Running, spec: RunSpec, gateway: GatewaySpec, run_dir: Path,
+                     observers: ExitStack, processes: ExitStack) -> None:
+    """The samplers (this host's here, the others' there) and the wire capture's window.
+    Processes here are sampled by this process; those on other hosts by a sampler there."""
+    topology, target = spec.topology, r.system.target
     here = next((h.name for h in topology.hosts if h.local), "controller")
     sampler = Sampler(run_dir / "raw" / "samples.csv", host=here)
-    mock = standby = system = locust = wire_window = None
-    wire_check = WireCheck(captured=False, reason=measure.capture_not_possible(spec)
-                           or "not captured: the run ended before its load")
-    workers: list = []
-    remote_samplers: list = []
-    baseline_stats = mock_wait_ms = None
-    status, reason = "completed", ""
-    try:
-        # faults: the mock's epoch is the hold's planned start; the load waits for its slot below
-        load_at = time.time() + spec.mock.fault_lead_s
-        mock = start_mock(run_dir, spec.mock.latency_ms, spec.mock.workers, spec.mock.response_tokens,
-                          port=spec.mock_port, stream_chunks=spec.mock.stream_chunks,
-                          chunk_delay_ms=spec.mock.chunk_delay_ms,
-                          host=topology.host(topology.mock), faults=spec.mock.faults,
-                          fault_seed=spec.mock.fault_seed,
-                          fault_epoch_unix_s=load_at + spec.load.warmup_s + spec.load.ramp_s,
-                          cpus=spec.affinity.mock, nice=spec.nice.mock)
-        if faults.needs_standby(spec.mock.fault_scenario):  # the same provider, never faulted
-            standby = start_mock(run_dir, spec.mock.latency_ms, spec.mock.workers,
-                                 spec.mock.response_tokens, port=spec.standby_port,
-                                 stream_chunks=spec.mock.stream_chunks,
-                                 chunk_delay_ms=spec.mock.chunk_delay_ms,
-                                 host=topology.host(topology.mock), name="mock-standby",
-                                 cpus=spec.affinity.mock, nice=spec.nice.mock)
-        system = start_system(gateway, run_dir, mock.url, mock.port, spec.gateway_workers,
-                              spec.ready_timeout_s, port=spec.system_port,
-                              host=topology.host(topology.system), upstream_host=mock.address,
-                              feature=spec.load.feature, standby=standby, cpus=spec.affinity.system,
-                              nice=spec.nice.system, extra_env=dict(spec.env))
-        target = system.target
-        manifest = replace(manifest, ready_s=round(system.ready_s, 3), request=RequestInfo(
-            feature=spec.load.feature, dialect=target.dialect, chat_path=target.chat_path,
-            model=target.model, request_bytes=spec.load.request_bytes,
-            self_overhead_header=target.self_overhead_header))
-        gauge = None
-        if gateway.metrics_path and gateway.inflight_gauge:
-            gauge = (target.base_url.rstrip("/") + gateway.metrics_path, gateway.inflight_gauge)
-        # Processes here are sampled by this process; those on other hosts by a sampler there.
-        if system.process is not None and topology.host(topology.system).local:
-            inflight = (lambda: scrape_gauge(*gauge)) if gauge else None  # noqa: E731
-            sampler.watch("system", lambda: [system.process.pid], inflight)
-        if topology.host(topology.mock).local:
-            sampler.watch("mock", lambda: [mock.process.pid])
-            if standby is not None:
-                sampler.watch("standby", lambda: [standby.process.pid])
-        if any(topology.host(h).local for h in (topology.locust_master,
-                                                 *(w.host for w in topology.locust_workers))):
-            sampler.watch("locust", lambda: [p.pid for p in (locust, *workers) if p is not None
-                                             and not isinstance(p, hosts.RemoteProcess)])
-        if not measure.capture_not_possible(spec):
-            # the direct baseline calls the mock itself: its port is the only one
-            ports = {mock.port, _port_of(target.base_url) or mock.port}
-            window = wire_window = measure.WireWindow(spec, run_dir, sorted(ports))
-            sampler.watch("capture", lambda: window.pid)
-        sampler.start()
-        remote_samplers = hosts.start_samplers(
+    gauge = None
+    if gateway.metrics_path and gateway.inflight_gauge:
+        gauge = (target.base_url.rstrip("/") + gateway.metrics_path, gateway.inflight_gauge)
+    system, mock, standby = r.system, r.mock, r.standby
+    if system.process is not None and topology.host(topology.system).local:
+        inflight = (lambda: scrape_gauge(*gauge)) if gauge else None  # noqa: E731
+        sampler.watch("system", lambda: [system.process.pid], inflight)
+    if topology.host(topology.mock).local:
+        sampler.watch("mock", lambda: [mock.process.pid])
+        if standby is not None:
+            sampler.watch("standby", lambda: [standby.process.pid])
+    if any(topology.host(h).local for h in (topology.locust_master,
+                                             *(w.host for w in topology.locust_workers))):
+        sampler.watch("locust", lambda: [p.pid for p in (r.locust, *r.workers) if p is not None
+                                         and not isinstance(p, hosts.RemoteProcess)])
+    # stopped after the capture: samples describe live processes, never ones being torn down
+    observers.callback(sampler.stop)
+    if not measure.capture_not_possible(spec):
+        # the direct baseline calls the mock itself: its port is the only one
+        ports = {mock.port, _port_of(target.base_url) or mock.port}
+        window = r.wire_window = measure.WireWindow(spec, run_dir, sorted(ports))
+        sampler.watch("capture", lambda: window.pid)
+        observers.callback(_finish_capture, r)   # when the run failed during its load
+    sampler.start()
+    for remote in hosts.start_samplers(
             topology, run_dir, _remote_roles(spec, system.process is not None),
             {"system": gauge} if gauge else {},
             max_s=load_stage.planned_load_s(spec) + spec.ready_timeout_s + spec.idle_s
-            + spec.cooldown_s + SAMPLER_MARGIN_S)
-        time.sleep(spec.idle_s)
-        for _ in range(gateway.warmup_requests):
-            send_chat(target.base_url, target.chat_path, target.model, target.headers,
-                      dialect=target.dialect)
-        check = pre_check(target.base_url, target.chat_path, target.model, target.headers,
-                          mock.stats_dir, spec.load.request_timeout_s, dialect=target.dialect,
-                          request_bytes=spec.load.request_bytes,
-                          standby_stats_dir=standby.stats_dir if standby else None)
-        baseline_stats = check.pop("_snapshot")
-        manifest = replace(manifest, checks=RunChecks(pre_request=PreRequestCheck(**check)))
-        if check["problem"] or not check["mock_saw_it"]:
-            raise ProcessError(f"pre-check failed: {check['problem'] or 'the mock never saw it'}")
-        progress("verified: one request reached the mock; starting load")
-        if spec.mock.faults:
-            _wait_until(load_at)
-        load_started = time.time()
-        mock_wait_at_start = _mock_wait_ns(mock, topology)
-        if wire_window is not None:
-            wire_window.start()
-        master_port = free_port() if topology.locust_workers else 0
-        locust = load_stage.start_locust(spec, target, run_dir, master_port)
-        try:
-            workers = load_stage.start_workers(spec, run_dir, master_port) if master_port else []
-            load_stage.wait_locust(
-                locust, spec, run_dir, progress,
-                system_alive=lambda: system.process is None or system.process.alive())
-        finally:
-            locust.stop()  # the master first: it tells its workers to quit
-            for worker in workers:
-                worker.stop()
-            if wire_window is not None:  # never past the load
-                wire_check, wire_window = wire_window.finish(), None
-        mock_wait_ms = _elapsed_ms(mock_wait_at_start, _mock_wait_ns(mock, topology))
-        result = load_stage.collect(locust, run_dir, load_started)
-        manifest = replace(
-            manifest,
-            phases=Phases(**result.phases, load_end_t_unix_s=result.ended_t_unix_s),
-            checks=replace(manifest.checks, inflight_at_stop=result.inflight_at_stop),
-            locust=LocustSummary(exit_code=result.exit_code,
-                                 cpu_warning=bool(result.cpu_warnings),
-                                 warnings=tuple(result.cpu_warnings[:20]),
-                                 processes=spec.load.locust_processes))
-        if "hold_end_t_unix_s" not in result.phases:
-            raise ProcessError("the load ended before its hold phase completed "
-                               f"(phases seen: {sorted(result.phases)})")
-        lost = [f"{w.pid} (exit {w.returncode})" for w in workers if w.returncode not in (0, None)]
-        if lost:  # the master carries on with the rest: the load was not the one planned
-            raise ProcessError(f"Locust worker(s) failed during the load: {', '.join(lost)}")
-        time.sleep(spec.cooldown_s)
-    except Interrupted:
-        status, reason = "interrupted", "the study was interrupted"
-        raise
-    except Exception as exc:  # a failed run must not fail the study
-        status, reason = "failed", f"{type(exc).__name__}: {exc}"
-        manifest = replace(manifest, failed_t_unix_s=time.time())
-        progress(f"FAILED: {reason.splitlines()[0]}")
+            + spec.cooldown_s + SAMPLER_MARGIN_S):
+        _stop_later(processes, remote)
+
+
+def _finish_capture(r: _Running) -> None:
+    if r.wire_window is not None:
+        r.wire_check, r.wire_window = r.wire_window.finish(), None
+
+
+def _verify(r: _Running, spec: RunSpec, gateway: GatewaySpec,
+            progress: Callable[[str], None]) -> None:
+    """After the idle time and the system's warm-up requests, one request must reach the mock."""
+    target = r.system.target
+    time.sleep(spec.idle_s)
+    for _ in range(gateway.warmup_requests):
+        send_chat(target.base_url, target.chat_path, target.model, target.headers,
+                  dialect=target.dialect)
+    check = pre_check(target.base_url, target.chat_path, target.model, target.headers,
+                      r.mock.stats_dir, spec.load.request_timeout_s, dialect=target.dialect,
+                      request_bytes=spec.load.request_bytes,
+                      standby_stats_dir=r.standby.stats_dir if r.standby else None)
+    r.baseline_stats = check.pop("_snapshot")
+    r.manifest = replace(r.manifest, checks=RunChecks(pre_request=PreRequestCheck(**check)))
+    if check["problem"] or not check["mock_saw_it"]:
+        raise ProcessError(f"pre-check failed: {check['problem'] or 'the mock never saw it'}")
+    progress("verified: one request reached the mock; starting load")
+
+
+def _drive_load(r: _Running, spec: RunSpec, run_dir: Path, load_at: float,
+                progress: Callable[[str], None]) -> None:
+    """Locust (and its workers) for the planned load, the capture only while it runs, then
+    the cool-down; ProcessError when the load was not the one planned."""
+    topology = spec.topology
+    if spec.mock.faults:
+        _wait_until(load_at)
+    load_started = time.time()
+    mock_wait_at_start = _mock_wait_ns(r.mock, topology)
+    if r.wire_window is not None:
+        r.wire_window.start()
+    master_port = free_port() if topology.locust_workers else 0
+    r.locust = load_stage.start_locust(spec, r.system.target, run_dir, master_port)
+    system = r.system
+    try:
+        r.workers = load_stage.start_workers(spec, run_dir, master_port) if master_port else []
+        load_stage.wait_locust(
+            r.locust, spec, run_dir, progress,
+            system_alive=lambda: system.process is None or system.process.alive())
     finally:
-        if wire_window is not None:  # the run failed during its load
-            wire_check = wire_window.finish()
-        sampler.stop()  # first: samples describe live processes, never ones being torn down
-        for proc in (*remote_samplers, locust, *workers, system.process if system else None,
-                     mock.process if mock else None, standby.process if standby else None):
-            if proc is not None:
-                proc.stop()
-        after = hosts.read_all(topology)
-        manifest = replace(manifest, host_after=snapshot_of(host_snapshot()),
-                           hosts={name: replace(h, after=after.get(name, {}))
-                                  for name, h in manifest.hosts.items()})
-        manifest = _finish(manifest, spec, run_dir, mock, standby, baseline_stats, status, reason,
-                           wire_check, _port_of(system.target.base_url) if system else None,
-                           mock_wait_ms)
-    return RunRecord(spec.run_id, spec.system, spec.run_index, manifest.status, manifest.reason,
-                     run_dir, spec.comparison_key, manifest.started_t_unix_s,
-                     manifest.ended_t_unix_s)
+        r.locust.stop()  # the master first: it tells its workers to quit
+        for worker in r.workers:
+            worker.stop()
+        _finish_capture(r)  # never past the load
+    r.mock_wait_ms = _elapsed_ms(mock_wait_at_start, _mock_wait_ns(r.mock, topology))
+    result = load_stage.collect(r.locust, run_dir, load_started)
+    r.manifest = replace(
+        r.manifest,
+        phases=Phases(**result.phases, load_end_t_unix_s=result.ended_t_unix_s),
+        checks=replace(r.manifest.checks, inflight_at_stop=result.inflight_at_stop),
+        locust=LocustSummary(exit_code=result.exit_code, cpu_warning=bool(result.cpu_warnings),
+                             warnings=tuple(result.cpu_warnings[:20]),
+                             processes=spec.load.locust_processes))
+    if "hold_end_t_unix_s" not in result.phases:
+        raise ProcessError("the load ended before its hold phase completed "
+                           f"(phases seen: {sorted(result.phases)})")
+    lost = [f"{w.pid} (exit {w.returncode})" for w in r.workers if w.returncode not in (0, None)]
+    if lost:  # the master carries on with the rest: the load was not the one planned
+        raise ProcessError(f"Locust worker(s) failed during the load: {', '.join(lost)}")
+    time.sleep(spec.cooldown_s)
 
 
 def snapshot_of(snapshot: dict) -> HostSnapshot:
