@@ -12,7 +12,8 @@ from synthetic import small_run_manifest
 
 from harness.model import affinity
 from harness.model.affinity import CpuAffinity, cpu_list, cpus_of, pinned
-from harness.model.config import ConfigError, from_profile, validate
+from harness.model.config import ConfigError, from_profile
+from harness.model.validation import validate
 from harness.model.gateway_spec import load_gateway_spec
 from harness.model.manifests import RunManifest, StudyManifest
 from harness.model.plan import make_plan

@@ -13,8 +13,8 @@ from harness.model.config import (
     from_notebook,
     from_profile,
     parse_overrides,
-    validate,
 )
+from harness.model.validation import validate
 
 # Per declared field type, values that are not of it (as they arrive from --set, papermill or
 # a suite file); every field of StudyConfig has one of these types.

@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from harness.model import faults
-from harness.model.config import ConfigError, from_profile, validate
+from harness.model.config import ConfigError, from_profile
+from harness.model.validation import validate
 from harness.model.plan import MockSettings, comparison_key, fault_settings
 from harness.stats import faults as fstats
 

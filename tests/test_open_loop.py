@@ -11,7 +11,8 @@ import pytest
 from synthetic import _write_parquet, small_run_manifest, small_study_manifest
 
 from harness import stats as A
-from harness.model.config import REPO_DIR, ConfigError, from_profile, validate
+from harness.model.config import REPO_DIR, ConfigError, from_profile
+from harness.model.validation import validate
 from harness.files.store import REQUEST_SCHEMA
 from harness.model.formats import REQUESTS_TABLE
 from report import tables

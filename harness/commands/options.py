@@ -5,6 +5,7 @@ import argparse
 
 from harness.model import config as config_mod
 from harness.model.config import ConfigError, StudyConfig
+from harness.model.validation import validate
 
 
 def add_study_options(parser: argparse.ArgumentParser, profile: str = "standard") -> None:
@@ -27,5 +28,5 @@ def study_config(args: argparse.Namespace, **fixed) -> StudyConfig:
                                "use one"])
         overrides["gateways"] = args.gateways
     config = config_mod.from_profile(args.profile, **{**fixed, **overrides}).with_study_id()
-    config_mod.validate(config)
+    validate(config)
     return config

@@ -15,7 +15,7 @@ from harness.model import toml_schema as T
 from harness.model.config import GATEWAYS_DIR, REPO_DIR
 from harness.model.dialects import DIALECTS
 
-SCHEMA_VERSION = 1
+GATEWAY_TOML_VERSION = 1   # the version of the gateway.toml format (gateways/README.md)
 KINDS = ("baseline", "in-house", "competitor")
 # What a system is for the analysis. floor: the load sent straight to the mock, the latency every
 # overhead is measured from; hop: the cost of one plain HTTP proxy hop, the usual reference;
@@ -196,18 +196,8 @@ def _load_folder(name: str, gateways_dir: Path) -> GatewaySpec:
         data, raw_bytes = T.load(path, SCHEMA)
     except T.TomlSchemaError as exc:
         raise GatewaySpecError(str(exc)) from None
-    if data["schema_version"] != SCHEMA_VERSION:
-        raise GatewaySpecError(f"{path}: schema_version must be {SCHEMA_VERSION}")
-    if data["name"] != name:
-        raise GatewaySpecError(f"{path}: name must equal the folder name {name!r}")
-    if data["kind"] not in KINDS:
-        raise GatewaySpecError(f"{path}: kind must be one of {KINDS}")
-    if data.get("role", "system") not in ROLES:
-        raise GatewaySpecError(f"{path}: role must be one of {ROLES}")
+    _check_values(data, name, path)
     start = data.get("start", {})
-    if not isinstance(getattr(signal, start.get("stop_signal", "SIGTERM"), None), signal.Signals):
-        raise GatewaySpecError(f"{path}: [start] stop_signal: not a signal name: "
-                               f"{start['stop_signal']!r}")
     version = data.get("version", {})
     install = data.get("install", {})
     ready = data.get("ready", {})
@@ -251,6 +241,27 @@ def _load_folder(name: str, gateways_dir: Path) -> GatewaySpec:
         features=_features(data.get("features", {}), path),
         **_resilience(data.get("resilience"), start, path),
     )
+    _check_spec(spec, path)
+    return spec
+
+
+def _check_values(data: dict, name: str, path: Path) -> None:
+    """What the schema's types cannot say: the version, the name, the kind, role and signal."""
+    if data["schema_version"] != GATEWAY_TOML_VERSION:
+        raise GatewaySpecError(f"{path}: schema_version must be {GATEWAY_TOML_VERSION}")
+    if data["name"] != name:
+        raise GatewaySpecError(f"{path}: name must equal the folder name {name!r}")
+    if data["kind"] not in KINDS:
+        raise GatewaySpecError(f"{path}: kind must be one of {KINDS}")
+    if data.get("role", "system") not in ROLES:
+        raise GatewaySpecError(f"{path}: role must be one of {ROLES}")
+    stop_signal = data.get("start", {}).get("stop_signal", "SIGTERM")
+    if not isinstance(getattr(signal, stop_signal, None), signal.Signals):
+        raise GatewaySpecError(f"{path}: [start] stop_signal: not a signal name: {stop_signal!r}")
+
+
+def _check_spec(spec: GatewaySpec, path: Path) -> None:
+    """The spec as a whole: a port to call, its templates there, its placeholders known."""
     if spec.runnable and not spec.has_process and "{{port}}" in spec.base_url:
         raise GatewaySpecError(f"{path}: request.base_url uses {{{{port}}}} but [start] starts nothing")
     for where, files in (("start.files", spec.start_files),
@@ -259,7 +270,6 @@ def _load_folder(name: str, gateways_dir: Path) -> GatewaySpec:
             if not (spec.directory / tf.template).is_file():
                 raise GatewaySpecError(f"{path}: {where} template {tf.template!r} does not exist")
     _check_placeholders(spec, path)
-    return spec
 
 
 def _features(table: dict, path: Path) -> dict:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from harness.model import toml_schema as T
 
-SCHEMA_VERSION = 1
+TOPOLOGY_VERSION = 1
 # The format of a topology file (README: Multi-host runs).
 SCHEMA = T.Table(required=("schema_version", "hosts", "roles"), keys={
     "schema_version": T.INT,
@@ -104,8 +104,8 @@ def load_topology(path: str | Path) -> Topology:
         raise TopologyError(exc.problems) from None
     # Keys and types first, then what the values mean, so that every problem is named at once.
     problems = T.problems(data, SCHEMA, path)
-    if data.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
-        problems.append(f"{path}: schema_version must be {SCHEMA_VERSION}")
+    if data.get("schema_version", TOPOLOGY_VERSION) != TOPOLOGY_VERSION:
+        problems.append(f"{path}: schema_version must be {TOPOLOGY_VERSION}")
     hosts = _hosts(data.get("hosts"), path, problems)
     names = {h.name for h in hosts}
     roles = data.get("roles") if isinstance(data.get("roles"), dict) else {}

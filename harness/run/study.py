@@ -10,7 +10,6 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from harness.model import config as config_mod
 from harness.model import faults
 from harness.model.builds import build_refs
 from harness.model.config import ConfigError, StudyConfig
@@ -30,6 +29,7 @@ from harness.model.manifests import (
 )
 from harness.model.plan import RunSpec, make_plan
 from harness.model.topology import topology_of
+from harness.model.validation import validate
 from harness.remote import hosts
 from harness.remote.machine import git_commit, machine_facts, package_versions
 from harness.run import builds
@@ -50,7 +50,7 @@ class StudyResult:
 def prepare(config: StudyConfig) -> tuple[StudyConfig, dict[str, GatewaySpec], list[RunSpec]]:
     """Everything that can be decided without starting a process; raises ConfigError. An entry
     built from another commit gets its worktree here (git only), its spec read from there."""
-    config_mod.validate(config)
+    validate(config)
     specs = {}
     problems = []
     refs = build_refs(config.builds)
@@ -115,11 +115,8 @@ def _handle_signal(signum, frame):
     raise Interrupted(f"signal {signal.Signals(signum).name}")
 
 
-def run_study(config: StudyConfig, progress=print) -> StudyResult:
-    config, specs, plan = prepare(config)
-    study_dir = config.study_dir
-    study_dir.mkdir(parents=True, exist_ok=True)
-    path = study_dir / "manifest.json"
+def _first_manifest(config: StudyConfig, plan: list, path: Path) -> StudyManifest:
+    """The study manifest as the study starts; a resumed study keeps its earlier attempts."""
     manifest = StudyManifest(
         study_id=config.study_id, status="running", config=config,
         plan=tuple(PlanEntry(run_id=r.run_id, system=r.system, run_index=r.run_index,
@@ -127,11 +124,20 @@ def run_study(config: StudyConfig, progress=print) -> StudyResult:
                    for r in plan),
         machine=machine_facts(), hosts=_hosts_facts(config), versions=package_versions(),
         git_commit=git_commit(), started_t_unix_s=time.time())
-    if path.exists():  # resuming: keep the history of attempts
-        earlier = StudyManifest.from_json(path.read_text(), source=str(path))
-        manifest = replace(manifest, attempts=(*earlier.attempts, Attempt(
-            started_t_unix_s=earlier.started_t_unix_s, ended_t_unix_s=earlier.ended_t_unix_s,
-            status=earlier.status, reason=earlier.reason, git_commit=earlier.git_commit)))
+    if not path.exists():
+        return manifest
+    earlier = StudyManifest.from_json(path.read_text(), source=str(path))
+    return replace(manifest, attempts=(*earlier.attempts, Attempt(
+        started_t_unix_s=earlier.started_t_unix_s, ended_t_unix_s=earlier.ended_t_unix_s,
+        status=earlier.status, reason=earlier.reason, git_commit=earlier.git_commit)))
+
+
+def run_study(config: StudyConfig, progress=print) -> StudyResult:
+    config, specs, plan = prepare(config)
+    study_dir = config.study_dir
+    study_dir.mkdir(parents=True, exist_ok=True)
+    path = study_dir / "manifest.json"
+    manifest = _first_manifest(config, plan, path)
     write_atomic(path, manifest.to_json())
     previous = {}
     if threading.current_thread() is threading.main_thread():  # signals reach the main thread only

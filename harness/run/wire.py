@@ -245,6 +245,62 @@ def _us(a, b):
     return (a - b) / 1000.0 if a is not None and b is not None else None
 
 
+def _upstream_times(row: dict, u: dict, gateway_port: int | None) -> int:
+    """Fill ``row`` from the upstream exchange ``u`` (the last attempt); returns 1 when the two
+    sides of a stream had different frame counts."""
+    uq, ur = u["req"], u["resp"]
+    row["upstream_port"] = u["port"]
+    if row["upstream_request_first_t_unix_ns"] is None:
+        row["upstream_request_first_t_unix_ns"] = uq.first_t_ns
+    row["upstream_request_last_t_unix_ns"] = uq.last_t_ns
+    row["upstream_response_first_t_unix_ns"] = ur.first_t_ns if ur else None
+    row["mock_wire_us"] = _us(row["upstream_response_first_t_unix_ns"], uq.last_t_ns)
+    if gateway_port is None:
+        return 0
+    row["response_path_us"] = _us(row["client_response_first_t_unix_ns"],
+                                  row["upstream_response_first_t_unix_ns"])
+    if row["request_path_us"] is not None and row["response_path_us"] is not None:
+        row["in_gateway_us"] = row["request_path_us"] + row["response_path_us"]
+    r = row.pop("_client_response")
+    if r is None or ur is None:
+        return 0
+    a, b = r.frame_t_ns, ur.frame_t_ns
+    n = min(len(a), len(b))
+    if n:
+        paths = pd.Series([(a[i] - b[i]) / 1000.0 for i in range(n)])
+        row["frames_paired"] = n
+        row["frame_path_p50_us"] = float(paths.median())
+        row["frame_path_max_us"] = float(paths.max())
+    return int(len(a) != len(b))
+
+
+def _client_row(c: dict, by_id: dict) -> tuple[dict, dict | None]:
+    """A client-side request's row with its request path to the first upstream attempt, and
+    the upstream exchange that answered it (the last attempt; None when unseen)."""
+    q, r, rid = c["req"], c["resp"], c["request_id"]
+    row = dict.fromkeys(COLUMNS)
+    row.update(request_id=rid, client_port=c["port"], client_request_last_t_unix_ns=q.last_t_ns,
+               client_response_first_t_unix_ns=r.first_t_ns if r else None, _client_response=r)
+    attempts = by_id.get(rid) if rid else None
+    if attempts:  # the request path runs to the first attempt
+        first = attempts[0]["req"]
+        row["upstream_request_first_t_unix_ns"] = first.first_t_ns
+        row["request_path_us"] = _us(first.last_t_ns, q.last_t_ns)
+        row["request_first_path_us"] = _us(first.first_t_ns, q.last_t_ns)
+    return row, (attempts[-1] if attempts else None)
+
+
+def _typed(rows: list[dict]) -> pd.DataFrame:
+    df = pd.DataFrame(rows, columns=list(COLUMNS))
+    for col in COLUMNS:
+        if col.endswith("_t_unix_ns") or col.endswith("_port") or col == "frames_paired":
+            df[col] = df[col].astype("Int64")
+        elif col.endswith("_us"):
+            df[col] = df[col].astype("Float64")
+    df["request_id"] = df["request_id"].astype("string")
+    return df
+
+
 def wire_times(pcap_path: str, mock_port: int, gateway_port: int | None = None) -> tuple[pd.DataFrame, dict]:
     """Per-request wire times from a capture; see the module docstring.
 
@@ -259,80 +315,39 @@ def wire_times(pcap_path: str, mock_port: int, gateway_port: int | None = None) 
     """
     flows = read_segments(pcap_path)
     upstream = _exchanges(flows, mock_port)
-    if gateway_port is None:
-        client = upstream
-        by_id: dict = {}
-    else:
-        client = _exchanges(flows, gateway_port)
-        by_id = {}
-        for e in upstream:
-            if e["request_id"]:
-                by_id.setdefault(e["request_id"], []).append(e)
+    client = upstream if gateway_port is None else _exchanges(flows, gateway_port)
+    by_id: dict = {}
+    for e in upstream if gateway_port is not None else ():
+        if e["request_id"]:
+            by_id.setdefault(e["request_id"], []).append(e)
     rows = []
     joined = mismatches = 0
     for c in client:
-        q, r = c["req"], c["resp"]
-        rid = c["request_id"]
-        row = dict.fromkeys(COLUMNS)
-        row["request_id"] = rid
-        if gateway_port is None:
-            u = c
+        if gateway_port is None:   # the direct baseline: the client's exchange is the mock's
+            row, answered = dict.fromkeys(COLUMNS), c
+            row["request_id"] = c["request_id"]
         else:
-            row["client_port"] = c["port"]
-            row["client_request_last_t_unix_ns"] = q.last_t_ns
-            row["client_response_first_t_unix_ns"] = r.first_t_ns if r else None
-            ups = by_id.get(rid) if rid else None
-            u = ups[-1] if ups else None  # the last attempt is the one answered
-            if ups:  # the request path runs to the first attempt
-                joined += 1
-                first = ups[0]["req"]
-                row["upstream_request_first_t_unix_ns"] = first.first_t_ns
-                row["request_path_us"] = _us(first.last_t_ns, q.last_t_ns)
-                row["request_first_path_us"] = _us(first.first_t_ns, q.last_t_ns)
-        if u is not None:
-            uq, ur = u["req"], u["resp"]
-            row["upstream_port"] = u["port"]
-            if row["upstream_request_first_t_unix_ns"] is None:
-                row["upstream_request_first_t_unix_ns"] = uq.first_t_ns
-            row["upstream_request_last_t_unix_ns"] = uq.last_t_ns
-            row["upstream_response_first_t_unix_ns"] = ur.first_t_ns if ur else None
-            row["mock_wire_us"] = _us(row["upstream_response_first_t_unix_ns"], uq.last_t_ns)
-            if gateway_port is not None:
-                row["response_path_us"] = _us(row["client_response_first_t_unix_ns"],
-                                              row["upstream_response_first_t_unix_ns"])
-                if row["request_path_us"] is not None and row["response_path_us"] is not None:
-                    row["in_gateway_us"] = row["request_path_us"] + row["response_path_us"]
-                if r is not None and ur is not None:
-                    a, b = r.frame_t_ns, ur.frame_t_ns
-                    n = min(len(a), len(b))
-                    mismatches += len(a) != len(b)
-                    if n:
-                        paths = pd.Series([(a[i] - b[i]) / 1000.0 for i in range(n)])
-                        row["frames_paired"] = n
-                        row["frame_path_p50_us"] = float(paths.median())
-                        row["frame_path_max_us"] = float(paths.max())
+            row, answered = _client_row(c, by_id)
+            joined += answered is not None
+        if answered is not None:
+            mismatches += _upstream_times(row, answered, gateway_port)
+        row.pop("_client_response", None)
         rows.append(row)
-    df = pd.DataFrame(rows, columns=list(COLUMNS))
-    for col in COLUMNS:
-        if col.endswith("_t_unix_ns") or col.endswith("_port") or col == "frames_paired":
-            df[col] = df[col].astype("Int64")
-        elif col.endswith("_us"):
-            df[col] = df[col].astype("Float64")
-    df["request_id"] = df["request_id"].astype("string")
     with_id = sum(1 for c in client if c["request_id"])
     up_ids = [e["request_id"] for e in upstream if e["request_id"]]
+    joined = joined if gateway_port is not None else with_id
     summary = {
         "client_requests": len(client),
         "client_requests_without_id": len(client) - with_id,
         "upstream_requests": len(upstream),
         "upstream_requests_without_id": len(upstream) - len(up_ids),
         "upstream_ids_seen_more_than_once": len(up_ids) - len(set(up_ids)),
-        "joined": joined if gateway_port is not None else with_id,
-        "join_rate": ((joined if gateway_port is not None else with_id) / with_id) if with_id else None,
+        "joined": joined,
+        "join_rate": (joined / with_id) if with_id else None,
         "responses_paired": sum(1 for c in client if c["resp"] is not None),
         "frame_count_mismatches": mismatches,
     }
-    return df, summary
+    return _typed(rows), summary
 
 
 def summarize(per_request: pd.DataFrame) -> dict:

@@ -84,6 +84,25 @@ def _placeholder(entry: RunEntry, planned: PlanEntry | None, manifest_path: Path
                        reason=entry.reason or f"no run manifest at {manifest_path}")
 
 
+def _run_entries(path: Path, manifest: StudyManifest) -> tuple[list[RunEntry], dict[str, RunManifest]]:
+    """The run directories: those the study manifest lists, then any other found on disk, in
+    plan order; and the run manifests read on the way (by path)."""
+    entries: list[RunEntry] = list(manifest.runs)
+    on_disk: dict[str, RunManifest] = {}
+    listed = {e.run_id for e in entries}
+    for mpath in sorted((path / "runs").glob("*/*/manifest.json")):
+        rm = read_run_manifest(mpath)
+        if rm.run_id not in listed:
+            entries.append(RunEntry(run_id=rm.run_id, system=rm.system, run_index=rm.run_index,
+                                    status=rm.status, reason=rm.reason,
+                                    dir=str(mpath.parent.relative_to(path))))
+            listed.add(rm.run_id)
+        on_disk[str(mpath)] = rm
+    plan_pos = {p.run_id: i for i, p in enumerate(manifest.plan)}
+    entries.sort(key=lambda e: (plan_pos.get(e.run_id, len(plan_pos)), str(e.run_id)))
+    return entries, on_disk
+
+
 def load_study(study_dir: str | Path, verify: bool = True) -> Study:
     """Load a study directory. Runs that did not complete are kept (``status`` in their manifest,
     ``run_status`` in the rows); a run whose files no longer match their recorded SHA-256 is
@@ -96,21 +115,8 @@ def load_study(study_dir: str | Path, verify: bool = True) -> Study:
         raise ArtifactError(f"{manifest_path}: no study manifest; is {path} a study directory?")
     manifest = read_study_manifest(manifest_path)
 
-    # Run directories: those the study manifest lists, then any other found on disk.
-    entries: list[RunEntry] = list(manifest.runs)
-    on_disk: dict[str, RunManifest] = {}
-    listed = {e.run_id for e in entries}
-    for mpath in sorted((path / "runs").glob("*/*/manifest.json")):
-        rm = read_run_manifest(mpath)
-        if rm.run_id not in listed:
-            entries.append(RunEntry(run_id=rm.run_id, system=rm.system, run_index=rm.run_index,
-                                    status=rm.status, reason=rm.reason,
-                                    dir=str(mpath.parent.relative_to(path))))
-            listed.add(rm.run_id)
-        on_disk[str(mpath)] = rm
+    entries, on_disk = _run_entries(path, manifest)
     planned = {p.run_id: p for p in manifest.plan}
-    plan_pos = {p.run_id: i for i, p in enumerate(manifest.plan)}
-    entries.sort(key=lambda e: (plan_pos.get(e.run_id, len(plan_pos)), str(e.run_id)))
 
     runs: list[RunManifest] = []
     reqs: list[pd.DataFrame] = []

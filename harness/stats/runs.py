@@ -85,6 +85,7 @@ def _floor_bins(study: Study, floor: str | None, bin_users: int) -> pd.DataFrame
 
 # --- capacity or behaviour -----------------------------------------------------------------------
 
+# Over 60 lines on purpose: one rule a paragraph, in the order a reader checks them.
 def classify(row: Mapping) -> tuple[Label, list[str]]:
     """(the run's Label, the reasons) for one run_summary row (or a dict with the
     same keys). Capacity needs positive evidence for every criterion; missing data is a reason."""
