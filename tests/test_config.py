@@ -56,13 +56,33 @@ def test_too_little_disk_names_out_dir_and_the_sizes(tmp_path, monkeypatch):
     assert len(found) == 1 and found[0].startswith("out_dir:") and "GB free" in found[0], found
 
 
-def test_the_disk_estimate_has_a_realistic_ceiling():
-    # No think time and a 60 ms mock: 1,000 users could ask 16,667 req/s, one Locust process
-    # completes far fewer; the estimate stops at the ceiling, not at the users' pace.
-    c = from_profile("published")
-    load_s = c.warmup_s + c.ramp_s + c.max_hold_s
-    ceiling_rows = PLANNED_MAX_RATE_PER_PROCESS * c.locust_processes * load_s * c.runs_per_gateway * len(c.gateways)
-    assert c.planned_rows() == int(ceiling_rows)
+# The load of every case: 5 s warmup + 330 s ramp + 300 s longest hold = 635 s per run.
+LOAD_635_S = dict(warmup_s=5.0, ramp_s=330.0, max_hold_s=300.0)
+
+
+@pytest.mark.parametrize("settings,rows", [
+    # No think time and a 60 ms mock: 1,000 users could ask 1000 / 0.06 = 16,667 req/s; one
+    # Locust process completes far fewer, so the estimate stops at its ceiling of 11,000 req/s:
+    # 11,000 x 635 s x 3 runs x 3 systems.
+    (dict(users=1000, think_time_s=0.0, mock_latency_ms=60.0, locust_processes=1,
+          runs_per_gateway=3, gateways=("a", "b", "c")), 62_865_000),
+    # Two processes lift the ceiling to 22,000 req/s: the users' own pace decides,
+    # 16,666.7 x 635 x 3 x 3.
+    (dict(users=1000, think_time_s=0.0, mock_latency_ms=60.0, locust_processes=2,
+          runs_per_gateway=3, gateways=("a", "b", "c")), 95_250_000),
+    # Streaming: a call takes at least 1 s think + 60 ms + 20 chunks x 20 ms = 1.46 s, so 100
+    # users ask 68.49 req/s: 68.49 x 635 x 2 runs x 2 systems = 173,972.6.
+    (dict(users=100, think_time_s=1.0, mock_latency_ms=60.0, stream=True, stream_chunks=20,
+          chunk_delay_ms=20.0, locust_processes=1, runs_per_gateway=2, gateways=("a", "b")),
+     173_972),
+    # Open loop: exactly the schedule's slots, 10/s through the 5 s warmup then 20 s at each of
+    # 10, 20 and 40/s: (50 + 1,400) x 2 runs x 2 systems.
+    (dict(open_loop_rates_per_s=(10.0, 20.0, 40.0), open_loop_step_s=20.0, users=100,
+          runs_per_gateway=2, gateways=("a", "b")), 5_800),
+])
+def test_the_disk_estimate_has_a_realistic_ceiling(settings, rows):
+    assert PLANNED_MAX_RATE_PER_PROCESS == 11_000.0
+    assert StudyConfig(**LOAD_635_S, **settings).planned_rows() == rows
 
 
 def test_standard_defaults_match_the_protocol():

@@ -1,7 +1,9 @@
 """Plans interleave systems round by round, in a seeded order, with stable comparison keys."""
+from harness.model.affinity import CpuAffinity, Niceness
 from harness.model.config import from_profile
 from harness.model.gateway_spec import load_gateway_spec
-from harness.model.plan import make_plan
+from harness.model.plan import LoadShape, MockSettings, comparison_key, make_plan
+from harness.model.topology import Host, Topology, Workers, local_topology
 
 
 def specs(names):
@@ -36,10 +38,45 @@ def test_comparison_keys():
     assert all(len(k) == 1 for k in keys.values()), "repeated runs of a system share a key"
     assert keys["direct"] != keys["nginx"]
     key = next(iter(keys["nginx"]))
-    assert len(key) == 64 and int(key, 16) >= 0
+    assert len(key) == 64
     other = make_plan(from_profile("standard", gateways=["direct", "nginx"], users=999),
                       specs(c.gateways))
     assert {p.comparison_key for p in other if p.system == "nginx"} != keys["nginx"]
     reseeded = make_plan(from_profile("standard", gateways=["direct", "nginx"], seed=5),
                          specs(c.gateways))
     assert {p.comparison_key for p in reseeded if p.system == "nginx"} == keys["nginx"]
+
+
+# Keys recorded today for two fully specified runs. A comparison key is written into every run
+# manifest and compared across studies (and suites) recorded at different times, so the promise
+# is that a run configured as before keeps the key it had: a change to the key's recipe (a new
+# field of LoadShape or MockSettings that always enters the key, a renamed one, another JSON
+# canonical form) makes every recorded study incomparable with new ones and must fail here.
+# A new setting keeps earlier keys by entering the key only when set (as resilience and the
+# others below do). Never update these literals to make the test pass.
+LOAD = LoadShape(users=50, ramp_s=10.0, hold_s=30.0, min_hold_requests=100, max_hold_s=60.0,
+                 warmup_s=5.0, warmup_users=5, think_time_s=0.5, locust_processes=2,
+                 request_timeout_s=30.0, max_tokens=16, stream=True, open_loop_rates_per_s=(),
+                 open_loop_step_s=0.0, feature="", request_bytes=0)
+MOCK = MockSettings(latency_ms=60.0, workers=1, response_tokens=16, stream_chunks=20,
+                    chunk_delay_ms=20.0)
+TOML_SHA256 = "ab" * 32
+RECORDED_PLAIN_KEY = "cf6646dabda76ed3ee3b364f269cb4068c121cd11b1e838f64ee2d3793c8ac34"
+RECORDED_EVERYTHING_SET_KEY = "d9885616af5d611c587e38c2e72ee170425fbd41c62ca28661dd63da80709149"
+
+
+def test_recorded_comparison_keys_keep():
+    assert comparison_key("nginx", LOAD, MOCK, 2, TOML_SHA256) == RECORDED_PLAIN_KEY
+    # every optional part at its unset value is the run as it was before that part existed
+    assert comparison_key("nginx", LOAD, MOCK, 2, TOML_SHA256, local_topology(), "shipped",
+                          CpuAffinity(), "", (), Niceness()) == RECORDED_PLAIN_KEY
+    two_hosts = Topology(hosts=(Host("a", "10.0.0.1"), Host("b", "10.0.0.2", ("ssh", "b"), True)),
+                         mock="a", system="b", locust_master="a",
+                         locust_workers=(Workers("a", 2),), source="two-hosts.toml")
+    faulty = MockSettings(latency_ms=60.0, workers=1, response_tokens=16, stream_chunks=20,
+                          chunk_delay_ms=20.0, fault_scenario="errors", faults="[]", fault_seed=3,
+                          fault_start_s=10.0, fault_duration_s=20.0, fault_lead_s=10.0)
+    assert comparison_key("nginx", LOAD, faulty, 2, TOML_SHA256, two_hosts, "recommended",
+                          CpuAffinity(load="0", mock="1", system="1"), "0123abcd" * 5,
+                          (("SLUICE_TEST_DELAY_MS", "1"),),
+                          Niceness(load=5, mock=5, system=0)) == RECORDED_EVERYTHING_SET_KEY

@@ -1,7 +1,6 @@
 """Suites of cells: paths, expansion, exclusions, comparison keys, comparing two suites, and the
 smoke suite for real through papermill."""
 import dataclasses
-import hashlib
 import json
 import os
 import shutil
@@ -10,7 +9,7 @@ import pytest
 from synthetic import RunParams, make_study, write_suite_manifest
 
 from harness.commands import main
-from harness.model.config import REPO_DIR
+from harness.model.config import REPO_DIR, StudyConfig
 from harness.model import suite as M
 from harness.model.formats import SUITE_MANIFEST
 from harness.run import suite as R
@@ -137,15 +136,62 @@ def test_noise_suites_parse_and_list_their_cells(tmp_path, capsys, monkeypatch):
             for c in cells if not c.excluded]
     assert pins == [("", "", ""), ("0", "1", "1"), ("0", "0", "1")]
     assert all(c.excluded.startswith("excluded by the suite") for c in cells if c.config is None)
-    # unpinned, the aa cell has the key it had before affinity existed (and capture-ab's "on" cell)
+    # unpinned, the aa cell has the key of capture-ab's "on" cell (which never had pins); that a
+    # setting left empty keeps the key it had before the setting existed is pinned in
+    # test_recorded_cell_keys_keep
     assert cells[0].comparison_key == capture[1].comparison_key
-    unpinned = {k: v for k, v in cells[0].config.to_dict().items()
-                if k not in M.NOT_IN_KEY and k not in M.IN_KEY_WHEN_SET}
-    tomls = {g: M.load_gateway_spec(g, cells[0].config.systems_dir).toml_sha256 for g in cells[0].config.gateways}
-    old = hashlib.sha256(json.dumps({"config": unpinned, "gateway_toml_sha256": tomls}, sort_keys=True,
-                                    separators=(",", ":")).encode()).hexdigest()
-    assert cells[0].comparison_key == old
     assert len({c.comparison_key for c in cells if not c.excluded}) == 3
+
+
+# A cell fixed in every setting and in the bytes of its systems' gateway.toml, and the keys
+# recorded for it today. A suite's manifest records each cell's key and two suites are compared
+# only where their keys are equal, so the promise is that a cell configured as before keeps the
+# key it had: a change to the key's recipe (a new setting that enters the key while empty, the
+# JSON form, the hash) makes every recorded suite incomparable with new ones and must fail
+# here. A new setting keeps earlier keys by joining IN_KEY_WHEN_SET. Never update these
+# literals to make the test pass.
+FIXED_CELL = dict(
+    gateways=("alpha", "beta"), profile="smoke", reference_system="beta", aa_pair=(),
+    gate_system="alpha", gate_base_system="", builds=(), system_env=(), runs_per_gateway=3,
+    users=50, ramp_s=10.0, hold_s=30.0, min_hold_requests=0, max_hold_s=120.0, warmup_s=5.0,
+    warmup_users=5, idle_s=3.0, cooldown_s=5.0, think_time_s=1.0, locust_processes=1,
+    request_timeout_s=30.0, mock_latency_ms=60.0, mock_workers=1, mock_response_tokens=16,
+    stream=False, stream_chunks=20, chunk_delay_ms=20.0, fault_scenario="", fault_start_s=10.0,
+    fault_duration_s=0.0, fault_seed=-1, fault_lead_s=10.0, resilience="shipped",
+    open_loop_rates_per_s=(), open_loop_step_s=20.0, feature="", request_bytes=0,
+    wire_capture_s=20.0, wire_capture_offset_s=2.0, wire_snaplen_bytes=512, gateway_workers=2,
+    ready_timeout_s=60.0, seed=0, base_port=0, topology="", cpu_affinity_load="",
+    cpu_affinity_mock="", cpu_affinity_system="", nice_load=0, nice_mock=0, nice_system=0,
+    out_dir="artifacts/suites/fixed", study_id="cell-01")
+GATEWAY_TOML = """schema_version = 1
+name = "{name}"
+kind = "competitor"
+description = "A fixed declaration: its bytes are part of the recorded cell key."
+
+[start]
+command = ["{name}", "--port", "{{{{port}}}}"]
+
+[request]
+base_url = "http://127.0.0.1:{{{{port}}}}"
+"""
+RECORDED_CELL_KEY = "1fb04a67ca3d22b409e787286d7436f37fc62fa79035458b7df153de44b68638"
+RECORDED_CELL_KEY_ALL_SET = "cee2b3a3e2cf4b6071ac2f5b1d9b7417048fe0c8cf0fb1c260b5067a4864f3c0"
+
+
+def test_recorded_cell_keys_keep(tmp_path):
+    for name in ("alpha", "beta"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "gateway.toml").write_text(GATEWAY_TOML.format(name=name))
+    config = StudyConfig(**FIXED_CELL, gateways_dir=str(tmp_path))
+    assert M.cell_key(config) == RECORDED_CELL_KEY
+    # where it is written, what it is called and the preset it came from are not in the key
+    assert M.cell_key(dataclasses.replace(config, base_port=9000, out_dir="elsewhere",
+                                          study_id="x", profile="standard")) == RECORDED_CELL_KEY
+    every_one_set = dict(cpu_affinity_load="0", cpu_affinity_mock="1", cpu_affinity_system="1",
+                         nice_load=5, nice_mock=5, nice_system=0, gate_base_system="alpha~base",
+                         builds=("alpha~base=main~1",), system_env=("alpha:SLUICE_TEST_DELAY_MS=1",))
+    assert set(every_one_set) == set(M.IN_KEY_WHEN_SET)
+    assert M.cell_key(dataclasses.replace(config, **every_one_set)) == RECORDED_CELL_KEY_ALL_SET
 
 
 def _fake_suite(root, suite_id, cells):

@@ -27,6 +27,7 @@ from harness.checks import rules
 from harness.model.config import REPO_DIR
 from harness.model.formats import GATE_RECORD, UnknownVersionError
 from harness.files.atomic import write_atomic
+from harness.model.errors import UserError
 
 GATE_RECORD_VERSION = GATE_RECORD.version
 HISTORY_DIR = REPO_DIR / "baselines" / "gate"
@@ -37,7 +38,7 @@ _V1_FIGURES = {"throughput_ratio": "throughput_rps", "overhead_p50_ratio": "over
 _REQUIRED = ("profile", "machine", "commit", "study_id", "head_vs_base", "head_vs_reference")
 
 
-class HistoryError(ValueError):
+class HistoryError(UserError, ValueError):
     """A record that cannot be read; the message names the file and what to do."""
 
 

@@ -6,11 +6,12 @@ from typing import Sequence
 
 import pandas as pd
 
+from harness.model.errors import UserError
 from harness.model.metrics import metric
 from harness.stats.metrics import OVERHEAD_EPSILON_MS
 
 
-class CheckInputError(RuntimeError):
+class CheckInputError(UserError, RuntimeError):
     """The check cannot be made from this input (exit code 2)."""
 
 

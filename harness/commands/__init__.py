@@ -3,7 +3,8 @@
 Each command module has HELP (one line), add_arguments(parser) and run(args) -> exit code.
 Heavy imports (papermill, pandas, the runner) happen inside run(), so `--help` stays quick.
 Exit codes: 0 success, 1 the thing ran and failed (a study not completed, a regression), 2 bad
-input (parameters, files), reported as one line per problem before anything starts.
+input (parameters, files, directories, artifacts: any harness.model.errors.UserError), reported
+as one `error:` line per problem before anything starts.
 """
 from __future__ import annotations
 
@@ -11,8 +12,7 @@ import argparse
 import importlib
 import sys
 
-from harness.model.config import ConfigError
-from harness.model.gateway_spec import GatewaySpecError
+from harness.model.errors import UserError
 
 # In the order `--help` lists them.
 COMMANDS = ("notebook", "study", "suite", "report", "install", "gate", "aa", "soak")
@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
         return args.run(args)
-    except (ConfigError, GatewaySpecError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except UserError as exc:     # bad input, whichever command and layer found it
+        for line in exc.lines():
+            print(f"error: {line}", file=sys.stderr)
         return 2

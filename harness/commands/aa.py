@@ -9,7 +9,6 @@ Exit 0 pass, 1 noise too high, 2 bad input (harness/checks/aa.py).
 from __future__ import annotations
 
 import argparse
-import sys
 
 HELP = "A/A check of a study: two copies of one system must agree"
 
@@ -25,14 +24,10 @@ def run(args: argparse.Namespace) -> int:
     from harness import stats
     from harness.checks import aa
     try:
-        try:
-            study = stats.load_study(args.study_dir)
-        except stats.ArtifactError as exc:
-            raise aa.AAInputError(str(exc)) from None
+        study = stats.load_study(args.study_dir)
         a, b = aa.pair(study.manifest, args.a, args.b)
         result = aa.aa_check(stats.run_summary(study), a, b)
-    except aa.AAInputError as exc:
-        print(f"A/A check: cannot be made: {exc}", file=sys.stderr)
-        return aa.EXIT_BAD_INPUT
+    except (stats.ArtifactError, aa.AAInputError) as exc:   # exit 2, with what was attempted
+        raise aa.AAInputError(f"A/A check: cannot be made: {exc}") from None
     print(result.text)
     return result.exit_code

@@ -59,7 +59,16 @@ def run(args: argparse.Namespace) -> int:
     else:
         return run_gate(history_dir, getattr(args, "base", None), getattr(args, "head_env", []),
                         getattr(args, "set", []))
-    print(result.text, file=sys.stderr if result.exit_code == gate.EXIT_BAD_INPUT else sys.stdout)
+    return shown(result)
+
+
+def shown(result) -> int:
+    """Print a verdict and return its exit code; one that could not be made is bad input,
+    raised for the command line to report (exit 2)."""
+    from harness.checks import gate
+    if result.exit_code == gate.EXIT_BAD_INPUT:
+        raise gate.GateInputError(result.text)
+    print(result.text)
     return result.exit_code
 
 
@@ -102,6 +111,4 @@ def run_gate(history_dir, base: str | None, head_env: list[str], settings: list[
         print("gate: FAIL — runs failed or systems could not run: " + "; ".join(
             [f"{r.run_id}: {r.reason.splitlines()[0]}" for r in failed] + skipped))
         return gate.EXIT_FAIL
-    verdict = gate.check(result.study_dir, history_dir)
-    print(verdict.text, file=sys.stderr if verdict.exit_code == gate.EXIT_BAD_INPUT else sys.stdout)
-    return verdict.exit_code
+    return shown(gate.check(result.study_dir, history_dir))

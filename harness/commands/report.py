@@ -10,7 +10,6 @@ builds each cell's report when it is missing) and prints its path.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 HELP = "build report.html of a study (or a suite) directory"
@@ -48,25 +47,20 @@ def is_suite(directory: Path) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness import stats
     directory = Path(args.directory)
-    try:
-        if is_suite(directory):
-            from report.suite import build_suite_report
-            print(build_suite_report(directory, args.compare))
-            return 0
-        if args.compare:
-            from report.compare import build_compare
-            print(build_compare(args.compare, directory, out=args.out))
-            return 0
-        from report.build import build_report
-        extra = {k: v for k, v in (("bin_users", args.bin_users),
-                                   ("vcpu_hour_usd", args.vcpu_hour_usd),
-                                   ("gb_hour_usd", args.gb_hour_usd),
-                                   ("load_rps", args.load_rps)) if v is not None}
-        print(build_report(directory, via_notebook=args.via_notebook, reference=args.reference,
-                           out=args.out, **extra))
-    except stats.ArtifactError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    if is_suite(directory):
+        from report.suite import build_suite_report
+        print(build_suite_report(directory, args.compare))
+        return 0
+    if args.compare:
+        from report.compare import build_compare
+        print(build_compare(args.compare, directory, out=args.out))
+        return 0
+    from report.build import build_report
+    extra = {k: v for k, v in (("bin_users", args.bin_users),
+                               ("vcpu_hour_usd", args.vcpu_hour_usd),
+                               ("gb_hour_usd", args.gb_hour_usd),
+                               ("load_rps", args.load_rps)) if v is not None}
+    print(build_report(directory, via_notebook=args.via_notebook, reference=args.reference,
+                       out=args.out, **extra))
     return 0

@@ -11,7 +11,6 @@ report <suite-dir>` builds its report.
 from __future__ import annotations
 
 import argparse
-import sys
 
 HELP = "run a suite of cells (or list them, or compare two suites)"
 
@@ -73,20 +72,14 @@ def run(args: argparse.Namespace) -> int:
             print(compare_text(*args.compare))
             return 0
         if not args.suite:
-            print("error: a suite file (or --compare A B) is needed", file=sys.stderr)
-            return 2
-        try:
-            suite = load_suite(args.suite)
-            cells = expand(suite, args.out_dir)
-        except SuiteError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+            raise SuiteError("a suite file (or --compare A B) is needed")
+        suite = load_suite(args.suite)
+        cells = expand(suite, args.out_dir)
         print(cells_table(cells).to_string(index=False))
         if args.dry_run:
             return 0
         if not any(c.config for c in cells):
-            print("error: no cell of this suite can run", file=sys.stderr)
-            return 2
+            raise SuiteError("no cell of this suite can run")
         result = run_suite(suite, cells, args.out_dir, args.suite_id)
         print(suite_table(result.suite_dir).to_string(index=False))
     return 0 if result.status == "completed" else 1

@@ -9,6 +9,7 @@ import pandas as pd
 
 from harness.files.store import parquet_version, read_json, sha256_file
 from harness.model import migrate
+from harness.model.errors import UserError
 from harness.model.formats import (
     FAULT_SCHEDULE,
     MOCK_STATS,
@@ -21,7 +22,7 @@ from harness.model.schema import MOCK_REQUESTS, Table
 from harness.model.suite import SuiteManifest
 
 
-class ArtifactError(RuntimeError):
+class ArtifactError(UserError, RuntimeError):
     """A study directory that cannot be analysed as it is."""
 
 

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.model.errors import UserError
 from harness.model.profiles import PROFILES
 
 REPO_DIR = Path(__file__).resolve().parents[2]
@@ -34,7 +35,7 @@ OPEN_LOOP_USER_HEADROOM = 2.0
 RESILIENCE = ("shipped", "recommended")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """Bad study parameters; raised before any process starts. One line per problem."""
 
     def __init__(self, problems: list[str]):
@@ -43,6 +44,10 @@ class ConfigError(ValueError):
             super().__init__(f"invalid study parameter: {problems[0]}")
         else:
             super().__init__("invalid study parameters:\n  - " + "\n  - ".join(problems))
+
+    def lines(self) -> list[str]:
+        one_line = (" ".join(str(p).split()) for p in self.problems)   # a problem is one line
+        return [f"invalid study parameter: {p}" for p in one_line if p] or super().lines()
 
 
 @dataclass(frozen=True)

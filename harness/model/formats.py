@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.model.errors import UserError
 
-class UnknownVersionError(ValueError):
+
+class UnknownVersionError(UserError, ValueError):
     """An artifact written in a format this harness does not know (newer, or not ours)."""
 
 

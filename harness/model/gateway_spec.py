@@ -14,6 +14,7 @@ from pathlib import Path
 from harness.model import toml_schema as T
 from harness.model.config import GATEWAYS_DIR, REPO_DIR
 from harness.model.dialects import DIALECTS
+from harness.model.errors import UserError
 
 GATEWAY_TOML_VERSION = 1   # the version of the gateway.toml format (gateways/README.md)
 KINDS = ("baseline", "in-house", "competitor")
@@ -54,7 +55,7 @@ SCHEMA = T.Table(required=("schema_version", "name", "kind"), keys={
 })
 
 
-class GatewaySpecError(ValueError):
+class GatewaySpecError(UserError, ValueError):
     """A gateway.toml that cannot be used, with the file and the key at fault."""
 
 

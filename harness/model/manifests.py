@@ -18,11 +18,12 @@ from typing import Any
 
 from harness.model import migrate
 from harness.model.config import StudyConfig
+from harness.model.errors import UserError
 from harness.model.plan import RunSpec
 from harness.model.formats import RUN_MANIFEST, STUDY_MANIFEST, Format
 
 
-class ManifestError(ValueError):
+class ManifestError(UserError, ValueError):
     """A manifest that does not have the shape of its schema version; names the file."""
 
 

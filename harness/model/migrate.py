@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import pandas as pd
 
+from harness.model.errors import UserError
 from harness.model.formats import TABLE_FORMATS
 from harness.model.gateway_spec import folder_of
 from harness.model.schema import Table, missing_value
 
 
-class TableFormatError(ValueError):
+class TableFormatError(UserError, ValueError):
     """A Parquet table without the columns of its version."""
 
 

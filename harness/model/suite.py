@@ -41,6 +41,7 @@ from harness.model import config as config_mod
 from harness.model import migrate
 from harness.model import toml_schema as T
 from harness.model.config import ConfigError, StudyConfig
+from harness.model.errors import UserError
 from harness.model.formats import SUITE_MANIFEST
 from harness.model.gateway_spec import load_gateway_spec
 from harness.model.manifests import ManifestError, from_plain, to_plain
@@ -71,7 +72,7 @@ SCHEMA = T.Table({"name": T.STR, "description": T.STR, "profile": T.STR,
                                               required=("where", "reason")))})
 
 
-class SuiteError(ValueError):
+class SuiteError(UserError, ValueError):
     """A suite file that cannot be expanded; raised before any process starts."""
 
 

@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Union
 
+from harness.model.errors import UserError
 
-class TomlSchemaError(ValueError):
+
+class TomlSchemaError(UserError, ValueError):
     """A TOML file that cannot be read or does not match its format; one line per problem."""
 
     def __init__(self, problems: list[str]):

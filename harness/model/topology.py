@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.model import toml_schema as T
+from harness.model.errors import UserError
 
 TOPOLOGY_VERSION = 1
 # The format of a topology file (README: Multi-host runs).
@@ -30,7 +31,7 @@ SCHEMA = T.Table(required=("schema_version", "hosts", "roles"), keys={
 })
 
 
-class TopologyError(ValueError):
+class TopologyError(UserError, ValueError):
     """A topology file that cannot be used; one line per problem."""
 
     def __init__(self, problems: list[str]):
