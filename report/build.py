@@ -19,7 +19,7 @@ import jinja2
 
 from harness.files.atomic import write_atomic
 from harness.files.readers import read_study_manifest
-from harness.stats.metrics import DEFAULT_BIN_USERS
+from harness.stats.definitions import DEFAULT_BIN_USERS
 from report.data import ReportData, collect
 from report.index import build_index
 from report.sections import REPO_DIR, SECTIONS, render_page, render_section

@@ -19,12 +19,12 @@ from harness.files.atomic import write_atomic
 from harness.stats.across import OPTIONAL_FIGURES, measured, side_by_side, verdict
 from harness.stats.loading import Study, load_study
 from harness.stats.machines import MachineMatch, same_machine
-from harness.stats.metrics import COMPARE_METRICS
+from harness.stats.definitions import COMPARE_METRICS
 from harness.stats.runs import run_summary
 from report import format as F
 from report.sections import render, style
 from report.suite import compare_table, side_by_side_table
-from report.table import table
+from report.grid import table
 
 
 def _keys(study: Study, system: str) -> frozenset[str]:

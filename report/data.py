@@ -16,7 +16,7 @@ from harness.stats.across import (
     system_summary,
 )
 from harness.stats.loading import Study, load_study
-from harness.stats.metrics import DEFAULT_BIN_USERS
+from harness.stats.definitions import DEFAULT_BIN_USERS
 from harness.stats.ramp import ramp_curve
 from harness.stats.runs import run_summary
 from harness.stats.sizing import (

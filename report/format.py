@@ -11,7 +11,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 from harness.model.metrics import METRICS, Metric, metric
-from harness.stats.metrics import VERDICT_ALPHA, VERDICT_MIN_EFFECT
+from harness.stats.definitions import VERDICT_ALPHA, VERDICT_MIN_EFFECT
 from harness.stats.outcomes import Basis, Outcome
 
 DASH = "—"

@@ -11,7 +11,7 @@ from harness.files.atomic import write_atomic
 from harness.files.readers import ArtifactError, read_study_manifest
 from report import format as F
 from report.sections import render, style
-from report.table import Cell, Part, cell, table
+from report.grid import Cell, Part, cell, table
 
 INDEX_NAME = "index.html"
 

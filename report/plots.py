@@ -10,7 +10,7 @@ import pandas as pd
 
 from harness.model.metrics import metric
 from harness.stats.across import describe
-from harness.stats.faults import BIN_S as FAULT_BIN_S
+from harness.stats.fault_lane import BIN_S as FAULT_BIN_S
 from harness.stats.open_loop import KEPT_UP_SHARE, OPEN_LOOP_BOUNDS_MS
 from harness.stats.ramp import rss_timeline
 from report.data import ReportData
@@ -284,7 +284,7 @@ def _ran(run) -> str:
 def plot_fault_timelines(timelines: pd.DataFrame, colors: dict[str, str],
                          title: str) -> str | None:
     """Success share and amplification per 1-s bin of the hold (``fault_timelines`` of
-    harness.stats.faults), each run a thin line of its system's colour (dashed: the recommended
+    harness.stats.fault_lane), each run a thin line of its system's colour (dashed: the recommended
     configuration; crosses: a run that did not complete), the fault window shaded."""
     if timelines.empty:
         return None

@@ -13,7 +13,7 @@ from scipy import stats
 
 from harness.model.metrics import metric
 from harness.model.dialects import ERROR_BODY_PREFIX_BYTES
-from harness.stats.faults import (
+from harness.stats.fault_lane import (
     RECOVERY_MS,
     RECOVERY_SHARE,
     fault_summary,
@@ -22,7 +22,7 @@ from harness.stats.faults import (
 from harness.stats.feature_cost import feature_cost
 from harness.stats.loading import cpu_count, mock_latency_ms
 from harness.stats.machines import machine_facts
-from harness.stats.metrics import DEFINITIONS
+from harness.stats.definitions import DEFINITIONS
 from harness.stats.open_loop import OPEN_LOOP_DEFINITIONS, is_open_loop, open_loop_steps
 from harness.stats.outcomes import Label
 from harness.stats.sizing import HOURS_PER_MONTH
@@ -32,9 +32,9 @@ from harness.stats.streaming import (
     stream_summary,
 )
 from report import format as F
-from report import plots, summary, tables
+from report import fault_tables, plots, summary, tables
 from report.data import ReportData
-from report.table import rows_of, table
+from report.grid import rows_of, table
 
 HERE = Path(__file__).resolve().parent
 REPO_DIR = HERE.parent
@@ -177,7 +177,7 @@ def section_faults(data: ReportData) -> str:
         first = data.study.run(runs["run_id"].iloc[0]).spec.mock
         scenarios.append({"name": name, "start_s": f"{first.fault_start_s:g}",
                           "duration_s": f"{first.fault_duration_s:g}",
-                          "table": tables.faults(per_window[per_window["scenario"] == name], runs,
+                          "table": fault_tables.faults(per_window[per_window["scenario"] == name], runs,
                                                  data.study.systems, data.study.not_measured(
                                                      "requests", "error_body_dialect"))})
     return render("faults.html.j2", scenarios=scenarios,

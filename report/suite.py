@@ -14,22 +14,23 @@ from pathlib import Path
 import pandas as pd
 from markupsafe import Markup
 
-from harness.model import faults
+from harness.model.fault_scenarios import duration_of
 from harness.model.config import RESILIENCE
 from harness.model.metrics import metric
 from harness.stats import suite as S
 from harness.model.dialects import ERROR_BODY_PREFIX_BYTES
 from harness.files.readers import read_suite_manifest
 from harness.model.suite import CellEntry, SuiteManifest, axis_text
-from harness.stats.faults import RECOVERY_MS, RECOVERY_SHARE
+from harness.stats.fault_lane import RECOVERY_MS, RECOVERY_SHARE
 from report import build
 from report import format as F
 from report.data import system_colors
 from report.plots import plot_fault_timelines
 from report.sections import render, style
 from report.summary import fault_findings
-from report.table import Cell, Part, Row, Table, cell, from_frame, table
-from report.tables import fault_suite, suite_cells
+from report.grid import Cell, Part, Row, Table, cell, from_frame, table
+from report.fault_tables import fault_suite
+from report.tables import suite_cells
 
 REPORT_NAME = "report.html"
 
@@ -87,7 +88,7 @@ def _values(entry: CellEntry) -> str:
     return ", ".join(f"{k} = {axis_text(v)}" for k, v in entry.values.items())
 
 
-def fault_scenarios(suite_dir: str | Path, manifest: SuiteManifest) -> list[dict]:
+def scenario_sections(suite_dir: str | Path, manifest: SuiteManifest) -> list[dict]:
     """Per fault scenario of the suite, in the order of its cells: its window, the sentences, the
     table (systems in the suite's order, then the resilience asked, shipped first), the plot in
     the report's system colours, and its cells without figures and why."""
@@ -112,7 +113,7 @@ def fault_scenarios(suite_dir: str | Path, manifest: SuiteManifest) -> list[dict
         out.append({
             "name": scenario, "id": table_id,
             "start_s": f"{config['fault_start_s']:g}" if config else "",
-            "duration_s": (f"{faults.duration_of(scenario, config['fault_duration_s']):g}"
+            "duration_s": (f"{duration_of(scenario, config['fault_duration_s']):g}"
                            if config else ""),
             "findings": fault_findings(sub, f"#{table_id}") if len(sub) else [],
             "table": fault_suite(sub, table_id) if len(sub) else None,
@@ -157,7 +158,7 @@ def render_suite_html(suite_dir: str | Path, compare_with: str | Path | None = N
                   compared=comparison is not None,
                   apart=None if apart is None else from_frame(apart, "suite-not-comparable-table",
                                                               wide=True),
-                  other=str(compare_with), faults=fault_scenarios(suite_dir, manifest),
+                  other=str(compare_with), faults=scenario_sections(suite_dir, manifest),
                   share=f"{RECOVERY_SHARE:.0%}", slack=f"{RECOVERY_MS:g}",
                   prefix=f"{ERROR_BODY_PREFIX_BYTES // 1024} KiB")
     return render("page.html.j2", title_prefix="Sluice suite", title=manifest.suite_id,

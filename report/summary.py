@@ -13,7 +13,7 @@ import pandas as pd
 from harness.model.metrics import metric
 from harness.model.roles import FLOOR
 from harness.stats.keeping_up import keeping_up
-from harness.stats.metrics import OFFERED_SHARE
+from harness.stats.definitions import OFFERED_SHARE
 from harness.stats.outcomes import Basis, Label, Outcome
 from harness.stats.sizing import sizing
 from report import format as F
@@ -185,7 +185,7 @@ def _leaders(ranked: list[dict], name: str, m: str, highest: bool) -> list[dict]
 
 
 def fault_findings(rows: pd.DataFrame, href: str = "") -> list[Sentence]:
-    """One scenario of a faults suite (report.tables.fault_suite's rows), per cell (each value of
+    """One scenario of a faults suite (report.fault_tables.fault_suite's rows), per cell (each value of
     the resilience axis asked, and of any other axis): which system had the highest success
     share during the fault, which the lowest amplification, and each in-house system against
     the best other one (highest success, then fewest provider requests). The floor, the client

@@ -9,11 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.model import faults
+from harness.model import fault_scenarios
 from harness.model.config import ConfigError, from_profile
 from harness.model.validation import validate
 from harness.model.plan import MockSettings, comparison_key, fault_settings
-from harness.stats import faults as fstats
+from harness.stats import fault_lane as fstats
 
 T0 = 1_700_000_000.0
 SET_MS = 60.0
@@ -39,20 +39,20 @@ def _mock(times_s, path="/v1/chat/completions"):
 
 def test_every_scenario_renders_a_schedule_the_mock_accepts():
     from mocks.faults import parse_schedule
-    for name in faults.SCENARIOS:
-        parse_schedule(faults.schedule_json(name, 15.0, faults.duration_of(name, 0.0)))
+    for name in fault_scenarios.SCENARIOS:
+        parse_schedule(fault_scenarios.schedule_json(name, 15.0, fault_scenarios.duration_of(name, 0.0)))
 
 
 def test_bursts_stay_inside_the_window():
-    sched = faults.render("overloaded", 15.0, 30.0)
+    sched = fault_scenarios.render("overloaded", 15.0, 30.0)
     assert [s["start_s"] for s in sched] == [15.0, 25.0, 35.0]
     assert all(s["start_s"] + s["duration_s"] <= 45.0 for s in sched)
 
 
 def test_provider_down_keeps_its_own_duration():
-    assert faults.duration_of("provider_down", 0.0) == 10.0
-    assert faults.duration_of("error_burst", 0.0) == 30.0
-    assert faults.duration_of("error_burst", 5.0) == 5.0
+    assert fault_scenarios.duration_of("provider_down", 0.0) == 10.0
+    assert fault_scenarios.duration_of("error_burst", 0.0) == 30.0
+    assert fault_scenarios.duration_of("error_burst", 5.0) == 5.0
 
 
 def _problems(tmp_path, **kw):
@@ -63,8 +63,8 @@ def _problems(tmp_path, **kw):
 
 def test_faults_profile_validates(tmp_path):
     validate(from_profile("faults", out_dir=str(tmp_path)))
-    for name in faults.SCENARIOS:
-        if not faults.scenario(name).needs_stream:
+    for name in fault_scenarios.SCENARIOS:
+        if not fault_scenarios.scenario(name).needs_stream:
             validate(from_profile("faults", out_dir=str(tmp_path), fault_scenario=name))
 
 
@@ -117,11 +117,11 @@ def test_fault_seed_defaults_to_the_study_seed_and_keys_without_faults_are_uncha
 
 
 def test_overloaded_uses_the_providers_own_answer_and_failover_a_standby():
-    assert {s["kind"] for s in faults.render("overloaded", 15.0, 30.0)} == {"overloaded"}
-    (spec,) = faults.render("failover", 15.0, 30.0)
+    assert {s["kind"] for s in fault_scenarios.render("overloaded", 15.0, 30.0)} == {"overloaded"}
+    (spec,) = fault_scenarios.render("failover", 15.0, 30.0)
     assert spec == {"kind": "status", "status": 503, "share": 1.0, "start_s": 15.0, "duration_s": 30.0}
-    assert faults.needs_standby("failover")
-    assert not any(faults.needs_standby(n) for n in ("", "error_burst", "provider_down"))
+    assert fault_scenarios.needs_standby("failover")
+    assert not any(fault_scenarios.needs_standby(n) for n in ("", "error_burst", "provider_down"))
 
 
 def test_resilience_is_shipped_or_recommended_and_the_fault_profile_recommends(tmp_path):

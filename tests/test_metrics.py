@@ -10,9 +10,9 @@ from harness import stats as A
 from harness.checks import aa, rules
 from harness.model.metrics import METRICS, Better, metric
 from harness.stats import suite as S
-from harness.stats.metrics import SUMMARY_METRICS
+from harness.stats.definitions import SUMMARY_METRICS
 from report import format as F
-from report import tables
+from report import fault_tables, tables
 from report.data import collect
 
 # Every list of metrics a table or a check shows: each must be in the registry.
@@ -24,8 +24,8 @@ METRIC_LISTS = {
     "self overhead": tuple(m for trio in tables.SELF_OVERHEAD for m in trio),
     "suite": S.CELL_METRICS + S.LANE_METRICS, "A/A": aa.DEFAULT_METRICS,
     "gate": tuple(r.metric for r in rules.GATED) + rules.TAILS,
-    "faults": tables.FAULT_WINDOW_METRICS,
-    "faults suite": tuple(m for _, m, _ in tables.FAULT_SUITE_FIGURES),
+    "faults": fault_tables.FAULT_WINDOW_METRICS,
+    "faults suite": tuple(m for _, m, _ in fault_tables.FAULT_SUITE_FIGURES),
 }
 
 

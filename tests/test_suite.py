@@ -321,7 +321,7 @@ def _fault_suite(root):
 
 
 def test_fault_suite_table_per_system_and_configuration(tmp_path):
-    from report import tables
+    from report import fault_tables
     rows, timelines = S.fault_table(_fault_suite(tmp_path))
     assert set(rows["scenario"]) == {"error_burst", "provider_down"}   # cell-04 has no study
     burst = rows[rows["scenario"] == "error_burst"].set_index(["cell", "system"])
@@ -329,7 +329,7 @@ def test_fault_suite_table_per_system_and_configuration(tmp_path):
     assert burst.loc[("cell-02", "sluice"), "runs"] == 2
     assert burst.loc[("cell-01", "bifrost"), "not_run"] == BIFROST
     assert set(timelines["cell"]) == {"cell-01", "cell-02", "cell-03"}
-    shown = tables.fault_suite(rows[rows["scenario"] == "error_burst"], "t").frame()
+    shown = fault_tables.fault_suite(rows[rows["scenario"] == "error_burst"], "t").frame()
     during = F.heading("success_share", "during")
     amp = F.heading("amplification", "during")
     by = {(r["system"].split()[0], r["configuration"]): r for r in shown.to_dict("records")}
@@ -345,7 +345,7 @@ def test_fault_suite_table_per_system_and_configuration(tmp_path):
     (not_run,) = [r for r in shown.to_dict("records") if r["system"].startswith("bifrost")]
     assert not_run["configuration"] == "not run" and not_run["runs"] == "0"
     assert not_run[during] == F.DASH
-    (row,) = [r for r in tables.fault_suite(rows[rows["scenario"] == "error_burst"], "t").rows
+    (row,) = [r for r in fault_tables.fault_suite(rows[rows["scenario"] == "error_burst"], "t").rows
               if r.cells[0].main_text.startswith("bifrost")]
     assert row.cells[1].text.startswith("not run: not runnable here: the Go module")
     assert row.cells[1].title == BIFROST

@@ -8,7 +8,7 @@ import pandas as pd
 
 from harness.model.errors import UserError
 from harness.model.metrics import metric
-from harness.stats.metrics import OVERHEAD_EPSILON_MS
+from harness.stats.definitions import OVERHEAD_EPSILON_MS
 
 
 class CheckInputError(UserError, RuntimeError):

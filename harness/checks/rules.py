@@ -31,7 +31,7 @@ from scipy import stats
 from harness.checks.inputs import floor_of
 from harness.model.metrics import metric
 from harness.stats.across import describe
-from harness.stats.metrics import OVERHEAD_EPSILON_MS
+from harness.stats.definitions import OVERHEAD_EPSILON_MS
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,7 @@ class StudyConfig:
     stream: bool = False                 # streaming lane: SSE responses, timed frame by frame
     stream_chunks: int = 20              # content frames per streamed response
     chunk_delay_ms: float = 20.0         # the mock's gap between content frames
-    fault_scenario: str = ""             # provider-fault lane: a scenario of harness/model/faults.py
+    fault_scenario: str = ""             # provider-fault lane: a scenario of harness/model/fault_scenarios.py
                                          # ("" = a healthy provider)
     fault_start_s: float = 10.0          # the fault window starts this long after the hold starts
     fault_duration_s: float = 0.0        # the window's length; 0 = the scenario's own
@@ -152,16 +152,16 @@ class StudyConfig:
 
     @property
     def study_dir(self) -> Path:
-        return _repo_path(self.out_dir) / self.study_id
+        return repo_path(self.out_dir) / self.study_id
 
     @property
     def systems_dir(self) -> Path:
-        return _repo_path(self.gateways_dir)
+        return repo_path(self.gateways_dir)
 
     @property
     def topology_path(self) -> str:
         """The topology file, absolute ("" = everything on this machine)."""
-        return str(_repo_path(self.topology)) if self.topology else ""
+        return str(repo_path(self.topology)) if self.topology else ""
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -190,7 +190,7 @@ class StudyConfig:
         return int(rate * load_s * self.runs_per_gateway * len(self.gateways))
 
 
-def _repo_path(path: str) -> Path:
+def repo_path(path: str) -> Path:
     p = Path(path)
     return p if p.is_absolute() else REPO_DIR / p
 

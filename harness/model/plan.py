@@ -7,7 +7,7 @@ import json
 import random
 from dataclasses import dataclass, field
 
-from harness.model import faults
+from harness.model import fault_scenarios
 from harness.model.affinity import CpuAffinity, Niceness
 from harness.model.builds import system_env
 from harness.model.config import StudyConfig
@@ -42,7 +42,7 @@ class MockSettings:
     response_tokens: int
     stream_chunks: int = 20
     chunk_delay_ms: float = 20.0
-    # provider faults (harness/model/faults.py); all unset without a scenario
+    # provider faults (harness/model/fault_scenarios.py); all unset without a scenario
     fault_scenario: str = ""
     faults: str = ""                # the rendered schedule (JSON), times after the hold's start
     fault_seed: int = 0
@@ -129,9 +129,9 @@ def fault_settings(config: StudyConfig) -> dict:
     """MockSettings' fault fields for a study ({} without a scenario)."""
     if not config.fault_scenario:
         return {}
-    duration = faults.duration_of(config.fault_scenario, config.fault_duration_s)
+    duration = fault_scenarios.duration_of(config.fault_scenario, config.fault_duration_s)
     return dict(fault_scenario=config.fault_scenario,
-                faults=faults.schedule_json(config.fault_scenario, config.fault_start_s, duration),
+                faults=fault_scenarios.schedule_json(config.fault_scenario, config.fault_start_s, duration),
                 fault_seed=config.seed if config.fault_seed < 0 else config.fault_seed,
                 fault_start_s=config.fault_start_s, fault_duration_s=duration,
                 fault_lead_s=config.fault_lead_s)
@@ -164,7 +164,7 @@ def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec],
     pins = CpuAffinity(load=config.cpu_affinity_load, mock=config.cpu_affinity_mock,
                        system=config.cpu_affinity_system)
     nice = Niceness(load=config.nice_load, mock=config.nice_mock, system=config.nice_system)
-    standby = faults.needs_standby(config.fault_scenario)
+    standby = fault_scenarios.needs_standby(config.fault_scenario)
     rng = random.Random(config.seed)
     plan = []
     for round_index in range(1, config.runs_per_gateway + 1):

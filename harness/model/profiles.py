@@ -49,7 +49,7 @@ PROFILES: dict[str, dict] = {
                       ramp_s=0.0, hold_s=0.0, think_time_s=0.0, open_loop_step_s=20.0,
                       open_loop_rates_per_s=(100.0, 200.0, 400.0, 800.0, 1200.0, 1600.0, 2400.0)),
     # The provider-fault lane: a short steady hold with the provider failing from 15 s to 45 s
-    # (provider_down: 10 s); fault_scenario picks what fails (harness/model/faults.py); each
+    # (provider_down: 10 s); fault_scenario picks what fails (harness/model/fault_scenarios.py); each
     # system configured for resilience as its vendor recommends (resilience=shipped: as installed).
     # The lead covers the slowest start here (LiteLLM's workers and warm-up: ~23 s measured).
     "faults": dict(gateways=("direct", "nginx", "sluice"), users=50, warmup_users=5,

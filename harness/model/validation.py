@@ -7,7 +7,7 @@ import os
 import shutil
 import tempfile
 
-from harness.model import affinity, builds, faults
+from harness.model import affinity, builds, fault_scenarios
 from harness.model.config import (
     BYTES_PER_PLANNED_ROW,
     MAX_REQUEST_BYTES,
@@ -17,7 +17,7 @@ from harness.model.config import (
     RESILIENCE,
     ConfigError,
     StudyConfig,
-    _repo_path,
+    repo_path,
     known_gateways,
 )
 from harness.model.gateway_spec import folder_of
@@ -168,20 +168,20 @@ def _open_loop_problems(config: StudyConfig) -> list[str]:
 
 def _fault_problems(config: StudyConfig) -> list[str]:
     """A fault window this lane can place, or the reasons it cannot."""
-    if config.fault_scenario not in faults.SCENARIOS:
+    if config.fault_scenario not in fault_scenarios.SCENARIOS:
         return [f"fault_scenario: unknown scenario {config.fault_scenario!r}; choose one of "
-                f"{sorted(faults.SCENARIOS)}"]
+                f"{sorted(fault_scenarios.SCENARIOS)}"]
     problems = []
-    if faults.scenario(config.fault_scenario).needs_stream and not config.stream:
+    if fault_scenarios.scenario(config.fault_scenario).needs_stream and not config.stream:
         problems.append(f"fault_scenario: {config.fault_scenario} needs streamed responses; "
                         "set stream=true")
     if config.open_loop_rates_per_s:
         problems.append("fault_scenario: the fault window is placed in the closed loop's hold; "
                         "the open-loop lane has none")
-    if faults.needs_standby(config.fault_scenario) and config.base_port > 65533:
+    if fault_scenarios.needs_standby(config.fault_scenario) and config.base_port > 65533:
         problems.append(f"base_port: {config.fault_scenario} starts a standby provider on base_port "
                         f"+ 2; use at most 65533, got {config.base_port}")
-    duration = faults.duration_of(config.fault_scenario, config.fault_duration_s)
+    duration = fault_scenarios.duration_of(config.fault_scenario, config.fault_duration_s)
     if config.fault_start_s < 0 or config.fault_duration_s < 0:
         problems.append(f"fault_start_s: the window must not be negative, got start "
                         f"{config.fault_start_s}, duration {config.fault_duration_s}")
@@ -216,7 +216,7 @@ def _affinity_problems(config: StudyConfig) -> list[str]:
 
 
 def _check_out_dir(config: StudyConfig, problems: list[str]) -> None:
-    out = _repo_path(config.out_dir)
+    out = repo_path(config.out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=out, prefix=".write-probe-"):

@@ -14,7 +14,7 @@ from typing import Callable
 from urllib.parse import urlparse
 
 import mocks
-from harness.model import faults
+from harness.model import fault_scenarios
 from harness.model.gateway_spec import GatewaySpec
 from harness.model.manifests import (
     HostSnapshot,
@@ -173,7 +173,7 @@ def _start_providers(r: _Running, spec: RunSpec, run_dir: Path, processes: ExitS
                         fault_seed=m.fault_seed,
                         fault_epoch_unix_s=load_at + spec.load.warmup_s + spec.load.ramp_s)
     _stop_later(processes, r.mock.process)
-    if faults.needs_standby(m.fault_scenario):
+    if fault_scenarios.needs_standby(m.fault_scenario):
         r.standby = start_mock(run_dir, m.latency_ms, m.workers, m.response_tokens,
                                **{**common, "port": spec.standby_port}, name="mock-standby")
         _stop_later(processes, r.standby.process)
@@ -418,7 +418,7 @@ def _remote_roles(spec: RunSpec, has_system: bool) -> dict[str, dict[str, list[s
     roles: dict[str, dict[str, list[str]]] = {h.name: {} for h in topology.hosts if not h.local}
     placed = [(topology.mock, "mock", "mock"), (topology.locust_master, "locust", "locust-master"),
               *((host, "locust", label) for host, label in load_stage.worker_labels(spec))]
-    if faults.needs_standby(spec.mock.fault_scenario):
+    if fault_scenarios.needs_standby(spec.mock.fault_scenario):
         placed.append((topology.mock, "standby", "mock-standby"))
     if has_system:
         placed.append((topology.system, "system", "system"))

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from harness.model import faults
+from harness.model import fault_scenarios
 from harness.model.builds import build_refs
 from harness.model.config import ConfigError, StudyConfig
 from harness.model.gateway_spec import (
@@ -81,7 +81,7 @@ def prepare(config: StudyConfig) -> tuple[StudyConfig, dict[str, GatewaySpec], l
                                 f"(not on PATH and no [install] step); install it or leave {name} out")
     if config.base_port:
         ports = [(config.base_port, "the mock"), (config.base_port + 1, "the system under test")]
-        if faults.needs_standby(config.fault_scenario):
+        if fault_scenarios.needs_standby(config.fault_scenario):
             ports.append((config.base_port + 2, "the standby provider"))
         for port, role in ports:
             if port_in_use(port):

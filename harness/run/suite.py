@@ -105,7 +105,7 @@ def run_suite(suite: Suite, cells: list[Cell], out_dir: str = DEFAULT_OUT_DIR, s
     )
 
     suite_id = suite_id or f"{suite.name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
-    suite_dir = config_mod._repo_path(out_dir) / suite_id
+    suite_dir = config_mod.repo_path(out_dir) / suite_id
     suite_dir.mkdir(parents=True, exist_ok=True)
     manifest = SuiteManifest(
         suite_id=suite_id, name=suite.name, description=suite.description,

@@ -37,7 +37,7 @@ from harness.stats.across import (  # noqa: F401
 from harness.stats.feature_cost import feature_cost, feature_runs  # noqa: F401
 from harness.files.readers import ArtifactError, IntegrityError  # noqa: F401
 from harness.stats.loading import Study, load_study, system_order  # noqa: F401
-from harness.stats.metrics import DEFINITIONS, ERROR_KINDS, PERCENTILES  # noqa: F401
+from harness.stats.definitions import DEFINITIONS, ERROR_KINDS, PERCENTILES  # noqa: F401
 from harness.stats.open_loop import (  # noqa: F401
     OPEN_LOOP_DEFINITIONS,
     is_open_loop,

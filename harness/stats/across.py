@@ -13,7 +13,7 @@ from scipy import stats
 from harness.model.metrics import METRICS, Better
 from harness.model.roles import Roles
 from harness.stats.loading import Study
-from harness.stats.metrics import (
+from harness.stats.definitions import (
     COMPARE_METRICS,
     OVERHEAD_EPSILON_MS,
     SUMMARY_METRICS,

@@ -12,7 +12,7 @@ import math
 
 import pandas as pd
 
-from harness.stats.metrics import OFFERED_SHARE
+from harness.stats.definitions import OFFERED_SHARE
 
 COLUMNS = ["system", "runs", "completed", "kept_up_runs", "served_share_min", "offered_rps"]
 

@@ -20,7 +20,7 @@ from harness.stats.loading import (
     mock_latency_ms,
     mock_workers,
 )
-from harness.stats.metrics import (
+from harness.stats.definitions import (
     DEFAULT_BIN_USERS,
     ERROR_KINDS,
     LOCUST_CPU_LIMIT_PERCENT,

@@ -13,7 +13,7 @@ from harness.files.readers import read_study_manifest, read_suite_manifest
 from harness.model.roles import Roles
 from harness.model.suite import CellEntry, SuiteManifest, axis_text, field_of
 from harness.stats.across import describe, side_by_side, system_summary, verdict
-from harness.stats.faults import fault_summary, fault_timelines, system_figures
+from harness.stats.fault_lane import fault_summary, fault_timelines, system_figures
 from harness.stats.loading import Study, load_study
 from harness.stats.machines import MachineMatch, same_machine
 from harness.stats.open_loop import open_loop_capacity, open_loop_steps
@@ -89,7 +89,7 @@ def fault_table(suite_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     per system of it: ``cell``, ``scenario``, ``asked`` (the cell's resilience setting),
     ``axes`` (its other axis values), ``system``, ``kind``, ``role``, ``not_run`` (why a system
     has no fault run that reached the hold; "" when it has), ``dialect_missing`` (why the
-    artifact judged no error body; "" when it did) and harness.stats.faults.system_figures'
+    artifact judged no error body; "" when it did) and harness.stats.fault_lane.system_figures'
     columns (NaN for a system that did not run). Second, every fault run's 1-s timeline with its
     cell, scenario and ``asked``. Cells left out or without a study have no rows: the suite
     manifest says why."""

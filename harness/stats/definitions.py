@@ -49,13 +49,16 @@ DEFINITIONS: dict[str, str] = {
     "memory": "the system's tree-summed RSS: idle = median before the load, peak = maximum over "
               "the run, steady = median in the window, recovered = last sample after the load.",
     "summary across runs": "mean ± sample sd over completed runs only; CoV = sd / |mean|, a run set "
-                           "with CoV ≥ 10% is flagged unstable; 95% CI = mean ± t(0.975, n−1)·sd/√n.",
+                           f"with CoV ≥ {UNSTABLE_COV:.0%} is flagged unstable; 95% CI = mean ± "
+                           "t(0.975, n−1)·sd/√n.",
     "verdict": "against the reference system: the ratio of means with its propagated sd (or, when "
                "the reference mean is ≤ 0 or, for an overhead, its 95% CI reaches zero, the "
-               "difference of means with its Welch 95% CI, needing p < 0.05 and at least 10% of the "
-               "reference, floored at 0.05 ms); "
+               f"difference of means with its Welch 95% CI, needing p < {VERDICT_ALPHA:g} and at "
+               f"least {VERDICT_MIN_EFFECT:.0%} of the reference, floored at "
+               f"{OVERHEAD_EPSILON_MS:g} ms); "
                "\"faster\"/\"slower\" (or less/more CPU, memory) only when Welch's t-test gives "
-               "p < 0.05 and the ratio differs from 1 by at least 10%; otherwise "
+               f"p < {VERDICT_ALPHA:g} and the ratio differs from 1 by at least "
+               f"{VERDICT_MIN_EFFECT:.0%}; otherwise "
                "\"no clear difference\". The headline's overhead verdict uses, per system, the "
                "least noisy overhead figure measured (in at least two completed runs, or the only "
                "one) for both it and the reference: the wire-timed in-gateway p50, else the net "
@@ -63,11 +66,13 @@ DEFINITIONS: dict[str, str] = {
                "on different machines (CPU model or core count) are compared side by side, "
                "never judged.",
     "capacity or behaviour": "a run measures capacity only when nothing but the system limited it: "
-                             "Locust below 90% CPU per process and no Locust CPU warning, the mock's "
-                             "hold-time p99 within 2 ms of its setting, the mock's CPU below 90% of "
-                             "its workers' cores, the load average before the run below the core "
-                             "count, zero failed requests; and, beyond those, other processes on "
-                             "the machine using at most 20% of a core on average in the window. "
+                             f"Locust below {LOCUST_CPU_LIMIT_PERCENT:g}% CPU per process and no "
+                             "Locust CPU warning, the mock's hold-time p99 within "
+                             f"{MOCK_HOLD_TOLERANCE_MS:g} ms of its setting, the mock's CPU below "
+                             f"{MOCK_CPU_LIMIT_FRACTION:.0%} of its workers' cores, the load average "
+                             "before the run below the core count, zero failed requests; and, "
+                             "beyond those, other processes on the machine using at most "
+                             f"{OTHER_CPU_LIMIT_PERCENT:g}% of a core on average in the window. "
                              "Otherwise it shows behaviour.",
 }
 
