@@ -212,11 +212,11 @@ class RunManifest:
     files: dict[str, str] = field(default_factory=dict)    # relative path -> SHA-256
 
     def to_json(self) -> str:
-        return _dump(self, RUN_MANIFEST)
+        return dump(self, RUN_MANIFEST)
 
     @classmethod
     def from_json(cls, text: str, source: str = "run manifest") -> "RunManifest":
-        data = _parse(text, source)
+        data = parse_object(text, source)
         version = RUN_MANIFEST.check(data.get("schema_version"), source)
         return from_plain(cls, migrate.unstamped(data, version), source)
 
@@ -295,23 +295,25 @@ class StudyManifest:
     attempts: tuple[Attempt, ...] = ()
 
     def to_json(self) -> str:
-        return _dump(self, STUDY_MANIFEST)
+        return dump(self, STUDY_MANIFEST)
 
     @classmethod
     def from_json(cls, text: str, source: str = "study manifest") -> "StudyManifest":
-        data = _parse(text, source)
+        data = parse_object(text, source)
         version = STUDY_MANIFEST.check(data.get("schema_version"), source)
         return from_plain(cls, migrate.study_manifest(data, version), source)
 
 
 # --- plain JSON <-> dataclasses ------------------------------------------------------------------
 
-def _dump(obj, fmt: Format) -> str:
+def dump(obj, fmt: Format) -> str:
+    """A manifest as JSON, stamped with its format's version."""
     body = {"schema_version": fmt.version, **to_plain(obj)}
     return json.dumps(body, indent=2, default=str) + "\n"
 
 
-def _parse(text: str, source: str) -> dict:
+def parse_object(text: str, source: str) -> dict:
+    """A manifest's JSON object; ManifestError naming the source when it is not one."""
     try:
         data = json.loads(text)
     except ValueError as exc:

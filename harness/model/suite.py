@@ -44,7 +44,7 @@ from harness.model.config import ConfigError, StudyConfig
 from harness.model.errors import UserError
 from harness.model.formats import SUITE_MANIFEST
 from harness.model.gateway_spec import load_gateway_spec
-from harness.model.manifests import ManifestError, from_plain, to_plain
+from harness.model.manifests import dump, from_plain, parse_object
 
 DEFAULT_OUT_DIR = "artifacts/suites"
 NAMESPACE: dict[str, tuple[str, ...]] = {
@@ -240,16 +240,10 @@ class SuiteManifest:
     reason: str = ""
 
     def to_json(self) -> str:
-        body = {"schema_version": SUITE_MANIFEST.version, **to_plain(self)}
-        return json.dumps(body, indent=2, default=str) + "\n"
+        return dump(self, SUITE_MANIFEST)
 
     @classmethod
     def from_json(cls, text: str, source: str = "suite manifest") -> "SuiteManifest":
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise ManifestError(f"{source}: not JSON ({exc})") from None
-        if not isinstance(data, dict):
-            raise ManifestError(f"{source}: not a JSON object")
+        data = parse_object(text, source)
         version = SUITE_MANIFEST.check(data.get("schema_version"), source)
         return from_plain(cls, migrate.unstamped(data, version), source)
