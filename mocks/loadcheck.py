@@ -128,7 +128,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from harness.stats.identity import mock_self_time
-    from mocks.stats import diff_stats, read_request_log, read_stats
+    from mocks.request_log import read_request_log
+    from mocks.stats import diff_stats, read_stats
 
     stats_dir = tempfile.mkdtemp(prefix="sluice-mock-loadcheck-")
     port = _free_port()

@@ -39,7 +39,7 @@ first).  A ``down`` window closes every worker's listener and connections, so co
 refused until it ends; the stats file records when each worker applied it (``down_windows``).
 Without a schedule the cost per request is one header lookup and one ``is None`` test.
 
-Per-request log: every worker logs each request (``mocks.stats.RequestLog``: one CSV
+Per-request log: every worker logs each request (``mocks.request_log.RequestLog``: one CSV
 line in ``<stats_dir>/requests-<pid>.csv``, flushed with the stats file) under the load
 generator's id.  The id is the marker ``[rid:<id>]`` found last in the request body (the
 load generator puts it in the last user message, which every gateway forwards
@@ -99,14 +99,10 @@ from mocks.faults import (
     openai_error_body,
     parse_header,
 )
-from mocks.stats import (
-    RequestLog,
-    WorkerStats,
-    clear_worker_files,
-    read_stats,
-    worker_file,
-)
+from mocks.request_log import RequestLog
+from mocks.stats import read_stats
 from mocks.timer import PreciseTimer
+from mocks.worker_stats import WorkerStats, clear_worker_files, worker_file
 
 _mono = time.monotonic_ns
 _loads = orjson.loads

@@ -24,7 +24,8 @@ from mocks.faults import (
     parse_header,
     parse_schedule,
 )
-from mocks.stats import diff_stats, merge_worker_snapshots, read_request_log, read_stats
+from mocks.request_log import read_request_log
+from mocks.stats import diff_stats, merge_worker_snapshots, read_stats
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

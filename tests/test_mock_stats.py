@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from mocks.stats import WorkerStats, diff_stats, merge_worker_snapshots, read_stats
+from mocks.stats import diff_stats, merge_worker_snapshots, read_stats
+from mocks.worker_stats import WorkerStats
 
 
 def test_read_stats_waits_for_fresh_files(tmp_path):
@@ -112,7 +113,7 @@ def test_gc_is_none_for_a_mock_from_before_it():
 GC_PROBE = """
 import asyncio, gc, json, sys
 import mocks.server as m
-from mocks.stats import WorkerStats
+from mocks.worker_stats import WorkerStats
 
 mode = sys.argv[1]
 m.GC_YOUNG_EVERY_S, m.GC_FULL_EVERY_S = 0.05, 0.12

@@ -192,7 +192,7 @@ def fault_window_of(run: RunManifest, run_dir: Path) -> FaultWindow | None:
 def mock_rows(run_dir: Path) -> pd.DataFrame:
     """The providers' per-request log of a run: mock_requests.parquet when stored, else the raw
     logs in mock-stats/ and, when a standby ran, mock-standby-stats/."""
-    from mocks.stats import read_request_log
+    from mocks.request_log import read_request_log
     stored = Path(run_dir) / MOCK_REQUESTS_FILE
     if stored.is_file():
         return pd.read_parquet(stored)
