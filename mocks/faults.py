@@ -247,7 +247,7 @@ def load_schedule(arg: str) -> list[Fault]:
 
 
 class FaultPlan:
-    """The per-request faults of one worker (``down`` windows are run by the server)."""
+    """The per-request faults of one worker (``down`` windows are run by each worker: ``mocks.worker``)."""
 
     __slots__ = ("faults",)
 

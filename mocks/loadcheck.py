@@ -28,7 +28,7 @@ import time
 
 import uvloop
 
-from mocks.server import GC_MODES
+from mocks.gc_control import GC_MODES
 
 
 def _free_port() -> int:

@@ -113,7 +113,7 @@ class WorkerStats:
         if pause_ns > self.gc_pause_max_ns:
             self.gc_pause_max_ns = pause_ns
         # no version bump: 50 timed passes a second would rewrite an idle worker's file at every
-        # tick; the stats writer's heartbeat (mocks.server) keeps these figures at most 0.5 s old
+        # tick; the stats writer's heartbeat (mocks.worker) keeps these figures at most 0.5 s old
 
     def record_fault(self, label: str) -> None:
         faults = self.faults

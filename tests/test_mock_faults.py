@@ -1,4 +1,4 @@
-"""The mock's provider faults (mocks/faults.py, mocks/server.py): the schedule and its
+"""The mock's provider faults (mocks/faults.py, mocks/fault_replies.py, mocks/worker.py): the schedule and its
 validation, the x-mock-fault header, what each fault does on the wire, exact shares, the
 windows, the down window over several workers, and the log's fault column.
 
