@@ -682,9 +682,9 @@ def test_read_request_log_empty_dir(tmp_path):
     assert len(df) == 0 and list(df.columns) == [c for c, _ in REQUEST_LOG_COLUMNS]
 
 
-def test_loadcheck_reports_self_time():
-    """mocks.loadcheck (the many-connections instrument check) runs end to end, small."""
-    out = subprocess.run([PY, "-m", "mocks.loadcheck", "--connections", "10", "--duration-s", "1",
+def test_mock_load_check_reports_self_time():
+    """harness.checks.mock_load (the many-connections instrument check) runs end to end, small."""
+    out = subprocess.run([PY, "-m", "harness.checks.mock_load", "--connections", "10", "--duration-s", "1",
                           "--ramp-s", "0.2", "--think-s", "0.05", "--latency-ms", "5"],
                          cwd=REPO_DIR, capture_output=True, text=True, timeout=60,
                          env=dict(os.environ, PYTHONPATH=REPO_DIR))

@@ -7,8 +7,8 @@ time and memory, what its garbage collector did after the ramp (``gc``: passes, 
 and how much of the time some task on the machine waited for a CPU (Linux PSI,
 ``/proc/pressure/cpu``): on a shared machine the holds' tail is mostly that wait.
 
-    python -m mocks.loadcheck --connections 1000 --workers 1 --latency-ms 60 --duration-s 20
-    python -m mocks.loadcheck --connections 1000 --gc default      # the mock's GC control off
+    python -m harness.checks.mock_load --connections 1000 --workers 1 --latency-ms 60 --duration-s 20
+    python -m harness.checks.mock_load --connections 1000 --gc default      # the mock's GC control off
 
 Load goes to 127.0.0.1 only.
 """
@@ -20,7 +20,6 @@ import asyncio
 import json
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,13 +27,11 @@ import time
 
 import uvloop
 
+from harness.run.processes import free_port
+from harness.stats.identity import mock_self_time
 from mocks.gc_control import GC_MODES
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from mocks.request_log import read_request_log
+from mocks.stats import diff_stats, read_stats
 
 
 def _cpu_pressure_us() -> int | None:
@@ -100,13 +97,11 @@ async def _user(k: int, port: int, stop_at: float, think_s: float, ramp_s: float
 async def _load(port: int, connections: int, duration_s: float, think_s: float, ramp_s: float,
                 stats_dir: str) -> tuple[list, dict]:
     """The answers, and the mock's stats once the ramp is over (read in a thread)."""
-    from mocks.stats import read_stats
-
     async def after_ramp() -> dict:
         await asyncio.sleep(ramp_s)
-        t = time.time()
+        ramp_end_t_unix_s = time.time()
         return await asyncio.get_running_loop().run_in_executor(
-            None, lambda: read_stats(stats_dir, fresher_than_t_unix_s=t))
+            None, lambda: read_stats(stats_dir, fresher_than_t_unix_s=ramp_end_t_unix_s))
 
     done: list = []
     stop_at = time.monotonic() + ramp_s + duration_s
@@ -116,7 +111,8 @@ async def _load(port: int, connections: int, duration_s: float, think_s: float, 
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m mocks.loadcheck", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m harness.checks.mock_load",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--connections", type=int, default=1000)
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--latency-ms", type=float, default=60.0)
@@ -127,12 +123,8 @@ def main(argv=None) -> int:
                     help="the mock's garbage-collector mode (mocks.server --gc)")
     args = ap.parse_args(argv)
 
-    from harness.stats.identity import mock_self_time
-    from mocks.request_log import read_request_log
-    from mocks.stats import diff_stats, read_stats
-
-    stats_dir = tempfile.mkdtemp(prefix="sluice-mock-loadcheck-")
-    port = _free_port()
+    stats_dir = tempfile.mkdtemp(prefix="sluice-mock-load-")
+    port = free_port()
     mock = subprocess.Popen([sys.executable, "-m", "mocks.server", "--port", str(port), "--workers",
                              str(args.workers), "--latency-ms", str(args.latency_ms), "--stats-dir", stats_dir,
                              "--gc", args.gc],
@@ -155,11 +147,11 @@ def main(argv=None) -> int:
     log = read_request_log(stats_dir)
     # the measured part: after the ramp (all connections open)
     log = log[log["body_end_t_unix_ns"] >= t_load_ns + int(args.ramp_s * 1e9)]
-    dur_s = (log["body_end_t_unix_ns"].max() - log["body_end_t_unix_ns"].min()) / 1e9 if len(log) else 0
+    measured_s = (log["body_end_t_unix_ns"].max() - log["body_end_t_unix_ns"].min()) / 1e9 if len(log) else 0
     out = {"connections": args.connections, "workers": args.workers, "latency_ms": args.latency_ms,
            "gc_mode": args.gc,
            "answered": len(done), "ok": sum(done), "measured_requests": int(len(log)),
-           "rate_per_s": round(len(log) / dur_s, 1) if dur_s else None,
+           "rate_per_s": round(len(log) / measured_s, 1) if measured_s else None,
            "mock_cpu_cores": round((cpu1 - cpu0) / elapsed_s, 3), "mock_rss_mib_at_end": rss,
            "cpu_pressure_some_pct": round((psi1 - psi0) / 1e4 / elapsed_s, 1) if psi0 is not None else None,
            "self_time_ms": mock_self_time(log),
