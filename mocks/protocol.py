@@ -61,14 +61,14 @@ def anthropic_invalid_request(error: BadRequest) -> bytes:
 
 def request_id_of(headers, body: bytes) -> str:
     """The load generator's id: the last ``[rid:<id>]`` in the body, else ``x-request-id``."""
-    i = body.rfind(_RID_MARK)
-    if i >= 0:
-        m = _RID_IN_BODY.match(body, i)
-        if m is not None:
-            return m.group(1).decode()
-    v = headers.get(_K_CLIENT_RID)
-    if v is not None and _RID_VALID.match(v):
-        return v
+    mark_at = body.rfind(_RID_MARK)
+    if mark_at >= 0:
+        marker = _RID_IN_BODY.match(body, mark_at)
+        if marker is not None:
+            return marker.group(1).decode()
+    header = headers.get(_K_CLIENT_RID)
+    if header is not None and _RID_VALID.match(header):
+        return header
     return ""
 
 
@@ -84,33 +84,33 @@ def _ms_header(value: str, name: str) -> int:
 
 def _int_header(value: str, name: str, lo: int, hi: int) -> int:
     try:
-        n = int(value)
+        number = int(value)
     except ValueError:
         raise BadRequest(f"Invalid header {name}: {value!r} is not an integer", name, "invalid_value")
-    if not (lo <= n <= hi):
+    if not (lo <= number <= hi):
         raise BadRequest(f"Invalid header {name}: must be between {lo} and {hi}", name, "invalid_value")
-    return n
+    return number
 
 
 def read_overrides(headers, latency_ns: int, tokens: int, chunks: int, delay_ns: int):
     """The request's settings: the given defaults, each replaced by its ``x-mock-*`` header
     when sent; returns (latency_ns, tokens, chunks, delay_ns, forced fault or None)."""
-    v = headers.get(_K_LATENCY)
-    if v is not None:
-        latency_ns = _ms_header(v, H_LATENCY)
-    v = headers.get(_K_TOKENS)
-    if v is not None:
-        tokens = _int_header(v, H_TOKENS, 0, MAX_TOKENS)
-    v = headers.get(_K_CHUNKS)
-    if v is not None:
-        chunks = _int_header(v, H_CHUNKS, 1, MAX_CHUNKS)
-    v = headers.get(_K_DELAY)
-    if v is not None:
-        delay_ns = _ms_header(v, H_DELAY)
-    v = headers.get(_K_FAULT)
-    if v is not None:
+    value = headers.get(_K_LATENCY)
+    if value is not None:
+        latency_ns = _ms_header(value, H_LATENCY)
+    value = headers.get(_K_TOKENS)
+    if value is not None:
+        tokens = _int_header(value, H_TOKENS, 0, MAX_TOKENS)
+    value = headers.get(_K_CHUNKS)
+    if value is not None:
+        chunks = _int_header(value, H_CHUNKS, 1, MAX_CHUNKS)
+    value = headers.get(_K_DELAY)
+    if value is not None:
+        delay_ns = _ms_header(value, H_DELAY)
+    value = headers.get(_K_FAULT)
+    if value is not None:
         try:
-            return latency_ns, tokens, chunks, delay_ns, parse_header(v)
+            return latency_ns, tokens, chunks, delay_ns, parse_header(value)
         except FaultError as e:
             raise BadRequest(f"Invalid header {H_FAULT}: {e}", H_FAULT, "invalid_value")
     return latency_ns, tokens, chunks, delay_ns, None
