@@ -18,20 +18,20 @@ _WORDS = ("lorem", "ipsum", "dolor", "sit", "amet", "consectetur", "adipiscing",
 SYSTEM_FINGERPRINT = "fp_sluice_mock"
 
 
-def tokens(n: int) -> list[str]:
-    """``n`` tokens: words, each but the first with its leading space."""
-    return [(" " if i else "") + _WORDS[i % len(_WORDS)] for i in range(n)]
+def tokens(count: int) -> list[str]:
+    """``count`` tokens: words, each but the first with its leading space."""
+    return [(" " if i else "") + _WORDS[i % len(_WORDS)] for i in range(count)]
 
 
-def content_text(n: int) -> str:
-    return "".join(tokens(n))
+def content_text(count: int) -> str:
+    return "".join(tokens(count))
 
 
-def content_pieces(n: int, chunks: int) -> list[str]:
-    """Split ``n`` tokens over ``chunks`` pieces as evenly as possible; they join to
-    ``content_text(n)`` (pieces are empty when chunks > tokens)."""
-    toks = tokens(n)
-    return ["".join(toks[i * n // chunks:(i + 1) * n // chunks]) for i in range(chunks)]
+def content_pieces(count: int, chunks: int) -> list[str]:
+    """Split ``count`` tokens over ``chunks`` pieces as evenly as possible; they join to
+    ``content_text(count)`` (pieces are empty when chunks > tokens)."""
+    words = tokens(count)
+    return ["".join(words[i * count // chunks:(i + 1) * count // chunks]) for i in range(chunks)]
 
 
 def _text_len(content) -> int:
@@ -53,9 +53,9 @@ def _text_len(content) -> int:
 def prompt_tokens(messages: list, system=None) -> int:
     """Cheap, deterministic prompt-token estimate: characters of text content / 4."""
     chars = 0
-    for m in messages:
-        if isinstance(m, dict):
-            chars += _text_len(m.get("content"))
+    for message in messages:
+        if isinstance(message, dict):
+            chars += _text_len(message.get("content"))
     if system is not None:
         chars += _text_len(system)
     return max(1, (chars + 3) // 4)
@@ -65,10 +65,10 @@ _created = [0, b"0"]
 
 
 def created_bytes() -> bytes:
-    t = int(time.time())
-    if t != _created[0]:
-        _created[0] = t
-        _created[1] = str(t).encode()
+    now_s = int(time.time())
+    if now_s != _created[0]:
+        _created[0] = now_s
+        _created[1] = str(now_s).encode()
     return _created[1]
 
 
@@ -85,59 +85,66 @@ class Renderer:
         self._max = max_entries
 
     def _get(self, key, build):
-        v = self._cache.get(key)
-        if v is None:
+        parts = self._cache.get(key)
+        if parts is None:
             if len(self._cache) >= self._max:
                 self._cache.clear()
-            v = self._cache[key] = build(*key[1:])
-        return v
+            parts = self._cache[key] = build(*key[1:])
+        return parts
 
     # ------------------------------------------------------------------ OpenAI
-    def openai_unary(self, rid: bytes, model: str, n: int, p: int) -> bytes:
-        tail = self._get(("ou", model, n, p), _openai_unary_tail)
+    def openai_unary(self, rid: bytes, model: str, out_tokens: int, in_tokens: int) -> bytes:
+        tail = self._get(("ou", model, out_tokens, in_tokens), _openai_unary_tail)
         return b"".join((b'{"id":"chatcmpl-', rid, b'","object":"chat.completion","created":',
                          created_bytes(), b",", tail))
 
-    def openai_stream(self, rid: bytes, model: str, n: int, chunks: int, p: int, include_usage: bool):
+    def openai_stream(self, rid: bytes, model: str, out_tokens: int, chunks: int, in_tokens: int,
+                      include_usage: bool):
         """(first, middle, last): the role frame; one frame per content piece; the finish
         frame (+ usage frame) and ``[DONE]``."""
-        role, contents, ends = self._get(("os", model, n, chunks, p, include_usage), _openai_stream_tails)
+        role, contents, ends = self._get(("os", model, out_tokens, chunks, in_tokens, include_usage),
+                                         _openai_stream_tails)
         prefix = b"".join((b'data: {"id":"chatcmpl-', rid,
                            b'","object":"chat.completion.chunk","created":', created_bytes(), b","))
         first = prefix + role
-        middle = [prefix + t for t in contents]
-        last = b"".join([prefix + t for t in ends]) + b"data: [DONE]\n\n"
+        middle = [prefix + frame for frame in contents]
+        last = b"".join([prefix + frame for frame in ends]) + b"data: [DONE]\n\n"
         return first, middle, last
 
     # ------------------------------------------------------------------ Anthropic
-    def anthropic_unary(self, rid: bytes, model: str, n: int, p: int) -> bytes:
-        tail = self._get(("au", model, n, p), _anthropic_unary_tail)
+    def anthropic_unary(self, rid: bytes, model: str, out_tokens: int, in_tokens: int) -> bytes:
+        tail = self._get(("au", model, out_tokens, in_tokens), _anthropic_unary_tail)
         return b"".join((b'{"id":"msg_', rid, b'",', tail))
 
-    def anthropic_stream(self, rid: bytes, model: str, n: int, chunks: int, p: int):
+    def anthropic_stream(self, rid: bytes, model: str, out_tokens: int, chunks: int, in_tokens: int):
         """(first, middle, last): message_start + content_block_start + ping; one
         content_block_delta per piece; content_block_stop + message_delta + message_stop."""
-        start_tail, after_start, deltas, last = self._get(("as", model, n, chunks, p), _anthropic_stream_parts)
+        start_tail, after_start, deltas, last = self._get(("as", model, out_tokens, chunks, in_tokens),
+                                                          _anthropic_stream_parts)
         first = b"".join((b'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_',
                           rid, b'",', start_tail, after_start))
         return first, deltas, last
 
 
-def _openai_unary_tail(model: str, n: int, p: int) -> bytes:
+def _openai_usage(in_tokens: int, out_tokens: int) -> dict:
+    return {"prompt_tokens": in_tokens, "completion_tokens": out_tokens, "total_tokens": in_tokens + out_tokens}
+
+
+def _openai_unary_tail(model: str, out_tokens: int, in_tokens: int) -> bytes:
     return _tail({
         "model": model,
         "choices": [{
             "index": 0,
-            "message": {"role": "assistant", "content": content_text(n), "refusal": None},
+            "message": {"role": "assistant", "content": content_text(out_tokens), "refusal": None},
             "logprobs": None,
             "finish_reason": "stop",
         }],
-        "usage": {"prompt_tokens": p, "completion_tokens": n, "total_tokens": p + n},
+        "usage": _openai_usage(in_tokens, out_tokens),
         "system_fingerprint": SYSTEM_FINGERPRINT,
     })
 
 
-def _openai_stream_tails(model: str, n: int, chunks: int, p: int, include_usage: bool):
+def _openai_stream_tails(model: str, out_tokens: int, chunks: int, in_tokens: int, include_usage: bool):
     def frame(choices, **extra) -> bytes:
         obj = {"model": model, "system_fingerprint": SYSTEM_FINGERPRINT, "choices": choices}
         if include_usage:
@@ -149,22 +156,22 @@ def _openai_stream_tails(model: str, n: int, chunks: int, p: int, include_usage:
         return [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
 
     role = frame(choice({"role": "assistant", "content": "", "refusal": None}))
-    contents = tuple(frame(choice({"content": piece})) for piece in content_pieces(n, chunks))
+    contents = tuple(frame(choice({"content": piece})) for piece in content_pieces(out_tokens, chunks))
     ends = [frame(choice({}, "stop"))]
     if include_usage:
-        ends.append(frame([], usage={"prompt_tokens": p, "completion_tokens": n, "total_tokens": p + n}))
+        ends.append(frame([], usage=_openai_usage(in_tokens, out_tokens)))
     return role, contents, tuple(ends)
 
 
-def _anthropic_unary_tail(model: str, n: int, p: int) -> bytes:
+def _anthropic_unary_tail(model: str, out_tokens: int, in_tokens: int) -> bytes:
     return _tail({
         "type": "message",
         "role": "assistant",
         "model": model,
-        "content": [{"type": "text", "text": content_text(n)}],
+        "content": [{"type": "text", "text": content_text(out_tokens)}],
         "stop_reason": "end_turn",
         "stop_sequence": None,
-        "usage": {"input_tokens": p, "output_tokens": n},
+        "usage": {"input_tokens": in_tokens, "output_tokens": out_tokens},
     })
 
 
@@ -172,22 +179,22 @@ def _sse(event: str, obj: dict) -> bytes:
     return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(obj) + b"\n\n"
 
 
-def _anthropic_stream_parts(model: str, n: int, chunks: int, p: int):
+def _anthropic_stream_parts(model: str, out_tokens: int, chunks: int, in_tokens: int):
     start_tail = _tail({
         "type": "message", "role": "assistant", "model": model, "content": [],
         "stop_reason": None, "stop_sequence": None,
-        "usage": {"input_tokens": p, "output_tokens": 1},
+        "usage": {"input_tokens": in_tokens, "output_tokens": 1},
     }) + b"}\n\n"  # closes the outer message_start object
     after_start = (_sse("content_block_start", {"type": "content_block_start", "index": 0,
                                                 "content_block": {"type": "text", "text": ""}})
                    + _sse("ping", {"type": "ping"}))
     deltas = tuple(_sse("content_block_delta", {"type": "content_block_delta", "index": 0,
                                                 "delta": {"type": "text_delta", "text": piece}})
-                   for piece in content_pieces(n, chunks))
+                   for piece in content_pieces(out_tokens, chunks))
     last = (_sse("content_block_stop", {"type": "content_block_stop", "index": 0})
             + _sse("message_delta", {"type": "message_delta",
                                      "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                                     "usage": {"output_tokens": n}})
+                                     "usage": {"output_tokens": out_tokens}})
             + _sse("message_stop", {"type": "message_stop"}))
     return start_tail, after_start, deltas, last
 
@@ -195,5 +202,6 @@ def _anthropic_stream_parts(model: str, n: int, chunks: int, p: int):
 def models_body(models: list[str], created: int) -> bytes:
     return orjson.dumps({
         "object": "list",
-        "data": [{"id": m, "object": "model", "created": created, "owned_by": "sluice-mock"} for m in models],
+        "data": [{"id": model_id, "object": "model", "created": created, "owned_by": "sluice-mock"}
+                 for model_id in models],
     })

@@ -105,28 +105,28 @@ class Fault:
 
     __slots__ = ("index", "kind", "share", "start_s", "duration_s", "status", "retry_after_s",
                  "hold_ns", "after_bytes", "after_frames", "stall_s", "label",
-                 "start_ns", "end_ns", "_seed", "_n", "_block", "_chosen")
+                 "start_ns", "end_ns", "_seed", "_asked", "_block", "_chosen")
 
-    def __init__(self, index: int, d: dict):
+    def __init__(self, index: int, spec: dict):
         self.index = index
-        self.kind = d["kind"]
-        self.share = d.get("share", 1.0)
-        self.start_s = d.get("start_s", 0.0)
-        self.duration_s = d.get("duration_s")
-        self.status = d.get("status", 0)
-        retry = d.get("retry_after_s")
+        self.kind = spec["kind"]
+        self.share = spec.get("share", 1.0)
+        self.start_s = spec.get("start_s", 0.0)
+        self.duration_s = spec.get("duration_s")
+        self.status = spec.get("status", 0)
+        retry = spec.get("retry_after_s")
         if retry is None and self.status == 429:
             retry = DEFAULT_429_RETRY_AFTER_S
         self.retry_after_s = retry
-        self.hold_ns = round(d.get("hold_ms", 0) * 1_000_000)
-        self.after_bytes = d.get("after_bytes")    # None: the kind's default
-        self.after_frames = d.get("after_frames")
-        self.stall_s = d.get("stall_s", DEFAULT_STALL_S)
+        self.hold_ns = round(spec.get("hold_ms", 0) * 1_000_000)
+        self.after_bytes = spec.get("after_bytes")    # None: the kind's default
+        self.after_frames = spec.get("after_frames")
+        self.stall_s = spec.get("stall_s", DEFAULT_STALL_S)
         self.label = f"status:{self.status}" if self.kind == "status" else self.kind
         self.start_ns = 0
         self.end_ns = 0
         self._seed = 0
-        self._n = 0
+        self._asked = 0
         self._block = -1
         self._chosen: frozenset = frozenset()
 
@@ -138,79 +138,79 @@ class Fault:
 
     def picks(self) -> bool:
         """Whether the next request asked about gets this fault (exact share per block)."""
-        n = self._n
-        self._n = n + 1
-        b, pos = divmod(n, BLOCK)
-        if b != self._block:
-            self._block = b
+        asked = self._asked
+        self._asked = asked + 1
+        block, position = divmod(asked, BLOCK)
+        if block != self._block:
+            self._block = block
             scaled = self.share * BLOCK
-            k = math.floor(scaled * (b + 1) + 1e-9) - math.floor(scaled * b + 1e-9)
-            rng = random.Random(f"{self._seed}:{self.index}:{b}")  # str seeds are stable across runs
-            self._chosen = frozenset(rng.sample(range(BLOCK), k))
-        return pos in self._chosen
+            chosen_count = math.floor(scaled * (block + 1) + 1e-9) - math.floor(scaled * block + 1e-9)
+            chooser = random.Random(f"{self._seed}:{self.index}:{block}")  # str seeds are stable across runs
+            self._chosen = frozenset(chooser.sample(range(BLOCK), chosen_count))
+        return position in self._chosen
 
     def record(self) -> dict:
         """The spec as given (defaults filled in), for the stats file."""
-        d = {"kind": self.kind, "start_s": self.start_s, "duration_s": self.duration_s}
+        record = {"kind": self.kind, "start_s": self.start_s, "duration_s": self.duration_s}
         if self.kind != "down":
-            d["share"] = self.share
+            record["share"] = self.share
         for key in ("status", "retry_after_s", "after_bytes", "after_frames"):
             if key in _KEYS[self.kind] and getattr(self, key) is not None:
-                d[key] = getattr(self, key)
+                record[key] = getattr(self, key)
         if "hold_ms" in _KEYS[self.kind]:
-            d["hold_ms"] = self.hold_ns / 1e6
+            record["hold_ms"] = self.hold_ns / 1e6
         if self.kind == "stall":
-            d["stall_s"] = self.stall_s
-        return d
+            record["stall_s"] = self.stall_s
+        return record
 
 
-def _number(where: str, v, lo: float, hi: float, integer: bool = False):
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise FaultError(f"{where}: must be a number (got {v!r})")
-    if integer and v != int(v):
-        raise FaultError(f"{where}: must be a whole number (got {v!r})")
-    if not (lo <= v <= hi):  # also rejects NaN
-        raise FaultError(f"{where}: must be between {lo:g} and {hi:g} (got {v!r})")
-    return int(v) if integer else float(v)
+def _number(where: str, value, lo: float, hi: float, integer: bool = False):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise FaultError(f"{where}: must be a number (got {value!r})")
+    if integer and value != int(value):
+        raise FaultError(f"{where}: must be a whole number (got {value!r})")
+    if not (lo <= value <= hi):  # also rejects NaN
+        raise FaultError(f"{where}: must be between {lo:g} and {hi:g} (got {value!r})")
+    return int(value) if integer else float(value)
 
 
-def _check_value(where: str, key: str, v):
+def _check_value(where: str, key: str, value):
     if key == "share":
-        return _number(where, v, 0.0, 1.0)
+        return _number(where, value, 0.0, 1.0)
     if key == "start_s":
-        return _number(where, v, 0.0, MAX_S)
+        return _number(where, value, 0.0, MAX_S)
     if key == "duration_s":
-        v = _number(where, v, 0.0, MAX_S)
-        if v <= 0:
-            raise FaultError(f"{where}: must be greater than 0 (got {v!r})")
-        return v
+        value = _number(where, value, 0.0, MAX_S)
+        if value <= 0:
+            raise FaultError(f"{where}: must be greater than 0 (got {value!r})")
+        return value
     if key == "status":
-        return _number(where, v, 400, 599, integer=True)
+        return _number(where, value, 400, 599, integer=True)
     if key == "retry_after_s":
-        return _number(where, v, 0, 86_400, integer=True)
+        return _number(where, value, 0, 86_400, integer=True)
     if key == "hold_ms":
-        return _number(where, v, 0.0, MAX_HOLD_MS)
+        return _number(where, value, 0.0, MAX_HOLD_MS)
     if key in ("after_bytes", "after_frames"):
-        return _number(where, v, 0, MAX_COUNT, integer=True)
+        return _number(where, value, 0, MAX_COUNT, integer=True)
     if key == "stall_s":
-        return _number(where, v, 0.0, MAX_S)
+        return _number(where, value, 0.0, MAX_S)
     raise AssertionError(key)  # pragma: no cover (keys are checked against _KEYS first)
 
 
-def _check_spec(where: str, d, allowed_kinds=KINDS) -> dict:
-    if not isinstance(d, dict):
-        raise FaultError(f"{where}: must be an object (got {type(d).__name__})")
-    kind = d.get("kind")
+def _check_spec(where: str, spec, allowed_kinds=KINDS) -> dict:
+    if not isinstance(spec, dict):
+        raise FaultError(f"{where}: must be an object (got {type(spec).__name__})")
+    kind = spec.get("kind")
     if kind not in allowed_kinds:
         raise FaultError(f"{where}.kind: must be one of {', '.join(allowed_kinds)} (got {kind!r})")
     out = {"kind": kind}
-    for key, v in d.items():
+    for key, value in spec.items():
         if key == "kind":
             continue
         if key not in _KEYS[kind]:
             raise FaultError(f"{where}.{key}: unknown key for kind {kind!r} "
                              f"(allowed: {', '.join(_KEYS[kind][1:])})")
-        out[key] = _check_value(f"{where}.{key}", key, v)
+        out[key] = _check_value(f"{where}.{key}", key, value)
     for key in _REQUIRED.get(kind, ()):
         if key not in out:
             raise FaultError(f"{where}.{key}: required for kind {kind!r}")
@@ -225,12 +225,12 @@ def parse_schedule(text: str) -> list[Fault]:
         raise FaultError(f"faults: not valid JSON ({exc})") from None
     if not isinstance(data, list):
         raise FaultError(f"faults: must be a JSON list of fault objects (got {type(data).__name__})")
-    faults = [Fault(i, _check_spec(f"faults[{i}]", d)) for i, d in enumerate(data)]
-    downs = sorted((f for f in faults if f.kind == "down"), key=lambda f: f.start_s)
-    for a, b in itertools.pairwise(downs):
-        if b.start_s < a.start_s + a.duration_s:
-            raise FaultError(f"faults[{b.index}].start_s: down windows may not overlap "
-                             f"(faults[{a.index}] lasts until {a.start_s + a.duration_s:g} s)")
+    faults = [Fault(i, _check_spec(f"faults[{i}]", spec)) for i, spec in enumerate(data)]
+    downs = sorted((fault for fault in faults if fault.kind == "down"), key=lambda fault: fault.start_s)
+    for earlier, later in itertools.pairwise(downs):
+        if later.start_s < earlier.start_s + earlier.duration_s:
+            raise FaultError(f"faults[{later.index}].start_s: down windows may not overlap "
+                             f"(faults[{earlier.index}] lasts until {earlier.start_s + earlier.duration_s:g} s)")
     return faults
 
 
@@ -247,47 +247,47 @@ def load_schedule(arg: str) -> list[Fault]:
 
 
 class FaultPlan:
-    """The per-request faults of one worker (``down`` windows are run by the server)."""
+    """The per-request faults of one worker (``down`` windows are run by each worker: ``mocks.worker``)."""
 
     __slots__ = ("faults",)
 
     def __init__(self, faults: list[Fault], seed: int, epoch_unix_s: float, now_unix_s: float,
                  now_mono_ns: int):
         epoch_mono_ns = now_mono_ns + int((epoch_unix_s - now_unix_s) * 1e9)
-        for f in faults:
-            f.place(epoch_mono_ns, seed)
-        self.faults = [f for f in faults if f.kind != "down"]
+        for fault in faults:
+            fault.place(epoch_mono_ns, seed)
+        self.faults = [fault for fault in faults if fault.kind != "down"]
 
     def pick(self, t_mono_ns: int) -> Fault | None:
-        for f in self.faults:
-            if f.start_ns <= t_mono_ns < f.end_ns and f.picks():
-                return f
+        for fault in self.faults:
+            if fault.start_ns <= t_mono_ns < fault.end_ns and fault.picks():
+                return fault
         return None
 
 
 def parse_header(value: str) -> Fault:
     """``x-mock-fault`` → a Fault (share 1, no window); raises FaultError."""
-    parts = [p.strip() for p in value.split(";")]
+    parts = [part.strip() for part in value.split(";")]
     kind, eq, first = parts[0].partition("=")
     kind = kind.strip()
-    d: dict = {"kind": kind}
+    spec: dict = {"kind": kind}
     if kind not in KINDS or kind == "down":
         raise FaultError(f"kind must be one of {', '.join(KINDS[:-1])} (got {kind!r})")
     if eq:
         if kind not in _SHORTHAND:
             raise FaultError(f"{kind!r} takes no value; use {kind};key=value")
         parts[0:1] = [kind, f"{_SHORTHAND[kind]}={first}"]
-    for p in parts[1:]:
-        key, eq, raw = p.partition("=")
+    for part in parts[1:]:
+        key, eq, raw = part.partition("=")
         key = key.strip()
         if not eq or key in _COMMON:
-            raise FaultError(f"{p!r}: expected key=value with a key of kind {kind!r} "
+            raise FaultError(f"{part!r}: expected key=value with a key of kind {kind!r} "
                              f"({', '.join(_KEYS[kind][4:])})")
         try:
-            d[key] = float(raw) if any(c in raw for c in ".eE") else int(raw)
+            spec[key] = float(raw) if any(c in raw for c in ".eE") else int(raw)
         except ValueError:
             raise FaultError(f"{key}: {raw.strip()!r} is not a number") from None
-    return Fault(-1, _check_spec("x-mock-fault", d, KINDS[:-1]))
+    return Fault(-1, _check_spec("x-mock-fault", spec, KINDS[:-1]))
 
 
 # ----------------------------------------------------------------------------- error bodies
@@ -345,8 +345,8 @@ def broken_json(body: bytes) -> bytes:
 
 def broken_frame(frame: bytes) -> bytes:
     """An SSE frame whose ``data:`` JSON is cut in half; still a well-formed frame."""
-    i = frame.rfind(b"data: ")
-    if i < 0:
+    data_at = frame.rfind(b"data: ")
+    if data_at < 0:
         return frame
-    data = frame[i + 6:].rstrip(b"\n")
-    return frame[:i + 6] + broken_json(data) + b"\n\n"
+    data = frame[data_at + 6:].rstrip(b"\n")
+    return frame[:data_at + 6] + broken_json(data) + b"\n\n"

@@ -86,8 +86,8 @@ class PreciseTimer:
 
     # ------------------------------------------------------------------ timerfd path
     def _arm(self, deadline_ns: int) -> None:
-        v = self._value
-        v.tv_sec, v.tv_nsec = divmod(deadline_ns, 1_000_000_000)
+        it_value = self._value
+        it_value.tv_sec, it_value.tv_nsec = divmod(deadline_ns, 1_000_000_000)
         if self._settime(self._fd, _TFD_TIMER_ABSTIME, self._spec_ref, None) != 0:
             raise OSError(ctypes.get_errno(), "timerfd_settime failed")
         self._armed_ns = deadline_ns
@@ -122,9 +122,9 @@ class PreciseTimer:
     # ------------------------------------------------------------------ fallback path
     async def _fallback(self, deadline_ns: int) -> None:
         while True:
-            left = deadline_ns - time.monotonic_ns()
-            if left <= 0:
+            left_ns = deadline_ns - time.monotonic_ns()
+            if left_ns <= 0:
                 return
             # whole milliseconds, rounded up; an early wake-up (the loop's cached clock
             # can be stale) goes round again for the rest
-            await asyncio.sleep((left + 999_999) // 1_000_000 / 1000.0)
+            await asyncio.sleep((left_ns + 999_999) // 1_000_000 / 1000.0)

@@ -4,7 +4,7 @@ import pytest
 
 from harness.run.identity import PER_REQUEST_COLUMNS, join_requests
 from harness.stats.mock_time import mock_self_time
-from mocks.stats import REQUEST_LOG_COLUMNS
+from mocks.request_log import REQUEST_LOG_COLUMNS
 
 T0_NS = 1_800_000_000_000_000_000
 MS = 1_000_000

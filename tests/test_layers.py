@@ -21,7 +21,7 @@ BELOW = {
     "harness.checks": {"harness.model", "harness.files", "harness.stats"},
     "report": {"harness.model", "harness.files", "harness.stats"},
     "harness.commands": {"harness.model", "harness.files", "harness.host", "harness.remote",
-                         "harness.run", "harness.stats", "harness.checks", "report"},
+                         "harness.run", "harness.stats", "harness.checks", "report", "mocks"},
     "harness": {"harness.commands"},      # harness/__main__.py
 }
 

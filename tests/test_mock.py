@@ -20,13 +20,8 @@ import pytest
 from polling import wait_for
 
 from mocks import __version__
-from mocks.stats import (
-    REQUEST_LOG_COLUMNS,
-    RequestLog,
-    diff_stats,
-    read_request_log,
-    read_stats,
-)
+from mocks.request_log import REQUEST_LOG_COLUMNS, RequestLog, read_request_log
+from mocks.stats import diff_stats, read_stats
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -170,7 +165,8 @@ def conn(mock):
 
 def test_version_and_stats_import_is_light():
     assert __version__ == "1.2.0"
-    code = "import sys, mocks.stats; assert 'aiohttp' not in sys.modules, 'aiohttp imported'"
+    code = ("import sys, mocks.stats, mocks.worker_stats, mocks.request_log, mocks.faults, mocks.protocol, "
+            "mocks.gc_control; assert 'aiohttp' not in sys.modules, 'aiohttp imported'")
     subprocess.run([PY, "-c", code], cwd=REPO_DIR, check=True, timeout=30)
 
 
@@ -686,9 +682,9 @@ def test_read_request_log_empty_dir(tmp_path):
     assert len(df) == 0 and list(df.columns) == [c for c, _ in REQUEST_LOG_COLUMNS]
 
 
-def test_loadcheck_reports_self_time():
-    """mocks.loadcheck (the many-connections instrument check) runs end to end, small."""
-    out = subprocess.run([PY, "-m", "mocks.loadcheck", "--connections", "10", "--duration-s", "1",
+def test_mock_check_reports_self_time():
+    """python -m harness mock (the many-connections instrument check) runs end to end, small."""
+    out = subprocess.run([PY, "-m", "harness", "mock", "--connections", "10", "--duration-s", "1",
                           "--ramp-s", "0.2", "--think-s", "0.05", "--latency-ms", "5"],
                          cwd=REPO_DIR, capture_output=True, text=True, timeout=60,
                          env=dict(os.environ, PYTHONPATH=REPO_DIR))

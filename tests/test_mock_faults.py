@@ -1,4 +1,4 @@
-"""The mock's provider faults (mocks/faults.py, mocks/server.py): the schedule and its
+"""The mock's provider faults (mocks/faults.py, mocks/fault_replies.py, mocks/worker.py): the schedule and its
 validation, the x-mock-fault header, what each fault does on the wire, exact shares, the
 windows, the down window over several workers, and the log's fault column.
 
@@ -24,7 +24,8 @@ from mocks.faults import (
     parse_header,
     parse_schedule,
 )
-from mocks.stats import diff_stats, merge_worker_snapshots, read_request_log, read_stats
+from mocks.request_log import read_request_log
+from mocks.stats import diff_stats, merge_worker_snapshots, read_stats
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

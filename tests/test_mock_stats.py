@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from mocks.stats import WorkerStats, diff_stats, merge_worker_snapshots, read_stats
+from mocks.stats import diff_stats, merge_worker_snapshots, read_stats
+from mocks.worker_stats import WorkerStats
 
 
 def test_read_stats_waits_for_fresh_files(tmp_path):
@@ -111,17 +112,17 @@ def test_gc_is_none_for_a_mock_from_before_it():
 
 GC_PROBE = """
 import asyncio, gc, json, sys
-import mocks.server as m
-from mocks.stats import WorkerStats
+import mocks.gc_control as gc_control
+from mocks.worker_stats import WorkerStats
 
 mode = sys.argv[1]
-m.GC_YOUNG_EVERY_S, m.GC_FULL_EVERY_S = 0.05, 0.12
+gc_control.GC_YOUNG_EVERY_S, gc_control.GC_FULL_EVERY_S = 0.05, 0.12
 stats = WorkerStats(60)
-watch = m._gc_control(mode, stats)
+watch = gc_control.start_gc_control(mode, stats)
 frozen = gc.get_freeze_count()
 
 async def main():
-    timer = asyncio.create_task(m._gc_timer(watch)) if mode == "lean" else None
+    timer = asyncio.create_task(gc_control.gc_timer(watch)) if mode == "lean" else None
     for _ in range(30):
         for _ in range(200):  # cyclic garbage, as an exception's traceback makes
             a = []; a.append(a)

@@ -62,6 +62,7 @@ CASES = {
     "aa-missing-dir": (["aa", "{tmp}/none"], "A/A check: cannot be made: "),
     "aa-no-pair": (["aa", str(STUDY)], "names no A/A pair"),
     "soak-missing-dir": (["soak", "{tmp}/none"], "no study manifest"),
+    "mock-no-connections": (["mock", "--connections", "0"], "connections: must be positive"),
     "soak-unknown-version": (["soak", "{tmp}/v99"], "schema_version 99 is not one this harness reads"),
 }
 

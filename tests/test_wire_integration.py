@@ -17,7 +17,7 @@ import pytest
 
 from harness.run.capture import Capture, CaptureError
 from harness.run.wire import summarize, wire_times
-from mocks.stats import read_request_log
+from mocks.request_log import read_request_log
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

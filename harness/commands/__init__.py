@@ -15,7 +15,7 @@ import sys
 from harness.model.errors import UserError
 
 # In the order `--help` lists them.
-COMMANDS = ("notebook", "study", "suite", "report", "install", "gate", "aa", "soak")
+COMMANDS = ("notebook", "study", "suite", "report", "install", "gate", "aa", "soak", "mock")
 
 
 def parser() -> argparse.ArgumentParser:

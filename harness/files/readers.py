@@ -101,7 +101,7 @@ def read_mock_requests(run_dir: Path) -> pd.DataFrame:
     """The providers' per-request log of a run, current version: mock_requests.parquet, or for
     a run from before that file (MOCK_REQUESTS_TABLE's first version) the raw logs in
     mock-stats/ and, when a standby ran, mock-standby-stats/."""
-    from mocks.stats import read_request_log
+    from mocks.request_log import read_request_log
     stored = Path(run_dir) / MOCK_REQUESTS.file
     if stored.is_file():
         return read_table(stored, MOCK_REQUESTS)[0]

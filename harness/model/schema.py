@@ -182,7 +182,7 @@ SAMPLES = Table("samples", "samples.parquet", (
        "master's, and the sum of the workers on a worker host)"),
 ))
 
-# The mock's per-request log (mocks.stats.REQUEST_LOG_COLUMNS), restricted to the run's load.
+# The mock's per-request log (mocks.request_log.REQUEST_LOG_COLUMNS), restricted to the run's load.
 MOCK_REQUESTS = Table("mock_requests", "mock_requests.parquet", (
     _c("run_id", "string", "", "the run", raw=False),
     _c("system", "string", "", "the run's system under test", raw=False),

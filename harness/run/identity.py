@@ -5,8 +5,8 @@ Pure functions over two DataFrames; nothing here reads files or starts anything.
 Client rows (one per request the load generator sent) need the columns
     ``request_id`` (str), ``latency_ms`` (float: send -> last byte received),
     ``error_kind`` (str; ``""``/NA for a success), ``start_t_unix_s`` (float).
-Mock rows are ``mocks.stats.read_request_log(stats_dir)`` (columns:
-``mocks.stats.REQUEST_LOG_COLUMNS``), both providers' when a standby ran.
+Mock rows are ``mocks.request_log.read_request_log(stats_dir)`` (columns:
+``mocks.request_log.REQUEST_LOG_COLUMNS``), both providers' when a standby ran.
 
 The join is by ``request_id``.  Every successful client row should match exactly one mock
 row; what does not is counted and listed, never dropped:

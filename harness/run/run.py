@@ -50,7 +50,8 @@ from harness.files.store import (
 )
 from harness.run.systems import start_mock, start_system
 from harness.run.verify import pre_check, send_chat
-from mocks.stats import diff_stats, read_request_log, read_stats
+from mocks.request_log import read_request_log
+from mocks.stats import diff_stats, read_stats
 
 # With provider faults the mock answers requests with errors the client counts as failures (and
 # a gateway may retry), so its count cannot equal the successful rows.

@@ -31,7 +31,7 @@ starts where a segment (or, for pipelined messages, the end of the previous mess
 Content-Length body) begins with a request line or ``HTTP/1.``; it ends at its
 Content-Length, else where the next message starts.  The request id is the last
 ``[rid:<id>]`` among the captured bytes of the request, else its ``x-request-id``
-header (the mock's own rule; see ``mocks.server``).  A response belongs to the oldest
+header (the mock's own rule; see ``mocks.protocol.request_id_of``).  A response belongs to the oldest
 unanswered request that started before it on the same connection (HTTP/1.1 keep-alive
 order); a response whose request was before the capture window has none and is
 skipped.  Only the first ``snaplen`` bytes of each segment are in the capture: an id

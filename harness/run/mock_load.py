@@ -1,26 +1,14 @@
-"""Is the mock still an exact instrument at many connections?  Starts the mock, holds
-``--connections`` keep-alive connections open from one asyncio (uvloop) client, each
-sending a request with an id, reading the answer and waiting ``--think-s`` (the study's
-closed loop), then stops the mock and prints, as JSON, the mock's own added time and its
-holds from its per-request log (``harness.stats.identity.mock_self_time``), the mock's CPU
-time and memory, what its garbage collector did after the ramp (``gc``: passes, pauses),
-and how much of the time some task on the machine waited for a CPU (Linux PSI,
-``/proc/pressure/cpu``): on a shared machine the holds' tail is mostly that wait.
-
-    python -m mocks.loadcheck --connections 1000 --workers 1 --latency-ms 60 --duration-s 20
-    python -m mocks.loadcheck --connections 1000 --gc default      # the mock's GC control off
-
-Load goes to 127.0.0.1 only.
-"""
+"""Is the mock still an exact instrument at many connections? Starts the mock, holds that many
+keep-alive connections open from one asyncio (uvloop) client, each sending a request with an id,
+reading the answer and waiting between calls (the study's closed loop), then stops the mock.
+The command is ``python -m harness mock`` (harness/commands/mock.py). Load goes to 127.0.0.1
+only."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,13 +16,9 @@ import time
 
 import uvloop
 
-from mocks.server import GC_MODES
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from harness.host.processes import free_port
+from mocks.request_log import read_request_log
+from mocks.stats import diff_stats, read_stats
 
 
 def _cpu_pressure_us() -> int | None:
@@ -100,13 +84,11 @@ async def _user(k: int, port: int, stop_at: float, think_s: float, ramp_s: float
 async def _load(port: int, connections: int, duration_s: float, think_s: float, ramp_s: float,
                 stats_dir: str) -> tuple[list, dict]:
     """The answers, and the mock's stats once the ramp is over (read in a thread)."""
-    from mocks.stats import read_stats
-
     async def after_ramp() -> dict:
         await asyncio.sleep(ramp_s)
-        t = time.time()
+        ramp_end_t_unix_s = time.time()
         return await asyncio.get_running_loop().run_in_executor(
-            None, lambda: read_stats(stats_dir, fresher_than_t_unix_s=t))
+            None, lambda: read_stats(stats_dir, fresher_than_t_unix_s=ramp_end_t_unix_s))
 
     done: list = []
     stop_at = time.monotonic() + ramp_s + duration_s
@@ -115,36 +97,26 @@ async def _load(port: int, connections: int, duration_s: float, think_s: float, 
     return done, await snapshot
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m mocks.loadcheck", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--connections", type=int, default=1000)
-    ap.add_argument("--workers", type=int, default=1)
-    ap.add_argument("--latency-ms", type=float, default=60.0)
-    ap.add_argument("--duration-s", type=float, default=20.0, help="measured part, after the ramp")
-    ap.add_argument("--ramp-s", type=float, default=5.0)
-    ap.add_argument("--think-s", type=float, default=1.0)
-    ap.add_argument("--gc", choices=GC_MODES, default="lean",
-                    help="the mock's garbage-collector mode (mocks.server --gc)")
-    args = ap.parse_args(argv)
-
-    from harness.stats.identity import mock_self_time
-    from mocks.stats import diff_stats, read_request_log, read_stats
-
-    stats_dir = tempfile.mkdtemp(prefix="sluice-mock-loadcheck-")
-    port = _free_port()
+def measure_mock(connections: int, workers: int, latency_ms: float, duration_s: float,
+                 ramp_s: float, think_s: float, gc_mode: str) -> dict:
+    """The mock at ``connections`` keep-alive connections: what the client saw, the mock's CPU
+    and memory, the machine's CPU pressure, the collector's work after the ramp, and the mock's
+    per-request log of the measured part (``log``, for its own time). RuntimeError when the mock
+    does not start."""
+    stats_dir = tempfile.mkdtemp(prefix="sluice-mock-load-")
+    port = free_port()
     mock = subprocess.Popen([sys.executable, "-m", "mocks.server", "--port", str(port), "--workers",
-                             str(args.workers), "--latency-ms", str(args.latency_ms), "--stats-dir", stats_dir,
-                             "--gc", args.gc],
+                             str(workers), "--latency-ms", str(latency_ms), "--stats-dir", stats_dir,
+                             "--gc", gc_mode],
                             stdout=subprocess.PIPE, text=True)
     try:
         if "ready" not in (mock.stdout.readline() or ""):
-            print("mock did not start", file=sys.stderr)
-            return 1
+            raise RuntimeError("the mock did not start")
         t_load_ns = time.time_ns()
         t0 = time.monotonic()
         psi0, cpu0 = _cpu_pressure_us(), _cpu_s(mock.pid)
-        done, after_ramp = uvloop.run(_load(port, args.connections, args.duration_s, args.think_s,
-                                            args.ramp_s, stats_dir))
+        done, after_ramp = uvloop.run(_load(port, connections, duration_s, think_s, ramp_s,
+                                            stats_dir))
         elapsed_s = time.monotonic() - t0
         psi1, cpu1, rss = _cpu_pressure_us(), _cpu_s(mock.pid), _rss_mib(mock.pid)
     finally:
@@ -153,20 +125,15 @@ def main(argv=None) -> int:
     gc_window = diff_stats(read_stats(stats_dir), after_ramp)["gc"]
     log = read_request_log(stats_dir)
     # the measured part: after the ramp (all connections open)
-    log = log[log["body_end_t_unix_ns"] >= t_load_ns + int(args.ramp_s * 1e9)]
-    dur_s = (log["body_end_t_unix_ns"].max() - log["body_end_t_unix_ns"].min()) / 1e9 if len(log) else 0
-    out = {"connections": args.connections, "workers": args.workers, "latency_ms": args.latency_ms,
-           "gc_mode": args.gc,
-           "answered": len(done), "ok": sum(done), "measured_requests": int(len(log)),
-           "rate_per_s": round(len(log) / dur_s, 1) if dur_s else None,
-           "mock_cpu_cores": round((cpu1 - cpu0) / elapsed_s, 3), "mock_rss_mib_at_end": rss,
-           "cpu_pressure_some_pct": round((psi1 - psi0) / 1e4 / elapsed_s, 1) if psi0 is not None else None,
-           "self_time_ms": mock_self_time(log),
-           "gc": {k: v for k, v in gc_window.items() if k != "pause_histogram_us"} if gc_window else None,
-           "stats_dir": stats_dir}
-    print(json.dumps(out, indent=1))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    log = log[log["body_end_t_unix_ns"] >= t_load_ns + int(ramp_s * 1e9)]
+    measured_s = (log["body_end_t_unix_ns"].max() - log["body_end_t_unix_ns"].min()) / 1e9 if len(log) else 0
+    return {"connections": connections, "workers": workers, "latency_ms": latency_ms,
+            "gc_mode": gc_mode,
+            "answered": len(done), "ok": sum(done), "measured_requests": int(len(log)),
+            "rate_per_s": round(len(log) / measured_s, 1) if measured_s else None,
+            "mock_cpu_cores": round((cpu1 - cpu0) / elapsed_s, 3), "mock_rss_mib_at_end": rss,
+            "cpu_pressure_some_pct": (round((psi1 - psi0) / 1e4 / elapsed_s, 1)
+                                      if psi0 is not None else None),
+            "gc": ({k: v for k, v in gc_window.items() if k != "pause_histogram_us"}
+                   if gc_window else None),
+            "stats_dir": stats_dir, "log": log}
