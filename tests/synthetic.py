@@ -375,7 +375,7 @@ def make_study(root: str | Path, study_id: str = "synthetic-study",
     for rnd in range(1, runs_per + 1):
         order = [s for s in systems if len(params[s]) >= rnd]
         rng.shuffle(order)
-        for pos, s in enumerate(order):   # 0-based, as harness/plan.py writes it
+        for pos, s in enumerate(order):   # 0-based, as harness/model/plan.py writes it
             plan.append({"run_id": f"{s}-{rnd}", "system": s, "run_index": rnd, "round": rnd,
                          "position": pos, "comparison_key": hashlib.sha256(s.encode()).hexdigest()})
 
@@ -395,7 +395,7 @@ def make_study(root: str | Path, study_id: str = "synthetic-study",
         p = params[s][n - 1]
         t0 = BASE_T + 60.0 * i
         rdf, sdf, mock, exp = _run(s, n, p, t0, rng, direct_mean)
-        run_dir = path / "runs" / s / str(n)        # as harness/runner.py names it
+        run_dir = path / "runs" / s / str(n)        # as harness/run/run.py: run_dir_for names it
         (run_dir / "raw").mkdir(parents=True, exist_ok=True)
         rdf = rdf.assign(**UNARY_DEFAULTS, chunk_gaps_ms=[[] for _ in range(len(rdf))])
         sdf = sdf.assign(inflight_requests=math.nan, host="synthetic-host")

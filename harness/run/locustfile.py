@@ -23,7 +23,7 @@ from harness.model.schema import REQUESTS
 from harness.model.dialects import ERROR_BODY_PREFIX_BYTES, error_body_dialect
 
 SETTINGS = json.load(open(os.environ["SLUICE_LOAD_FILE"]))
-# The topology's name for this host (harness/load.py sets it); pids are unique only per host.
+# The topology's name for this host (harness/run/load.py sets it); pids are unique only per host.
 HOSTNAME = os.environ.get("SLUICE_WORKER_HOST") or socket.gethostname()
 STREAM = SETTINGS["stream"]
 # The client dialect's SSE frames: one that carries text, and the one that ends the stream.
