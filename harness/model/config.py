@@ -195,8 +195,6 @@ def repo_path(path: str) -> Path:
     return p if p.is_absolute() else REPO_DIR / p
 
 
-
-
 def from_profile(profile: str = "standard", /, **overrides) -> StudyConfig:
     """A config from a preset plus explicit overrides (None values are ignored)."""
     if profile not in PROFILES:

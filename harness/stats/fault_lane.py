@@ -43,8 +43,6 @@ WINDOWS = ("before", "during", "after")
 RECOVERY_SHARE = 0.10     # a bin's p50 within 10% of the before window's p50 ...
 RECOVERY_MS = 2.0         # ... or within 2 ms of it, whichever is wider
 BIN_S = 1.0
-# The mock's request log also holds /health and /models; only generation requests count.
-MOCK_REQUESTS_FILE = "mock_requests.parquet"
 
 WINDOW_COLUMNS = ("run_id", "system", "run_index", "run_status", "scenario", "resilience",
                   "resilience_note", "window", "start_t_unix_s", "end_t_unix_s", "requests", "ok",
@@ -86,11 +84,8 @@ def windows(hold_start: float, hold_end: float, fault: FaultWindow) -> dict[str,
     return {"before": (hold_start, fs), "during": (fs, fe), "after": (fe, hold_end)}
 
 
-
-
-
-
 def generation_rows(mock: pd.DataFrame) -> pd.DataFrame:
+    """The mock's generation requests (its log also holds /health and /models)."""
     return mock[mock["path"].isin(GENERATION_PATHS)]
 
 

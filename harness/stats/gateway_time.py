@@ -18,8 +18,6 @@ from harness.stats.rows import percentile
 QUANTILES = (50, 95, 99)
 
 
-
-
 def mock_own_ms(mock: pd.DataFrame) -> np.ndarray:
     """Per mock row of a generation: its service time minus the hold it was asked for."""
     m = mock[(mock["status_code"] == 200) & (mock["hold_set_ns"] > 0)]

@@ -34,8 +34,6 @@ from harness.stats.outcomes import Label
 from harness.stats.rows import percentile, successful
 
 
-
-
 def _interp(t: np.ndarray, v: np.ndarray, at: float) -> float:
     if t.size == 0 or math.isnan(at):
         return math.nan
@@ -61,8 +59,6 @@ def window_rows(study: Study, run: RunManifest) -> pd.DataFrame:
         return rows.iloc[0:0]
     t = rows["start_t_unix_s"]
     return rows[(t >= lo) & (t < hi)]
-
-
 
 
 def _floor_bins(study: Study, floor: str | None, bin_users: int) -> pd.DataFrame | None:
