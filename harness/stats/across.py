@@ -29,12 +29,14 @@ FLOOR_OVERHEAD = "overhead_vs_direct"   # the run_summary columns measured again
 def describe(values: Iterable[float], near_zero: bool = False) -> dict[str, float]:
     """n, mean, sd (n−1), min, max, CoV, t-based 95% CI of a run set (NaNs dropped). For a
     ``near_zero`` quantity (an overhead) the CoV is left out (NaN, never unstable) unless its 95%
-    CI excludes zero: sd / |mean| of a mean near zero measures the mean, not the spread."""
+    CI excludes zero: sd / |mean| of a mean near zero measures the mean, not the spread. With an
+    infinite value the mean is infinite and the sd, CoV and CI are NaN."""
     a = np.asarray([v for v in values if v is not None], dtype="float64")
     a = a[~np.isnan(a)]
     n = int(a.size)
     mean = float(a.mean()) if n else math.nan
-    sd = float(a.std(ddof=1)) if n >= 2 else math.nan
+    # an infinite value (a time to success never reached) has a mean but no spread
+    sd = float(a.std(ddof=1)) if n >= 2 and np.isfinite(a).all() else math.nan
     cov = (sd / abs(mean)) if n >= 2 and mean != 0 else math.nan
     half = float(stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n)) if n >= 2 else math.nan
     if near_zero and not (abs(mean) > half):

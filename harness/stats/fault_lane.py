@@ -36,6 +36,7 @@ from harness.model.manifests import RunManifest
 from harness.model.dialects import ERROR_BODY_CLASSES, GENERATION_PATHS
 from harness.files.readers import read_fault_schedule, read_mock_requests
 from harness.stats.across import describe
+from harness.stats.fault_requests import request_figures, request_outcomes
 from harness.stats.loading import Study, mock_latency_ms
 from harness.stats.rows import is_success, percentile
 
@@ -49,10 +50,19 @@ WINDOW_COLUMNS = ("run_id", "system", "run_index", "run_status", "scenario", "re
                   "success_share", "status_counts", "mock_rows", "amplification", "added_p50_ms",
                   "added_p99_ms", "error_responses", "client_dialect_share", "streams",
                   "partial_streams", "rss_peak_bytes")
+# Per run, the requests sent in the fault window counted per request (harness.stats.
+# fault_requests): run column -> its figure there.
+SENT_DURING = {"requests_sent_during": "requests", "requests_without_id": "requests_without_id",
+               "success_sent_during": "success_share", "amplification_sent_during": "amplification",
+               "first_attempt_failure_share": "first_attempt_failure_share",
+               "excess_amplification": "excess_amplification", "tts_p50_ms": "tts_p50_ms",
+               "tts_p99_ms": "tts_p99_ms", "time_weighted_success": "time_weighted_success",
+               "attempts_after_window_share": "attempts_after_window_share",
+               "attempts_seen": "attempts_seen"}
 RUN_COLUMNS = ("run_id", "system", "run_index", "run_status", "scenario", "resilience",
                "resilience_note", "stayed_up", "fault_start_t_unix_s", "fault_end_t_unix_s",
                "hold_start_t_unix_s", "hold_end_t_unix_s", "before_p50_ms", "recovery_s",
-               "recovered", "rss_peak_bytes")
+               "recovered", "rss_peak_bytes", *SENT_DURING)
 # A system's figures over its runs in one study (``system_figures``): name -> (window, column)
 # of a window figure, or (None, column) of a run figure.
 SYSTEM_FIGURES = {
@@ -66,6 +76,9 @@ SYSTEM_FIGURES = {
     "partial_streams_during": ("during", "partial_streams"),
     "recovery_s": (None, "recovery_s"),
     "rss_peak_bytes": (None, "rss_peak_bytes"),
+    **{name: (None, name) for name in ("success_sent_during", "amplification_sent_during",
+                                        "excess_amplification", "tts_p50_ms", "tts_p99_ms",
+                                        "time_weighted_success", "attempts_after_window_share")},
 }
 SYSTEM_COLUMNS = ("system", "resilience", "resilience_note", "runs", "stayed_up", "recovered",
                   *(f"{name}_{k}" for name in SYSTEM_FIGURES for k in ("n", "mean", "sd")))
@@ -200,8 +213,19 @@ def run_fault_figures(run: RunManifest, client: pd.DataFrame, mock: pd.DataFrame
                "fault_start_t_unix_s": fault.start_t_unix_s, "fault_end_t_unix_s": fault.end_t_unix_s,
                "hold_start_t_unix_s": hs, "hold_end_t_unix_s": he, "before_p50_ms": before_p50,
                "recovery_s": rec_s, "recovered": not math.isnan(rec_s),
-               "rss_peak_bytes": _rss_peak(samples, hs, he) if recs else math.nan}
+               "rss_peak_bytes": _rss_peak(samples, hs, he) if recs else math.nan,
+               **_sent_during(client, gen, recs)}
     return recs, summary
+
+
+def _sent_during(client: pd.DataFrame, generation: pd.DataFrame, recs: list[dict]) -> dict:
+    """The fault window's requests counted per request (SENT_DURING; NaN without a window)."""
+    during = next((r for r in recs if r["window"] == "during"), None)
+    if during is None:
+        return {name: math.nan for name in SENT_DURING}
+    lo, hi = during["start_t_unix_s"], during["end_t_unix_s"]
+    figures = request_figures(request_outcomes(client, generation, lo, hi), lo, hi)
+    return {name: figures[figure] for name, figure in SENT_DURING.items()}
 
 
 def fault_summary(study: Study) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -1,0 +1,118 @@
+"""The provider-fault lane counted per request: every client request *sent* in the fault window,
+joined by its id with all its attempts at every provider (primary, standby), whenever they
+reached the mock. Counting attempts by when they landed would drop a retry that lands after the
+window (when the provider is healthy again) out of "during", and flatter slow retriers.
+
+Per request: ``attempts`` (its generation rows in the mock logs), ``first_attempt_failed`` (its
+earliest attempt was answered with a status ≥ 400 or cut by an injected reset, stall or
+malformed body), ``attempts_after_window`` (of them, those whose body reached a mock at or after
+the window's end), ``ok`` (the client saw a success) and ``time_to_success_ms`` (its latency
+when it succeeded, infinite when it failed: a failure is never a success, however fast).
+
+Per run (``request_figures``), over the window's requests with an id:
+
+* ``success_share`` s; ``amplification`` A = attempts / requests;
+* ``first_attempt_failure_share`` p̂; with independent faults a request that stops at its first
+  success costs on average s / (1 − p̂) attempts, so ``excess_amplification`` = A − s / (1 − p̂)
+  is the waste beyond what the success bought (hedging and retries of requests that then fail
+  show here; NaN when p̂ = 1: the floor is infinite);
+* ``tts_p50_ms``, ``tts_p99_ms``: percentiles of the time to success with failures infinite, by
+  the inverted CDF (a percentile is a request's value, never an interpolation with infinity):
+  the p99 is infinite ("not reached") when more than 1% of the requests failed;
+* ``time_weighted_success``: the mean over the window's 1-s bins (by send time) of each bin's
+  success share, so a burst weighs by its duration, not by how many requests it held;
+* ``attempts_after_window_share``: the share of the attempts that landed after the window.
+
+A provider that refuses connections (``provider_down``) logs no attempt: the mock cannot count
+what never reached it, so its amplification is a lower bound and says so (``attempts_seen``).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from harness.stats.rows import is_success
+
+# Injected faults that leave a client without a usable answer although the head said 200.
+FAILING_FAULTS = ("reset", "stall", "malformed")
+TTS_PERCENTILES = (50, 99)
+BIN_S = 1.0
+
+OUTCOME_COLUMNS = ("request_id", "start_t_unix_s", "ok", "time_to_success_ms", "attempts",
+                   "first_attempt_failed", "attempts_after_window")
+FIGURES = ("requests", "requests_without_id", "success_share", "amplification",
+           "first_attempt_failure_share", "excess_amplification",
+           *(f"tts_p{q}_ms" for q in TTS_PERCENTILES), "time_weighted_success",
+           "attempts_after_window_share", "attempts_seen")
+
+
+def attempt_failed(mock: pd.DataFrame) -> pd.Series:
+    """True where a provider's answer to an attempt was a failure."""
+    fault = mock["fault"].fillna("").astype(str)
+    return (mock["status_code"] >= 400) | fault.str.split(":").str[0].isin(FAILING_FAULTS)
+
+
+def request_outcomes(client: pd.DataFrame, generation: pd.DataFrame, lo: float,
+                     hi: float) -> pd.DataFrame:
+    """OUTCOME_COLUMNS for each client request sent in [lo, hi); ``generation``: the run's
+    generation rows of every provider (harness.stats.fault_lane.generation_rows)."""
+    sent = client[(client["start_t_unix_s"] >= lo) & (client["start_t_unix_s"] < hi)]
+    ids = sent["request_id"].astype("string").fillna("")
+    attempts = generation[generation["request_id"].astype("string").fillna("") != ""]
+    attempts = attempts.assign(failed=attempt_failed(attempts).to_numpy(),
+                               after=(attempts["body_end_t_unix_ns"] >= hi * 1e9).to_numpy())
+    attempts = attempts.sort_values("body_end_t_unix_ns", kind="stable")
+    per_id = attempts.groupby("request_id", sort=False).agg(
+        attempts=("failed", "size"), first_attempt_failed=("failed", "first"),
+        attempts_after_window=("after", "sum"))
+    ok = is_success(sent).to_numpy()
+    latency = sent["latency_ms"].to_numpy(dtype="float64")
+    joined = per_id.reindex(ids.to_numpy())
+    return pd.DataFrame({
+        "request_id": ids.to_numpy(),
+        "start_t_unix_s": sent["start_t_unix_s"].to_numpy(dtype="float64"),
+        "ok": ok,
+        "time_to_success_ms": np.where(ok, latency, math.inf),
+        "attempts": joined["attempts"].fillna(0).to_numpy(dtype="float64"),
+        "first_attempt_failed": joined["first_attempt_failed"].astype("boolean").to_numpy(),
+        "attempts_after_window": joined["attempts_after_window"].fillna(0).to_numpy(dtype="float64"),
+    }, columns=list(OUTCOME_COLUMNS))
+
+
+def _tts(values: np.ndarray, q: float) -> float:
+    return float(np.percentile(values, q, method="inverted_cdf")) if values.size else math.nan
+
+
+def _time_weighted(outcomes: pd.DataFrame, lo: float, hi: float, bin_s: float) -> float:
+    if not len(outcomes) or not hi > lo:
+        return math.nan
+    bins = np.floor((outcomes["start_t_unix_s"].to_numpy() - lo) / bin_s)
+    shares = pd.Series(outcomes["ok"].to_numpy(dtype="float64")).groupby(bins).mean()
+    return float(shares.mean())
+
+
+def request_figures(outcomes: pd.DataFrame, lo: float, hi: float,
+                    bin_s: float = BIN_S) -> dict:
+    """FIGURES of one run's window from its request_outcomes."""
+    with_id = outcomes[outcomes["request_id"] != ""]
+    n = len(with_id)
+    attempts = float(with_id["attempts"].sum())
+    reached = with_id[with_id["attempts"] > 0]
+    s = float(with_id["ok"].mean()) if n else math.nan
+    p = float(reached["first_attempt_failed"].astype(bool).mean()) if len(reached) else math.nan
+    amplification = attempts / n if n else math.nan
+    floor = s / (1.0 - p) if n and not math.isnan(p) and p < 1.0 else math.nan
+    tts = with_id["time_to_success_ms"].to_numpy(dtype="float64")
+    return {
+        "requests": n, "requests_without_id": int(len(outcomes) - n),
+        "success_share": s, "amplification": amplification,
+        "first_attempt_failure_share": p,
+        "excess_amplification": amplification - floor,
+        **{f"tts_p{q}_ms": _tts(tts, q) for q in TTS_PERCENTILES},
+        "time_weighted_success": _time_weighted(with_id, lo, hi, bin_s),
+        "attempts_after_window_share": (float(with_id["attempts_after_window"].sum()) / attempts
+                                        if attempts else math.nan),
+        "attempts_seen": int(attempts),
+    }
