@@ -59,12 +59,16 @@ def faults(per_window: pd.DataFrame, per_run: pd.DataFrame, systems: list[str],
 # A faults suite's configuration column wraps: a reason or note may take two lines or three there.
 FAULT_NOTE_CHARS = 60
 # The provider-fault lane across a suite: (system_figures name, metric, window shown) in order.
+# "sent during": the requests sent in the fault window, each with every attempt it caused,
+# whenever that landed (harness/stats/fault_requests.py).
 FAULT_SUITE_FIGURES = (("success_before", "success_share", "before"),
-                       ("success_during", "success_share", "during"),
+                       ("success_during", "success_share", "sent during"),
                        ("success_after", "success_share", "after"),
-                       ("amplification_during", "amplification", "during"),
+                       ("amplification_during", "amplification", "sent during"),
+                       ("excess_amplification", "excess_amplification", "sent during"),
+                       ("tts_p99_ms", "tts_p99_ms", "sent during"),
                        ("added_p50_during_ms", "added_p50_ms", "during"),
-                       ("added_p99_during_ms", "added_p99_ms", "during"),
+                       ("attempts_after_window_share", "attempts_after_window_share", ""),
                        ("client_dialect_during", "client_dialect_share", "during"),
                        ("recovery_s", "recovery_s", ""),
                        ("partial_streams_during", "partial_streams", "during"),

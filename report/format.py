@@ -24,9 +24,14 @@ def isnan(x: Any) -> bool:
         return False
 
 
+NOT_REACHED = "not reached"   # an infinite figure: a time to success more requests never had
+
+
 def num(x: Any, digits: int = 1, scale: float = 1.0, suffix: str = "") -> str:
     if isnan(x):
         return DASH
+    if math.isinf(float(x)):
+        return NOT_REACHED
     return f"{float(x) / scale:.{digits}f}{suffix}"
 
 
@@ -64,6 +69,8 @@ def mean_sd(d: Mapping[str, Any], m: str | Metric, n: bool = True, compact: bool
     if isnan(d.get("n")) or not d.get("n") or isnan(d.get("mean")):
         return DASH
     count = f" (n={int(d['n'])})" if n else ""
+    if math.isinf(d["mean"]):
+        return f"{NOT_REACHED}{count}"
     mean = d["mean"] / m.scale
     digits = compact_digits(mean, m.digits) if compact else m.digits
     if int(d["n"]) == 1 or isnan(d.get("sd")):

@@ -330,8 +330,8 @@ def test_fault_suite_table_per_system_and_configuration(tmp_path):
     assert burst.loc[("cell-01", "bifrost"), "not_run"] == BIFROST
     assert set(timelines["cell"]) == {"cell-01", "cell-02", "cell-03"}
     shown = fault_tables.fault_suite(rows[rows["scenario"] == "error_burst"], "t").frame()
-    during = F.heading("success_share", "during")
-    amp = F.heading("amplification", "during")
+    during = F.heading("success_share", "sent during")
+    amp = F.heading("amplification", "sent during")
     by = {(r["system"].split()[0], r["configuration"]): r for r in shown.to_dict("records")}
     single = by[("sluice", "as shipped")]
     assert single["runs"] == "1 run: no spread" and single[amp] == "4.00"

@@ -125,6 +125,15 @@ _ALL: tuple[Metric, ...] = (
        scale=0.01, words=("more in the client's dialect", "fewer in the client's dialect")),
     _m("recovery_s", "time to recover", "s", "lower", 0),
     _m("partial_streams", "partial streams", "", "lower", 0, words=_ERR),
+    # --- counted per request sent in the fault window (harness/stats/fault_requests.py) --------
+    _m("excess_amplification", "provider requests beyond what the success needed", "x", "lower",
+       3, near_zero=True),
+    _m("tts_p50_ms", "time to success p50", "ms", "lower", 1),
+    _m("tts_p99_ms", "time to success p99", "ms", "lower", 1),
+    _m("time_weighted_success", "success, each second alike", "%", "higher", 1, scale=0.01,
+       words=_ERR),
+    _m("attempts_after_window_share", "attempts landing after the window", "%", "lower", 1,
+       scale=0.01),
 )
 
 METRICS: dict[str, Metric] = {m.name: m for m in _ALL}
