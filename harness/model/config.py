@@ -171,6 +171,12 @@ class StudyConfig:
         d["system_env"] = list(self.system_env)
         return d
 
+    def hold_length_s(self) -> float:
+        """The measured window's planned length: the hold, or in open loop the rate steps."""
+        if self.open_loop_rates_per_s:
+            return len(self.open_loop_rates_per_s) * self.open_loop_step_s
+        return self.hold_s
+
     def per_call_s(self) -> float:
         """The shortest time one request can take: the mock's hold plus its stream."""
         stream_s = self.stream_chunks * self.chunk_delay_ms / 1000.0 if self.stream else 0.0

@@ -175,9 +175,6 @@ def _fault_problems(config: StudyConfig) -> list[str]:
     if fault_scenarios.scenario(config.fault_scenario).needs_stream and not config.stream:
         problems.append(f"fault_scenario: {config.fault_scenario} needs streamed responses; "
                         "set stream=true")
-    if config.open_loop_rates_per_s:
-        problems.append("fault_scenario: the fault window is placed in the closed loop's hold; "
-                        "the open-loop lane has none")
     if fault_scenarios.needs_standby(config.fault_scenario) and config.base_port > 65533:
         problems.append(f"base_port: {config.fault_scenario} starts a standby provider on base_port "
                         f"+ 2; use at most 65533, got {config.base_port}")
@@ -185,12 +182,12 @@ def _fault_problems(config: StudyConfig) -> list[str]:
     if config.fault_start_s < 0 or config.fault_duration_s < 0:
         problems.append(f"fault_start_s: the window must not be negative, got start "
                         f"{config.fault_start_s}, duration {config.fault_duration_s}")
-    elif config.fault_start_s >= config.hold_s:
+    elif config.fault_start_s >= config.hold_length_s():
         problems.append(f"fault_start_s: the fault window must start inside the "
-                        f"{config.hold_s:g} s hold, got {config.fault_start_s:g}")
-    elif config.fault_start_s + duration > config.hold_s:
+                        f"{config.hold_length_s():g} s hold, got {config.fault_start_s:g}")
+    elif config.fault_start_s + duration > config.hold_length_s():
         problems.append(f"fault_duration_s: the fault window {config.fault_start_s:g} s + "
-                        f"{duration:g} s does not fit inside the {config.hold_s:g} s hold")
+                        f"{duration:g} s does not fit inside the {config.hold_length_s():g} s hold")
     if config.fault_lead_s <= config.idle_s:
         problems.append(f"fault_lead_s: must exceed idle_s ({config.idle_s:g}): the system's "
                         f"start, the idle sampling and the pre-check fit in it, got {config.fault_lead_s}")

@@ -3,7 +3,8 @@ joined by its id with all its attempts at every provider (primary, standby), whe
 reached the mock. Counting attempts by when they landed would drop a retry that lands after the
 window (when the provider is healthy again) out of "during", and flatter slow retriers.
 
-Per request: ``attempts`` (its generation rows in the mock logs), ``first_attempt_failed`` (its
+In open loop a request is placed by its intended start (its slot in the arrival schedule, the
+same for every system), else by when it was sent. Per request: ``attempts`` (its generation rows in the mock logs), ``first_attempt_failed`` (its
 earliest attempt was answered with a status ≥ 400 or cut by an injected reset, stall or
 malformed body), ``attempts_after_window`` (of them, those whose body reached a mock at or after
 the window's end), ``ok`` (the client saw a success) and ``time_to_success_ms`` (its latency
@@ -58,7 +59,8 @@ def request_outcomes(client: pd.DataFrame, generation: pd.DataFrame, lo: float,
                      hi: float) -> pd.DataFrame:
     """OUTCOME_COLUMNS for each client request sent in [lo, hi); ``generation``: the run's
     generation rows of every provider (harness.stats.fault_lane.generation_rows)."""
-    sent = client[(client["start_t_unix_s"] >= lo) & (client["start_t_unix_s"] < hi)]
+    sent_t = _sent_t(client)
+    sent = client[(sent_t >= lo) & (sent_t < hi)]
     ids = sent["request_id"].astype("string").fillna("")
     attempts = generation[generation["request_id"].astype("string").fillna("") != ""]
     attempts = attempts.assign(failed=attempt_failed(attempts).to_numpy(),
@@ -72,13 +74,22 @@ def request_outcomes(client: pd.DataFrame, generation: pd.DataFrame, lo: float,
     joined = per_id.reindex(ids.to_numpy())
     return pd.DataFrame({
         "request_id": ids.to_numpy(),
-        "start_t_unix_s": sent["start_t_unix_s"].to_numpy(dtype="float64"),
+        "start_t_unix_s": _sent_t(sent).to_numpy(dtype="float64"),
         "ok": ok,
         "time_to_success_ms": np.where(ok, latency, math.inf),
         "attempts": joined["attempts"].fillna(0).to_numpy(dtype="float64"),
         "first_attempt_failed": joined["first_attempt_failed"].astype("boolean").to_numpy(),
         "attempts_after_window": joined["attempts_after_window"].fillna(0).to_numpy(dtype="float64"),
     }, columns=list(OUTCOME_COLUMNS))
+
+
+def _sent_t(client: pd.DataFrame) -> pd.Series:
+    """When each request was due: in open loop its intended start (a slot the load generator
+    sent late still belongs to its moment), else when it was sent."""
+    sent = client["start_t_unix_s"].astype("float64")
+    if "intended_start_t_unix_s" not in client:
+        return sent
+    return client["intended_start_t_unix_s"].astype("float64").fillna(sent)
 
 
 def _tts(values: np.ndarray, q: float) -> float:
