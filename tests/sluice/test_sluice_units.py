@@ -179,15 +179,16 @@ def test_config_validation():
 
 
 def test_usage_scanner_across_chunk_edges():
-    from sluice.upstream import UpstreamConn
-    u = UpstreamConn.__new__(UpstreamConn)  # only the scanner's own fields are used
+    from sluice.usage import UsageScan
     data = b'data: {"id":"x","choices":[],"usage":{"prompt_tokens":123,"completion_tokens":45}}\n\n'
     for stream in (False, True):
         for cut in range(1, len(data)):
-            u.stream, u.frames, u.tail, u.usage = stream, 0, b"", {}
-            u._scan(data[:cut])
-            u._scan(data[cut:])
-            assert u.usage == {b"prompt_tokens": 123, b"completion_tokens": 45}, cut
+            scan = UsageScan()
+            scan.event_stream = stream
+            scan.feed(data[:cut])
+            scan.feed(data[cut:])
+            assert scan.counts == {b"prompt_tokens": 123, b"completion_tokens": 45}, cut
+            assert scan.tokens(400, len(data)) == (123, 45)
 
 
 def test_rpm_leases_never_let_workers_exceed_the_limit():
