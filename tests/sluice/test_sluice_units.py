@@ -1,5 +1,6 @@
 """In-process unit tests: translation, SSE parsing, rate limits and budgets, config checks."""
 import json
+import re
 
 import pytest
 from sluice import translate
@@ -252,11 +253,15 @@ def test_bench_hotpath_completes_exchanges_in_memory():
     import sys
     from pathlib import Path
     tool = Path(__file__).resolve().parents[2] / "gateways" / "sluice" / "bench_hotpath.py"
-    for extra in ([], ["--plain"]):
+    for extra, what in (([], "key + alias"), (["--plain"], "plain relay")):
         out = subprocess.run([sys.executable, str(tool), "--requests", "200", *extra],
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
-        assert "us of Python per request" in out.stdout
+        m = re.fullmatch(r"(\d+\.\d+) us of Python per request \((.+); best of 5 x (\d+)\)\n", out.stdout)
+        assert m is not None, out.stdout
+        assert (m.group(2), int(m.group(3))) == (what, 200)
+        # microseconds per exchange: more than an empty loop takes, less than anything plausible
+        assert 0.5 < float(m.group(1)) < 10_000, out.stdout
 
 
 def test_budget_settled_after_its_period_ended_is_published_in_the_new_period():
