@@ -208,7 +208,7 @@ def test_rpm_leases_never_let_workers_exceed_the_limit():
     w0.return_leases()
     w1.return_leases()
     assert rec0.rpm_lease == rec1.rpm_lease == 0
-    spent = rec0.cur + rec1.cur
+    spent = rec0.rpm_count + rec1.rpm_count
     assert spent == admitted
 
 
@@ -218,18 +218,18 @@ def test_rpm_lease_is_not_counted_as_requests_in_the_next_window():
     assert rec.rpm_lease == 999  # one worker: all the free room (1 + 999 = the limit)
     assert ks.take_request(rec, 6001.0) == 0  # from the lease
     assert ks.take_request(rec, 6065.0) == 0  # next window: two requests before, not 1000
-    assert rec.prev == 2
+    assert rec.rpm_previous_count == 2
 
 
 def test_budget_leases_keep_spent_plus_held_constant():
     (w0, rec0), (w1, rec1) = _workers(_K("b", budget=1000), 2)
     assert w0.reserve(rec0, 100) == 0
-    assert rec0.lease == (1000 - 100) // 4
-    held = rec0.spent + rec0.reserved + rec0.lease
+    assert rec0.budget_lease == (1000 - 100) // 4
+    held = rec0.spent + rec0.reserved + rec0.budget_lease
     assert w0.reserve(rec0, 50) == 0          # from the lease: nothing published
     w0.settle(rec0, 100, 30)                  # 70 back into the lease
     w0.settle(rec0, 50, 60)                   # 10 more than reserved, out of the lease
-    assert rec0.spent + rec0.reserved + rec0.lease == held
+    assert rec0.spent + rec0.reserved + rec0.budget_lease == held
     assert w0.budget_state(rec0) == (90, 0)
     # the other worker sees worker 0's published numbers (spent, reserved and lease) as taken
     assert w1.reserve(rec1, 1000 - held + 1) == 1  # blocked by a lease: room comes back soon
@@ -242,7 +242,7 @@ def test_budget_overdraft_beyond_the_lease_is_published():
     (w0, rec0), (w1, rec1) = _workers(_K("b", budget=100), 2)
     assert w0.reserve(rec0, 10) == 0
     w0.settle(rec0, 10, 95)                   # the provider used far more than reserved
-    assert rec0.lease == 0
+    assert rec0.budget_lease == 0
     assert w1.budget_state(rec1) == (95, 0)   # seen by the other worker at once
     assert w1.reserve(rec1, 10) == 86400
 
@@ -272,4 +272,4 @@ def test_budget_settled_after_its_period_ended_is_published_in_the_new_period():
     assert w1.budget_state(rec1)[1] == 0      # the reservation is gone for the other worker too
     assert w1.budget_state(rec1)[0] in (0, 40)  # 40 in the new period (0 if the hour turned meanwhile)
     import time
-    assert w1._budget_totals(rec1, time.time())[2] == rec0.lease  # its lease, as published
+    assert w1._budget_totals(rec1, time.time())[2] == rec0.budget_lease  # its lease, as published
