@@ -41,10 +41,10 @@ def no_orphans():
     pytest.fail(f"processes left behind by this test: {described}")
 
 
-SLUICE_UNIT_TESTS = "test_sluice_units.py"
+SLUICE_UNIT_TESTS = ("test_sluice_units.py", "test_sluice_declarations.py")
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
-        if item.path.parent.name == "sluice" and item.path.name != SLUICE_UNIT_TESTS:
+        if item.path.parent.name == "sluice" and item.path.name not in SLUICE_UNIT_TESTS:
             item.add_marker(pytest.mark.integration)

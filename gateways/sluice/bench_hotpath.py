@@ -58,7 +58,8 @@ def build(args):
     import uvloop
 
     from sluice.config import load
-    from sluice.server import App, ClientConn
+    from sluice.client import ClientConn
+    from sluice.server import App
     from sluice.shared import Shared
     from sluice.upstream import UpstreamConn
 

@@ -67,6 +67,9 @@ def main():
             tmp = os.path.join(OUT, f".{m}{suffix}.new")
             shutil.copy2(os.path.join(lib, "sluice", m + suffix), tmp)
             os.replace(tmp, os.path.join(OUT, m + suffix))
+        for name in os.listdir(OUT):  # a module no longer compiled must not shadow its .py
+            if name.endswith(suffix) and name[:-len(suffix)] not in COMPILED_MODULES:
+                os.unlink(os.path.join(OUT, name))
     finally:
         shutil.rmtree(lib, ignore_errors=True)
     with open(stamp + ".new", "w") as f:

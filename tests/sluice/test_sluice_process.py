@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import threading
+import tomllib
 
 import psutil
 from sluice_helpers import RUN_PY, base_config, chat, request
@@ -110,11 +111,19 @@ def test_bad_config_is_reported(tmp_path):
 
 def test_config_check_ok(tmp_path, stub):
     good = tmp_path / "good.toml"
-    good.write_text(base_config(stub.url).replace("{port}", "0"))
+    text = base_config(stub.url).replace("{port}", "0")
+    good.write_text(text)
     out = subprocess.run([sys.executable, RUN_PY, "--config", str(good), "--check"], capture_output=True,
                          text=True, timeout=30, env=dict(os.environ, **ENV))
     assert out.returncode == 0, out.stderr
-    assert "ok" in out.stdout
+    # "<path>: ok (P provider(s), M model(s), K key(s), W worker(s))", the counts of the file's tables
+    m = re.fullmatch(r"(.+): ok \((\d+) provider\(s\), (\d+) model\(s\), (\d+) key\(s\), "
+                     r"(\d+) worker\(s\)\)\n", out.stdout)
+    assert m is not None, out.stdout
+    cfg = tomllib.loads(text)
+    assert m.group(1) == str(good)
+    assert [int(n) for n in m.groups()[1:]] == [len(cfg["providers"]), len(cfg["models"]),
+                                                 len(cfg["keys"]), cfg["server"]["workers"]]
 
 
 def test_port_in_use_fails_fast(tmp_path, stub):

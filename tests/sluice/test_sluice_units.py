@@ -1,5 +1,6 @@
 """In-process unit tests: translation, SSE parsing, rate limits and budgets, config checks."""
 import json
+import re
 
 import pytest
 from sluice import translate
@@ -179,15 +180,16 @@ def test_config_validation():
 
 
 def test_usage_scanner_across_chunk_edges():
-    from sluice.upstream import UpstreamConn
-    u = UpstreamConn.__new__(UpstreamConn)  # only the scanner's own fields are used
+    from sluice.usage import UsageScan
     data = b'data: {"id":"x","choices":[],"usage":{"prompt_tokens":123,"completion_tokens":45}}\n\n'
     for stream in (False, True):
         for cut in range(1, len(data)):
-            u.stream, u.frames, u.tail, u.usage = stream, 0, b"", {}
-            u._scan(data[:cut])
-            u._scan(data[cut:])
-            assert u.usage == {b"prompt_tokens": 123, b"completion_tokens": 45}, cut
+            scan = UsageScan()
+            scan.event_stream = stream
+            scan.feed(data[:cut])
+            scan.feed(data[cut:])
+            assert scan.counts == {b"prompt_tokens": 123, b"completion_tokens": 45}, cut
+            assert scan.tokens(400, len(data)) == (123, 45)
 
 
 def test_rpm_leases_never_let_workers_exceed_the_limit():
@@ -206,7 +208,7 @@ def test_rpm_leases_never_let_workers_exceed_the_limit():
     w0.return_leases()
     w1.return_leases()
     assert rec0.rpm_lease == rec1.rpm_lease == 0
-    spent = rec0.cur + rec1.cur
+    spent = rec0.rpm_count + rec1.rpm_count
     assert spent == admitted
 
 
@@ -216,18 +218,18 @@ def test_rpm_lease_is_not_counted_as_requests_in_the_next_window():
     assert rec.rpm_lease == 999  # one worker: all the free room (1 + 999 = the limit)
     assert ks.take_request(rec, 6001.0) == 0  # from the lease
     assert ks.take_request(rec, 6065.0) == 0  # next window: two requests before, not 1000
-    assert rec.prev == 2
+    assert rec.rpm_previous_count == 2
 
 
 def test_budget_leases_keep_spent_plus_held_constant():
     (w0, rec0), (w1, rec1) = _workers(_K("b", budget=1000), 2)
     assert w0.reserve(rec0, 100) == 0
-    assert rec0.lease == (1000 - 100) // 4
-    held = rec0.spent + rec0.reserved + rec0.lease
+    assert rec0.budget_lease == (1000 - 100) // 4
+    held = rec0.spent + rec0.reserved + rec0.budget_lease
     assert w0.reserve(rec0, 50) == 0          # from the lease: nothing published
     w0.settle(rec0, 100, 30)                  # 70 back into the lease
     w0.settle(rec0, 50, 60)                   # 10 more than reserved, out of the lease
-    assert rec0.spent + rec0.reserved + rec0.lease == held
+    assert rec0.spent + rec0.reserved + rec0.budget_lease == held
     assert w0.budget_state(rec0) == (90, 0)
     # the other worker sees worker 0's published numbers (spent, reserved and lease) as taken
     assert w1.reserve(rec1, 1000 - held + 1) == 1  # blocked by a lease: room comes back soon
@@ -240,7 +242,7 @@ def test_budget_overdraft_beyond_the_lease_is_published():
     (w0, rec0), (w1, rec1) = _workers(_K("b", budget=100), 2)
     assert w0.reserve(rec0, 10) == 0
     w0.settle(rec0, 10, 95)                   # the provider used far more than reserved
-    assert rec0.lease == 0
+    assert rec0.budget_lease == 0
     assert w1.budget_state(rec1) == (95, 0)   # seen by the other worker at once
     assert w1.reserve(rec1, 10) == 86400
 
@@ -251,11 +253,15 @@ def test_bench_hotpath_completes_exchanges_in_memory():
     import sys
     from pathlib import Path
     tool = Path(__file__).resolve().parents[2] / "gateways" / "sluice" / "bench_hotpath.py"
-    for extra in ([], ["--plain"]):
+    for extra, what in (([], "key + alias"), (["--plain"], "plain relay")):
         out = subprocess.run([sys.executable, str(tool), "--requests", "200", *extra],
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
-        assert "us of Python per request" in out.stdout
+        m = re.fullmatch(r"(\d+\.\d+) us of Python per request \((.+); best of 5 x (\d+)\)\n", out.stdout)
+        assert m is not None, out.stdout
+        assert (m.group(2), int(m.group(3))) == (what, 200)
+        # microseconds per exchange: more than an empty loop takes, less than anything plausible
+        assert 0.5 < float(m.group(1)) < 10_000, out.stdout
 
 
 def test_budget_settled_after_its_period_ended_is_published_in_the_new_period():
@@ -266,4 +272,4 @@ def test_budget_settled_after_its_period_ended_is_published_in_the_new_period():
     assert w1.budget_state(rec1)[1] == 0      # the reservation is gone for the other worker too
     assert w1.budget_state(rec1)[0] in (0, 40)  # 40 in the new period (0 if the hour turned meanwhile)
     import time
-    assert w1._budget_totals(rec1, time.time())[2] == rec0.lease  # its lease, as published
+    assert w1._budget_totals(rec1, time.time())[2] == rec0.budget_lease  # its lease, as published

@@ -9,7 +9,9 @@ import os
 
 __version__ = "0.1.0"
 
-COMPILED_MODULES = ("http", "metrics", "keys", "upstream", "server")
+COMPILED_MODULES = ("http", "metrics", "keys", "request", "known_head", "usage", "client", "admission",
+                    "rewrite", "dispatch", "pool", "upstream", "relay_same_dialect",
+                    "relay_translated", "server")
 
 
 def _sources_digest(src):

@@ -73,6 +73,21 @@ def _check_keys(table, allowed, where):
         raise ConfigError(f"unknown key(s) in {where}: {', '.join(unknown)}")
 
 
+def _check_table(table, allowed, where):
+    """A sub-table: a table, with none but the ``allowed`` keys."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where} must be a table")
+    _check_keys(table, allowed, where)
+
+
+def _from_env(table, key, where):
+    """The value of the environment variable that ``table[key]`` names."""
+    env = _str(table, key, "", where)
+    if env not in os.environ:
+        raise ConfigError(f"{where}.{key}: environment variable {env} is not set")
+    return os.environ[env]
+
+
 class ServerConfig:
     KEYS = ("listen", "workers", "backlog", "max_body_bytes", "client_idle_timeout_s",
             "shutdown_grace_s", "validate_json", "overhead_header", "access_log",
@@ -159,9 +174,7 @@ class ProviderConfig:
 
     def __init__(self, name, t):
         w = f"[providers.{name}]"
-        if not isinstance(t, dict):
-            raise ConfigError(f"{w} must be a table")
-        _check_keys(t, self.KEYS, w)
+        _check_table(t, self.KEYS, w)
         self.name = name
         self.base_url = _str(t, "base_url", "", w)
         scheme, host, port, path = split_url(self.base_url)
@@ -181,14 +194,8 @@ class ProviderConfig:
         self.dialect = _str(t, "dialect", "openai", w)
         if self.dialect not in DIALECTS:
             raise ConfigError(f"{w}.dialect must be one of {DIALECTS}, got {self.dialect!r}")
-        env = _str(t, "api_key_env", "", w)
-        self.api_key_env = env
-        if env:
-            if env not in os.environ:
-                raise ConfigError(f"{w}.api_key_env: environment variable {env} is not set")
-            self.api_key = os.environ[env]
-        else:
-            self.api_key = _str(t, "api_key", "", w)
+        self.api_key_env = _str(t, "api_key_env", "", w)
+        self.api_key = _from_env(t, "api_key_env", w) if self.api_key_env else _str(t, "api_key", "", w)
         if _has_ctl(self.api_key):
             raise ConfigError(f"{w}: the API key must not contain control characters (CR, LF...)")
         self.max_connections = _num(t, "max_connections", 1024, w, 1, integer=True)
@@ -235,9 +242,7 @@ class RetryConfig:
 
     def __init__(self, t, where):
         w = where + ".retry"
-        if not isinstance(t, dict):
-            raise ConfigError(f"{w} must be a table")
-        _check_keys(t, self.KEYS, w)
+        _check_table(t, self.KEYS, w)
         self.max_attempts = _num(t, "max_attempts", 2, w, 1, integer=True)
         if self.max_attempts > 10:
             raise ConfigError(f"{w}.max_attempts must be <= 10")
@@ -254,9 +259,7 @@ class OutlierConfig:
 
     def __init__(self, t, where):
         w = where + ".outlier"
-        if not isinstance(t, dict):
-            raise ConfigError(f"{w} must be a table")
-        _check_keys(t, self.KEYS, w)
+        _check_table(t, self.KEYS, w)
         self.consecutive_failures = _num(t, "consecutive_failures", 5, w, 0, integer=True)
         self.ejection_s = float(_num(t, "ejection_s", 10.0, w, 0.01))
 
@@ -266,9 +269,7 @@ class RetryBudgetConfig:
 
     def __init__(self, t):
         w = "[retry_budget]"
-        if not isinstance(t, dict):
-            raise ConfigError(f"{w} must be a table")
-        _check_keys(t, self.KEYS, w)
+        _check_table(t, self.KEYS, w)
         self.share = float(_num(t, "share", 0.2, w, 0.0))
         if self.share > 1.0:
             raise ConfigError(f"{w}.share must be <= 1")
@@ -304,9 +305,7 @@ class ModelConfig:
 
     def __init__(self, name, t, providers):
         w = f"[models.{name}]"
-        if not isinstance(t, dict):
-            raise ConfigError(f"{w} must be a table")
-        _check_keys(t, self.KEYS, w)
+        _check_table(t, self.KEYS, w)
         self.name = name
         self.upstream_model = _str(t, "upstream_model", name, w) or name
         _check_upstream(self.upstream_model, w)
@@ -349,9 +348,7 @@ class KeyConfig:
 
     def __init__(self, name, t):
         w = f"[keys.{name}]"
-        if not isinstance(t, dict):
-            raise ConfigError(f"{w} must be a table")
-        _check_keys(t, self.KEYS, w)
+        _check_table(t, self.KEYS, w)
         self.name = name
         given = [k for k in ("key", "key_env", "key_sha256") if k in t]
         if len(given) != 1:
@@ -361,10 +358,7 @@ class KeyConfig:
         if "key" in t:
             self.key = _str(t, "key", "", w)
         elif "key_env" in t:
-            env = _str(t, "key_env", "", w)
-            if env not in os.environ:
-                raise ConfigError(f"{w}.key_env: environment variable {env} is not set")
-            self.key = os.environ[env]
+            self.key = _from_env(t, "key_env", w)
         else:
             digest = _str(t, "key_sha256", "", w).lower()
             if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):

@@ -3,3 +3,6 @@
 cpdef bytes status_line(int code)
 cpdef bytes error_body(str dialect, int status, message, code=*)
 cpdef bytes response(int status, bytes body, bytes content_type=*, bytes extra=*, bint close=*)
+cpdef bytes chunk(bytes data)
+cpdef Py_ssize_t content_length_at(bytes head, Py_ssize_t i) except? -1
+cpdef bint says_close(bytes low, Py_ssize_t i)

@@ -1,7 +1,10 @@
-"""Byte-level HTTP/1.1 helpers: response heads, errors in each client dialect."""
+"""Byte-level HTTP/1.1 helpers: response heads, errors in each client dialect, and what the
+upstream side reads in a provider's response head."""
 import re
 
 import orjson
+
+LINGER_S = 2.0  # after a last response, what the client still sends is read and dropped this long
 
 REASONS = {
     100: b"Continue", 200: b"OK", 201: b"Created", 204: b"No Content", 400: b"Bad Request",
@@ -61,6 +64,21 @@ def response(status, body, content_type=b"application/json", extra=b"", close=Fa
     ))
 
 
+def linger(transport, loop):
+    """Half-close after a last response, then drop what the client still sends until it closes
+    or LINGER_S passes (as nginx's lingering close): closing with unread bytes would send a
+    reset, and the client could lose the response."""
+    if not transport.can_write_eof():
+        transport.close()
+        return
+    try:
+        transport.write_eof()
+    except (OSError, RuntimeError):
+        transport.close()
+        return
+    loop.call_later(LINGER_S, transport.close)
+
+
 def response_filter(names):
     """A regex matching the provider response header lines not to relay (on the lowercased head):
     every line whose name is not allowed. The framing headers are always kept."""
@@ -68,3 +86,52 @@ def response_filter(names):
     prefixes = [n[:-1] for n in names if n.endswith("*")]
     alts = [re.escape(n.encode()) + rb"[ \t]*:" for n in exact] + [re.escape(p.encode()) for p in prefixes]
     return re.compile(rb"\r\n(?!(?:" + b"|".join(alts) + rb")|\Z)[^\r\n]*")
+
+
+def chunk(data):
+    """``data`` as one chunk of a chunked body."""
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def content_length_at(head, i):
+    """The Content-Length value of the header line at ``i`` (llhttp checked it is a number)."""
+    return int(head[head.find(b":", i) + 1:head.find(b"\r", i)])
+
+
+def says_close(low, i):
+    """Whether the Connection header at ``i`` of a lowercased head says close."""
+    return low.find(b"close", i, low.find(b"\n", i + 1)) >= 0
+
+
+def drop_lines(head, low, drop_re, m):
+    """``head`` without the lines ``drop_re`` finds in its lowercased copy ``low`` (``m``: the
+    first match)."""
+    out = []
+    pos = 0
+    while m is not None:
+        out.append(head[pos:m.start()])
+        pos = m.end()
+        m = drop_re.search(low, pos)
+    out.append(head[pos:])
+    return b"".join(out)
+
+
+def chunked_end(buf):
+    """The end of a chunked body starting at ``buf[0]`` when it ends in ``buf``, else -1."""
+    pos = 0
+    n = len(buf)
+    while pos < n:
+        eol = buf.find(b"\r\n", pos)
+        if eol < 0:
+            return -1
+        try:
+            size = int(buf[pos:eol].split(b";", 1)[0], 16)
+        except ValueError:
+            return -1  # llhttp reports it
+        if size == 0:
+            if buf.startswith(b"\r\n", eol + 2):
+                return eol + 4
+            end = buf.find(b"\r\n\r\n", eol)
+            return -1 if end < 0 else end + 4
+        pos = eol + 2 + size + 2
+    return -1

@@ -5,16 +5,16 @@ cdef class KeyRecord:
     cdef public Py_ssize_t index, base
     cdef public bint all_models
     cdef public frozenset models, allowed
-    cdef public long long rpm, budget, period
-    cdef public long long wid, cur, prev, rpm_lease
+    cdef public long long rpm, budget, period_s
+    cdef public long long rpm_window, rpm_count, rpm_previous_count, rpm_lease
     cdef public double rpm_until
-    cdef public long long pid, spent, reserved, lease
+    cdef public long long budget_period_index, spent, reserved, budget_lease
     cdef public double budget_until
     cdef public long long prompt_tokens, completion_tokens
 
 
 cdef class KeyStore:
-    cdef public object shared, q
+    cdef public object shared, slots
     cdef public Py_ssize_t worker, n_workers
     cdef public list records
     cdef public dict by_token, by_digest

@@ -38,17 +38,17 @@ WINDOW = 60.0
 INF = float("inf")
 
 
-def _period(rec, wall):
+def _period_index(rec, wall):
     """The budget period ``wall`` (Unix seconds) falls in; 0 for a budget that never resets."""
-    return int(wall // rec.period) if rec.period else 0
+    return int(wall // rec.period_s) if rec.period_s else 0
 
 
 class KeyRecord:
-    __slots__ = ("name", "index", "all_models", "models", "allowed", "rpm", "budget", "period", "base",
+    __slots__ = ("name", "index", "all_models", "models", "allowed", "rpm", "budget", "period_s", "base",
                  # requests per minute, this worker: window, count (lease included), lease, lease end
-                 "wid", "cur", "prev", "rpm_lease", "rpm_until",
+                 "rpm_window", "rpm_count", "rpm_previous_count", "rpm_lease", "rpm_until",
                  # token budget, this worker: period, spent, reserved, lease, period end (perf_counter)
-                 "pid", "spent", "reserved", "lease", "budget_until",
+                 "budget_period_index", "spent", "reserved", "budget_lease", "budget_until",
                  "prompt_tokens", "completion_tokens")
 
     def __init__(self, cfg, index, base):
@@ -60,10 +60,10 @@ class KeyRecord:
         self.allowed = frozenset()  # every name (aliases included) it may call: set by the App
         self.rpm = cfg.rpm
         self.budget = cfg.token_budget
-        self.period = cfg.budget_period_s
-        self.wid = self.cur = self.prev = self.rpm_lease = 0
+        self.period_s = cfg.budget_period_s  # the budget's period, 0: it never resets
+        self.rpm_window = self.rpm_count = self.rpm_previous_count = self.rpm_lease = 0
         self.rpm_until = -INF
-        self.pid = self.spent = self.reserved = self.lease = 0
+        self.budget_period_index = self.spent = self.reserved = self.budget_lease = 0
         self.budget_until = -INF
         self.prompt_tokens = self.completion_tokens = 0
 
@@ -74,7 +74,7 @@ class KeyRecord:
 class KeyStore:
     def __init__(self, key_cfgs, shared, worker, n_workers):
         self.shared = shared
-        self.q = shared.q
+        self.slots = shared.q
         self.worker = worker
         self.n_workers = n_workers
         self.records = []
@@ -89,9 +89,10 @@ class KeyStore:
                 self.by_digest[kc.key_sha256] = rec
             # a restarted worker keeps what its predecessor counted (requests this window, tokens
             # spent this period); only that worker's reservations and leases died with it
-            q = self.q
+            q = self.slots
             b = rec.base
-            rec.wid, rec.cur, rec.prev, rec.pid, rec.spent = q[b], q[b + 1], q[b + 2], q[b + 3], q[b + 4]
+            rec.rpm_window, rec.rpm_count, rec.rpm_previous_count = q[b], q[b + 1], q[b + 2]
+            rec.budget_period_index, rec.spent = q[b + 3], q[b + 4]
             q[b + 5] = 0
             q[b + 6] = 0
 
@@ -110,17 +111,17 @@ class KeyStore:
         if rec.rpm_lease and now < rec.rpm_until:
             rec.rpm_lease -= 1
             return 0
-        q = self.q
-        wid = int(now // WINDOW)
-        if rec.wid != wid:  # roll this worker's window; an unused lease was never a request
-            rec.prev = rec.cur - rec.rpm_lease if rec.wid == wid - 1 else 0
-            rec.cur = 0
-            rec.wid = wid
+        q = self.slots
+        window = int(now // WINDOW)
+        if rec.rpm_window != window:  # roll this worker's window; an unused lease was never a request
+            rec.rpm_previous_count = rec.rpm_count - rec.rpm_lease if rec.rpm_window == window - 1 else 0
+            rec.rpm_count = 0
+            rec.rpm_window = window
         elif rec.rpm_lease:  # a lease from before ``now``: not requests either
-            rec.cur -= rec.rpm_lease
+            rec.rpm_count -= rec.rpm_lease
         rec.rpm_lease = 0
-        cur = rec.cur
-        prev = rec.prev
+        cur = rec.rpm_count
+        prev = rec.rpm_previous_count
         n = self.n_workers
         if n > 1:
             b0 = rec.index * n * SLOT_FIELDS
@@ -128,13 +129,13 @@ class KeyStore:
                 if w == self.worker:
                     continue
                 bw = b0 + w * SLOT_FIELDS
-                ow = q[bw]
-                if ow == wid:
+                other_window = q[bw]
+                if other_window == window:
                     cur += q[bw + 1]
                     prev += q[bw + 2]
-                elif ow == wid - 1:
+                elif other_window == window - 1:
                     prev += q[bw + 1]
-        elapsed = now - wid * WINDOW
+        elapsed = now - window * WINDOW
         limit = rec.rpm
         free = limit - (prev * (1.0 - elapsed / WINDOW) + cur + 1)
         if free < 0:
@@ -142,18 +143,18 @@ class KeyStore:
             return self._rpm_retry(limit, cur, prev, elapsed)
         # the sliding window only frees room as the minute goes on, so a lease stays valid to its end
         lease = int(free) // (2 * n) if n > 1 else int(free)
-        rec.cur += 1 + lease
+        rec.rpm_count += 1 + lease
         rec.rpm_lease = lease
-        rec.rpm_until = (wid + 1) * WINDOW
+        rec.rpm_until = (window + 1) * WINDOW
         self._publish_rpm(rec)
         return 0
 
     def _publish_rpm(self, rec):
-        q = self.q
+        q = self.slots
         b = rec.base
-        q[b] = rec.wid
-        q[b + 1] = rec.cur
-        q[b + 2] = rec.prev
+        q[b] = rec.rpm_window
+        q[b + 1] = rec.rpm_count
+        q[b + 2] = rec.rpm_previous_count
 
     @staticmethod
     def _rpm_retry(limit, cur, prev, elapsed):
@@ -175,59 +176,59 @@ class KeyStore:
 
     def _budget_totals(self, rec, wall):
         """(spent, reserved, other workers' leases): this worker's own numbers, the others' published."""
-        q = self.q
-        pid = _period(rec, wall)
-        self._roll_period(rec, pid, wall)
+        q = self.slots
+        period_index = _period_index(rec, wall)
+        self._roll_period(rec, period_index, wall)
         spent, reserved, leased = rec.spent, rec.reserved, 0
         b = rec.index * self.n_workers * SLOT_FIELDS
         for w in range(self.n_workers):
             if w != self.worker:
-                if q[b + 3] == pid:
+                if q[b + 3] == period_index:
                     spent += q[b + 4]
                 reserved += q[b + 5]
                 leased += q[b + 6]
             b += SLOT_FIELDS
         return spent, reserved, leased
 
-    def _roll_period(self, rec, pid, wall):
-        rec.budget_until = (perf_counter() + (pid + 1) * rec.period - wall) if rec.period else INF
-        if rec.pid != pid:
-            rec.pid = pid
+    def _roll_period(self, rec, period_index, wall):
+        rec.budget_until = (perf_counter() + (period_index + 1) * rec.period_s - wall) if rec.period_s else INF
+        if rec.budget_period_index != period_index:
+            rec.budget_period_index = period_index
             rec.spent = 0
-            rec.lease = 0
+            rec.budget_lease = 0
             self._publish_budget(rec)
 
     def reserve(self, rec, tokens):
         """Reserve ``tokens``; return 0 when granted, else seconds to wait."""
-        if rec.lease >= tokens and perf_counter() < rec.budget_until:
-            rec.lease -= tokens
+        if rec.budget_lease >= tokens and perf_counter() < rec.budget_until:
+            rec.budget_lease -= tokens
             rec.reserved += tokens
             return 0
         wall = time.time()
-        rec.lease = 0  # claimed again below from what is free now
+        rec.budget_lease = 0  # claimed again below from what is free now
         spent, reserved, leased = self._budget_totals(rec, wall)
         budget = rec.budget
         if spent + reserved + leased + tokens > budget:
             self._publish_budget(rec)
             if spent + tokens <= budget:
                 return 1  # in-flight reservations may settle lower, other workers' leases come back
-            if rec.period:
-                return max(1, math.ceil((rec.pid + 1) * rec.period - wall))
+            if rec.period_s:
+                return max(1, math.ceil((rec.budget_period_index + 1) * rec.period_s - wall))
             return 86400
         n = self.n_workers
         free = budget - (spent + reserved + leased + tokens)
-        rec.lease = free // (2 * n) if n > 1 else free
+        rec.budget_lease = free // (2 * n) if n > 1 else free
         rec.reserved += tokens
         self._publish_budget(rec)
         return 0
 
     def _publish_budget(self, rec):
-        q = self.q
+        q = self.slots
         b = rec.base
-        q[b + 3] = rec.pid
+        q[b + 3] = rec.budget_period_index
         q[b + 4] = rec.spent
         q[b + 5] = rec.reserved
-        q[b + 6] = rec.lease
+        q[b + 6] = rec.budget_lease
 
     def settle(self, rec, reserved, actual):
         actual = max(0, int(actual))
@@ -236,23 +237,23 @@ class KeyStore:
             # the period ended while the request was in flight: it counts in the new one, and the
             # reservation is not refunded into a lease, so the numbers changed: publish them
             wall = time.time()
-            self._roll_period(rec, _period(rec, wall), wall)
+            self._roll_period(rec, _period_index(rec, wall), wall)
             rec.spent += actual
             self._publish_budget(rec)
             return
         rec.spent += actual
-        rec.lease += reserved - actual  # below 0 means this worker used more than it published
-        if rec.lease < 0:
-            rec.lease = 0
+        rec.budget_lease += reserved - actual  # below 0 means this worker used more than it published
+        if rec.budget_lease < 0:
+            rec.budget_lease = 0
             self._publish_budget(rec)
 
     def return_leases(self):
         """Give unused leases back and publish this worker's numbers (called once a second)."""
         for rec in self.records:
             if rec.rpm_lease:
-                rec.cur -= rec.rpm_lease
+                rec.rpm_count -= rec.rpm_lease
                 rec.rpm_lease = 0
                 self._publish_rpm(rec)
             if rec.budget:
-                rec.lease = 0
+                rec.budget_lease = 0
                 self._publish_budget(rec)

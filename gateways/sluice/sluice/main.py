@@ -142,7 +142,7 @@ def _serve(cfg, shared, sock, worker, n_workers, supervisor=None, parent_pid=Non
 
     loop = uvloop.new_event_loop()
     asyncio.set_event_loop(loop)
-    app = App(cfg, loop, shared, worker, n_workers, children=supervisor)
+    app = App(cfg, loop, shared, worker, n_workers, supervisor=supervisor)
     app.parent_pid = parent_pid
     app.start(sock)
     install_signals(loop, app)

@@ -166,66 +166,75 @@ GAUGE_HELP = {
 }
 
 
+HELP = {  # the metrics every scrape has: name -> (type, help text)
+    "sluice_requests_total": ("counter", "Requests answered, by model and HTTP status."),
+    "sluice_requests_in_flight": ("gauge", "Chat requests being served."),
+    "sluice_overhead_seconds": ("histogram",
+        "Time Sluice added before the response head (its own work, not time waiting on the provider)."),
+    "sluice_upstream_latency_seconds": ("histogram", "Provider time from request sent to response head."),
+    "sluice_stream_relay_seconds": ("histogram", "Streaming responses: response head to last byte relayed."),
+    "sluice_upstream_errors_total": ("counter", "Provider failures by kind."),
+    "sluice_upstream_connects_total": ("counter", "New connections opened to each provider."),
+    "sluice_client_disconnects_total": ("counter", "Clients gone before their response was complete."),
+    "sluice_client_connections_refused_total": ("counter",
+        "Connections refused (503) over max_client_connections."),
+    "sluice_tokens_total": ("counter", "Tokens used, by virtual key and kind (from provider usage)."),
+    "sluice_retries_total": ("counter", "Retries of failed provider attempts, by failure class."),
+    "sluice_retry_budget_exhausted_total": ("counter",
+        "Retries not made because the retry budget was used up."),
+    "sluice_retries_in_flight": ("gauge", "Requests holding a retry-budget slot."),
+    "sluice_fallbacks_total": ("counter",
+        "Requests sent on to a fallback model, by the model that failed and the fallback."),
+    "sluice_ejections_total": ("counter", "Deployments ejected by passive health, by model and provider."),
+}
+
+
+def _header(out, name):
+    kind, text = HELP[name] if name in HELP else ("gauge", GAUGE_HELP.get(name, name))
+    out.append(f"# HELP {name} {text}")
+    out.append(f"# TYPE {name} {kind}")
+
+
+def _labeled(out, name, series, *label_names):
+    """A metric with one line per labelled value of ``series`` (sorted); with one label, its
+    keys are the label's values."""
+    _header(out, name)
+    for key, n in sorted(series.items()):
+        values = key if len(label_names) > 1 else (key,)
+        labels = ",".join(f'{label}="{_esc(v)}"' for label, v in zip(label_names, values))
+        out.append(f"{name}{{{labels}}} {n}")
+
+
+def _single(out, name, value):
+    _header(out, name)
+    out.append(f"{name} {value}")
+
+
 def render(m, gauges):
     out = []
-    out.append("# HELP sluice_requests_total Requests answered, by model and HTTP status.")
-    out.append("# TYPE sluice_requests_total counter")
+    _header(out, "sluice_requests_total")
     for (model, status), n in sorted(m.requests.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
         out.append(f'sluice_requests_total{{model="{_esc(model)}",status="{status}"}} {n}')
-    out.append("# HELP sluice_requests_in_flight Chat requests being served.")
-    out.append("# TYPE sluice_requests_in_flight gauge")
-    out.append(f"sluice_requests_in_flight {m.in_flight}")
-    out.append("# HELP sluice_overhead_seconds Time Sluice added before the response head "
-               "(its own work, not time waiting on the provider).")
-    out.append("# TYPE sluice_overhead_seconds histogram")
+    _single(out, "sluice_requests_in_flight", m.in_flight)
+    _header(out, "sluice_overhead_seconds")
     _hist_lines(out, "sluice_overhead_seconds", m.overhead)
-    out.append("# HELP sluice_upstream_latency_seconds Provider time from request sent to response head.")
-    out.append("# TYPE sluice_upstream_latency_seconds histogram")
+    _header(out, "sluice_upstream_latency_seconds")
     for p, h in sorted(m.upstream_latency.items()):
         _hist_lines(out, "sluice_upstream_latency_seconds", h, f'provider="{_esc(p)}"')
-    out.append("# HELP sluice_stream_relay_seconds Streaming responses: response head to last byte relayed.")
-    out.append("# TYPE sluice_stream_relay_seconds histogram")
+    _header(out, "sluice_stream_relay_seconds")
     _hist_lines(out, "sluice_stream_relay_seconds", m.stream_relay)
-    out.append("# HELP sluice_upstream_errors_total Provider failures by kind.")
-    out.append("# TYPE sluice_upstream_errors_total counter")
-    for (p, k), n in sorted(m.upstream_errors.items()):
-        out.append(f'sluice_upstream_errors_total{{provider="{_esc(p)}",kind="{k}"}} {n}')
-    out.append("# HELP sluice_upstream_connects_total New connections opened to each provider.")
-    out.append("# TYPE sluice_upstream_connects_total counter")
-    for p, n in sorted(m.upstream_connects.items()):
-        out.append(f'sluice_upstream_connects_total{{provider="{_esc(p)}"}} {n}')
-    out.append("# HELP sluice_client_disconnects_total Clients gone before their response was complete.")
-    out.append("# TYPE sluice_client_disconnects_total counter")
-    out.append(f"sluice_client_disconnects_total {m.client_disconnects}")
-    out.append("# HELP sluice_client_connections_refused_total Connections refused (503) over "
-               "max_client_connections.")
-    out.append("# TYPE sluice_client_connections_refused_total counter")
-    out.append(f"sluice_client_connections_refused_total {m.connections_refused}")
-    out.append("# HELP sluice_tokens_total Tokens used, by virtual key and kind (from provider usage).")
-    out.append("# TYPE sluice_tokens_total counter")
-    for (k, kind), n in sorted(m.tokens.items()):
-        out.append(f'sluice_tokens_total{{key="{_esc(k)}",kind="{kind}"}} {n}')
-    out.append("# HELP sluice_retries_total Retries of failed provider attempts, by failure class.")
-    out.append("# TYPE sluice_retries_total counter")
-    for k, n in sorted(m.retries.items()):
-        out.append(f'sluice_retries_total{{reason="{_esc(k)}"}} {n}')
-    out.append("# HELP sluice_retry_budget_exhausted_total Retries not made because the retry budget was used up.")
-    out.append("# TYPE sluice_retry_budget_exhausted_total counter")
-    out.append(f"sluice_retry_budget_exhausted_total {m.retry_budget_exhausted}")
-    out.append("# HELP sluice_retries_in_flight Requests holding a retry-budget slot.")
-    out.append("# TYPE sluice_retries_in_flight gauge")
-    out.append(f"sluice_retries_in_flight {m.retries_in_flight}")
-    out.append("# HELP sluice_fallbacks_total Requests sent on to a fallback model, by the model that failed and the fallback.")
-    out.append("# TYPE sluice_fallbacks_total counter")
-    for (a, b), n in sorted(m.fallbacks.items()):
-        out.append(f'sluice_fallbacks_total{{from="{_esc(a)}",to="{_esc(b)}"}} {n}')
-    out.append("# HELP sluice_ejections_total Deployments ejected by passive health, by model and provider.")
-    out.append("# TYPE sluice_ejections_total counter")
-    for (a, b), n in sorted(m.ejections.items()):
-        out.append(f'sluice_ejections_total{{model="{_esc(a)}",provider="{_esc(b)}"}} {n}')
+    _labeled(out, "sluice_upstream_errors_total", m.upstream_errors, "provider", "kind")
+    _labeled(out, "sluice_upstream_connects_total", m.upstream_connects, "provider")
+    _single(out, "sluice_client_disconnects_total", m.client_disconnects)
+    _single(out, "sluice_client_connections_refused_total", m.connections_refused)
+    _labeled(out, "sluice_tokens_total", m.tokens, "key", "kind")
+    _labeled(out, "sluice_retries_total", m.retries, "reason")
+    _single(out, "sluice_retry_budget_exhausted_total", m.retry_budget_exhausted)
+    _single(out, "sluice_retries_in_flight", m.retries_in_flight)
+    _labeled(out, "sluice_fallbacks_total", m.fallbacks, "from", "to")
+    _labeled(out, "sluice_ejections_total", m.ejections, "model", "provider")
     for name, series in sorted(gauges.items()):
-        out.append(f"# HELP {name} {GAUGE_HELP.get(name, name)}")
-        out.append(f"# TYPE {name} gauge")
+        _header(out, name)
         for labels, v in sorted(series.items()):
             if labels:
                 lab = ",".join(f'{labels[i]}="{_esc(labels[i + 1])}"' for i in range(0, len(labels), 2))

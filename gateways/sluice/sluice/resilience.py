@@ -13,6 +13,8 @@ ejections are each worker's own view.
 """
 import random
 
+from sluice import rewrite
+
 # failure classes (config.RETRY_CLASSES); "timeout" and "reset" may have been acted on
 UNSAFE = ("timeout", "reset")
 
@@ -59,7 +61,7 @@ class Deployment:
     __slots__ = ("target", "provider", "name", "upstream", "weight", "fails", "ejected_until")
 
     def __init__(self, target, weight):
-        self.target = target        # a server.Route bound to this provider and upstream model
+        self.target = target        # a request.Route bound to this provider and upstream model
         self.provider = target.provider
         self.name = target.provider.name
         self.upstream = target.upstream
@@ -73,8 +75,8 @@ class Policy:
 
     def __init__(self, model_cfg, targets):
         self.name = model_cfg.name
-        self.deps = [Deployment(t, d.weight) for t, d in zip(targets, model_cfg.deployments)]
-        self.single = self.deps[0] if len(self.deps) == 1 else None
+        self.deployments = [Deployment(t, d.weight) for t, d in zip(targets, model_cfg.deployments)]
+        self.single = self.deployments[0] if len(self.deployments) == 1 else None
         self.retry = r = model_cfg.retry
         self.retry_on = _expand(r.on) if r is not None else frozenset()
         self.fallbacks = []  # Routes, filled in once every route exists
@@ -91,7 +93,7 @@ class Policy:
             return single
         weighted = []
         standby = []
-        for d in self.deps:
+        for d in self.deployments:
             if d.ejected_until:
                 if d.ejected_until > now:
                     continue
@@ -106,7 +108,7 @@ class Policy:
                 standby.append(d)
         pool = weighted or standby
         if not pool:
-            return avoid if avoid is not None else self.deps[0]
+            return avoid if avoid is not None else self.deployments[0]
         if len(pool) == 1:
             return pool[0]
         x = random.random() * sum(d.weight for d in pool)
@@ -116,44 +118,45 @@ class Policy:
                 return d
         return pool[-1]
 
-    def failure(self, dep, now, metrics):
+    def failure(self, failed, now, metrics):
         """Passive health: eject a deployment after ``consecutive`` failures in a row, unless it
         is the last admitted one."""
         if self.consecutive == 0 or self.single is not None:
             return
-        dep.fails += 1
-        if dep.fails < self.consecutive or dep.ejected_until:
+        failed.fails += 1
+        if failed.fails < self.consecutive or failed.ejected_until:
             return
-        for d in self.deps:
-            if d is not dep and (not d.ejected_until or d.ejected_until <= now):
-                dep.ejected_until = now + self.ejection_s
-                dep.fails = 0
-                k = (self.name, dep.name)
+        for d in self.deployments:
+            if d is not failed and (not d.ejected_until or d.ejected_until <= now):
+                failed.ejected_until = now + self.ejection_s
+                failed.fails = 0
+                k = (self.name, failed.name)
                 metrics.ejections[k] = metrics.ejections.get(k, 0) + 1
                 return
 
     def ejected(self, now):
-        return [d for d in self.deps if d.ejected_until > now]
+        return [d for d in self.deployments if d.ejected_until > now]
 
 
-class RState:
+class RetryState:
     """A request's attempts, made when its first attempt fails."""
-    __slots__ = ("primary", "tries", "attempts", "fb", "budgeted", "delay", "fallback")
+    __slots__ = ("primary", "model_attempts", "attempts", "fallbacks_tried", "budgeted", "delay",
+                 "fallback")
 
     def __init__(self, primary):
-        self.primary = primary  # the Policy of the model the client asked for
-        self.tries = 1          # attempts on the current model
-        self.attempts = 1       # attempts in all
-        self.fb = 0             # fallbacks of the primary used so far
-        self.budgeted = False   # holds a slot of the retry budget
-        self.delay = 0.0        # before the next attempt
-        self.fallback = None    # the fallback model name now answering
+        self.primary = primary      # the Policy of the model the client asked for
+        self.model_attempts = 1     # attempts on the current model
+        self.attempts = 1           # attempts in all
+        self.fallbacks_tried = 0    # fallbacks of the primary used so far
+        self.budgeted = False       # holds a slot of the retry budget
+        self.delay = 0.0            # before the next attempt
+        self.fallback = None        # the fallback model name now answering
 
 
-def _budget(app, rs, m):
+def _budget(app, state, m):
     """Whether one more retry fits the budget: retries in flight <= max(min_retry_concurrency,
     share x requests in flight) (a request holding a slot keeps it for its later attempts)."""
-    if rs.budgeted:
+    if state.budgeted:
         return True
     b = app.retry_budget
     allowed = b.share * m.in_flight
@@ -162,70 +165,102 @@ def _budget(app, rs, m):
     return m.retries_in_flight < allowed
 
 
-def _take(rs, m):
-    if not rs.budgeted:
-        rs.budgeted = True
+def _take(state, m):
+    if not state.budgeted:
+        state.budgeted = True
         m.retries_in_flight += 1
+
+
+def attempt_replaced(app, req, status, head, low, now):
+    """An error status (429 or more) answered an attempt of ``req``: True when another attempt
+    replaces it (nothing of it is relayed; ``req.retry_state.delay`` says when). A status that is
+    not a provider fault leaves the deployment healthy."""
+    cls = classify(status)
+    if cls is None:
+        if req.deployment.fails:
+            req.deployment.fails = 0
+        return False
+    delay = on_failure(app, req, cls, parse_retry_after(head, low), now)
+    if delay < 0:
+        return False
+    req.retry_state.delay = delay
+    return True
 
 
 def on_failure(app, req, cls, retry_after, now):
     """An attempt of ``req`` failed with ``cls`` before anything reached the client. Returns the
-    seconds to wait before the next attempt (req.dep, req.route and req.payload are set for it),
-    or -1 when the failure is to be relayed."""
-    route = req.route
-    pol = route.resil
-    m = app.metrics
-    dep = req.dep
-    pol.failure(dep, now, m)
-    rs = req.rs
-    if rs is None:
-        rs = req.rs = RState(pol)
+    seconds to wait before the next attempt (req.deployment, req.route and req.payload are set
+    for it), or -1 when the failure is to be relayed."""
+    policy = req.route.policy
+    policy.failure(req.deployment, now, app.metrics)
+    state = req.retry_state
+    if state is None:
+        state = req.retry_state = RetryState(policy)
     unsafe = cls in UNSAFE
-    r = pol.retry
-    if r is not None and rs.tries < r.max_attempts and cls in pol.retry_on and (
+    r = policy.retry
+    if r is not None and state.model_attempts < r.max_attempts and cls in policy.retry_on and (
             not unsafe or r.retry_after_send):
-        delay = -1.0
-        if retry_after >= 0 and r.honour_retry_after:
-            if retry_after <= r.retry_after_max_s:
-                delay = retry_after
-            # else longer than we wait: not retried here (a fallback may take it)
-        else:  # exponential backoff, full jitter
-            cap = r.backoff_base_s * (1 << (rs.tries - 1))
-            delay = random.random() * (cap if cap < r.backoff_max_s else r.backoff_max_s)
-        if delay >= 0:
-            if _budget(app, rs, m):
-                nxt = pol.pick(now, dep)
-                if nxt is dep or app.retarget(req, nxt.target):
-                    if nxt is not dep:
-                        delay = 0.0  # another deployment: the failed one's backoff is not its own
-                    _take(rs, m)
-                    req.dep = nxt
-                    rs.tries += 1
-                    rs.attempts += 1
-                    m.retries[cls] = m.retries.get(cls, 0) + 1
-                    return delay
-            else:
-                m.retry_budget_exhausted += 1
-                if app.retry_budget.fallbacks:
-                    return -1.0
-    prim = rs.primary
-    if prim.fallbacks and cls in prim.fallback_on and (not unsafe or prim.retry_after_send):
-        if app.retry_budget.fallbacks and not _budget(app, rs, m):
-            m.retry_budget_exhausted += 1
-            return -1.0
-        while rs.fb < len(prim.fallbacks):
-            to = prim.fallbacks[rs.fb]
-            rs.fb += 1
-            nxt = to.resil.pick(now)
-            if app.retarget(req, nxt.target):
-                if app.retry_budget.fallbacks:
-                    _take(rs, m)
-                k = (route.name, to.name)
-                m.fallbacks[k] = m.fallbacks.get(k, 0) + 1
-                req.route = to
-                req.dep = nxt
-                rs.fallback = to.name
-                rs.tries = 1
-                rs.attempts += 1
-                return 0.0
+        delay = _retry(app, req, state, cls, retry_after, now)
+        if delay != -2.0:
+            return delay
+    primary = state.primary
+    if primary.fallbacks and cls in primary.fallback_on and (not unsafe or primary.retry_after_send):
+        return _fall_back(app, req, state, now)
+    return -1.0
+
+
+def _retry(app, req, state, cls, retry_after, now):
+    """Another attempt on the same model: the seconds to wait before it, -1 when the failure is
+    to be relayed, -2 when no retry was made and a fallback may still be tried."""
+    r = req.route.policy.retry
+    m = app.metrics
+    delay = -1.0
+    if retry_after >= 0 and r.honour_retry_after:
+        if retry_after <= r.retry_after_max_s:
+            delay = retry_after
+        # else longer than we wait: not retried here (a fallback may take it)
+    else:  # exponential backoff, full jitter
+        cap = r.backoff_base_s * (1 << (state.model_attempts - 1))
+        delay = random.random() * (cap if cap < r.backoff_max_s else r.backoff_max_s)
+    if delay < 0:
+        return -2.0
+    if not _budget(app, state, m):
+        m.retry_budget_exhausted += 1
+        return -1.0 if app.retry_budget.fallbacks else -2.0
+    failed = req.deployment
+    following = req.route.policy.pick(now, failed)
+    if following is not failed and not rewrite.retarget(req, following.target):
+        return -2.0
+    if following is not failed:
+        delay = 0.0  # another deployment: the failed one's backoff is not its own
+    _take(state, m)
+    req.deployment = following
+    state.model_attempts += 1
+    state.attempts += 1
+    m.retries[cls] = m.retries.get(cls, 0) + 1
+    return delay
+
+
+def _fall_back(app, req, state, now):
+    """The next fallback model of the primary that can take ``req``: 0 (no wait), or -1."""
+    m = app.metrics
+    primary = state.primary
+    if app.retry_budget.fallbacks and not _budget(app, state, m):
+        m.retry_budget_exhausted += 1
+        return -1.0
+    while state.fallbacks_tried < len(primary.fallbacks):
+        to = primary.fallbacks[state.fallbacks_tried]
+        state.fallbacks_tried += 1
+        deployment = to.policy.pick(now)
+        if rewrite.retarget(req, deployment.target):
+            if app.retry_budget.fallbacks:
+                _take(state, m)
+            k = (req.route.name, to.name)
+            m.fallbacks[k] = m.fallbacks.get(k, 0) + 1
+            req.route = to
+            req.deployment = deployment
+            state.fallback = to.name
+            state.model_attempts = 1
+            state.attempts += 1
+            return 0.0
     return -1.0

@@ -1,45 +1,19 @@
-# Cython declarations for upstream.py (see build.py): typed connection state, C-level calls
-# between the pool, the upstream protocol and the client protocol.
+# Cython declarations for upstream.py (see build.py): typed exchange state, C-level calls
+# between the pool, the upstream protocol, the relay modules, dispatch and the client protocol.
 cimport cython
 
-from sluice.metrics cimport Histogram
-from sluice.server cimport App, ClientConn, Request
+from sluice cimport dispatch, relay_same_dialect, relay_translated
+from sluice.client cimport ClientConn
+from sluice.http cimport chunk, content_length_at, says_close
+from sluice.pool cimport Pool, Provider
+from sluice.request cimport Request
+from sluice.server cimport App
+from sluice.usage cimport UsageScan
 
-cdef int RAW, REFRAME, BUFFER, TSTREAM, DISCARD
-cdef Py_ssize_t MAX_HEAD, MAX_BUFFERED_BODY
+cdef int RAW, REFRAME, TRANSLATE_BUFFERED, TRANSLATE_STREAM, DISCARD
+cdef int SAME_DIALECT
+cdef Py_ssize_t MAX_HEAD
 cdef double STALE_RETRY_S
-
-cpdef Py_ssize_t _clen(bytes head, Py_ssize_t i) except? -1
-cpdef bint _closes(bytes low, Py_ssize_t i)
-
-
-@cython.final
-cdef class Provider:
-    cdef public object cfg
-    cdef public str name, dialect, host
-    cdef public object drop_re, port, ssl
-    cdef public bytes head_prefix, anthropic_version
-    cdef public double connect_timeout, response_timeout, stream_idle_timeout, pool_idle_timeout
-    cdef public Pool pool
-    cdef public Histogram latency
-
-
-@cython.final
-cdef class Pool:
-    cdef public Provider provider
-    cdef public App app
-    cdef public object loop
-    cdef public Py_ssize_t max, connecting
-    cdef public list idle, waiters
-    cdef public set busy, tasks
-
-    cpdef UpstreamConn acquire(self)
-    cpdef wait(self, ClientConn client)
-    cpdef forget(self, ClientConn client)
-    cpdef connect(self)
-    cpdef give(self, UpstreamConn conn)
-    cpdef release(self, UpstreamConn conn)
-    cpdef discard(self, UpstreamConn conn)
 
 
 @cython.final
@@ -54,32 +28,38 @@ cdef class UpstreamConn:
     cdef public Request req
     cdef public int mode, status
     cdef public bint head_done
-    cdef public list open, bodyp, begins, parts
+    cdef public list response_open, body_parts, messages_begun, buffered
     cdef public object on_message_complete, on_body, on_message_begin
-    cdef public bytes cur, pre, tail, retry_after
-    cdef public Py_ssize_t hoff, nbytes, parts_len, frames, left
+    cdef public bytes this_read, head_so_far, retry_after_line
+    cdef public Py_ssize_t head_start, bytes_read, buffered_bytes, body_left
     cdef public double t_rx, t_sent, t_head, last_rx
-    cdef public bint stream, chunked_out, close_delimited, scan, client_head_sent, broken
-    cdef public object sse, translator
-    cdef public dict usage
-    cdef public tuple hout
+    cdef public bint event_stream, chunked_to_client, close_delimited, client_head_sent, no_reuse
+    cdef public object sse_parser, stream_translator
+    cdef public UsageScan usage_scan
+    cdef public tuple pending_head
 
     cpdef close(self)
     cpdef abort(self)
     cpdef start(self, ClientConn client, Request req, bytes payload)
     cpdef check_timeout(self, double now)
-    @cython.locals(left=Py_ssize_t, after=bint)
     cpdef data_received(self, bytes data)
-    cpdef bint _write_head(self, ClientConn client, bint after) except -1
-    @cython.locals(idx=Py_ssize_t, cl=Py_ssize_t, connection=Py_ssize_t, keep=bint, now=double, us=double)
+    @cython.locals(left=Py_ssize_t, past_end=bint, client=ClientConn)
+    cpdef _body_read(self, bytes data)
+    @cython.locals(past_end=bint, client=ClientConn)
+    cpdef _head_read(self, bytes data)
+    cpdef _keep_head_part(self, bytes data)
+    cpdef _fail_past_end(self)
+    @cython.locals(end=Py_ssize_t, length_at=Py_ssize_t, body_here=Py_ssize_t, now=double,
+                   reframe=bint)
     cpdef on_headers_complete(self)
-    cpdef bint _attempt_failed(self, Request req, int status, bytes head, bytes low) except -1
+    @cython.locals(length_at=Py_ssize_t, connection=Py_ssize_t)
+    cpdef Py_ssize_t _read_framing(self, bytes head, bytes low, int status) except? -1
+    cpdef bint _relay_bodies(self) except -1
     cpdef _bodies(self)
-    @cython.locals(i=Py_ssize_t)
-    cpdef _scan(self, bytes data)
     cpdef relayed_usage(self)
-    cpdef _raw_usage(self, Request req)
     cpdef _finish(self)
+    cpdef _return_connection(self)
+    cpdef _abandon(self)
     cpdef _lost_during_exchange(self)
-    cpdef _fail(self, int status, message, kind=*)
-    cpdef _fail_midstream(self)
+    cpdef fail(self, int status, message, kind=*)
+    cpdef fail_midstream(self)

@@ -1,0 +1,134 @@
+"""Getting an admitted request onto a provider connection, and its attempts after the first: a
+pooled connection now, or a wait for one; another attempt (resilience) or the error when an
+attempt fails before its response head reached the client."""
+import os
+from time import perf_counter
+
+from sluice import rewrite
+from sluice.http import error_body
+from sluice.resilience import on_failure
+
+# Only for the performance gate's own test: a Sluice slowed on purpose, by this many
+# milliseconds before each request goes upstream, must be caught by the gate. Never set in use.
+TEST_DELAY_S = float(os.environ.get("SLUICE_TEST_DELAY_MS", "0") or 0) / 1000.0
+# ... and, for the same reason, by this much CPU per request (a busy wait, microseconds).
+TEST_CPU_BURN_S = float(os.environ.get("SLUICE_TEST_CPU_BURN_US", "0") or 0) / 1e6
+
+
+def _burn_cpu(seconds):
+    end = perf_counter() + seconds
+    while perf_counter() < end:
+        pass
+
+
+def send_first(app, conn, r, provider, body):
+    """The request is admitted: from now on it is in flight until ``App.request_finished``."""
+    payload = rewrite.payload(r, provider, body)
+    app.metrics.in_flight += 1
+    r.payload = payload  # kept for another attempt
+    if TEST_CPU_BURN_S:
+        _burn_cpu(TEST_CPU_BURN_S)
+    if TEST_DELAY_S:
+        app.loop.call_later(TEST_DELAY_S, send, conn, r, provider.pool)
+    else:
+        send(conn, r, provider.pool)
+
+
+def send(conn, r, pool):
+    """The first attempt: on an idle pooled connection, else once the pool has one."""
+    up = pool.acquire()
+    if up is not None:
+        r.t_resume = r.t0
+        _start(conn, r, up)
+    else:
+        t = perf_counter()
+        r.own_time = t - r.t0
+        _wait(conn, pool, t)
+
+
+def _start(conn, r, up):
+    conn.upstream = up
+    up.start(conn, r, r.payload)
+
+
+def _wait(conn, pool, now):
+    conn.waiting_on = pool
+    conn.wait_since = now
+    pool.wait(conn)
+
+
+def start_exchange(conn, up):
+    """The pool has a connection for the request ``conn`` was waiting with."""
+    conn.waiting_on = None
+    r = conn.active
+    r.t_resume = perf_counter()
+    _start(conn, r, up)
+
+
+def attempt_failed(conn, status, message, kind=""):
+    """The attempt failed before any of its response reached the client: another attempt when
+    the model's policy allows one for this ``kind`` of failure, else the error."""
+    r = conn.active
+    conn.waiting_on = None
+    conn.upstream = None
+    if r is None or conn.closed:
+        return
+    if r.deployment is not None and kind:
+        delay = on_failure(conn.app, r, kind, -1.0, perf_counter())
+        if delay >= 0:
+            r.retry_state.delay = delay
+            resend(conn, r)
+            return
+    # the overhead is our own time only: the request path before waiting on the provider
+    conn.respond(r, status, error_body(r.dialect, status, message), b"", b"application/json",
+                 r.own_time * 1e6)
+    conn.app.request_finished(conn, r, status, None, None)
+
+
+def cancel(conn):
+    """The provider side of the request ``conn`` answers stops: its connection is aborted (never
+    reused), or its wait for one forgotten."""
+    up = conn.upstream
+    if up is not None:
+        conn.upstream = None
+        up.client = None
+        up.req = None
+        up.abort()
+        up.pool.discard(up)
+    if conn.waiting_on is not None:
+        conn.waiting_on.forget(conn)
+        conn.waiting_on = None
+
+
+def resend(conn, r):
+    """Another attempt for ``r`` (resilience), after ``r.retry_state.delay`` seconds."""
+    conn.upstream = None
+    delay = r.retry_state.delay
+    if delay > 0:
+        conn.app.loop.call_later(delay, resend_now, conn, r)
+    else:
+        resend_now(conn, r)
+
+
+def resend_now(conn, r):
+    if conn.closed or conn.active is not r:
+        return  # the client went away meanwhile (its request was accounted for then)
+    pool = r.deployment.provider.pool
+    now = perf_counter()
+    r.t_resume = now
+    up = pool.acquire()
+    if up is not None:
+        _start(conn, r, up)
+    else:
+        _wait(conn, pool, now)
+
+
+def retry_on_fresh_connection(conn, r):
+    """A pooled connection the provider had closed already: the same attempt on a new one."""
+    conn.upstream = None
+    pool = (r.deployment.provider if r.deployment is not None else r.route.provider).pool
+    conn.waiting_on = pool
+    conn.wait_since = perf_counter()
+    r.t_resume = conn.wait_since
+    pool.waiters.append(conn)
+    pool.connect()

@@ -1,0 +1,93 @@
+"""What a worker tells about itself: gauges, the Prometheus text of /metrics (summed over the
+workers' snapshots) and the JSON of /debug/state. Called at most once a second and per scrape,
+never per request."""
+import asyncio
+import os
+from time import perf_counter
+
+from orjson import JSONDecodeError, loads
+
+from sluice.metrics import Metrics, render
+
+
+def _rss():
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return 0
+
+
+def gauges(app):
+    g = {
+        "sluice_client_connections": [[[], len(app.clients)]],
+        "sluice_asyncio_tasks": [[[], len(asyncio.all_tasks(app.loop))]],
+        "sluice_workers": [[[], 1]],
+        "sluice_resident_memory_bytes": [[[], _rss()]],
+    }
+    conns = []
+    for name, p in app.providers.items():
+        idle, busy, connecting = p.pool.counts()
+        conns += [[["provider", name, "state", "idle"], idle], [["provider", name, "state", "busy"], busy],
+                  [["provider", name, "state", "connecting"], connecting]]
+    g["sluice_upstream_connections"] = conns
+    if app.policies:
+        now = perf_counter()
+        g["sluice_ejected_deployments"] = [
+            [["model", policy.name, "provider", d.name], 1 if d.ejected_until > now else 0]
+            for policy in app.policies if policy.single is None for d in policy.deployments]
+    if app.n_workers == 1 or app.worker == 0:
+        reserved, spent = [], []
+        for rec in app.keys.records:
+            if rec.budget:
+                s, rv = app.keys.budget_state(rec)
+                spent.append([["key", rec.name], s])
+                reserved.append([["key", rec.name], rv])
+        if reserved:
+            g["sluice_key_tokens_reserved"] = reserved
+            g["sluice_key_tokens_spent"] = spent
+    return g
+
+
+def sync_tokens(app):
+    """Token counts are kept on the key records (cheaper per request); metrics read them here."""
+    t = app.metrics.tokens
+    for rec in app.keys.records:
+        if rec.prompt_tokens or rec.completion_tokens:
+            t[(rec.name, "prompt")] = rec.prompt_tokens
+            t[(rec.name, "completion")] = rec.completion_tokens
+
+
+def render_metrics(app):
+    sync_tokens(app)
+    live = gauges(app)
+    if app.n_workers > 1:
+        snaps = []
+        for w in range(app.n_workers):
+            if w == app.worker:
+                continue
+            data = app.shared.read_snapshot(w)
+            if data:
+                try:
+                    snaps.append(loads(data))
+                except JSONDecodeError:
+                    pass
+        m, merged_gauges = Metrics.merged(app.metrics, live,
+                                          [s for s in snaps if type(s) is dict and "requests" in s])
+    else:
+        m, merged_gauges = Metrics.merged(app.metrics, live, [])
+    return render(m, merged_gauges)
+
+
+def debug_state(app):
+    up = {}
+    for name, p in app.providers.items():
+        idle, busy, connecting = p.pool.counts()
+        up[name] = {"idle": idle, "busy": busy, "connecting": connecting,
+                    "waiters": len(p.pool.waiters), "connect_tasks": len(p.pool.tasks)}
+    return {"pid": os.getpid(), "worker": app.worker, "workers": app.n_workers,
+            "in_flight": app.metrics.in_flight, "client_connections": len(app.clients),
+            "busy_clients": sum(1 for c in app.clients if c.busy),
+            "tasks": len(asyncio.all_tasks(app.loop)), "upstream": up,
+            "requests": sum(app.metrics.requests.values()),
+            "client_disconnects": app.metrics.client_disconnects}

@@ -1,0 +1,209 @@
+"""Providers and their keep-alive connection pools: an idle stack, a busy set, the clients
+waiting for a connection, and the tasks opening new ones."""
+import asyncio
+from time import perf_counter
+
+from sluice import dispatch
+from sluice.upstream import UpstreamConn
+
+_last_connect_log = {}
+
+
+def _log_connect_error(provider, error):
+    """At most one line a second per provider."""
+    import sys
+    import time
+    now = time.monotonic()
+    if now - _last_connect_log.get(provider.name, -2.0) >= 1.0:
+        _last_connect_log[provider.name] = now
+        sys.stderr.write(f"sluice: cannot connect to provider {provider.name}: {error}\n")
+
+
+class Provider:
+    """One configured provider: where it is, the head every request to it starts with, its
+    timeouts, its pool."""
+
+    def __init__(self, cfg, app):
+        self.cfg = cfg
+        self.name = cfg.name
+        self.response_filter = app.response_filter
+        self.dialect = cfg.dialect
+        self.host = cfg.host
+        self.port = cfg.port
+        self.ssl = None
+        if cfg.scheme == "https":
+            import ssl
+            ctx = ssl.create_default_context(cafile=cfg.ca_file or None)
+            if not cfg.tls_verify:
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+            self.ssl = ctx
+        lines = [b"POST " + cfg.chat_path.encode() + b" HTTP/1.1\r\n",
+                 b"host: " + cfg.host_header.encode() + b"\r\n"]
+        if cfg.api_key:
+            if self.dialect == "anthropic":
+                lines.append(b"x-api-key: " + cfg.api_key.encode() + b"\r\n")
+            else:
+                lines.append(b"authorization: Bearer " + cfg.api_key.encode() + b"\r\n")
+        for k, v in cfg.headers.items():
+            lines.append(k.encode() + b": " + v.encode() + b"\r\n")
+        self.head_prefix = b"".join(lines)
+        self.anthropic_version = b"anthropic-version: " + cfg.anthropic_version.encode() + b"\r\n"
+        self.connect_timeout = cfg.connect_timeout_s
+        self.response_timeout = cfg.response_timeout_s
+        self.stream_idle_timeout = cfg.stream_idle_timeout_s
+        self.pool_idle_timeout = cfg.pool_idle_timeout_s
+        self.pool = Pool(self, app)
+        self.latency = app.metrics.latency_hist(cfg.name)
+
+
+class Pool:
+    """Keep-alive connections to one provider: an idle stack, a busy set, waiters."""
+
+    def __init__(self, provider, app):
+        self.provider = provider
+        self.app = app
+        self.loop = app.loop
+        self.max_connections = provider.cfg.max_connections
+        self.idle = []       # LIFO: the most recently used connection is reused first
+        self.busy = set()
+        self.connecting = 0
+        self.waiters = []    # client connections waiting for a connection, FIFO
+        self.tasks = set()
+
+    def counts(self):
+        return len(self.idle), len(self.busy), self.connecting
+
+    def acquire(self):
+        idle = self.idle
+        while idle:
+            c = idle.pop()
+            if c.alive:
+                self.busy.add(c)
+                c.reused = True
+                return c
+        return None
+
+    def wait(self, client):
+        """``client`` needs a connection: it gets one through dispatch.start_exchange, or
+        dispatch.attempt_failed."""
+        self.waiters.append(client)
+        if len(self.busy) + len(self.idle) + self.connecting < self.max_connections:
+            self.connect()
+
+    def forget(self, client):
+        try:
+            self.waiters.remove(client)
+        except ValueError:
+            pass
+
+    def connect(self):
+        self.connecting += 1
+        task = self.loop.create_task(self._connect())
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _connect(self):
+        p = self.provider
+        conn = UpstreamConn(self)
+        kind = None
+        error = ""
+        try:
+            await asyncio.wait_for(self.loop.create_connection(
+                lambda: conn, p.host, p.port, ssl=p.ssl,
+                server_hostname=p.host if p.ssl else None), p.connect_timeout)
+        except asyncio.TimeoutError:
+            kind = "connect_timeout"
+        except (OSError, ValueError) as e:
+            kind = "connect_refused" if isinstance(e, ConnectionRefusedError) else "connect_error"
+            error = str(e) or type(e).__name__
+        except asyncio.CancelledError:
+            self.connecting -= 1
+            raise
+        self.connecting -= 1
+        if kind is not None:
+            self.app.metrics.upstream_error(p.name, kind)
+            self._connect_failed(kind, error)
+            return
+        c = self.app.metrics.upstream_connects
+        c[p.name] = c.get(p.name, 0) + 1
+        self.give(conn)
+
+    def _connect_failed(self, kind, error):
+        """The oldest live waiter gets the failure (the others wait for the next connection)."""
+        p = self.provider
+        while self.waiters:
+            client = self.waiters.pop(0)
+            if client.waiting_on is self:
+                if kind == "connect_timeout":
+                    dispatch.attempt_failed(client, 504, f"provider {p.name} did not accept a "
+                                                         f"connection within {p.connect_timeout:g}s",
+                                            "connect")
+                elif kind == "connect_refused":
+                    dispatch.attempt_failed(client, 502, f"provider {p.name} refused the connection",
+                                            "connect")
+                else:  # the cause (addresses included) is for the log, not for clients
+                    _log_connect_error(p, error)
+                    dispatch.attempt_failed(client, 502, f"cannot connect to provider {p.name}",
+                                            "connect")
+                break
+
+    def give(self, conn):
+        """A free connection: hand it to the oldest live waiter, or park it idle."""
+        if not conn.alive:
+            self.discard(conn)
+            return
+        if conn.paused:  # paused for a slow client that is gone now
+            conn.paused = False
+            conn.transport.resume_reading()
+        waiters = self.waiters
+        while waiters:
+            client = waiters.pop(0)
+            if client.waiting_on is self:
+                self.busy.add(conn)
+                try:
+                    dispatch.start_exchange(client, conn)
+                except Exception:
+                    import traceback
+                    traceback.print_exc()
+                    conn.client = None
+                    conn.abort()
+                    self.discard(conn)
+                    dispatch.attempt_failed(client, 500, "internal error while sending the request")
+                return
+        conn.idle_since = perf_counter()
+        self.idle.append(conn)
+
+    def release(self, conn):
+        self.busy.discard(conn)
+        self.give(conn)
+
+    def discard(self, conn):
+        self.busy.discard(conn)
+        if conn in self.idle:
+            self.idle.remove(conn)
+        if self.waiters and len(self.busy) + len(self.idle) + self.connecting < self.max_connections:
+            self.connect()
+
+    def sweep(self, now):
+        p = self.provider
+        for conn in list(self.busy):
+            conn.check_timeout(now)
+        idle = self.idle
+        limit = now - p.pool_idle_timeout
+        while idle and idle[0].idle_since < limit:
+            idle.pop(0).close()
+        if self.waiters:
+            limit = now - p.response_timeout
+            for client in list(self.waiters):
+                if client.wait_since < limit and client.waiting_on is self:
+                    self.waiters.remove(client)
+                    self.app.metrics.upstream_error(p.name, "pool_timeout")
+                    dispatch.attempt_failed(client, 504, f"no connection to provider {p.name} "
+                                                         f"became free within {p.response_timeout:g}s")
+
+    def close(self):
+        for conn in self.idle + list(self.busy):
+            conn.close()
+        for t in list(self.tasks):
+            t.cancel()

@@ -1,0 +1,14 @@
+# Cython declarations for relay_same_dialect.py (see build.py).
+cimport cython
+
+from sluice.client cimport ClientConn
+from sluice.http cimport content_length_at
+from sluice.request cimport Request
+from sluice.upstream cimport UpstreamConn
+
+
+@cython.locals(us=double)
+cpdef relay_head(UpstreamConn u, Request req, bytes head, bytes low, Py_ssize_t length_at,
+                 bytes rest, bint reframe, double now)
+@cython.locals(end=Py_ssize_t, length_at=Py_ssize_t)
+cpdef bint write_head(UpstreamConn u, ClientConn client, bint past_end) except -1

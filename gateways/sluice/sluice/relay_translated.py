@@ -1,0 +1,143 @@
+"""Relaying a translated response (the client's dialect is not the provider's): a stream
+translated event by event, anything else buffered whole and translated at its end. The
+translation itself is in sluice.translate, loaded on first use: workers that never translate
+stay smaller."""
+from time import perf_counter
+
+import orjson
+from httptools import HttpParserError
+
+from sluice.http import chunk, error_body, response
+from sluice.dialects import ANTHROPIC_TO_OPENAI
+from sluice.usage import believed
+
+MAX_BUFFERED_BODY = 64 * 1024 * 1024
+
+_STREAM_FAILED_ANTHROPIC = (b'event: error\ndata: {"type":"error","error":{"type":"api_error",'
+                            b'"message":"provider stream failed"}}\n\n')
+_STREAM_FAILED_OPENAI = (b'data: {"error":{"message":"provider stream failed","type":"api_error",'
+                         b'"param":null,"code":null}}\n\n')
+
+
+def start_stream(u, client, req):
+    """A 200 event stream answering a streamed request: the translators are made and the
+    client's head goes out now."""
+    from sluice import translate
+    u.sse_parser = translate.SSEParser()
+    if req.translation == ANTHROPIC_TO_OPENAI:   # anthropic client, openai provider
+        u.stream_translator = translate.OpenAIToAnthropicStream(req.client_model)
+    else:
+        u.stream_translator = translate.AnthropicToOpenAIStream(req.client_model, req.include_usage)
+    req.keep_alive = req.keep_alive and not u.app.stopping
+    us = (req.own_time + (perf_counter() - u.t_rx)) * 1e6
+    req.overhead_us = us
+    lines = [b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"]
+    if req.http11:
+        lines.append(b"transfer-encoding: chunked\r\n")
+        u.chunked_to_client = True
+    else:
+        u.chunked_to_client = False
+        req.keep_alive = False
+    if u.app.overhead_header:
+        lines.append(b"x-gateway-overhead-us: %d\r\n" % us)
+    lines.append(b"\r\n" if req.keep_alive else b"connection: close\r\n\r\n")
+    u.client_head_sent = True
+    client.write(b"".join(lines))
+
+
+def start_buffered(u, head, low):
+    """Any other response (an error, a unary answer): buffered, its Retry-After kept."""
+    u.buffered = []
+    u.buffered_bytes = 0
+    i = low.find(b"\nretry-after:")
+    u.retry_after_line = head[i + 1:head.find(b"\r\n", i + 1) + 2] if i >= 0 else b""
+
+
+def relay_stream(u, client, body):
+    """Body bytes of a translated stream: the events they complete, translated, go out."""
+    try:
+        out = u.stream_translator.feed(u.sse_parser.feed(body))
+    except Exception as e:  # a bug in translation must not leave the exchange hanging
+        raise HttpParserError(f"stream translation failed: {e!r}") from e
+    if out:
+        client.write(chunk(out) if u.chunked_to_client else out)
+
+
+def buffer(u, body):
+    u.buffered_bytes += len(body)
+    if u.buffered_bytes > MAX_BUFFERED_BODY:
+        raise HttpParserError("provider response too large to translate")
+    u.buffered.append(body)
+
+
+def stream_usage(u):
+    """(prompt, completion) the stream reported so far, or (None, None) if not believable."""
+    prompt, completion, _seen = u.stream_translator.usage()
+    return believed(prompt, completion)
+
+
+def finish_stream(u, client):
+    """The provider's stream ended: the translated stream is closed. Returns its usage."""
+    out = u.stream_translator.finish()
+    if u.chunked_to_client:
+        client.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(out), out) if out else b"0\r\n\r\n")
+    elif out:
+        client.write(out)
+    return stream_usage(u)
+
+
+def stream_failed(u, client, req):
+    """The provider failed mid-stream: the client gets an error event before the close."""
+    event = _STREAM_FAILED_ANTHROPIC if req.dialect == "anthropic" else _STREAM_FAILED_OPENAI
+    client.write(chunk(event) if u.chunked_to_client else event)
+
+
+def write_buffered(u, client, req):
+    """The buffered response, translated (or its error in the client's dialect), in one write.
+    Returns its usage."""
+    body = b"".join(u.buffered)
+    u.buffered = None
+    status = u.status
+    prompt = completion = None
+    if status == 200:
+        payload, prompt, completion = _translated_answer(req, body)
+        if payload is None:
+            status = u.status = 502
+            payload = error_body(req.dialect, 502, f"provider {u.provider.name} returned a "
+                                                   "response that could not be translated")
+    else:
+        from sluice import translate
+        if status == 529 and req.dialect == "openai":
+            status = u.status = 503
+        payload = error_body(req.dialect, status, translate.upstream_error_message(body))
+    overhead = (req.own_time + (perf_counter() - u.t_rx)) * 1e6
+    req.overhead_us = overhead
+    keep = req.keep_alive and not u.app.stopping
+    req.keep_alive = keep
+    extra = b"x-gateway-overhead-us: %d\r\n" % overhead if u.app.overhead_header else b""
+    if status != 200 and u.retry_after_line:
+        extra += u.retry_after_line
+    u.client_head_sent = True
+    client.write(response(status, payload, extra=extra, close=not keep))
+    return prompt, completion
+
+
+def _translated_answer(req, body):
+    """(the translated body, or None when it cannot be translated; prompt; completion)."""
+    from sluice import translate
+    prompt = completion = None
+    try:
+        obj = orjson.loads(body)
+        if not isinstance(obj, dict):
+            raise ValueError("not an object")
+        if req.translation == ANTHROPIC_TO_OPENAI:
+            out = translate.openai_response_to_anthropic(obj, req.client_model)
+            usage = out["usage"]
+            prompt, completion = believed(usage["input_tokens"], usage["output_tokens"])
+        else:
+            out = translate.anthropic_response_to_openai(obj, req.client_model)
+            usage = out["usage"]
+            prompt, completion = believed(usage["prompt_tokens"], usage["completion_tokens"])
+        return orjson.dumps(out), prompt, completion
+    except (ValueError, TypeError, AttributeError, KeyError):
+        return None, prompt, completion

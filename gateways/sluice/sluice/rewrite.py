@@ -1,0 +1,95 @@
+"""The request as a provider gets it: the body with only the model's bytes patched (an alias),
+or translated into the provider's dialect; the provider's request head in front of it."""
+import re
+
+import orjson
+
+from sluice.dialects import ANTHROPIC_TO_OPENAI, OPENAI_TO_ANTHROPIC, SAME_DIALECT
+
+loads = orjson.loads
+dumps = orjson.dumps
+
+FIRST_MODEL = re.compile(rb'\s*\{\s*"model"\s*:\s*"([^"\\]*)"')
+ANY_MODEL = re.compile(rb'"model"\s*:\s*"([^"\\]*)"')
+
+
+def first_model(body):
+    """The match of the body's model when it is the first key and the only "model" key (found
+    without parsing), else None."""
+    m = FIRST_MODEL.match(body)
+    # only a model key that occurs once: with a repeated one, the body is parsed
+    if m is not None and body.find(b'"model"', m.end()) < 0:
+        return m
+    return None
+
+
+def patch_model(body, obj, model, span, route):
+    """Replace only the model value's bytes; re-serialize only if it cannot be located safely.
+    None when the body is nested too deeply to serialize again."""
+    if span is None:
+        model_bytes = model.encode()
+        m = FIRST_MODEL.match(body)
+        if m is not None and m.group(1) == model_bytes:
+            span = m.span(1)
+        else:
+            found = [m for m in ANY_MODEL.finditer(body) if m.group(1) == model_bytes]
+            if len(found) == 1 and body.count(b'"model"') == 1:
+                span = found[0].span(1)
+            else:
+                obj["model"] = route.upstream
+                try:
+                    return dumps(obj)
+                except orjson.JSONEncodeError:  # deeper than orjson serializes
+                    return None
+    start, end = span
+    return body[:start] + route.upstream_bytes + body[end:]
+
+
+def translated_body(r, target, obj):
+    """The request body in ``target``'s provider dialect; ``r`` learns how to translate the
+    answer back. Raises what the translation refuses."""
+    from sluice import translate  # loaded on first use: workers that never translate stay smaller
+    if r.dialect == "anthropic":
+        new, r.stream = translate.anthropic_request_to_openai(obj, target.upstream)
+        r.translation = ANTHROPIC_TO_OPENAI
+    else:
+        new, r.stream, r.include_usage = translate.openai_request_to_anthropic(
+            obj, target.upstream, target.max_output)
+        r.translation = OPENAI_TO_ANTHROPIC
+    return dumps(new)
+
+
+def payload(r, provider, body):
+    """The request as sent to ``provider``: its head and ``body`` (kept for another attempt)."""
+    forward = r.forward_headers
+    if r.translation != SAME_DIALECT:
+        forward = b"".join([ln + b"\r\n" for ln in forward.split(b"\r\n")[:-1]
+                            if not ln.lower().startswith((b"anthropic-", b"content-type:"))])
+        forward += b"content-type: application/json\r\n"
+        if provider.dialect == "anthropic":
+            forward += provider.anthropic_version
+    elif not r.has_anthropic_version and provider.dialect == "anthropic":
+        forward += provider.anthropic_version
+    return b"".join((provider.head_prefix, forward, b"content-length: %d\r\n\r\n" % len(body), body))
+
+
+def retarget(r, target):
+    """Make ``r`` ready for another attempt at ``target`` (a deployment's Route): its body
+    translated or its model patched for that provider. False when it cannot be."""
+    provider = target.provider
+    body = r.body
+    model = r.client_model
+    r.translation = SAME_DIALECT
+    r.include_usage = False
+    r.stream = False
+    try:
+        if provider.dialect != r.dialect:
+            body = translated_body(r, target, loads(body))
+        elif target.upstream != model:
+            body = patch_model(body, loads(body), model, None, target)
+            if body is None:
+                return False
+    except Exception:  # what the first attempt's checks let through but this target refuses
+        return False
+    r.payload = payload(r, provider, body)
+    return True

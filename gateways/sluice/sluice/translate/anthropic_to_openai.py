@@ -1,0 +1,265 @@
+"""An Anthropic client, an OpenAI provider: the Messages request translated to a Chat
+Completions request, and the answer back (a unary response, or its stream event by event)."""
+import orjson
+
+from sluice.translate.common import (
+    FINISH_TO_STOP,
+    StreamTranslator,
+    TranslationError,
+    anthropic_event,
+    check_messages,
+    dumps,
+    loads,
+    new_id,
+    random_hex,
+    text_of,
+)
+
+
+# ------------------------------------------------------------------ the request
+def anthropic_request_to_openai(req, upstream_model):
+    """Returns (openai_request_dict, stream)."""
+    messages = check_messages(req)
+    out = []
+    system = req.get("system")
+    if system:
+        out.append({"role": "system", "content": text_of(system)})
+    for msg in messages:
+        _add_message(out, msg)
+    body = {"model": upstream_model, "messages": out}
+    if "max_tokens" in req:
+        body["max_tokens"] = req["max_tokens"]
+    for k in ("temperature", "top_p"):
+        if k in req:
+            body[k] = req[k]
+    if req.get("stop_sequences"):
+        body["stop"] = req["stop_sequences"]
+    stream = req.get("stream") is True
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    _add_tools(body, req)
+    meta = req.get("metadata")
+    if isinstance(meta, dict) and meta.get("user_id"):
+        body["user"] = meta["user_id"]
+    return body, stream
+
+
+def _add_message(out, msg):
+    """One Anthropic message as OpenAI messages: tool results first (one message each), then
+    the message itself."""
+    if not isinstance(msg, dict) or msg.get("role") not in ("user", "assistant"):
+        raise TranslationError("each message needs role 'user' or 'assistant'")
+    role = msg["role"]
+    content = msg.get("content")
+    if isinstance(content, str):
+        out.append({"role": role, "content": content})
+        return
+    if not isinstance(content, list):
+        raise TranslationError("message content must be a string or a list of blocks")
+    parts = []
+    tool_calls = []
+    for block in content:
+        if not isinstance(block, dict):
+            raise TranslationError("content blocks must be objects")
+        kind = block.get("type")
+        if kind == "text":
+            parts.append({"type": "text", "text": block.get("text", "")})
+        elif kind == "image":
+            parts.append(_image(block))
+        elif kind == "tool_use":
+            tool_calls.append({"id": block.get("id") or new_id("call_"), "type": "function",
+                               "function": {"name": block.get("name", ""),
+                                            "arguments": dumps(block.get("input", {})).decode()}})
+        elif kind == "tool_result":
+            out.append({"role": "tool", "tool_call_id": block.get("tool_use_id", ""),
+                        "content": text_of(block.get("content"))})
+        elif kind not in ("thinking", "redacted_thinking"):
+            raise TranslationError(f"content block type {kind!r} is not supported by this provider")
+    if role == "assistant":
+        if parts or tool_calls:
+            m = {"role": "assistant",
+                 "content": "".join(p["text"] for p in parts if p["type"] == "text") or None}
+            if tool_calls:
+                m["tool_calls"] = tool_calls
+            out.append(m)
+    elif parts:
+        if all(p["type"] == "text" for p in parts):
+            out.append({"role": "user", "content": "".join(p["text"] for p in parts)})
+        else:
+            out.append({"role": "user", "content": parts})
+
+
+def _image(block):
+    src = block.get("source") or {}
+    if src.get("type") == "base64":
+        url = f"data:{src.get('media_type', 'image/png')};base64,{src.get('data', '')}"
+    elif src.get("type") == "url":
+        url = src.get("url", "")
+    else:
+        raise TranslationError("unsupported image source type")
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _add_tools(body, req):
+    """The tools and tool_choice, as OpenAI says them."""
+    tools = req.get("tools")
+    if tools:
+        body["tools"] = [{"type": "function", "function": {
+            "name": t.get("name", ""), "description": t.get("description", ""),
+            "parameters": t.get("input_schema", {"type": "object"})}} for t in tools]
+    tc = req.get("tool_choice")
+    if isinstance(tc, dict):
+        kind = tc.get("type")
+        if kind == "auto":
+            body["tool_choice"] = "auto"
+        elif kind == "any":
+            body["tool_choice"] = "required"
+        elif kind == "none":
+            body["tool_choice"] = "none"
+        elif kind == "tool":
+            body["tool_choice"] = {"type": "function", "function": {"name": tc.get("name", "")}}
+        if tc.get("disable_parallel_tool_use"):
+            body["parallel_tool_calls"] = False
+
+
+# ------------------------------------------------------------------ the answer
+def openai_response_to_anthropic(resp, model):
+    choices = resp.get("choices") or [{}]
+    choice = choices[0] or {}
+    msg = choice.get("message") or {}
+    content = []
+    text = msg.get("content")
+    if isinstance(text, list):
+        text = text_of(text)
+    if text:
+        content.append({"type": "text", "text": text})
+    for tc in msg.get("tool_calls") or []:
+        fn = tc.get("function") or {}
+        try:
+            args = loads(fn.get("arguments") or "{}")
+        except orjson.JSONDecodeError:
+            args = {"_raw": fn.get("arguments")}
+        content.append({"type": "tool_use", "id": tc.get("id") or new_id("toolu_"),
+                        "name": fn.get("name", ""), "input": args})
+    usage = resp.get("usage") or {}
+    rid = resp.get("id") or ""
+    return {
+        "id": rid if rid.startswith("msg_") else "msg_" + (rid or random_hex()),
+        "type": "message", "role": "assistant", "model": model, "content": content,
+        "stop_reason": FINISH_TO_STOP.get(choice.get("finish_reason"), "end_turn"),
+        "stop_sequence": None,
+        "usage": {"input_tokens": usage.get("prompt_tokens", 0),
+                  "output_tokens": usage.get("completion_tokens", 0)},
+    }
+
+
+class OpenAIToAnthropicStream(StreamTranslator):
+    """OpenAI chat.completion.chunk events -> Anthropic message stream events."""
+
+    def __init__(self, model):
+        self.model = model
+        self.started = False
+        self.done = False
+        self.block = None        # index of the open Anthropic content block
+        self.block_kind = None   # "text" or ("tool", openai tool index)
+        self.next_index = 0
+        self.tools = {}          # openai tool_call index -> anthropic block index
+        self.finish_reason = None
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.usage_seen = False
+
+    def _start(self, out, rid):
+        self.started = True
+        mid = rid if rid and rid.startswith("msg_") else "msg_" + (rid or random_hex())
+        out.append(anthropic_event(b"message_start", {"type": "message_start", "message": {
+            "id": mid, "type": "message", "role": "assistant", "model": self.model, "content": [],
+            "stop_reason": None, "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0}}}))
+
+    def _close_block(self, out):
+        if self.block is not None:
+            out.append(anthropic_event(b"content_block_stop",
+                                       {"type": "content_block_stop", "index": self.block}))
+            self.block = None
+            self.block_kind = None
+
+    def _open(self, out, kind, content_block):
+        self._close_block(out)
+        self.block = self.next_index
+        self.next_index += 1
+        self.block_kind = kind
+        out.append(anthropic_event(b"content_block_start", {
+            "type": "content_block_start", "index": self.block, "content_block": content_block}))
+
+    def feed(self, events):
+        out = []
+        for _event, data in events:
+            if self.done:
+                break
+            if data == b"[DONE]":
+                self._finish(out)
+                continue
+            try:
+                chunk = loads(data)
+            except orjson.JSONDecodeError:
+                continue
+            if not isinstance(chunk, dict):
+                continue
+            if "error" in chunk:
+                err = chunk["error"] if isinstance(chunk["error"], dict) else {"message": str(chunk["error"])}
+                out.append(anthropic_event(b"error", {"type": "error", "error": {
+                    "type": "api_error", "message": err.get("message", "provider error")}}))
+                self.done = True
+                break
+            if not self.started:
+                self._start(out, chunk.get("id"))
+            usage = chunk.get("usage")
+            if usage:
+                self.usage_seen = True
+                self.input_tokens = usage.get("prompt_tokens", 0) or 0
+                self.output_tokens = usage.get("completion_tokens", 0) or 0
+            for choice in chunk.get("choices") or ():
+                self._choice(out, choice)
+        return b"".join(out)
+
+    def _choice(self, out, choice):
+        """One choice of a chunk: text and tool-call deltas, its finish reason."""
+        delta = choice.get("delta") or {}
+        text = delta.get("content")
+        if text:
+            if self.block_kind != "text":
+                self._open(out, "text", {"type": "text", "text": ""})
+            out.append(anthropic_event(b"content_block_delta", {
+                "type": "content_block_delta", "index": self.block,
+                "delta": {"type": "text_delta", "text": text}}))
+        for tc in delta.get("tool_calls") or ():
+            ti = tc.get("index", 0)
+            fn = tc.get("function") or {}
+            if ti not in self.tools:
+                self._open(out, ("tool", ti), {
+                    "type": "tool_use", "id": tc.get("id") or new_id("toolu_"),
+                    "name": fn.get("name", ""), "input": {}})
+                self.tools[ti] = self.block
+            args = fn.get("arguments")
+            if args:
+                out.append(anthropic_event(b"content_block_delta", {
+                    "type": "content_block_delta", "index": self.tools[ti],
+                    "delta": {"type": "input_json_delta", "partial_json": args}}))
+        fr = choice.get("finish_reason")
+        if fr:
+            self.finish_reason = fr
+
+    def _finish(self, out):
+        if self.done:
+            return
+        if not self.started:
+            self._start(out, None)
+        self._close_block(out)
+        out.append(anthropic_event(b"message_delta", {
+            "type": "message_delta",
+            "delta": {"stop_reason": FINISH_TO_STOP.get(self.finish_reason, "end_turn"), "stop_sequence": None},
+            "usage": {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens}}))
+        out.append(anthropic_event(b"message_stop", {"type": "message_stop"}))
+        self.done = True

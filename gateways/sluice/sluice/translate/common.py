@@ -1,0 +1,93 @@
+"""What both translation directions share: the refusal, content text, stop reasons, ids, SSE
+event encoding, the stream translators' common end, and provider error messages."""
+import os
+
+import orjson
+
+loads = orjson.loads
+dumps = orjson.dumps
+
+
+class TranslationError(ValueError):
+    """The request cannot be expressed in the provider's dialect (answered with 400)."""
+
+
+def random_hex():
+    return os.urandom(12).hex()
+
+
+def new_id(prefix):
+    return prefix + random_hex()
+
+
+# OpenAI finish_reason <-> Anthropic stop_reason
+FINISH_TO_STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
+                  "function_call": "tool_use", "content_filter": "refusal"}
+STOP_TO_FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
+                  "tool_use": "tool_calls", "refusal": "content_filter", "pause_turn": "stop"}
+
+
+def text_of(content):
+    """Text of an Anthropic/OpenAI content value (string or list of text parts)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for b in content:
+            if isinstance(b, dict) and b.get("type") == "text":
+                parts.append(b.get("text", ""))
+            elif isinstance(b, str):
+                parts.append(b)
+        return "".join(parts)
+    raise TranslationError("content must be a string or a list of content blocks")
+
+
+def check_messages(req):
+    """The request's messages list; refused unless the body is an object with one."""
+    if not isinstance(req, dict):
+        raise TranslationError("request body must be a JSON object")
+    messages = req.get("messages")
+    if not isinstance(messages, list):
+        raise TranslationError("messages: a list is required")
+    return messages
+
+
+def anthropic_event(kind, obj):
+    return b"event: " + kind + b"\ndata: " + dumps(obj) + b"\n\n"
+
+
+def openai_event(obj):
+    return b"data: " + dumps(obj) + b"\n\n"
+
+
+class StreamTranslator:
+    """What both stream directions share: closing the stream and the token counts seen."""
+
+    def finish(self):
+        """Called at the end of the upstream body (the provider may omit its terminator)."""
+        out = []
+        self._finish(out)
+        return b"".join(out)
+
+    def usage(self):
+        return self.input_tokens, self.output_tokens, self.usage_seen
+
+
+def upstream_error_message(body):
+    """The message of a provider error body in either dialect (or its text)."""
+    try:
+        obj = loads(body)
+    except orjson.JSONDecodeError:
+        text = body[:500].decode("utf-8", "replace").strip()
+        return text or "provider error"
+    if isinstance(obj, dict):
+        err = obj.get("error")
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+        if isinstance(err, str):
+            return err
+        if obj.get("message"):
+            return str(obj["message"])
+    return "provider error"
