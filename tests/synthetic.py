@@ -17,11 +17,14 @@ Usage::
 
     from synthetic import make_study
     s = make_study(tmp_path)          # s.path, s.expected[run_id][...], s.runs
+
+The same construction serves more specific builders: synthetic_faults.py (a provider-fault
+study), synthetic_manifests.py (lone manifests for tests that write their own rows, and suite
+manifests) and synthetic_files.py (how every synthetic file is written).
 """
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import random
 from dataclasses import dataclass, field, replace
@@ -31,12 +34,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
+from synthetic_files import write_json, write_manifest, write_parquet
 
 from harness.model.manifests import RunManifest, StudyManifest, from_plain
 from harness.model import formats as F
-from harness.model.schema import MOCK_REQUESTS
-from harness.files.store import REQUEST_SCHEMA, SAMPLE_SCHEMA, write_table
+from harness.files.store import REQUEST_SCHEMA, SAMPLE_SCHEMA
 
 BASE_T = 1_760_000_000.0
 # Columns of the real schema that the synthetic unary, closed-loop runs leave at their defaults.
@@ -145,35 +147,10 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _write_parquet(df: pd.DataFrame, schema: pa.Schema, path: Path,
-                   version: int, without: tuple[str, ...] = ()) -> None:
-    """``without``: columns an older artifact version did not have yet."""
-    schema = pa.schema([f for f in schema if f.name not in without])
-    table = pa.Table.from_pandas(df[schema.names], schema=schema, preserve_index=False)
-    meta = dict(table.schema.metadata or {})
-    meta[b"schema_version"] = str(version).encode()
-    pq.write_table(table.replace_schema_metadata(meta), path)
-
-
-def _write_json(obj: Any, path: Path) -> None:
-    path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-
-
 def _version(fmt: F.Format, schema_version: int | None) -> int:
     """The version a synthetic file of this kind is written in: the current one, or the one
     asked for (1: every kind as the first artifact format wrote it)."""
     return fmt.version if schema_version is None else schema_version
-
-
-def _write_manifest(manifest: RunManifest | StudyManifest, path: Path, version: int | None) -> None:
-    """The current version as the harness writes it; version 1 as it was: phases not reached
-    are absent."""
-    data = json.loads(manifest.to_json())
-    if version == 1:
-        data["schema_version"] = 1
-        if "phases" in data:
-            data["phases"] = {k: v for k, v in data["phases"].items() if v is not None}
-    _write_json(data, path)
 
 
 def _run(system: str, n: int, p: RunParams, t0: float, rng: random.Random,
@@ -314,19 +291,19 @@ def _run(system: str, n: int, p: RunParams, t0: float, rng: random.Random,
             else:
                 rss = p.rss_recovered
             pct = 100.0 * (p.cpu_cores if in_load else 0.01)
-            samples.append(_sample(run_id, system, t, "system", 3, rss, pct, cpu_total,
-                                   p.load_avg_before))
+            samples.append(sample_row(run_id, system, t, "system", 3, rss, pct, cpu_total,
+                                      p.load_avg_before))
         lcpu = p.locust_cpu if in_load else 1.0
-        samples.append(_sample(run_id, system, t, "locust", 1, 90 * 2**20, lcpu,
-                               0.01 * lcpu * (t - t0), p.load_avg_before))
+        samples.append(sample_row(run_id, system, t, "locust", 1, 90 * 2**20, lcpu,
+                                  0.01 * lcpu * (t - t0), p.load_avg_before))
         mcpu = p.mock_cpu if in_load else 0.5
-        samples.append(_sample(run_id, system, t, "mock", 1, 25 * 2**20, mcpu,
-                               0.01 * mcpu * (t - t0), p.load_avg_before))
+        samples.append(sample_row(run_id, system, t, "mock", 1, 25 * 2**20, mcpu,
+                                  0.01 * mcpu * (t - t0), p.load_avg_before))
         machine = lcpu + mcpu + (p.other_cpu if in_load else 1.0)
         if p.cpu_cores is not None:
             machine += 100.0 * (p.cpu_cores if in_load else 0.01)
-        samples.append(_sample(run_id, system, t, "machine", 0, 3 * 2**30, machine, 0.0,
-                               p.load_avg_before))
+        samples.append(sample_row(run_id, system, t, "machine", 0, 3 * 2**30, machine, 0.0,
+                                  p.load_avg_before))
         k += 1
     sdf = pd.DataFrame(samples)
 
@@ -350,7 +327,7 @@ def _cpu_at(t: float, t0: float, ws: float, le: float, cores: float) -> float:
     return idle * (ws - t0) + cores * (le - ws) + idle * (t - le)
 
 
-def _sample(run_id, system, t, role, pids, rss, pct, total, load):
+def sample_row(run_id, system, t, role, pids, rss, pct, total, load):
     return {"run_id": run_id, "system": system, "t_unix_s": t, "role": role, "pid_count": pids,
             "rss_bytes": int(rss), "cpu_percent": float(pct), "cpu_seconds_total": float(total),
             "num_fds": 12 * max(pids, 1), "load_avg_1m": float(load)}
@@ -399,14 +376,14 @@ def make_study(root: str | Path, study_id: str = "synthetic-study",
         (run_dir / "raw").mkdir(parents=True, exist_ok=True)
         rdf = rdf.assign(**UNARY_DEFAULTS, chunk_gaps_ms=[[] for _ in range(len(rdf))])
         sdf = sdf.assign(inflight_requests=math.nan, host="synthetic-host")
-        _write_parquet(rdf, REQUEST_SCHEMA, run_dir / "requests.parquet",
-                       _version(F.REQUESTS_TABLE, schema_version),
-                       without_columns)
-        _write_parquet(sdf, SAMPLE_SCHEMA, run_dir / "samples.parquet",
-                       _version(F.SAMPLES_TABLE, schema_version),
-                       without_columns)
-        _write_json({**mock, "schema_version": _version(F.MOCK_STATS, schema_version)},
-                    run_dir / "mock_stats.json")
+        write_parquet(rdf, REQUEST_SCHEMA, run_dir / "requests.parquet",
+                      _version(F.REQUESTS_TABLE, schema_version),
+                      without_columns)
+        write_parquet(sdf, SAMPLE_SCHEMA, run_dir / "samples.parquet",
+                      _version(F.SAMPLES_TABLE, schema_version),
+                      without_columns)
+        write_json({**mock, "schema_version": _version(F.MOCK_STATS, schema_version)},
+                   run_dir / "mock_stats.json")
         rdf.to_csv(run_dir / "raw" / "requests-4242.csv", index=False)
         (run_dir / "locust_stats.csv").write_text(
             "Type,Name,Request Count,Failure Count\nPOST,/v1/chat/completions,"
@@ -465,7 +442,7 @@ def make_study(root: str | Path, study_id: str = "synthetic-study",
         rm["files"] = {f.relative_to(run_dir).as_posix(): _sha(f)
                        for f in sorted(run_dir.rglob("*")) if f.is_file() and f.name != "manifest.json"}
         rm = from_plain(RunManifest, rm, f"synthetic {item['run_id']}")
-        _write_manifest(rm, run_dir / "manifest.json", schema_version)
+        write_manifest(rm, run_dir / "manifest.json", schema_version)
         manifests.append(rm)
         expected[item["run_id"]] = exp
         entries.append({"run_id": item["run_id"], "system": s, "run_index": n,
@@ -494,155 +471,8 @@ def make_study(root: str | Path, study_id: str = "synthetic-study",
                         "runnable": True, "not_runnable_reason": ""} for s in systems},
     }
     manifest = from_plain(StudyManifest, manifest, "synthetic study")
-    _write_manifest(manifest, path / "manifest.json", schema_version)
+    write_manifest(manifest, path / "manifest.json", schema_version)
     return SyntheticStudy(path=path, expected=expected, runs=manifests, manifest=manifest)
-
-
-def small_run_manifest(run_id: str, system: str, run_index: int, phases: dict,
-                       **load: Any) -> RunManifest:
-    """A completed run's manifest with the synthetic defaults, for tests that write their own rows
-    (``load`` overrides fields of the spec's load shape)."""
-    spec = {"run_id": run_id, "system": system, "run_index": run_index, "round": run_index,
-            "position": 0, "load": {"users": USERS, "ramp_s": RAMP_S, "hold_s": HOLD_S,
-                                    "min_hold_requests": 0, "max_hold_s": HOLD_S,
-                                    "warmup_s": WARMUP_S, "warmup_users": WARMUP_USERS,
-                                    "think_time_s": THINK_S, "locust_processes": 1,
-                                    "request_timeout_s": 30.0, "max_tokens": 16, **load},
-            "mock": {"latency_ms": MOCK_LATENCY_MS, "workers": 1, "response_tokens": 16},
-            "gateway_workers": 2, "idle_s": IDLE_S, "cooldown_s": COOLDOWN_S,
-            "ready_timeout_s": 60.0, "gateway_toml_sha256": "0" * 64, "seed": 0,
-            "comparison_key": system}
-    return from_plain(RunManifest, {
-        "run_id": run_id, "system": system, "run_index": run_index, "round": run_index,
-        "position": 0, "comparison_key": system, "spec": spec, "status": "completed",
-        "phases": phases}, f"synthetic {run_id}")
-
-
-def small_study_manifest(study_id: str, gateways: list[str], runs: list[dict],
-                         roles: dict[str, str] | None = None) -> StudyManifest:
-    """A study manifest with only what the statistics read; ``roles`` as gateway.toml gives them."""
-    systems = {name: {"kind": "baseline", "runnable": True, "role": role}
-               for name, role in (roles or {}).items()}
-    return from_plain(StudyManifest, {"study_id": study_id, "status": "completed",
-                                      "config": {"gateways": gateways}, "runs": runs,
-                                      "systems": systems},
-                      f"synthetic {study_id}")
-
-
-# --- a provider-fault study ------------------------------------------------------------------------
-
-FAULT_HOLD_S, FAULT_FROM_S, FAULT_TO_S, FAULT_RATE = 30.0, 10.0, 20.0, 10
-
-
-@dataclass(frozen=True)
-class FaultRun:
-    """How one synthetic fault run behaves: 10 requests a second over a 30 s hold, the provider
-    failing from 10 s to 20 s. During the fault a ``fail_every``-th request fails with a 502
-    whose body the load generator judged ``dialect``, and every request reaches the mock
-    ``attempts`` times; outside it every request succeeds once. Latency: the mock's 60 ms plus
-    ``added_ms`` (``slow_ms`` more during the fault and ``slow_after_s`` seconds after it)."""
-    added_ms: float = 1.0
-    fail_every: int = 5                  # 0: no request fails
-    dialect: str = "client"              # error_body_dialect of the failed requests
-    attempts: int = 1
-    slow_ms: float = 0.0
-    slow_after_s: float = 0.0
-    stayed_up: bool = True
-    resilience: str = "shipped"
-    resilience_note: str = ""
-    rss_peak: int = 40 * 2**20
-
-
-def _fault_run_rows(run_id: str, system: str, p: FaultRun, hs: float):
-    n = int(FAULT_HOLD_S * FAULT_RATE)
-    t = hs + (np.arange(n) + 0.5) / FAULT_RATE
-    during = (t >= hs + FAULT_FROM_S) & (t < hs + FAULT_TO_S)
-    failed = during & ((np.arange(n) % p.fail_every == 0) if p.fail_every else False)
-    slow = (t >= hs + FAULT_FROM_S) & (t < hs + FAULT_TO_S + p.slow_after_s)
-    latency = MOCK_LATENCY_MS + p.added_ms + np.where(slow, p.slow_ms, 0.0)
-    rows = pd.DataFrame({
-        "run_id": run_id, "system": system, "start_t_unix_s": t,
-        "latency_ms": np.where(failed, 5.0, latency), "status_code": np.where(failed, 502, 200),
-        "response_bytes": 300, "error_kind": np.where(failed, "http", ""),
-        "error": np.where(failed, "HTTP 502", ""), "users": 50, "phase": "hold",
-        "worker_pid": 4242, "worker_host": "synthetic", "mock_request_id": "m",
-        "self_overhead_ms": math.nan, **UNARY_DEFAULTS,
-        "chunk_gaps_ms": [[] for _ in range(n)],
-        "request_id": [f"{run_id}-{i}" for i in range(n)],
-        "error_body_dialect": np.where(failed, p.dialect, "")})
-    copies = np.where(during, p.attempts, 1)
-    mock_t = np.concatenate([t[i] + 0.001 * (1 + np.arange(c)) for i, c in enumerate(copies)])
-    body_end = (mock_t * 1e9).astype("int64")
-    hold_ns = int(MOCK_LATENCY_MS * 1e6)
-    mock = pd.DataFrame({
-        "run_id": run_id, "system": system, "provider": "primary",
-        "request_id": np.repeat(rows["request_id"], copies),
-        "mock_seq": [f"1-{i}" for i in range(len(mock_t))], "path": "/v1/chat/completions",
-        "worker_pid": 1, "status_code": 200, "fault": "", "body_end_t_unix_ns": body_end,
-        "hold_set_ns": hold_ns, "hold_applied_ns": hold_ns, "head_written_t_unix_ns": body_end + hold_ns,
-        "last_frame_written_t_unix_ns": body_end + hold_ns, "bytes_in": 400, "bytes_out": 300,
-        "arrival_lag_ns": 0, "write_ns": 0, "peer_port": 40000})
-    st = np.arange(hs - 5.0, hs + FAULT_HOLD_S + 5.0, 1.0) + 0.25
-    samples = pd.DataFrame([_sample(run_id, system, x, "system", 3,
-                                    p.rss_peak if abs(x - (hs + 15.25)) < 1e-6 else 30 * 2**20,
-                                    20.0, 0.2 * (x - st[0]), 0.3) for x in st])
-    return rows, samples, mock
-
-
-def make_fault_study(root: str | Path, study_id: str, runs: dict[str, list[FaultRun]],
-                     scenario: str = "error_burst", resilience: str = "shipped",
-                     not_runnable: dict[str, str] | None = None,
-                     without_columns: tuple[str, ...] = ()) -> Path:
-    """A fault study on disk (``runs``: system -> its runs; ``not_runnable``: system -> why it
-    could not run; ``without_columns``: request columns an older artifact lacks), as the
-    harness lays it out."""
-    path = Path(root) / study_id
-    not_runnable = not_runnable or {}
-    plan, entries = [], []
-    ordered = [(system, n, p) for system, ps in runs.items() for n, p in enumerate(ps, 1)]
-    for i, (system, n, p) in enumerate(ordered):
-        run_id, run_dir = f"{system}-{n}", path / "runs" / system / str(n)
-        run_dir.mkdir(parents=True)
-        hs = BASE_T + 100.0 * i
-        rows, samples, mock = _fault_run_rows(run_id, system, p, hs)
-        _write_parquet(rows, REQUEST_SCHEMA, run_dir / "requests.parquet",
-                       F.REQUESTS_TABLE.version - bool(without_columns), without=without_columns)
-        _write_parquet(samples.assign(inflight_requests=math.nan, host="synthetic-host"),
-                       SAMPLE_SCHEMA, run_dir / "samples.parquet", F.SAMPLES_TABLE.version)
-        write_table(run_dir / "mock_requests.parquet", mock.assign(provider="primary"),
-                    MOCK_REQUESTS)
-        _write_json({"schema_version": F.FAULT_SCHEDULE.version, "schedule": [], "seed": 0,
-                     "epoch_unix_s": hs}, run_dir / "faults.json")
-        phases = {"warmup_start_t_unix_s": hs - 4.0, "ramp_start_t_unix_s": hs - 2.0,
-                  "hold_start_t_unix_s": hs, "hold_end_t_unix_s": hs + FAULT_HOLD_S,
-                  "load_end_t_unix_s": hs + FAULT_HOLD_S + 1.0}
-        rm = json.loads(small_run_manifest(run_id, system, n, phases, hold_s=FAULT_HOLD_S,
-                                           max_hold_s=FAULT_HOLD_S).to_json())
-        rm["spec"]["mock"].update(fault_scenario=scenario, fault_start_s=FAULT_FROM_S,
-                                  fault_duration_s=FAULT_TO_S - FAULT_FROM_S, fault_lead_s=10.0)
-        rm.update(status="completed" if p.stayed_up else "failed",
-                  reason="" if p.stayed_up else "system exited with code 1 during the hold",
-                  resilience=p.resilience, resilience_note=p.resilience_note,
-                  kind=KINDS.get(system, "competitor"))
-        _write_json(rm, run_dir / "manifest.json")
-        plan.append({"run_id": run_id, "system": system, "run_index": n, "round": n,
-                     "position": 0, "comparison_key": system})
-        entries.append({"run_id": run_id, "system": system, "run_index": n,
-                        "status": rm["status"], "reason": rm["reason"],
-                        "dir": f"runs/{system}/{n}"})
-    systems = [*runs, *not_runnable]
-    manifest = from_plain(StudyManifest, {
-        "study_id": study_id, "status": "completed",
-        "config": {"gateways": systems, "profile": "faults", "fault_scenario": scenario,
-                   "resilience": resilience, "hold_s": FAULT_HOLD_S,
-                   "fault_start_s": FAULT_FROM_S, "mock_latency_ms": MOCK_LATENCY_MS},
-        "plan": plan, "runs": entries,
-        "systems": {s: {"kind": KINDS.get(s, "competitor"),
-                        "role": ROLES.get(s, "system"), "runnable": s not in not_runnable,
-                        "not_runnable_reason": not_runnable.get(s, "")} for s in systems}},
-        f"synthetic {study_id}")
-    _write_manifest(manifest, path / "manifest.json", None)
-    return path
 
 
 def default_params() -> dict[str, list[RunParams]]:
@@ -650,25 +480,10 @@ def default_params() -> dict[str, list[RunParams]]:
     return _default_params()
 
 
-__all__ = ["RunParams", "SyntheticStudy", "make_study", "default_params", "replace",
-           "small_run_manifest", "small_study_manifest", "FaultRun", "make_fault_study"]
+__all__ = ["RunParams", "SyntheticStudy", "make_study", "default_params", "replace"]
 
 
 if __name__ == "__main__":   # python tests/synthetic.py DIR: write a study to look at
     import sys
     out = make_study(sys.argv[1] if len(sys.argv) > 1 else "artifacts")
     print(out.path)
-
-
-def write_suite_manifest(suite_dir: Path, cells: list[dict], **fields: Any) -> Path:
-    """A suite manifest as the harness writes it; the fields not given take placeholders."""
-    from harness.files.atomic import write_atomic
-    from harness.model.suite import SuiteManifest
-    data = {"suite_id": Path(suite_dir).name, "name": Path(suite_dir).name, "description": "",
-            "suite_file": "s.toml", "suite_file_sha256": "0" * 64, "suite_text": "",
-            "profile": "synthetic", "axes": {}, "status": "completed", "started_t_unix_s": 0.0,
-            **fields, "cells": cells}
-    Path(suite_dir).mkdir(parents=True, exist_ok=True)
-    write_atomic(Path(suite_dir) / "manifest.json",
-                 from_plain(SuiteManifest, data, "synthetic suite").to_json())
-    return Path(suite_dir)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 from polling import wait_for
-from synthetic import small_run_manifest
+from synthetic_manifests import small_run_manifest
 
 from harness.model import affinity
 from harness.model.affinity import CpuAffinity, cpu_list, cpus_of, pinned

@@ -11,7 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from scipy import stats
-from synthetic import RunParams, default_params, make_study, small_run_manifest
+from synthetic import RunParams, default_params, make_study
+from synthetic_manifests import small_run_manifest
 
 from harness import stats as A
 from harness.model.manifests import RunHost

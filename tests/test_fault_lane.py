@@ -163,7 +163,7 @@ def test_plan_carries_resilience_in_the_key_and_a_standby_port(tmp_path):
 
 def test_runs_from_before_the_setting_read_as_shipped():
     from harness.model.manifests import RunManifest
-    from tests.synthetic import small_run_manifest
+    from tests.synthetic_manifests import small_run_manifest
     run = small_run_manifest("sluice-1", "sluice", 1, {})
     data = json.loads(run.to_json())
     for key in ("resilience", "resilience_note"):
@@ -345,7 +345,7 @@ def test_error_bodies_in_the_clients_dialect_per_window():
 
 
 def test_a_studys_fault_figures_per_system_and_configuration(tmp_path):
-    from synthetic import FaultRun, make_fault_study
+    from synthetic_faults import FaultRun, make_fault_study
 
     from harness.stats.loading import load_study
     path = make_fault_study(tmp_path, "cell", {
@@ -377,7 +377,7 @@ def test_a_studys_fault_figures_per_system_and_configuration(tmp_path):
 
 
 def test_the_study_report_shows_the_dialect_share_and_the_configuration(tmp_path):
-    from synthetic import FaultRun, make_fault_study
+    from synthetic_faults import FaultRun, make_fault_study
 
     from report.data import collect
     from report.sections import render_section

@@ -21,7 +21,7 @@ from harness.run.bodies import RID_SLOT, chat_body
 from harness.stats import gateway_time
 from harness.stats.runs import _identity_problem
 from mocks.request_log import REQUEST_LOG_COLUMNS
-from tests.synthetic import small_run_manifest
+from tests.synthetic_manifests import small_run_manifest
 from tests.test_config import problems_of
 from tests.test_identity import T0_NS, _mock, _mock_row
 

@@ -8,7 +8,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from synthetic import SYNTHETIC_MACHINE, RunParams, make_study, write_suite_manifest
+from synthetic import SYNTHETIC_MACHINE, RunParams, make_study
+from synthetic_manifests import write_suite_manifest
 from test_report import _tables
 
 from harness.commands import main as cli

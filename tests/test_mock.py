@@ -1,144 +1,26 @@
-"""The mock LLM provider (mocks/): shapes, timing, statistics, process handling.
+"""The mock LLM provider (mocks/) over HTTP: shapes, override headers, timing, and the counts
+one shared mock keeps; the many-connections check end to end.  Its processes:
+test_mock_processes.py; its request log: test_mock_request_log.py; its faults: test_mock_faults.py.
 
 Each test starts the real mock as a subprocess on a free 127.0.0.1 port.  Bounds are
 tolerant: the machine is a shared, loaded 2-core box.
 """
-import http.client
 import json
 import os
-import select
-import signal
 import socket
 import statistics
 import subprocess
-import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 
-import psutil
 import pytest
+from mock_helpers import BODY, PY, REPO_DIR, Mock, call, sse_events, stream
 from polling import wait_for
 
 from mocks import __version__
-from mocks.request_log import REQUEST_LOG_COLUMNS, RequestLog, read_request_log
 from mocks.stats import diff_stats, read_stats
-
-REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-PY = sys.executable
-BODY = {"model": "gpt-test", "messages": [{"role": "user", "content": "Hello there, mock."}]}
 
 # Each test starts the mock as a real process (its in-process statistics: test_mock_stats.py).
 pytestmark = [pytest.mark.timeout(120), pytest.mark.integration]
-
-
-# ----------------------------------------------------------------------------- helpers
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Mock:
-    """A running ``python -m mocks.server``; stop() sends SIGTERM and waits."""
-
-    def __init__(self, stats_dir, *args, workers=1):
-        self.stats_dir = str(stats_dir)
-        for _attempt in range(3):
-            self.port = _free_port()
-            cmd = [PY, "-m", "mocks.server", "--host", "127.0.0.1", "--port", str(self.port),
-                   "--workers", str(workers), "--stats-dir", self.stats_dir, *args]
-            self.proc = subprocess.Popen(cmd, cwd=REPO_DIR, stdout=subprocess.PIPE, text=True)
-            self.line = self._read_line(30.0)
-            if self.line:
-                break
-            self.proc.wait(10)  # port taken between probe and bind: try another
-        assert self.line, "mock did not start"
-        fields = dict(kv.split("=", 1) for kv in self.line.split() if "=" in kv)
-        assert int(fields["port"]) == self.port and int(fields["pid"]) == self.proc.pid
-        assert int(fields["workers"]) == workers
-        self.workers = [c.pid for c in psutil.Process(self.proc.pid).children()]
-
-    def _read_line(self, timeout_s):
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                return ""
-            r, _, _ = select.select([self.proc.stdout], [], [], 0.1)
-            if r:
-                return self.proc.stdout.readline().strip()
-        return ""
-
-    def client(self):
-        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=20)
-
-    def stop(self, sig=signal.SIGTERM, timeout_s=20.0):
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            for c in psutil.Process(self.proc.pid).children(recursive=True):
-                c.kill()
-            self.proc.kill()
-            self.proc.wait()
-            raise
-        finally:
-            self.proc.stdout.close()
-
-
-def call(conn, method, path, body=None, headers=None):
-    """One request on a keep-alive connection: (status, headers, body, elapsed_s)."""
-    data = json.dumps(body).encode() if isinstance(body, (dict, list)) else body
-    hdrs = {"Content-Type": "application/json"}
-    hdrs.update(headers or {})
-    t0 = time.perf_counter()
-    conn.request(method, path, body=data, headers=hdrs)
-    resp = conn.getresponse()
-    raw = resp.read()
-    return resp.status, resp.headers, raw, time.perf_counter() - t0
-
-
-def stream(conn, path, body, headers=None):
-    """Streaming request: (status, headers, [(t_since_send_s, line)]) read as lines arrive."""
-    hdrs = {"Content-Type": "application/json"}
-    hdrs.update(headers or {})
-    t0 = time.perf_counter()
-    conn.request("POST", path, body=json.dumps(body).encode(), headers=hdrs)
-    resp = conn.getresponse()
-    lines = []
-    while True:
-        line = resp.readline()
-        if not line:
-            break
-        lines.append((time.perf_counter() - t0, line.decode().rstrip("\n")))
-    return resp.status, resp.headers, lines
-
-
-def sse_events(lines):
-    """Group SSE lines into events: [(t, event_name_or_None, data_str)]."""
-    out, event, t = [], None, None
-    for ts, line in lines:
-        if line.startswith("event: "):
-            event, t = line[7:], ts
-        elif line.startswith("data: "):
-            out.append((t if event else ts, event, line[6:]))
-            event = None
-    return out
-
-
-def alive(pid):
-    try:
-        p = psutil.Process(pid)
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def wait_gone(pids, timeout_s=10.0):
-    wait_for(lambda: not any(alive(p) for p in pids), timeout_s)
-    return [p for p in pids if alive(p)]
 
 
 # shared mock for the shape tests: 20 ms latency, 5 chunks 30 ms apart
@@ -390,97 +272,6 @@ def test_latency_accuracy_client_and_stats(tmp_path):
 
 # ----------------------------------------------------------------------------- stats
 
-def test_two_workers_merged_stats_exact_and_clean_stop(tmp_path):
-    m = Mock(tmp_path / "stats", "--latency-ms", "2", workers=2)
-    assert len(m.workers) == 2
-    n = 120
-
-    def one(i):
-        c = m.client()  # a new connection each time: the kernel spreads them over workers
-        try:
-            path = "/v1/chat/completions" if i % 2 else "/v1/messages"
-            status, hdrs, _, _ = call(c, "POST", path, BODY)
-            return status, hdrs["x-mock-request-id"]
-        finally:
-            c.close()
-
-    try:
-        with ThreadPoolExecutor(8) as ex:
-            results = list(ex.map(one, range(n)))
-        t_done = time.time()
-        assert all(s == 200 for s, _ in results)
-        rids = [r for _, r in results]
-        assert len(set(rids)) == n
-        assert {int(r.split("-")[0]) for r in rids} == set(m.workers)  # both served
-        s = read_stats(m.stats_dir, fresher_than_t_unix_s=t_done)
-        assert s["fresh"] and s["workers"] == 2 and sorted(s["worker_pids"]) == sorted(m.workers)
-        assert s["count"] == n and s["hold_count"] == n
-        assert s["by_path"] == {"/v1/chat/completions": n // 2, "/v1/messages": n // 2}
-        assert sum(s["hold_histogram_us"].values()) == n and s["hold_ms"]["p50"] >= 2.0
-        c = m.client()  # GET /stats merges all workers (the other's figures may lag <= 0.5 s)
-        merged = {}
-
-        def merged_all():
-            merged.update(json.loads(call(c, "GET", "/stats")[2]))
-            return merged["count"] == n
-
-        wait_for(merged_all, 5)
-        c.close()
-        assert merged["count"] == n and merged["workers"] == 2
-    finally:
-        rc = m.stop()
-    assert rc == 0
-    assert wait_gone(m.workers, 5) == []
-    final = read_stats(m.stats_dir)
-    assert final["final"] and final["count"] == n
-
-
-@pytest.mark.parametrize("mode,workers", [("lean", 1), ("lean", 2), ("default", 1)])
-def test_gc_mode_and_pauses_in_the_stats(tmp_path, mode, workers):
-    """Every worker runs the --gc mode it was given and records its collections; lean ones
-    collect on their timer (each second), the others only when Python decides to."""
-    m = Mock(tmp_path / "stats", "--latency-ms", "1", "--gc", mode, workers=workers)
-    try:
-        c = m.client()
-        for _ in range(20):
-            assert call(c, "POST", "/v1/chat/completions", BODY)[0] == 200
-        c.close()
-        time.sleep(1.5)
-        t = time.time()
-        s = read_stats(m.stats_dir, fresher_than_t_unix_s=t)
-    finally:
-        assert m.stop() == 0
-    assert s["fresh"] and s["config"]["gc"] == mode and s["workers"] == workers
-    g = s["gc"]
-    assert g["pause_count"] == sum(g["collections"].values())
-    if mode == "lean":
-        assert g["timed"] >= workers and g["collections"]["1"] >= workers and g["pause_ms"]["max"] > 0
-    else:
-        assert g["timed"] == 0
-
-
-def test_stats_flushed_on_sigterm_after_inflight_stream_finishes(tmp_path):
-    m = Mock(tmp_path / "stats", "--latency-ms", "0", "--stream-chunks", "6", "--chunk-delay-ms", "50")
-    c = m.client()
-    n = 40
-    for _ in range(n):
-        call(c, "POST", "/v1/chat/completions", BODY)
-    # a stream in flight when SIGTERM arrives is allowed to finish (grace 1 s) and is counted
-    sc = m.client()
-    sc.request("POST", "/v1/chat/completions", body=json.dumps(dict(BODY, stream=True)).encode(),
-               headers={"Content-Type": "application/json"})
-    resp = sc.getresponse()
-    assert resp.readline().startswith(b"data: ")  # the role frame: the stream is under way
-    m.proc.send_signal(signal.SIGTERM)  # immediately: the periodic writer has not caught up
-    rest = resp.read().decode()
-    sc.close()
-    c.close()
-    assert m.stop() == 0
-    assert rest.rstrip().endswith("data: [DONE]") and rest.count("data: ") == 6 + 2
-    s = read_stats(m.stats_dir)
-    assert s["final"] and s["count"] == n + 1 and s["workers"] == 1 and s["incomplete"] == 0
-
-
 def test_client_gone_is_incomplete_not_counted(mock):
     """A stream the client abandons, and a unary request whose client left during the
     hold, are 'incomplete': held (in the histogram) but not counted as answered."""
@@ -506,19 +297,6 @@ def test_client_gone_is_incomplete_not_counted(mock):
     assert d["incomplete"] == 2 and d["count"] == 0 and d["hold_count"] == 2
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_port_in_use_fails_fast(tmp_path, workers):
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)  # a listener we must not share
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        port = s.getsockname()[1]
-        p = subprocess.run([PY, "-m", "mocks.server", "--port", str(port), "--workers", str(workers),
-                            "--stats-dir", str(tmp_path)], cwd=REPO_DIR, capture_output=True,
-                           text=True, timeout=30)
-    assert p.returncode != 0 and "cannot listen" in p.stderr and p.stdout == ""
-
-
 def test_live_read_stats_sees_a_request(mock, conn):
     call(conn, "POST", "/v1/chat/completions", BODY)
     t = time.time()
@@ -531,156 +309,8 @@ def test_live_read_stats_sees_a_request(mock, conn):
     assert after["count"] == before["count"] + 1
 
 
-# ----------------------------------------------------------------------------- processes
 
-def test_worker_death_stops_everything(tmp_path):
-    m = Mock(tmp_path / "stats", workers=2)
-    victim, other = m.workers
-    os.kill(victim, signal.SIGKILL)
-    try:
-        rc = m.proc.wait(15)
-    finally:
-        if m.proc.poll() is None:
-            m.stop()
-    m.proc.stdout.close()
-    assert rc != 0
-    assert wait_gone([victim, other], 5) == []
-
-
-def test_killed_parent_takes_workers_down(tmp_path):
-    m = Mock(tmp_path / "stats", workers=2)
-    m.proc.kill()  # no chance to forward anything: workers must notice on their own
-    m.proc.wait(10)
-    m.proc.stdout.close()
-    left = wait_gone(m.workers, 10)
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    assert left == []
-    s = read_stats(m.stats_dir)
-    assert s["final"] and s["workers"] == 2  # they shut down gracefully (SIGTERM)
-
-
-# ----------------------------------------------------------------------------- request log
-
-def _body_with_id(rid, stream=False):
-    b = {"model": "gpt-test", "messages": [{"role": "user", "content": f"Hello there. [rid:{rid}]"}]}
-    if stream:
-        b["stream"] = True
-    return b
-
-
-def _raw_exchange(port, request_bytes):
-    """One request on a raw socket: returns the raw response bytes (Content-Length body)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
-        s.sendall(request_bytes)
-        buf = b""
-        while True:
-            end = buf.find(b"\r\n\r\n")
-            if end >= 0:
-                head = buf[:end].lower()
-                length = int(head.split(b"content-length:")[1].split(b"\r\n")[0])
-                if len(buf) >= end + 4 + length:
-                    return buf
-            chunk = s.recv(65536)
-            assert chunk, "connection closed before the whole response"
-            buf += chunk
-
-
-def test_request_log_rows(tmp_path):
-    """One row per request under the load generator's id, with consistent times and sizes."""
-    m = Mock(tmp_path / "stats", "--latency-ms", "20", "--stream-chunks", "3", "--chunk-delay-ms", "10")
-    try:
-        c = m.client()
-        t_before_ns = time.time_ns()
-        st, hdrs, _, _ = call(c, "POST", "/v1/chat/completions", _body_with_id("u-1"))
-        seq_u1 = hdrs["x-mock-request-id"]
-        # the marker in the body wins over a header a gateway may have replaced
-        call(c, "POST", "/v1/messages", _body_with_id("a-1"), {"x-request-id": "gateway-own"})
-        call(c, "POST", "/v1/chat/completions", BODY, {"x-request-id": "h-1"})  # header only
-        call(c, "POST", "/v1/chat/completions", BODY, {"x-request-id": "bad id,with comma"})
-        st_s, _, lines = stream(c, "/v1/chat/completions", _body_with_id("s-1", stream=True))
-        assert st_s == 200 and lines
-        call(c, "POST", "/v1/chat/completions", b'{"model": [rid:e-1]')  # a 400
-        call(c, "GET", "/health", headers={"x-request-id": "g-1"})
-        t_after_ns = time.time_ns()
-        c.close()
-        body = json.dumps(_body_with_id("raw-1")).encode()
-        req = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-               b"Content-Length: %d\r\n\r\n" % len(body)) + body
-        raw_resp = _raw_exchange(m.port, req)
-    finally:
-        assert m.stop() == 0
-    df = read_request_log(m.stats_dir)
-    assert list(df.columns) == [c for c, _ in REQUEST_LOG_COLUMNS]
-    assert len(df) == 8
-    assert list(df["request_id"]) == ["u-1", "a-1", "h-1", "", "s-1", "e-1", "g-1", "raw-1"]
-    assert list(df["status_code"]) == [200, 200, 200, 200, 200, 400, 200, 200]
-    assert df["mock_seq"].is_unique and df.loc[0, "mock_seq"] == seq_u1
-    assert set(df["worker_pid"]) == {m.proc.pid} and (df["fault"] == "").all()
-    assert (df["peer_port"] > 0).all()
-    gen = df[df["status_code"] == 200].iloc[[0, 1, 2, 3, 4, 6]]
-    assert (gen["hold_set_ns"] == 20_000_000).all()
-    assert (gen["hold_applied_ns"] >= 20_000_000).all()  # never early
-    # head written after body end + hold; times are wall clock within the client's window
-    # (the write returns after the bytes left: up to a few ms later on a loaded machine)
-    assert (gen["head_written_t_unix_ns"] - gen["body_end_t_unix_ns"] >= gen["hold_applied_ns"]).all()
-    assert (df["body_end_t_unix_ns"].iloc[:7] > t_before_ns).all()
-    assert (df["last_frame_written_t_unix_ns"].iloc[:7] < t_after_ns + 50_000_000).all()
-    assert (df["arrival_lag_ns"] >= 0).all() and (df["write_ns"] >= 0).all()
-    s1 = df[df["request_id"] == "s-1"].iloc[0]
-    assert s1["last_frame_written_t_unix_ns"] - s1["head_written_t_unix_ns"] >= 2 * 10_000_000
-    unary = df[df["request_id"] != "s-1"]
-    assert (unary["last_frame_written_t_unix_ns"] == unary["head_written_t_unix_ns"]).all()
-    raw = df[df["request_id"] == "raw-1"].iloc[0]
-    assert raw["bytes_in"] == len(req) and raw["bytes_out"] == len(raw_resp)
-
-
-def test_request_log_two_workers_merged(tmp_path):
-    m = Mock(tmp_path / "stats", "--latency-ms", "1", workers=2)
-    n = 60
-
-    def one(i):
-        c = m.client()  # a new connection each time: the kernel spreads them over workers
-        try:
-            return call(c, "POST", "/v1/chat/completions", _body_with_id(f"w-{i}"))[0]
-        finally:
-            c.close()
-
-    try:
-        with ThreadPoolExecutor(8) as ex:
-            assert list(ex.map(one, range(n))) == [200] * n
-    finally:
-        assert m.stop() == 0
-    df = read_request_log(m.stats_dir)
-    assert sorted(df["request_id"]) == sorted(f"w-{i}" for i in range(n))
-    assert set(df["worker_pid"]) <= set(m.workers) and len(set(df["worker_pid"])) == 2
-    assert read_stats(m.stats_dir)["log_dropped"] == 0
-
-
-def test_request_log_buffer_cap_and_write_failure_counted(tmp_path):
-    log = RequestLog(str(tmp_path), pid=7, max_buffered=3)
-    for i in range(5):
-        log.record(f"r{i}", f"7-{i}", "/p", 200, "", 1, 0, 0, 2, 2, 10, 20, 0, 0, 1)
-    assert log.dropped == 2
-    log.flush()
-    df = read_request_log(str(tmp_path))
-    assert list(df["request_id"]) == ["r0", "r1", "r2"]
-    # a line still being written is not read
-    with open(log.path, "ab") as f:
-        f.write(b"r9,7-9,/p")
-    assert len(read_request_log(str(tmp_path))) == 3
-    log.record("r3", "7-3", "/p", 200, "", 1, 0, 0, 2, 2, 10, 20, 0, 0, 1)
-    os.close(log._fd)  # the disk "fails": the buffered line is dropped and counted
-    with pytest.raises(OSError):
-        log.flush()
-    assert log.dropped == 3
-    log._fd = -1
-
-
-def test_read_request_log_empty_dir(tmp_path):
-    df = read_request_log(str(tmp_path))
-    assert len(df) == 0 and list(df.columns) == [c for c, _ in REQUEST_LOG_COLUMNS]
-
+# ----------------------------------------------------------------------------- many connections
 
 def test_mock_check_reports_self_time():
     """python -m harness mock (the many-connections instrument check) runs end to end, small."""

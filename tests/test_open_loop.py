@@ -8,7 +8,8 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-from synthetic import _write_parquet, small_run_manifest, small_study_manifest
+from synthetic_files import write_parquet
+from synthetic_manifests import small_run_manifest, small_study_manifest
 
 from harness import stats as A
 from harness.model.config import REPO_DIR, ConfigError, from_profile
@@ -113,8 +114,8 @@ def synthetic(tmp_path_factory):
             frames = [_step_rows(run_id, system, i, rate, t + (i - 1) * STEP_S, p["added"][i - 1], rng,
                                  unsent=p.get("unsent_step") == i, waited=p.get("waited_step") == i)
                       for i, rate in enumerate(RATES, 1)]
-            _write_parquet(pd.concat(frames, ignore_index=True), REQUEST_SCHEMA,
-                           run_dir / "requests.parquet", REQUESTS_TABLE.version)
+            write_parquet(pd.concat(frames, ignore_index=True), REQUEST_SCHEMA,
+                          run_dir / "requests.parquet", REQUESTS_TABLE.version)
             manifest = small_run_manifest(
                 run_id, system, n, {"hold_start_t_unix_s": t, "hold_end_t_unix_s": t + 3 * STEP_S},
                 open_loop_rates_per_s=list(RATES), open_loop_step_s=STEP_S)

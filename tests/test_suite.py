@@ -6,7 +6,8 @@ import os
 import shutil
 
 import pytest
-from synthetic import RunParams, make_study, write_suite_manifest
+from synthetic import RunParams, make_study
+from synthetic_manifests import write_suite_manifest
 
 from harness.commands import main
 from harness.model.config import REPO_DIR, StudyConfig
@@ -280,7 +281,7 @@ def _fault_suite(root):
     """A faults suite of synthetic studies: error_burst as shipped (one run each) and with the
     recommended configurations (Sluice twice, nginx declaring none), provider_down as shipped,
     and stalled_streams left out; bifrost is never runnable."""
-    from synthetic import FaultRun, make_fault_study
+    from synthetic_faults import FaultRun, make_fault_study
 
     from harness.model.config import from_profile
     not_runnable = {"bifrost": BIFROST}
