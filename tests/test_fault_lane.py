@@ -175,16 +175,17 @@ def test_runs_from_before_the_setting_read_as_shipped():
         ("shipped", "", "shipped", 0)
 
 
-def test_templates_see_the_standby_or_else_the_mock(tmp_path):
+def test_templates_see_the_standby_only_when_one_runs(tmp_path):
     from harness.model.gateway_spec import load_gateway_spec, render
     from harness.run.systems import MockHandle, run_values
     spec = load_gateway_spec("sluice")
     text = (spec.directory / "resilient.toml.tmpl").read_text()
     alone = run_values(spec, tmp_path, 9001, "127.0.0.1", "http://127.0.0.1:9000", "127.0.0.1",
                        9000, 1)
-    assert (alone["standby_url"], alone["standby_host"], alone["standby_port"]) == \
-        ("http://127.0.0.1:9000", "127.0.0.1", 9000)
-    assert 'base_url = "http://127.0.0.1:9000/v1"' in render(text, alone)
+    assert alone["standby"] is False and "standby_url" not in alone
+    rendered = render(text, alone)
+    assert rendered.count('base_url = "http://127.0.0.1:9000/v1"') == 1   # no phantom standby
+    assert "[providers.standby]" not in rendered
     standby = MockHandle(process=None, url="http://10.0.0.2:9002", port=9002,
                          stats_dir=tmp_path, address="10.0.0.2")
     both = run_values(spec, tmp_path, 9001, "127.0.0.1", "http://127.0.0.1:9000", "127.0.0.1",

@@ -104,13 +104,14 @@ STARTED = (BASE + '[start]\ncommand = ["run", "{{run_dir}}/a.conf"]\nenv = { A =
            '[[start.files]]\ntemplate = "b.tmpl"\noutput = "b.conf"\n'
            '[request]\nmodel = "m"\nheaders = { Authorization = "k", X = "x" }\n')
 TEMPLATES = [("a.tmpl", "a {{upstream_url}}"), ("b.tmpl", "b"),
-             ("a.recommended.tmpl", "a {{upstream_url}} {{standby_url}} {{standby_host}}:{{standby_port}}")]
+             ("a.recommended.tmpl",
+              "a {{upstream_url}}{{#standby}} {{standby_url}} {{standby_host}}:{{standby_port}}{{/standby}}")]
 
 
 def test_recommended_replaces_files_and_merges_env_headers_and_model(tmp_path):
     d = write(tmp_path, "x", STARTED + '[resilience.recommended]\n'
               'files = [{ template = "a.recommended.tmpl", output = "a.conf" }]\n'
-              'headers = { X = "y", "x-config" = "{{standby_url}}" }\nenv = { B = "3" }\n'
+              'headers = { X = "y", "x-config" = "{{#standby}}{{standby_url}}{{/standby}}" }\nenv = { B = "3" }\n'
               'model = "m-fallbacks"\n', files=TEMPLATES)
     spec = load_gateway_spec("x", d)
     assert spec.configured("shipped") == (spec, "")
@@ -119,7 +120,7 @@ def test_recommended_replaces_files_and_merges_env_headers_and_model(tmp_path):
     assert [(f.template, f.output) for f in run.start_files] == [("a.recommended.tmpl", "a.conf"),
                                                                  ("b.tmpl", "b.conf")]
     assert run.start_env == {"A": "1", "B": "3"} and run.model == "m-fallbacks"
-    assert run.headers == {"Authorization": "k", "X": "y", "x-config": "{{standby_url}}"}
+    assert run.headers == {"Authorization": "k", "X": "y", "x-config": "{{#standby}}{{standby_url}}{{/standby}}"}
     assert run.request_plan().headers == run.headers and run.toml_sha256 == spec.toml_sha256
 
 
@@ -169,3 +170,56 @@ def test_bad_resilience_tables_name_the_problem(tmp_path, text, message):
     with pytest.raises(GatewaySpecError) as info:
         load_gateway_spec("x", d)
     assert str(info.value).startswith(str(d / "x" / "gateway.toml")) and message in str(info.value)
+
+
+# --- no phantom providers ----------------------------------------------------------------------
+
+def _run_values(standby: bool) -> dict:
+    values = dict(port=1, listen_host="127.0.0.1", upstream_url="http://127.0.0.1:2",
+                  upstream_host="127.0.0.1", upstream_port=2, run_dir="/r", gateway_dir="/g",
+                  cache_dir="/c", repo_dir="/repo", python="py", workers=1, standby=standby)
+    if standby:
+        values.update(standby_url="http://127.0.0.1:39999", standby_host="127.0.0.1",
+                      standby_port=39999)
+    return values
+
+
+def _recommended_texts(spec) -> list[str]:
+    r = spec.recommended
+    return [*r.headers.values(), *r.env.values(),
+            *((spec.directory / f.template).read_text() for f in r.files)]
+
+
+@pytest.mark.parametrize("name", [n for n in known_gateways(GATEWAYS_DIR)
+                                  if load_gateway_spec(n).recommended is not None])
+def test_a_recommended_configuration_names_a_standby_only_when_one_runs(name):
+    """Without a standby, no configuration may point a second provider at the failing mock."""
+    spec = load_gateway_spec(name)
+    without = [render(t, _run_values(False)) for t in _recommended_texts(spec)]
+    with_standby = [render(t, _run_values(True)) for t in _recommended_texts(spec)]
+    assert not any("39999" in t for t in without)
+    if any("standby" in t for t in _recommended_texts(spec)):
+        assert any("39999" in t for t in with_standby)
+
+
+def test_a_standby_placeholder_outside_its_section_is_refused(tmp_path):
+    """...in version 2; a version-1 folder (a gate base from an older commit) still loads, and
+    without a standby its standby placeholders name the mock, as they did then."""
+    from harness.run.systems import run_values
+    for version in (1, 2):
+        folder = tmp_path / f"gw{version}"
+        folder.mkdir()
+        (folder / "gateway.toml").write_text(
+            f'schema_version = {version}\nname = "gw{version}"\nkind = "competitor"\n'
+            '[start]\ncommand = ["true", "{{standby_url}}"]\n')
+    with pytest.raises(GatewaySpecError, match=r"\{\{standby_url\}\} outside a"):
+        load_gateway_spec("gw2", tmp_path)
+    old = load_gateway_spec("gw1", tmp_path)
+    values = run_values(old, tmp_path, 1, "127.0.0.1", "http://127.0.0.1:2", "127.0.0.1", 2, 1)
+    assert render(old.start_command[1], values) == "http://127.0.0.1:2"
+
+
+def test_sections_are_kept_only_when_true():
+    text = "a{{#standby}} b={{standby_port}}{{/standby}} c"
+    assert render(text, _run_values(False)) == "a c"
+    assert render(text, _run_values(True)) == "a b=39999 c"

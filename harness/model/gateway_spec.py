@@ -16,7 +16,11 @@ from harness.model.config import GATEWAYS_DIR, REPO_DIR
 from harness.model.dialects import DIALECTS
 from harness.model.errors import UserError
 
-GATEWAY_TOML_VERSION = 1   # the version of the gateway.toml format (gateways/README.md)
+# The gateway.toml format (gateways/README.md). Version 1: the standby placeholders may stand
+# anywhere and, without a standby, name the mock; version 2: only inside {{#standby}} sections,
+# left out without one. A version-1 folder (a gate base built from an older commit) still runs.
+GATEWAY_TOML_VERSION = 2
+GATEWAY_TOML_READS = (1, 2)
 KINDS = ("baseline", "in-house", "competitor")
 # What a system is for the analysis. floor: the load sent straight to the mock, the latency every
 # overhead is measured from; hop: the cost of one plain HTTP proxy hop, the usual reference;
@@ -29,6 +33,11 @@ PLACEHOLDERS = ("port", "listen_host", "upstream_url", "upstream_host", "upstrea
 NO_RECOMMENDED = "no recommended configuration declared"
 DIALECT_PATHS = {name: d.chat_path for name, d in DIALECTS.items()}
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+# {{#standby}}...{{/standby}}: text kept only when the run has a standby provider, so no
+# configuration names a second provider that is really the failing one.
+SECTIONS = ("standby",)
+_SECTION = re.compile(r"\{\{#(\w+)\}\}(.*?)\{\{/\1\}\}", re.S)
+_STANDBY_PLACEHOLDERS = ("standby_url", "standby_host", "standby_port")
 _HEADERS = T.Table(each=T.STR)
 _FILES = T.Tables(T.Table({"template": T.STR, "output": T.STR}, required=("template", "output")))
 # The format of gateway.toml (documented in gateways/README.md).
@@ -105,6 +114,7 @@ class GatewaySpec:
     description: str
     directory: Path
     toml_sha256: str                         # identity of the declaration, part of comparison keys
+    format_version: int = GATEWAY_TOML_VERSION
     runnable: bool = True
     not_runnable_reason: str = ""
     not_runnable_command: str = ""
@@ -212,6 +222,7 @@ def _load_folder(name: str, gateways_dir: Path) -> GatewaySpec:
         description=data.get("description", ""),
         directory=(gateways_dir / name).resolve(),
         toml_sha256=hashlib.sha256(raw_bytes).hexdigest(),
+        format_version=data["schema_version"],
         runnable=data.get("runnable", True),
         not_runnable_reason=data.get("not_runnable_reason", ""),
         not_runnable_command=data.get("not_runnable_command", ""),
@@ -248,8 +259,9 @@ def _load_folder(name: str, gateways_dir: Path) -> GatewaySpec:
 
 def _check_values(data: dict, name: str, path: Path) -> None:
     """What the schema's types cannot say: the version, the name, the kind, role and signal."""
-    if data["schema_version"] != GATEWAY_TOML_VERSION:
-        raise GatewaySpecError(f"{path}: schema_version must be {GATEWAY_TOML_VERSION}")
+    if data["schema_version"] not in GATEWAY_TOML_READS:
+        raise GatewaySpecError(f"{path}: schema_version must be one of "
+                               f"{', '.join(map(str, GATEWAY_TOML_READS))} (gateways/README.md)")
     if data["name"] != name:
         raise GatewaySpecError(f"{path}: name must equal the folder name {name!r}")
     if data["kind"] not in KINDS:
@@ -324,14 +336,26 @@ def _check_placeholders(spec: GatewaySpec, path: Path) -> None:
         files += r.files
     texts += [(spec.directory / tf.template).read_text() for tf in files]
     for text in texts:
+        for match in _SECTION.finditer(text):
+            if match.group(1) not in SECTIONS:
+                raise GatewaySpecError(f"{path}: unknown section {{{{#{match.group(1)}}}}}; "
+                                       f"known: {', '.join(SECTIONS)}")
+        outside = _SECTION.sub("", text)
         for match in _PLACEHOLDER.finditer(text):
             if match.group(1) not in PLACEHOLDERS:
                 raise GatewaySpecError(f"{path}: unknown placeholder {match.group(0)!r}; "
                                        f"known: {', '.join(PLACEHOLDERS)}")
+        for match in _PLACEHOLDER.finditer(outside if spec.format_version >= 2 else ""):
+            if match.group(1) in _STANDBY_PLACEHOLDERS:
+                raise GatewaySpecError(f"{path}: {match.group(0)} outside a "
+                                       "{{#standby}}...{{/standby}} section: without a standby "
+                                       "it would name the failing provider twice")
 
 
 def render(text: str, values: dict) -> str:
-    """Replace every {{name}}; a name without a value is an error, never left in place."""
+    """Keep each {{#section}}...{{/section}} whose value is true (drop the others), then replace
+    every {{name}}; a name without a value is an error, never left in place."""
+    text = _SECTION.sub(lambda m: m.group(2) if values.get(m.group(1)) else "", text)
     def substitute(match: re.Match) -> str:
         key = match.group(1)
         if key not in values:

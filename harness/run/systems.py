@@ -158,14 +158,19 @@ class StartedSystem:
 def run_values(spec: GatewaySpec, run_dir: Path, port: int, listen_host: str, upstream_url: str,
                upstream_host: str, upstream_port: int, workers: int,
                standby: MockHandle | None = None) -> dict:
-    """Every placeholder's value for one run; without a standby, {{standby_*}} are the mock's
-    (a template naming a standby still renders, pointing at the one provider there is)."""
-    return {**_base_values(spec), "port": port, "listen_host": listen_host,
-            "upstream_url": upstream_url, "upstream_host": upstream_host,
-            "upstream_port": upstream_port, "run_dir": run_dir, "workers": workers,
-            "standby_url": standby.url if standby else upstream_url,
-            "standby_host": standby.address if standby else upstream_host,
-            "standby_port": standby.port if standby else upstream_port}
+    """Every placeholder's value for one run, and whether its {{#standby}} sections are kept:
+    only when the run has a standby provider (the {{standby_*}} placeholders live inside them)."""
+    values = {**_base_values(spec), "port": port, "listen_host": listen_host,
+              "upstream_url": upstream_url, "upstream_host": upstream_host,
+              "upstream_port": upstream_port, "run_dir": run_dir, "workers": workers,
+              "standby": standby is not None}
+    if standby is not None:
+        values.update(standby_url=standby.url, standby_host=standby.address,
+                      standby_port=standby.port)
+    elif spec.format_version == 1:   # what version 1 meant: without a standby, the mock
+        values.update(standby_url=upstream_url, standby_host=upstream_host,
+                      standby_port=upstream_port)
+    return values
 
 
 def start_system(spec: GatewaySpec, run_dir: Path, upstream_url: str, upstream_port: int,
