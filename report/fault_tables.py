@@ -71,6 +71,7 @@ FAULT_SUITE_FIGURES = (("success_before", "success_share", "before"),
                        ("attempts_after_window_share", "attempts_after_window_share", ""),
                        ("client_dialect_during", "client_dialect_share", "during"),
                        ("recovery_s", "recovery_s", ""),
+                       ("failback_s", "failback_s", ""),
                        ("partial_streams_during", "partial_streams", "during"),
                        ("rss_peak_bytes", "rss_peak_bytes", ""))
 
@@ -95,6 +96,10 @@ def _fault_figure(r: dict, name: str, m: str) -> Cell:
     else:
         title = ""
     recovered, runs = int(r["recovered"]), int(r["runs"])
+    if name == "failback_s" and not F.isnan(r.get("failed_back")) and int(r["failed_back"]) < runs:
+        back = int(r["failed_back"])
+        text = f"{text} ({back} of {runs})" if n else "not back"
+        title = f"{back} of {runs} runs back on the primary within the hold"
     if name == "recovery_s" and recovered < runs:
         text = f"{text} ({recovered} of {runs})" if n else "not recovered"
         title = (f"{recovered} of {runs} runs recovered within the hold"

@@ -116,3 +116,14 @@ def test_requests_without_an_id_are_counted_apart():
     client.loc[:9, "request_id"] = ""
     figures = request_figures(request_outcomes(client, mock, *WINDOW), *WINDOW)
     assert figures["requests"] == N - 10 and figures["requests_without_id"] == 10
+
+
+def test_failback_is_the_first_second_back_on_the_primary():
+    end = T0 + 30.0
+    t = np.concatenate([T0 + 30.0 + np.arange(0, 5, 0.1), T0 + 35.0 + np.arange(0, 5, 0.1)])
+    provider = ["standby"] * 50 + ["primary"] * 50      # back on the primary 5 s after the end
+    generation = pd.DataFrame({"body_end_t_unix_ns": (t * 1e9).astype("int64"),
+                               "provider": provider})
+    assert lane.failback_s(generation, end, T0 + 60.0) == 5.0
+    never = generation.assign(provider="standby")
+    assert math.isnan(lane.failback_s(never, end, T0 + 60.0))          # "not back"

@@ -124,6 +124,7 @@ _ALL: tuple[Metric, ...] = (
     _m("client_dialect_share", "error bodies in the client's dialect", "%", "higher", 0,
        scale=0.01, words=("more in the client's dialect", "fewer in the client's dialect")),
     _m("recovery_s", "time to recover", "s", "lower", 0),
+    _m("failback_s", "back on the primary after", "s", "lower", 0),
     _m("partial_streams", "partial streams", "", "lower", 0, words=_ERR),
     # --- counted per request sent in the fault window (harness/stats/fault_requests.py) --------
     _m("excess_amplification", "provider requests beyond what the success needed", "x", "lower",

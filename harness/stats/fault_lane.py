@@ -43,6 +43,7 @@ from harness.stats.rows import is_success, percentile
 WINDOWS = ("before", "during", "after")
 RECOVERY_SHARE = 0.10     # a bin's p50 within 10% of the before window's p50 ...
 RECOVERY_MS = 2.0         # ... or within 2 ms of it, whichever is wider
+FAILBACK_SHARE = 0.90     # failed back: this share of a bin's provider requests on the primary
 BIN_S = 1.0
 
 WINDOW_COLUMNS = ("run_id", "system", "run_index", "run_status", "scenario", "resilience",
@@ -62,7 +63,7 @@ SENT_DURING = {"requests_sent_during": "requests", "requests_without_id": "reque
 RUN_COLUMNS = ("run_id", "system", "run_index", "run_status", "scenario", "resilience",
                "resilience_note", "stayed_up", "fault_start_t_unix_s", "fault_end_t_unix_s",
                "hold_start_t_unix_s", "hold_end_t_unix_s", "before_p50_ms", "recovery_s",
-               "recovered", "rss_peak_bytes", *SENT_DURING)
+               "recovered", "rss_peak_bytes", "failback_s", "failed_back", *SENT_DURING)
 # A system's figures over its runs in one study (``system_figures``): name -> (window, column)
 # of a window figure, or (None, column) of a run figure.
 SYSTEM_FIGURES = {
@@ -76,11 +77,13 @@ SYSTEM_FIGURES = {
     "client_dialect_during": ("during", "client_dialect_share"),
     "partial_streams_during": ("during", "partial_streams"),
     "recovery_s": (None, "recovery_s"),
+    "failback_s": (None, "failback_s"),
     "rss_peak_bytes": (None, "rss_peak_bytes"),
     **{name: (None, name) for name in ("excess_amplification", "tts_p50_ms", "tts_p99_ms",
                                         "time_weighted_success", "attempts_after_window_share")},
 }
 SYSTEM_COLUMNS = ("system", "resilience", "resilience_note", "runs", "stayed_up", "recovered",
+                  "failed_back",
                   *(f"{name}_{k}" for name in SYSTEM_FIGURES for k in ("n", "mean", "sd")))
 
 
@@ -214,8 +217,33 @@ def run_fault_figures(run: RunManifest, client: pd.DataFrame, mock: pd.DataFrame
                "hold_start_t_unix_s": hs, "hold_end_t_unix_s": he, "before_p50_ms": before_p50,
                "recovery_s": rec_s, "recovered": not math.isnan(rec_s),
                "rss_peak_bytes": _rss_peak(samples, hs, he) if recs else math.nan,
-               **_sent_during(client, gen, recs)}
+               **_failback(gen, fault.end_t_unix_s, he), **_sent_during(client, gen, recs)}
     return recs, summary
+
+
+def failback_s(generation: pd.DataFrame, fault_end: float, hold_end: float,
+               bin_s: float = BIN_S) -> float:
+    """Seconds from the fault's end to the start of the first 1-s bin in which at least
+    FAILBACK_SHARE of the provider requests went to the primary again; NaN when none is before
+    the hold's end (the system did not fail back)."""
+    if "provider" not in generation or not hold_end > fault_end:
+        return math.nan
+    t = generation["body_end_t_unix_ns"].to_numpy(dtype="float64") / 1e9
+    on_primary = (generation["provider"] == "primary").to_numpy()
+    for k in range(int(math.ceil((hold_end - fault_end) / bin_s))):
+        lo = fault_end + k * bin_s
+        sel = (t >= lo) & (t < min(lo + bin_s, hold_end))
+        if sel.any() and on_primary[sel].mean() >= FAILBACK_SHARE:
+            return k * bin_s
+    return math.nan
+
+
+def _failback(generation: pd.DataFrame, fault_end: float, hold_end: float) -> dict:
+    """Failback, for a run with a standby provider (NaN and not applicable without one)."""
+    if "provider" not in generation or not (generation["provider"] == "standby").any():
+        return {"failback_s": math.nan, "failed_back": math.nan}
+    seconds = failback_s(generation, fault_end, hold_end)
+    return {"failback_s": seconds, "failed_back": float(not math.isnan(seconds))}
 
 
 def _sent_during(client: pd.DataFrame, generation: pd.DataFrame, recs: list[dict]) -> dict:
@@ -280,7 +308,9 @@ def system_figures(per_window: pd.DataFrame, per_run: pd.DataFrame) -> pd.DataFr
                "resilience": "/".join(dict.fromkeys(runs["resilience"])),
                "resilience_note": "; ".join(n for n in dict.fromkeys(runs["resilience_note"]) if n),
                "runs": len(runs), "stayed_up": int(runs["stayed_up"].sum()),
-               "recovered": int(runs["recovered"].sum())}
+               "recovered": int(runs["recovered"].sum()),
+               # NaN without a standby provider: failback does not apply
+               "failed_back": runs["failed_back"].astype("float64").sum(min_count=1)}
         for name, (window, column) in SYSTEM_FIGURES.items():
             if window is None:
                 values = runs[column]
