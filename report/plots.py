@@ -13,6 +13,7 @@ from harness.stats.across import describe
 from harness.stats.fault_lane import BIN_S as FAULT_BIN_S
 from harness.stats.open_loop import KEPT_UP_SHARE, OPEN_LOOP_BOUNDS_MS
 from harness.stats.ramp import rss_timeline
+from report import format as F
 from report.data import ReportData
 from report.format import configuration, heading
 
@@ -326,3 +327,36 @@ def plot_faults(data: ReportData, timelines: pd.DataFrame) -> str | None:
     """A study's fault runs over the hold (plot_fault_timelines), in the report's colours."""
     return plot_fault_timelines(timelines, data.colors,
                                 "While the provider fails (each run a line)")
+
+
+def plot_fault_frontier(rows: pd.DataFrame, colors: dict[str, str], title: str) -> str | None:
+    """Per system and configuration of one scenario: success against amplification for the
+    requests sent during the fault (mean, error bars one sd over the runs), labelled with the
+    p99 time to success; the line A = s / (1 − p̂) is what the success costs at the least."""
+    ran = rows[(rows["not_run"] == "") & (rows["success_during_n"] > 0)] if len(rows) else rows
+    if ran.empty:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 4.6))
+    for r in ran.to_dict("records"):
+        x, y = r["amplification_during_mean"], r["success_during_mean"] * 100
+        ax.errorbar(x, y, xerr=_sd(r["amplification_during_sd"]),
+                    yerr=_sd(r["success_during_sd"]) * 100, fmt="o", color=colors.get(r["system"], "k"),
+                    markersize=6, capsize=2)
+        ax.annotate(f"{r['system']}\np99 {F.value(r['tts_p99_ms_mean'], 'tts_p99_ms', unit=True)}",
+                    (x, y), textcoords="offset points", xytext=(6, -10), fontsize=7)
+    p_hat = float(ran["first_attempt_failure_share_mean"].mean())
+    if 0 <= p_hat < 1:
+        s = np.linspace(0, 1, 50)
+        ax.plot(s / (1 - p_hat), s * 100, color="0.5", linestyle=":", linewidth=1,
+                label=f"A = s / (1 − p̂), p̂ = {p_hat:.0%}: no attempt wasted")
+        ax.legend(fontsize=8, loc="lower right")
+    ax.set_xlabel("provider requests per client request (sent during the fault)")
+    ax.set_ylabel("client success (%)")
+    ax.set_xlim(left=min(0.9, ax.get_xlim()[0]))
+    ax.set_title(title)
+    return _png(fig)
+
+
+def _sd(value) -> float:
+    return 0.0 if value is None or F.isnan(value) else float(value)

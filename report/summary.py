@@ -14,6 +14,7 @@ from harness.model.metrics import metric
 from harness.model.roles import FLOOR
 from harness.stats.keeping_up import keeping_up
 from harness.stats.definitions import OFFERED_SHARE
+from harness.stats.fault_requests import WASTE_EXCESS, frontier
 from harness.stats.outcomes import Basis, Label, Outcome
 from harness.stats.sizing import sizing
 from report import format as F
@@ -213,6 +214,7 @@ def fault_findings(rows: pd.DataFrame, href: str = "") -> list[Sentence]:
             if floor is not None:
                 text += f"; the baseline {floor['system']}: {F.value(floor[f'{name}_mean'], m)}"
             out.append(Sentence(_capital(text) + ".", href))
+        out += _frontier_findings(ranked, lead, href)
         others = sorted((r for r in ranked if r["kind"] != "in-house"),
                         key=lambda r: (-r["success_during_mean"], r["amplification_during_mean"]))
         for house in (r for r in ranked if r["kind"] == "in-house"):
@@ -230,4 +232,24 @@ def fault_findings(rows: pd.DataFrame, href: str = "") -> list[Sentence]:
                 f"{F.value(o['amplification_during_mean'], 'amplification')} "
                 f"({F.signed(amp, metric('amplification'))}) "
                 f"({_runs(int(house['runs']), int(o['runs']))})."), href))
+    return out
+
+
+def _frontier_findings(ranked: list[dict], lead: str, href: str) -> list[Sentence]:
+    """Who no other system beats on all of success, excess amplification and p99 time to
+    success; who wasted attempts (excess above WASTE_EXCESS)."""
+    rows = [{**r, "success": r["success_during_mean"], "excess": r["excess_amplification_mean"],
+             "tts_p99": r["tts_p99_ms_mean"]} for r in ranked]
+    out = []
+    best = frontier(rows)
+    if best:
+        out.append(Sentence(_capital(
+            f"{lead}on the frontier (no other system better on success, wasted attempts and p99 "
+            f"time to success at once): {', '.join(_who(r) for r in best)}."), href))
+    wasteful = [r for r in rows if not F.isnan(r["excess"]) and r["excess"] > WASTE_EXCESS]
+    if wasteful:
+        out.append(Sentence(_capital(
+            f"{lead}attempts beyond what the success needed (more than {WASTE_EXCESS:g} per "
+            "request): " + ", ".join(f"{_who(r)} {F.value(r['excess'], 'excess_amplification')}"
+                                     for r in wasteful) + "."), href))
     return out

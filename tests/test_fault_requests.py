@@ -127,3 +127,13 @@ def test_failback_is_the_first_second_back_on_the_primary():
     assert lane.failback_s(generation, end, T0 + 60.0) == 5.0
     never = generation.assign(provider="standby")
     assert math.isnan(lane.failback_s(never, end, T0 + 60.0))          # "not back"
+
+
+def test_the_frontier_is_who_no_one_beats_on_all_three():
+    from harness.stats.fault_requests import frontier
+    rows = [{"name": "a", "success": 0.99, "excess": 0.0, "tts_p99": 100.0},
+            {"name": "b", "success": 0.95, "excess": 0.0, "tts_p99": 200.0},   # a beats it
+            {"name": "c", "success": 1.0, "excess": 0.3, "tts_p99": 150.0},    # best success
+            {"name": "d", "success": 0.9, "excess": 0.0, "tts_p99": math.inf},
+            {"name": "e", "success": math.nan, "excess": 0.0, "tts_p99": 1.0}]
+    assert [r["name"] for r in frontier(rows)] == ["a", "c"]

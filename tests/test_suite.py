@@ -361,6 +361,10 @@ def test_fault_suite_sentences_come_from_the_figures(tmp_path):
          "the baseline direct: 80.0%."),
         ("As shipped, fewest provider requests per client request during the fault: nginx 1.00 "
          "(1 run: no spread); the baseline direct: 1.00."),
+        ("As shipped, on the frontier (no other system better on success, wasted attempts and "
+         "p99 time to success at once): nginx, sluice."),
+        ("As shipped, attempts beyond what the success needed (more than 0.02 per request): "
+         "nginx 0.200, sluice 3.000."),
         ("As shipped, sluice against nginx, the best other system: success during the fault "
          "100.0% vs 80.0% (+20.0 points), provider requests per client request 4.00 vs 1.00 "
          "(+3.00) (1 run each: no spread)."),
@@ -368,6 +372,10 @@ def test_fault_suite_sentences_come_from_the_figures(tmp_path):
          "the baseline direct: 80.0%."),
         ("Recommended configurations, fewest provider requests per client request during the "
          "fault: nginx (as shipped) 1.00 (1 run: no spread); the baseline direct: 1.00."),
+        ("Recommended configurations, on the frontier (no other system better on success, "
+         "wasted attempts and p99 time to success at once): nginx (as shipped), sluice."),
+        ("Recommended configurations, attempts beyond what the success needed (more than 0.02 "
+         "per request): nginx (as shipped) 0.200, sluice 1.030."),
         ("Recommended configurations, sluice against nginx (as shipped), the best other system: "
          "success during the fault 97.0% vs 80.0% (+17.0 points), provider requests per client "
          "request 2.00 vs 1.00 (+1.00) (n = 2 and 1).")]

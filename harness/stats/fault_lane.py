@@ -79,7 +79,8 @@ SYSTEM_FIGURES = {
     "recovery_s": (None, "recovery_s"),
     "failback_s": (None, "failback_s"),
     "rss_peak_bytes": (None, "rss_peak_bytes"),
-    **{name: (None, name) for name in ("excess_amplification", "tts_p50_ms", "tts_p99_ms",
+    **{name: (None, name) for name in ("first_attempt_failure_share", "excess_amplification",
+                                        "tts_p50_ms", "tts_p99_ms",
                                         "time_weighted_success", "attempts_after_window_share")},
 }
 SYSTEM_COLUMNS = ("system", "resilience", "resilience_note", "runs", "stayed_up", "recovered",

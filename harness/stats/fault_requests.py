@@ -40,6 +40,8 @@ from harness.stats.rows import is_success
 FAILING_FAULTS = ("reset", "stall", "malformed")
 TTS_PERCENTILES = (50, 99)
 BIN_S = 1.0
+# Excess amplification above this is waste the report names: 2 attempts per 100 requests.
+WASTE_EXCESS = 0.02
 
 OUTCOME_COLUMNS = ("request_id", "start_t_unix_s", "ok", "time_to_success_ms", "attempts",
                    "first_attempt_failed", "attempts_after_window")
@@ -47,6 +49,20 @@ FIGURES = ("requests", "requests_without_id", "success_share", "amplification",
            "first_attempt_failure_share", "excess_amplification",
            *(f"tts_p{q}_ms" for q in TTS_PERCENTILES), "time_weighted_success",
            "attempts_after_window_share", "attempts_seen")
+
+
+def frontier(rows: list[dict]) -> list[dict]:
+    """The rows no other row beats on all three of success (higher), excess amplification and
+    p99 time to success (lower); a row missing a figure is on no frontier. Each row holds
+    ``success``, ``excess`` and ``tts_p99``."""
+    def beats(a, b):
+        better = (a["success"] >= b["success"] and a["excess"] <= b["excess"]
+                  and a["tts_p99"] <= b["tts_p99"])
+        strictly = (a["success"] > b["success"] or a["excess"] < b["excess"]
+                    or a["tts_p99"] < b["tts_p99"])
+        return better and strictly
+    known = [r for r in rows if not any(math.isnan(r[k]) for k in ("success", "excess", "tts_p99"))]
+    return [r for r in known if not any(beats(o, r) for o in known if o is not r)]
 
 
 def attempt_failed(mock: pd.DataFrame) -> pd.Series:
