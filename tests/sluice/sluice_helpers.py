@@ -2,13 +2,18 @@
 import http.client
 import json
 import os
+import re
+import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
 
-from sluice_stub import free_port
+import psutil
+import pytest
+from sluice_stub import Stub, free_port
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SLUICE_DIR = os.path.join(REPO, "gateways", "sluice")
@@ -218,3 +223,70 @@ def base_config(stub_url, extra=""):
             .replace("HASHED", hashlib.sha256(HASHED_SECRET.encode()).hexdigest()) + extra)
 
 
+def server_config(stub_url, server_extra="", extra=""):
+    """``base_config`` with the lines ``server_extra`` added to its [server] table."""
+    return base_config(stub_url, extra).replace("max_body_bytes = 65536",
+                                                "max_body_bytes = 65536\n" + server_extra)
+
+
+def start_tls_stub(directory, host, alt_name):
+    """A stub provider over HTTPS, with a self-signed certificate for ``host`` (``alt_name`` its
+    subjectAltName, such as "IP:127.0.0.1") made in ``directory``; ``stub.cert`` is its path.
+    Skips the test when openssl is not installed."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    key, cert = os.path.join(directory, "key.pem"), os.path.join(directory, "cert.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
+                    "-out", cert, "-days", "2", "-subj", f"/CN={host}",
+                    "-addext", f"subjectAltName={alt_name}"], check=True, capture_output=True, timeout=60)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert, key)
+    stub = Stub(ssl_context=ctx).start()
+    stub.cert = cert
+    return stub
+
+
+def tls_provider_config(url, ca_line):
+    """A Sluice with one model, "m", on the HTTPS provider "secure" at ``url`` (``ca_line``: its
+    ca_file setting, or nothing)."""
+    return f"""
+[server]
+listen = "127.0.0.1:{{port}}"
+[providers.secure]
+base_url = "{url}/v1"
+api_key = "sk-tls"
+{ca_line}
+[models.m]
+provider = "secure"
+"""
+
+
+# ------------------------------------------------------------------ raw clients, hostile ones
+ENV = {"SLUICE_TEST_PROVIDER_KEY": "sk-provider-secret"}
+MSG = [{"role": "user", "content": "hi"}]
+AUTH = b"authorization: Bearer " + KEY.encode() + b"\r\n"
+
+
+def raw_post(body, path=b"/v1/chat/completions", headers=b"", auth=AUTH):
+    """A POST's raw bytes (``body`` as JSON when a dict or list), with the main key by default."""
+    if isinstance(body, (dict, list)):
+        body = json.dumps(body).encode()
+    return (b"POST " + path + b" HTTP/1.1\r\nhost: x\r\n" + auth + headers
+            + b"content-length: %d\r\n\r\n" % len(body) + body)
+
+
+def rss(pid):
+    return psutil.Process(pid).memory_info().rss
+
+
+def health_ms(port):
+    """How long a /health request takes, in ms (asserting it is answered 200)."""
+    t = time.perf_counter()
+    assert request(port, "GET", "/health", timeout=5)[0] == 200
+    return (time.perf_counter() - t) * 1000
+
+
+def tokens_spent(gw, key):
+    """The tokens key ``key`` has spent, as Sluice ``gw`` reports it in /metrics (0 if absent)."""
+    m = re.search(r'sluice_key_tokens_spent\{key="%s"\} (\d+)' % key, gw.metrics())
+    return int(m.group(1)) if m else 0
