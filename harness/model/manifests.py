@@ -14,7 +14,7 @@ import math
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from harness.model import migrate
 from harness.model.config import StudyConfig
@@ -216,9 +216,7 @@ class RunManifest:
 
     @classmethod
     def from_json(cls, text: str, source: str = "run manifest") -> "RunManifest":
-        data = parse_object(text, source)
-        version = RUN_MANIFEST.check(data.get("schema_version"), source)
-        return from_plain(cls, migrate.unstamped(data, version), source)
+        return load(cls, text, source, RUN_MANIFEST, migrate.unstamped)
 
 
 # --- the study manifest --------------------------------------------------------------------------
@@ -299,9 +297,7 @@ class StudyManifest:
 
     @classmethod
     def from_json(cls, text: str, source: str = "study manifest") -> "StudyManifest":
-        data = parse_object(text, source)
-        version = STUDY_MANIFEST.check(data.get("schema_version"), source)
-        return from_plain(cls, migrate.study_manifest(data, version), source)
+        return load(cls, text, source, STUDY_MANIFEST, migrate.study_manifest)
 
 
 # --- plain JSON <-> dataclasses ------------------------------------------------------------------
@@ -310,6 +306,14 @@ def dump(obj, fmt: Format) -> str:
     """A manifest as JSON, stamped with its format's version."""
     body = {"schema_version": fmt.version, **to_plain(obj)}
     return json.dumps(body, indent=2, default=str) + "\n"
+
+
+def load(cls, text: str, source: str, fmt: Format, migration: Callable[[dict, int], dict]):
+    """A manifest of dataclass ``cls`` from its JSON: the version checked against ``fmt``, an
+    older one brought up by ``migration`` (harness.model.migrate), every key and type checked."""
+    data = parse_object(text, source)
+    version = fmt.check(data.get("schema_version"), source)
+    return from_plain(cls, migration(data, version), source)
 
 
 def parse_object(text: str, source: str) -> dict:

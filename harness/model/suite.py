@@ -44,7 +44,7 @@ from harness.model.config import ConfigError, StudyConfig
 from harness.model.errors import UserError
 from harness.model.formats import SUITE_MANIFEST
 from harness.model.gateway_spec import load_gateway_spec
-from harness.model.manifests import dump, from_plain, parse_object
+from harness.model.manifests import dump, load
 
 DEFAULT_OUT_DIR = "artifacts/suites"
 NAMESPACE: dict[str, tuple[str, ...]] = {
@@ -244,6 +244,4 @@ class SuiteManifest:
 
     @classmethod
     def from_json(cls, text: str, source: str = "suite manifest") -> "SuiteManifest":
-        data = parse_object(text, source)
-        version = SUITE_MANIFEST.check(data.get("schema_version"), source)
-        return from_plain(cls, migrate.unstamped(data, version), source)
+        return load(cls, text, source, SUITE_MANIFEST, migrate.unstamped)
