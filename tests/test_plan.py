@@ -80,3 +80,23 @@ def test_recorded_comparison_keys_keep():
                           CpuAffinity(load="0", mock="1", system="1"), "0123abcd" * 5,
                           (("SLUICE_TEST_DELAY_MS", "1"),),
                           Niceness(load=5, mock=5, system=0)) == RECORDED_EVERYTHING_SET_KEY
+
+
+def test_a_system_with_nothing_to_configure_runs_runs_unconfigured_times(tmp_path):
+    """The fault lane's recommended runs: three for a system that is configured, one for a
+    system that runs as shipped anyway (the direct baseline has no [resilience]; MLflow's is
+    unconfigurable)."""
+    from harness.model.config import from_profile
+    from harness.model.gateway_spec import load_gateway_spec
+    from harness.model.plan import make_plan
+    config = from_profile("faults", gateways=["direct", "nginx", "mlflow"], runs_per_gateway=3,
+                          runs_unconfigured=1, out_dir=str(tmp_path))
+    specs = {name: load_gateway_spec(name) for name in config.gateways}
+    runs = {}
+    for run in make_plan(config, specs):
+        runs[run.system] = runs.get(run.system, 0) + 1
+    assert runs == {"direct": 1, "nginx": 3, "mlflow": 1}
+    shipped = make_plan(from_profile("faults", gateways=["direct", "nginx"], runs_per_gateway=3,
+                                     runs_unconfigured=1, resilience="shipped",
+                                     out_dir=str(tmp_path)), specs)
+    assert len(shipped) == 6          # as shipped, every system is what it is: all runs

@@ -191,8 +191,10 @@ def test_recorded_cell_keys_keep(tmp_path):
     every_one_set = dict(cpu_affinity_load="0", cpu_affinity_mock="1", cpu_affinity_system="1",
                          nice_load=5, nice_mock=5, nice_system=0, gate_base_system="alpha~base",
                          builds=("alpha~base=main~1",), system_env=("alpha:SLUICE_TEST_DELAY_MS=1",))
-    assert set(every_one_set) == set(M.IN_KEY_WHEN_SET)
+    # (settings added after this key was recorded are checked one by one below)
+    assert set(every_one_set) | {"runs_unconfigured"} == set(M.IN_KEY_WHEN_SET)
     assert M.cell_key(dataclasses.replace(config, **every_one_set)) == RECORDED_CELL_KEY_ALL_SET
+    assert M.cell_key(dataclasses.replace(config, runs_unconfigured=1)) != RECORDED_CELL_KEY
 
 
 def _fake_suite(root, suite_id, cells):

@@ -72,6 +72,9 @@ class StudyConfig:
                                          # entry's process (e.g. "sluice:SLUICE_TEST_DELAY_MS=1"
                                          # slows the head build alone); no commas in VALUE
     runs_per_gateway: int = 3            # each system is run this many times, interleaved
+    runs_unconfigured: int = 0           # with resilience=recommended, the runs of a system with
+                                         # nothing to configure (it runs as shipped in every
+                                         # run); 0 = runs_per_gateway
     users: int = 1000                    # closed-loop users at the top of the ramp
     ramp_s: float = 120.0                # seconds from warm-up users to `users`, linear
     hold_s: float = 30.0                 # seconds held at `users`: the measured window

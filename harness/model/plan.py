@@ -137,6 +137,15 @@ def fault_settings(config: StudyConfig) -> dict:
                 fault_lead_s=config.fault_lead_s)
 
 
+def runs_of(config: StudyConfig, spec: GatewaySpec) -> int:
+    """How many runs a system gets: runs_per_gateway, or runs_unconfigured (when set) for a system
+    that has nothing to configure in a study asking for the recommended configuration."""
+    unconfigured = config.resilience == "recommended" and spec.configured("recommended")[1] != ""
+    if unconfigured and config.runs_unconfigured:
+        return min(config.runs_unconfigured, config.runs_per_gateway)
+    return config.runs_per_gateway
+
+
 def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec],
               commits: dict[str, str] | None = None) -> list[RunSpec]:
     """Round r runs every system once, in an order shuffled by the seed, so slow drift of the
@@ -172,6 +181,8 @@ def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec],
         rng.shuffle(order)
         for position, system in enumerate(order):
             spec = specs[system]
+            if round_index > runs_of(config, spec):
+                continue
             # the feature-cost lane: 'sluice@alias' runs with its own feature, in the same rounds
             load = dataclasses.replace(base_load, feature=feature_of(system) or config.feature)
             env = tuple(sorted(envs.get(system, {}).items()))

@@ -64,7 +64,8 @@ NOT_IN_KEY = SUITE_OWNED + ("base_port", "gateways_dir")
 # Settings that change nothing while empty: in the key only when set, so cells from before they
 # existed keep their keys.
 IN_KEY_WHEN_SET = ("cpu_affinity_load", "cpu_affinity_mock", "cpu_affinity_system", "nice_load",
-                   "nice_mock", "nice_system", "gate_base_system", "builds", "system_env")
+                   "nice_mock", "nice_system", "gate_base_system", "builds", "system_env",
+                   "runs_unconfigured")
 # The format of a suite file (this module's docstring); paths and values are checked after.
 SCHEMA = T.Table({"name": T.STR, "description": T.STR, "profile": T.STR,
                   "base": T.Table(each=T.ANY), "axes": T.Table(each=T.ANY),

@@ -78,6 +78,8 @@ def _system_problems(config: StudyConfig) -> list[str]:
 def _range_problems(config: StudyConfig) -> list[str]:
     """Every number within its documented range."""
     problems = []
+    problems += _unless(config.runs_unconfigured >= 0, f"runs_unconfigured: must be 0 (as "
+                        f"runs_per_gateway) or more, got {config.runs_unconfigured}")
     for name in ("runs_per_gateway", "users", "warmup_users", "locust_processes", "mock_workers",
                  "gateway_workers", "mock_response_tokens", "stream_chunks"):
         problems += _unless(getattr(config, name) >= 1,
