@@ -291,7 +291,11 @@ def plot_fault_timelines(timelines: pd.DataFrame, colors: dict[str, str],
         return None
     plt = _plt()
     from matplotlib.lines import Line2D
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 5.6), sharex=True)
+    # a third panel when a standby took some provider requests: the primary's share of them
+    standby = "primary_share" in timelines and (timelines["primary_share"].dropna() < 1).any()
+    fig, axes = plt.subplots(3 if standby else 2, 1, figsize=(11, 7.6 if standby else 5.6),
+                             sharex=True)
+    top, bottom = axes[0], axes[1]
     for _, g in timelines.groupby([c for c in ("cell", "run_id") if c in timelines], sort=False):
         first = g.iloc[0]
         done = first["run_status"] == "completed"
@@ -301,15 +305,20 @@ def plot_fault_timelines(timelines: pd.DataFrame, colors: dict[str, str],
         middle = g["t_s"] + FAULT_BIN_S / 2   # a bin's figure belongs to all of it, not its start
         top.plot(middle, g["success_share"] * 100, color=color, **style)
         bottom.plot(middle, g["amplification"], color=color, **style)
+        if standby:
+            axes[2].plot(middle, g["primary_share"] * 100, color=color, **style)
     first = timelines.iloc[0]
-    for ax in (top, bottom):
+    if standby:
+        axes[2].set_ylabel("provider requests\non the primary (%)")
+        axes[2].set_ylim(-2, 102)
+    for ax in axes:
         ax.axvspan(first["fault_from_s"], first["fault_to_s"], color="0.85", alpha=0.5)
     top.set_ylabel("client success (%)")
     top.set_ylim(-2, 102)
     bottom.set_ylabel("provider requests per\nclient request")
     bottom.set_ylim(bottom=0)
-    bottom.set_xlabel(f"seconds after the hold's start ({FAULT_BIN_S:g}-s bins, at their middle; "
-                      "shaded: the fault window)")
+    axes[-1].set_xlabel(f"seconds after the hold's start ({FAULT_BIN_S:g}-s bins, at their middle; "
+                        "shaded: the fault window)")
     top.set_title(title)
     systems = [s for s in colors if s in set(timelines["system"])]
     ran = {_ran(x) for x in timelines[["resilience", "resilience_note"]].to_dict("records")}
@@ -360,3 +369,27 @@ def plot_fault_frontier(rows: pd.DataFrame, colors: dict[str, str], title: str) 
 
 def _sd(value) -> float:
     return 0.0 if value is None or F.isnan(value) else float(value)
+
+
+def plot_fault_tts(rows: pd.DataFrame, colors: dict[str, str], title: str) -> str | None:
+    """Per system and configuration of one scenario: the share of the requests sent during the
+    fault answered successfully within t (log time; the mean over its runs). A curve that stays
+    below 100% is the requests that never succeeded."""
+    from harness.stats.fault_requests import TTS_GRID_MS
+    ran = [r for r in rows.to_dict("records") if isinstance(r.get("tts_curve"), list)
+           and r["tts_curve"]] if len(rows) else []
+    if not ran:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    for r in ran:
+        style = RESILIENCE_STYLE[_ran(r)]
+        ax.plot(TTS_GRID_MS, [100 * v for v in r["tts_curve"]], color=colors.get(r["system"], "k"),
+                linestyle=style, linewidth=1.2, label=r["system"])
+    ax.set_xscale("log")
+    ax.set_ylim(-2, 102)
+    ax.set_xlabel("time to success (ms, log scale)")
+    ax.set_ylabel("requests answered successfully (%)")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title(title)
+    return _png(fig)

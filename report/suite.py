@@ -25,7 +25,7 @@ from harness.stats.fault_lane import RECOVERY_MS, RECOVERY_SHARE
 from report import build
 from report import format as F
 from report.data import system_colors
-from report.plots import plot_fault_frontier, plot_fault_timelines
+from report.plots import plot_fault_frontier, plot_fault_timelines, plot_fault_tts
 from report.sections import render, style
 from report.summary import fault_findings
 from report.grid import Cell, Part, Row, Table, cell, from_frame, table
@@ -121,6 +121,8 @@ def scenario_sections(suite_dir: str | Path, manifest: SuiteManifest) -> list[di
                                          "(each run a line)"),
             "frontier": plot_fault_frontier(sub, colors, f"{scenario}: success against attempts "
                                             "for the requests sent during the fault"),
+            "tts": plot_fault_tts(sub, colors, f"{scenario}: time to success of the requests "
+                                  "sent during the fault"),
             "left_out": [(e.cell_id, _values(e), e.excluded or f"no study ({e.status})")
                          for e in cells if not len(sub) or e.cell_id not in set(sub["cell"])]})
     return out

@@ -36,7 +36,7 @@ from harness.model.manifests import RunManifest
 from harness.model.dialects import ERROR_BODY_CLASSES, GENERATION_PATHS
 from harness.files.readers import read_fault_schedule, read_mock_requests
 from harness.stats.across import describe
-from harness.stats.fault_requests import request_figures, request_outcomes
+from harness.stats.fault_requests import request_figures, request_outcomes, tts_curve
 from harness.stats.loading import Study, mock_latency_ms
 from harness.stats.rows import is_success, percentile
 
@@ -63,7 +63,8 @@ SENT_DURING = {"requests_sent_during": "requests", "requests_without_id": "reque
 RUN_COLUMNS = ("run_id", "system", "run_index", "run_status", "scenario", "resilience",
                "resilience_note", "stayed_up", "fault_start_t_unix_s", "fault_end_t_unix_s",
                "hold_start_t_unix_s", "hold_end_t_unix_s", "before_p50_ms", "recovery_s",
-               "recovered", "rss_peak_bytes", "failback_s", "failed_back", *SENT_DURING)
+               "recovered", "rss_peak_bytes", "failback_s", "failed_back", *SENT_DURING,
+               "tts_curve")
 # A system's figures over its runs in one study (``system_figures``): name -> (window, column)
 # of a window figure, or (None, column) of a run figure.
 SYSTEM_FIGURES = {
@@ -84,7 +85,7 @@ SYSTEM_FIGURES = {
                                         "time_weighted_success", "attempts_after_window_share")},
 }
 SYSTEM_COLUMNS = ("system", "resilience", "resilience_note", "runs", "stayed_up", "recovered",
-                  "failed_back",
+                  "failed_back", "tts_curve",
                   *(f"{name}_{k}" for name in SYSTEM_FIGURES for k in ("n", "mean", "sd")))
 
 
@@ -161,21 +162,26 @@ def recovery_s(client: pd.DataFrame, fault_end: float, hold_end: float,
 
 def timeline(client: pd.DataFrame, mock: pd.DataFrame, t0: float, t1: float,
              bin_s: float = BIN_S) -> pd.DataFrame:
-    """Per bin from t0: client requests, success share and amplification."""
+    """Per bin from t0: client requests, success share, amplification and the share of the
+    provider requests that went to the primary."""
     edges = np.arange(t0, t1 + bin_s, bin_s)
     if len(edges) < 2:
-        return pd.DataFrame(columns=["t_s", "requests", "success_share", "amplification"])
+        return pd.DataFrame(columns=["t_s", "requests", "success_share", "amplification",
+                                     "primary_share"])
     ct = client["start_t_unix_s"].to_numpy(dtype="float64")
     ok = is_success(client).to_numpy()
     mt = mock["body_end_t_unix_ns"].to_numpy(dtype="float64") / 1e9
     n, _ = np.histogram(ct, edges)
     n_ok, _ = np.histogram(ct[ok], edges)
     n_mock, _ = np.histogram(mt, edges)
+    primary = (mock["provider"] == "primary").to_numpy() if "provider" in mock else np.ones(len(mt), bool)
+    n_primary, _ = np.histogram(mt[primary], edges)
     with np.errstate(divide="ignore", invalid="ignore"):
         share = np.where(n > 0, n_ok / np.maximum(n, 1), np.nan)
         amp = np.where(n > 0, n_mock / np.maximum(n, 1), np.nan)
+        on_primary = np.where(n_mock > 0, n_primary / np.maximum(n_mock, 1), np.nan)
     return pd.DataFrame({"t_s": edges[:-1] - t0, "requests": n, "success_share": share,
-                         "amplification": amp})
+                         "amplification": amp, "primary_share": on_primary})
 
 
 def _rss_peak(samples: pd.DataFrame, lo: float, hi: float) -> float:
@@ -251,10 +257,12 @@ def _sent_during(client: pd.DataFrame, generation: pd.DataFrame, recs: list[dict
     """The fault window's requests counted per request (SENT_DURING; NaN without a window)."""
     during = next((r for r in recs if r["window"] == "during"), None)
     if during is None:
-        return {name: math.nan for name in SENT_DURING}
+        return {**{name: math.nan for name in SENT_DURING}, "tts_curve": []}
     lo, hi = during["start_t_unix_s"], during["end_t_unix_s"]
-    figures = request_figures(request_outcomes(client, generation, lo, hi), lo, hi)
-    return {name: figures[figure] for name, figure in SENT_DURING.items()}
+    outcomes = request_outcomes(client, generation, lo, hi)
+    figures = request_figures(outcomes, lo, hi)
+    return {**{name: figures[figure] for name, figure in SENT_DURING.items()},
+            "tts_curve": tts_curve(outcomes)}
 
 
 def fault_summary(study: Study) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -294,6 +302,15 @@ def fault_timelines(study: Study, per_run: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def _mean_curve(curves: pd.Series) -> list[float]:
+    """The runs' time-to-success curves averaged point by point ([] when none was measured)."""
+    measured = [c for c in curves if isinstance(c, list) and c]
+    if not measured:
+        return []
+    with np.errstate(invalid="ignore"):
+        return [float(x) for x in np.nanmean(np.array(measured, dtype="float64"), axis=0)]
+
+
 def system_figures(per_window: pd.DataFrame, per_run: pd.DataFrame) -> pd.DataFrame:
     """One row per system of a study's fault runs: its configuration (the runs' resilience and
     notes), ``runs`` (runs that reached the hold), ``stayed_up`` and ``recovered`` (how many of
@@ -311,7 +328,8 @@ def system_figures(per_window: pd.DataFrame, per_run: pd.DataFrame) -> pd.DataFr
                "runs": len(runs), "stayed_up": int(runs["stayed_up"].sum()),
                "recovered": int(runs["recovered"].sum()),
                # NaN without a standby provider: failback does not apply
-               "failed_back": runs["failed_back"].astype("float64").sum(min_count=1)}
+               "failed_back": runs["failed_back"].astype("float64").sum(min_count=1),
+               "tts_curve": _mean_curve(runs["tts_curve"])}
         for name, (window, column) in SYSTEM_FIGURES.items():
             if window is None:
                 values = runs[column]

@@ -43,6 +43,9 @@ BIN_S = 1.0
 # Excess amplification above this is waste the report names: 2 attempts per 100 requests.
 WASTE_EXCESS = 0.02
 
+# The time-to-success curve's points: the share of requests answered successfully within each.
+TTS_GRID_MS = tuple(float(x) for x in np.round(np.logspace(1, 4.5, 36), 1))
+
 OUTCOME_COLUMNS = ("request_id", "start_t_unix_s", "ok", "time_to_success_ms", "attempts",
                    "first_attempt_failed", "attempts_after_window")
 FIGURES = ("requests", "requests_without_id", "success_share", "amplification",
@@ -143,3 +146,12 @@ def request_figures(outcomes: pd.DataFrame, lo: float, hi: float,
                                         if attempts else math.nan),
         "attempts_seen": int(attempts),
     }
+
+
+def tts_curve(outcomes: pd.DataFrame, grid_ms: tuple[float, ...] = TTS_GRID_MS) -> list[float]:
+    """The share of the requests (with an id) answered successfully within each time of
+    ``grid_ms``: a failure never is."""
+    tts = outcomes.loc[outcomes["request_id"] != "", "time_to_success_ms"].to_numpy(dtype="float64")
+    if not tts.size:
+        return [math.nan] * len(grid_ms)
+    return [float((tts <= t).mean()) for t in grid_ms]
