@@ -291,6 +291,31 @@ def test_error_burst_study(tmp_path):
     assert "When the provider fails" in html and "single run" in html
 
 
+@pytest.mark.integration  # starts the mock, Sluice and Locust: ~40 s
+def test_open_loop_fault_study_counts_every_request_sent_during_the_fault(tmp_path):
+    """The faults profile's shape at small scale: open loop, the same arrivals for every system,
+    each request sent during the fault counted with all its attempts."""
+    from harness.run.study import run_study
+    from harness.stats.loading import load_study
+    config = from_profile("faults", gateways=("direct", "sluice"), out_dir=str(tmp_path),
+                          study_id="ol", fault_scenario="error_burst", users=40, warmup_s=1.0,
+                          open_loop_rates_per_s=(40.0,), open_loop_step_s=8.0, fault_start_s=2.0,
+                          fault_duration_s=4.0, fault_lead_s=6.0, runs_per_gateway=1)
+    result = run_study(config, progress=lambda line: None)
+    assert result.status == "completed"
+    study = load_study(result.study_dir)
+    _, per_run = fstats.fault_summary(study)
+    runs = per_run.set_index("system")
+    for system in ("direct", "sluice"):
+        # 40 req/s for the 4-s window: the same ~160 arrivals for both
+        assert runs.loc[system, "requests_sent_during"] == pytest.approx(160, abs=12)
+        assert runs.loc[system, "first_attempt_failure_share"] == pytest.approx(0.2, abs=0.1)
+    assert runs.loc["direct", "amplification_sent_during"] == pytest.approx(1.0, abs=0.01)
+    assert runs.loc["direct", "tts_p99_ms"] == float("inf")      # its failures never succeed
+    assert runs.loc["sluice", "success_sent_during"] > runs.loc["direct", "success_sent_during"]
+    assert runs.loc["sluice", "amplification_sent_during"] > 1.0  # its retries, counted
+
+
 @pytest.mark.integration  # starts two mocks, Sluice and Locust: ~50 s
 def test_failover_study_the_standby_serves_while_the_primary_fails(tmp_path):
     from harness.run.study import run_study
