@@ -238,7 +238,7 @@ def _classes(table, key, default, where):
 
 class RetryConfig:
     KEYS = ("max_attempts", "on", "backoff_base_ms", "backoff_max_ms", "honour_retry_after",
-            "retry_after_max_ms", "retry_after_send")
+            "retry_after_max_ms", "retry_after_send", "deadline_s")
 
     def __init__(self, t, where):
         w = where + ".retry"
@@ -252,6 +252,10 @@ class RetryConfig:
         self.honour_retry_after = _bool(t, "honour_retry_after", True, w)
         self.retry_after_max_s = _num(t, "retry_after_max_ms", 2000, w, 0) / 1000
         self.retry_after_send = _bool(t, "retry_after_send", False, w)
+        # no wait (backoff, Retry-After) past this many seconds from the request's arrival
+        self.deadline_s = float(_num(t, "deadline_s", 10.0, w, 0.1))
+        if self.deadline_s > 3600:
+            raise ConfigError(f"{w}.deadline_s must be <= 3600")
 
 
 class OutlierConfig:
@@ -265,16 +269,24 @@ class OutlierConfig:
 
 
 class RetryBudgetConfig:
-    KEYS = ("share", "min_retry_concurrency", "fallbacks")
+    """A token bucket per worker: a retry (or fallback) attempt withdraws one token when it is
+    sent, a successful attempt deposits ``deposit_per_success``, ``min_retries_per_s`` tokens
+    flow in every second; at most ``capacity`` tokens (it starts full)."""
+    KEYS = ("capacity", "deposit_per_success", "min_retries_per_s", "fallbacks")
 
     def __init__(self, t):
         w = "[retry_budget]"
         _check_table(t, self.KEYS, w)
-        self.share = float(_num(t, "share", 0.2, w, 0.0))
-        if self.share > 1.0:
-            raise ConfigError(f"{w}.share must be <= 1")
-        self.min_retry_concurrency = _num(t, "min_retry_concurrency", 3, w, 0, integer=True)
-        # fallback attempts take budget slots too (set false when fallbacks are spare capacity)
+        self.capacity = float(_num(t, "capacity", 100, w, 1))
+        if self.capacity > 1e6:
+            raise ConfigError(f"{w}.capacity must be <= 1000000")
+        self.deposit_per_success = float(_num(t, "deposit_per_success", 0.5, w, 0.0))
+        if self.deposit_per_success > 10:
+            raise ConfigError(f"{w}.deposit_per_success must be <= 10")
+        self.min_retries_per_s = float(_num(t, "min_retries_per_s", 10, w, 0.0))
+        if self.min_retries_per_s > 1e6:
+            raise ConfigError(f"{w}.min_retries_per_s must be <= 1000000")
+        # fallback attempts take tokens too (set false when fallbacks are spare capacity)
         self.fallbacks = _bool(t, "fallbacks", True, w)
 
 

@@ -12,6 +12,7 @@ State is per worker process (as the connection pools are): budgets, failure coun
 ejections are each worker's own view.
 """
 import random
+from time import perf_counter
 
 from sluice import rewrite
 
@@ -138,37 +139,93 @@ class Policy:
         return [d for d in self.deployments if d.ejected_until > now]
 
 
+class RetryBudget:
+    """The retry budget of a worker, a token bucket (the shape of the AWS SDKs' retry quota and
+    Finagle's RetryBudget): a retry or fallback attempt withdraws a token when it is sent, each
+    successful attempt deposits ``deposit_per_success``, and ``min_retries_per_s`` flow in every
+    second, up to ``capacity``. A retry is decided only while a token is there; a request
+    waiting (backoff, Retry-After) holds none. When nothing succeeds, retries fall to
+    ``min_retries_per_s`` once the bucket is empty."""
+
+    def __init__(self, cfg):
+        self.capacity = cfg.capacity
+        self.deposit = cfg.deposit_per_success
+        self.per_s = cfg.min_retries_per_s
+        self.fallbacks = cfg.fallbacks
+        self.tokens = cfg.capacity
+        self.t = perf_counter()
+
+    def _refill(self, now):
+        if now > self.t:
+            if self.per_s:
+                tokens = self.tokens + (now - self.t) * self.per_s
+                self.tokens = tokens if tokens < self.capacity else self.capacity
+            self.t = now
+
+    def allows(self, now):
+        self._refill(now)
+        return self.tokens >= 1.0
+
+    def withdraw(self, now):
+        """A retry attempt is being sent: one token (the bucket may owe a little, when requests
+        decided together are sent together; the debt is paid before the next retry)."""
+        self._refill(now)
+        if self.tokens > -self.capacity:
+            self.tokens -= 1.0
+
+    def succeeded(self):
+        tokens = self.tokens + self.deposit
+        self.tokens = tokens if tokens < self.capacity else self.capacity
+
+
 class RetryState:
     """A request's attempts, made when its first attempt fails."""
-    __slots__ = ("primary", "model_attempts", "attempts", "fallbacks_tried", "budgeted", "delay",
-                 "fallback")
+    __slots__ = ("primary", "model_attempts", "attempts", "fallbacks_tried", "waiting", "delay",
+                 "fallback", "charge")
 
     def __init__(self, primary):
         self.primary = primary      # the Policy of the model the client asked for
         self.model_attempts = 1     # attempts on the current model
         self.attempts = 1           # attempts in all
         self.fallbacks_tried = 0    # fallbacks of the primary used so far
-        self.budgeted = False       # holds a slot of the retry budget
+        self.waiting = False        # counted in metrics.retries_in_flight (waiting to be sent)
         self.delay = 0.0            # before the next attempt
         self.fallback = None        # the fallback model name now answering
+        self.charge = False         # the next attempt withdraws a budget token when sent
 
 
-def _budget(app, state, m):
-    """Whether one more retry fits the budget: retries in flight <= max(min_retry_concurrency,
-    share x requests in flight) (a request holding a slot keeps it for its later attempts)."""
-    if state.budgeted:
-        return True
-    b = app.retry_budget
-    allowed = b.share * m.in_flight
-    if allowed < b.min_retry_concurrency:
-        allowed = b.min_retry_concurrency
-    return m.retries_in_flight < allowed
+def _budget(app, now):
+    """Whether one more retry fits the budget (a token is there now)."""
+    return app.retry_budget.allows(now)
 
 
 def _take(state, m):
-    if not state.budgeted:
-        state.budgeted = True
-        m.retries_in_flight += 1
+    state.charge = True
+
+
+def attempt_ok(app, req, status):
+    """A response head below 429 answered an attempt of ``req``: its deployment is healthy, and
+    a success (2xx, 3xx) deposits into the retry budget."""
+    d = req.deployment
+    if d.fails:
+        d.fails = 0
+    if status < 400:
+        app.retry_budget.succeeded()
+
+
+def attempt_sending(app, r, now):
+    """The attempt decided by ``on_failure`` is being sent now: the budget is charged."""
+    state = r.retry_state
+    if state.waiting:
+        state.waiting = False
+        app.metrics.retries_in_flight -= 1
+    if state.charge:
+        state.charge = False
+        app.retry_budget.withdraw(now)
+
+
+def _past_deadline(req, r, delay, now):
+    return now + delay > req.t0 + r.deadline_s
 
 
 def attempt_replaced(app, req, status, head, low, now):
@@ -224,7 +281,7 @@ def _retry(app, req, state, cls, retry_after, now):
         delay = random.random() * (cap if cap < r.backoff_max_s else r.backoff_max_s)
     if delay < 0:
         return -2.0
-    if not _budget(app, state, m):
+    if not _budget(app, now):
         m.retry_budget_exhausted += 1
         return -1.0 if app.retry_budget.fallbacks else -2.0
     failed = req.deployment
@@ -233,7 +290,12 @@ def _retry(app, req, state, cls, retry_after, now):
         return -2.0
     if following is not failed:
         delay = 0.0  # another deployment: the failed one's backoff is not its own
+    elif _past_deadline(req, r, delay, now):
+        return -2.0  # the deadline would pass while waiting: the failure now (or a fallback)
     _take(state, m)
+    if delay > 0:
+        state.waiting = True
+        m.retries_in_flight += 1
     req.deployment = following
     state.model_attempts += 1
     state.attempts += 1
@@ -245,7 +307,7 @@ def _fall_back(app, req, state, now):
     """The next fallback model of the primary that can take ``req``: 0 (no wait), or -1."""
     m = app.metrics
     primary = state.primary
-    if app.retry_budget.fallbacks and not _budget(app, state, m):
+    if app.retry_budget.fallbacks and not _budget(app, now):
         m.retry_budget_exhausted += 1
         return -1.0
     while state.fallbacks_tried < len(primary.fallbacks):
