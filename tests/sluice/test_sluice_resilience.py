@@ -73,6 +73,17 @@ upstream_model = "claude-x"
 deployments = [{ provider = "a", weight = 1 }, { provider = "b", weight = 1 }]
 outlier = { consecutive_failures = 3, ejection_s = 2 }
 
+[models.dual429]
+deployments = [{ provider = "a", weight = 1 }, { provider = "b", weight = 1 }]
+outlier = { consecutive_failures = 3, ejection_s = 2 }
+retry = { max_attempts = 3 }
+
+[models.prim429]
+provider = "a"
+retry = { max_attempts = 3 }
+fallbacks = ["back"]
+fallback_on = ["429"]
+
 [models.standby]
 deployments = [{ provider = "down", weight = 1 }, { provider = "b", weight = 0 }]
 retry = { max_attempts = 2, on = ["connect"], backoff_base_ms = 1 }
@@ -325,6 +336,33 @@ def test_outlier_ejection_and_readmission(gw, stubs):
         assert post(gw, "dual")[0] == 200
     assert len(a.requests) > 3  # re-admitted after the cool-down
     assert metric(gw, 'sluice_ejected_deployments{model="dual",provider="a"}') == 0
+
+
+def test_429_is_not_an_outlier_signal(gw, stubs):
+    """A deployment answering only 429 (Retry-After: 1) is never ejected: each 429 goes at once to
+    the other admitted deployment, no Retry-After wait."""
+    a, b = stubs
+    a.fail_status = 429
+    a.retry_after = 1
+    for _ in range(30):
+        t0 = time.monotonic()
+        assert post(gw, "dual429")[0] == 200
+        assert time.monotonic() - t0 < 0.5
+    assert len(a.requests) >= 5  # still picked by weight: never ejected
+    assert metric(gw, 'sluice_ejections_total{model="dual429",provider="a"}') == 0
+    assert metric(gw, 'sluice_ejected_deployments{model="dual429",provider="a"}') == 0
+
+
+def test_429_goes_to_a_fallback_before_waiting(gw, stubs):
+    """Rate limited with no other deployment: a fallback takes the request at once; the
+    Retry-After is waited only when there is nowhere else to go (test_429_retry_after_is_honoured)."""
+    a, b = stubs
+    a.fail_status = 429
+    a.retry_after = 1
+    t0 = time.monotonic()
+    assert post(gw, "prim429")[0] == 200
+    assert time.monotonic() - t0 < 0.5
+    assert len(a.requests) == 1 and len(b.requests) == 1
 
 
 def test_config_errors(tmp_path):

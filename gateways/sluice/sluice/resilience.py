@@ -249,7 +249,8 @@ def on_failure(app, req, cls, retry_after, now):
     seconds to wait before the next attempt (req.deployment, req.route and req.payload are set
     for it), or -1 when the failure is to be relayed."""
     policy = req.route.policy
-    policy.failure(req.deployment, now, app.metrics)
+    if cls != "429":  # a 429 is the provider's rate limit, not a sign of a failing deployment
+        policy.failure(req.deployment, now, app.metrics)
     state = req.retry_state
     if state is None:
         state = req.retry_state = RetryState(policy)
@@ -281,11 +282,13 @@ def _retry(app, req, state, cls, retry_after, now):
         delay = random.random() * (cap if cap < r.backoff_max_s else r.backoff_max_s)
     if delay < 0:
         return -2.0
+    failed = req.deployment
+    following = req.route.policy.pick(now, failed)
+    if following is failed and cls == "429" and _can_fall_back(state, cls):
+        return -2.0  # rate limited and no other deployment: a fallback at once, not a wait
     if not _budget(app, now):
         m.retry_budget_exhausted += 1
         return -1.0 if app.retry_budget.fallbacks else -2.0
-    failed = req.deployment
-    following = req.route.policy.pick(now, failed)
     if following is not failed and not rewrite.retarget(req, following.target):
         return -2.0
     if following is not failed:
@@ -301,6 +304,11 @@ def _retry(app, req, state, cls, retry_after, now):
     state.attempts += 1
     m.retries[cls] = m.retries.get(cls, 0) + 1
     return delay
+
+
+def _can_fall_back(state, cls):
+    primary = state.primary
+    return state.fallbacks_tried < len(primary.fallbacks) and cls in primary.fallback_on
 
 
 def _fall_back(app, req, state, now):
