@@ -84,6 +84,14 @@ retry = { max_attempts = 3 }
 fallbacks = ["back"]
 fallback_on = ["429"]
 
+[models.overload-slow]
+provider = "a"
+retry = { max_attempts = 3, overload_backoff_min_ms = 1500, overload_backoff_max_ms = 3000, deadline_s = 1 }
+
+[models.dual503]
+deployments = [{ provider = "a", weight = 1 }, { provider = "b", weight = 1 }]
+retry = { max_attempts = 3 }
+
 [models.standby]
 deployments = [{ provider = "down", weight = 1 }, { provider = "b", weight = 0 }]
 retry = { max_attempts = 2, on = ["connect"], backoff_base_ms = 1 }
@@ -365,6 +373,40 @@ def test_429_goes_to_a_fallback_before_waiting(gw, stubs):
     assert len(a.requests) == 1 and len(b.requests) == 1
 
 
+def test_overloaded_is_never_retried_at_once_on_the_same_deployment(gw, stubs):
+    """503 and 529: a full-jitter backoff of 250 to 500 ms before the first retry on the same
+    deployment (overload_backoff_min_ms = 250, its ceiling doubling from 500 up to
+    overload_backoff_max_ms = 2000), though the model's own backoff is 1 to 5 ms."""
+    a, _ = stubs
+    for status in (503, 529):
+        a.requests.clear()
+        a.plan = [status]
+        t0 = time.monotonic()
+        assert post(gw, "retrying")[0] == 200
+        assert 0.24 <= time.monotonic() - t0 < 0.9
+        assert len(a.requests) == 2
+
+
+def test_overloaded_backoff_within_the_deadline(gw, stubs):
+    """A backoff that would end past deadline_s is not waited: the 503 is relayed at once."""
+    a, _ = stubs
+    a.plan = [503]
+    t0 = time.monotonic()
+    assert post(gw, "overload-slow")[0] == 503
+    assert time.monotonic() - t0 < 0.8
+    assert len(a.requests) == 1
+
+
+def test_overloaded_goes_to_another_deployment_at_once(gw, stubs):
+    a, b = stubs
+    a.fail_status = 503
+    for _ in range(10):
+        t0 = time.monotonic()
+        assert post(gw, "dual503")[0] == 200
+        assert time.monotonic() - t0 < 0.2
+    assert len(b.requests) == 10
+
+
 def test_config_errors(tmp_path):
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "gateways", "sluice"))
@@ -389,7 +431,11 @@ def test_config_errors(tmp_path):
                         ({"min_retries_per_s": "x"}, "min_retries_per_s")]:
         with pytest.raises(ConfigError, match=key):
             Config(dict(base, models={"m": {"provider": "p"}}, retry_budget=budget))
-    for retry, key in [({"deadline_s": 0}, "deadline_s"), ({"deadline_s": 4000}, "deadline_s")]:
+    for retry, key in [({"deadline_s": 0}, "deadline_s"), ({"deadline_s": 4000}, "deadline_s"),
+                       ({"overload_backoff_min_ms": 0}, "overload_backoff_min_ms"),
+                       ({"overload_backoff_max_ms": 70000}, "overload_backoff_max_ms"),
+                       ({"overload_backoff_min_ms": 500, "overload_backoff_max_ms": 400},
+                        "overload_backoff_min_ms")]:
         with pytest.raises(ConfigError, match=key):
             Config(dict(base, models={"m": {"provider": "p", "retry": retry}}))
     c = Config(dict(base, models={"m": {"provider": "p", "retry": {}}}))

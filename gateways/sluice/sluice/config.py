@@ -238,7 +238,8 @@ def _classes(table, key, default, where):
 
 class RetryConfig:
     KEYS = ("max_attempts", "on", "backoff_base_ms", "backoff_max_ms", "honour_retry_after",
-            "retry_after_max_ms", "retry_after_send", "deadline_s")
+            "retry_after_max_ms", "retry_after_send", "deadline_s", "overload_backoff_min_ms",
+            "overload_backoff_max_ms")
 
     def __init__(self, t, where):
         w = where + ".retry"
@@ -256,6 +257,14 @@ class RetryConfig:
         self.deadline_s = float(_num(t, "deadline_s", 10.0, w, 0.1))
         if self.deadline_s > 3600:
             raise ConfigError(f"{w}.deadline_s must be <= 3600")
+        # an overloaded deployment (503, 529) is never retried at once: a full-jitter backoff
+        # between these, doubling its ceiling with each attempt
+        self.overload_backoff_min_s = _num(t, "overload_backoff_min_ms", 250, w, 1) / 1000
+        self.overload_backoff_max_s = _num(t, "overload_backoff_max_ms", 2000, w, 1) / 1000
+        if self.overload_backoff_max_s > 60:
+            raise ConfigError(f"{w}.overload_backoff_max_ms must be <= 60000")
+        if self.overload_backoff_min_s > self.overload_backoff_max_s:
+            raise ConfigError(f"{w}.overload_backoff_min_ms must be <= overload_backoff_max_ms")
 
 
 class OutlierConfig:

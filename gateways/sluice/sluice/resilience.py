@@ -280,6 +280,14 @@ def _retry(app, req, state, cls, retry_after, now):
     else:  # exponential backoff, full jitter
         cap = r.backoff_base_s * (1 << (state.model_attempts - 1))
         delay = random.random() * (cap if cap < r.backoff_max_s else r.backoff_max_s)
+    if cls == "overloaded":  # never at once on the same deployment: full jitter in [min, ceiling]
+        lo = r.overload_backoff_min_s
+        cap = lo * (2 << (state.model_attempts - 1))
+        if cap > r.overload_backoff_max_s:
+            cap = r.overload_backoff_max_s
+        backoff = lo + random.random() * (cap - lo)
+        if delay < backoff and (delay >= 0 or retry_after < 0 or not r.honour_retry_after):
+            delay = backoff
     if delay < 0:
         return -2.0
     failed = req.deployment
