@@ -92,6 +92,10 @@ retry = { max_attempts = 3, overload_backoff_min_ms = 1500, overload_backoff_max
 deployments = [{ provider = "a", weight = 1 }, { provider = "b", weight = 1 }]
 retry = { max_attempts = 3 }
 
+[models.defaults]
+provider = "a"
+retry = { backoff_base_ms = 1, backoff_max_ms = 5 }
+
 [models.standby]
 deployments = [{ provider = "down", weight = 1 }, { provider = "b", weight = 0 }]
 retry = { max_attempts = 2, on = ["connect"], backoff_base_ms = 1 }
@@ -407,6 +411,18 @@ def test_overloaded_goes_to_another_deployment_at_once(gw, stubs):
     assert len(b.requests) == 10
 
 
+def test_three_attempts_by_default_for_5xx(gw, stubs):
+    """max_attempts defaults to 3: two 500s in a row still end in a success; three are relayed."""
+    a, _ = stubs
+    a.plan = [500, 502]
+    assert post(gw, "defaults")[0] == 200
+    assert len(a.requests) == 3
+    a.requests.clear()
+    a.plan = [500, 500, 500]
+    assert post(gw, "defaults")[0] == 500
+    assert len(a.requests) == 3
+
+
 def test_config_errors(tmp_path):
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "gateways", "sluice"))
@@ -439,7 +455,7 @@ def test_config_errors(tmp_path):
         with pytest.raises(ConfigError, match=key):
             Config(dict(base, models={"m": {"provider": "p", "retry": retry}}))
     c = Config(dict(base, models={"m": {"provider": "p", "retry": {}}}))
-    assert c.models["m"].retry.deadline_s == 10.0
+    assert c.models["m"].retry.deadline_s == 10.0 and c.models["m"].retry.max_attempts == 3
     c = Config(dict(base, models={"m": {"provider": "p"}}))
     assert c.models["m"].retry is None and not c.models["m"].resilient
     b = c.retry_budget

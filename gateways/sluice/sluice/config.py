@@ -244,7 +244,8 @@ class RetryConfig:
     def __init__(self, t, where):
         w = where + ".retry"
         _check_table(t, self.KEYS, w)
-        self.max_attempts = _num(t, "max_attempts", 2, w, 1, integer=True)
+        # the retry budget, not this cap, bounds the amplification
+        self.max_attempts = _num(t, "max_attempts", 3, w, 1, integer=True)
         if self.max_attempts > 10:
             raise ConfigError(f"{w}.max_attempts must be <= 10")
         self.on = _classes(t, "on", DEFAULT_RETRY_ON, w)
