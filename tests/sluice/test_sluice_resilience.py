@@ -69,13 +69,24 @@ fallbacks = ["back-claude"]
 provider = "b-anth"
 upstream_model = "claude-x"
 
+[providers.a2]
+base_url = "A/v1"
+
 [models.dual]
 deployments = [{ provider = "a", weight = 1 }, { provider = "b", weight = 1 }]
-outlier = { consecutive_failures = 3, ejection_s = 2 }
+outlier = { min_requests = 3, failure_margin = 0.3, ejection_s = 2 }
+
+[models.trio]
+deployments = [{ provider = "a", weight = 1 }, { provider = "a2", weight = 1 }, { provider = "b", weight = 1 }]
+outlier = { min_requests = 3, failure_margin = 0.3, max_ejection_percent = 50, ejection_s = 30 }
+
+[models.solo]
+provider = "a"
+outlier = { min_requests = 3, failure_margin = 0.3 }
 
 [models.dual429]
 deployments = [{ provider = "a", weight = 1 }, { provider = "b", weight = 1 }]
-outlier = { consecutive_failures = 3, ejection_s = 2 }
+outlier = { min_requests = 3, failure_margin = 0.3, ejection_s = 2 }
 retry = { max_attempts = 3 }
 
 [models.prim429]
@@ -329,24 +340,25 @@ def test_connect_failure_goes_to_standby_deployment(gw, stubs):
 def test_outlier_ejection_and_readmission(gw, stubs):
     a, b = stubs
     a.fail_status = 500
-    for _ in range(200):
+    # a fails everything, b nothing: once each has 3 recent attempts (min_requests), a is out
+    for _ in range(40):
         post(gw, "dual")
-        if len(a.requests) >= 3:
+        if metric(gw, 'sluice_ejected_deployments{model="dual",provider="a"}') == 1:
             break
-    assert len(a.requests) == 3
+    assert 3 <= len(a.requests) <= 12, len(a.requests)
     assert metric(gw, 'sluice_ejections_total{model="dual",provider="a"}') >= 1
-    assert metric(gw, 'sluice_ejected_deployments{model="dual",provider="a"}') == 1
+    seen = len(a.requests)
     t_ejected = time.monotonic()
     for _ in range(10):  # all to b while a is ejected
         status, _, _ = post(gw, "dual")
         assert status == 200
     if time.monotonic() - t_ejected < 1.5:
-        assert len(a.requests) == 3
+        assert len(a.requests) == seen
     a.fail_status = 0
     time.sleep(max(0.0, 2.2 - (time.monotonic() - t_ejected)))
     for _ in range(30):
         assert post(gw, "dual")[0] == 200
-    assert len(a.requests) > 3  # re-admitted after the cool-down
+    assert len(a.requests) > seen  # re-admitted after the cool-down
     assert metric(gw, 'sluice_ejected_deployments{model="dual",provider="a"}') == 0
 
 
@@ -423,6 +435,33 @@ def test_three_attempts_by_default_for_5xx(gw, stubs):
     assert len(a.requests) == 3
 
 
+def test_no_ejection_when_every_deployment_fails_alike(gw, stubs):
+    """Both deployments failing (the provider side, not one deployment): neither is an outlier,
+    neither is ejected."""
+    a, b = stubs
+    a.fail_status = b.fail_status = 500
+    for _ in range(30):
+        assert post(gw, "dual")[0] == 500
+    assert len(a.requests) >= 5 and len(b.requests) >= 5
+    assert metric(gw, 'sluice_ejected_deployments{model="dual",provider="a"}') == 0
+    assert metric(gw, 'sluice_ejected_deployments{model="dual",provider="b"}') == 0
+
+
+def test_at_most_max_ejection_percent_ejected(gw, stubs):
+    """Two of three deployments (a, a2) fail everything: max_ejection_percent = 50 ejects one of
+    them, never both; a lone deployment is never ejected at all."""
+    a, b = stubs
+    a.fail_status = 500
+    for _ in range(60):
+        post(gw, "trio")
+    ejected = [metric(gw, f'sluice_ejected_deployments{{model="trio",provider="{p}"}}')
+               for p in ("a", "a2", "b")]
+    assert ejected[:2] in ([1, 0], [0, 1]) and ejected[2] == 0, ejected
+    for _ in range(10):
+        assert post(gw, "solo")[0] == 500
+    assert 'sluice_ejections_total{model="solo"' not in gw.metrics()
+
+
 def test_config_errors(tmp_path):
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "gateways", "sluice"))
@@ -437,6 +476,12 @@ def test_config_errors(tmp_path):
         {"m": {"deployments": [{"provider": "p", "weight": 0}]}},
         {"m": {"deployments": [{"provider": "x"}]}},
         {"m": {"provider": "p", "outlier": {"ejection_s": 0}}},
+        {"m": {"provider": "p", "outlier": {"consecutive_failures": 5}}},
+        {"m": {"provider": "p", "outlier": {"failure_margin": 0}}},
+        {"m": {"provider": "p", "outlier": {"failure_margin": 1.5}}},
+        {"m": {"provider": "p", "outlier": {"max_ejection_percent": 101}}},
+        {"m": {"provider": "p", "outlier": {"window_s": 0}}},
+        {"m": {"provider": "p", "outlier": {"min_requests": -1}}},
     ]
     for models in bad:
         with pytest.raises(ConfigError):
@@ -479,14 +524,16 @@ def test_resilient_template_rides_out_a_failing_primary(stubs, tmp_path):
         a.fail_status = 500
         for _ in range(20):
             assert post(g, "mock-alias")[0] == 200
-        assert len(a.requests) == 5  # consecutive_failures = 5, then ejected for 2 s
+        # min_requests = 5 on both sides: the primary's 6th failure (its retry on the standby
+        # made the standby's 5th success before it) ejects it for 2 s
+        assert len(a.requests) == 6
         assert len(b.requests) == 20
         assert metric(g, 'sluice_ejected_deployments{model="mock-model",provider="mock"}') == 1
         a.fail_status = 0
         time.sleep(2.2)
         for _ in range(5):
             assert post(g, "mock-alias")[0] == 200
-        assert len(a.requests) == 10  # back on the primary after the cool-down
+        assert len(a.requests) == 11  # back on the primary after the cool-down
     finally:
         g.stop()
 

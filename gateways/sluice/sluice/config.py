@@ -269,13 +269,28 @@ class RetryConfig:
 
 
 class OutlierConfig:
-    KEYS = ("consecutive_failures", "ejection_s")
+    """Ejection of relative outliers: a deployment whose recent failure share exceeds its
+    admitted peers' by ``failure_margin``, over at least ``min_requests`` recent attempts."""
+    KEYS = ("min_requests", "failure_margin", "window_s", "max_ejection_percent", "ejection_s")
 
     def __init__(self, t, where):
         w = where + ".outlier"
         _check_table(t, self.KEYS, w)
-        self.consecutive_failures = _num(t, "consecutive_failures", 5, w, 0, integer=True)
+        self.min_requests = _num(t, "min_requests", 10, w, 0, integer=True)  # 0 = never eject
+        if self.min_requests > 1000000:
+            raise ConfigError(f"{w}.min_requests must be <= 1000000")
+        self.failure_margin = float(_num(t, "failure_margin", 0.3, w, 0.01))
+        if self.failure_margin > 1:
+            raise ConfigError(f"{w}.failure_margin must be <= 1")
+        self.window_s = float(_num(t, "window_s", 10.0, w, 0.1))
+        if self.window_s > 3600:
+            raise ConfigError(f"{w}.window_s must be <= 3600")
+        self.max_ejection_percent = float(_num(t, "max_ejection_percent", 50, w, 0))
+        if self.max_ejection_percent > 100:
+            raise ConfigError(f"{w}.max_ejection_percent must be <= 100")
         self.ejection_s = float(_num(t, "ejection_s", 10.0, w, 0.01))
+        if self.ejection_s > 86400:
+            raise ConfigError(f"{w}.ejection_s must be <= 86400")
 
 
 class RetryBudgetConfig:

@@ -2,13 +2,14 @@
 with passive health (outlier ejection). See README.md, "Retries, fallbacks and deployments".
 
 Nothing here runs for a model that configures none of it (its route has no Policy), and for
-one that does, nothing runs on a successful response but a deployment's failure counter reset.
+one that does, nothing runs on a successful response but its deployment's recent record and a
+retry-budget deposit.
 A failed attempt (an error status in a retry class, a connect failure, a timeout or reset when
 allowed) reaches ``on_failure`` before any byte of it went to the client; it answers how long
 to wait before the next attempt (which may go to another deployment or a fallback model), or
 -1: relay the failure as it is.
 
-State is per worker process (as the connection pools are): budgets, failure counters and
+State is per worker process (as the connection pools are): budgets, recent records and
 ejections are each worker's own view.
 """
 import random
@@ -58,8 +59,10 @@ def parse_retry_after(head, low):
 
 
 class Deployment:
-    """One provider serving a model: a weight, a failure counter, an ejection deadline."""
-    __slots__ = ("target", "provider", "name", "upstream", "weight", "fails", "ejected_until")
+    """One provider serving a model: a weight, its recent attempts and failures, an ejection
+    deadline."""
+    __slots__ = ("target", "provider", "name", "upstream", "weight", "n", "bad", "prev_n",
+                 "prev_bad", "since", "ejected_until")
 
     def __init__(self, target, weight):
         self.target = target        # a request.Route bound to this provider and upstream model
@@ -67,8 +70,25 @@ class Deployment:
         self.name = target.provider.name
         self.upstream = target.upstream
         self.weight = weight
-        self.fails = 0              # consecutive failures
         self.ejected_until = 0.0    # perf_counter deadline, 0 when admitted
+        self.forget(0.0)
+
+    def forget(self, now):
+        self.n = self.bad = 0           # attempts and failures in this window
+        self.prev_n = self.prev_bad = 0  # ... and in the one before
+        self.since = now
+
+    def record(self, failed, now, window_s):
+        if now - self.since >= window_s:
+            if now - self.since >= 2 * window_s:
+                self.prev_n = self.prev_bad = 0
+            else:
+                self.prev_n, self.prev_bad = self.n, self.bad
+            self.n = self.bad = 0
+            self.since = now
+        self.n += 1
+        if failed:
+            self.bad += 1
 
 
 class Policy:
@@ -83,8 +103,14 @@ class Policy:
         self.fallbacks = []  # Routes, filled in once every route exists
         self.fallback_on = _expand(model_cfg.fallback_on)
         self.retry_after_send = r.retry_after_send if r is not None else False
-        self.consecutive = model_cfg.outlier.consecutive_failures
-        self.ejection_s = model_cfg.outlier.ejection_s
+        o = model_cfg.outlier
+        self.min_requests = o.min_requests
+        self.failure_margin = o.failure_margin
+        self.window_s = o.window_s
+        # how many may be ejected at once: never all of them
+        most = int(len(self.deployments) * o.max_ejection_percent / 100.0 + 1e-9)
+        self.max_ejected = most if most < len(self.deployments) else len(self.deployments) - 1
+        self.ejection_s = o.ejection_s
 
     def pick(self, now, avoid=None):
         """A deployment by weight among the admitted ones (not ``avoid`` if another is admitted;
@@ -98,9 +124,9 @@ class Policy:
             if d.ejected_until:
                 if d.ejected_until > now:
                     continue
-                # the cool-down is over: re-admitted on probation (one more failure ejects again)
+                # the cool-down is over: re-admitted with a clean record
                 d.ejected_until = 0.0
-                d.fails = self.consecutive - 1 if self.consecutive > 1 else 0
+                d.forget(now)
             if d is avoid:
                 continue
             if d.weight > 0:
@@ -119,21 +145,44 @@ class Policy:
                 return d
         return pool[-1]
 
+    def success(self, d, now):
+        if self.single is None:
+            d.record(False, now, self.window_s)
+
     def failure(self, failed, now, metrics):
-        """Passive health: eject a deployment after ``consecutive`` failures in a row, unless it
-        is the last admitted one."""
-        if self.consecutive == 0 or self.single is not None:
+        """Passive health: eject a deployment whose recent failure share exceeds its admitted
+        peers' by ``failure_margin`` (over ``min_requests`` recent attempts at least), while
+        fewer than ``max_ejected`` are ejected. A single deployment is never ejected."""
+        if self.single is not None:
             return
-        failed.fails += 1
-        if failed.fails < self.consecutive or failed.ejected_until:
+        failed.record(True, now, self.window_s)
+        if self.min_requests == 0 or failed.ejected_until:
             return
+        volume = failed.n + failed.prev_n
+        if volume < self.min_requests:
+            return
+        share = (failed.bad + failed.prev_bad) / volume
+        if share < self.failure_margin:
+            return
+        peers_n = peers_bad = 0
+        ejected = 0
         for d in self.deployments:
-            if d is not failed and (not d.ejected_until or d.ejected_until <= now):
-                failed.ejected_until = now + self.ejection_s
-                failed.fails = 0
-                k = (self.name, failed.name)
-                metrics.ejections[k] = metrics.ejections.get(k, 0) + 1
-                return
+            if d.ejected_until > now:
+                ejected += 1
+            elif d is not failed:
+                if d.since and now - d.since >= 2 * self.window_s:
+                    continue  # nothing recent: no evidence either way
+                peers_n += d.n + d.prev_n
+                peers_bad += d.bad + d.prev_bad
+        if ejected >= self.max_ejected or peers_n < self.min_requests:
+            return  # the most are out already, or too little is known of the peers
+        peers_share = peers_bad / peers_n if peers_n else 0.0
+        if share - peers_share < self.failure_margin:
+            return  # failing no more than its peers: the provider, not this deployment
+        failed.ejected_until = now + self.ejection_s
+        failed.forget(now)
+        k = (self.name, failed.name)
+        metrics.ejections[k] = metrics.ejections.get(k, 0) + 1
 
     def ejected(self, now):
         return [d for d in self.deployments if d.ejected_until > now]
@@ -203,12 +252,10 @@ def _take(state, m):
     state.charge = True
 
 
-def attempt_ok(app, req, status):
+def attempt_ok(app, req, status, now):
     """A response head below 429 answered an attempt of ``req``: its deployment is healthy, and
     a success (2xx, 3xx) deposits into the retry budget."""
-    d = req.deployment
-    if d.fails:
-        d.fails = 0
+    req.route.policy.success(req.deployment, now)
     if status < 400:
         app.retry_budget.succeeded()
 
@@ -234,8 +281,7 @@ def attempt_replaced(app, req, status, head, low, now):
     not a provider fault leaves the deployment healthy."""
     cls = classify(status)
     if cls is None:
-        if req.deployment.fails:
-            req.deployment.fails = 0
+        req.route.policy.success(req.deployment, now)
         return False
     delay = on_failure(app, req, cls, parse_retry_after(head, low), now)
     if delay < 0:

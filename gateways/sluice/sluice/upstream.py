@@ -309,7 +309,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         deployment = req.deployment
         if deployment is not None:  # resilience: a failed attempt may be replaced by another one
             if status < 429:
-                attempt_ok(self.app, req, status)
+                attempt_ok(self.app, req, status, now)
             elif attempt_replaced(self.app, req, status, head, low, now):
                 if length_at >= 0:
                     self.body_left = content_length_at(low, length_at) - body_here
