@@ -555,6 +555,13 @@ base_url = "C/v1"
 [providers.d]
 base_url = "D/v1"
 
+[providers.down]
+base_url = "http://127.0.0.1:DOWN/v1"
+
+[models.r3down]
+provider = "down"
+retry = { max_attempts = 3, backoff_base_ms = 1, backoff_max_ms = 5 }
+
 [models.r3]
 provider = "c"
 retry = { max_attempts = 3, backoff_base_ms = 1, backoff_max_ms = 5 }
@@ -577,8 +584,8 @@ def budget_gw(tmp_path):
     """A gateway of its own (a fresh, full bucket) and its own stubs ``c`` and ``d``."""
     from sluice_helpers import Sluice
     c, d = Stub().start(), Stub().start()
-    g = Sluice(BUDGET_CONFIG.replace("C/v1", c.url + "/v1").replace("D/v1", d.url + "/v1"),
-               str(tmp_path)).start()
+    g = Sluice(BUDGET_CONFIG.replace("C/v1", c.url + "/v1").replace("D/v1", d.url + "/v1")
+               .replace("DOWN", str(free_port())), str(tmp_path)).start()
     try:
         yield g, c, d
     finally:
@@ -630,6 +637,21 @@ def test_retry_budget_against_a_provider_that_is_down(budget_gw):
     assert after <= 1.1 * sent_after, (after, sent_after)
     assert metric(g, "sluice_retry_budget_exhausted_total") > 0
     assert metric(g, "sluice_retries_in_flight") == 0
+
+
+def test_retry_budget_against_connects_refused(budget_gw):
+    """The same with the provider's port closed (every attempt a refused connect, counted in
+    sluice_upstream_errors_total): after the first 2 s, <= 1.1 attempts per request."""
+    g, _, _ = budget_gw
+
+    def attempts():
+        return metric(g, 'sluice_upstream_errors_total{provider="down"')
+
+    seen = {}
+    statuses = _paced(g, "r3down", 200, 4.0, marks=[(2.0, lambda: seen.update(at=attempts()))])
+    assert len(statuses) == 200 and set(statuses) == {502}, set(statuses)
+    after = attempts() - seen["at"]
+    assert 100 <= after <= 1.1 * 100, after
 
 
 def test_retry_budget_refills_with_successes(budget_gw):
