@@ -76,6 +76,10 @@ base_url = "A/v1"
 deployments = [{ provider = "a", weight = 1 }, { provider = "b", weight = 1 }]
 outlier = { min_requests = 3, failure_margin = 0.3, ejection_s = 2 }
 
+[models.alike]
+deployments = [{ provider = "a", weight = 1 }, { provider = "b", weight = 1 }]
+outlier = { min_requests = 3, failure_margin = 0.3, ejection_s = 2 }
+
 [models.trio]
 deployments = [{ provider = "a", weight = 1 }, { provider = "a2", weight = 1 }, { provider = "b", weight = 1 }]
 outlier = { min_requests = 3, failure_margin = 0.3, max_ejection_percent = 50, ejection_s = 30 }
@@ -441,10 +445,10 @@ def test_no_ejection_when_every_deployment_fails_alike(gw, stubs):
     a, b = stubs
     a.fail_status = b.fail_status = 500
     for _ in range(30):
-        assert post(gw, "dual")[0] == 500
+        assert post(gw, "alike")[0] == 500
     assert len(a.requests) >= 5 and len(b.requests) >= 5
-    assert metric(gw, 'sluice_ejected_deployments{model="dual",provider="a"}') == 0
-    assert metric(gw, 'sluice_ejected_deployments{model="dual",provider="b"}') == 0
+    assert metric(gw, 'sluice_ejected_deployments{model="alike",provider="a"}') == 0
+    assert metric(gw, 'sluice_ejected_deployments{model="alike",provider="b"}') == 0
 
 
 def test_at_most_max_ejection_percent_ejected(gw, stubs):
