@@ -22,9 +22,6 @@ access_log = "ACCESS"
 access_log_flush_s = 0.05
 forward_request_headers = ["content-type", "x-test-*"]
 
-[retry_budget]
-share = 0.2
-min_retry_concurrency = 3
 
 [providers.a]
 base_url = "A/v1"
@@ -72,9 +69,47 @@ fallbacks = ["back-claude"]
 provider = "b-anth"
 upstream_model = "claude-x"
 
+[providers.a2]
+base_url = "A/v1"
+
 [models.dual]
 deployments = [{ provider = "a", weight = 1 }, { provider = "b", weight = 1 }]
-outlier = { consecutive_failures = 3, ejection_s = 2 }
+outlier = { min_requests = 3, failure_margin = 0.3, ejection_s = 2 }
+
+[models.alike]
+deployments = [{ provider = "a", weight = 1 }, { provider = "b", weight = 1 }]
+outlier = { min_requests = 3, failure_margin = 0.3, ejection_s = 2 }
+
+[models.trio]
+deployments = [{ provider = "a", weight = 1 }, { provider = "a2", weight = 1 }, { provider = "b", weight = 1 }]
+outlier = { min_requests = 3, failure_margin = 0.3, max_ejection_percent = 50, ejection_s = 30 }
+
+[models.solo]
+provider = "a"
+outlier = { min_requests = 3, failure_margin = 0.3 }
+
+[models.dual429]
+deployments = [{ provider = "a", weight = 1 }, { provider = "b", weight = 1 }]
+outlier = { min_requests = 3, failure_margin = 0.3, ejection_s = 2 }
+retry = { max_attempts = 3 }
+
+[models.prim429]
+provider = "a"
+retry = { max_attempts = 3 }
+fallbacks = ["back"]
+fallback_on = ["429"]
+
+[models.overload-slow]
+provider = "a"
+retry = { max_attempts = 3, overload_backoff_min_ms = 1500, overload_backoff_max_ms = 3000, deadline_s = 1 }
+
+[models.dual503]
+deployments = [{ provider = "a", weight = 1 }, { provider = "b", weight = 1 }]
+retry = { max_attempts = 3 }
+
+[models.defaults]
+provider = "a"
+retry = { backoff_base_ms = 1, backoff_max_ms = 5 }
 
 [models.standby]
 deployments = [{ provider = "down", weight = 1 }, { provider = "b", weight = 0 }]
@@ -233,32 +268,6 @@ def test_timeout_retried_only_with_retry_after_send(gw, stubs):
     assert metric(gw, 'sluice_retries_total{reason="reset"}') >= 1
 
 
-def test_retry_budget_bounds_amplification(gw, stubs):
-    a, _ = stubs
-    a.fail_status = 500
-    exhausted0 = metric(gw, "sluice_retry_budget_exhausted_total")
-    n_threads, per_thread = 30, 5
-    statuses = []
-
-    def worker():
-        for _ in range(per_thread):
-            s, _, _ = post(gw, "retrying", headers={"x-test-delay-ms": "60"})
-            statuses.append(s)
-
-    threads = [threading.Thread(target=worker) for _ in range(n_threads)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    n = n_threads * per_thread
-    assert len(statuses) == n and set(statuses) == {500}
-    attempts = len(a.requests)
-    # retries in flight <= max(3, 0.2 x requests in flight): about 1.2 attempts a request at most
-    assert n < attempts <= 1.3 * n, attempts
-    assert metric(gw, "sluice_retry_budget_exhausted_total") > exhausted0
-    assert wait_until(lambda: metric(gw, "sluice_retries_in_flight") == 0, timeout=3)
-
-
 def _load(gw, model, n_threads, per_thread, headers=None):
     statuses = []
 
@@ -284,17 +293,6 @@ def test_error_burst_success_rate_and_amplification(gw, stubs):
     # without retries about 80% would succeed; the budget keeps attempts near 1 + 0.2
     assert ok >= 0.88, ok
     assert attempts <= 1.3 * n, attempts
-
-
-def test_budget_also_bounds_fallbacks(gw, stubs):
-    a, b = stubs
-    a.fail_status = 503
-    statuses = _load(gw, "prim", 30, 4, headers={"x-test-delay-ms": "60"})
-    n = len(statuses)
-    assert len(a.requests) == n
-    # fallback attempts take retry-budget slots ([retry_budget] fallbacks = true, the default)
-    assert 0 < len(b.requests) <= 0.35 * n, len(b.requests)
-    assert statuses.count(200) == len(b.requests)
 
 
 def test_fallback_on_overloaded(gw, stubs):
@@ -346,25 +344,126 @@ def test_connect_failure_goes_to_standby_deployment(gw, stubs):
 def test_outlier_ejection_and_readmission(gw, stubs):
     a, b = stubs
     a.fail_status = 500
-    for _ in range(200):
+    # a fails everything, b nothing: once each has 3 recent attempts (min_requests), a is out
+    for _ in range(40):
         post(gw, "dual")
-        if len(a.requests) >= 3:
+        if metric(gw, 'sluice_ejected_deployments{model="dual",provider="a"}') == 1:
             break
-    assert len(a.requests) == 3
+    assert 3 <= len(a.requests) <= 12, len(a.requests)
     assert metric(gw, 'sluice_ejections_total{model="dual",provider="a"}') >= 1
-    assert metric(gw, 'sluice_ejected_deployments{model="dual",provider="a"}') == 1
+    seen = len(a.requests)
     t_ejected = time.monotonic()
     for _ in range(10):  # all to b while a is ejected
         status, _, _ = post(gw, "dual")
         assert status == 200
     if time.monotonic() - t_ejected < 1.5:
-        assert len(a.requests) == 3
+        assert len(a.requests) == seen
     a.fail_status = 0
     time.sleep(max(0.0, 2.2 - (time.monotonic() - t_ejected)))
     for _ in range(30):
         assert post(gw, "dual")[0] == 200
-    assert len(a.requests) > 3  # re-admitted after the cool-down
+    assert len(a.requests) > seen  # re-admitted after the cool-down
     assert metric(gw, 'sluice_ejected_deployments{model="dual",provider="a"}') == 0
+
+
+def test_429_is_not_an_outlier_signal(gw, stubs):
+    """A deployment answering only 429 (Retry-After: 1) is never ejected: each 429 goes at once to
+    the other admitted deployment, no Retry-After wait."""
+    a, b = stubs
+    a.fail_status = 429
+    a.retry_after = 1
+    for _ in range(30):
+        t0 = time.monotonic()
+        assert post(gw, "dual429")[0] == 200
+        assert time.monotonic() - t0 < 0.5
+    assert len(a.requests) >= 5  # still picked by weight: never ejected
+    assert metric(gw, 'sluice_ejections_total{model="dual429",provider="a"}') == 0
+    assert metric(gw, 'sluice_ejected_deployments{model="dual429",provider="a"}') == 0
+
+
+def test_429_goes_to_a_fallback_before_waiting(gw, stubs):
+    """Rate limited with no other deployment: a fallback takes the request at once; the
+    Retry-After is waited only when there is nowhere else to go (test_429_retry_after_is_honoured)."""
+    a, b = stubs
+    a.fail_status = 429
+    a.retry_after = 1
+    t0 = time.monotonic()
+    assert post(gw, "prim429")[0] == 200
+    assert time.monotonic() - t0 < 0.5
+    assert len(a.requests) == 1 and len(b.requests) == 1
+
+
+def test_overloaded_is_never_retried_at_once_on_the_same_deployment(gw, stubs):
+    """503 and 529: a full-jitter backoff of 250 to 500 ms before the first retry on the same
+    deployment (overload_backoff_min_ms = 250, its ceiling doubling from 500 up to
+    overload_backoff_max_ms = 2000), though the model's own backoff is 1 to 5 ms."""
+    a, _ = stubs
+    for status in (503, 529):
+        a.requests.clear()
+        a.plan = [status]
+        t0 = time.monotonic()
+        assert post(gw, "retrying")[0] == 200
+        assert 0.24 <= time.monotonic() - t0 < 0.9
+        assert len(a.requests) == 2
+
+
+def test_overloaded_backoff_within_the_deadline(gw, stubs):
+    """A backoff that would end past deadline_s is not waited: the 503 is relayed at once."""
+    a, _ = stubs
+    a.plan = [503]
+    t0 = time.monotonic()
+    assert post(gw, "overload-slow")[0] == 503
+    assert time.monotonic() - t0 < 0.8
+    assert len(a.requests) == 1
+
+
+def test_overloaded_goes_to_another_deployment_at_once(gw, stubs):
+    a, b = stubs
+    a.fail_status = 503
+    for _ in range(10):
+        t0 = time.monotonic()
+        assert post(gw, "dual503")[0] == 200
+        assert time.monotonic() - t0 < 0.2
+    assert len(b.requests) == 10
+
+
+def test_three_attempts_by_default_for_5xx(gw, stubs):
+    """max_attempts defaults to 3: two 500s in a row still end in a success; three are relayed."""
+    a, _ = stubs
+    a.plan = [500, 502]
+    assert post(gw, "defaults")[0] == 200
+    assert len(a.requests) == 3
+    a.requests.clear()
+    a.plan = [500, 500, 500]
+    assert post(gw, "defaults")[0] == 500
+    assert len(a.requests) == 3
+
+
+def test_no_ejection_when_every_deployment_fails_alike(gw, stubs):
+    """Both deployments failing (the provider side, not one deployment): neither is an outlier,
+    neither is ejected."""
+    a, b = stubs
+    a.fail_status = b.fail_status = 500
+    for _ in range(30):
+        assert post(gw, "alike")[0] == 500
+    assert len(a.requests) >= 5 and len(b.requests) >= 5
+    assert metric(gw, 'sluice_ejected_deployments{model="alike",provider="a"}') == 0
+    assert metric(gw, 'sluice_ejected_deployments{model="alike",provider="b"}') == 0
+
+
+def test_at_most_max_ejection_percent_ejected(gw, stubs):
+    """Two of three deployments (a, a2) fail everything: max_ejection_percent = 50 ejects one of
+    them, never both; a lone deployment is never ejected at all."""
+    a, b = stubs
+    a.fail_status = 500
+    for _ in range(60):
+        post(gw, "trio")
+    ejected = [metric(gw, f'sluice_ejected_deployments{{model="trio",provider="{p}"}}')
+               for p in ("a", "a2", "b")]
+    assert ejected[:2] in ([1, 0], [0, 1]) and ejected[2] == 0, ejected
+    for _ in range(10):
+        assert post(gw, "solo")[0] == 500
+    assert 'sluice_ejections_total{model="solo"' not in gw.metrics()
 
 
 def test_config_errors(tmp_path):
@@ -381,15 +480,35 @@ def test_config_errors(tmp_path):
         {"m": {"deployments": [{"provider": "p", "weight": 0}]}},
         {"m": {"deployments": [{"provider": "x"}]}},
         {"m": {"provider": "p", "outlier": {"ejection_s": 0}}},
+        {"m": {"provider": "p", "outlier": {"consecutive_failures": 5}}},
+        {"m": {"provider": "p", "outlier": {"failure_margin": 0}}},
+        {"m": {"provider": "p", "outlier": {"failure_margin": 1.5}}},
+        {"m": {"provider": "p", "outlier": {"max_ejection_percent": 101}}},
+        {"m": {"provider": "p", "outlier": {"window_s": 0}}},
+        {"m": {"provider": "p", "outlier": {"min_requests": -1}}},
     ]
     for models in bad:
         with pytest.raises(ConfigError):
             Config(dict(base, models=models))
-    with pytest.raises(ConfigError):
-        Config(dict(base, models={"m": {"provider": "p"}}, retry_budget={"share": 2}))
+    for budget, key in [({"share": 0.2}, "share"), ({"capacity": 0}, "capacity"),
+                        ({"capacity": 2e6}, "capacity"), ({"deposit_per_success": -1}, "deposit_per_success"),
+                        ({"deposit_per_success": 11}, "deposit_per_success"),
+                        ({"min_retries_per_s": "x"}, "min_retries_per_s")]:
+        with pytest.raises(ConfigError, match=key):
+            Config(dict(base, models={"m": {"provider": "p"}}, retry_budget=budget))
+    for retry, key in [({"deadline_s": 0}, "deadline_s"), ({"deadline_s": 4000}, "deadline_s"),
+                       ({"overload_backoff_min_ms": 0}, "overload_backoff_min_ms"),
+                       ({"overload_backoff_max_ms": 70000}, "overload_backoff_max_ms"),
+                       ({"overload_backoff_min_ms": 500, "overload_backoff_max_ms": 400},
+                        "overload_backoff_min_ms")]:
+        with pytest.raises(ConfigError, match=key):
+            Config(dict(base, models={"m": {"provider": "p", "retry": retry}}))
+    c = Config(dict(base, models={"m": {"provider": "p", "retry": {}}}))
+    assert c.models["m"].retry.deadline_s == 10.0 and c.models["m"].retry.max_attempts == 3
     c = Config(dict(base, models={"m": {"provider": "p"}}))
     assert c.models["m"].retry is None and not c.models["m"].resilient
-    assert c.retry_budget.share == 0.2 and c.retry_budget.min_retry_concurrency == 3
+    b = c.retry_budget
+    assert (b.capacity, b.deposit_per_success, b.min_retries_per_s) == (100, 0.5, 10)
     assert re  # noqa
 
 
@@ -403,18 +522,181 @@ def test_resilient_template_rides_out_a_failing_primary(stubs, tmp_path):
     for k, v in {"{{listen_host}}": "127.0.0.1", "{{port}}": "{port}", "{{workers}}": "1",
                  "{{upstream_url}}": a.url, "{{standby_url}}": b.url}.items():
         text = text.replace(k, v)
+    text = text.replace("{{#standby}}", "").replace("{{/standby}}", "")  # a standby runs
     g = Sluice(text, str(tmp_path), env={"SLUICE_MOCK_API_KEY": "sk-mock"}).start()
     try:
         a.fail_status = 500
         for _ in range(20):
             assert post(g, "mock-alias")[0] == 200
-        assert len(a.requests) == 5  # consecutive_failures = 5, then ejected for 2 s
+        # min_requests = 5 on both sides: the primary's 6th failure (its retry on the standby
+        # made the standby's 5th success before it) ejects it for 2 s
+        assert len(a.requests) == 6
         assert len(b.requests) == 20
         assert metric(g, 'sluice_ejected_deployments{model="mock-model",provider="mock"}') == 1
         a.fail_status = 0
         time.sleep(2.2)
         for _ in range(5):
             assert post(g, "mock-alias")[0] == 200
-        assert len(a.requests) == 10  # back on the primary after the cool-down
+        assert len(a.requests) == 11  # back on the primary after the cool-down
     finally:
         g.stop()
+
+
+# ---------------------------------------------------------------- the retry budget, on its own
+BUDGET_CONFIG = """
+[server]
+listen = "127.0.0.1:{port}"
+workers = 1
+
+[retry_budget]
+capacity = 10
+deposit_per_success = 0.5
+min_retries_per_s = 2
+
+[providers.c]
+base_url = "C/v1"
+
+[providers.d]
+base_url = "D/v1"
+
+[providers.down]
+base_url = "http://127.0.0.1:DOWN/v1"
+
+[models.r3down]
+provider = "down"
+retry = { max_attempts = 3, backoff_base_ms = 1, backoff_max_ms = 5 }
+
+[models.r3]
+provider = "c"
+retry = { max_attempts = 3, backoff_base_ms = 1, backoff_max_ms = 5 }
+
+[models.slow429]
+provider = "c"
+retry = { max_attempts = 3, retry_after_max_ms = 10000, deadline_s = 1 }
+
+[models.fb]
+provider = "c"
+fallbacks = ["fb-back"]
+
+[models.fb-back]
+provider = "d"
+"""
+
+
+@pytest.fixture
+def budget_gw(tmp_path):
+    """A gateway of its own (a fresh, full bucket) and its own stubs ``c`` and ``d``."""
+    from sluice_helpers import Sluice
+    c, d = Stub().start(), Stub().start()
+    g = Sluice(BUDGET_CONFIG.replace("C/v1", c.url + "/v1").replace("D/v1", d.url + "/v1")
+               .replace("DOWN", str(free_port())), str(tmp_path)).start()
+    try:
+        yield g, c, d
+    finally:
+        g.stop()
+        c.stop()
+        d.stop()
+
+
+def _paced(gw, model, n, seconds, marks=(), threads=10):
+    """``n`` requests spread evenly over ``seconds`` by ``threads`` clients; ``marks``: callables
+    run at their offsets [(offset_s, fn)]. Returns the statuses."""
+    statuses = []
+    t0 = time.monotonic()
+    per = n // threads
+    gap = seconds / per
+
+    def worker(i):
+        for k in range(per):
+            due = t0 + k * gap + i * gap / threads
+            wait = due - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            statuses.append(post(gw, model)[0])
+
+    ts = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+    for t in ts:
+        t.start()
+    for offset, fn in marks:
+        wait = t0 + offset - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        fn()
+    for t in ts:
+        t.join()
+    return statuses
+
+
+def test_retry_budget_against_a_provider_that_is_down(budget_gw):
+    """Every attempt fails and there is nowhere else to go: once the bucket is spent (10 tokens),
+    retries are 2 a second (min_retries_per_s), so after the first 2 s the attempts per client
+    request stay <= 1.1 however many attempts each request may make (max_attempts = 3)."""
+    g, c, _ = budget_gw
+    c.fail_status = 500
+    seen = {}
+    statuses = _paced(g, "r3", 200, 4.0, marks=[(2.0, lambda: seen.update(at=len(c.requests)))])
+    assert len(statuses) == 200 and set(statuses) == {500}  # the last failure, relayed
+    after = len(c.requests) - seen["at"]
+    sent_after = 100  # the requests due in the last 2 s
+    assert after <= 1.1 * sent_after, (after, sent_after)
+    assert metric(g, "sluice_retry_budget_exhausted_total") > 0
+    assert metric(g, "sluice_retries_in_flight") == 0
+
+
+def test_retry_budget_against_connects_refused(budget_gw):
+    """The same with the provider's port closed (every attempt a refused connect, counted in
+    sluice_upstream_errors_total): after the first 2 s, <= 1.1 attempts per request."""
+    g, _, _ = budget_gw
+
+    def attempts():
+        return metric(g, 'sluice_upstream_errors_total{provider="down"')
+
+    seen = {}
+    statuses = _paced(g, "r3down", 200, 4.0, marks=[(2.0, lambda: seen.update(at=attempts()))])
+    assert len(statuses) == 200 and set(statuses) == {502}, set(statuses)
+    after = attempts() - seen["at"]
+    assert 100 <= after <= 1.1 * 100, after
+
+
+def test_retry_budget_refills_with_successes(budget_gw):
+    """Successes deposit tokens: after the bucket was spent on a provider failing everything,
+    a recovering provider's successes pay for retries again."""
+    g, c, _ = budget_gw
+    c.fail_status = 500
+    for _ in range(20):
+        post(g, "r3")
+    c.fail_status = 0
+    for _ in range(40):  # 40 successes deposit 20 tokens (up to capacity 10)
+        assert post(g, "r3")[0] == 200
+    c.requests.clear()
+    c.plan = [500, 500, 500, 500, 500, 500]
+    assert post(g, "r3")[0] == 500 and post(g, "r3")[0] == 500
+    assert len(c.requests) == 6  # both requests retried twice: the budget was there
+
+
+def test_budget_also_bounds_fallbacks(budget_gw):
+    """Fallback attempts take tokens too ([retry_budget] fallbacks = true, the default)."""
+    g, c, d = budget_gw
+    c.fail_status = 503
+    statuses = _paced(g, "fb", 100, 2.0)
+    # 10 tokens, 2 a second, 0.5 back per success: about 2 x (10 + 2 x 2) = 28 at most
+    assert 10 <= len(d.requests) <= 35, len(d.requests)
+    assert statuses.count(200) == len(d.requests)
+
+
+def test_no_wait_past_the_deadline(budget_gw):
+    """A wait that would end past the request's deadline (deadline_s = 1) is not made: the client
+    gets the last failure at once, in its dialect, with the provider's Retry-After."""
+    g, c, _ = budget_gw
+    c.plan = [429]
+    c.retry_after = 3  # within retry_after_max_ms, past the deadline
+    t0 = time.monotonic()
+    status, headers, data = post(g, "slow429")
+    assert status == 429 and time.monotonic() - t0 < 0.8
+    assert "error" in json.loads(data) and headers.get("retry-after") == "3"
+    assert len(c.requests) == 1
+    c.plan = [429]
+    c.retry_after = 0.3  # within the deadline: waited, then answered
+    t0 = time.monotonic()
+    assert post(g, "slow429")[0] == 200
+    assert 0.25 <= time.monotonic() - t0 < 1.0

@@ -238,12 +238,14 @@ def _classes(table, key, default, where):
 
 class RetryConfig:
     KEYS = ("max_attempts", "on", "backoff_base_ms", "backoff_max_ms", "honour_retry_after",
-            "retry_after_max_ms", "retry_after_send")
+            "retry_after_max_ms", "retry_after_send", "deadline_s", "overload_backoff_min_ms",
+            "overload_backoff_max_ms")
 
     def __init__(self, t, where):
         w = where + ".retry"
         _check_table(t, self.KEYS, w)
-        self.max_attempts = _num(t, "max_attempts", 2, w, 1, integer=True)
+        # the retry budget, not this cap, bounds the amplification
+        self.max_attempts = _num(t, "max_attempts", 3, w, 1, integer=True)
         if self.max_attempts > 10:
             raise ConfigError(f"{w}.max_attempts must be <= 10")
         self.on = _classes(t, "on", DEFAULT_RETRY_ON, w)
@@ -252,29 +254,64 @@ class RetryConfig:
         self.honour_retry_after = _bool(t, "honour_retry_after", True, w)
         self.retry_after_max_s = _num(t, "retry_after_max_ms", 2000, w, 0) / 1000
         self.retry_after_send = _bool(t, "retry_after_send", False, w)
+        # no wait (backoff, Retry-After) past this many seconds from the request's arrival
+        self.deadline_s = float(_num(t, "deadline_s", 10.0, w, 0.1))
+        if self.deadline_s > 3600:
+            raise ConfigError(f"{w}.deadline_s must be <= 3600")
+        # an overloaded deployment (503, 529) is never retried at once: a full-jitter backoff
+        # between these, doubling its ceiling with each attempt
+        self.overload_backoff_min_s = _num(t, "overload_backoff_min_ms", 250, w, 1) / 1000
+        self.overload_backoff_max_s = _num(t, "overload_backoff_max_ms", 2000, w, 1) / 1000
+        if self.overload_backoff_max_s > 60:
+            raise ConfigError(f"{w}.overload_backoff_max_ms must be <= 60000")
+        if self.overload_backoff_min_s > self.overload_backoff_max_s:
+            raise ConfigError(f"{w}.overload_backoff_min_ms must be <= overload_backoff_max_ms")
 
 
 class OutlierConfig:
-    KEYS = ("consecutive_failures", "ejection_s")
+    """Ejection of relative outliers: a deployment whose recent failure share exceeds its
+    admitted peers' by ``failure_margin``, over at least ``min_requests`` recent attempts."""
+    KEYS = ("min_requests", "failure_margin", "window_s", "max_ejection_percent", "ejection_s")
 
     def __init__(self, t, where):
         w = where + ".outlier"
         _check_table(t, self.KEYS, w)
-        self.consecutive_failures = _num(t, "consecutive_failures", 5, w, 0, integer=True)
+        self.min_requests = _num(t, "min_requests", 10, w, 0, integer=True)  # 0 = never eject
+        if self.min_requests > 1000000:
+            raise ConfigError(f"{w}.min_requests must be <= 1000000")
+        self.failure_margin = float(_num(t, "failure_margin", 0.3, w, 0.01))
+        if self.failure_margin > 1:
+            raise ConfigError(f"{w}.failure_margin must be <= 1")
+        self.window_s = float(_num(t, "window_s", 10.0, w, 0.1))
+        if self.window_s > 3600:
+            raise ConfigError(f"{w}.window_s must be <= 3600")
+        self.max_ejection_percent = float(_num(t, "max_ejection_percent", 50, w, 0))
+        if self.max_ejection_percent > 100:
+            raise ConfigError(f"{w}.max_ejection_percent must be <= 100")
         self.ejection_s = float(_num(t, "ejection_s", 10.0, w, 0.01))
+        if self.ejection_s > 86400:
+            raise ConfigError(f"{w}.ejection_s must be <= 86400")
 
 
 class RetryBudgetConfig:
-    KEYS = ("share", "min_retry_concurrency", "fallbacks")
+    """A token bucket per worker: a retry (or fallback) attempt withdraws one token when it is
+    sent, a successful attempt deposits ``deposit_per_success``, ``min_retries_per_s`` tokens
+    flow in every second; at most ``capacity`` tokens (it starts full)."""
+    KEYS = ("capacity", "deposit_per_success", "min_retries_per_s", "fallbacks")
 
     def __init__(self, t):
         w = "[retry_budget]"
         _check_table(t, self.KEYS, w)
-        self.share = float(_num(t, "share", 0.2, w, 0.0))
-        if self.share > 1.0:
-            raise ConfigError(f"{w}.share must be <= 1")
-        self.min_retry_concurrency = _num(t, "min_retry_concurrency", 3, w, 0, integer=True)
-        # fallback attempts take budget slots too (set false when fallbacks are spare capacity)
+        self.capacity = float(_num(t, "capacity", 100, w, 1))
+        if self.capacity > 1e6:
+            raise ConfigError(f"{w}.capacity must be <= 1000000")
+        self.deposit_per_success = float(_num(t, "deposit_per_success", 0.5, w, 0.0))
+        if self.deposit_per_success > 10:
+            raise ConfigError(f"{w}.deposit_per_success must be <= 10")
+        self.min_retries_per_s = float(_num(t, "min_retries_per_s", 10, w, 0.0))
+        if self.min_retries_per_s > 1e6:
+            raise ConfigError(f"{w}.min_retries_per_s must be <= 1000000")
+        # fallback attempts take tokens too (set false when fallbacks are spare capacity)
         self.fallbacks = _bool(t, "fallbacks", True, w)
 
 

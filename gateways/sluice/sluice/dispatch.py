@@ -6,7 +6,7 @@ from time import perf_counter
 
 from sluice import rewrite
 from sluice.http import error_body
-from sluice.resilience import on_failure
+from sluice.resilience import attempt_sending, on_failure
 
 # Only for the performance gate's own test: a Sluice slowed on purpose, by this many
 # milliseconds before each request goes upstream, must be caught by the gate. Never set in use.
@@ -115,6 +115,7 @@ def resend_now(conn, r):
         return  # the client went away meanwhile (its request was accounted for then)
     pool = r.deployment.provider.pool
     now = perf_counter()
+    attempt_sending(conn.app, r, now)
     r.t_resume = now
     up = pool.acquire()
     if up is not None:

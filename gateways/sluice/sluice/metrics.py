@@ -54,7 +54,7 @@ class Metrics:
         self.retry_budget_exhausted = 0  # retries refused by the retry budget
         self.fallbacks = {}         # (from model, to model) -> count
         self.ejections = {}         # (model, provider) -> deployments ejected
-        self.retries_in_flight = 0  # requests holding a retry-budget slot
+        self.retries_in_flight = 0  # requests waiting (backoff, Retry-After) before another attempt
 
     def count_request(self, model, status):
         k = (model, status)
@@ -182,7 +182,7 @@ HELP = {  # the metrics every scrape has: name -> (type, help text)
     "sluice_retries_total": ("counter", "Retries of failed provider attempts, by failure class."),
     "sluice_retry_budget_exhausted_total": ("counter",
         "Retries not made because the retry budget was used up."),
-    "sluice_retries_in_flight": ("gauge", "Requests holding a retry-budget slot."),
+    "sluice_retries_in_flight": ("gauge", "Requests waiting (backoff or Retry-After) before another attempt; they hold no retry budget."),
     "sluice_fallbacks_total": ("counter",
         "Requests sent on to a fallback model, by the model that failed and the fallback."),
     "sluice_ejections_total": ("counter", "Deployments ejected by passive health, by model and provider."),

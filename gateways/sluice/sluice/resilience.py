@@ -2,16 +2,18 @@
 with passive health (outlier ejection). See README.md, "Retries, fallbacks and deployments".
 
 Nothing here runs for a model that configures none of it (its route has no Policy), and for
-one that does, nothing runs on a successful response but a deployment's failure counter reset.
+one that does, nothing runs on a successful response but its deployment's recent record and a
+retry-budget deposit.
 A failed attempt (an error status in a retry class, a connect failure, a timeout or reset when
 allowed) reaches ``on_failure`` before any byte of it went to the client; it answers how long
 to wait before the next attempt (which may go to another deployment or a fallback model), or
 -1: relay the failure as it is.
 
-State is per worker process (as the connection pools are): budgets, failure counters and
+State is per worker process (as the connection pools are): budgets, recent records and
 ejections are each worker's own view.
 """
 import random
+from time import perf_counter
 
 from sluice import rewrite
 
@@ -57,8 +59,10 @@ def parse_retry_after(head, low):
 
 
 class Deployment:
-    """One provider serving a model: a weight, a failure counter, an ejection deadline."""
-    __slots__ = ("target", "provider", "name", "upstream", "weight", "fails", "ejected_until")
+    """One provider serving a model: a weight, its recent attempts and failures, an ejection
+    deadline."""
+    __slots__ = ("target", "provider", "name", "upstream", "weight", "n", "bad", "prev_n",
+                 "prev_bad", "since", "ejected_until")
 
     def __init__(self, target, weight):
         self.target = target        # a request.Route bound to this provider and upstream model
@@ -66,8 +70,25 @@ class Deployment:
         self.name = target.provider.name
         self.upstream = target.upstream
         self.weight = weight
-        self.fails = 0              # consecutive failures
         self.ejected_until = 0.0    # perf_counter deadline, 0 when admitted
+        self.forget(0.0)
+
+    def forget(self, now):
+        self.n = self.bad = 0           # attempts and failures in this window
+        self.prev_n = self.prev_bad = 0  # ... and in the one before
+        self.since = now
+
+    def record(self, failed, now, window_s):
+        if now - self.since >= window_s:
+            if now - self.since >= 2 * window_s:
+                self.prev_n = self.prev_bad = 0
+            else:
+                self.prev_n, self.prev_bad = self.n, self.bad
+            self.n = self.bad = 0
+            self.since = now
+        self.n += 1
+        if failed:
+            self.bad += 1
 
 
 class Policy:
@@ -82,8 +103,14 @@ class Policy:
         self.fallbacks = []  # Routes, filled in once every route exists
         self.fallback_on = _expand(model_cfg.fallback_on)
         self.retry_after_send = r.retry_after_send if r is not None else False
-        self.consecutive = model_cfg.outlier.consecutive_failures
-        self.ejection_s = model_cfg.outlier.ejection_s
+        o = model_cfg.outlier
+        self.min_requests = o.min_requests
+        self.failure_margin = o.failure_margin
+        self.window_s = o.window_s
+        # how many may be ejected at once: never all of them
+        most = int(len(self.deployments) * o.max_ejection_percent / 100.0 + 1e-9)
+        self.max_ejected = most if most < len(self.deployments) else len(self.deployments) - 1
+        self.ejection_s = o.ejection_s
 
     def pick(self, now, avoid=None):
         """A deployment by weight among the admitted ones (not ``avoid`` if another is admitted;
@@ -97,9 +124,9 @@ class Policy:
             if d.ejected_until:
                 if d.ejected_until > now:
                     continue
-                # the cool-down is over: re-admitted on probation (one more failure ejects again)
+                # the cool-down is over: re-admitted with a clean record
                 d.ejected_until = 0.0
-                d.fails = self.consecutive - 1 if self.consecutive > 1 else 0
+                d.forget(now)
             if d is avoid:
                 continue
             if d.weight > 0:
@@ -118,57 +145,134 @@ class Policy:
                 return d
         return pool[-1]
 
+    def success(self, d, now):
+        if self.single is None:
+            d.record(False, now, self.window_s)
+
     def failure(self, failed, now, metrics):
-        """Passive health: eject a deployment after ``consecutive`` failures in a row, unless it
-        is the last admitted one."""
-        if self.consecutive == 0 or self.single is not None:
+        """Passive health: eject a deployment whose recent failure share exceeds its admitted
+        peers' by ``failure_margin`` (over ``min_requests`` recent attempts at least), while
+        fewer than ``max_ejected`` are ejected. A single deployment is never ejected."""
+        if self.single is not None:
             return
-        failed.fails += 1
-        if failed.fails < self.consecutive or failed.ejected_until:
+        failed.record(True, now, self.window_s)
+        if self.min_requests == 0 or failed.ejected_until:
             return
+        volume = failed.n + failed.prev_n
+        if volume < self.min_requests:
+            return
+        share = (failed.bad + failed.prev_bad) / volume
+        if share < self.failure_margin:
+            return
+        peers_n = peers_bad = 0
+        ejected = 0
         for d in self.deployments:
-            if d is not failed and (not d.ejected_until or d.ejected_until <= now):
-                failed.ejected_until = now + self.ejection_s
-                failed.fails = 0
-                k = (self.name, failed.name)
-                metrics.ejections[k] = metrics.ejections.get(k, 0) + 1
-                return
+            if d.ejected_until > now:
+                ejected += 1
+            elif d is not failed:
+                if d.since and now - d.since >= 2 * self.window_s:
+                    continue  # nothing recent: no evidence either way
+                peers_n += d.n + d.prev_n
+                peers_bad += d.bad + d.prev_bad
+        if ejected >= self.max_ejected or peers_n < self.min_requests:
+            return  # the most are out already, or too little is known of the peers
+        peers_share = peers_bad / peers_n if peers_n else 0.0
+        if share - peers_share < self.failure_margin:
+            return  # failing no more than its peers: the provider, not this deployment
+        failed.ejected_until = now + self.ejection_s
+        failed.forget(now)
+        k = (self.name, failed.name)
+        metrics.ejections[k] = metrics.ejections.get(k, 0) + 1
 
     def ejected(self, now):
         return [d for d in self.deployments if d.ejected_until > now]
 
 
+class RetryBudget:
+    """The retry budget of a worker, a token bucket (the shape of the AWS SDKs' retry quota and
+    Finagle's RetryBudget): a retry or fallback attempt withdraws a token when it is sent, each
+    successful attempt deposits ``deposit_per_success``, and ``min_retries_per_s`` flow in every
+    second, up to ``capacity``. A retry is decided only while a token is there; a request
+    waiting (backoff, Retry-After) holds none. When nothing succeeds, retries fall to
+    ``min_retries_per_s`` once the bucket is empty."""
+
+    def __init__(self, cfg):
+        self.capacity = cfg.capacity
+        self.deposit = cfg.deposit_per_success
+        self.per_s = cfg.min_retries_per_s
+        self.fallbacks = cfg.fallbacks
+        self.tokens = cfg.capacity
+        self.t = perf_counter()
+
+    def _refill(self, now):
+        if now > self.t:
+            if self.per_s:
+                tokens = self.tokens + (now - self.t) * self.per_s
+                self.tokens = tokens if tokens < self.capacity else self.capacity
+            self.t = now
+
+    def allows(self, now):
+        self._refill(now)
+        return self.tokens >= 1.0
+
+    def withdraw(self, now):
+        """A retry attempt is being sent: one token (the bucket may owe a little, when requests
+        decided together are sent together; the debt is paid before the next retry)."""
+        self._refill(now)
+        if self.tokens > -self.capacity:
+            self.tokens -= 1.0
+
+    def succeeded(self):
+        tokens = self.tokens + self.deposit
+        self.tokens = tokens if tokens < self.capacity else self.capacity
+
+
 class RetryState:
     """A request's attempts, made when its first attempt fails."""
-    __slots__ = ("primary", "model_attempts", "attempts", "fallbacks_tried", "budgeted", "delay",
-                 "fallback")
+    __slots__ = ("primary", "model_attempts", "attempts", "fallbacks_tried", "waiting", "delay",
+                 "fallback", "charge")
 
     def __init__(self, primary):
         self.primary = primary      # the Policy of the model the client asked for
         self.model_attempts = 1     # attempts on the current model
         self.attempts = 1           # attempts in all
         self.fallbacks_tried = 0    # fallbacks of the primary used so far
-        self.budgeted = False       # holds a slot of the retry budget
+        self.waiting = False        # counted in metrics.retries_in_flight (waiting to be sent)
         self.delay = 0.0            # before the next attempt
         self.fallback = None        # the fallback model name now answering
+        self.charge = False         # the next attempt withdraws a budget token when sent
 
 
-def _budget(app, state, m):
-    """Whether one more retry fits the budget: retries in flight <= max(min_retry_concurrency,
-    share x requests in flight) (a request holding a slot keeps it for its later attempts)."""
-    if state.budgeted:
-        return True
-    b = app.retry_budget
-    allowed = b.share * m.in_flight
-    if allowed < b.min_retry_concurrency:
-        allowed = b.min_retry_concurrency
-    return m.retries_in_flight < allowed
+def _budget(app, now):
+    """Whether one more retry fits the budget (a token is there now)."""
+    return app.retry_budget.allows(now)
 
 
 def _take(state, m):
-    if not state.budgeted:
-        state.budgeted = True
-        m.retries_in_flight += 1
+    state.charge = True
+
+
+def attempt_ok(app, req, status, now):
+    """A response head below 429 answered an attempt of ``req``: its deployment is healthy, and
+    a success (2xx, 3xx) deposits into the retry budget."""
+    req.route.policy.success(req.deployment, now)
+    if status < 400:
+        app.retry_budget.succeeded()
+
+
+def attempt_sending(app, r, now):
+    """The attempt decided by ``on_failure`` is being sent now: the budget is charged."""
+    state = r.retry_state
+    if state.waiting:
+        state.waiting = False
+        app.metrics.retries_in_flight -= 1
+    if state.charge:
+        state.charge = False
+        app.retry_budget.withdraw(now)
+
+
+def _past_deadline(req, r, delay, now):
+    return now + delay > req.t0 + r.deadline_s
 
 
 def attempt_replaced(app, req, status, head, low, now):
@@ -177,8 +281,7 @@ def attempt_replaced(app, req, status, head, low, now):
     not a provider fault leaves the deployment healthy."""
     cls = classify(status)
     if cls is None:
-        if req.deployment.fails:
-            req.deployment.fails = 0
+        req.route.policy.success(req.deployment, now)
         return False
     delay = on_failure(app, req, cls, parse_retry_after(head, low), now)
     if delay < 0:
@@ -192,7 +295,8 @@ def on_failure(app, req, cls, retry_after, now):
     seconds to wait before the next attempt (req.deployment, req.route and req.payload are set
     for it), or -1 when the failure is to be relayed."""
     policy = req.route.policy
-    policy.failure(req.deployment, now, app.metrics)
+    if cls != "429":  # a 429 is the provider's rate limit, not a sign of a failing deployment
+        policy.failure(req.deployment, now, app.metrics)
     state = req.retry_state
     if state is None:
         state = req.retry_state = RetryState(policy)
@@ -222,18 +326,33 @@ def _retry(app, req, state, cls, retry_after, now):
     else:  # exponential backoff, full jitter
         cap = r.backoff_base_s * (1 << (state.model_attempts - 1))
         delay = random.random() * (cap if cap < r.backoff_max_s else r.backoff_max_s)
+    if cls == "overloaded":  # never at once on the same deployment: full jitter in [min, ceiling]
+        lo = r.overload_backoff_min_s
+        cap = lo * (2 << (state.model_attempts - 1))
+        if cap > r.overload_backoff_max_s:
+            cap = r.overload_backoff_max_s
+        backoff = lo + random.random() * (cap - lo)
+        if delay < backoff and (delay >= 0 or retry_after < 0 or not r.honour_retry_after):
+            delay = backoff
     if delay < 0:
         return -2.0
-    if not _budget(app, state, m):
-        m.retry_budget_exhausted += 1
-        return -1.0 if app.retry_budget.fallbacks else -2.0
     failed = req.deployment
     following = req.route.policy.pick(now, failed)
+    if following is failed and cls == "429" and _can_fall_back(state, cls):
+        return -2.0  # rate limited and no other deployment: a fallback at once, not a wait
+    if not _budget(app, now):
+        m.retry_budget_exhausted += 1
+        return -1.0 if app.retry_budget.fallbacks else -2.0
     if following is not failed and not rewrite.retarget(req, following.target):
         return -2.0
     if following is not failed:
         delay = 0.0  # another deployment: the failed one's backoff is not its own
+    elif _past_deadline(req, r, delay, now):
+        return -2.0  # the deadline would pass while waiting: the failure now (or a fallback)
     _take(state, m)
+    if delay > 0:
+        state.waiting = True
+        m.retries_in_flight += 1
     req.deployment = following
     state.model_attempts += 1
     state.attempts += 1
@@ -241,11 +360,16 @@ def _retry(app, req, state, cls, retry_after, now):
     return delay
 
 
+def _can_fall_back(state, cls):
+    primary = state.primary
+    return state.fallbacks_tried < len(primary.fallbacks) and cls in primary.fallback_on
+
+
 def _fall_back(app, req, state, now):
     """The next fallback model of the primary that can take ``req``: 0 (no wait), or -1."""
     m = app.metrics
     primary = state.primary
-    if app.retry_budget.fallbacks and not _budget(app, state, m):
+    if app.retry_budget.fallbacks and not _budget(app, now):
         m.retry_budget_exhausted += 1
         return -1.0
     while state.fallbacks_tried < len(primary.fallbacks):

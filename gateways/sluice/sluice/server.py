@@ -21,7 +21,7 @@ from sluice.keys import KeyStore
 from sluice.metrics import Metrics
 from sluice.pool import Provider
 from sluice.request import HeaderPolicy, Route
-from sluice.resilience import Policy
+from sluice.resilience import Policy, RetryBudget
 
 TICK = 0.1
 # paths answered by Sluice itself, with GET
@@ -64,7 +64,7 @@ class App:
         self.access_log = AccessLog(s.access_log) if s.access_log else None
         self.response_filter = response_filter(s.forward_response_headers)
         self.providers = {n: Provider(p, self) for n, p in cfg.providers.items()}
-        self.retry_budget = cfg.retry_budget
+        self.retry_budget = RetryBudget(cfg.retry_budget)
         self._build_routes(cfg)
         self.keys = KeyStore(cfg.keys, shared, worker, n_workers)
         for rec in self.keys.records:  # model names and aliases each key may call
@@ -175,8 +175,8 @@ class App:
         m.in_flight -= 1
         m.count_request(req.model_label, status)
         retry_state = req.retry_state
-        if retry_state is not None and retry_state.budgeted:
-            retry_state.budgeted = False
+        if retry_state is not None and retry_state.waiting:
+            retry_state.waiting = False
             m.retries_in_flight -= 1
         if req.overhead_us:
             m.overhead.observe(req.overhead_us / 1e6)

@@ -18,7 +18,7 @@ from httptools import HttpParserError, HttpResponseParser
 from sluice import dispatch, relay_same_dialect, relay_translated
 from sluice.http import chunk, content_length_at, says_close
 from sluice.dialects import SAME_DIALECT
-from sluice.resilience import attempt_replaced
+from sluice.resilience import attempt_ok, attempt_replaced
 from sluice.usage import UsageScan
 
 # relay modes of an exchange
@@ -309,8 +309,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         deployment = req.deployment
         if deployment is not None:  # resilience: a failed attempt may be replaced by another one
             if status < 429:
-                if deployment.fails:
-                    deployment.fails = 0
+                attempt_ok(self.app, req, status, now)
             elif attempt_replaced(self.app, req, status, head, low, now):
                 if length_at >= 0:
                     self.body_left = content_length_at(low, length_at) - body_here
