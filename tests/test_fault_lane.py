@@ -278,7 +278,9 @@ def test_error_burst_study(tmp_path):
     for system in ("direct", "nginx"):
         w = per_window[per_window["system"] == system].set_index("window")
         assert w.loc["during", "success_share"] == pytest.approx(0.8, abs=0.08)
-        assert w.loc["before", "success_share"] == 1.0 and w.loc["after", "success_share"] == 1.0
+        # windows go by the client's send time, faults by when the body reached the mock: a
+        # request sent just before the fault's start can meet it (one of ~50 here)
+        assert w.loc["before", "success_share"] >= 0.95 and w.loc["after", "success_share"] == 1.0
         assert w.loc["during", "amplification"] == pytest.approx(1.0, abs=0.05)
         # the mock's OpenAI error bodies, passed through: the client's dialect
         assert w.loc["during", "client_dialect_share"] == 1.0
