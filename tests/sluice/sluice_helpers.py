@@ -290,3 +290,17 @@ def tokens_spent(gw, key):
     """The tokens key ``key`` has spent, as Sluice ``gw`` reports it in /metrics (0 if absent)."""
     m = re.search(r'sluice_key_tokens_spent\{key="%s"\} (\d+)' % key, gw.metrics())
     return int(m.group(1)) if m else 0
+
+
+def post_model(gw, model, headers=None, **extra):
+    """A chat to ``model`` through a started gateway, without a key."""
+    return chat(gw.port, dict({"model": model, "messages": MSG}, **extra), key=None, headers=headers)
+
+
+def metric_sum(gw, line_prefix):
+    """The sum of a gateway's /metrics lines starting with ``line_prefix``."""
+    total = 0
+    for line in gw.metrics().splitlines():
+        if line.startswith(line_prefix):
+            total += float(line.rsplit(" ", 1)[1])
+    return total

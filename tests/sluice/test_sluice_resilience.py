@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from sluice_helpers import chat
+from sluice_helpers import metric_sum, post_model
 from sluice_stub import Stub, free_port, wait_until
 
 MSG = [{"role": "user", "content": "hi"}]
@@ -149,18 +149,6 @@ def reset(stubs):
     yield
 
 
-def post(gw, model, headers=None, **extra):
-    return chat(gw.port, dict({"model": model, "messages": MSG}, **extra), key=None, headers=headers)
-
-
-def metric(gw, line_prefix):
-    total = 0
-    for line in gw.metrics().splitlines():
-        if line.startswith(line_prefix):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
-
-
 def _access(gw, model):
     try:
         with open(gw.access_path) as f:
@@ -179,27 +167,27 @@ def last_access(gw, model, before):
 def test_no_retry_unless_configured(gw, stubs):
     a, _ = stubs
     a.plan = [500]
-    status, _, _ = post(gw, "plain")
+    status, _, _ = post_model(gw, "plain")
     assert status == 500
     assert len(a.requests) == 1
 
 
 def test_500_then_success_is_retried_once(gw, stubs):
     a, _ = stubs
-    before = metric(gw, 'sluice_retries_total{reason="5xx"}')
+    before = metric_sum(gw, 'sluice_retries_total{reason="5xx"}')
     a.plan = [500]
     time.sleep(0.2)
     seen = len(_access(gw, "retrying"))
-    status, _, data = post(gw, "retrying")
+    status, _, data = post_model(gw, "retrying")
     assert status == 200, data
     assert json.loads(data)["choices"][0]["message"]["content"] == "Hello from stub"
     assert len(a.requests) == 2
-    assert metric(gw, 'sluice_retries_total{reason="5xx"}') == before + 1
+    assert metric_sum(gw, 'sluice_retries_total{reason="5xx"}') == before + 1
     entry = last_access(gw, "retrying", seen)
     assert entry["attempts"] == 2 and entry["status"] == 200 and entry["fallback"] is None
     # two failures: max_attempts = 2, the second one is relayed
     a.plan = [502, 500]
-    status, _, _ = post(gw, "retrying")
+    status, _, _ = post_model(gw, "retrying")
     assert status == 500
     assert len(a.requests) == 4
 
@@ -209,7 +197,7 @@ def test_429_retry_after_is_honoured(gw, stubs):
     a.plan = [429]
     a.retry_after = 1
     t0 = time.monotonic()
-    status, _, _ = post(gw, "retrying")
+    status, _, _ = post_model(gw, "retrying")
     assert status == 200
     assert time.monotonic() - t0 >= 0.95
     assert len(a.requests) == 2
@@ -217,7 +205,7 @@ def test_429_retry_after_is_honoured(gw, stubs):
     a.plan = [429]
     a.retry_after = 5
     t0 = time.monotonic()
-    status, headers, _ = post(gw, "retrying")
+    status, headers, _ = post_model(gw, "retrying")
     assert status == 429 and headers.get("retry-after") == "5"
     assert time.monotonic() - t0 < 2
     assert len(a.requests) == 3
@@ -226,7 +214,7 @@ def test_429_retry_after_is_honoured(gw, stubs):
 def test_stream_failing_before_first_frame_is_retried(gw, stubs):
     a, _ = stubs
     a.plan = [503]
-    status, headers, data = post(gw, "retrying", stream=True)
+    status, headers, data = post_model(gw, "retrying", stream=True)
     assert status == 200 and b"data: [DONE]" in data
     assert len(a.requests) == 2
 
@@ -252,20 +240,20 @@ def test_no_retry_after_first_stream_byte(gw, stubs):
 def test_timeout_retried_only_with_retry_after_send(gw, stubs):
     a, _ = stubs
     h = {"x-test-delay-ms": "1200"}
-    status, _, _ = post(gw, "retry-no-send", headers=h)
+    status, _, _ = post_model(gw, "retry-no-send", headers=h)
     assert status == 504
     assert len(a.requests) == 1
     a.requests.clear()
     a.plan = [-1]  # closed after the request was sent: "reset"
-    status, _, _ = post(gw, "retry-no-send")
+    status, _, _ = post_model(gw, "retry-no-send")
     assert status == 502
     assert len(a.requests) == 1
     a.requests.clear()
     a.plan = [-1]
-    status, _, _ = post(gw, "retry-all")
+    status, _, _ = post_model(gw, "retry-all")
     assert status == 200
     assert len(a.requests) == 2
-    assert metric(gw, 'sluice_retries_total{reason="reset"}') >= 1
+    assert metric_sum(gw, 'sluice_retries_total{reason="reset"}') >= 1
 
 
 def _load(gw, model, n_threads, per_thread, headers=None):
@@ -273,7 +261,7 @@ def _load(gw, model, n_threads, per_thread, headers=None):
 
     def worker():
         for _ in range(per_thread):
-            statuses.append(post(gw, model, headers=headers)[0])
+            statuses.append(post_model(gw, model, headers=headers)[0])
 
     threads = [threading.Thread(target=worker) for _ in range(n_threads)]
     for t in threads:
@@ -297,27 +285,27 @@ def test_error_burst_success_rate_and_amplification(gw, stubs):
 
 def test_fallback_on_overloaded(gw, stubs):
     a, b = stubs
-    before = metric(gw, 'sluice_fallbacks_total{from="prim",to="back"}')
+    before = metric_sum(gw, 'sluice_fallbacks_total{from="prim",to="back"}')
     a.fail_status = 503
     time.sleep(0.2)
     seen = len(_access(gw, "prim"))
-    status, _, data = post(gw, "prim")
+    status, _, data = post_model(gw, "prim")
     assert status == 200, data
     assert len(a.requests) == 1 and len(b.requests) == 1
     assert json.loads(b.requests[0]["body"])["model"] == "back"
-    assert metric(gw, 'sluice_fallbacks_total{from="prim",to="back"}') == before + 1
+    assert metric_sum(gw, 'sluice_fallbacks_total{from="prim",to="back"}') == before + 1
     entry = last_access(gw, "prim", seen)
     assert entry["attempts"] == 2 and entry["fallback"] == "back"
     # a class not in fallback_on is relayed
     a.fail_status = 500
-    status, _, _ = post(gw, "prim")
+    status, _, _ = post_model(gw, "prim")
     assert status == 500 and len(b.requests) == 1
 
 
 def test_anthropic_fallback_for_openai_primary(gw, stubs):
     a, b = stubs
     a.fail_status = 500
-    status, _, data = post(gw, "prim-x", stream=False)
+    status, _, data = post_model(gw, "prim-x", stream=False)
     assert status == 200, data
     doc = json.loads(data)
     assert doc["object"] == "chat.completion"  # translated back to the client's dialect
@@ -326,19 +314,19 @@ def test_anthropic_fallback_for_openai_primary(gw, stubs):
     assert json.loads(b.requests[0]["body"])["model"] == "claude-x"
     # a stream too
     b.requests.clear()
-    status, _, data = post(gw, "prim-x", stream=True)
+    status, _, data = post_model(gw, "prim-x", stream=True)
     assert status == 200 and b"data: [DONE]" in data and b"tok0" in data
     assert b.requests[0]["path"] == "/v1/messages"
 
 
 def test_connect_failure_goes_to_standby_deployment(gw, stubs):
     _, b = stubs
-    before = metric(gw, 'sluice_retries_total{reason="connect"}')
+    before = metric_sum(gw, 'sluice_retries_total{reason="connect"}')
     for _ in range(3):
-        status, _, _ = post(gw, "standby")
+        status, _, _ = post_model(gw, "standby")
         assert status == 200
     assert len(b.requests) == 3
-    assert metric(gw, 'sluice_retries_total{reason="connect"}') >= before + 1
+    assert metric_sum(gw, 'sluice_retries_total{reason="connect"}') >= before + 1
 
 
 def test_outlier_ejection_and_readmission(gw, stubs):
@@ -346,24 +334,24 @@ def test_outlier_ejection_and_readmission(gw, stubs):
     a.fail_status = 500
     # a fails everything, b nothing: once each has 3 recent attempts (min_requests), a is out
     for _ in range(40):
-        post(gw, "dual")
-        if metric(gw, 'sluice_ejected_deployments{model="dual",provider="a"}') == 1:
+        post_model(gw, "dual")
+        if metric_sum(gw, 'sluice_ejected_deployments{model="dual",provider="a"}') == 1:
             break
     assert 3 <= len(a.requests) <= 12, len(a.requests)
-    assert metric(gw, 'sluice_ejections_total{model="dual",provider="a"}') >= 1
+    assert metric_sum(gw, 'sluice_ejections_total{model="dual",provider="a"}') >= 1
     seen = len(a.requests)
     t_ejected = time.monotonic()
     for _ in range(10):  # all to b while a is ejected
-        status, _, _ = post(gw, "dual")
+        status, _, _ = post_model(gw, "dual")
         assert status == 200
     if time.monotonic() - t_ejected < 1.5:
         assert len(a.requests) == seen
     a.fail_status = 0
     time.sleep(max(0.0, 2.2 - (time.monotonic() - t_ejected)))
     for _ in range(30):
-        assert post(gw, "dual")[0] == 200
+        assert post_model(gw, "dual")[0] == 200
     assert len(a.requests) > seen  # re-admitted after the cool-down
-    assert metric(gw, 'sluice_ejected_deployments{model="dual",provider="a"}') == 0
+    assert metric_sum(gw, 'sluice_ejected_deployments{model="dual",provider="a"}') == 0
 
 
 def test_429_is_not_an_outlier_signal(gw, stubs):
@@ -374,11 +362,11 @@ def test_429_is_not_an_outlier_signal(gw, stubs):
     a.retry_after = 1
     for _ in range(30):
         t0 = time.monotonic()
-        assert post(gw, "dual429")[0] == 200
+        assert post_model(gw, "dual429")[0] == 200
         assert time.monotonic() - t0 < 0.5
     assert len(a.requests) >= 5  # still picked by weight: never ejected
-    assert metric(gw, 'sluice_ejections_total{model="dual429",provider="a"}') == 0
-    assert metric(gw, 'sluice_ejected_deployments{model="dual429",provider="a"}') == 0
+    assert metric_sum(gw, 'sluice_ejections_total{model="dual429",provider="a"}') == 0
+    assert metric_sum(gw, 'sluice_ejected_deployments{model="dual429",provider="a"}') == 0
 
 
 def test_429_goes_to_a_fallback_before_waiting(gw, stubs):
@@ -388,7 +376,7 @@ def test_429_goes_to_a_fallback_before_waiting(gw, stubs):
     a.fail_status = 429
     a.retry_after = 1
     t0 = time.monotonic()
-    assert post(gw, "prim429")[0] == 200
+    assert post_model(gw, "prim429")[0] == 200
     assert time.monotonic() - t0 < 0.5
     assert len(a.requests) == 1 and len(b.requests) == 1
 
@@ -402,7 +390,7 @@ def test_overloaded_is_never_retried_at_once_on_the_same_deployment(gw, stubs):
         a.requests.clear()
         a.plan = [status]
         t0 = time.monotonic()
-        assert post(gw, "retrying")[0] == 200
+        assert post_model(gw, "retrying")[0] == 200
         assert 0.24 <= time.monotonic() - t0 < 0.9
         assert len(a.requests) == 2
 
@@ -412,7 +400,7 @@ def test_overloaded_backoff_within_the_deadline(gw, stubs):
     a, _ = stubs
     a.plan = [503]
     t0 = time.monotonic()
-    assert post(gw, "overload-slow")[0] == 503
+    assert post_model(gw, "overload-slow")[0] == 503
     assert time.monotonic() - t0 < 0.8
     assert len(a.requests) == 1
 
@@ -422,7 +410,7 @@ def test_overloaded_goes_to_another_deployment_at_once(gw, stubs):
     a.fail_status = 503
     for _ in range(10):
         t0 = time.monotonic()
-        assert post(gw, "dual503")[0] == 200
+        assert post_model(gw, "dual503")[0] == 200
         assert time.monotonic() - t0 < 0.2
     assert len(b.requests) == 10
 
@@ -431,11 +419,11 @@ def test_three_attempts_by_default_for_5xx(gw, stubs):
     """max_attempts defaults to 3: two 500s in a row still end in a success; three are relayed."""
     a, _ = stubs
     a.plan = [500, 502]
-    assert post(gw, "defaults")[0] == 200
+    assert post_model(gw, "defaults")[0] == 200
     assert len(a.requests) == 3
     a.requests.clear()
     a.plan = [500, 500, 500]
-    assert post(gw, "defaults")[0] == 500
+    assert post_model(gw, "defaults")[0] == 500
     assert len(a.requests) == 3
 
 
@@ -445,10 +433,10 @@ def test_no_ejection_when_every_deployment_fails_alike(gw, stubs):
     a, b = stubs
     a.fail_status = b.fail_status = 500
     for _ in range(30):
-        assert post(gw, "alike")[0] == 500
+        assert post_model(gw, "alike")[0] == 500
     assert len(a.requests) >= 5 and len(b.requests) >= 5
-    assert metric(gw, 'sluice_ejected_deployments{model="alike",provider="a"}') == 0
-    assert metric(gw, 'sluice_ejected_deployments{model="alike",provider="b"}') == 0
+    assert metric_sum(gw, 'sluice_ejected_deployments{model="alike",provider="a"}') == 0
+    assert metric_sum(gw, 'sluice_ejected_deployments{model="alike",provider="b"}') == 0
 
 
 def test_at_most_max_ejection_percent_ejected(gw, stubs):
@@ -457,12 +445,12 @@ def test_at_most_max_ejection_percent_ejected(gw, stubs):
     a, b = stubs
     a.fail_status = 500
     for _ in range(60):
-        post(gw, "trio")
-    ejected = [metric(gw, f'sluice_ejected_deployments{{model="trio",provider="{p}"}}')
+        post_model(gw, "trio")
+    ejected = [metric_sum(gw, f'sluice_ejected_deployments{{model="trio",provider="{p}"}}')
                for p in ("a", "a2", "b")]
     assert ejected[:2] in ([1, 0], [0, 1]) and ejected[2] == 0, ejected
     for _ in range(10):
-        assert post(gw, "solo")[0] == 500
+        assert post_model(gw, "solo")[0] == 500
     assert 'sluice_ejections_total{model="solo"' not in gw.metrics()
 
 
@@ -527,176 +515,16 @@ def test_resilient_template_rides_out_a_failing_primary(stubs, tmp_path):
     try:
         a.fail_status = 500
         for _ in range(20):
-            assert post(g, "mock-alias")[0] == 200
+            assert post_model(g, "mock-alias")[0] == 200
         # min_requests = 5 on both sides: the primary's 6th failure (its retry on the standby
         # made the standby's 5th success before it) ejects it for 2 s
         assert len(a.requests) == 6
         assert len(b.requests) == 20
-        assert metric(g, 'sluice_ejected_deployments{model="mock-model",provider="mock"}') == 1
+        assert metric_sum(g, 'sluice_ejected_deployments{model="mock-model",provider="mock"}') == 1
         a.fail_status = 0
         time.sleep(2.2)
         for _ in range(5):
-            assert post(g, "mock-alias")[0] == 200
+            assert post_model(g, "mock-alias")[0] == 200
         assert len(a.requests) == 11  # back on the primary after the cool-down
     finally:
         g.stop()
-
-
-# ---------------------------------------------------------------- the retry budget, on its own
-BUDGET_CONFIG = """
-[server]
-listen = "127.0.0.1:{port}"
-workers = 1
-
-[retry_budget]
-capacity = 10
-deposit_per_success = 0.5
-min_retries_per_s = 2
-
-[providers.c]
-base_url = "C/v1"
-
-[providers.d]
-base_url = "D/v1"
-
-[providers.down]
-base_url = "http://127.0.0.1:DOWN/v1"
-
-[models.r3down]
-provider = "down"
-retry = { max_attempts = 3, backoff_base_ms = 1, backoff_max_ms = 5 }
-
-[models.r3]
-provider = "c"
-retry = { max_attempts = 3, backoff_base_ms = 1, backoff_max_ms = 5 }
-
-[models.slow429]
-provider = "c"
-retry = { max_attempts = 3, retry_after_max_ms = 10000, deadline_s = 1 }
-
-[models.fb]
-provider = "c"
-fallbacks = ["fb-back"]
-
-[models.fb-back]
-provider = "d"
-"""
-
-
-@pytest.fixture
-def budget_gw(tmp_path):
-    """A gateway of its own (a fresh, full bucket) and its own stubs ``c`` and ``d``."""
-    from sluice_helpers import Sluice
-    c, d = Stub().start(), Stub().start()
-    g = Sluice(BUDGET_CONFIG.replace("C/v1", c.url + "/v1").replace("D/v1", d.url + "/v1")
-               .replace("DOWN", str(free_port())), str(tmp_path)).start()
-    try:
-        yield g, c, d
-    finally:
-        g.stop()
-        c.stop()
-        d.stop()
-
-
-def _paced(gw, model, n, seconds, marks=(), threads=10):
-    """``n`` requests spread evenly over ``seconds`` by ``threads`` clients; ``marks``: callables
-    run at their offsets [(offset_s, fn)]. Returns the statuses."""
-    statuses = []
-    t0 = time.monotonic()
-    per = n // threads
-    gap = seconds / per
-
-    def worker(i):
-        for k in range(per):
-            due = t0 + k * gap + i * gap / threads
-            wait = due - time.monotonic()
-            if wait > 0:
-                time.sleep(wait)
-            statuses.append(post(gw, model)[0])
-
-    ts = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
-    for t in ts:
-        t.start()
-    for offset, fn in marks:
-        wait = t0 + offset - time.monotonic()
-        if wait > 0:
-            time.sleep(wait)
-        fn()
-    for t in ts:
-        t.join()
-    return statuses
-
-
-def test_retry_budget_against_a_provider_that_is_down(budget_gw):
-    """Every attempt fails and there is nowhere else to go: once the bucket is spent (10 tokens),
-    retries are 2 a second (min_retries_per_s), so after the first 2 s the attempts per client
-    request stay <= 1.1 however many attempts each request may make (max_attempts = 3)."""
-    g, c, _ = budget_gw
-    c.fail_status = 500
-    seen = {}
-    statuses = _paced(g, "r3", 200, 4.0, marks=[(2.0, lambda: seen.update(at=len(c.requests)))])
-    assert len(statuses) == 200 and set(statuses) == {500}  # the last failure, relayed
-    after = len(c.requests) - seen["at"]
-    sent_after = 100  # the requests due in the last 2 s
-    assert after <= 1.1 * sent_after, (after, sent_after)
-    assert metric(g, "sluice_retry_budget_exhausted_total") > 0
-    assert metric(g, "sluice_retries_in_flight") == 0
-
-
-def test_retry_budget_against_connects_refused(budget_gw):
-    """The same with the provider's port closed (every attempt a refused connect, counted in
-    sluice_upstream_errors_total): after the first 2 s, <= 1.1 attempts per request."""
-    g, _, _ = budget_gw
-
-    def attempts():
-        return metric(g, 'sluice_upstream_errors_total{provider="down"')
-
-    seen = {}
-    statuses = _paced(g, "r3down", 200, 4.0, marks=[(2.0, lambda: seen.update(at=attempts()))])
-    assert len(statuses) == 200 and set(statuses) == {502}, set(statuses)
-    after = attempts() - seen["at"]
-    assert 100 <= after <= 1.1 * 100, after
-
-
-def test_retry_budget_refills_with_successes(budget_gw):
-    """Successes deposit tokens: after the bucket was spent on a provider failing everything,
-    a recovering provider's successes pay for retries again."""
-    g, c, _ = budget_gw
-    c.fail_status = 500
-    for _ in range(20):
-        post(g, "r3")
-    c.fail_status = 0
-    for _ in range(40):  # 40 successes deposit 20 tokens (up to capacity 10)
-        assert post(g, "r3")[0] == 200
-    c.requests.clear()
-    c.plan = [500, 500, 500, 500, 500, 500]
-    assert post(g, "r3")[0] == 500 and post(g, "r3")[0] == 500
-    assert len(c.requests) == 6  # both requests retried twice: the budget was there
-
-
-def test_budget_also_bounds_fallbacks(budget_gw):
-    """Fallback attempts take tokens too ([retry_budget] fallbacks = true, the default)."""
-    g, c, d = budget_gw
-    c.fail_status = 503
-    statuses = _paced(g, "fb", 100, 2.0)
-    # 10 tokens, 2 a second, 0.5 back per success: about 2 x (10 + 2 x 2) = 28 at most
-    assert 10 <= len(d.requests) <= 35, len(d.requests)
-    assert statuses.count(200) == len(d.requests)
-
-
-def test_no_wait_past_the_deadline(budget_gw):
-    """A wait that would end past the request's deadline (deadline_s = 1) is not made: the client
-    gets the last failure at once, in its dialect, with the provider's Retry-After."""
-    g, c, _ = budget_gw
-    c.plan = [429]
-    c.retry_after = 3  # within retry_after_max_ms, past the deadline
-    t0 = time.monotonic()
-    status, headers, data = post(g, "slow429")
-    assert status == 429 and time.monotonic() - t0 < 0.8
-    assert "error" in json.loads(data) and headers.get("retry-after") == "3"
-    assert len(c.requests) == 1
-    c.plan = [429]
-    c.retry_after = 0.3  # within the deadline: waited, then answered
-    t0 = time.monotonic()
-    assert post(g, "slow429")[0] == 200
-    assert 0.25 <= time.monotonic() - t0 < 1.0
