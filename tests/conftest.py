@@ -41,7 +41,8 @@ def no_orphans():
     pytest.fail(f"processes left behind by this test: {described}")
 
 
-SLUICE_UNIT_TESTS = ("test_sluice_units.py", "test_sluice_declarations.py")
+SLUICE_UNIT_TESTS = ("test_sluice_units.py", "test_sluice_declarations.py",
+                     "test_sluice_resilience_config.py")
 
 
 def pytest_collection_modifyitems(items):
