@@ -13,7 +13,8 @@ class ConfigError(ValueError):
     pass
 
 
-def _num(table, key, default, where, minimum=0.0, integer=False):
+def _num(table, key, default, where, minimum=0.0, integer=False, maximum=None):
+    """A number at ``key`` within [minimum, maximum] (no maximum: unbounded above)."""
     value = table.get(key, default)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{where}.{key} must be a number, got {value!r}")
@@ -21,6 +22,8 @@ def _num(table, key, default, where, minimum=0.0, integer=False):
         raise ConfigError(f"{where}.{key} must be an integer, got {value!r}")
     if value < minimum:
         raise ConfigError(f"{where}.{key} must be >= {minimum}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{where}.{key} must be <= {maximum:g}, got {value!r}")
     return value
 
 
@@ -245,9 +248,7 @@ class RetryConfig:
         w = where + ".retry"
         _check_table(t, self.KEYS, w)
         # the retry budget, not this cap, bounds the amplification
-        self.max_attempts = _num(t, "max_attempts", 3, w, 1, integer=True)
-        if self.max_attempts > 10:
-            raise ConfigError(f"{w}.max_attempts must be <= 10")
+        self.max_attempts = _num(t, "max_attempts", 3, w, 1, integer=True, maximum=10)
         self.on = _classes(t, "on", DEFAULT_RETRY_ON, w)
         self.backoff_base_s = _num(t, "backoff_base_ms", 25, w, 0) / 1000
         self.backoff_max_s = _num(t, "backoff_max_ms", 1000, w, 0) / 1000
@@ -255,15 +256,12 @@ class RetryConfig:
         self.retry_after_max_s = _num(t, "retry_after_max_ms", 2000, w, 0) / 1000
         self.retry_after_send = _bool(t, "retry_after_send", False, w)
         # no wait (backoff, Retry-After) past this many seconds from the request's arrival
-        self.deadline_s = float(_num(t, "deadline_s", 10.0, w, 0.1))
-        if self.deadline_s > 3600:
-            raise ConfigError(f"{w}.deadline_s must be <= 3600")
+        self.deadline_s = float(_num(t, "deadline_s", 10.0, w, 0.1, maximum=3600))
         # an overloaded deployment (503, 529) is never retried at once: a full-jitter backoff
         # between these, doubling its ceiling with each attempt
         self.overload_backoff_min_s = _num(t, "overload_backoff_min_ms", 250, w, 1) / 1000
-        self.overload_backoff_max_s = _num(t, "overload_backoff_max_ms", 2000, w, 1) / 1000
-        if self.overload_backoff_max_s > 60:
-            raise ConfigError(f"{w}.overload_backoff_max_ms must be <= 60000")
+        self.overload_backoff_max_s = _num(t, "overload_backoff_max_ms", 2000, w, 1,
+                                           maximum=60000) / 1000
         if self.overload_backoff_min_s > self.overload_backoff_max_s:
             raise ConfigError(f"{w}.overload_backoff_min_ms must be <= overload_backoff_max_ms")
 
@@ -276,21 +274,12 @@ class OutlierConfig:
     def __init__(self, t, where):
         w = where + ".outlier"
         _check_table(t, self.KEYS, w)
-        self.min_requests = _num(t, "min_requests", 10, w, 0, integer=True)  # 0 = never eject
-        if self.min_requests > 1000000:
-            raise ConfigError(f"{w}.min_requests must be <= 1000000")
-        self.failure_margin = float(_num(t, "failure_margin", 0.3, w, 0.01))
-        if self.failure_margin > 1:
-            raise ConfigError(f"{w}.failure_margin must be <= 1")
-        self.window_s = float(_num(t, "window_s", 10.0, w, 0.1))
-        if self.window_s > 3600:
-            raise ConfigError(f"{w}.window_s must be <= 3600")
-        self.max_ejection_percent = float(_num(t, "max_ejection_percent", 50, w, 0))
-        if self.max_ejection_percent > 100:
-            raise ConfigError(f"{w}.max_ejection_percent must be <= 100")
-        self.ejection_s = float(_num(t, "ejection_s", 10.0, w, 0.01))
-        if self.ejection_s > 86400:
-            raise ConfigError(f"{w}.ejection_s must be <= 86400")
+        self.min_requests = _num(t, "min_requests", 10, w, 0, integer=True,
+                                 maximum=1000000)  # 0 = never eject
+        self.failure_margin = float(_num(t, "failure_margin", 0.3, w, 0.01, maximum=1))
+        self.window_s = float(_num(t, "window_s", 10.0, w, 0.1, maximum=3600))
+        self.max_ejection_percent = float(_num(t, "max_ejection_percent", 50, w, 0, maximum=100))
+        self.ejection_s = float(_num(t, "ejection_s", 10.0, w, 0.01, maximum=86400))
 
 
 class RetryBudgetConfig:
@@ -302,15 +291,9 @@ class RetryBudgetConfig:
     def __init__(self, t):
         w = "[retry_budget]"
         _check_table(t, self.KEYS, w)
-        self.capacity = float(_num(t, "capacity", 100, w, 1))
-        if self.capacity > 1e6:
-            raise ConfigError(f"{w}.capacity must be <= 1000000")
-        self.deposit_per_success = float(_num(t, "deposit_per_success", 0.5, w, 0.0))
-        if self.deposit_per_success > 10:
-            raise ConfigError(f"{w}.deposit_per_success must be <= 10")
-        self.min_retries_per_s = float(_num(t, "min_retries_per_s", 10, w, 0.0))
-        if self.min_retries_per_s > 1e6:
-            raise ConfigError(f"{w}.min_retries_per_s must be <= 1000000")
+        self.capacity = float(_num(t, "capacity", 100, w, 1, maximum=1e6))
+        self.deposit_per_success = float(_num(t, "deposit_per_success", 0.5, w, 0.0, maximum=10))
+        self.min_retries_per_s = float(_num(t, "min_retries_per_s", 10, w, 0.0, maximum=1e6))
         # fallback attempts take tokens too (set false when fallbacks are spare capacity)
         self.fallbacks = _bool(t, "fallbacks", True, w)
 
