@@ -6,8 +6,10 @@ harness compares against nginx with Locust); this is for quick before/after chec
     .venv/bin/python gateways/sluice/bench_overhead.py --upstream mock      # use mocks.server
     .venv/bin/python gateways/sluice/bench_overhead.py --stream --users 100  # SSE responses
     .venv/bin/python gateways/sluice/bench_overhead.py --users 1000 --think-ms 1000 --workers 2 --nginx
+    # two builds side by side (a built checkout of the base commit), nginx alternated, 3 rounds:
+    .venv/bin/python gateways/sluice/bench_overhead.py --nginx --rounds 3 --base-dir /tmp/base/gateways/sluice
 
-It prints, per system: requests/s, latency p50/p99, p50 minus direct p50, Sluice's
+It prints, per system and round: requests/s, latency p50/p99, p50 minus direct p50, Sluice's
 self-reported overhead (median), CPU-ms per request of the system's processes, and
 their summed peak RSS. The load generator runs in its own process (uvloop + httptools,
 keep-alive connections), as does the upstream.
@@ -319,6 +321,11 @@ def main():
     ap.add_argument("--no-validate", action="store_true", help="validate_json = false")
     ap.add_argument("--only", choices=("direct", "nginx", "sluice"), default=None)
     ap.add_argument("--nginx", action="store_true", help="also measure nginx (gateways/nginx template)")
+    ap.add_argument("--base-dir", default=None,
+                    help="also measure the Sluice of another checkout (its gateways/sluice, built), "
+                         "as sluice-base, in the same sitting: an A/B of two builds")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="repeat the systems this many times, alternating their order")
     args = ap.parse_args()
 
     up_port = free_port()
@@ -333,68 +340,114 @@ def main():
                               cwd=REPO, stdout=subprocess.DEVNULL)
         wait_http(up_port)
         up_path = "/v1/chat/completions"
-    results = []
-    sl = ng = None
     tmp = tempfile.mkdtemp(prefix="sluice-bench-")
+    builds = [("sluice", HERE)] if args.only in (None, "sluice") else []
+    if args.base_dir:
+        builds.insert(0, ("sluice-base", os.path.abspath(args.base_dir)))
+    rounds = []
     try:
-        if args.only in (None, "direct"):
-            results.append(measure("direct", up.pid, up_port, up_path, args, {}, "mock-model"))
-        if args.only == "nginx" or (args.only is None and args.nginx):
-            port = free_port()
-            run_dir = os.path.join(tmp, "nginx")
-            os.makedirs(run_dir)
-            with open(os.path.join(REPO, "gateways", "nginx", "nginx.conf.tmpl")) as f:
-                text = f.read()
-            for k, v in {"port": port, "workers": args.workers, "run_dir": run_dir,
-                         "upstream_host": "127.0.0.1", "upstream_port": up_port,
-                         "listen_host": "127.0.0.1"}.items():
-                text = text.replace("{{" + k + "}}", str(v))
-            with open(os.path.join(run_dir, "nginx.conf"), "w") as f:
-                f.write(text)
-            ng = subprocess.Popen(["nginx", "-p", run_dir + "/", "-c", os.path.join(run_dir, "nginx.conf"),
-                                   "-g", "daemon off;"])
-            wait_http(port)
-            results.append(measure("nginx", ng.pid, port, "/v1/chat/completions", args, {}, "mock-model"))
-            ng.send_signal(signal.SIGQUIT)
-            ng.wait(10)
-            ng = None
-        if args.only in (None, "sluice"):
-            port = free_port()
-            cfg = os.path.join(tmp, "sluice.toml")
-            with open(cfg, "w") as f:
-                f.write(sluice_config(port, up_port, args.workers, not args.no_validate, with_key=not args.plain))
-            env = dict(os.environ, BENCH_KEY="sk-provider")
-            sl = subprocess.Popen([PY, os.path.join(HERE, "run.py"), "--config", cfg], env=env)
-            wait_http(port)
-            headers = {} if args.plain else {"authorization": "Bearer sk-bench"}
-            model = "mock-model" if args.plain else "mock-alias"
-            results.append(measure("sluice", sl.pid, port, "/v1/chat/completions", args, headers, model,
-                                   "x-gateway-overhead-us"))
+        for i in range(args.rounds):
+            results = []
+            if args.only in (None, "direct"):
+                results.append(measure("direct", up.pid, up_port, up_path, args, {}, "mock-model"))
+            # alternate the order of the systems from round to round, so that drift in the
+            # machine's speed does not always favour the same one
+            systems = (["nginx"] if args.only == "nginx" or (args.only is None and args.nginx) else []) + [n for n, _ in builds]
+            for name in (systems if i % 2 == 0 else systems[::-1]):
+                if name == "nginx":
+                    results.append(measure_nginx(up_port, args, tmp))
+                else:
+                    results.append(measure_sluice(name, dict(builds)[name], up_port, args, tmp))
+            print_round(i, args.rounds, results)
+            rounds.append(results)
     finally:
-        for p in (sl, ng, up):
-            if p is not None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+        up.send_signal(signal.SIGTERM)
+        try:
+            up.wait(10)
+        except subprocess.TimeoutExpired:
+            up.kill()
+            up.wait()
+    print_comparison(rounds)
+
+
+def stop(proc, sig=signal.SIGTERM):
+    proc.send_signal(sig)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def measure_nginx(up_port, args, tmp):
+    port = free_port()
+    run_dir = tempfile.mkdtemp(prefix="nginx-", dir=tmp)
+    with open(os.path.join(REPO, "gateways", "nginx", "nginx.conf.tmpl")) as f:
+        text = f.read()
+    for k, v in {"port": port, "workers": args.workers, "run_dir": run_dir,
+                 "upstream_host": "127.0.0.1", "upstream_port": up_port,
+                 "listen_host": "127.0.0.1"}.items():
+        text = text.replace("{{" + k + "}}", str(v))
+    with open(os.path.join(run_dir, "nginx.conf"), "w") as f:
+        f.write(text)
+    ng = subprocess.Popen(["nginx", "-p", run_dir + "/", "-c", os.path.join(run_dir, "nginx.conf"),
+                           "-g", "daemon off;"])
+    try:
+        wait_http(port)
+        return measure("nginx", ng.pid, port, "/v1/chat/completions", args, {}, "mock-model")
+    finally:
+        stop(ng, signal.SIGQUIT)
+
+
+def measure_sluice(name, sluice_dir, up_port, args, tmp):
+    """Sluice from ``sluice_dir`` (this one, or a built checkout of another commit)."""
+    port = free_port()
+    cfg = os.path.join(tempfile.mkdtemp(prefix=name + "-", dir=tmp), "sluice.toml")
+    with open(cfg, "w") as f:
+        f.write(sluice_config(port, up_port, args.workers, not args.no_validate, with_key=not args.plain))
+    env = dict(os.environ, BENCH_KEY="sk-provider")
+    sl = subprocess.Popen([PY, os.path.join(sluice_dir, "run.py"), "--config", cfg], env=env)
+    try:
+        wait_http(port)
+        headers = {} if args.plain else {"authorization": "Bearer sk-bench"}
+        model = "mock-model" if args.plain else "mock-alias"
+        return measure(name, sl.pid, port, "/v1/chat/completions", args, headers, model, "x-gateway-overhead-us")
+    finally:
+        stop(sl)
+
+
+def print_round(i, n, results):
     direct = next((r for r in results if r["system"] == "direct"), None)
-    nginx = next((r for r in results if r["system"] == "nginx"), None)
-    print(f"\n{'system':8} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'+p50 ms':>8} {'self us':>8} "
-          f"{'cpu ms/req':>10} {'sys %':>6} {'rss MB':>7} {'errors':>6}")
+    print(f"\nround {i + 1} of {n}\n{'system':11} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'+p50 ms':>8} "
+          f"{'self us':>8} {'cpu ms/req':>10} {'sys %':>6} {'rss MB':>7} {'errors':>6}")
     for r in results:
         extra = (r["p50_ms"] - direct["p50_ms"]) if direct and r is not direct else 0.0
-        print(f"{r['system']:8} {r['rps']:8.0f} {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} {extra:8.2f} "
+        print(f"{r['system']:11} {r['rps']:8.0f} {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} {extra:8.2f} "
               f"{r['self_overhead_p50_us'] if r['self_overhead_p50_us'] is not None else '-':>8} "
               f"{r.get('cpu_ms_per_req', float('nan')):10.4f} {r.get('sys_share', float('nan')) * 100:6.0f} "
               f"{r.get('peak_rss_mb', float('nan')):7.1f} "
-              f"{r['errors']:6d}")
-    sluice = next((r for r in results if r["system"] == "sluice"), None)
-    if nginx and sluice:
-        print(f"\nsluice / nginx: throughput {sluice['rps'] / nginx['rps']:.2f}x, "
-              f"CPU per request {sluice['cpu_ms_per_req'] / nginx['cpu_ms_per_req']:.2f}x, "
-              f"peak RSS {sluice['peak_rss_mb']:.1f} MB vs {nginx['peak_rss_mb']:.1f} MB")
+              f"{r['errors']:6d}", flush=True)
+
+
+def print_comparison(rounds):
+    """CPU per request as ratios taken within each round (the systems ran minutes apart, on the
+    same machine), then their mean and spread over the rounds."""
+    import statistics
+
+    def ratios(a, b):
+        out = []
+        for results in rounds:
+            by = {r["system"]: r for r in results}
+            if a in by and b in by and by[b].get("cpu_ms_per_req"):
+                out.append(by[a]["cpu_ms_per_req"] / by[b]["cpu_ms_per_req"])
+        return out
+
+    print("\nCPU per request, ratios within each round (mean ± sd over rounds; each round):")
+    for a, b in (("sluice", "sluice-base"), ("sluice", "nginx"), ("sluice-base", "nginx")):
+        rs = ratios(a, b)
+        if rs:
+            sd = f"{statistics.stdev(rs):.3f}" if len(rs) > 1 else "n/a (one round)"
+            print(f"  {a} / {b}: {statistics.mean(rs):.3f} ± {sd}  ({', '.join(f'{x:.3f}' for x in rs)})")
 
 
 if __name__ == "__main__":
