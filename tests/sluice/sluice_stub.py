@@ -150,15 +150,7 @@ class Stub:
         model = body.get("model")
         tool = request.headers.get("x-test-tool")
         if not body.get("stream"):
-            message, finish = {"role": "assistant", "content": "Hello from stub"}, "stop"
-            if tool:
-                message, finish = {"role": "assistant", "content": None, "tool_calls": [
-                    {"id": TOOL_CALL_ID, "type": "function",
-                     "function": {"name": tool, "arguments": json.dumps(TOOL_ARGS)}}]}, "tool_calls"
-            return web.json_response(headers=tag, data={
-                "id": "chatcmpl-stub", "object": "chat.completion", "created": 1, "model": model,
-                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                "usage": {"prompt_tokens": 11, "completion_tokens": 5, "total_tokens": 16}})
+            return web.json_response(headers=tag, data=self._openai_unary(model, tool))
         h = request.headers
         chunks = int(h.get("x-test-chunks", "3"))
         delay = int(h.get("x-test-chunk-delay-ms", "0")) / 1000
@@ -211,6 +203,18 @@ class Stub:
         finally:
             self.active_streams -= 1
         return resp
+
+    @staticmethod
+    def _openai_unary(model, tool):
+        """A unary answer: text, or a call of ``tool``."""
+        message, finish = {"role": "assistant", "content": "Hello from stub"}, "stop"
+        if tool:
+            message, finish = {"role": "assistant", "content": None, "tool_calls": [
+                {"id": TOOL_CALL_ID, "type": "function",
+                 "function": {"name": tool, "arguments": json.dumps(TOOL_ARGS)}}]}, "tool_calls"
+        return {"id": "chatcmpl-stub", "object": "chat.completion", "created": 1, "model": model,
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "usage": {"prompt_tokens": 11, "completion_tokens": 5, "total_tokens": 16}}
 
     @staticmethod
     async def _openai_tool_frames(resp, base, tool):
