@@ -10,12 +10,11 @@ Models of the base config: "mock-model" is served by the OpenAI-dialect stub pro
 "claude" (upstream "claude-x") by the Anthropic-dialect one."""
 import json
 
+import anthropic
+import openai
 import pytest
 from sluice_helpers import KEY
 from sluice_stub import TOOL_ARGS, TOOL_CALL_ID, TOOL_USE_ID
-
-anthropic = pytest.importorskip("anthropic")
-openai = pytest.importorskip("openai")
 
 pytestmark = pytest.mark.integration
 
