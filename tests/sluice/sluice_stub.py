@@ -6,7 +6,8 @@ Behaviour per request headers:
   x-test-chunk-delay-ms  pause between SSE chunks
   x-test-status          answer with this error status (and an error body)
   x-test-close           "1": close the connection without answering
-  x-test-hang            "1": send the stream head and first chunk, then go silent
+  x-test-hang            "1": send the stream head and first chunk (Anthropic: message_start and
+                         ping), then go silent
   x-test-gate            NAME: after the first chunk, wait until the test calls open_gate(NAME)
   x-test-big-chunks      N: stream N frames of 64 KiB (progress in ``big_sent``)
   x-test-tag             echoed back as a response header
@@ -262,6 +263,10 @@ class Stub:
             "id": "msg_stub", "type": "message", "role": "assistant", "model": model, "content": [],
             "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 13, "output_tokens": 1}}})
         await ev("ping", {"type": "ping"})
+        if h.get("x-test-hang") == "1":  # silent until the peer goes away
+            while request.transport is not None and not request.transport.is_closing():
+                await asyncio.sleep(0.02)
+            return resp
         await ev("content_block_start", {"type": "content_block_start", "index": 0,
                                          "content_block": {"type": "text", "text": ""}})
         for i in range(chunks):

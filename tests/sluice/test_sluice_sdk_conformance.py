@@ -11,9 +11,10 @@ Models of the base config: "mock-model" is served by the OpenAI-dialect stub pro
 import json
 
 import anthropic
+import httpx2  # the SDKs' HTTP client: what leaks out of a cut stream
 import openai
 import pytest
-from sluice_helpers import KEY
+from sluice_helpers import ENV, KEY, base_config
 from sluice_stub import TOOL_ARGS, TOOL_CALL_ID, TOOL_USE_ID
 
 pytestmark = pytest.mark.integration
@@ -237,9 +238,10 @@ def anthropic_call(port, model=ANTHROPIC_MODEL, key=KEY, stream=False, **kw):
 
 CALLS = [pytest.param(openai_call, openai, id="openai-sdk"),
          pytest.param(anthropic_call, anthropic, id="anthropic-sdk")]
+STREAMS = pytest.mark.parametrize("stream", [False, True], ids=["unary", "stream"])
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["unary", "stream"])
+@STREAMS
 @pytest.mark.parametrize("call, sdk", CALLS)
 def test_bad_key_is_authentication_error(sluice, call, sdk, stream):
     with pytest.raises(sdk.AuthenticationError) as e:
@@ -247,7 +249,7 @@ def test_bad_key_is_authentication_error(sluice, call, sdk, stream):
     assert e.value.status_code == 401
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["unary", "stream"])
+@STREAMS
 @pytest.mark.parametrize("call, sdk", CALLS)
 def test_unknown_model_is_not_found_error(sluice, call, sdk, stream):
     with pytest.raises(sdk.NotFoundError) as e:
@@ -274,26 +276,50 @@ def test_key_rate_limit_is_rate_limit_error_with_retry_after(sluice, call, sdk):
     assert 1 <= int(e.value.response.headers["retry-after"]) <= 120
 
 
+@pytest.fixture
+def provider_retry_after(stub):
+    """The stub sends Retry-After: 7 with its error statuses, for one test."""
+    stub.retry_after = 7
+    yield "7"
+    stub.retry_after = None
+
+
+@STREAMS
 @pytest.mark.parametrize("model", PROVIDERS)
-def test_provider_overload_reaches_openai_sdk_as_server_error(sluice, model):
+def test_provider_overload_reaches_openai_sdk_as_server_error(sluice, model, stream, provider_retry_after):
     """OpenAI's SDK has one class for 5xx; a 529 (an Anthropic provider's overload) is answered
-    503, a status OpenAI clients know."""
+    503, a status OpenAI clients know. The provider's Retry-After reaches the SDK."""
     status = 503 if model == OPENAI_MODEL else 529
     with pytest.raises(openai.InternalServerError) as e:
-        openai_call(sluice.port, model=model, extra_headers={"x-test-status": str(status)})
+        openai_call(sluice.port, model=model, stream=stream, extra_headers={"x-test-status": str(status)})
     assert e.value.status_code == 503
     assert e.value.body["message"] == f"stub error {status}"
+    assert e.value.response.headers["retry-after"] == provider_retry_after
 
 
+@STREAMS
 @pytest.mark.parametrize("model, status, error_class", [
     pytest.param(ANTHROPIC_MODEL, 529, "OverloadedError", id="anthropic-provider-529"),
     pytest.param(OPENAI_MODEL, 503, "ServiceUnavailableError", id="openai-provider-503"),
 ])
-def test_provider_overload_reaches_anthropic_sdk_typed(sluice, model, status, error_class):
+def test_provider_overload_reaches_anthropic_sdk_typed(sluice, model, status, error_class, stream,
+                                                       provider_retry_after):
     with pytest.raises(getattr(anthropic, error_class)) as e:
-        anthropic_call(sluice.port, model=model, extra_headers={"x-test-status": str(status)})
+        anthropic_call(sluice.port, model=model, stream=stream, extra_headers={"x-test-status": str(status)})
     assert e.value.status_code == status
     assert e.value.body["error"]["type"] == "overloaded_error"
+    assert e.value.response.headers["retry-after"] == provider_retry_after
+
+
+@STREAMS
+@pytest.mark.parametrize("call, sdk", CALLS)
+@pytest.mark.parametrize("model", PROVIDERS)
+def test_provider_rate_limit_is_rate_limit_error_with_retry_after(sluice, call, sdk, model, stream,
+                                                                  provider_retry_after):
+    with pytest.raises(sdk.RateLimitError) as e:
+        call(sluice.port, model=model, stream=stream, extra_headers={"x-test-status": "429"})
+    assert e.value.status_code == 429
+    assert e.value.response.headers["retry-after"] == provider_retry_after
 
 
 @pytest.mark.parametrize("call, sdk", CALLS)
@@ -325,11 +351,13 @@ def test_untranslatable_anthropic_request_is_bad_request_error(sluice):
     assert "document" in str(e.value)
 
 
-@pytest.mark.parametrize("call, sdk", CALLS)
-def test_oversized_body_is_a_413_status_error(sluice, call, sdk):
-    """Over max_body_bytes (64 KiB in the base config): 413, which both SDKs raise as a status
-    error carrying the code (Anthropic's has a class of its own for it)."""
-    with pytest.raises(sdk.APIStatusError) as e:
+@pytest.mark.parametrize("call, error_class", [
+    pytest.param(openai_call, openai.APIStatusError, id="openai-sdk"),   # no class for 413
+    pytest.param(anthropic_call, anthropic.RequestTooLargeError, id="anthropic-sdk"),
+])
+def test_oversized_body_is_a_413_status_error(sluice, call, error_class):
+    """Over max_body_bytes (64 KiB in the base config): 413, closed before the body is read."""
+    with pytest.raises(error_class) as e:
         call(sluice.port, messages=[{"role": "user", "content": "x" * 70000}])
     assert e.value.status_code == 413
 
@@ -364,3 +392,32 @@ def test_stream_cut_by_the_provider_raises(sluice, call, error_class):
     look like a complete stream to the SDK."""
     with pytest.raises(error_class):
         call(sluice.port, model="slow-model", stream=True, extra_headers={"x-test-hang": "1"})
+
+
+SLOW_ANTHROPIC = """
+[providers.slow-anth]
+base_url = "STUB/v1"
+dialect = "anthropic"
+api_key = "sk-ant-provider"
+stream_idle_timeout_s = 0.5
+[models.slow-claude]
+provider = "slow-anth"
+"""
+
+
+@pytest.mark.parametrize("call, error_class", [
+    # translated: Sluice ends the stream with an OpenAI error frame, which the SDK raises
+    pytest.param(openai_call, openai.APIError, id="openai-sdk"),
+    # same dialect: the relayed stream is only cut (its chunked body left unterminated), and
+    # Anthropic's SDK does not wrap a transport error met while iterating a stream
+    pytest.param(anthropic_call, anthropic.APIError, id="anthropic-sdk", marks=pytest.mark.xfail(
+        strict=True, raises=httpx2.RemoteProtocolError,
+        reason="a same-dialect stream cut mid-way gets no error event: Anthropic's SDK raises "
+               "httpx2.RemoteProtocolError (incomplete chunked read), not one of its own errors; "
+               "the fix is in upstream.fail_midstream and the same-dialect relay")),
+])
+def test_stream_cut_by_an_anthropic_provider_raises(make_sluice, stub, call, error_class):
+    gw = make_sluice(base_config(stub.url, SLOW_ANTHROPIC.replace("STUB", stub.url)), env=ENV)
+    with pytest.raises(error_class) as e:
+        call(gw.port, model="slow-claude", stream=True, extra_headers={"x-test-hang": "1"})
+    assert "provider stream failed" in str(e.value)
