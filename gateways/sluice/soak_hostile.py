@@ -35,7 +35,6 @@ import threading
 import time
 
 import bench_overhead as bench
-import psutil
 import soak_attacks
 
 SCHEMA_VERSION = 1
@@ -177,7 +176,7 @@ async def hostile_clients(port, args, limits, tally, stop):
     tasks += [asyncio.ensure_future(liar_client()) for _ in range(n_liars)]
     await stop.wait()
     bound = max(limits.idle_s, limits.body_s, limits.header_s, limits.provider_s) + args.overrun_cap_s + 15
-    done, pending = await asyncio.wait(tasks, timeout=bound)
+    _, pending = await asyncio.wait(tasks, timeout=bound)
     for t in pending:
         t.cancel()
     return len(pending)

@@ -238,6 +238,14 @@ def anthropic_call(port, model=ANTHROPIC_MODEL, key=KEY, stream=False, **kw):
 
 CALLS = [pytest.param(openai_call, openai, id="openai-sdk"),
          pytest.param(anthropic_call, anthropic, id="anthropic-sdk")]
+
+
+def error_kind(e):
+    """What the SDK read from the error body: OpenAI's (type, code), Anthropic's error type."""
+    if isinstance(e, openai.APIError):
+        return e.type, e.code
+    return e.body["error"]["type"]
+
 STREAMS = pytest.mark.parametrize("stream", [False, True], ids=["unary", "stream"])
 
 
@@ -247,6 +255,7 @@ def test_bad_key_is_authentication_error(sluice, call, sdk, stream):
     with pytest.raises(sdk.AuthenticationError) as e:
         call(sluice.port, key="sk-not-a-key", stream=stream)
     assert e.value.status_code == 401
+    assert error_kind(e.value) in (("authentication_error", "invalid_api_key"), "authentication_error")
 
 
 @STREAMS
@@ -256,6 +265,7 @@ def test_unknown_model_is_not_found_error(sluice, call, sdk, stream):
         call(sluice.port, model="no-such-model", stream=stream)
     assert e.value.status_code == 404
     assert "no-such-model" in str(e.value)
+    assert error_kind(e.value) in (("invalid_request_error", "model_not_found"), "not_found_error")
 
 
 @pytest.mark.parametrize("call, sdk", CALLS)
@@ -263,6 +273,7 @@ def test_model_not_allowed_for_key_is_permission_denied(sluice, call, sdk):
     with pytest.raises(sdk.PermissionDeniedError) as e:
         call(sluice.port, model=OPENAI_MODEL, key="sk-test-limited")
     assert e.value.status_code == 403
+    assert error_kind(e.value) in (("permission_error", "model_not_allowed"), "permission_error")
 
 
 @pytest.mark.parametrize("call, sdk", CALLS)
@@ -274,6 +285,7 @@ def test_key_rate_limit_is_rate_limit_error_with_retry_after(sluice, call, sdk):
             call(sluice.port, key="sk-test-rpm")
     assert e.value.status_code == 429
     assert 1 <= int(e.value.response.headers["retry-after"]) <= 120
+    assert error_kind(e.value) in (("rate_limit_error", "rate_limit_exceeded"), "rate_limit_error")
 
 
 @pytest.fixture
@@ -421,3 +433,37 @@ def test_stream_cut_by_an_anthropic_provider_raises(make_sluice, stub, call, err
     with pytest.raises(error_class) as e:
         call(gw.port, model="slow-claude", stream=True, extra_headers={"x-test-hang": "1"})
     assert "provider stream failed" in str(e.value)
+
+
+# ------------------------------------------------------------------ one client, many calls
+@pytest.mark.parametrize("model", PROVIDERS)
+def test_one_openai_client_survives_errors_and_abandoned_streams(sluice, model):
+    """The SDK pools its connections: answers that close the connection (413), keep it (404),
+    and a stream the client walks away from must leave the next call on the same client fine."""
+    client = openai_client(sluice.port)
+    with pytest.raises(openai.APIStatusError):
+        client.chat.completions.create(model=model, messages=[{"role": "user", "content": "x" * 70000}])
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="no-such-model", messages=MESSAGES)
+    stream = client.chat.completions.create(model=model, messages=MESSAGES, stream=True,
+                                            extra_headers={"x-test-chunks": "50"})
+    next(iter(stream))
+    stream.close()
+    for _ in range(3):
+        done = client.chat.completions.create(model=model, messages=MESSAGES)
+        assert done.choices[0].message.content == "Hello from stub"
+
+
+@pytest.mark.parametrize("model", PROVIDERS)
+def test_one_anthropic_client_survives_errors_and_abandoned_streams(sluice, model):
+    client = anthropic_client(sluice.port)
+    with pytest.raises(anthropic.RequestTooLargeError):
+        client.messages.create(model=model, max_tokens=64, messages=[{"role": "user", "content": "x" * 70000}])
+    with pytest.raises(anthropic.NotFoundError):
+        client.messages.create(model="no-such-model", max_tokens=64, messages=MESSAGES)
+    with client.messages.stream(model=model, max_tokens=64, messages=MESSAGES,
+                                extra_headers={"x-test-chunks": "50"}) as stream:
+        next(iter(stream))
+    for _ in range(3):
+        msg = client.messages.create(model=model, max_tokens=64, messages=MESSAGES)
+        assert msg.content[0].text == "Hello from stub"
