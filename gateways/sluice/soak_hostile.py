@@ -3,9 +3,9 @@
     .venv/bin/python gateways/sluice/soak_hostile.py                         # 10 minutes
     .venv/bin/python gateways/sluice/soak_hostile.py --minutes 2 --phase-s 30 --workers 2
 
-Sluice (compiled when built) runs in front of bench_overhead.py's fast provider (or
-mocks.server with ``--upstream mock``) and a lying provider (soak_attacks.py). Phases alternate,
-normal-only then normal+hostile: in every phase a closed loop of well-formed chat requests
+Sluice (compiled first, unless SLUICE_PURE_PYTHON=1) runs in front of bench_overhead.py's fast
+provider (or mocks.server with ``--upstream mock``) and a lying provider (soak_attacks.py). Phases
+alternate, normal-only then normal+hostile: in every phase a closed loop of well-formed chat requests
 (``--users``, bench_overhead.py's load generator, its latency measured); in hostile phases also
 ``--hostile-clients`` connections cycling through the raw-socket attacks of the hostile tests
 (soak_attacks.ATTACKS), and ``--lying-share`` of the users' count as clients whose requests go
@@ -283,7 +283,6 @@ async def soak(port, sluice_pid, args):
             "minutes", "phase_s", "workers", "users", "hostile_clients", "lying_share", "client_timeout_s",
             "prompt_deadline_s", "provider_timeout_s", "deadline_slack_s", "overrun_cap_s", "latency_ms",
             "upstream")},
-        "sluice_compiled": os.environ.get("SLUICE_PURE_PYTHON") != "1",
         "worker_deaths": watch.deaths,
         "worker_pids_start": sorted(watch.first_pids), "worker_pids_seen": sorted(watch.seen),
         "rss": {"launch_mib": round(rss_launch / mib, 2), "start_mib": round(rss_start / mib, 2),
@@ -321,8 +320,19 @@ def print_report(r):
         print(f"  {mark:10} {name}: {detail}")
 
 
+def build_sluice():
+    """Compile the hot path (idempotent) unless SLUICE_PURE_PYTHON=1; whether Sluice will run
+    compiled."""
+    if os.environ.get("SLUICE_PURE_PYTHON") != "1":
+        subprocess.run([bench.PY, os.path.join(bench.HERE, "build.py")], check=True, capture_output=True)
+    done = subprocess.run([bench.PY, "-c", "import sluice; print(sluice.compiled)"], cwd=bench.HERE,
+                          check=True, capture_output=True, text=True)
+    return done.stdout.strip() == "True"
+
+
 def main(argv=None):
     args = parse_args(argv)
+    compiled = build_sluice()
     up_port, liar_port, port = bench.free_port(), bench.free_port(), bench.free_port()
     up = liar = sl = None
     tmp = tempfile.mkdtemp(prefix="sluice-soak-")
@@ -333,6 +343,7 @@ def main(argv=None):
         liar.stdout.readline()
         sl = bench.start_sluice(soak_config(port, up_port, liar_port, args), port, tmp)
         report = asyncio.run(soak(port, sl.pid, args))
+        report["sluice_compiled"] = compiled
     finally:
         for proc in (sl, liar, up):
             if proc is not None:

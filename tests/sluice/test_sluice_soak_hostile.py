@@ -25,6 +25,7 @@ def test_tiny_soak_runs_every_attack_class_and_reports(tmp_path):
     assert "verdict:" in done.stdout and "attack class" in done.stdout
     report = json.loads(out.read_text())
     assert report["schema_version"] == 1
+    assert report["sluice_compiled"] is (os.environ.get("SLUICE_PURE_PYTHON") != "1")
     assert [p["kind"] for p in report["phases"]] == ["normal_only", "hostile"]
     for phase in report["phases"]:
         assert phase["normal_requests"] > 0 and phase["normal_p99_ms"] >= phase["normal_p50_ms"] > 0
