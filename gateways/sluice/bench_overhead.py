@@ -307,6 +307,38 @@ def wait_http(port, path="/health", timeout=15):
     raise RuntimeError(f"nothing answers on port {port}")
 
 
+def start_upstream(kind, port, latency_ms):
+    """The provider on ``port``: "fast" (the raw one above, never the bottleneck) or "mock"
+    (mocks.server); SSE answers have 10 frames. Returns its process, once it listens."""
+    if kind == "fast":
+        up = subprocess.Popen([PY, __file__, "--_upstream", str(port), str(latency_ms), "10"],
+                              stdout=subprocess.PIPE, text=True)
+        up.stdout.readline()
+        return up
+    up = subprocess.Popen([PY, "-m", "mocks.server", "--port", str(port), "--latency-ms",
+                           str(latency_ms), "--stream-chunks", "10", "--chunk-delay-ms", "5"],
+                          cwd=REPO, stdout=subprocess.DEVNULL)
+    wait_http(port)
+    return up
+
+
+def start_sluice(config_text, port, directory, sluice_dir=HERE):
+    """Sluice from ``sluice_dir`` with ``config_text`` written in ``directory``, listening on
+    ``port``; the provider's key is in $BENCH_KEY. Returns its process, once it answers (stopped
+    if it does not)."""
+    cfg = os.path.join(directory, "sluice.toml")
+    with open(cfg, "w") as f:
+        f.write(config_text)
+    env = dict(os.environ, BENCH_KEY="sk-provider")
+    sl = subprocess.Popen([PY, os.path.join(sluice_dir, "run.py"), "--config", cfg], env=env)
+    try:
+        wait_http(port)
+    except RuntimeError:
+        stop(sl)
+        raise
+    return sl
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--users", type=int, default=300)
@@ -329,17 +361,8 @@ def main():
     args = ap.parse_args()
 
     up_port = free_port()
-    if args.upstream == "fast":
-        up = subprocess.Popen([PY, __file__, "--_upstream", str(up_port), str(args.latency_ms), "10"],
-                              stdout=subprocess.PIPE, text=True)
-        up.stdout.readline()
-        up_path = "/v1/chat/completions"
-    else:
-        up = subprocess.Popen([PY, "-m", "mocks.server", "--port", str(up_port), "--latency-ms",
-                               str(args.latency_ms), "--stream-chunks", "10", "--chunk-delay-ms", "5"],
-                              cwd=REPO, stdout=subprocess.DEVNULL)
-        wait_http(up_port)
-        up_path = "/v1/chat/completions"
+    up = start_upstream(args.upstream, up_port, args.latency_ms)
+    up_path = "/v1/chat/completions"
     tmp = tempfile.mkdtemp(prefix="sluice-bench-")
     builds = [("sluice", HERE)] if args.only in (None, "sluice") else []
     if args.base_dir:
@@ -361,12 +384,7 @@ def main():
             print_round(i, args.rounds, results)
             rounds.append(results)
     finally:
-        up.send_signal(signal.SIGTERM)
-        try:
-            up.wait(10)
-        except subprocess.TimeoutExpired:
-            up.kill()
-            up.wait()
+        stop(up)
     print_comparison(rounds)
 
 
@@ -402,13 +420,9 @@ def measure_nginx(up_port, args, tmp):
 def measure_sluice(name, sluice_dir, up_port, args, tmp):
     """Sluice from ``sluice_dir`` (this one, or a built checkout of another commit)."""
     port = free_port()
-    cfg = os.path.join(tempfile.mkdtemp(prefix=name + "-", dir=tmp), "sluice.toml")
-    with open(cfg, "w") as f:
-        f.write(sluice_config(port, up_port, args.workers, not args.no_validate, with_key=not args.plain))
-    env = dict(os.environ, BENCH_KEY="sk-provider")
-    sl = subprocess.Popen([PY, os.path.join(sluice_dir, "run.py"), "--config", cfg], env=env)
+    sl = start_sluice(sluice_config(port, up_port, args.workers, not args.no_validate, with_key=not args.plain),
+                      port, tempfile.mkdtemp(prefix=name + "-", dir=tmp), sluice_dir)
     try:
-        wait_http(port)
         headers = {} if args.plain else {"authorization": "Bearer sk-bench"}
         model = "mock-model" if args.plain else "mock-alias"
         return measure(name, sl.pid, port, "/v1/chat/completions", args, headers, model, "x-gateway-overhead-us")

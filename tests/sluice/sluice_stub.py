@@ -6,10 +6,13 @@ Behaviour per request headers:
   x-test-chunk-delay-ms  pause between SSE chunks
   x-test-status          answer with this error status (and an error body)
   x-test-close           "1": close the connection without answering
-  x-test-hang            "1": send the stream head and first chunk, then go silent
+  x-test-hang            "1": send the stream head and first chunk (Anthropic: message_start and
+                         ping), then go silent
   x-test-gate            NAME: after the first chunk, wait until the test calls open_gate(NAME)
   x-test-big-chunks      N: stream N frames of 64 KiB (progress in ``big_sent``)
   x-test-tag             echoed back as a response header
+  x-test-tool            NAME: answer with a call of tool NAME (arguments TOOL_ARGS) instead of
+                         text, unary or streamed (the arguments in two fragments), in both dialects
 Per stub (for the resilience tests): ``plan``, a list of statuses answered to the next requests
 in turn (0: a normal answer, -1: close without answering); ``fail_status``, answered to every
 request once the plan is used up; ``fail_share``, the share of the other requests answered 500
@@ -30,6 +33,17 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+TOOL_ARGS = {"city": "Paris", "unit": "celsius"}
+TOOL_CALL_ID = "call_stub1"       # the OpenAI dialect's tool call id
+TOOL_USE_ID = "toolu_stub1"       # the Anthropic dialect's tool_use id
+
+
+def _args_fragments():
+    """The tool's arguments as JSON text, cut in two (streams send them in pieces)."""
+    text = json.dumps(TOOL_ARGS)
+    return text[:7], text[7:]
 
 
 class Stub:
@@ -135,12 +149,9 @@ class Stub:
                                      headers=self._err_headers(tag))
         body = json.loads(raw)
         model = body.get("model")
+        tool = request.headers.get("x-test-tool")
         if not body.get("stream"):
-            return web.json_response(headers=tag, data={
-                "id": "chatcmpl-stub", "object": "chat.completion", "created": 1, "model": model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello from stub"},
-                             "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 11, "completion_tokens": 5, "total_tokens": 16}})
+            return web.json_response(headers=tag, data=self._openai_unary(model, tool))
         h = request.headers
         chunks = int(h.get("x-test-chunks", "3"))
         delay = int(h.get("x-test-chunk-delay-ms", "0")) / 1000
@@ -174,7 +185,9 @@ class Stub:
                     await asyncio.sleep(delay)
                 c = dict(base, choices=[{"index": 0, "delta": {"content": f"tok{i} "}, "finish_reason": None}])
                 await resp.write(b"data: " + json.dumps(c).encode() + b"\n\n")
-            last = dict(base, choices=[{"index": 0, "delta": {}, "finish_reason": "stop"}])
+            if tool:
+                await self._openai_tool_frames(resp, base, tool)
+            last = dict(base, choices=[{"index": 0, "delta": {}, "finish_reason": "tool_calls" if tool else "stop"}])
             await resp.write(b"data: " + json.dumps(last).encode() + b"\n\n")
             if (body.get("stream_options") or {}).get("include_usage"):
                 u = dict(base, choices=[], usage={"prompt_tokens": 11, "completion_tokens": chunks,
@@ -192,6 +205,30 @@ class Stub:
             self.active_streams -= 1
         return resp
 
+    @staticmethod
+    def _openai_unary(model, tool):
+        """A unary answer: text, or a call of ``tool``."""
+        message, finish = {"role": "assistant", "content": "Hello from stub"}, "stop"
+        if tool:
+            message, finish = {"role": "assistant", "content": None, "tool_calls": [
+                {"id": TOOL_CALL_ID, "type": "function",
+                 "function": {"name": tool, "arguments": json.dumps(TOOL_ARGS)}}]}, "tool_calls"
+        return {"id": "chatcmpl-stub", "object": "chat.completion", "created": 1, "model": model,
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "usage": {"prompt_tokens": 11, "completion_tokens": 5, "total_tokens": 16}}
+
+    @staticmethod
+    async def _openai_tool_frames(resp, base, tool):
+        """A streamed tool call: its id and name, then its arguments in two fragments."""
+        first, rest = _args_fragments()
+        calls = [[{"index": 0, "id": TOOL_CALL_ID, "type": "function",
+                   "function": {"name": tool, "arguments": ""}}],
+                 [{"index": 0, "function": {"arguments": first}}],
+                 [{"index": 0, "function": {"arguments": rest}}]]
+        for call in calls:
+            c = dict(base, choices=[{"index": 0, "delta": {"tool_calls": call}, "finish_reason": None}])
+            await resp.write(b"data: " + json.dumps(c).encode() + b"\n\n")
+
     # -------------------------------------------------------------- Anthropic
     async def anthropic(self, request):
         try:
@@ -204,11 +241,15 @@ class Stub:
                                      status=status, headers=self._err_headers({}))
         body = json.loads(raw)
         model = body.get("model")
+        tool = request.headers.get("x-test-tool")
         if not body.get("stream"):
+            content, stop = [{"type": "text", "text": "Hello from stub"}], "end_turn"
+            if tool:
+                content = [{"type": "tool_use", "id": TOOL_USE_ID, "name": tool, "input": TOOL_ARGS}]
+                stop = "tool_use"
             return web.json_response({
                 "id": "msg_stub", "type": "message", "role": "assistant", "model": model,
-                "content": [{"type": "text", "text": "Hello from stub"}],
-                "stop_reason": "end_turn", "stop_sequence": None,
+                "content": content, "stop_reason": stop, "stop_sequence": None,
                 "usage": {"input_tokens": 13, "output_tokens": 4}})
         h = request.headers
         chunks = int(h.get("x-test-chunks", "3"))
@@ -222,14 +263,26 @@ class Stub:
             "id": "msg_stub", "type": "message", "role": "assistant", "model": model, "content": [],
             "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 13, "output_tokens": 1}}})
         await ev("ping", {"type": "ping"})
+        if h.get("x-test-hang") == "1":  # silent until the peer goes away
+            while request.transport is not None and not request.transport.is_closing():
+                await asyncio.sleep(0.02)
+            return resp
         await ev("content_block_start", {"type": "content_block_start", "index": 0,
                                          "content_block": {"type": "text", "text": ""}})
         for i in range(chunks):
             await ev("content_block_delta", {"type": "content_block_delta", "index": 0,
                                              "delta": {"type": "text_delta", "text": f"tok{i} "}})
         await ev("content_block_stop", {"type": "content_block_stop", "index": 0})
+        if tool:
+            await ev("content_block_start", {"type": "content_block_start", "index": 1, "content_block": {
+                "type": "tool_use", "id": TOOL_USE_ID, "name": tool, "input": {}}})
+            for fragment in _args_fragments():
+                await ev("content_block_delta", {"type": "content_block_delta", "index": 1, "delta": {
+                    "type": "input_json_delta", "partial_json": fragment}})
+            await ev("content_block_stop", {"type": "content_block_stop", "index": 1})
         await ev("message_delta", {"type": "message_delta",
-                                   "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                                   "delta": {"stop_reason": "tool_use" if tool else "end_turn",
+                                             "stop_sequence": None},
                                    "usage": {"output_tokens": chunks}})
         await ev("message_stop", {"type": "message_stop"})
         await resp.write_eof()
