@@ -168,6 +168,7 @@ def test_invalid_json_on_a_translated_route_is_a_400(fast_gw, stub):
     assert _anthropic_error(obj)
     assert len(stub.requests) == sent
     assert "Traceback" not in fast_gw.output()
+    assert fast_gw.output().count("cannot be read are refused with 400") == 1  # logged once
 
 
 def test_a_huge_max_tokens_is_a_400(gw, stub):

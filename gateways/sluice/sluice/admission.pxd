@@ -14,6 +14,7 @@ cpdef chat(App app, ClientConn conn, Request r)
 cpdef reject(App app, ClientConn conn, Request r, int status, message, bytes extra=*)
 cpdef bint _authenticate(App app, ClientConn conn, Request r) except -1
 cpdef bint _read_body(App app, ClientConn conn, Request r, ChatBody body, bint budget) except -1
+cpdef _refuse_body(App app, ClientConn conn, Request r, message)
 cpdef bint _route(App app, ClientConn conn, Request r, model) except -1
 cpdef bint _within_key_limits(App app, ClientConn conn, Request r, KeyRecord key) except -1
 cpdef Route _target(Request r)

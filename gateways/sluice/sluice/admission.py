@@ -2,6 +2,8 @@
 model and route, the key's limits, the body its provider gets, the key's token budget. The first
 step that refuses the request answers it (in the client's dialect); an admitted one goes to
 dispatch."""
+import sys
+
 import orjson
 
 from sluice import chat_body, dispatch, rewrite
@@ -10,6 +12,8 @@ from sluice.http import error_body
 
 loads = orjson.loads
 JSONDecodeError = orjson.JSONDecodeError
+
+_body_refusal_logged = False  # the first body refused is logged (per worker), the others counted
 
 
 def chat(app, conn, r):
@@ -63,9 +67,20 @@ def _read_body(app, conn, r, body, budget):
         return True
     refused = chat_body.read_parsed(body, found, budget)
     if refused is not None:
-        reject(app, conn, r, 400, refused)
+        _refuse_body(app, conn, r, refused)
         return False
     return True
+
+
+def _refuse_body(app, conn, r, message):
+    """A body Sluice cannot read: 400 in the client's dialect, and one line on stderr the first
+    time, so that a client sending such bodies cannot fill the log."""
+    global _body_refusal_logged
+    if not _body_refusal_logged:
+        _body_refusal_logged = True
+        sys.stderr.write(f"sluice: request bodies that cannot be read are refused with 400 (logged "
+                         f"once; counted in sluice_requests_total); the first: {message[:200]}\n")
+    reject(app, conn, r, 400, message)
 
 
 def _route(app, conn, r, model):
@@ -111,7 +126,7 @@ def _body_for_provider(conn, r, body, target):
             try:
                 body.parsed = loads(body.data)
             except JSONDecodeError as e:
-                reject(conn.app, conn, r, 400, f"request body is not valid JSON: {e}")
+                _refuse_body(conn.app, conn, r, f"request body is not valid JSON: {e}")
                 return False
         try:
             body.data = rewrite.translated_body(r, target, body.parsed)
