@@ -19,6 +19,8 @@ MAX_TOKENS_RESERVED = 1 << 32   # the output part of a reservation, whatever a b
 # One pass over the body finds every place a decided key can be spelled. Literally; or with an
 # escape, and only \u005f-\u007f can spell their characters (ASCII lowercase letters and "_"):
 # escapes of other characters (\u00e9, \n, \") cannot, so they do not make the scan unsure.
+# Cost: one regex pass that stops only at '"' and '\'. The common body spells each key at most
+# once and escapes no ASCII letter, so it is never parsed a second time for repeats.
 _KEYS = re.compile(rb'"(model|max_tokens|max_completion_tokens|n|stream)"|\\u00(?:5[fF]|[67][0-9a-fA-F])')
 FIRST_MODEL = re.compile(rb'\s*\{\s*"model"\s*:\s*"([^"\\]*)"')   # the model as the first key
 _COUNT = re.compile(rb'"\w+"\s*:\s*(\d{1,12})\s*[,}]')   # a key and a plain count as its value
