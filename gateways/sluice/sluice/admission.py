@@ -1,45 +1,40 @@
-"""Admitting a chat request, step by step: its key, its model and route, the key's limits, the
-body its provider gets, the key's token budget. The first step that refuses the request answers
-it (in the client's dialect); an admitted one goes to dispatch."""
-import re
+"""Admitting a chat request, step by step: its key, its body read (model, output limits), its
+model and route, the key's limits, the body its provider gets, the key's token budget. The first
+step that refuses the request answers it (in the client's dialect); an admitted one goes to
+dispatch."""
+import sys
 
 import orjson
 
-from sluice import dispatch, rewrite
+from sluice import chat_body, dispatch, rewrite
+from sluice.chat_body import ChatBody
 from sluice.http import error_body
 
 loads = orjson.loads
 JSONDecodeError = orjson.JSONDecodeError
 
-_MAX_TOKENS = re.compile(rb'"max(?:_completion)?_tokens"\s*:\s*(\d+)')
-MAX_TOKENS_RESERVED = 1 << 32   # a reservation's max_tokens part, whatever a body asks
-
-
-class ChatBody:
-    """What admission learns from a chat request's body."""
-    __slots__ = ("data", "parsed", "model", "model_span")
-
-    def __init__(self, data):
-        self.data = data          # the body as the provider will get it
-        self.parsed = None        # the client's body parsed, when it had to be
-        self.model = None         # the model the client asked for
-        self.model_span = None    # where its value is in ``data``, when found without parsing
+_body_refusal_logged = False  # the first body refused is logged (per worker), the others counted
 
 
 def chat(app, conn, r):
     """POST /v1/chat/completions or /v1/messages."""
     if not _authenticate(app, conn, r):
         return
-    body = ChatBody(r.body)
-    if not _read_model(app, conn, r, body) or not _route(app, conn, r, body.model):
-        return
     key = r.key
+    budget = key is not None and key.budget != 0
+    body = ChatBody(r.body)
+    if not _read_body(app, conn, r, body, budget) or not _route(app, conn, r, body.model):
+        return
     if key is not None and not _within_key_limits(app, conn, r, key):
         return
     target = _target(r)
+    if budget and chat_body.needs_output_cap(body, r.dialect):
+        # the provider stops where the reservation does; r.body too, for any other attempt
+        chat_body.write_output_cap(body, r.dialect, target.max_output)
+        r.body = body.data
     if not _body_for_provider(conn, r, body, target):
         return
-    if key is not None and key.budget and not _reserve_budget(app, conn, r, body, target):
+    if budget and not _reserve_budget(app, conn, r, body):
         return
     dispatch.send_first(app, conn, r, target.provider, body.data)
 
@@ -64,34 +59,28 @@ def _authenticate(app, conn, r):
     return True
 
 
-def _read_model(app, conn, r, body):
-    """The model the client asks for: found without parsing when validate_json is off and the
-    body starts with it, else from the parsed body."""
-    if not app.validate_json:
-        m = rewrite.first_model(body.data)
-        if m is not None:
-            try:
-                body.model = m.group(1).decode()
-            except UnicodeDecodeError:
-                reject(app, conn, r, 400, "model: not valid UTF-8")
-                return False
-            body.model_span = m.span(1)
-            return True
-    try:
-        obj = loads(body.data)
-    except JSONDecodeError as e:
-        reject(app, conn, r, 400, f"request body is not valid JSON: {e}")
+def _read_body(app, conn, r, body, budget):
+    """The body's model (and, for a key with a budget, its output limits): read from its bytes
+    when validate_json is off and they make it certain, else from the body parsed."""
+    found = chat_body.scan_keys(body.data)
+    if not app.validate_json and found is not None and chat_body.read_fast(body, found, budget):
+        return True
+    refused = chat_body.read_parsed(body, found, budget)
+    if refused is not None:
+        _refuse_body(app, conn, r, refused)
         return False
-    if type(obj) is not dict:
-        reject(app, conn, r, 400, "request body must be a JSON object")
-        return False
-    model = obj.get("model")
-    if type(model) is not str or not model:
-        reject(app, conn, r, 400, "model: a model name (string) is required")
-        return False
-    body.parsed = obj
-    body.model = model
     return True
+
+
+def _refuse_body(app, conn, r, message):
+    """A body Sluice cannot read: 400 in the client's dialect, and one line on stderr the first
+    time, so that a client sending such bodies cannot fill the log."""
+    global _body_refusal_logged
+    if not _body_refusal_logged:
+        _body_refusal_logged = True
+        sys.stderr.write(f"sluice: request bodies that cannot be read are refused with 400 (logged "
+                         f"once; counted in sluice_requests_total); the first: {message[:200]}\n")
+    reject(app, conn, r, 400, message)
 
 
 def _route(app, conn, r, model):
@@ -133,8 +122,12 @@ def _body_for_provider(conn, r, body, target):
     """``body.data`` as ``target``'s provider takes it: translated, or the model patched."""
     if target.provider.dialect != r.dialect:
         from sluice import translate  # loaded on first use: workers that never translate stay smaller
-        if body.parsed is None:
-            body.parsed = loads(body.data)
+        if body.parsed is None:  # read from its bytes: parsed only now
+            try:
+                body.parsed = loads(body.data)
+            except JSONDecodeError as e:
+                _refuse_body(conn.app, conn, r, f"request body is not valid JSON: {e}")
+                return False
         try:
             body.data = rewrite.translated_body(r, target, body.parsed)
         except (translate.TranslationError, TypeError, ValueError, AttributeError, RecursionError) as e:
@@ -149,22 +142,10 @@ def _body_for_provider(conn, r, body, target):
     return True
 
 
-def _reserve_budget(app, conn, r, body, target):
-    """Tokens reserved from the key's budget: the prompt's estimate and the most the answer may
-    take (``max_tokens``, or the model's max_output_tokens)."""
-    obj = body.parsed
-    max_tokens = None
-    if obj is None:
-        m = _MAX_TOKENS.search(body.data)
-        if m is not None and _MAX_TOKENS.search(body.data, m.end()) is None:
-            max_tokens = int(m.group(1))
-        elif m is not None:  # a repeated key: read it as the provider's parser would
-            obj = loads(body.data)
-    if obj is not None:
-        max_tokens = obj.get("max_completion_tokens") or obj.get("max_tokens")
-    if type(max_tokens) is not int or max_tokens <= 0:
-        max_tokens = target.max_output
-    estimate = len(r.body) // 4 + (max_tokens if max_tokens < MAX_TOKENS_RESERVED else MAX_TOKENS_RESERVED)
+def _reserve_budget(app, conn, r, body):
+    """Tokens reserved from the key's budget: the prompt's estimate and the most the answers may
+    take (the largest output limit, written in when the client set none, times ``n``)."""
+    estimate = len(r.body) // 4 + chat_body.most_tokens(body)
     wait = app.keys.reserve(r.key, estimate)
     if wait:
         reject(app, conn, r, 429, f"token budget of key {r.key.name!r} exhausted",

@@ -71,8 +71,11 @@ def buffer(u, body):
 
 
 def stream_usage(u):
-    """(prompt, completion) the stream reported so far, or (None, None) if not believable."""
-    prompt, completion, _seen = u.stream_translator.usage()
+    """(prompt, completion) the stream reported so far, or (None, None) if it reported none or
+    none believable (the whole reservation is charged)."""
+    prompt, completion, seen = u.stream_translator.usage()
+    if not seen:
+        return None, None
     return believed(prompt, completion)
 
 

@@ -4,7 +4,6 @@ from sluice.request cimport Request, Route
 
 cdef int ANTHROPIC_TO_OPENAI, OPENAI_TO_ANTHROPIC, SAME_DIALECT
 
-cpdef first_model(bytes body)
 cpdef patch_model(bytes body, obj, model, span, Route route)
 cpdef bytes translated_body(Request r, Route target, obj)
 cpdef bytes payload(Request r, Provider provider, bytes body)

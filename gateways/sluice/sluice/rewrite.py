@@ -4,23 +4,13 @@ import re
 
 import orjson
 
+from sluice.chat_body import FIRST_MODEL
 from sluice.dialects import ANTHROPIC_TO_OPENAI, OPENAI_TO_ANTHROPIC, SAME_DIALECT
 
 loads = orjson.loads
 dumps = orjson.dumps
 
-FIRST_MODEL = re.compile(rb'\s*\{\s*"model"\s*:\s*"([^"\\]*)"')
 ANY_MODEL = re.compile(rb'"model"\s*:\s*"([^"\\]*)"')
-
-
-def first_model(body):
-    """The match of the body's model when it is the first key and the only "model" key (found
-    without parsing), else None."""
-    m = FIRST_MODEL.match(body)
-    # only a model key that occurs once: with a repeated one, the body is parsed
-    if m is not None and body.find(b'"model"', m.end()) < 0:
-        return m
-    return None
 
 
 def patch_model(body, obj, model, span, route):

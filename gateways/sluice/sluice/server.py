@@ -182,9 +182,11 @@ class App:
             m.overhead.observe(req.overhead_us / 1e6)
         key = req.key
         if key is not None and req.reserved:
-            if prompt is None:
+            if prompt is None:  # the provider reported nothing (believable)
                 prompt = len(req.body) // 4
-                completion = 0 if status >= 400 else max(0, req.reserved - prompt)
+                # a client gone mid-exchange (499) may have left the provider generating:
+                # it pays the whole reservation, the most its request could cost
+                completion = 0 if status >= 400 and status != 499 else max(0, req.reserved - prompt)
             self.keys.settle(key, req.reserved, prompt + completion)
             req.reserved = 0
             key.prompt_tokens += prompt

@@ -382,14 +382,14 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
             client.write(chunk(body) if self.chunked_to_client else body)
 
     def relayed_usage(self):
-        """(prompt, completion) for what the client was sent so far, or None when nothing of the
-        response was: a client that leaves mid-stream pays for what it received."""
+        """(prompt, completion) as the provider reported them so far, or None when it reported
+        nothing: a client that leaves then pays its whole reservation."""
         req = self.req
         if req is None or not self.client_head_sent:
             return None
         if self.mode == TRANSLATE_STREAM:
             return relay_translated.stream_usage(self)
-        if self.mode == RAW and self.usage_scan is not None:
+        if self.mode == RAW and self.usage_scan is not None and self.usage_scan.counts:
             return self.usage_scan.tokens(len(req.body), self.bytes_read)
         return None
 

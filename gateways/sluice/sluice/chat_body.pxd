@@ -1,0 +1,21 @@
+# Cython declarations for chat_body.py (see build.py).
+cimport cython
+
+
+@cython.final
+cdef class ChatBody:
+    cdef public bytes data
+    cdef public object parsed, model, model_span, output_limit, choices
+    cdef public bint max_tokens_set
+
+
+cpdef scan_keys(bytes data)
+cpdef bint read_fast(ChatBody body, found, bint limits) except -1
+cpdef _top_level_count(bytes data, Py_ssize_t at)
+cpdef read_parsed(ChatBody body, found, bint limits)
+cpdef bint _spelled_twice(dict found) except -1
+cpdef _repeated_key(bytes data)
+cpdef _read_limits(ChatBody body, dict obj)
+cpdef bint needs_output_cap(ChatBody body, dialect) except -1
+cpdef write_output_cap(ChatBody body, dialect, cap)
+cpdef most_tokens(ChatBody body)

@@ -1,0 +1,204 @@
+"""What Sluice reads in a chat request's body: the model, the output limits and ``n`` (for the
+token budget), and that every key it decides on occurs once in the top-level object. Read from
+the bytes when they make the answer certain (validate_json = false), else from the body parsed
+once with orjson; and the model's cap written into a body that sets no output limit."""
+import json
+import re
+
+import orjson
+
+loads = orjson.loads
+JSONDecodeError = orjson.JSONDecodeError
+
+# The keys Sluice decides on. A top-level object that repeats one is refused: Sluice and the
+# provider's parser could read different values (most parsers keep the last, a scan the first).
+DECIDED_KEYS = ("model", "max_tokens", "max_completion_tokens", "n", "stream")
+OUTPUT_LIMITS = ("max_tokens", "max_completion_tokens")
+MAX_TOKENS_RESERVED = 1 << 32   # the output part of a reservation, whatever a body asks
+
+# One pass over the body finds every place a decided key can be spelled. Literally; or with an
+# escape, and only \u005f-\u007f can spell their characters (ASCII lowercase letters and "_"):
+# escapes of other characters (\u00e9, \n, \") cannot, so they do not make the scan unsure.
+# Cost: one regex pass that stops only at '"' and '\'. The common body spells each key at most
+# once and escapes no ASCII letter, so it is never parsed a second time for repeats.
+_KEYS = re.compile(rb'"(model|max_tokens|max_completion_tokens|n|stream)"|\\u00(?:5[fF]|[67][0-9a-fA-F])')
+FIRST_MODEL = re.compile(rb'\s*\{\s*"model"\s*:\s*"([^"\\]*)"')   # the model as the first key
+_COUNT = re.compile(rb'"\w+"\s*:\s*(\d{1,12})\s*[,}]')   # a key and a plain count as its value
+_BRACKET = re.compile(rb'[\[\]{}]')
+
+
+class ChatBody:
+    """What admission learns from a chat request's body."""
+    __slots__ = ("data", "parsed", "model", "model_span", "output_limit", "max_tokens_set", "choices")
+
+    def __init__(self, data):
+        self.data = data          # the body as the provider will get it
+        self.parsed = None        # the client's body parsed, when it had to be
+        self.model = None         # the model the client asked for
+        self.model_span = None    # where its value is in ``data``, when found without parsing
+        self.output_limit = None  # the largest output limit the body sets, when it sets one
+        self.max_tokens_set = False  # max_tokens among them: the one limit Anthropic reads
+        self.choices = 1          # ``n``: how many answers it asks for
+
+
+def scan_keys(data):
+    """{key: [offsets]} of the decided keys spelled literally in ``data`` (anywhere, strings
+    included), or None when an escape could spell one."""
+    found = {}
+    for m in _KEYS.finditer(data):
+        key = m.group(1)
+        if key is None:
+            return None
+        places = found.get(key)
+        if places is None:
+            found[key] = [m.start()]
+        else:
+            places.append(m.start())
+    return found
+
+
+def read_fast(body, found, limits):
+    """Read ``body`` from its bytes, without parsing, when they make it certain (True); else
+    False and it is parsed. Certain: no decided key spelled with an escape (``found`` is not
+    None) and each spelled once, so none is repeated; the model the first key; and, when the
+    output ``limits`` are wanted, each of them and ``n`` a plain count surely at the top level."""
+    for places in found.values():
+        if len(places) > 1:
+            return False
+    data = body.data
+    m = FIRST_MODEL.match(data)
+    if m is None:
+        return False
+    if limits:
+        for key, places in found.items():
+            if key == b"model" or key == b"stream":
+                continue
+            count = _top_level_count(data, places[0])
+            if count is None:
+                return False
+            if key == b"n":
+                body.choices = count
+                continue
+            if key == b"max_tokens":
+                body.max_tokens_set = True
+            if body.output_limit is None or count > body.output_limit:
+                body.output_limit = count
+    try:
+        body.model = m.group(1).decode()
+    except UnicodeDecodeError:
+        return False  # the parse refuses it
+    body.model_span = m.span(1)
+    return True
+
+
+def _top_level_count(data, at):
+    """The count at ``at`` when it is surely the value of a member of the top-level object,
+    else None. In valid JSON a quote with no backslash before it, whose string is followed by
+    ':', starts a key; that key is at the top level when no bracket comes between the body's
+    opening brace and it, or between its value and the body's closing brace."""
+    m = _COUNT.match(data, at)
+    if m is None or data[at - 1] == 92:  # a backslash: the quote may be inside a string
+        return None
+    count = int(m.group(1))
+    if count < 1:
+        return None
+    if _BRACKET.search(data, data.find(b"{") + 1, at) is None:
+        return count
+    end = data.rfind(b"}")
+    if _BRACKET.search(data, m.end(1), end) is None and not data[end + 1:].strip():
+        return count
+    return None
+
+
+def read_parsed(body, found, limits):
+    """Read ``body`` parsed (orjson, once). Returns why it is refused (a 400), or None."""
+    try:
+        obj = loads(body.data)
+    except JSONDecodeError as e:
+        return f"request body is not valid JSON: {e}"
+    if type(obj) is not dict:
+        return "request body must be a JSON object"
+    if found is None or _spelled_twice(found):
+        refused = _repeated_key(body.data)
+        if refused is not None:
+            return refused
+    model = obj.get("model")
+    if type(model) is not str or not model:
+        return "model: a model name (string) is required"
+    body.parsed = obj
+    body.model = model
+    return _read_limits(body, obj) if limits else None
+
+
+def _spelled_twice(found):
+    for places in found.values():
+        if len(places) > 1:
+            return True
+    return False
+
+
+def _repeated_key(data):
+    """Why the top-level object is refused when it repeats a decided key (keys unescaped), else
+    None. A second parse, keeping every object's pairs: only for the bodies whose bytes show a
+    decided key twice or an escape that could spell one."""
+    try:
+        pairs = json.loads(data, object_pairs_hook=list)  # every object as its (key, value) list
+    except (ValueError, RecursionError):  # what orjson took but Python's parser does not
+        return "request body cannot be checked for repeated keys"
+    seen = set()
+    for key, _ in pairs:
+        if key in DECIDED_KEYS:
+            if key in seen:
+                return f"{key}: the key appears more than once"
+            seen.add(key)
+    return None
+
+
+def _read_limits(body, obj):
+    """The output limits of both dialects and ``n``, from the top level. Returns why they are
+    refused, or None."""
+    limit = None
+    for key in OUTPUT_LIMITS:
+        if key in obj:
+            value = obj[key]
+            if type(value) is not int or value < 1:
+                return f"{key}: a positive integer is required"
+            if limit is None or value > limit:
+                limit = value
+    body.output_limit = limit
+    body.max_tokens_set = "max_tokens" in obj
+    n = obj.get("n")
+    if n is None:  # absent or null: one answer
+        n = 1
+    elif type(n) is not int or n < 1:
+        return "n: a positive integer is required"
+    body.choices = n
+    return None
+
+
+def needs_output_cap(body, dialect):
+    """The body sets no output limit its own dialect reads (Anthropic reads only max_tokens)."""
+    return body.output_limit is None or (dialect == "anthropic" and not body.max_tokens_set)
+
+
+def write_output_cap(body, dialect, cap):
+    """``cap`` written into a body that ``needs_output_cap``, as its first key, so the provider
+    stops where the reservation does (and so does any other attempt)."""
+    key = "max_tokens" if dialect == "anthropic" else "max_completion_tokens"
+    data = body.data
+    at = data.find(b"{") + 1  # the body's opening brace: it is an object with a model key
+    added = b'"%s":%d,' % (key.encode(), cap)
+    body.data = data[:at] + added + data[at:]
+    if body.model_span is not None:
+        start, end = body.model_span
+        body.model_span = (start + len(added), end + len(added))
+    if body.parsed is not None:
+        body.parsed[key] = cap
+    if body.output_limit is None or cap > body.output_limit:
+        body.output_limit = cap
+
+
+def most_tokens(body):
+    """The most output tokens the body can cost: its largest limit for each of ``n`` answers."""
+    limit = min(body.output_limit, MAX_TOKENS_RESERVED)
+    return min(limit * min(body.choices, MAX_TOKENS_RESERVED), MAX_TOKENS_RESERVED)
