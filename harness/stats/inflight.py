@@ -30,11 +30,15 @@ HELD_OPEN_SHARE = 0.95
 AGREE_SHARE = 0.05
 # A step ending this long after the load stopped was not run.
 STOP_TOLERANCE_S = 1.0
+# Open requests are counted this often: closed-loop users spawned together answer in bursts, so a
+# coarse grid lands on the gaps between them.
+COUNT_EVERY_S = 0.1
 ERROR_CAUSES = ("timeout", "refused", "status_5xx", "status_4xx", "reset", "other")
 
 INFLIGHT_DEFINITIONS: dict[str, str] = {
-    "open at the client": "requests sent and not yet answered, counted each second of the "
-                          "step's measured window (its last two holds), mean",
+    "open at the client": f"requests sent and not yet answered, counted every "
+                          f"{COUNT_EVERY_S * 1000:g} ms of the step's measured window (its last "
+                          f"two holds), mean",
     "open at the mock": "requests whose body the mock has read and whose last byte it has not "
                         "yet written, counted the same way: the two must agree",
     "MiB per 1,000 open": "the slope of the system's tree RSS (mean over each step's window) "
@@ -120,7 +124,7 @@ def step_figures(rows: pd.DataFrame, mock_rows: pd.DataFrame, samples: pd.DataFr
     """One step of one run: the figures of the module docstring over its measured window.
     ``rows`` and ``mock_rows`` are the run's (any time); ``samples`` the run's 1-s samples."""
     start, end = window["window_start_t_unix_s"], window["window_end_t_unix_s"]
-    grid = np.arange(math.ceil(start), end, 1.0)
+    grid = np.arange(start, end, COUNT_EVERY_S)
     row_start = rows["start_t_unix_s"].to_numpy(float)
     row_end = row_start + rows["latency_ms"].to_numpy(float) / 1e3
     client_open = open_counts(row_start, row_end, grid)
