@@ -58,3 +58,15 @@ def test_each_step_is_held_with_the_client_and_the_mock_agreeing(tiny_lane):
     ngx = steps[steps["system"] == "nginx"]
     assert (ngx["upstream_connections"] <= ngx["requests"]).all()
     assert not math.isnan(ngx["rss_mib"].iloc[0])
+
+
+def test_the_report_shows_the_lane_and_sizes_at_the_planned_concurrency(tiny_lane):
+    from report.build import collect
+    from report.sections import render_section
+    result, _ = tiny_lane
+    data = collect(result.study_dir, planned_latency_s=2.0, load_rps=100.0)
+    lane_html = render_section(data, "inflight")
+    assert "In-flight lane" in lane_html and "open requests" in lane_html
+    assert "nginx holds" in lane_html or "nginx did not hold" in lane_html
+    sizing_html = render_section(data, "sizing")
+    assert "100 req/s × 2 s = 200 open requests" in sizing_html

@@ -10,6 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from synthetic_inflight import lane, step as _step
+
 from harness.stats import inflight as I
 from harness.stats import inflight_limits as L
 
@@ -108,19 +110,6 @@ def test_steps_above_a_failed_step_are_not_run():
     assert windows[0]["window_start_t_unix_s"] == 100.0 + 40.0 - 20.0
 
 
-def _step(system, target, held, run=1, **figures):
-    base = {name: 1.0 for name in L.STEP_FIGURES}
-    base.update({"client_open_mean": float(target), "mock_open_mean": float(target),
-                 "mock_open_max": float(target), "rss_mib": 40.0 + 18.0 * target / 1000,
-                 "added_p99_ms": 5.0, "failed": 0, "open_files_limit": 20000.0,
-                 "open_fds": 2.0 * target, "system_cpu_percent": 20.0})
-    base.update({f"errors_{c}": 0 for c in I.ERROR_CAUSES})
-    base.update(figures)
-    return {"run_id": f"{system}-{run}", "system": system, "status": "completed",
-            "target_open": target, "ran": figures.pop("ran", True), "held": held,
-            "open_agree": True, **base}
-
-
 def test_a_step_direct_did_not_hold_is_the_instruments_limit_never_the_systems():
     steps = pd.DataFrame([
         _step("direct", 1000, True), _step("direct", 2500, False, errors_timeout=3, failed=3),
@@ -170,3 +159,19 @@ def test_replicas_at_a_planned_concurrency_and_the_limit_that_decides(cores, slo
     out = L.replicas_at(open_requests, cores, L.Slope(slope_mib, 40.0, 1.0, 4), held,
                         replica_cores=1.0, replica_gib=2.0)
     assert out["decides"] == decides and out["replicas"] == replicas
+
+
+def test_sizing_at_a_planned_concurrency_uses_the_memory_slope_and_the_highest_step_held():
+    from harness.stats.sizing import Prices, concurrency_sizing
+    out = concurrency_sizing(lane(), load_rps=1000.0, latency_s=10.0).set_index("system")
+    lean = out.loc["lean"]
+    # 40 MiB + 18 MiB per 1,000 at 10,000 open; held only to 5,000: extrapolated
+    assert lean["open_requests"] == 10_000 and lean["memory_gib"] == pytest.approx(220 / 1024)
+    assert lean["extrapolated"] and lean["highest_held"] == 5000
+    assert lean["cores"] == pytest.approx(0.2) and lean["decides"] == "connections"
+    assert lean["replicas"] == 2
+    assert lean["usd_month"] == pytest.approx(2 * Prices().monthly(1.0, 2.0))
+    capped = out.loc["capped"]
+    assert capped["highest_held"] == 1000 and capped["replicas"] == 10
+    assert capped["decides"] == "connections"
+    assert "slow" not in out.index

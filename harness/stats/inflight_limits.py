@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from harness.stats.across import describe
-from harness.stats.inflight import ERROR_CAUSES, HELD_ADDED_P99_MS
+from harness.stats.inflight import ERROR_CAUSES, HELD_ADDED_P99_MS, inflight_steps, is_inflight
 
 # Figures described across runs per system and step.
 STEP_FIGURES = ("client_open_mean", "client_open_max", "mock_open_mean", "mock_open_max",
@@ -174,3 +174,30 @@ def replicas_at(open_requests: float, cores_needed: float, slope: Slope, highest
     return {"open_requests": open_requests, "memory_gib": memory_gib,
             "replicas": max(replicas, 1) if not math.isnan(replicas) else replicas,
             "decides": decides, **{f"replicas_by_{k.lower()}": v for k, v in by_limit.items()}}
+
+
+@dataclass(frozen=True)
+class Lane:
+    """A study's in-flight lane: every run's steps, the summary per system and step, where each
+    system stops and its MiB per 1,000 open."""
+    steps: pd.DataFrame
+    table: pd.DataFrame
+    stops: pd.DataFrame
+    slopes: dict[str, Slope]
+    hold_s: float
+    stream: bool
+
+    @property
+    def empty(self) -> bool:
+        return self.table.empty
+
+
+def lane(study, floor: str, cores: float) -> Lane:
+    """The lane of ``study`` (a harness.stats.loading.Study); empty when it has no in-flight run."""
+    steps = inflight_steps(study)
+    if steps.empty:
+        return Lane(steps, pd.DataFrame(), pd.DataFrame(), {}, math.nan, False)
+    table = summary(steps, floor)
+    first = next(r for r in study.runs if is_inflight(r))
+    return Lane(steps, table, where_it_stops(table, cores), slopes(steps),
+                float(first.spec.load.inflight_hold_s), bool(first.spec.load.stream))

@@ -1,0 +1,32 @@
+"""The in-flight lane's report on a synthetic lane: the generated sentences, the tables, and the
+sizing section's planned concurrency."""
+from __future__ import annotations
+
+from synthetic_inflight import lane
+
+from harness.stats.sizing import concurrency_sizing
+from report import inflight
+
+
+def test_the_sentences_say_what_each_system_holds_and_why_one_stops():
+    text = inflight.sentences(lane(), ["direct", "lean", "capped"])
+    assert text[1] == "lean holds 5,000 open requests in 130 MiB."
+    assert text[2].startswith("capped holds 1,000 in 58 MiB and stops at 2,500: connection-pool cap")
+    assert "at most 100 open upstream requests" in text[2]
+
+
+def test_the_tables_have_a_row_per_system_and_step_and_per_system():
+    steps = inflight.steps_table(lane(), ["direct", "lean", "capped"])
+    assert len(steps.rows) == 8
+    assert [r.cells[-1].text for r in steps.rows][-2:] == ["held", "failed"]
+    stops = inflight.stops_table(lane(), ["direct", "lean", "capped"])
+    assert [r[0].text for r in ([row.cells for row in stops.rows])] == ["direct", "lean", "capped"]
+    assert stops.rows[1].cells[2].text == "18.0 (R² 1.00, 3 points)"
+
+
+def test_the_planned_concurrency_table_names_the_deciding_limit():
+    frame = concurrency_sizing(lane(), load_rps=1000.0, latency_s=10.0)
+    grid = inflight.concurrency_table(frame, ["direct", "lean", "capped"])
+    lean = next(r.cells for r in grid.rows if r.cells[0].text == "lean")
+    assert lean[1].text == "10,000" and lean[2].text == "220 MiB (extrapolated beyond 5,000)"
+    assert lean[4].text == "2" and lean[5].text == "connections"
