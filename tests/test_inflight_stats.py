@@ -125,6 +125,16 @@ def test_a_step_direct_did_not_hold_is_the_instruments_limit_never_the_systems()
     assert stops.loc["slow", "highest_held"] == 0 and stops.loc["slow", "cause"] == "added latency"
 
 
+def test_a_step_some_runs_did_not_reach_is_labelled_so_not_failed():
+    steps = pd.DataFrame([
+        _step("direct", 1000, True), _step("direct", 2500, True),
+        _step("x", 1000, True, run=1), _step("x", 2500, True, run=1),
+        _step("x", 1000, False, run=2, added_p99_ms=300.0), _step("x", 2500, False, run=2, ran=False)])
+    table = L.summary(steps, floor="direct").set_index(["system", "target_open"])
+    assert table.loc[("x", 1000), "label"] == "failed"
+    assert table.loc[("x", 2500), "label"] == L.PARTLY_RUN and table.loc[("x", 2500), "runs_ran"] == 1
+
+
 def test_a_connection_pool_cap_is_named_with_the_mocks_connection_count():
     steps = pd.DataFrame([
         _step("direct", 1000, True), _step("direct", 2500, True),

@@ -25,6 +25,7 @@ FILES_NEAR_LIMIT_SHARE = 0.95    # descriptors at this share of the open-file li
 POOL_SHARE = 0.9                 # the mock saw at most this share of what the client held open
 INSTRUMENTS = "instruments' limit"
 NOT_RUN = "not run: failed the step below"
+PARTLY_RUN = "not run in every run: a step below failed in some"
 DEFAULT_PLANNED_RPS = 1000.0
 DEFAULT_PLANNED_LATENCY_S = 10.0
 
@@ -96,6 +97,8 @@ def _label(rec: dict, is_floor: bool) -> str:
         return NOT_RUN
     if rec["held"]:
         return "held"
+    if rec["runs_ran"] < rec["runs"] and rec["runs_held"] == rec["runs_ran"]:
+        return PARTLY_RUN
     if rec["instruments_limited"]:  # never blamed on the system: direct did not hold it either
         return INSTRUMENTS
     return "failed"
@@ -129,8 +132,8 @@ def where_it_stops(table: pd.DataFrame, cores: float) -> pd.DataFrame:
 
 def stop_cause(rec: dict, cores: float) -> tuple[str, str]:
     """What stopped a system at a step (a ``summary`` row), and the evidence."""
-    if rec["label"] == NOT_RUN:
-        return "not run", NOT_RUN
+    if rec["label"] in (NOT_RUN, PARTLY_RUN):
+        return "not run", rec["label"]
     if rec["label"] == INSTRUMENTS:
         return INSTRUMENTS, "direct did not hold this step either"
     client, mock = rec["client_open_mean_mean"], rec["mock_open_mean_mean"]
