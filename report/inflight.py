@@ -54,6 +54,26 @@ def steps_table(lane: Lane, order: list[str]) -> Table:
                   "step"], rows, "inflight-table", wide=True)
 
 
+def runs_table(lane: Lane) -> Table:
+    """Every step of every run: the requests it held open at the client and at the mock."""
+    rows = []
+    for rec in lane.steps.sort_values(["system", "run_index", "target_open"]).to_dict("records"):
+        if not rec["ran"]:
+            rows.append(Row((cell(rec["run_id"]), number(f"{rec['target_open']:,}"),
+                             *(number(F.DASH) for _ in range(4)), cell("not run")), "failed"))
+            continue
+        state = "held" if rec["held"] else (f"failed: {rec['run_failed'][:60]}"
+                                            if rec.get("run_failed") else "not held")
+        if not rec["open_agree"]:
+            state += " (client and mock disagree)"
+        rows.append(Row((cell(rec["run_id"]), number(f"{rec['target_open']:,}"),
+                         *(number(F.num(rec[k], 0)) for k in ("client_open_mean", "client_open_max",
+                                                               "mock_open_mean", "mock_open_max")),
+                         cell(state)), "ok" if rec["held"] else "failed"))
+    return table(["run", "open asked", "open at client (mean)", "(max)", "open at mock (mean)",
+                  "(max)", "step"], rows, "inflight-runs-table")
+
+
 def stops_table(lane: Lane, order: list[str]) -> Table:
     rows = []
     for rec in _ordered(lane.stops, order):

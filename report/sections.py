@@ -220,7 +220,7 @@ def section_inflight(data: ReportData) -> str:
     first = next(r for r in data.study.runs if r.spec is not None and r.spec.load.inflight_steps)
     return render("inflight.html.j2", sentences=inflight.sentences(lane, order),
                   stops=inflight.stops_table(lane, order),
-                  per_step=inflight.steps_table(lane, order),
+                  per_step=inflight.steps_table(lane, order), per_run=inflight.runs_table(lane),
                   plot=plots.plot_inflight(data, lane.steps), hold_s=f"{lane.hold_s:g}",
                   stream=lane.stream, frame_ms=f"{first.spec.mock.chunk_delay_ms:g}",
                   steps=", ".join(f"{t:,}" for t in sorted(lane.table["target_open"].unique())),

@@ -18,7 +18,7 @@ def step(system, target, held, run=1, ran=True, **figures):
                  "open_fds": 2.0 * target, "system_cpu_percent": 20.0})
     base.update({f"errors_{c}": 0 for c in I.ERROR_CAUSES})
     base.update(figures)
-    return {"run_id": f"{system}-{run}", "system": system, "status": "completed",
+    return {"run_id": f"{system}-{run}", "system": system, "run_index": run, "status": "completed",
             "target_open": target, "ran": ran, "held": held,
             "open_agree": True, **base}
 

@@ -30,3 +30,10 @@ def test_the_planned_concurrency_table_names_the_deciding_limit():
     lean = next(r.cells for r in grid.rows if r.cells[0].text == "lean")
     assert lean[1].text == "10,000" and lean[2].text == "220 MiB (extrapolated beyond 5,000)"
     assert lean[4].text == "2" and lean[5].text == "connections"
+
+
+def test_every_run_shows_the_requests_it_held_open_at_the_client_and_the_mock():
+    grid = inflight.runs_table(lane())
+    capped = [r.cells for r in grid.rows if r.cells[0].text == "capped-1"]
+    assert [c.text for c in capped[0]] == ["capped-1", "1,000", "1000", "1", "1000", "1000", "held"]
+    assert capped[1][3].text == "1" and capped[1][4].text == "100" and capped[1][-1].text == "not held"

@@ -84,6 +84,7 @@ def test_errors_are_counted_by_cause_and_a_step_with_errors_is_not_held():
                              _window(100, 1010.0), HOLD_S * 1e3, stream=False)
     assert figures["errors_refused"] == figures["failed"] > 0
     assert figures["errors_timeout"] == figures["errors_reset"] == 0 and not figures["held"]
+    assert figures["error_example"] == "ConnectionRefusedError: [Errno 111] Connection refused"
     causes = I.error_causes(pd.DataFrame({
         "error_kind": ["timeout", "http", "http", "connection", "other", ""],
         "error": ["read timed out", "HTTP 502", "HTTP 429", "ConnectionResetError", "x", ""],
@@ -133,6 +134,25 @@ def test_a_step_some_runs_did_not_reach_is_labelled_so_not_failed():
     table = L.summary(steps, floor="direct").set_index(["system", "target_open"])
     assert table.loc[("x", 1000), "label"] == "failed"
     assert table.loc[("x", 2500), "label"] == L.PARTLY_RUN and table.loc[("x", 2500), "runs_ran"] == 1
+
+
+def test_a_run_that_failed_mid_step_held_the_steps_before_and_fails_that_one():
+    from types import SimpleNamespace
+    rows, mock = _closed_loop(100, 1000.0, 1025.0, added_ms=2.0)
+    load = SimpleNamespace(inflight_hold_s=HOLD_S, inflight_steps=(50, 100, 200),
+                           inflight_step_s=10.0, stream=False)
+    run = SimpleNamespace(
+        spec=SimpleNamespace(load=load), run_id="x-1", system="x", run_index=1, status="failed",
+        reason="ProcessError: system exited with code 137", failed_t_unix_s=1015.0, limits=None,
+        phases=SimpleNamespace(t=lambda name: {"hold_start": 1000.0}.get(name, math.nan)))
+    steps = I.run_steps(run, rows, mock, _samples(1000.0, 1015.0, 300.0, 250, 0.2))
+    assert [s["ran"] for s in steps] == [True, True, False]
+    assert steps[1]["run_failed"].endswith("code 137") and not steps[1]["held"]
+    table = L.summary(pd.DataFrame([_step("direct", t, True) for t in (50, 100, 200)] + steps),
+                      floor="direct")
+    stop = L.where_it_stops(table, cores=2.0).set_index("system").loc["x"]
+    assert stop["stopped_at"] == 100 and stop["cause"] == "the run failed"
+    assert "code 137" in stop["evidence"] and "RSS 300 MiB" in stop["evidence"]
 
 
 def test_a_connection_pool_cap_is_named_with_the_mocks_connection_count():

@@ -153,6 +153,8 @@ def step_figures(rows: pd.DataFrame, mock_rows: pd.DataFrame, samples: pd.DataFr
         **{f"errors_{cause}": n for cause, n in errors.items()},
         "cpu_ms_per_request": cpu_s * 1e3 / len(done) if len(done) else math.nan,
         "cpu_ms_per_frame": cpu_s * 1e3 / frames if stream and frames else math.nan}
+    failed_text = in_window.loc[in_window["error_kind"].fillna("") != "", "error"].fillna("")
+    figures["error_example"] = str(failed_text.mode().iloc[0]) if len(failed_text) else ""
     figures["open_agree"] = bool(abs(figures["client_open_mean"] - figures["mock_open_mean"])
                                  <= AGREE_SHARE * window["target_open"])
     figures["held"] = is_held(figures)
@@ -184,19 +186,31 @@ def is_inflight(run: RunManifest) -> bool:
 
 def run_steps(run: RunManifest, rows: pd.DataFrame, mock_rows: pd.DataFrame,
               samples: pd.DataFrame) -> list[dict]:
-    """Every step of one in-flight run; a step the load did not reach has only its target."""
+    """Every step of one in-flight run; a step the load did not reach has only its target. A run
+    that failed during its steps (the system exited, the load broke) ran every step that ended
+    before it failed; the step it failed in is measured up to then and carries the reason."""
     load = run.spec.load
     hold_ms = load.inflight_hold_s * 1e3
+    stop, failed_at = run.phases.t("hold_end"), math.nan
+    if math.isnan(stop) and run.status == "failed" and run.failed_t_unix_s is not None:
+        stop = failed_at = float(run.failed_t_unix_s)
+    head = {"run_id": run.run_id, "system": run.system, "run_index": run.run_index,
+            "status": run.status, "stream": bool(load.stream),
+            "open_files_limit": _files_limit(run), "run_failed": ""}
     out = []
-    for window in step_windows(run.phases.t("hold_start"), run.phases.t("hold_end"),
-                               load.inflight_steps, load.inflight_step_s, load.inflight_hold_s):
-        head = {"run_id": run.run_id, "system": run.system, "run_index": run.run_index,
-                "status": run.status, "stream": bool(load.stream),
-                "open_files_limit": _files_limit(run)}
-        if not window["ran"]:
+    for window in step_windows(run.phases.t("hold_start"), stop, load.inflight_steps,
+                               load.inflight_step_s, load.inflight_hold_s):
+        step_start = window["window_end_t_unix_s"] - load.inflight_step_s
+        if not window["ran"] and step_start <= failed_at < window["window_end_t_unix_s"]:
+            partial = {**window, "ran": True, "window_start_t_unix_s": step_start,
+                       "window_end_t_unix_s": failed_at}
+            figures = step_figures(rows, mock_rows, samples, partial, hold_ms, load.stream)
+            out.append({**head, **figures, "held": False, "run_failed": run.reason or "failed"})
+        elif not window["ran"]:
             out.append({**head, **window, "held": False})
-            continue
-        out.append({**head, **step_figures(rows, mock_rows, samples, window, hold_ms, load.stream)})
+        else:
+            out.append({**head, **step_figures(rows, mock_rows, samples, window, hold_ms,
+                                               load.stream)})
     return out
 
 

@@ -23,6 +23,8 @@ STEP_FIGURES = ("client_open_mean", "client_open_max", "mock_open_mean", "mock_o
 CPU_BUSY_PERCENT = 90.0          # of the cores the system may use
 FILES_NEAR_LIMIT_SHARE = 0.95    # descriptors at this share of the open-file limit
 POOL_SHARE = 0.9                 # the mock saw at most this share of what the client held open
+# Runs whose steps count: a run that failed held the steps before it failed.
+ENDED = ("completed", "failed")
 INSTRUMENTS = "instruments' limit"
 NOT_RUN = "not run: failed the step below"
 PARTLY_RUN = "not run in every run: a step below failed in some"
@@ -66,16 +68,23 @@ def steps_to_run(held: list[bool]) -> list[bool]:
 
 def instruments_held(steps: pd.DataFrame, floor: str) -> dict[int, bool]:
     """Per target: whether the floor (direct: the load generator and the mock alone) held it in
-    every completed run. A step it did not hold is the instruments' limit, for every system."""
-    base = steps[(steps["system"] == floor) & (steps["status"] == "completed")]
-    return {int(t): bool(g["held"].astype(bool).all()) for t, g in base.groupby("target_open")}
+    every run that ended (completed or failed). A step it did not hold, and every step above it,
+    is the instruments' limit, for every system."""
+    base = steps[(steps["system"] == floor) & steps["status"].isin(ENDED)]
+    out, below = {}, True
+    for target in sorted(int(t) for t in steps["target_open"].unique()):
+        mine = base[base["target_open"] == target]
+        held = bool(len(mine)) and bool(mine["held"].astype(bool).all())
+        out[target] = below and (held or not len(base))
+        below = out[target]
+    return out
 
 
 def summary(steps: pd.DataFrame, floor: str) -> pd.DataFrame:
     """Per system and target: each STEP_FIGURES as mean and sd over its completed runs that ran
     the step, how many held it, and the label (held, failed, the instruments' limit, not run)."""
     by_floor = instruments_held(steps, floor)
-    done = steps[steps["status"] == "completed"]
+    done = steps[steps["status"].isin(ENDED)]
     out = []
     for (system, target), g in done.groupby(["system", "target_open"], sort=False):
         ran = g[g["ran"].astype(bool)]
@@ -85,6 +94,10 @@ def summary(steps: pd.DataFrame, floor: str) -> pd.DataFrame:
             d = describe(ran[name]) if name in ran and len(ran) else describe([])
             rec[f"{name}_mean"], rec[f"{name}_sd"] = d["mean"], d["sd"]
         rec["open_agree"] = bool(len(ran) and ran["open_agree"].astype(bool).all())
+        failures = [r for r in ran.get("run_failed", pd.Series(dtype=str)).fillna("") if r]
+        rec["run_failed"] = failures[0] if failures else ""
+        examples = [e for e in ran.get("error_example", pd.Series(dtype=str)).fillna("") if e]
+        rec["error_example"] = examples[0] if examples else ""
         rec["held"] = bool(len(ran) and rec["runs_held"] == len(ran) == len(g))
         rec["instruments_limited"] = not by_floor.get(int(target), True)
         rec["label"] = _label(rec, system == floor)
@@ -97,6 +110,8 @@ def _label(rec: dict, is_floor: bool) -> str:
         return NOT_RUN
     if rec["held"]:
         return "held"
+    if rec["run_failed"]:
+        return "failed"
     if rec["runs_ran"] < rec["runs"] and rec["runs_held"] == rec["runs_ran"]:
         return PARTLY_RUN
     if rec["instruments_limited"]:  # never blamed on the system: direct did not hold it either
@@ -106,7 +121,7 @@ def _label(rec: dict, is_floor: bool) -> str:
 
 def slopes(steps: pd.DataFrame) -> dict[str, Slope]:
     """Per system: MiB per 1,000 open over every held step of every completed run."""
-    held = steps[(steps["status"] == "completed") & steps["held"].astype(bool)]
+    held = steps[steps["status"].isin(ENDED) & steps["held"].astype(bool)]
     return {system: rss_slope(g["client_open_mean"], g["rss_mib"])
             for system, g in held.groupby("system", sort=False)}
 
@@ -136,6 +151,9 @@ def stop_cause(rec: dict, cores: float) -> tuple[str, str]:
         return "not run", rec["label"]
     if rec["label"] == INSTRUMENTS:
         return INSTRUMENTS, "direct did not hold this step either"
+    if rec["run_failed"]:
+        return "the run failed", (f"{rec['run_failed'][:200]}; RSS {rec['rss_mib_mean']:,.0f} MiB, "
+                                  f"{rec['open_fds_mean']:,.0f} descriptors before")
     client, mock = rec["client_open_mean_mean"], rec["mock_open_mean_mean"]
     if rec["open_fds_mean"] >= FILES_NEAR_LIMIT_SHARE * rec["open_files_limit_mean"]:
         return "open-file limit", (f"{rec['open_fds_mean']:.0f} descriptors open of a limit of "
@@ -149,7 +167,9 @@ def stop_cause(rec: dict, cores: float) -> tuple[str, str]:
     if errors[top] > 0:
         return {"timeout": "a timeout", "refused": "refused connections", "status_5xx": "5xx answers",
                 "status_4xx": "4xx answers", "reset": "resets",
-                "other": "errors"}[top], f"{errors[top]:.0f} per run ({top})"
+                "other": "errors"}[top], (f"{errors[top]:.0f} per run ({top})"
+                                          + (f"; e.g. {rec['error_example'][:160]!r}"
+                                             if rec["error_example"] else ""))
     if rec["system_cpu_percent_mean"] >= CPU_BUSY_PERCENT * cores:
         return "CPU", f"{rec['system_cpu_percent_mean']:.0f}% CPU (of {cores:g} cores)"
     return "added latency", (f"added p99 {rec['added_p99_ms_mean']:.0f} ms ≥ "
