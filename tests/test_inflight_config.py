@@ -46,6 +46,7 @@ def test_the_profile_validates_and_holds_each_request_for_the_hold():
     (dict(open_files_limit=2048), "open_files_limit"),
     (dict(open_files_limit=100), "open_files_limit"),
     (dict(inflight_steps="many,more"), "inflight_steps"),
+    (dict(stream=True, chunk_delay_ms=0.0), "chunk_delay_ms"),
 ])
 def test_a_bad_parameter_is_refused_naming_it(overrides, parameter):
     with pytest.raises(ConfigError) as caught:

@@ -14,6 +14,7 @@ import resource
 from pathlib import Path
 
 from harness.model.config import StudyConfig
+from harness.model.topology import load_processes
 
 # Users Locust spawns per second per process when a step begins (Locust warns above 100 per
 # process for heavy users; ours only open one request each).
@@ -49,19 +50,17 @@ def mock_hold(config: StudyConfig) -> tuple[float, int]:
     return config.chunk_delay_ms, frames
 
 
-def spawn_s(config: StudyConfig, index: int) -> float:
-    """Seconds the users a step adds take to spawn (index 0: from none)."""
+def spawn_rate_per_s(processes: int) -> float:
+    """Users spawned a second when a step begins, over all Locust processes."""
+    return SPAWN_RATE_PER_PROCESS * processes
+
+
+def needed_step_s(config: StudyConfig, index: int, processes: int) -> float:
+    """A step must spawn the users it adds (index 0: from none), settle, then hold
+    MEASURED_HOLDS whole holds."""
     before = config.inflight_steps[index - 1] if index else 0
-    return (config.inflight_steps[index] - before) / (SPAWN_RATE_PER_PROCESS * config.locust_processes)
-
-
-def spawn_rate_per_s(config: StudyConfig) -> float:
-    return SPAWN_RATE_PER_PROCESS * config.locust_processes
-
-
-def needed_step_s(config: StudyConfig, index: int) -> float:
-    """A step must spawn its users, settle, then hold MEASURED_HOLDS whole holds."""
-    return spawn_s(config, index) + SETTLE_S + MEASURED_HOLDS * config.inflight_hold_s
+    spawn_s = (config.inflight_steps[index] - before) / spawn_rate_per_s(processes)
+    return spawn_s + SETTLE_S + MEASURED_HOLDS * config.inflight_hold_s
 
 
 def read_port_range(path: Path = PORT_RANGE_FILE) -> tuple[int, int] | None:
@@ -107,26 +106,27 @@ def problems(config: StudyConfig, port_range: tuple[int, int] | None,
     if config.request_timeout_s <= 2 * config.inflight_hold_s:
         out.append(f"request_timeout_s: must exceed twice the hold ({2 * config.inflight_hold_s:g} s), "
                    f"so queueing is measured, not cut off; got {config.request_timeout_s:g}")
-    if config.locust_processes >= 1:
-        out += _instrument_problems(config, top)
-        if not out:
-            worst = max(range(len(steps)), key=lambda i: needed_step_s(config, i))
-            if config.inflight_step_s < needed_step_s(config, worst):
-                out.append(f"inflight_step_s: step {steps[worst]} needs at least "
-                           f"{needed_step_s(config, worst):.0f} s (spawn, {SETTLE_S:g} s to settle, "
-                           f"{MEASURED_HOLDS} holds), got {config.inflight_step_s:g}")
+    processes = load_processes(config.topology_path, config.locust_processes)
+    if processes >= 1 and config.chunk_delay_ms >= MIN_FRAME_MS:
+        out += _instrument_problems(config, top, processes)
+        worst = max(range(len(steps)), key=lambda i: needed_step_s(config, i, processes))
+        if config.inflight_step_s < needed_step_s(config, worst, processes):
+            out.append(f"inflight_step_s: step {steps[worst]} needs at least "
+                       f"{needed_step_s(config, worst, processes):.0f} s (spawn, {SETTLE_S:g} s "
+                       f"to settle, {MEASURED_HOLDS} holds), got {config.inflight_step_s:g}")
     return out + _machine_problems(config, top, port_range, hard_files_limit)
 
 
-def _instrument_problems(config: StudyConfig, top: int) -> list[str]:
+def _instrument_problems(config: StudyConfig, top: int, processes: int) -> list[str]:
     """The load generator and the mock must hold the highest step without being the limit."""
     out = []
-    processes = math.ceil(top / OPEN_PER_LOCUST_PROCESS)
     frames_s = top * 1000.0 / config.chunk_delay_ms if config.stream else 0.0
-    processes = max(processes, math.ceil(frames_s / FRAMES_PER_LOCUST_PROCESS_S))
-    if config.locust_processes < processes:
+    needed = max(math.ceil(top / OPEN_PER_LOCUST_PROCESS),
+                 math.ceil(frames_s / FRAMES_PER_LOCUST_PROCESS_S))
+    if processes < needed:
         out.append(f"locust_processes: {top} open requests{' streamed' if config.stream else ''} "
-                   f"need at least {processes} Locust processes, got {config.locust_processes}")
+                   f"need at least {needed} Locust processes (or a topology's workers), got "
+                   f"{processes}")
     workers = math.ceil(frames_s / FRAMES_PER_MOCK_WORKER_S)
     if config.mock_workers < workers:
         out.append(f"mock_workers: {frames_s:.0f} frames/s need at least {workers} mock workers, "

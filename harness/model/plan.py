@@ -225,4 +225,5 @@ def inflight_load(config: StudyConfig) -> dict:
         return {}
     return dict(inflight_steps=tuple(config.inflight_steps), inflight_step_s=config.inflight_step_s,
                 inflight_hold_s=config.inflight_hold_s,
-                spawn_rate_per_s=inflight.spawn_rate_per_s(config))
+                spawn_rate_per_s=inflight.spawn_rate_per_s(
+                    load_processes(config.topology_path, config.locust_processes)))
