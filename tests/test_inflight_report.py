@@ -37,3 +37,15 @@ def test_every_run_shows_the_requests_it_held_open_at_the_client_and_the_mock():
     capped = [r.cells for r in grid.rows if r.cells[0].text == "capped-1"]
     assert [c.text for c in capped[0]] == ["capped-1", "1,000", "1000", "1", "1000", "1000", "held"]
     assert capped[1][3].text == "1" and capped[1][4].text == "100" and capped[1][-1].text == "not held"
+
+
+def test_a_suite_shows_each_in_flight_cell_with_its_sentences(monkeypatch):
+    from harness.model.suite import CellEntry
+    from harness.stats import suite as S
+    from report import suite
+    entry = CellEntry("cell-02", {"request.stream": True}, "k" * 64, "", "completed", "cell-02")
+    monkeypatch.setattr(S, "inflight_lanes", lambda suite_dir: [(entry, lane())])
+    (section,) = suite.inflight_sections("unused")
+    assert section["values"] == "request.stream = true"
+    assert section["sentences"][1] == "lean holds 5,000 open requests in 130 MiB."
+    assert [r.cells[0].text for r in section["stops"].rows] == ["direct", "lean", "capped"]
