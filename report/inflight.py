@@ -14,6 +14,7 @@ from report.grid import Row, Table, cell, number, table
 # (heading, the summary's figure, digits) of the steps table, each shown as mean ± sd.
 STEP_COLUMNS = (
     ("open at client", "client_open_mean", 0), ("open at mock", "mock_open_mean", 0),
+    ("open by its count", "system_open_mean", 0),
     ("RSS (MiB)", "rss_mib", 1), ("open fds", "open_fds", 0),
     ("upstream conns", "upstream_connections", 0), ("reqs / conn", "requests_per_connection", 1),
     ("added p50 (ms)", "added_p50_ms", 1), ("added p99 (ms)", "added_p99_ms", 1),

@@ -45,6 +45,7 @@ def _closed_loop(users: int, start: float, end: float, added_ms: float, per_conn
 def _samples(start: float, end: float, rss_mib: float, fds: int, cpu_cores: float):
     t = np.arange(start - 2, end + 3, 1.0)
     return pd.DataFrame({"role": "system", "t_unix_s": t, "rss_bytes": rss_mib * I.MIB,
+                         "inflight_requests": 199.0,
                          "num_fds": fds, "cpu_percent": cpu_cores * 100.0,
                          "cpu_seconds_total": (t - t[0]) * cpu_cores})
 
@@ -68,6 +69,7 @@ def test_a_held_step_reports_open_requests_connections_added_time_and_cpu():
     assert figures["added_p50_ms"] == pytest.approx(3.0) and figures["added_p99_ms"] == pytest.approx(3.0)
     assert figures["failed"] == 0 and figures["held"]
     assert figures["rss_mib"] == pytest.approx(90.0) and figures["open_fds"] == 450
+    assert figures["system_open_mean"] == 199.0
     # 2 holds of 200 users: 400 requests received, each connection carried 3 in turn
     received = figures["requests_per_connection"] * figures["upstream_connections"]
     assert figures["requests_per_connection"] == pytest.approx(received / figures["upstream_connections"])

@@ -41,6 +41,9 @@ INFLIGHT_DEFINITIONS: dict[str, str] = {
                           f"two holds), mean",
     "open at the mock": "requests whose body the mock has read and whose last byte it has not "
                         "yet written, counted the same way: the two must agree",
+    "open by the system's count": "the system's own in-flight gauge (its [metrics] "
+                                  "inflight_gauge, sampled each second), mean; none for a "
+                                  "system without one",
     "MiB per 1,000 open": "the slope of the system's tree RSS (mean over each step's window) "
                           "against the requests open at the client, least squares over the "
                           "steps held, with its R²",
@@ -144,6 +147,7 @@ def step_figures(rows: pd.DataFrame, mock_rows: pd.DataFrame, samples: pd.DataFr
     figures = {
         **window, "client_open_mean": _mean(client_open), "client_open_max": _max(client_open),
         "mock_open_mean": _mean(mock_open), "mock_open_max": _max(mock_open),
+        "system_open_mean": _mean(system["inflight_requests"].to_numpy(float)),
         "rss_mib": _mean(system["rss_bytes"].to_numpy(float) / MIB),
         "open_fds": _mean(system["num_fds"].to_numpy(float)),
         "system_cpu_percent": _mean(system["cpu_percent"].to_numpy(float)),

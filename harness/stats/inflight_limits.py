@@ -15,6 +15,7 @@ from harness.stats.inflight import ERROR_CAUSES, HELD_ADDED_P99_MS, inflight_ste
 
 # Figures described across runs per system and step.
 STEP_FIGURES = ("client_open_mean", "client_open_max", "mock_open_mean", "mock_open_max",
+                "system_open_mean",
                 "open_files_limit", "rss_mib", "open_fds", "upstream_connections",
                 "requests_per_connection", "added_p50_ms", "added_p99_ms", "cpu_ms_per_request",
                 "cpu_ms_per_frame", "system_cpu_percent", "failed",
