@@ -15,7 +15,8 @@ from harness.stats.across import (
     system_labels,
     system_summary,
 )
-from harness.stats.loading import Study, load_study
+from harness.stats.inflight_limits import DEFAULT_PLANNED_LATENCY_S, Lane, lane
+from harness.stats.loading import Study, cpu_count, load_study
 from harness.stats.definitions import DEFAULT_BIN_USERS
 from harness.stats.ramp import ramp_curve
 from harness.stats.runs import run_summary
@@ -51,6 +52,9 @@ class ReportData:
     prices: Prices                   # for the sizing section's monthly cost
     load_rps: float                  # the load the sizing section plans for
     overhead: dict[str, str]         # per compared system, the overhead figure its verdict uses
+    inflight: Lane                   # the in-flight lane (empty without in-flight runs)
+    planned_latency_s: float = DEFAULT_PLANNED_LATENCY_S  # with load_rps: the open requests
+                                     # the sizing section plans for (Little's law)
 
     def ordered(self, frame: pd.DataFrame) -> pd.DataFrame:
         """``frame``'s rows in the study's system order (stable within a system)."""
@@ -62,10 +66,11 @@ class ReportData:
 def collect(study_dir: str | Path, reference: str | None = None,
             bin_users: int = DEFAULT_BIN_USERS, verify: bool = True,
             vcpu_hour_usd: float = DEFAULT_VCPU_HOUR_USD, gb_hour_usd: float = DEFAULT_GB_HOUR_USD,
-            load_rps: float = DEFAULT_LOAD_RPS) -> ReportData:
+            load_rps: float = DEFAULT_LOAD_RPS,
+            planned_latency_s: float = DEFAULT_PLANNED_LATENCY_S) -> ReportData:
     """Load the study and compute everything the report shows. The prices (USD per vCPU-hour
-    and per GB-hour; defaults and their source in harness/stats/sizing.py) and the planned load
-    only feed the sizing section."""
+    and per GB-hour; defaults and their source in harness/stats/sizing.py), the planned load and
+    the planned latency only feed the sizing section."""
     study = load_study(study_dir, verify=verify)
     roles = Roles.of(study.manifest, reference=reference)
     rs = run_summary(study, bin_users=bin_users, floor=roles.floor)
@@ -86,4 +91,6 @@ def collect(study_dir: str | Path, reference: str | None = None,
                       prices=(Prices() if (vcpu_hour_usd, gb_hour_usd) == (
                           DEFAULT_VCPU_HOUR_USD, DEFAULT_GB_HOUR_USD)
                           else Prices(vcpu_hour_usd, gb_hour_usd, "given on the command line")),
-                      load_rps=load_rps, overhead=overhead)
+                      load_rps=load_rps, overhead=overhead,
+                      inflight=lane(study, roles.floor, cpu_count(study)),
+                      planned_latency_s=planned_latency_s)

@@ -272,6 +272,41 @@ def plot_open_loop(data: ReportData, steps: pd.DataFrame) -> str | None:
     return _png(fig)
 
 
+def plot_inflight(data: ReportData, steps: pd.DataFrame) -> str | None:
+    """RSS of each system's tree against the requests open at the client, each run a line, with
+    each system's fit over its held steps dashed; log axes when the systems span a decade."""
+    ran = steps[steps["ran"].astype(bool)] if len(steps) else steps
+    if ran.empty or ran["rss_mib"].isna().all():
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 4.6))
+    order = {s: i for i, s in enumerate(data.study.systems)}
+    ran = ran.assign(_o=ran["system"].map(order)).sort_values(["_o", "run_index", "target_open"])
+    for (system, run_id), g in ran.groupby(["system", "run_id"], sort=False):
+        if g["rss_mib"].isna().all():
+            continue
+        st = g["status"].iloc[0]
+        ax.plot(g["client_open_mean"], g["rss_mib"], color=data.colors.get(system, "k"),
+                label=run_id + ("" if st == "completed" else f" ({st})"),
+                **_run_style(st, g["run_index"].iloc[0]))
+        failed = g[~g["held"].astype(bool)]
+        ax.scatter(failed["client_open_mean"], failed["rss_mib"], marker="x", s=40,
+                   color=data.colors.get(system, "k"))
+    rss = ran["rss_mib"].dropna()
+    if len(rss) and rss.min() > 0 and rss.max() / rss.min() >= 10:
+        ax.set_yscale("log")
+    ax.set_xscale("log")
+    targets = sorted(ran["target_open"].unique())
+    ax.set_xticks(targets, [f"{t:,}" for t in targets])
+    ax.minorticks_off()
+    ax.set_xlabel("requests open at the client")
+    ax.set_ylabel("RSS of the system's process tree (MiB)")
+    ax.set_title("Memory against open requests (x: a step not held)")
+    ax.legend(ncol=3, fontsize=8, loc="upper left")
+    fig.tight_layout()
+    return _png(fig)
+
+
 # How a fault run's configuration is drawn: its system's colour, this line style.
 RESILIENCE_STYLE = {"shipped": "-", "recommended": "--"}
 

@@ -25,14 +25,21 @@ from harness.stats.machines import machine_facts
 from harness.stats.definitions import DEFINITIONS
 from harness.stats.open_loop import OPEN_LOOP_DEFINITIONS, is_open_loop, open_loop_steps
 from harness.stats.outcomes import Label
-from harness.stats.sizing import HOURS_PER_MONTH
+from harness.stats.inflight import INFLIGHT_DEFINITIONS
+from harness.stats.inflight_limits import planned_open
+from harness.stats.sizing import (
+    DEFAULT_REPLICA_CORES,
+    DEFAULT_REPLICA_GIB,
+    HOURS_PER_MONTH,
+    concurrency_sizing,
+)
 from harness.stats.streaming import (
     BUFFERED_FIRST_TOKEN_SHARE,
     BUFFERED_GAP_SHARE,
     stream_summary,
 )
 from report import format as F
-from report import fault_tables, plots, summary, tables
+from report import fault_tables, inflight, plots, summary, tables
 from report.data import ReportData
 from report.grid import rows_of, table
 
@@ -121,8 +128,14 @@ def section_headline(data: ReportData) -> str:
 def section_sizing(data: ReportData) -> str:
     behaviour = [] if not len(data.labels) else [
         r["system"] for _, r in data.labels.iterrows() if r["label"] is Label.BEHAVIOUR]
+    concurrency = None if data.inflight.empty else inflight.concurrency_table(
+        concurrency_sizing(data.inflight, data.load_rps, data.planned_latency_s, data.prices),
+        data.study.systems)
     return render("sizing.html.j2", sizing=tables.sizing(data), prices=data.prices,
-                  load=f"{data.load_rps:,.0f}", hours=HOURS_PER_MONTH, behaviour=behaviour)
+                  load=f"{data.load_rps:,.0f}", hours=HOURS_PER_MONTH, behaviour=behaviour,
+                  concurrency=concurrency, latency_s=f"{data.planned_latency_s:g}",
+                  open_requests=f"{planned_open(data.load_rps, data.planned_latency_s):,.0f}",
+                  replica=f"{DEFAULT_REPLICA_CORES:g} vCPU and {DEFAULT_REPLICA_GIB:g} GiB")
 
 
 def section_verdicts(data: ReportData) -> str:
@@ -197,6 +210,21 @@ def section_open_loop(data: ReportData) -> str:
                   step_s=f"{step_s:g}", floor=data.roles.floor,
                   rates=", ".join(f"{r:g}" for r in sorted(steps["offered_rps"].unique())),
                   definitions=list(OPEN_LOOP_DEFINITIONS.items()))
+
+
+def section_inflight(data: ReportData) -> str:
+    lane = data.inflight
+    if lane.empty:
+        return ""
+    order = data.study.systems
+    first = next(r for r in data.study.runs if r.spec is not None and r.spec.load.inflight_steps)
+    return render("inflight.html.j2", sentences=inflight.sentences(lane, order),
+                  stops=inflight.stops_table(lane, order),
+                  per_step=inflight.steps_table(lane, order), per_run=inflight.runs_table(lane),
+                  plot=plots.plot_inflight(data, lane.steps), hold_s=f"{lane.hold_s:g}",
+                  stream=lane.stream, frame_ms=f"{first.spec.mock.chunk_delay_ms:g}",
+                  steps=", ".join(f"{t:,}" for t in sorted(lane.table["target_open"].unique())),
+                  definitions=list(INFLIGHT_DEFINITIONS.items()))
 
 
 def section_feature_cost(data: ReportData) -> str:
@@ -311,6 +339,7 @@ SECTIONS: dict[str, Callable[[ReportData], str]] = {
     "streaming": section_streaming,
     "faults": section_faults,
     "open_loop": section_open_loop,
+    "inflight": section_inflight,
     "feature_cost": section_feature_cost,
     "self_overhead": section_self_overhead,
     "gateway_time": section_gateway_time,

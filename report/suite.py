@@ -22,7 +22,7 @@ from harness.model.dialects import ERROR_BODY_PREFIX_BYTES
 from harness.files.readers import read_suite_manifest
 from harness.model.suite import CellEntry, SuiteManifest, axis_text
 from harness.stats.fault_lane import RECOVERY_MS, RECOVERY_SHARE
-from report import build
+from report import build, inflight
 from report import format as F
 from report.data import system_colors
 from report.plots import plot_fault_frontier, plot_fault_timelines, plot_fault_tts
@@ -128,6 +128,18 @@ def scenario_sections(suite_dir: str | Path, manifest: SuiteManifest) -> list[di
     return out
 
 
+def inflight_sections(suite_dir: str | Path) -> list[dict]:
+    """Per in-flight cell (unary, streamed, ...): its axis values, the sentences and where each
+    system stops; the full tables are in the cell's own report."""
+    out = []
+    for entry, cell_lane in S.inflight_lanes(suite_dir):
+        order = list(dict.fromkeys(cell_lane.table["system"]))
+        out.append({"cell": entry.cell_id, "values": _values(entry),
+                    "sentences": inflight.sentences(cell_lane, order),
+                    "stops": inflight.stops_table(cell_lane, order)})
+    return out
+
+
 def render_suite_html(suite_dir: str | Path, compare_with: str | Path | None = None) -> str:
     suite_dir = Path(suite_dir)
     manifest = read_suite_manifest(suite_dir)
@@ -163,6 +175,7 @@ def render_suite_html(suite_dir: str | Path, compare_with: str | Path | None = N
                   apart=None if apart is None else from_frame(apart, "suite-not-comparable-table",
                                                               wide=True),
                   other=str(compare_with), faults=scenario_sections(suite_dir, manifest),
+                  inflight=inflight_sections(suite_dir),
                   share=f"{RECOVERY_SHARE:.0%}", slack=f"{RECOVERY_MS:g}",
                   prefix=f"{ERROR_BODY_PREFIX_BYTES // 1024} KiB")
     return render("page.html.j2", title_prefix="Sluice suite", title=manifest.suite_id,

@@ -25,6 +25,7 @@ WRONG_TYPES = {
     "str": [5, ["x"], True],
     "tuple[str, ...]": [5, [1, 2], '["direct"', {"a": 1}],
     "tuple[float, ...]": ["fast,faster", [math.nan], [math.inf], 7],
+    "tuple[int, ...]": ["many,more", [2.5], [True], 7],
 }
 
 

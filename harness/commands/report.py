@@ -32,6 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a study: USD per GB-hour of memory (default: AWS Fargate on-demand)")
     parser.add_argument("--load-rps", type=float, default=None,
                         help="a study: the load the sizing section plans for (default 1000 req/s)")
+    parser.add_argument("--planned-latency-s", type=float, default=None,
+                        help="a study: the latency of each planned call; with --load-rps, the "
+                        "requests the sizing section plans to hold open (default 10 s)")
     parser.add_argument("--compare", default=None, metavar="OTHER_DIR",
                         help="compare with another suite (or study) where the keys are equal: "
                         "writes DIR/compare-<OTHER>.html for a study")
@@ -60,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
     extra = {k: v for k, v in (("bin_users", args.bin_users),
                                ("vcpu_hour_usd", args.vcpu_hour_usd),
                                ("gb_hour_usd", args.gb_hour_usd),
-                               ("load_rps", args.load_rps)) if v is not None}
+                               ("load_rps", args.load_rps),
+                               ("planned_latency_s", args.planned_latency_s)) if v is not None}
     print(build_report(directory, via_notebook=args.via_notebook, reference=args.reference,
                        out=args.out, **extra))
     return 0

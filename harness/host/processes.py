@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -39,6 +40,26 @@ def port_in_use(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(0.2)
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def raise_open_files_limit(wanted: int) -> tuple[int, int]:
+    """This process's soft open-file limit raised to ``wanted`` (0: to the hard limit), so every
+    process it starts inherits it (a default soft limit of 1,024 stops a process at about 1,000
+    connections); capped at the hard limit, never lowered. (soft, hard) after."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if wanted <= 0 or (hard != resource.RLIM_INFINITY and wanted > hard) else wanted
+    if soft == resource.RLIM_INFINITY or (target != resource.RLIM_INFINITY and soft >= target):
+        return soft, hard
+    resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
+def open_files_limit_of(pid: int) -> int | None:
+    """The soft open-file limit process ``pid`` runs with (None: gone, or not ours to read)."""
+    try:
+        return int(psutil.Process(pid).rlimit(psutil.RLIMIT_NOFILE)[0])
+    except (psutil.Error, OSError):
+        return None
 
 
 def log_tail(path: Path, max_lines: int = 30) -> str:

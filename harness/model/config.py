@@ -106,6 +106,17 @@ class StudyConfig:
     open_loop_rates_per_s: tuple[float, ...] = ()  # open-loop lane: offered req/s, one step each,
                                          # ascending; () = closed loop (users, ramp, think time)
     open_loop_step_s: float = 20.0       # seconds each open-loop step lasts (its measured window)
+    inflight_steps: tuple[int, ...] = ()  # in-flight lane: requests held open, one step each,
+                                         # ascending (closed loop, no think time: N users keep N
+                                         # requests open); () = not this lane
+    inflight_step_s: float = 40.0        # seconds each in-flight step lasts; its last two holds
+                                         # are measured (harness/model/inflight.py)
+    inflight_hold_s: float = 10.0        # in-flight lane: the mock holds each request this long
+                                         # (a stream: one frame every chunk_delay_ms throughout);
+                                         # replaces mock_latency_ms and stream_chunks there
+    open_files_limit: int = 0            # soft open-file limit (RLIMIT_NOFILE) every started
+                                         # process gets (0 = the hard limit; never above it, never
+                                         # lowered); recorded in each run manifest
     feature: str = ""                    # feature-cost lane: each system is called as its
                                          # [features.NAME] says ("" = [request] as declared)
     request_bytes: int = 0               # request body size: 0 = a small chat; N = an agent-style
@@ -176,12 +187,16 @@ class StudyConfig:
 
     def hold_length_s(self) -> float:
         """The measured window's planned length: the hold, or in open loop the rate steps."""
+        if self.inflight_steps:
+            return len(self.inflight_steps) * self.inflight_step_s
         if self.open_loop_rates_per_s:
             return len(self.open_loop_rates_per_s) * self.open_loop_step_s
         return self.hold_s
 
     def per_call_s(self) -> float:
         """The shortest time one request can take: the mock's hold plus its stream."""
+        if self.inflight_steps:
+            return self.inflight_hold_s
         stream_s = self.stream_chunks * self.chunk_delay_ms / 1000.0 if self.stream else 0.0
         return self.mock_latency_ms / 1000.0 + stream_s
 
@@ -192,6 +207,9 @@ class StudyConfig:
             slots = (self.open_loop_rates_per_s[0] * self.warmup_s
                      + sum(self.open_loop_rates_per_s) * self.open_loop_step_s)
             return int(slots * self.runs_per_gateway * len(self.gateways))
+        if self.inflight_steps:  # N open requests, each held inflight_hold_s, for every step
+            per_run = sum(self.inflight_steps) * self.inflight_step_s / max(self.inflight_hold_s, 1e-3)
+            return int(per_run * self.runs_per_gateway * len(self.gateways))
         call_s = max(self.think_time_s + self.per_call_s(), 1e-3)
         rate_cap = PLANNED_MAX_RATE_PER_PROCESS * self.locust_processes
         rate = min(self.users / call_s, rate_cap)
@@ -330,6 +348,14 @@ def _names(value) -> tuple[str, ...]:
     return tuple(names)
 
 
+def _wholes(value) -> tuple[int, ...]:
+    what = 'a list of whole numbers ("1000,2500" or [1000, 2500])'
+    try:
+        return tuple(_whole(v) for v in _items(value, what))
+    except _Expected:
+        raise _Expected(what) from None
+
+
 def _numbers(value) -> tuple[float, ...]:
     what = 'a list of finite numbers ("100,200" or [100, 200])'
     try:
@@ -340,7 +366,8 @@ def _numbers(value) -> tuple[float, ...]:
 
 # StudyConfig's field annotations (text, under `from __future__ import annotations`) -> converter.
 _CONVERTERS = {"int": _whole, "float": _number, "bool": _flag, "str": _text,
-               "tuple[str, ...]": _names, "tuple[float, ...]": _numbers}
+               "tuple[str, ...]": _names, "tuple[float, ...]": _numbers,
+               "tuple[int, ...]": _wholes}
 
 
 def convert(name: str, value):

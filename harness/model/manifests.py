@@ -180,6 +180,17 @@ class RunHost:
 
 
 @dataclass(frozen=True)
+class RunLimits:
+    """What the machine let the run's processes hold open: the soft open-file limit asked for and
+    the one each started role ran with (None: it was gone before it was read), and the loopback's
+    ephemeral port range and TIME_WAIT reuse (net.ipv4.tcp_tw_reuse) during the run."""
+    open_files_asked: int = 0
+    open_files_by_role: dict[str, int | None] = field(default_factory=dict)
+    port_range: str = ""                    # "low-high"; "" = not readable
+    tcp_tw_reuse: int | None = None
+
+
+@dataclass(frozen=True)
 class RunManifest:
     run_id: str
     system: str
@@ -210,6 +221,7 @@ class RunManifest:
     host_after: HostSnapshot | None = None
     hosts: dict[str, RunHost] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)    # relative path -> SHA-256
+    limits: RunLimits | None = None         # None: a run from before they were recorded
 
     def to_json(self) -> str:
         return dump(self, RUN_MANIFEST)

@@ -7,7 +7,7 @@ import json
 import random
 from dataclasses import dataclass, field
 
-from harness.model import fault_scenarios
+from harness.model import fault_scenarios, inflight
 from harness.model.affinity import CpuAffinity, Niceness
 from harness.model.builds import system_env
 from harness.model.config import StudyConfig
@@ -33,6 +33,13 @@ class LoadShape:
     open_loop_step_s: float = 0.0                   # 0 in closed loop: it changes nothing there
     feature: str = ""                               # "" = each system's [request] as declared
     request_bytes: int = 0                          # 0 = the small default chat body
+    inflight_steps: tuple[int, ...] = ()            # the in-flight lane's open requests per step
+    inflight_step_s: float = 0.0                    # 0 outside that lane
+    inflight_hold_s: float = 0.0                    # the mock's hold there (0 outside it)
+    spawn_rate_per_s: float = 0.0                   # users spawned a second when a step begins
+
+
+INFLIGHT_LOAD_FIELDS = ("inflight_steps", "inflight_step_s", "inflight_hold_s", "spawn_rate_per_s")
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,8 @@ class RunSpec:
     source_commit: str = ""   # the commit the system's folder ran as; "" = the study's tree
     env: tuple[tuple[str, str], ...] = ()  # extra environment of the system's process
     nice: Niceness = field(default_factory=Niceness)  # niceness per role (0 = unchanged)
+    open_files_limit: int = 0  # the soft open-file limit asked for every started process
+                               # (apparatus, not in the key; 0: a run from before it was set)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -107,7 +116,10 @@ def comparison_key(system: str, load: LoadShape, mock: MockSettings, gateway_wor
     mock_settings = dataclasses.asdict(mock)
     if not mock.fault_scenario:  # runs without faults keep their earlier keys
         mock_settings = {k: v for k, v in mock_settings.items() if k not in FAULT_FIELDS}
-    payload = {"system": system, "load": dataclasses.asdict(load), "mock": mock_settings,
+    load_settings = dataclasses.asdict(load)
+    if not load.inflight_steps:  # runs outside the in-flight lane keep their earlier keys
+        load_settings = {k: v for k, v in load_settings.items() if k not in INFLIGHT_LOAD_FIELDS}
+    payload = {"system": system, "load": load_settings, "mock": mock_settings,
                "gateway_workers": gateway_workers, "gateway_toml_sha256": gateway_toml_sha256}
     if topology is not None and topology.source:  # runs on one machine keep their earlier keys
         payload["topology"] = topology.key()
@@ -162,10 +174,12 @@ def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec],
         request_timeout_s=config.request_timeout_s, max_tokens=config.mock_response_tokens,
         stream=config.stream, open_loop_rates_per_s=tuple(config.open_loop_rates_per_s),
         open_loop_step_s=config.open_loop_step_s if config.open_loop_rates_per_s else 0.0,
-        feature=config.feature, request_bytes=config.request_bytes)
-    mock = MockSettings(latency_ms=config.mock_latency_ms, workers=config.mock_workers,
+        feature=config.feature, request_bytes=config.request_bytes, **inflight_load(config))
+    latency_ms, chunks = (inflight.mock_hold(config) if config.inflight_steps
+                          else (config.mock_latency_ms, config.stream_chunks))
+    mock = MockSettings(latency_ms=latency_ms, workers=config.mock_workers,
                         response_tokens=config.mock_response_tokens,
-                        stream_chunks=config.stream_chunks, chunk_delay_ms=config.chunk_delay_ms,
+                        stream_chunks=chunks, chunk_delay_ms=config.chunk_delay_ms,
                         **fault_settings(config))
     topology = topology_of(config.topology_path)
     wire = WireSettings(capture_s=config.wire_capture_s, offset_s=config.wire_capture_offset_s,
@@ -201,5 +215,15 @@ def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec],
                 system_port=config.base_port + 1 if config.base_port else 0,
                 standby_port=config.base_port + 2 if config.base_port and standby else 0,
                 wire=wire, resilience=config.resilience, affinity=pins, source_commit=source,
-                env=env, nice=nice))
+                env=env, nice=nice, open_files_limit=config.open_files_limit))
     return plan
+
+
+def inflight_load(config: StudyConfig) -> dict:
+    """LoadShape's in-flight fields ({} outside that lane)."""
+    if not config.inflight_steps:
+        return {}
+    return dict(inflight_steps=tuple(config.inflight_steps), inflight_step_s=config.inflight_step_s,
+                inflight_hold_s=config.inflight_hold_s,
+                spawn_rate_per_s=inflight.spawn_rate_per_s(
+                    load_processes(config.topology_path, config.locust_processes)))

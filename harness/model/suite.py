@@ -50,7 +50,8 @@ DEFAULT_OUT_DIR = "artifacts/suites"
 NAMESPACE: dict[str, tuple[str, ...]] = {
     "load": ("users", "ramp_s", "hold_s", "min_hold_requests", "max_hold_s", "warmup_s",
              "warmup_users", "think_time_s", "locust_processes", "request_timeout_s",
-             "open_loop_rates_per_s", "open_loop_step_s"),
+             "open_loop_rates_per_s", "open_loop_step_s", "inflight_steps", "inflight_step_s",
+             "inflight_hold_s"),
     "mock": ("mock_latency_ms", "mock_workers", "mock_response_tokens", "stream_chunks",
              "chunk_delay_ms"),
     "request": ("stream", "feature", "request_bytes"),
@@ -66,6 +67,9 @@ NOT_IN_KEY = SUITE_OWNED + ("base_port", "gateways_dir")
 IN_KEY_WHEN_SET = ("cpu_affinity_load", "cpu_affinity_mock", "cpu_affinity_system", "nice_load",
                    "nice_mock", "nice_system", "gate_base_system", "builds", "system_env",
                    "runs_unconfigured")
+# The in-flight lane's settings: in the key only in that lane (inflight_steps set), so cells of
+# every other lane keep their keys.
+IN_KEY_IN_INFLIGHT_LANE = ("inflight_step_s", "inflight_hold_s", "open_files_limit")
 # The format of a suite file (this module's docstring); paths and values are checked after.
 SCHEMA = T.Table({"name": T.STR, "description": T.STR, "profile": T.STR,
                   "base": T.Table(each=T.ANY), "axes": T.Table(each=T.ANY),
@@ -191,7 +195,8 @@ def cell_key(config: StudyConfig) -> str:
     """SHA-256 of everything that decides what a cell runs: every setting (where it is written
     and under which name aside) and the gateway.toml of every system in it."""
     settings = {k: v for k, v in config.to_dict().items()
-                if k not in NOT_IN_KEY and (v or k not in IN_KEY_WHEN_SET)}
+                if k not in NOT_IN_KEY and (v or k not in IN_KEY_WHEN_SET)
+                and (config.inflight_steps or k not in (*IN_KEY_IN_INFLIGHT_LANE, "inflight_steps"))}
     tomls = {name: load_gateway_spec(name, config.systems_dir).toml_sha256 for name in config.gateways}
     canonical = json.dumps({"config": settings, "gateway_toml_sha256": tomls}, sort_keys=True,
                            separators=(",", ":"))

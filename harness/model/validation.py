@@ -7,7 +7,7 @@ import os
 import shutil
 import tempfile
 
-from harness.model import affinity, builds, fault_scenarios
+from harness.model import affinity, builds, fault_scenarios, inflight
 from harness.model.config import (
     BYTES_PER_PLANNED_ROW,
     MAX_REQUEST_BYTES,
@@ -29,6 +29,9 @@ def validate(config: StudyConfig) -> None:
     problems = [*_system_problems(config), *_range_problems(config), *_load_problems(config)]
     if config.open_loop_rates_per_s:
         problems.extend(_open_loop_problems(config))
+    if config.inflight_steps:
+        problems.extend(inflight.problems(config, inflight.read_port_range(),
+                                          inflight.hard_files_limit()))
     if config.topology:
         problems.extend(_topology_problems(config))
     if config.fault_scenario:
@@ -94,13 +97,17 @@ def _range_problems(config: StudyConfig) -> list[str]:
                  f"wire_capture_offset_s: must be >= 0, got {config.wire_capture_offset_s}"),
         *_unless(128 <= config.wire_snaplen_bytes <= 65535,
                  f"wire_snaplen_bytes: must be 128..65535, got {config.wire_snaplen_bytes}"),
+        *_unless(config.open_files_limit == 0 or config.open_files_limit >= 1024,
+                 f"open_files_limit: must be 0 (the hard limit) or at least 1024, got "
+                 f"{config.open_files_limit}"),
         *_unless(config.base_port == 0 or 1024 <= config.base_port <= 65534,
                  f"base_port: must be 0 (any free port) or 1024..65534, got {config.base_port}")]
     for name in ("ramp_s", "hold_s", "warmup_s", "idle_s", "cooldown_s", "think_time_s",
                  "mock_latency_ms", "min_hold_requests", "chunk_delay_ms"):
         problems += _unless(getattr(config, name) >= 0,
                             f"{name}: must not be negative, got {getattr(config, name)}")
-    for name in ("request_timeout_s", "ready_timeout_s", "max_hold_s"):
+    for name in ("request_timeout_s", "ready_timeout_s", "max_hold_s", "inflight_step_s",
+                 "inflight_hold_s"):
         problems += _unless(getattr(config, name) > 0,
                             f"{name}: must be positive, got {getattr(config, name)}")
     return problems
@@ -113,7 +120,8 @@ def _load_problems(config: StudyConfig) -> list[str]:
                  f"max_hold_s: must be at least hold_s ({config.hold_s}), got {config.max_hold_s}"),
         *_unless(config.warmup_users <= config.users,
                  f"warmup_users: must not exceed users ({config.users}), got {config.warmup_users}")]
-    if config.users >= 1 and config.locust_processes >= 1 and not config.open_loop_rates_per_s:
+    if (config.users >= 1 and config.locust_processes >= 1 and not config.open_loop_rates_per_s
+            and not config.inflight_steps):
         steepest = config.users / max(config.ramp_s, 1e-9)
         processes = load_processes(config.topology_path, config.locust_processes)
         limit = MAX_SPAWN_RATE_PER_PROCESS * processes

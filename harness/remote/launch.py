@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 
 from harness.files.atomic import write_atomic
-from harness.host.processes import stop_tree
+from harness.host.processes import raise_open_files_limit, stop_tree
 
 
 def launch(pid_file: Path, cwd: str, command: list[str]) -> None:
@@ -33,6 +33,7 @@ def launch(pid_file: Path, cwd: str, command: list[str]) -> None:
         os.chdir(cwd)
     pid_file.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(pid_file, f"{os.getpid()}\n")
+    raise_open_files_limit(0)  # as on the harness's host: the soft open-file limit at the hard one
     os.execvp(command[0], command)
 
 

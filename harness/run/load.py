@@ -55,8 +55,9 @@ class LoadResult:
 
 
 def _schedule_s(spec: RunSpec) -> float:
-    """Seconds of the open-loop steps (0 in closed loop)."""
-    return len(spec.load.open_loop_rates_per_s) * spec.load.open_loop_step_s
+    """Seconds of the open-loop or in-flight steps (0 in closed loop)."""
+    return max(len(spec.load.open_loop_rates_per_s) * spec.load.open_loop_step_s,
+               len(spec.load.inflight_steps) * spec.load.inflight_step_s)
 
 
 def planned_load_s(spec: RunSpec) -> float:
@@ -92,6 +93,9 @@ def start_locust(spec: RunSpec, target: Target, run_dir: Path,
         "open_loop_rates_per_s": list(spec.load.open_loop_rates_per_s),
         "open_loop_step_s": spec.load.open_loop_step_s,
         "open_loop_spawn_rate_per_s": MAX_SPAWN_RATE_PER_PROCESS,
+        "inflight_steps": list(spec.load.inflight_steps),
+        "inflight_step_s": spec.load.inflight_step_s,
+        "inflight_spawn_rate_per_s": spec.load.spawn_rate_per_s,
         "raw_dir": str(run_dir / "raw"),
         "run_id": spec.run_id, "rid_slot": RID_SLOT,
         "phases_file": str(run_dir / "phases.json"),

@@ -322,6 +322,8 @@ class StudyShape(LoadTestShape):
         super().__init__()
         self.phases = {}
         self.requests_at_hold_start = None
+        self.step_seen = None        # the in-flight step the last tick was in
+        self.failures_at_step = 0    # failed requests when that step began
 
     def _mark(self, name, t=None):
         if name not in self.phases:
@@ -332,6 +334,8 @@ class StudyShape(LoadTestShape):
     def tick(self):
         if SCHEDULE is not None:
             return self.open_loop_tick()
+        if SETTINGS.get("inflight_steps"):
+            return self.inflight_tick()
         t = self.get_run_time()
         warmup, ramp = SETTINGS["warmup_s"], SETTINGS["ramp_s"]
         users, warm_users = SETTINGS["users"], SETTINGS["warmup_users"]
@@ -353,6 +357,28 @@ class StudyShape(LoadTestShape):
             return users, spawn_rate
         self._mark("hold_end_t_unix_s")
         return None
+
+    def inflight_tick(self):
+        """The in-flight lane: warm-up, then each step's users (each keeps one request open) for
+        step_s; the steps are the measured window. A step that ended with any failed request is
+        the last: the steps above it are not run (hold_end marks where the load stopped)."""
+        t, warmup = self.get_run_time(), SETTINGS["warmup_s"]
+        steps, step_s = SETTINGS["inflight_steps"], SETTINGS["inflight_step_s"]
+        if t < warmup:
+            self._mark("warmup_start_t_unix_s")
+            return SETTINGS["warmup_users"], SETTINGS["warmup_users"]
+        self._mark("ramp_start_t_unix_s")
+        self._mark("hold_start_t_unix_s")
+        index = int((time.time() - self.phases["hold_start_t_unix_s"]) // step_s)
+        failures = self.runner.stats.total.num_failures
+        if self.step_seen != index:  # a step has ended (or the first begins)
+            if self.step_seen is not None and failures > self.failures_at_step:
+                index = len(steps)  # it failed: stop here
+            self.step_seen, self.failures_at_step = index, failures
+        if index >= len(steps):
+            self._mark("hold_end_t_unix_s")
+            return None
+        return steps[index], SETTINGS["inflight_spawn_rate_per_s"]
 
     def open_loop_tick(self):
         """Every user at once (they only wait for slots); the phases are the schedule's exact

@@ -48,6 +48,7 @@ from harness.files.store import (
     write_json,
     write_table,
 )
+from harness.run import limits
 from harness.run.systems import start_mock, start_system
 from harness.run.verify import pre_check, send_chat
 from mocks.request_log import read_request_log
@@ -112,10 +113,13 @@ def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
                            or "not captured: the run ended before its load"))
     write_manifest(run_dir, r.manifest)
     status, reason = "completed", ""
+    limits.raise_for(spec.open_files_limit)
     try:
         with ExitStack() as processes, ExitStack() as observers:
             load_at = _start_providers(r, spec, run_dir, processes)
             _start_system(r, spec, gateway, run_dir, processes)
+            r.manifest = replace(r.manifest, limits=limits.observed(spec.open_files_limit, {
+                "mock": r.mock.process, "system": r.system.process}))
             _start_observers(r, spec, gateway, run_dir, observers, processes)
             _verify(r, spec, gateway, progress)
             _drive_load(r, spec, run_dir, load_at, progress)
@@ -275,6 +279,7 @@ def _drive_load(r: _Running, spec: RunSpec, run_dir: Path, load_at: float,
         r.wire_window.start()
     master_port = free_port() if topology.locust_workers else 0
     r.locust = load_stage.start_locust(spec, r.system.target, run_dir, master_port)
+    r.manifest = replace(r.manifest, limits=limits.with_role(r.manifest.limits, "locust", r.locust))
     system = r.system
     try:
         r.workers = load_stage.start_workers(spec, run_dir, master_port) if master_port else []

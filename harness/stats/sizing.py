@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from harness.stats.across import describe
+from harness.stats.inflight_limits import planned_open, replicas_at
 
 DEFAULT_VCPU_HOUR_USD = 0.04048
 DEFAULT_GB_HOUR_USD = 0.004445
@@ -65,3 +66,38 @@ def sizing(run_summary_df: pd.DataFrame, systems: list[str], prices: Prices = Pr
                      "usd_month_low": prices.monthly(low, mem["mean"]),
                      "usd_month_high": prices.monthly(cpu["ci95_high"], mem["mean"])})
     return pd.DataFrame(rows, columns=SIZING_COLUMNS)
+
+
+# A replica at the planned concurrency: the smallest Fargate task with 2 GB per vCPU.
+DEFAULT_REPLICA_CORES = 1.0
+DEFAULT_REPLICA_GIB = 2.0
+CONCURRENCY_COLUMNS = ["system", "open_requests", "memory_gib", "extrapolated", "highest_held",
+                       "cores", "replicas", "decides", "replicas_by_cpu", "replicas_by_memory",
+                       "replicas_by_connections", "usd_month"]
+
+
+def concurrency_sizing(lane, load_rps: float, latency_s: float, prices: Prices = Prices(),
+                       replica_cores: float = DEFAULT_REPLICA_CORES,
+                       replica_gib: float = DEFAULT_REPLICA_GIB) -> pd.DataFrame:
+    """Per system of an in-flight lane (harness.stats.inflight_limits.Lane): the requests open at
+    ``load_rps`` × ``latency_s``, the memory they take by its fit (``extrapolated`` beyond the
+    highest step it held), the cores at that rate (CPU-ms per request at its highest held step),
+    and the replicas of (replica_cores, replica_gib) it needs, with the limit that decides (CPU,
+    memory, or connections: the open requests over the most one replica held) and their cost."""
+    rows = []
+    if lane.empty:
+        return pd.DataFrame(rows, columns=CONCURRENCY_COLUMNS)
+    open_requests = planned_open(load_rps, latency_s)
+    for stop in lane.stops.to_dict("records"):
+        system, held = stop["system"], int(stop["highest_held"])
+        slope = lane.slopes.get(system)
+        mine = lane.table[(lane.table["system"] == system) & (lane.table["target_open"] == held)]
+        if slope is None or not len(mine):
+            continue
+        cores = float(mine["cpu_ms_per_request_mean"].iloc[0]) * load_rps / 1000.0
+        out = replicas_at(open_requests, cores, slope, held, replica_cores, replica_gib)
+        rows.append({"system": system, "highest_held": held, "cores": cores,
+                     "extrapolated": open_requests > held, **out,
+                     "usd_month": (out["replicas"] * prices.monthly(replica_cores, replica_gib)
+                                   if not math.isnan(out["replicas"]) else math.nan)})
+    return pd.DataFrame(rows, columns=CONCURRENCY_COLUMNS)

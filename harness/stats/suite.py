@@ -14,7 +14,8 @@ from harness.model.roles import Roles
 from harness.model.suite import CellEntry, SuiteManifest, axis_text, field_of
 from harness.stats.across import describe, side_by_side, system_summary, verdict
 from harness.stats.fault_lane import fault_summary, fault_timelines, system_figures
-from harness.stats.loading import Study, load_study
+from harness.stats.inflight_limits import Lane, lane
+from harness.stats.loading import Study, cpu_count, load_study
 from harness.stats.machines import MachineMatch, same_machine
 from harness.stats.open_loop import open_loop_capacity, open_loop_steps
 from harness.stats.runs import run_summary
@@ -42,6 +43,17 @@ def _cell_summaries(suite_dir: Path) -> tuple[SuiteManifest, list[tuple[CellEntr
         study = load_study(study_dir)
         out.append((entry, run_summary(study), study))
     return read_suite_manifest(Path(suite_dir)), out
+
+
+def inflight_lanes(suite_dir: str | Path) -> list[tuple[CellEntry, Lane]]:
+    """(entry, its in-flight lane) of every cell whose study held requests open in steps."""
+    out = []
+    for entry, study_dir in cell_studies(Path(suite_dir)):
+        study = load_study(study_dir)
+        cell_lane = lane(study, Roles.of(study.manifest).floor, cpu_count(study))
+        if not cell_lane.empty:
+            out.append((entry, cell_lane))
+    return out
 
 
 def suite_table(suite_dir: str | Path) -> pd.DataFrame:

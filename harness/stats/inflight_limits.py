@@ -1,0 +1,227 @@
+"""The in-flight lane across runs: each figure per system and step (mean ± sd), the memory each
+open request costs (the slope of RSS against open requests, with R²), where each system stops and
+why, the instruments' label, the rule that a system failing a step is not run above it, and the
+memory and replicas at a planned concurrency (planned rate × planned latency)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from harness.stats.across import describe
+from harness.stats.inflight import ERROR_CAUSES, HELD_ADDED_P99_MS, inflight_steps, is_inflight
+
+# Figures described across runs per system and step.
+STEP_FIGURES = ("client_open_mean", "client_open_max", "mock_open_mean", "mock_open_max",
+                "system_open_mean",
+                "open_files_limit", "rss_mib", "open_fds", "upstream_connections",
+                "requests_per_connection", "added_p50_ms", "added_p99_ms", "cpu_ms_per_request",
+                "cpu_ms_per_frame", "system_cpu_percent", "failed",
+                *(f"errors_{c}" for c in ERROR_CAUSES))
+# What stopped a system, judged from the step's evidence in this order.
+CPU_BUSY_PERCENT = 90.0          # of the cores the system may use
+FILES_NEAR_LIMIT_SHARE = 0.95    # descriptors at this share of the open-file limit
+POOL_SHARE = 0.9                 # the mock saw at most this share of what the client held open
+# Runs whose steps count: a run that failed held the steps before it failed.
+ENDED = ("completed", "failed")
+INSTRUMENTS = "instruments' limit"
+NOT_RUN = "not run: failed the step below"
+PARTLY_RUN = "not run in every run: a step below failed in some"
+DEFAULT_PLANNED_RPS = 1000.0
+DEFAULT_PLANNED_LATENCY_S = 10.0
+
+
+@dataclass(frozen=True)
+class Slope:
+    mib_per_1000: float          # MiB of RSS per 1,000 open requests
+    intercept_mib: float         # RSS at no open request, by the fit
+    r2: float
+    points: int
+
+    def mib_at(self, open_requests: float) -> float:
+        return self.intercept_mib + self.mib_per_1000 * open_requests / 1000.0
+
+
+def rss_slope(open_requests, rss_mib) -> Slope:
+    """Least squares of RSS (MiB) on open requests; NaN figures with fewer than two distinct x."""
+    x, y = np.asarray(open_requests, float), np.asarray(rss_mib, float)
+    keep = ~(np.isnan(x) | np.isnan(y))
+    x, y = x[keep], y[keep]
+    if len(np.unique(x)) < 2:
+        return Slope(math.nan, math.nan, math.nan, int(len(x)))
+    slope, intercept = np.polyfit(x, y, 1)
+    residual = float(((y - (slope * x + intercept)) ** 2).sum())
+    total = float(((y - y.mean()) ** 2).sum())
+    r2 = 1.0 - residual / total if total > 0 else 1.0
+    return Slope(float(slope) * 1000.0, float(intercept), r2, int(len(x)))
+
+
+def steps_to_run(held: list[bool]) -> list[bool]:
+    """The skip rule: every step up to and including the first that failed runs; none above it."""
+    out, failed_below = [], False
+    for ok in held:
+        out.append(not failed_below)
+        failed_below = failed_below or not ok
+    return out
+
+
+def instruments_held(steps: pd.DataFrame, floor: str) -> dict[int, bool]:
+    """Per target: whether the floor (direct: the load generator and the mock alone) held it in
+    every run that ended (completed or failed). A step it did not hold, and every step above it,
+    is the instruments' limit, for every system."""
+    base = steps[(steps["system"] == floor) & steps["status"].isin(ENDED)]
+    out, below = {}, True
+    for target in sorted(int(t) for t in steps["target_open"].unique()):
+        mine = base[base["target_open"] == target]
+        held = bool(len(mine)) and bool(mine["held"].astype(bool).all())
+        out[target] = below and (held or not len(base))
+        below = out[target]
+    return out
+
+
+def summary(steps: pd.DataFrame, floor: str) -> pd.DataFrame:
+    """Per system and target: each STEP_FIGURES as mean and sd over its completed runs that ran
+    the step, how many held it, and the label (held, failed, the instruments' limit, not run)."""
+    by_floor = instruments_held(steps, floor)
+    done = steps[steps["status"].isin(ENDED)]
+    out = []
+    for (system, target), g in done.groupby(["system", "target_open"], sort=False):
+        ran = g[g["ran"].astype(bool)]
+        rec = {"system": system, "target_open": int(target), "runs": int(len(g)),
+               "runs_ran": int(len(ran)), "runs_held": int(ran["held"].astype(bool).sum())}
+        for name in STEP_FIGURES:
+            d = describe(ran[name]) if name in ran and len(ran) else describe([])
+            rec[f"{name}_mean"], rec[f"{name}_sd"] = d["mean"], d["sd"]
+        rec["open_agree"] = bool(len(ran) and ran["open_agree"].astype(bool).all())
+        failures = [r for r in ran.get("run_failed", pd.Series(dtype=str)).fillna("") if r]
+        rec["run_failed"] = failures[0] if failures else ""
+        examples = [e for e in ran.get("error_example", pd.Series(dtype=str)).fillna("") if e]
+        rec["error_example"] = examples[0] if examples else ""
+        rec["held"] = bool(len(ran) and rec["runs_held"] == len(ran) == len(g))
+        rec["instruments_limited"] = not by_floor.get(int(target), True)
+        rec["label"] = _label(rec, system == floor)
+        out.append(rec)
+    return pd.DataFrame(out)
+
+
+def _label(rec: dict, is_floor: bool) -> str:
+    if rec["runs_ran"] == 0:
+        return NOT_RUN
+    if rec["held"]:
+        return "held"
+    if rec["run_failed"]:
+        return "failed"
+    if rec["runs_ran"] < rec["runs"] and rec["runs_held"] == rec["runs_ran"]:
+        return PARTLY_RUN
+    if rec["instruments_limited"]:  # never blamed on the system: direct did not hold it either
+        return INSTRUMENTS
+    return "failed"
+
+
+def slopes(steps: pd.DataFrame) -> dict[str, Slope]:
+    """Per system: MiB per 1,000 open over every held step of every completed run."""
+    held = steps[steps["status"].isin(ENDED) & steps["held"].astype(bool)]
+    return {system: rss_slope(g["client_open_mean"], g["rss_mib"])
+            for system, g in held.groupby("system", sort=False)}
+
+
+def where_it_stops(table: pd.DataFrame, cores: float) -> pd.DataFrame:
+    """Per system (from ``summary``): the highest step held with every step below it held, the
+    next step and what stopped it there, with the evidence; "" when it held every step."""
+    out = []
+    for system, g in table.groupby("system", sort=False):
+        g = g.sort_values("target_open")
+        highest, stop = 0, None
+        for rec in g.to_dict("records"):
+            if not rec["held"]:
+                stop = rec
+                break
+            highest = rec["target_open"]
+        cause, evidence = ("", "") if stop is None else stop_cause(stop, cores)
+        out.append({"system": system, "highest_held": highest,
+                    "stopped_at": stop["target_open"] if stop else math.nan,
+                    "cause": cause, "evidence": evidence})
+    return pd.DataFrame(out)
+
+
+def stop_cause(rec: dict, cores: float) -> tuple[str, str]:
+    """What stopped a system at a step (a ``summary`` row), and the evidence."""
+    if rec["label"] in (NOT_RUN, PARTLY_RUN):
+        return "not run", rec["label"]
+    if rec["label"] == INSTRUMENTS:
+        return INSTRUMENTS, "direct did not hold this step either"
+    if rec["run_failed"]:
+        return "the run failed", (f"{rec['run_failed'][:200]}; RSS {rec['rss_mib_mean']:,.0f} MiB, "
+                                  f"{rec['open_fds_mean']:,.0f} descriptors before")
+    client, mock = rec["client_open_mean_mean"], rec["mock_open_mean_mean"]
+    if rec["open_fds_mean"] >= FILES_NEAR_LIMIT_SHARE * rec["open_files_limit_mean"]:
+        return "open-file limit", (f"{rec['open_fds_mean']:.0f} descriptors open of a limit of "
+                                   f"{rec['open_files_limit_mean']:.0f}")
+    errors = {c: rec[f"errors_{c}_mean"] for c in ERROR_CAUSES}
+    top = max(errors, key=lambda c: (0 if math.isnan(errors[c]) else errors[c]))
+    if mock < POOL_SHARE * client:
+        return "connection-pool cap", (f"the mock saw at most {rec['mock_open_max_mean']:.0f} "
+                                       f"open upstream requests while {client:.0f} were open at "
+                                       f"the client: requests queue in the system")
+    if errors[top] > 0:
+        return {"timeout": "a timeout", "refused": "refused connections", "status_5xx": "5xx answers",
+                "status_4xx": "4xx answers", "reset": "resets",
+                "other": "errors"}[top], (f"{errors[top]:.0f} per run ({top})"
+                                          + (f"; e.g. {rec['error_example'][:160]!r}"
+                                             if rec["error_example"] else ""))
+    if rec["system_cpu_percent_mean"] >= CPU_BUSY_PERCENT * cores:
+        return "CPU", f"{rec['system_cpu_percent_mean']:.0f}% CPU (of {cores:g} cores)"
+    return "added latency", (f"added p99 {rec['added_p99_ms_mean']:.0f} ms ≥ "
+                             f"{HELD_ADDED_P99_MS:g} ms")
+
+
+def planned_open(planned_rps: float = DEFAULT_PLANNED_RPS,
+                 planned_latency_s: float = DEFAULT_PLANNED_LATENCY_S) -> float:
+    """Little's law: requests open at once at a planned rate and latency."""
+    return planned_rps * planned_latency_s
+
+
+def replicas_at(open_requests: float, cores_needed: float, slope: Slope, highest_held: int,
+                replica_cores: float, replica_gib: float) -> dict:
+    """Replicas of (replica_cores, replica_gib) for a planned load, and which limit decides:
+    CPU (cores needed), memory (the fit's RSS at the open requests) or connections (the open
+    requests over the most one replica held)."""
+    memory_gib = slope.mib_at(open_requests) / 1024.0
+    by_limit = {"CPU": cores_needed / replica_cores if replica_cores > 0 else math.nan,
+                "memory": memory_gib / replica_gib if replica_gib > 0 else math.nan,
+                "connections": open_requests / highest_held if highest_held > 0 else math.inf}
+    known = {k: v for k, v in by_limit.items() if not math.isnan(v)}
+    decides = max(known, key=known.get) if known else ""
+    replicas = math.ceil(known[decides] - 1e-9) if decides and math.isfinite(known[decides]) else math.nan
+    return {"open_requests": open_requests, "memory_gib": memory_gib,
+            "replicas": max(replicas, 1) if not math.isnan(replicas) else replicas,
+            "decides": decides, **{f"replicas_by_{k.lower()}": v for k, v in by_limit.items()}}
+
+
+@dataclass(frozen=True)
+class Lane:
+    """A study's in-flight lane: every run's steps, the summary per system and step, where each
+    system stops and its MiB per 1,000 open."""
+    steps: pd.DataFrame
+    table: pd.DataFrame
+    stops: pd.DataFrame
+    slopes: dict[str, Slope]
+    hold_s: float
+    stream: bool
+
+    @property
+    def empty(self) -> bool:
+        return self.table.empty
+
+
+def lane(study, floor: str, cores: float) -> Lane:
+    """The lane of ``study`` (a harness.stats.loading.Study); empty when it has no in-flight run."""
+    steps = inflight_steps(study)
+    if steps.empty:
+        return Lane(steps, pd.DataFrame(), pd.DataFrame(), {}, math.nan, False)
+    table = summary(steps, floor)
+    first = next(r for r in study.runs if is_inflight(r))
+    return Lane(steps, table, where_it_stops(table, cores), slopes(steps),
+                float(first.spec.load.inflight_hold_s), bool(first.spec.load.stream))

@@ -1,0 +1,77 @@
+"""The load generator's in-flight steps (harness/run/locustfile.py's StudyShape, in a subprocess:
+importing Locust patches the interpreter): each step's users after the warm-up, and the skip
+rule: a step that ended with a failed request is the last, the steps above it are not run."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from harness.model.config import REPO_DIR
+
+DRIVER = r"""
+import importlib.util, json, sys, types
+spec = importlib.util.spec_from_file_location("locustfile", sys.argv[1])
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+clock = [1000.0]
+mod.time = types.SimpleNamespace(time=lambda: clock[0], perf_counter=lambda: clock[0],
+                                 monotonic=lambda: clock[0])
+failures_at = json.loads(sys.argv[2])  # {clock time: failures counted from then}
+shape = mod.StudyShape()
+total = types.SimpleNamespace(num_failures=0, num_requests=0)
+shape.runner = types.SimpleNamespace(stats=types.SimpleNamespace(total=total))
+shape.get_run_time = lambda: clock[0] - 1000.0
+out = []
+for t in [1000.0 + 0.5 * k for k in range(80)]:
+    clock[0] = t
+    for at, n in failures_at.items():
+        if t >= float(at):
+            total.num_failures = n
+    out.append(shape.tick())
+    if out[-1] is None:
+        break
+print(json.dumps({"ticks": out, "phases": shape.phases}))
+"""
+
+
+def _drive(tmp_path: Path, failures_at: dict) -> dict:
+    body = tmp_path / "body.json"
+    body.write_text('{"messages": [{"role": "user", "content": "RID"}]}')
+    settings = {"stream": False, "content_frame": "x", "done_frame": "y", "unary_marker": "z",
+                "dialect": "openai", "body_file": str(body), "run_id": "t-1", "rid_slot": "RID",
+                "headers": {}, "self_overhead_header": "", "self_overhead_scale_ms": 1.0,
+                "open_loop_rates_per_s": [], "open_loop_step_s": 0, "think_time_s": 0,
+                "request_timeout_s": 10, "warmup_s": 2.0, "warmup_users": 3,
+                "inflight_steps": [100, 200, 400], "inflight_step_s": 10.0,
+                "inflight_spawn_rate_per_s": 50.0, "raw_dir": str(tmp_path / "raw"),
+                "phases_file": str(tmp_path / "phases.json")}
+    path = tmp_path / "load.json"
+    path.write_text(json.dumps(settings))
+    done = subprocess.run([sys.executable, "-c", DRIVER, str(REPO_DIR / "harness/run/locustfile.py"),
+                           json.dumps(failures_at)],
+                          env={"SLUICE_LOAD_FILE": str(path), "PYTHONPATH": str(REPO_DIR),
+                               "PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_every_step_runs_for_its_length_after_the_warmup(tmp_path):
+    out = _drive(tmp_path, {})
+    users = [t[0] if t else None for t in out["ticks"]]
+    assert users[:4] == [3, 3, 3, 3]                       # the warm-up: 2 s
+    assert users[4] == 100 and users[4 + 20] == 200 and users[4 + 40] == 400
+    assert users[-1] is None and len(users) == 4 + 60 + 1  # three 10-s steps, then stop
+    assert out["ticks"][4][1] == 50.0
+    phases = out["phases"]
+    assert phases["hold_end_t_unix_s"] - phases["hold_start_t_unix_s"] == 30.0
+
+
+def test_a_step_with_a_failed_request_is_the_last(tmp_path):
+    out = _drive(tmp_path, {"1015.0": 1})                   # a failure during the second step
+    users = [t[0] if t else None for t in out["ticks"]]
+    assert 200 in users and 400 not in users and users[-1] is None
+    phases = out["phases"]
+    assert phases["hold_end_t_unix_s"] - phases["hold_start_t_unix_s"] == 20.0
