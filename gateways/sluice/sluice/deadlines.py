@@ -1,11 +1,12 @@
 """Deadlines the sweeper enforces once a second (pure Python, off the request path): a request's
 total time, and a client that takes none of the response bytes waiting for it.
 
-- ``request_timeout_s`` (the model's, else ``[server]``'s): from the request's arrival to its
-  last byte, every attempt, backoff and pool wait included. Past it, a request whose response
-  head has not gone out gets 504 in its dialect; a response under way is ended (an error event
-  first for a translated stream) and the connection closed, or aborted when the client has not
-  taken all of it yet. The provider connection is aborted.
+- ``request_timeout_s`` (the model's, else ``[server]``'s; once a fallback model serves the
+  request, that model's): from the request's arrival to its last byte, every attempt, backoff
+  and pool wait included. Past it, a request whose response head has not gone out gets 504 in
+  its dialect; a response under way is ended (an error event first for a translated stream)
+  and the connection closed, or aborted when the client has not taken all of it yet. The
+  provider connection is aborted.
 - ``client_send_timeout_s``, nginx's ``send_timeout``: while response bytes wait in a client's
   transport, their amount must change within this time, else the connection is aborted.
 """
