@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from sluice_helpers import PURE, SLUICE_DIR, Sluice, base_config
+from sluice_helpers import METRICS_TOKEN_LINE, PURE, SLUICE_DIR, Sluice, server_config
 from sluice_stub import Stub
 
 
@@ -36,7 +36,7 @@ def stub():
 
 @pytest.fixture(scope="module")
 def sluice(stub, tmp_path_factory):
-    gw = Sluice(base_config(stub.url), str(tmp_path_factory.mktemp("sluice")),
+    gw = Sluice(server_config(stub.url, METRICS_TOKEN_LINE), str(tmp_path_factory.mktemp("sluice")),
                 env={"SLUICE_TEST_PROVIDER_KEY": "sk-provider-secret"}).start()
     yield gw
     gw.stop()

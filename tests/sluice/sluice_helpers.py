@@ -20,6 +20,8 @@ SLUICE_DIR = os.path.join(REPO, "gateways", "sluice")
 RUN_PY = os.path.join(SLUICE_DIR, "run.py")
 
 KEY = "sk-test-main"
+# per-key series in /metrics need a scrape token: the configs that read them set this one
+METRICS_TOKEN_LINE = 'metrics_token = "sk-test-metrics"'
 # the whole suite runs against the compiled modules, or with SLUICE_PURE_PYTHON=1 against the
 # pure-Python ones: every Sluice the tests start inherits it
 PURE = os.environ.get("SLUICE_PURE_PYTHON") == "1"
@@ -75,7 +77,11 @@ class Sluice:
         return json.loads(body)
 
     def metrics(self):
-        status, _, body = request(self.port, "GET", "/metrics")
+        """/metrics, with the config's metrics_token when it sets one."""
+        with open(self.path) as f:
+            token = re.search(r'^metrics_token = "(.*)"', f.read(), re.M)
+        headers = {"authorization": f"Bearer {token.group(1)}"} if token else {}
+        status, _, body = request(self.port, "GET", "/metrics", headers=headers)
         assert status == 200
         return body.decode()
 

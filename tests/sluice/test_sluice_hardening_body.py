@@ -6,7 +6,7 @@ import json
 import socket
 
 import pytest
-from sluice_helpers import ENV, MSG, raw_exchange, raw_post, server_config, tokens_spent
+from sluice_helpers import ENV, METRICS_TOKEN_LINE, MSG, raw_exchange, raw_post, server_config, tokens_spent
 from sluice_stub import wait_until
 
 BUDGET_KEYS = """
@@ -30,8 +30,8 @@ ANTHROPIC = b"anthropic-version: 2023-06-01\r\n"
 
 @pytest.fixture(params=[True, False], ids=["validate_json", "no_validate_json"])
 def gw(request, make_sluice, stub):
-    return make_sluice(server_config(stub.url, f"validate_json = {str(request.param).lower()}",
-                                     extra=BUDGET_KEYS), env=ENV)
+    return make_sluice(server_config(stub.url, f"validate_json = {str(request.param).lower()}\n"
+                                     + METRICS_TOKEN_LINE, extra=BUDGET_KEYS), env=ENV)
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import time
 
 import pytest
 from sluice_helpers import (
+    METRICS_TOKEN_LINE,
     ENV,
     MSG,
     count_responses,
@@ -131,7 +132,7 @@ def test_parser_errors_and_408_in_the_client_dialect(make_sluice, stub):
 
 # ------------------------------------------------------------------ budgets and disconnects
 def test_disconnect_before_usage_is_charged_for_what_was_relayed(make_sluice, stub):
-    gw = make_sluice(server_config(stub.url, extra="\n[keys.budget2]\nkey = \"sk-budget2\"\ntoken_budget = 100000\n"),
+    gw = make_sluice(server_config(stub.url, METRICS_TOKEN_LINE, extra="\n[keys.budget2]\nkey = \"sk-budget2\"\ntoken_budget = 100000\n"),
                      env=ENV)
     body = json.dumps({"model": "fast", "stream": True, "stream_options": {"include_usage": True},
                        "messages": MSG, "max_tokens": 500}).encode()

@@ -11,6 +11,7 @@ import time
 
 import psutil
 from sluice_helpers import (
+    METRICS_TOKEN_LINE,
     ENV,
     MSG,
     chat,
@@ -53,8 +54,8 @@ def test_pipelined_metrics_are_bounded_by_backpressure(make_sluice, stub):
     # 7,500 renders queued for a client that does not read would hold about 75 MB
     keys = "".join(f'\n[keys.metrics-budget-key-{i:03d}]\nkey = "sk-mb-{i}"\ntoken_budget = 1000\n'
                    for i in range(80))
-    gw = make_sluice(server_config(stub.url, extra=keys), env=ENV)
-    size = len(request(gw.port, "GET", "/metrics")[2])
+    gw = make_sluice(server_config(stub.url, METRICS_TOKEN_LINE, extra=keys), env=ENV)
+    size = len(gw.metrics())
     assert size > 8000, size
     base = rss(gw.proc.pid)
     s = socket.socket()
@@ -62,7 +63,8 @@ def test_pipelined_metrics_are_bounded_by_backpressure(make_sluice, stub):
     s.settimeout(20)
     s.connect(("127.0.0.1", gw.port))
     try:
-        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 7500)  # never read (yet)
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-test-metrics\r\n\r\n"
+                  * 7500)  # never read (yet)
         # answers are produced as the client reads them: a few hundred KB at most, not 75 MB
         grown = _peak_growth(gw.proc.pid, base, 4.0, stop_above=30e6)
         assert grown < 15e6, f"{grown / 1e6:.0f} MB held for a client that does not read"
@@ -135,7 +137,7 @@ def test_metrics_snapshot_of_a_large_config_is_merged(make_sluice, stub):
 
 
 def test_restarted_worker_keeps_counted_usage_and_the_loaded_config(make_sluice, stub):
-    cfg = server_config(stub.url).replace("workers = 1", "workers = 2")
+    cfg = server_config(stub.url, METRICS_TOKEN_LINE).replace("workers = 1", "workers = 2")
     gw = make_sluice(cfg, env=ENV)
     parent = psutil.Process(gw.proc.pid)
     assert wait_until(lambda: len(parent.children()) == 1)

@@ -8,6 +8,7 @@ import threading
 import time
 
 from sluice_helpers import (
+    METRICS_TOKEN_LINE,
     KEY,
     MSG,
     chat,
@@ -158,7 +159,7 @@ def test_usage_that_cannot_be_true_leaves_the_key_usable(make_sluice):
         liar = LyingProvider(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
                              % len(body) + body)
         try:
-            gw = make_sluice(_liar_config(liar.url, dialect="anthropic"))
+            gw = make_sluice(_liar_config(liar.url, dialect="anthropic", server_extra=METRICS_TOKEN_LINE))
             for _ in range(2):
                 status, _, _ = chat(gw.port, {"model": "m", "messages": MSG})
                 assert status in (200, 502)

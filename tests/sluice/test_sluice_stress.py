@@ -148,7 +148,8 @@ def test_backpressure_slow_client_pauses_the_provider(make_sluice, stub):
 
 
 def test_idle_and_stuck_clients_are_let_go(make_sluice, stub):
-    cfg = base_config(stub.url).replace("max_body_bytes = 65536", "max_body_bytes = 65536\nclient_idle_timeout_s = 0.5")
+    cfg = base_config(stub.url).replace("max_body_bytes = 65536",
+                                        "max_body_bytes = 65536\nclient_idle_timeout_s = 0.5\nclient_send_timeout_s = 0.5")
     gw = make_sluice(cfg, env=ENV)
     # an idle keep-alive connection is closed
     idle = socket.create_connection(("127.0.0.1", gw.port), timeout=10)

@@ -97,7 +97,8 @@ class ServerConfig:
             "access_log_flush_s", "metrics", "debug_endpoints", "require_auth",
             "max_pipelined", "max_url_bytes", "max_header_bytes", "max_headers",
             "client_header_timeout_s", "client_body_timeout_s", "max_client_connections",
-            "metrics_token", "forward_request_headers", "forward_response_headers")
+            "metrics_token", "forward_request_headers", "forward_response_headers",
+            "metrics_per_key", "max_sse_frame_bytes", "request_timeout_s", "client_send_timeout_s")
 
     def __init__(self, t):
         w = "[server]"
@@ -129,6 +130,17 @@ class ServerConfig:
         self.metrics_token = _str(t, "metrics_token", "", w)
         if _has_ctl(self.metrics_token) or " " in self.metrics_token:
             raise ConfigError(f"{w}.metrics_token must not contain spaces or control characters")
+        # key names and spend are shown only to whoever holds the scrape token
+        self.metrics_per_key = _bool(t, "metrics_per_key", bool(self.metrics_token), w)
+        if self.metrics_per_key and not self.metrics_token:
+            raise ConfigError(f"{w}.metrics_per_key = true needs a metrics_token")
+        # one provider SSE event (translated streams) may hold at most this many bytes
+        self.max_sse_frame_bytes = _num(t, "max_sse_frame_bytes", 1 << 20, w, 1024, integer=True,
+                                        maximum=64 << 20)
+        # the whole request, every attempt included; a model may set its own
+        self.request_timeout_s = float(_num(t, "request_timeout_s", 600.0, w, 0.1, maximum=86400))
+        # a client whose pending response bytes see no progress this long is cut (nginx's send_timeout)
+        self.client_send_timeout_s = float(_num(t, "client_send_timeout_s", 60.0, w, 0.1, maximum=3600))
         self.forward_request_headers = _names(t, "forward_request_headers", DEFAULT_REQUEST_HEADERS, w)
         self.forward_response_headers = _names(t, "forward_response_headers", DEFAULT_RESPONSE_HEADERS, w)
 
@@ -321,9 +333,9 @@ def _check_upstream(name, where):
 
 class ModelConfig:
     KEYS = ("provider", "upstream_model", "aliases", "max_output_tokens", "deployments", "retry",
-            "fallbacks", "fallback_on", "outlier")
+            "fallbacks", "fallback_on", "outlier", "request_timeout_s")
 
-    def __init__(self, name, t, providers):
+    def __init__(self, name, t, providers, request_timeout_s=600.0):
         w = f"[models.{name}]"
         _check_table(t, self.KEYS, w)
         self.name = name
@@ -361,6 +373,8 @@ class ModelConfig:
             raise ConfigError(f"{w}.aliases must be a list of non-empty strings")
         self.aliases = aliases
         self.max_output_tokens = _num(t, "max_output_tokens", 4096, w, 1, integer=True)
+        self.request_timeout_s = float(_num(t, "request_timeout_s", request_timeout_s, w, 0.1,
+                                            maximum=86400))
 
 
 class KeyConfig:
@@ -416,7 +430,8 @@ class Config:
         models = data.get("models", {})
         if not models:
             raise ConfigError("at least one [models.NAME] table is required")
-        self.models = {n: ModelConfig(n, t, self.providers) for n, t in models.items()}
+        self.models = {n: ModelConfig(n, t, self.providers, self.server.request_timeout_s)
+                       for n, t in models.items()}
         seen = {}
         for m in self.models.values():
             for alias in [m.name] + m.aliases:

@@ -36,7 +36,7 @@ def gauges(app):
         g["sluice_ejected_deployments"] = [
             [["model", policy.name, "provider", d.name], 1 if d.ejected_until > now else 0]
             for policy in app.policies if policy.single is None for d in policy.deployments]
-    if app.n_workers == 1 or app.worker == 0:
+    if app.metrics_per_key and (app.n_workers == 1 or app.worker == 0):
         reserved, spent = [], []
         for rec in app.keys.records:
             if rec.budget:
@@ -76,6 +76,8 @@ def render_metrics(app):
                                           [s for s in snaps if type(s) is dict and "requests" in s])
     else:
         m, merged_gauges = Metrics.merged(app.metrics, live, [])
+    if not app.metrics_per_key:  # key names and spend only for the holder of metrics_token
+        m.tokens = {}
     return render(m, merged_gauges)
 
 

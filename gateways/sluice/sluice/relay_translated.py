@@ -23,7 +23,7 @@ def start_stream(u, client, req):
     """A 200 event stream answering a streamed request: the translators are made and the
     client's head goes out now."""
     from sluice import translate
-    u.sse_parser = translate.SSEParser()
+    u.sse_parser = translate.SSEParser(u.app.max_sse_frame)
     if req.translation == ANTHROPIC_TO_OPENAI:   # anthropic client, openai provider
         u.stream_translator = translate.OpenAIToAnthropicStream(req.client_model)
     else:
@@ -56,7 +56,15 @@ def start_buffered(u, head, low):
 def relay_stream(u, client, body):
     """Body bytes of a translated stream: the events they complete, translated, go out."""
     try:
-        out = u.stream_translator.feed(u.sse_parser.feed(body))
+        events = u.sse_parser.feed(body)
+    except ValueError:  # the parser's only error: translate.FrameTooLarge
+        events = None
+    if events is None:  # raised here, not in the except: a limit met, not a bug to log
+        u.app.metrics.upstream_error(u.provider.name, "sse_frame_too_large")
+        raise HttpParserError(f"provider {u.provider.name} sent an SSE event over "
+                              f"{u.app.max_sse_frame} bytes")
+    try:
+        out = u.stream_translator.feed(events)
     except Exception as e:  # a bug in translation must not leave the exchange hanging
         raise HttpParserError(f"stream translation failed: {e!r}") from e
     if out:

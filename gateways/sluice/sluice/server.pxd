@@ -16,10 +16,14 @@ cdef class App:
     cdef public object response_filter
     cdef public Py_ssize_t worker, n_workers
     cdef public Py_ssize_t max_body, max_pipelined, max_url, max_head, max_headers, max_clients
-    cdef public double header_timeout, body_timeout, idle_timeout, access_flush_s, stop_deadline
+    cdef public double header_timeout, body_timeout, idle_timeout, send_timeout, access_flush_s
+    cdef public double stop_deadline
+    cdef public Py_ssize_t max_sse_frame
+    cdef public object deadlines
     cdef public double _last_slow_tick, _last_flush
     cdef public HeaderPolicy forward_policy
     cdef public bint validate_json, overhead_header, require_auth, metrics_on, debug_on, stopping
+    cdef public bint metrics_per_key
     cdef public Metrics metrics
     cdef public set clients
     cdef public dict providers, routes

@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import time
+from hmac import compare_digest
 from time import perf_counter
 
 from orjson import dumps
@@ -16,6 +17,7 @@ from orjson import dumps
 from sluice import __version__, admission, dispatch, introspection
 from sluice.access_log import AccessLog
 from sluice.client import ClientConn
+from sluice.deadlines import Deadlines
 from sluice.http import error_body, response_filter
 from sluice.keys import KeyStore
 from sluice.metrics import Metrics
@@ -55,6 +57,10 @@ class App:
         self.metrics_on = s.metrics
         self.debug_on = s.debug_endpoints
         self.idle_timeout = s.client_idle_timeout_s
+        self.send_timeout = s.client_send_timeout_s
+        self.deadlines = Deadlines(s.client_send_timeout_s)
+        self.max_sse_frame = s.max_sse_frame_bytes
+        self.metrics_per_key = s.metrics_per_key
         self.metrics = Metrics()
         self.clients = set()
         self.stopping = False
@@ -133,7 +139,7 @@ class App:
                 return conn.respond(r, 401, error_body(dialect, 401, "missing or invalid API key"))
             return conn.respond(r, 200, self.models_anthropic if r.has_anthropic_version else self.models_openai)
         if path == b"/metrics" and self.metrics_on:
-            if self.metrics_token is not None and r.token != self.metrics_token:
+            if self.metrics_token is not None and not compare_digest(r.token or b"", self.metrics_token):
                 return conn.respond(r, 401, error_body(dialect, 401, "/metrics needs its bearer token"))
             return conn.respond(r, 200, introspection.render_metrics(self), b"", METRICS_CONTENT_TYPE)
         if path == b"/debug/state" and self.debug_on:
@@ -228,6 +234,7 @@ class App:
 
     def _slow_tick(self, now):
         self._sweep_clients(now)
+        self.deadlines.sweep(self, now)
         self.keys.return_leases()
         introspection.sync_tokens(self)
         if self.n_workers > 1 and self.metrics.changes != self._snapshot_changes:

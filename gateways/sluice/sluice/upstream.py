@@ -144,8 +144,8 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         p = self.provider
         if self.paused:
             # reading is paused because the client does not keep up: not the provider's fault,
-            # but a client that stops reading for good must not hold the exchange forever
-            if now - self.last_rx > self.app.idle_timeout:
+            # but a client that does not drain what waits for it must not hold the exchange
+            if now - self.last_rx > self.app.send_timeout:
                 self.app.metrics.upstream_error(p.name, "client_too_slow")
                 self.fail_midstream()
             return

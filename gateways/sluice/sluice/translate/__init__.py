@@ -20,10 +20,10 @@ from sluice.translate.openai_to_anthropic import (
     anthropic_response_to_openai,
     openai_request_to_anthropic,
 )
-from sluice.translate.sse import SSEParser
+from sluice.translate.sse import FrameTooLarge, SSEParser
 
 __all__ = [
-    "AnthropicToOpenAIStream", "OpenAIToAnthropicStream", "SSEParser", "TranslationError",
+    "AnthropicToOpenAIStream", "FrameTooLarge", "OpenAIToAnthropicStream", "SSEParser", "TranslationError",
     "anthropic_request_to_openai", "anthropic_response_to_openai", "openai_request_to_anthropic",
     "openai_response_to_anthropic", "upstream_error_message",
 ]

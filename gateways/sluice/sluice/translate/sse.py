@@ -1,35 +1,71 @@
-"""Incremental text/event-stream parsing: bytes in, (event, data) pairs out."""
+"""Incremental text/event-stream parsing: bytes in, (event, data) pairs out.
+
+Linear in the bytes fed: each read is scanned once, and only the unfinished line is kept
+between reads (as pieces, never re-joined per read). Lines end with CRLF, LF or a lone CR."""
+
+
+class FrameTooLarge(ValueError):
+    """An event grew past the parser's limit without its blank line."""
 
 
 class SSEParser:
     """Feed bytes, get the (event, data) pairs of the events they complete."""
-    __slots__ = ("buf",)
+    __slots__ = ("max_frame", "partial", "partial_len", "frame_len", "event", "datas", "after_cr")
 
-    def __init__(self):
-        self.buf = b""
+    def __init__(self, max_frame=1 << 20):
+        self.max_frame = max_frame
+        self.partial = []       # pieces of the line not ended yet
+        self.partial_len = 0
+        self.frame_len = 0      # bytes of the event's finished lines
+        self.event = None
+        self.datas = []
+        self.after_cr = False   # the last read ended with CR: an LF starting the next one ends nothing
 
     def feed(self, data):
-        buf = self.buf + data if self.buf else data
-        if b"\r" in buf:
-            buf = buf.replace(b"\r\n", b"\n")
+        if self.after_cr and data[:1] == b"\n":
+            data = data[1:]
+        self.after_cr = data[-1:] == b"\r"
+        if data.find(b"\r") >= 0:  # one line ending for the scan below
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         events = []
         start = 0
-        find = buf.find
+        find = data.find
         while True:
-            i = find(b"\n\n", start)
+            i = find(b"\n", start)
             if i < 0:
                 break
-            block = buf[start:i]
-            start = i + 2
-            event = None
-            datas = []
-            for line in block.split(b"\n"):
-                if line.startswith(b"data:"):
-                    v = line[5:]
-                    datas.append(v[1:] if v[:1] == b" " else v)
-                elif line.startswith(b"event:"):
-                    event = line[6:].strip()
-            if datas or event is not None:
-                events.append((event, b"\n".join(datas)))
-        self.buf = buf[start:]
+            if self.partial:
+                self.partial.append(data[start:i])
+                line = b"".join(self.partial)
+                self.partial = []
+                self.partial_len = 0
+            else:
+                line = data[start:i]
+            start = i + 1
+            if line:
+                self._field(line)
+            elif self.datas or self.event is not None:  # a blank line ends the event
+                events.append((self.event, b"\n".join(self.datas)))
+                self.event = None
+                self.datas = []
+                self.frame_len = 0
+            else:
+                self.frame_len = 0
+        if start < len(data):
+            rest = data[start:]
+            self.partial.append(rest)
+            self.partial_len += len(rest)
+            if self.frame_len + self.partial_len > self.max_frame:
+                raise FrameTooLarge(f"an SSE event over {self.max_frame} bytes")
         return events
+
+    def _field(self, line):
+        self.frame_len += len(line) + 1
+        if self.frame_len > self.max_frame:
+            raise FrameTooLarge(f"an SSE event over {self.max_frame} bytes")
+        if line.startswith(b"data:"):
+            v = line[5:]
+            self.datas.append(v[1:] if v[:1] == b" " else v)
+        elif line.startswith(b"event:"):
+            self.event = line[6:].strip()
+        # comments (":...") and other fields are ignored, as the SSE specification says
