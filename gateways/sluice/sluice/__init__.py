@@ -9,8 +9,8 @@ import os
 
 __version__ = "0.1.0"
 
-COMPILED_MODULES = ("http", "metrics", "keys", "request", "known_head", "usage", "client", "admission",
-                    "rewrite", "dispatch", "pool", "upstream", "relay_same_dialect",
+COMPILED_MODULES = ("http", "metrics", "keys", "request", "known_head", "framing", "usage", "client",
+                    "admission", "rewrite", "dispatch", "pool", "upstream", "relay_same_dialect",
                     "relay_translated", "server")
 
 
