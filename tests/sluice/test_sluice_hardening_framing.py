@@ -8,6 +8,8 @@ import threading
 import time
 
 import pytest
+from sluice.config import Config, ConfigError
+from sluice.framing import ChunkedFraming
 from sluice_helpers import AUTH, ENV, MSG, count_responses, health_ms, raw_exchange, rss, server_config
 
 CHUNKED_HEAD = (b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n" + AUTH
@@ -89,7 +91,40 @@ def test_trailers_within_the_limits_are_dropped(sluice, stub):
     assert not any(k.lower() in ("x-test-tag", "x-pad") for k in sent["headers"]), sent["headers"]
 
 
+def test_trailer_section_is_found_wherever_the_reads_split():
+    # chunk data that looks like a last chunk, an extension, a size with leading zeros
+    body = (b"b\r\nab\r\n0\r\n\r\nxy\r\n" + b"0003;name=\"v\"\r\nabc\r\n"
+            + b"10\r\n" + b"z" * 16 + b"\r\n")
+    trailer = b"000;ext\r\n"
+    section = b"x-a: 1\r\nx-b: " + b"v" * 50 + b"\r\n\r\n"
+    data = body + trailer + section
+    for cut in range(len(data) + 1):
+        for cut2 in (cut, min(len(data), cut + 7)):
+            f = ChunkedFraming()
+            counted = sum(f.trailer_share(data, a, b)
+                          for a, b in ((0, cut), (cut, cut2), (cut2, len(data))))
+            assert counted == len(section), (cut, cut2)
+
+
+def test_chunk_data_like_a_last_chunk_is_not_a_trailer(sluice):
+    # JSON allows CR LF as whitespace: the body holds "\r\n0\r\n\r\n" and then 40 KB (over
+    # max_header_bytes) of spaces, in one chunk
+    body = BODY[:-1] + b',"n":\r\n0\r\n\r\n' + b" " * 40000 + b"}"
+    data = CHUNKED_HEAD + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    buf = raw_exchange(sluice.port, data)
+    assert buf.startswith(b"HTTP/1.1 200"), buf[:300]
+
+
 # ------------------------------------------------------------------ queued bytes per connection
+def test_max_queued_bytes_per_connection_is_checked_at_load():
+    base = {"providers": {"p": {"base_url": "http://127.0.0.1:9/v1"}}, "models": {"m": {"provider": "p"}}}
+    assert Config(base).server.max_queued_bytes_per_connection == 2 * 1024 * 1024
+    assert Config(dict(base, server={"max_queued_bytes_per_connection": 0})).server.max_queued_bytes_per_connection == 0
+    for bad in (-1, 1.5, "1"):
+        with pytest.raises(ConfigError, match="max_queued_bytes_per_connection"):
+            Config(dict(base, server={"max_queued_bytes_per_connection": bad}))
+
+
 def _peak_growth(pid, base, seconds):
     peak = 0
     deadline = time.monotonic() + seconds
