@@ -219,11 +219,11 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
 
     def _parse(self, data):
         """Feed the parser one part at a time: a head up to its CRLF CRLF, a body up to its
-        length (or, chunked, up to a CRLF CRLF). So every head is measured before it is parsed,
-        at most a couple of requests complete per part, and parsing can stop between parts:
-        while the client does not read (backpressure), the pipeline is full, a burst of answers
-        was written, or a request closed the connection. What is left waits in ``backlog``
-        (at most one read)."""
+        length (or, chunked, up to a CRLF CRLF). So every head and trailer section is measured
+        before it is parsed (framing.py), at most a couple of requests complete per part, and
+        parsing can stop between parts: while the client does not read (backpressure), the
+        pipeline is full, a burst of answers was written, or a request closed the connection.
+        What is left waits in ``backlog`` (at most one read)."""
         n = len(data)
         pos = 0
         self.feeding = True
@@ -256,7 +256,7 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
                 if r is not None:
                     if self.body_parts:
                         self._body_progress(r)
-                    if self.headers and not framing.drop_trailer_fields(self, r):
+                    if self.headers and not self.bad and not framing.drop_trailer_fields(self, r):
                         return
             if self.incoming is not None or not self.between_messages:
                 if self.incoming is None or self.incoming.body_left < 0:
