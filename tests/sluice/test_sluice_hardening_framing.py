@@ -166,6 +166,28 @@ def test_pipelined_large_bodies_are_bounded_and_answered_in_order(make_sluice, s
     del stub.requests[:]
 
 
+def test_a_body_held_back_is_not_timed_out(make_sluice, stub):
+    # the body behind the slow request is read only in its turn: its deadline (1 s) waits too
+    gw = make_sluice(server_config(stub.url, "client_body_timeout_s = 1").replace(
+        "max_body_bytes = 65536", "max_body_bytes = 4194304"), env=ENV)
+    data = (_tagged_post("slow", b"x-test-delay-ms: 3000\r\n", "")
+            + _tagged_post("held", b"", "p" * (3 << 20)))
+    s = socket.create_connection(("127.0.0.1", gw.port), timeout=30)
+    sender = threading.Thread(target=s.sendall, args=(data,), daemon=True)
+    try:
+        sender.start()
+        buf = b""
+        deadline = time.monotonic() + 30
+        while count_responses(buf) < 2 and time.monotonic() < deadline:
+            chunk = s.recv(65536)
+            assert chunk, buf[-300:]
+            buf += chunk
+    finally:
+        s.close()
+        sender.join(5)
+    assert buf.count(b"HTTP/1.1 200") == 2, buf[-400:]
+
+
 def _tagged_post(tag, headers, pad):
     body = json.dumps({"model": "fast", "messages": MSG, "pad": pad}).encode()
     return (b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n" + AUTH + headers
