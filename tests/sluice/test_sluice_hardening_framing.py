@@ -119,7 +119,8 @@ def test_chunk_data_like_a_last_chunk_is_not_a_trailer(sluice):
 def test_max_queued_bytes_per_connection_is_checked_at_load():
     base = {"providers": {"p": {"base_url": "http://127.0.0.1:9/v1"}}, "models": {"m": {"provider": "p"}}}
     assert Config(base).server.max_queued_bytes_per_connection == 2 * 1024 * 1024
-    assert Config(dict(base, server={"max_queued_bytes_per_connection": 0})).server.max_queued_bytes_per_connection == 0
+    zero = Config(dict(base, server={"max_queued_bytes_per_connection": 0}))
+    assert zero.server.max_queued_bytes_per_connection == 0
     for bad in (-1, 1.5, "1"):
         with pytest.raises(ConfigError, match="max_queued_bytes_per_connection"):
             Config(dict(base, server={"max_queued_bytes_per_connection": bad}))
@@ -160,7 +161,8 @@ def test_pipelined_large_bodies_are_bounded_and_answered_in_order(make_sluice, s
         s.close()
         sender.join(5)
     assert count_responses(buf) == 17, buf[-300:]
-    tags = [line.split(b":", 1)[1].strip() for line in buf.split(b"\r\n") if line.lower().startswith(b"x-test-tag:")]
+    tags = [line.split(b":", 1)[1].strip() for line in buf.split(b"\r\n")
+            if line.lower().startswith(b"x-test-tag:")]
     assert tags == [b"slow"] + [b"big%d" % i for i in range(16)]
     assert buf.count(b"HTTP/1.1 200") == 17
     del stub.requests[:]
@@ -229,7 +231,8 @@ def test_unknown_transfer_coding_is_refused_in_the_clients_dialect(sluice):
     assert body["type"] == "error" and "transfer coding" in body["error"]["message"], body
 
 
-@pytest.mark.parametrize("coding_lines", [b"transfer-encoding: chunked\r\n", b"Transfer-Encoding: CHUNKED \r\n"])
+@pytest.mark.parametrize("coding_lines", [b"transfer-encoding: chunked\r\n",
+                                         b"Transfer-Encoding: CHUNKED \r\n"])
 def test_chunked_alone_is_read(sluice, coding_lines):
     buf = raw_exchange(sluice.port, _with_coding(coding_lines), expect_responses=2)
     assert buf.startswith(b"HTTP/1.1 200"), buf[:300]

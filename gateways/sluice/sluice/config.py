@@ -96,8 +96,9 @@ class ServerConfig:
             "shutdown_grace_s", "validate_json", "overhead_header", "access_log",
             "access_log_flush_s", "metrics", "debug_endpoints", "require_auth",
             "max_pipelined", "max_queued_bytes_per_connection", "max_url_bytes",
-            "max_header_bytes", "max_headers", "client_header_timeout_s", "client_body_timeout_s", "max_client_connections",
-            "metrics_token", "forward_request_headers", "forward_response_headers")
+            "max_header_bytes", "max_headers", "client_header_timeout_s", "client_body_timeout_s",
+            "max_client_connections", "metrics_token", "forward_request_headers",
+            "forward_response_headers")
 
     def __init__(self, t):
         w = "[server]"
