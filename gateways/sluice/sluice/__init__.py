@@ -9,7 +9,7 @@ import os
 
 __version__ = "0.1.0"
 
-COMPILED_MODULES = ("http", "metrics", "keys", "request", "known_head", "usage", "client",
+COMPILED_MODULES = ("http", "metrics", "keys", "request", "known_head", "framing", "usage", "client",
                     "chat_body", "admission", "rewrite", "dispatch", "pool", "upstream", "relay_same_dialect",
                     "relay_translated", "server")
 

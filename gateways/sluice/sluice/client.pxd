@@ -2,8 +2,9 @@
 # between the client protocol, the App, dispatch and the upstream side.
 cimport cython
 
-from sluice cimport dispatch, known_head, request
+from sluice cimport dispatch, framing, known_head, request
 from sluice.http cimport error_body
+from sluice.framing cimport ChunkedFraming
 from sluice.known_head cimport KnownHead
 from sluice.pool cimport Pool
 from sluice.request cimport HeaderDigest, Request
@@ -11,6 +12,7 @@ from sluice.server cimport App
 from sluice.upstream cimport UpstreamConn
 
 cdef int PAUSE_QUEUE_FULL, PAUSE_UPSTREAM, PAUSE_BAD, PAUSE_WRITE, PAUSE_FINAL, PAUSE_BURST
+cdef int PAUSE_QUEUED_BYTES
 
 
 @cython.final
@@ -28,7 +30,9 @@ cdef class ClientConn:
     cdef public HeaderDigest last_digest
     cdef public KnownHead known_head
     cdef public list url_parts, body_parts, between_messages
-    cdef public Py_ssize_t completed, head_bytes
+    cdef public Py_ssize_t completed, head_bytes, queued_bytes
+    cdef public list head_pieces
+    cdef public ChunkedFraming chunked
     cdef public bytes backlog, read_tail
 
     cpdef connection_made(self, transport)
@@ -43,12 +47,8 @@ cdef class ClientConn:
     cpdef close_after_response(self)
     @cython.locals(t=double, at_start=bint, completed=Py_ssize_t, r=Request, head=KnownHead)
     cpdef data_received(self, bytes data)
-    @cython.locals(n=Py_ssize_t, pos=Py_ssize_t, end=Py_ssize_t, r=Request)
+    @cython.locals(n=Py_ssize_t, pos=Py_ssize_t, end=Py_ssize_t, r=Request, part=bytes)
     cpdef _parse(self, bytes data)
-    @cython.locals(end=Py_ssize_t)
-    cpdef Py_ssize_t _part_end(self, bytes data, Py_ssize_t pos) except? -1
-    @cython.locals(size=Py_ssize_t)
-    cpdef bint _count_head_bytes(self, bytes data, Py_ssize_t pos, Py_ssize_t end) except -1
     cpdef _body_progress(self, Request r)
     cpdef _bad_request(self, int status, message, Request r=*)
     @cython.locals(d=HeaderDigest)
@@ -58,5 +58,8 @@ cdef class ClientConn:
     cpdef _next(self)
     cpdef respond(self, Request r, int status, bytes body, bytes extra=*, bytes content_type=*, overhead_us=*)
     cpdef done(self, bint keep_alive)
+    @cython.locals(queued=Py_ssize_t)
+    cpdef bint holds_too_much(self) except -1
+    cpdef bint body_held(self) except -1
     cpdef exchange_done(self, Request r, int status, prompt, completion)
     cpdef abort_response(self, Request r, int status)

@@ -11,7 +11,7 @@ from time import perf_counter
 
 from httptools import HttpParserError, HttpParserUpgrade, HttpRequestParser
 
-from sluice import dispatch, known_head, request
+from sluice import dispatch, framing, known_head, request
 from sluice.http import error_body, linger, response
 from sluice.request import Request
 
@@ -22,6 +22,7 @@ PAUSE_BAD = 4          # unusable input: the connection ends after the responses
 PAUSE_WRITE = 8        # the client does not read its answers
 PAUSE_FINAL = 16       # a request that closes the connection was read
 PAUSE_BURST = 32       # max_pipelined requests were answered from one read: others get a turn
+PAUSE_QUEUED_BYTES = 64  # max_queued_bytes_per_connection of bodies wait behind the one answered
 
 
 class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
@@ -31,7 +32,7 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
         "draining_queue", "bad", "on_header", "headers", "last_headers", "last_digest", "on_url",
         "url_parts", "on_body", "body_parts", "on_message_begin", "between_messages",
         "known_head", "completed", "last_parsed", "backlog", "read_tail", "head_bytes",
-        "head_began", "final", "burst", "feeding",
+        "head_began", "final", "burst", "feeding", "head_pieces", "chunked", "queued_bytes",
     )
 
     def __init__(self, app):
@@ -57,6 +58,8 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
         self.final = False    # a request that closes the connection was read: nothing after it is
         self.burst = 0        # requests completed from the current read
         self.feeding = False
+        self.chunked = None   # the chunked body being read: its framing (see framing.py)
+        self.queued_bytes = 0  # body bytes of the queued requests
 
     # ------------------------------------------------------------ transport
     def connection_made(self, transport):
@@ -77,6 +80,7 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
         # URL pieces and body pieces are collected the same way (list.append)
         self.url_parts = []
         self.on_url = self.url_parts.append
+        self.head_pieces = []  # the bytes of the head being parsed (read again for Transfer-Encoding)
         self.body_parts = []
         self.on_body = self.body_parts.append
         self.last_headers = None
@@ -102,6 +106,7 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
         app = self.app
         app.clients.discard(self)
         self.queue.clear()
+        self.queued_bytes = 0
         self.backlog = None
         r = self.active
         if r is None:
@@ -214,11 +219,11 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
 
     def _parse(self, data):
         """Feed the parser one part at a time: a head up to its CRLF CRLF, a body up to its
-        length (or, chunked, up to a CRLF CRLF). So every head is measured before it is parsed,
-        at most a couple of requests complete per part, and parsing can stop between parts:
-        while the client does not read (backpressure), the pipeline is full, a burst of answers
-        was written, or a request closed the connection. What is left waits in ``backlog``
-        (at most one read)."""
+        length (or, chunked, up to a CRLF CRLF). So every head and trailer section is measured
+        before it is parsed (framing.py), at most a couple of requests complete per part, and
+        parsing can stop between parts: while the client does not read (backpressure), the
+        pipeline is full, a burst of answers was written, or a request closed the connection.
+        What is left waits in ``backlog`` (at most one read)."""
         n = len(data)
         pos = 0
         self.feeding = True
@@ -231,19 +236,28 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
                     return
                 r = self.incoming
                 if r is None or r.body_left < 0:  # a head, or a chunked body: up to a CRLF CRLF
-                    end = self._part_end(data, pos)
-                    if r is None and not self._count_head_bytes(data, pos, end):
+                    end = framing.part_end(self, data, pos)
+                    if r is None:
+                        if not framing.count_head_bytes(self, data, pos, end):
+                            return
+                    elif not framing.count_trailer_bytes(self, data, pos, end):
                         return
                 else:  # a Content-Length body: exactly what is left of it
                     end = pos + r.body_left
                     if end > n:
                         end = n
                     r.body_left -= end - pos
-                self.parser.feed_data(data if end - pos == n else data[pos:end])
+                part = data if end - pos == n else data[pos:end]
+                if r is None:
+                    self.head_pieces.append(part)
+                self.parser.feed_data(part)
                 pos = end
                 r = self.incoming
-                if r is not None and self.body_parts:
-                    self._body_progress(r)
+                if r is not None:
+                    if self.body_parts:
+                        self._body_progress(r)
+                    if self.headers and not self.bad and not framing.drop_trailer_fields(self, r):
+                        return
             if self.incoming is not None or not self.between_messages:
                 if self.incoming is None or self.incoming.body_left < 0:
                     self.read_tail = data[-3:]
@@ -256,45 +270,12 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
         finally:
             self.feeding = False
 
-    def _part_end(self, data, pos):
-        """Where the head (or chunked body) part that starts at ``pos`` ends: after its CRLF CRLF,
-        or the end of the read."""
-        end = -1
-        if pos == 0 and self.read_tail:  # one that began in the previous read
-            end = (self.read_tail + data[:3]).find(b"\r\n\r\n")
-            if end >= 0:
-                end += 4 - len(self.read_tail)
-            self.read_tail = b""
-        if end < 0:
-            end = data.find(b"\r\n\r\n", pos)
-            end = len(data) if end < 0 else end + 4
-        return end
-
-    def _count_head_bytes(self, data, pos, end):
-        """The head grows by ``data[pos:end]``: False when it is over the limit (refused)."""
-        size = self.head_bytes + end - pos
-        if size > self.app.max_head:
-            self._head_too_large(data, pos)
-            return False
-        if not self.head_bytes:
-            self.head_began = self.t_rx
-        self.head_bytes = size
-        return True
-
     def _body_progress(self, r):
         """A body longer than one read: keep one piece per read, count it, enforce the limit."""
         if not r.add_body_piece(self.body_parts, self.app.max_body):
             self._bad_request(413, f"request body exceeds {self.app.max_body} bytes")
-
-    def _head_too_large(self, data, pos):
-        # still on the request line (no CRLF yet) and it is longer than a URL may be: 414
-        line = data.find(b"\r\n", pos)
-        line = (len(data) if line < 0 else line) - pos
-        if not self.headers and sum(map(len, self.url_parts)) + line > self.app.max_url and (
-                not self.head_bytes or line == len(data) - pos):
-            self._bad_request(414, f"request URL exceeds {self.app.max_url} bytes")
-        else:
-            self._bad_request(431, f"request head exceeds {self.app.max_head} bytes")
+        elif self.busy and self.queued_bytes + r.body_received > self.app.max_queued:
+            self._pause(PAUSE_QUEUED_BYTES)  # read the rest in its turn
 
     def dialect(self, r=None):
         """The client's dialect as far as the request shows it (for protocol-level errors)."""
@@ -363,6 +344,9 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
             content_length = d.odd_content_length
         if content_length is not None:
             r.content_length = r.body_left = int(content_length)  # llhttp already checked it is a number
+        elif d.transfer_encoding is not None and framing.refuse_unknown_coding(self, d):
+            raise HttpParserError("unknown transfer coding")
+        self.head_pieces.clear()
         r.method = method = p.get_method()
         if len(r.url) > app.max_url:
             self._bad_request(414, f"request URL exceeds {app.max_url} bytes")
@@ -388,8 +372,10 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
         self.completed += 1
         self.last_parsed = r
         r.t0 = self.t_rx  # Sluice's clock for this request starts with the read that completed it
-        if self.headers:
-            self.headers.clear()  # trailer fields of a chunked body: not forwarded
+        if self.chunked is not None:
+            if not framing.drop_trailer_fields(self, r):
+                return
+            self.chunked = None
         r.take_body(self.body_parts)
         if r.upgrade:
             if r.method == b"CONNECT":
@@ -411,8 +397,11 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
             self.app.loop.call_soon(self._end_burst)
         if self.busy or self.queue:
             self.queue.append(r)
+            self.queued_bytes += len(r.body)
             if len(self.queue) >= self.app.max_pipelined:
                 self._pause(PAUSE_QUEUE_FULL)
+            if self.queued_bytes > self.app.max_queued:
+                self._pause(PAUSE_QUEUED_BYTES)
             if not self.busy and not self.draining_queue:
                 self._next()
         else:
@@ -436,12 +425,17 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
                     self._error_and_close(*r)
                     return
                 self.busy = True
+                self.queued_bytes -= len(r.body)
                 t = perf_counter()
                 if r.t0 < t:
                     r.t0 = t  # time spent queued behind earlier responses is not ours
                 self._handle(r)
             if len(queue) < self.app.max_pipelined:
                 self._resume(PAUSE_QUEUE_FULL)
+            if self.paused_for & PAUSE_QUEUED_BYTES and not self.holds_too_much():
+                if self.incoming is not None:
+                    self.incoming.t0 = perf_counter()  # its body deadline starts again
+                self._resume(PAUSE_QUEUED_BYTES)
         finally:
             self.draining_queue = False
 
@@ -474,8 +468,19 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
         if self.eof and not self.queue:
             self.close()
             return
-        if self.queue and not self.draining_queue:
+        if (self.queue or self.paused_for) and not self.draining_queue:
             self._next()
+
+    def holds_too_much(self):
+        """Whether the bodies read ahead of their turn are over max_queued_bytes_per_connection."""
+        queued = self.queued_bytes
+        if self.busy and self.incoming is not None:
+            queued += self.incoming.body_received
+        return queued > self.app.max_queued
+
+    def body_held(self):
+        """A body arriving that Sluice stopped reading until its turn: no deadline runs for it."""
+        return self.incoming is not None and self.paused_for & PAUSE_QUEUED_BYTES != 0
 
     def exchange_done(self, r, status, prompt, completion):
         """The provider's response was relayed in full."""

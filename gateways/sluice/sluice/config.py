@@ -95,10 +95,11 @@ class ServerConfig:
     KEYS = ("listen", "workers", "backlog", "max_body_bytes", "client_idle_timeout_s",
             "shutdown_grace_s", "validate_json", "overhead_header", "access_log",
             "access_log_flush_s", "metrics", "debug_endpoints", "require_auth",
-            "max_pipelined", "max_url_bytes", "max_header_bytes", "max_headers",
-            "client_header_timeout_s", "client_body_timeout_s", "max_client_connections",
-            "metrics_token", "forward_request_headers", "forward_response_headers",
-            "metrics_per_key", "max_sse_frame_bytes", "request_timeout_s", "client_send_timeout_s")
+            "max_pipelined", "max_queued_bytes_per_connection", "max_url_bytes",
+            "max_header_bytes", "max_headers", "client_header_timeout_s", "client_body_timeout_s",
+            "max_client_connections", "metrics_token", "forward_request_headers",
+            "forward_response_headers", "metrics_per_key", "max_sse_frame_bytes", "request_timeout_s",
+            "client_send_timeout_s")
 
     def __init__(self, t):
         w = "[server]"
@@ -120,6 +121,9 @@ class ServerConfig:
         if self.require_auth is not None and not isinstance(self.require_auth, bool):
             raise ConfigError("[server].require_auth must be true or false")
         self.max_pipelined = _num(t, "max_pipelined", 16, w, 1, integer=True)
+        # bodies read ahead of their turn; nginx and HAProxy read none (one request at a time)
+        self.max_queued_bytes_per_connection = _num(t, "max_queued_bytes_per_connection",
+                                                    2 * 1024 * 1024, w, 0, integer=True)
         # request head limits, as nginx's large_client_header_buffers 4 8k
         self.max_url_bytes = _num(t, "max_url_bytes", 8192, w, 64, integer=True)
         self.max_header_bytes = _num(t, "max_header_bytes", 32768, w, 256, integer=True)

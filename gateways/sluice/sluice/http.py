@@ -11,7 +11,7 @@ REASONS = {
     401: b"Unauthorized", 403: b"Forbidden", 404: b"Not Found", 405: b"Method Not Allowed",
     408: b"Request Timeout", 413: b"Payload Too Large", 429: b"Too Many Requests",
     431: b"Request Header Fields Too Large", 499: b"Client Closed Request",
-    500: b"Internal Server Error", 502: b"Bad Gateway", 503: b"Service Unavailable",
+    500: b"Internal Server Error", 501: b"Not Implemented", 502: b"Bad Gateway", 503: b"Service Unavailable",
     504: b"Gateway Timeout", 505: b"HTTP Version Not Supported", 529: b"Overloaded",
 }
 
@@ -31,14 +31,16 @@ _OPENAI_TYPES = {
     403: ("permission_error", "model_not_allowed"), 404: ("invalid_request_error", "model_not_found"),
     405: ("invalid_request_error", "method_not_allowed"), 408: ("invalid_request_error", "request_timeout"),
     413: ("invalid_request_error", "request_too_large"), 429: ("rate_limit_error", "rate_limit_exceeded"),
-    500: ("api_error", "internal_error"), 502: ("api_error", "upstream_unavailable"),
+    500: ("api_error", "internal_error"), 501: ("invalid_request_error", "not_implemented"),
+    502: ("api_error", "upstream_unavailable"),
     503: ("api_error", "overloaded"), 504: ("api_error", "upstream_timeout"),
     529: ("api_error", "overloaded"),
 }
 _ANTHROPIC_TYPES = {
     400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
     404: "not_found_error", 405: "invalid_request_error", 408: "timeout_error",
-    413: "request_too_large", 429: "rate_limit_error", 500: "api_error", 502: "api_error",
+    413: "request_too_large", 429: "rate_limit_error", 500: "api_error",
+    501: "invalid_request_error", 502: "api_error",
     503: "overloaded_error", 504: "timeout_error", 529: "overloaded_error",
 }
 

@@ -6,7 +6,7 @@ from sluice.pool cimport Provider
 
 cdef int SAME_DIALECT
 cdef int H_DROP, H_AUTHORIZATION, H_X_API_KEY, H_EXPECT, H_ANTHROPIC_VERSION, H_CONTENT_LENGTH
-cdef int H_UPGRADE
+cdef int H_UPGRADE, H_TRANSFER_ENCODING
 cdef dict CONSUMED_HEADERS
 
 
@@ -48,7 +48,7 @@ cdef class HeaderPolicy:
 
 @cython.final
 cdef class HeaderDigest:
-    cdef public object token, odd_content_length
+    cdef public object token, odd_content_length, transfer_encoding
     cdef public bytes forward_headers
     cdef public bint expect_continue, has_anthropic_version, upgrade
 

@@ -5,9 +5,9 @@ from sluice.dialects import SAME_DIALECT
 
 # request headers Sluice consumes instead of forwarding
 (H_DROP, H_AUTHORIZATION, H_X_API_KEY, H_EXPECT, H_ANTHROPIC_VERSION, H_CONTENT_LENGTH,
- H_UPGRADE) = range(7)
+ H_UPGRADE, H_TRANSFER_ENCODING) = range(8)
 CONSUMED_HEADERS = {
-    b"host": H_DROP, b"connection": H_DROP, b"keep-alive": H_DROP, b"transfer-encoding": H_DROP,
+    b"host": H_DROP, b"connection": H_DROP, b"keep-alive": H_DROP, b"transfer-encoding": H_TRANSFER_ENCODING,
     b"te": H_DROP, b"trailer": H_DROP, b"upgrade": H_UPGRADE, b"proxy-authorization": H_DROP,
     b"proxy-connection": H_DROP, b"accept-encoding": H_DROP, b"x-forwarded-for": H_DROP,
     b"authorization": H_AUTHORIZATION, b"x-api-key": H_X_API_KEY, b"expect": H_EXPECT,
@@ -124,7 +124,7 @@ class HeaderPolicy:
 class HeaderDigest:
     """What a request's headers say, as far as Sluice is concerned."""
     __slots__ = ("token", "forward_headers", "expect_continue", "has_anthropic_version",
-                 "odd_content_length", "upgrade")
+                 "odd_content_length", "upgrade", "transfer_encoding")
 
     def __init__(self):
         self.token = None                 # the key presented (Bearer or x-api-key), b"" when malformed
@@ -133,6 +133,7 @@ class HeaderDigest:
         self.has_anthropic_version = False
         self.odd_content_length = None    # a Content-Length spelled in an unusual case
         self.upgrade = False              # an Upgrade header
+        self.transfer_encoding = None     # its value (the values of each spelling, joined by commas)
 
 
 def digest_headers(headers, policy):
@@ -160,5 +161,8 @@ def digest_headers(headers, policy):
             d.odd_content_length = value
         elif h == H_UPGRADE:
             d.upgrade = True
+        elif h == H_TRANSFER_ENCODING:
+            te = d.transfer_encoding
+            d.transfer_encoding = value if te is None else te + b"," + value
     d.forward_headers = b"".join(forward)
     return d

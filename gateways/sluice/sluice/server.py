@@ -43,6 +43,7 @@ class App:
         s = cfg.server
         self.max_body = s.max_body_bytes
         self.max_pipelined = s.max_pipelined
+        self.max_queued = s.max_queued_bytes_per_connection
         self.max_url = s.max_url_bytes
         self.max_head = s.max_header_bytes
         self.max_headers = s.max_headers
@@ -255,7 +256,7 @@ class App:
                 continue
             r = c.incoming
             if r is not None:  # a body arriving: the whole body has a deadline
-                if r.t0 < body_limit:
+                if r.t0 < body_limit and not c.body_held():
                     c.timed_out(f"request body not received within {self.body_timeout:g}s")
                     continue
             elif c.head_bytes and not c.final:  # a head arriving: so has the whole head
