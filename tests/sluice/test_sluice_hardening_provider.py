@@ -82,7 +82,7 @@ def read_responses(sock, n, timeout=8):
     out = []
     deadline = time.monotonic() + timeout
     while len(out) < n and time.monotonic() < deadline:
-        parsed = _parse(buf, n)
+        parsed = parse_responses(buf, n)
         if len(parsed) >= n:
             return parsed
         try:
@@ -94,10 +94,10 @@ def read_responses(sock, n, timeout=8):
         if not data:
             break
         buf += data
-    return _parse(buf, n) + ([("rest", b"", buf)] if len(_parse(buf, n)) < n else [])
+    return parse_responses(buf, n) + ([("rest", b"", buf)] if len(parse_responses(buf, n)) < n else [])
 
 
-def _parse(buf, n):
+def parse_responses(buf, n):
     out = []
     pos = 0
     while len(out) < n:
