@@ -75,16 +75,12 @@ key = "{KEY}"
 
 
 def read_responses(sock, n, timeout=8):
-    """Up to ``n`` responses read from ``sock``: [(status, lowercased head, body)], bodies framed
-    as a client must (no body for 1xx, 204, 304; chunked decoded with its raw bytes kept)."""
+    """Up to ``n`` responses read from ``sock`` (see ``parse_responses``); when fewer came before
+    a close or the deadline, a last ("rest", b"", every byte read) says what did."""
     sock.settimeout(0.2)
     buf = b""
-    out = []
     deadline = time.monotonic() + timeout
-    while len(out) < n and time.monotonic() < deadline:
-        parsed = parse_responses(buf, n)
-        if len(parsed) >= n:
-            return parsed
+    while len(parse_responses(buf, n)) < n and time.monotonic() < deadline:
         try:
             data = sock.recv(65536)
         except socket.timeout:
@@ -94,10 +90,13 @@ def read_responses(sock, n, timeout=8):
         if not data:
             break
         buf += data
-    return parse_responses(buf, n) + ([("rest", b"", buf)] if len(parse_responses(buf, n)) < n else [])
+    parsed = parse_responses(buf, n)
+    return parsed if len(parsed) == n else parsed + [("rest", b"", buf)]
 
 
 def parse_responses(buf, n):
+    """Up to ``n`` complete responses in ``buf``: [(status, lowercased head, body)], bodies framed
+    as a client must (none for 1xx, 204, 304; a chunked body with its raw framing)."""
     out = []
     pos = 0
     while len(out) < n:
@@ -234,33 +233,30 @@ GARBAGE = b"XYZ not http\r\n\r\n"
 MALFORMED_500 = b"HTTP/1.1 500 Oops\r\ncontent-type: application/json\r\ncontent-length: 0\r\n\r\n" + GARBAGE
 
 
-@pytest.mark.parametrize("mode", ["retry-discard", "buffered", "stream-translation"])
+MALFORMED_STREAM = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: 0\r\n\r\n"
+                    + GARBAGE)
+RETRY = '[models.m.retry]\nmax_attempts = 2\non = ["5xx"]\nbackoff_base_ms = 1\nbackoff_max_ms = 2\n'
+# mode: (the answers, the model's extra config, the requests: the last one must get the good answer)
+PARSE_ERROR_CASES = {
+    # the failed attempt is read and dropped, and the retry follows at once
+    "retry-discard": ([MALFORMED_500, OK], RETRY, [REQ]),
+    # an Anthropic client, an OpenAI provider: the answer is buffered and translated
+    "buffered": ([MALFORMED_500, OK], "", [ANTHROPIC_REQ, ANTHROPIC_REQ]),
+    "stream-translation": ([MALFORMED_STREAM, OK_STREAM], "", [ANTHROPIC_STREAM_REQ, ANTHROPIC_STREAM_REQ]),
+}
+
+
+@pytest.mark.parametrize("mode", sorted(PARSE_ERROR_CASES))
 def test_a_parse_error_never_returns_the_connection_to_the_pool(make_sluice, mode):
-    retry = '[models.m.retry]\nmax_attempts = 2\non = ["5xx"]\nbackoff_base_ms = 1\nbackoff_max_ms = 2\n'
-    if mode == "retry-discard":  # the failed attempt is read and dropped, the retry follows at once
-        liar = ScriptedProvider([MALFORMED_500, OK])
-        gw = make_sluice(config(liar.url, retry))
-        first_request, second_request = REQ, None
-    elif mode == "buffered":  # an Anthropic client, an OpenAI provider: the answer is translated whole
-        liar = ScriptedProvider([MALFORMED_500, OK])
-        gw = make_sluice(config(liar.url))
-        first_request = second_request = ANTHROPIC_REQ
-    else:
-        malformed = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: 0\r\n\r\n"
-                     + GARBAGE)
-        liar = ScriptedProvider([malformed, OK_STREAM])
-        gw = make_sluice(config(liar.url))
-        first_request = second_request = ANTHROPIC_STREAM_REQ
+    answers, model_extra, requests = PARSE_ERROR_CASES[mode]
+    liar = ScriptedProvider(answers)
     try:
-        first = one(gw.port, first_request)
-        if second_request is not None:
-            assert first[0] in (200, 500), first
+        gw = make_sluice(config(liar.url, model_extra))
+        for request in requests[:-1]:
+            assert one(gw.port, request)[0] in (200, 500)
             time.sleep(0.2)
-            answer = one(gw.port, second_request)
-        else:
-            answer = first
-        assert answer[0] == 200, answer
-        assert b"good" in answer[2], answer
+        answer = one(gw.port, requests[-1])
+        assert answer[0] == 200 and b"good" in answer[2], answer
         assert len(liar.conns) == 2 and liar.conns[1] != liar.conns[0], liar.conns
     finally:
         liar.close()
