@@ -6,3 +6,4 @@ cpdef bytes response(int status, bytes body, bytes content_type=*, bytes extra=*
 cpdef bytes chunk(bytes data)
 cpdef Py_ssize_t content_length_at(bytes head, Py_ssize_t i) except? -1
 cpdef bint says_close(bytes low, Py_ssize_t i)
+cpdef bint chunked_last(bytes low, Py_ssize_t i)

@@ -118,22 +118,8 @@ def drop_lines(head, low, drop_re, m):
     return b"".join(out)
 
 
-def chunked_end(buf):
-    """The end of a chunked body starting at ``buf[0]`` when it ends in ``buf``, else -1."""
-    pos = 0
-    n = len(buf)
-    while pos < n:
-        eol = buf.find(b"\r\n", pos)
-        if eol < 0:
-            return -1
-        try:
-            size = int(buf[pos:eol].split(b";", 1)[0], 16)
-        except ValueError:
-            return -1  # llhttp reports it
-        if size == 0:
-            if buf.startswith(b"\r\n", eol + 2):
-                return eol + 4
-            end = buf.find(b"\r\n\r\n", eol)
-            return -1 if end < 0 else end + 4
-        pos = eol + 2 + size + 2
-    return -1
+def chunked_last(low, i):
+    """Whether chunked is the last coding of the Transfer-Encoding header at ``i`` of a lowercased
+    head (else a response's body runs to the close, RFC 9112 6.3)."""
+    value = low[low.find(b":", i) + 1:low.find(b"\r", i)]
+    return value.rsplit(b",", 1)[-1].strip() == b"chunked"

@@ -6,9 +6,13 @@ from sluice.http cimport content_length_at
 from sluice.request cimport Request
 from sluice.upstream cimport UpstreamConn
 
+cdef tuple _FRAMING
+
 
 @cython.locals(us=double)
 cpdef relay_head(UpstreamConn u, Request req, bytes head, bytes low, Py_ssize_t length_at,
                  bytes rest, bint reframe, double now)
-@cython.locals(end=Py_ssize_t, length_at=Py_ssize_t)
-cpdef bint write_head(UpstreamConn u, ClientConn client, bint past_end) except -1
+cpdef bytes _without_framing(bytes head)
+@cython.locals(length_at=Py_ssize_t, bodiless=bint)
+cpdef write_head(UpstreamConn u, ClientConn client, bint past_end)
+cpdef bytes reframed(UpstreamConn u, bint done)

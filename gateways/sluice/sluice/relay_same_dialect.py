@@ -1,58 +1,72 @@
 """Relaying a same-dialect response: its head rebuilt for the client (the allowed provider
 headers, the overhead header, the framing), and sent together with the body bytes of the read
 that completed it, nothing past the response's end."""
-from sluice.http import chunked_end, content_length_at, drop_lines
+from sluice.http import content_length_at, drop_lines
+
+_FRAMING = (b"transfer-encoding:", b"content-length:")
 
 
 def relay_head(u, req, head, low, length_at, rest, reframe, now):
-    """The head of ``u``'s response as the client gets it. RAW: kept until the read is parsed
-    (``u.pending_head``, see ``write_head``); re-framed: written now."""
+    """The head of ``u``'s response as the client gets it, kept until the read is parsed
+    (``u.pending_head``, see ``write_head``)."""
     app = u.app
     keep = req.keep_alive and not app.stopping
     # only the allowed provider headers reach the client (hop-by-hop ones never do)
     m = u.provider.response_filter.search(low)
     if m is not None:
         head = drop_lines(head, low, u.provider.response_filter, m)
-    if reframe:  # a close-delimited body, or an HTTP/1.0 client: the framing is Sluice's own
+    if reframe:  # chunked or close-delimited: the body is re-framed by Sluice (see ``reframed``)
         u.chunked_to_client = req.http11
         if not req.http11:
             keep = False
-        head = b"\r\n".join([ln for ln in head.split(b"\r\n")
-                             if not ln.lower().startswith((b"transfer-encoding:", b"content-length:"))])
-        if u.chunked_to_client:
-            head += b"transfer-encoding: chunked\r\n"
+        if u.close_delimited or not req.http11:  # a chunked provider head is kept as it is
+            head = _without_framing(head)
+            if u.chunked_to_client:
+                head += b"transfer-encoding: chunked\r\n"
+    elif u.status == 204 or u.status == 304:  # no body: no framing line a client could read one by
+        head = _without_framing(head)
     req.keep_alive = keep
     extra = b"" if keep else b"connection: close\r\n"
     us = req.overhead_us = (req.own_time + (now - u.t_rx)) * 1e6
     if app.overhead_header:
         extra = b"x-gateway-overhead-us: %d\r\n" % us + extra
-    if not reframe:
-        u.pending_head = (head, extra, rest, low, length_at)  # written once the read is parsed
-        return
-    if length_at >= 0:
-        u.body_left = content_length_at(low, length_at) - len(rest)
-    u.client_head_sent = True
-    u.client.write(b"".join((head, extra, b"\r\n")))
+    u.pending_head = (head, extra, rest, low, length_at)
+
+
+def _without_framing(head):
+    return b"\r\n".join([ln for ln in head.split(b"\r\n") if not ln.lower().startswith(_FRAMING)])
 
 
 def write_head(u, client, past_end):
     """The relayed head and the body bytes of its read, written once the read is parsed (one
-    send for both): nothing past the response's end goes out. True when the exchange failed
-    instead."""
+    send for both): nothing past the response's end goes out (``past_end``: bytes followed it)."""
     head, extra, rest, low, length_at = u.pending_head
     u.pending_head = None
-    if u.response_open:  # the body goes on in later reads
-        u.body_left = content_length_at(low, length_at) - len(rest) if length_at >= 0 else -1
-    elif past_end:
-        u.no_reuse = True
-        end = content_length_at(low, length_at) if length_at >= 0 else chunked_end(rest)
-        if end < 0:
-            u.app.metrics.upstream_error(u.provider.name, "bad_response")
-            u.fail(502, f"provider {u.provider.name} sent bytes after its response")
-            return True
-        rest = rest[:end]
+    if u.body_left < 0:  # chunked or close-delimited
+        rest = reframed(u, not u.response_open)
+    else:
+        u.body_parts.clear()  # the raw bytes are relayed
+        if u.response_open:  # Content-Length: the body goes on in later reads
+            u.body_left = content_length_at(low, length_at) - len(rest)
+        elif past_end or u.status == 204 or u.status == 304:  # only what the head framed
+            bodiless = length_at < 0 or u.status == 204 or u.status == 304
+            rest = b"" if bodiless else rest[:content_length_at(low, length_at)]
     if u.usage_scan is not None and rest:
         u.usage_scan.feed(rest)
     u.client_head_sent = True
     client.write(b"".join((head, extra, b"\r\n", rest)))
-    return False
+
+
+def reframed(u, done):
+    """The body pieces the parser took from the last read, framed by Sluice (``done``: with the
+    body's end). Chunk extensions and trailers never pass: llhttp parses and drops them. This
+    costs one copy of the body per read; filtering the provider's own framing instead would mean
+    scanning every chunk line in Python, with state across reads."""
+    parts = u.body_parts
+    body = b"".join(parts)
+    parts.clear()
+    if not u.chunked_to_client:  # an HTTP/1.0 client: the body up to the close
+        return body
+    if done:
+        return b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body) if body else b"0\r\n\r\n"
+    return b"%x\r\n%s\r\n" % (len(body), body) if body else b""

@@ -110,7 +110,11 @@ def write_buffered(u, client, req):
     u.buffered = None
     status = u.status
     prompt = completion = None
-    if status == 200:
+    if status == 204 or status == 304:  # nothing to translate, and these never carry a body
+        status = u.status = 502
+        payload = error_body(req.dialect, 502, f"provider {u.provider.name} returned a response "
+                                               "that could not be translated")
+    elif status == 200:
         payload, prompt, completion = _translated_answer(req, body)
         if payload is None:
             status = u.status = 502

@@ -4,7 +4,7 @@ cimport cython
 
 from sluice cimport dispatch, relay_same_dialect, relay_translated
 from sluice.client cimport ClientConn
-from sluice.http cimport chunk, content_length_at, says_close
+from sluice.http cimport chunked_last, content_length_at, says_close
 from sluice.pool cimport Pool, Provider
 from sluice.request cimport Request
 from sluice.server cimport App
@@ -43,16 +43,15 @@ cdef class UpstreamConn:
     cpdef start(self, ClientConn client, Request req, bytes payload)
     cpdef check_timeout(self, double now)
     cpdef data_received(self, bytes data)
-    @cython.locals(left=Py_ssize_t, past_end=bint, client=ClientConn)
+    @cython.locals(left=Py_ssize_t, mode=int, client=ClientConn)
     cpdef _body_read(self, bytes data)
     @cython.locals(past_end=bint, client=ClientConn)
     cpdef _head_read(self, bytes data)
     cpdef _keep_head_part(self, bytes data)
-    cpdef _fail_past_end(self)
     @cython.locals(end=Py_ssize_t, length_at=Py_ssize_t, body_here=Py_ssize_t, now=double,
                    reframe=bint)
     cpdef on_headers_complete(self)
-    @cython.locals(length_at=Py_ssize_t, connection=Py_ssize_t)
+    @cython.locals(length_at=Py_ssize_t, connection=Py_ssize_t, te=Py_ssize_t, framed=bint)
     cpdef Py_ssize_t _read_framing(self, bytes head, bytes low, int status) except? -1
     cpdef bint _relay_bodies(self) except -1
     cpdef _bodies(self)

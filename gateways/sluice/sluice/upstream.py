@@ -5,10 +5,13 @@ callbacks only: dispatch hands it a request (``start``), and its ``data_received
 response to the client. A read comes either before the response head is parsed
 (``_head_read``: it may hold part of the head, the head, or the whole response) or after it
 (``_body_read``). At the head, the exchange picks its relay mode. In the common same-dialect
-case (RAW) the provider's bytes are written to the client as they arrive (chunked framing
-included); only the response head is rebuilt, to add X-Gateway-Overhead-Us. The other modes
-take the parser's body pieces instead: re-framed, translated, or dropped. How a response is relayed
-is in relay_same_dialect.py and relay_translated.py; this module drives the exchange.
+case with a Content-Length body (RAW) the provider's bytes are written to the client as they
+arrive, up to that length; only the response head is rebuilt, to add X-Gateway-Overhead-Us. The
+other modes take the parser's body pieces instead: re-framed (a chunked or close-delimited body:
+no chunk extension or trailer passes), translated, or dropped. A parser error, or bytes after a
+response's end, end the connection: only a parser that finished exactly one response is used
+again. How a response is relayed is in relay_same_dialect.py and relay_translated.py; this
+module drives the exchange.
 """
 from functools import partial
 from time import perf_counter
@@ -16,14 +19,14 @@ from time import perf_counter
 from httptools import HttpParserError, HttpResponseParser
 
 from sluice import dispatch, relay_same_dialect, relay_translated
-from sluice.http import chunk, content_length_at, says_close
+from sluice.http import chunked_last, content_length_at, says_close
 from sluice.dialects import SAME_DIALECT
 from sluice.resilience import attempt_ok, attempt_replaced
 from sluice.usage import UsageScan
 
 # relay modes of an exchange
-RAW = 0                 # same dialect: upstream bytes go straight to the client
-REFRAME = 1             # same dialect, but the body must be re-framed (close-delimited upstream, HTTP/1.0 client)
+RAW = 0                 # same dialect, a Content-Length body (or none): upstream bytes go straight to the client
+REFRAME = 1             # same dialect, a chunked or close-delimited body: re-framed from the parser's pieces
 TRANSLATE_BUFFERED = 2  # translated unary response, or a translated error: whole body, then one write
 TRANSLATE_STREAM = 3    # translated SSE stream, event by event
 DISCARD = 4             # a failed attempt that another attempt replaces: the body is read and dropped
@@ -185,27 +188,26 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
                 data = data[:left]
                 self.no_reuse = True
             self.body_left = left - len(data)
-        past_end = False  # bytes that follow the response's end in this read
         try:
             self.parser.feed_data(data)
         except HttpParserError as e:
+            self.no_reuse = True  # the parser stays in its error state: the connection is done
             if self.response_open:
                 _log_callback_error(e)
                 self.body_parts.clear()
                 self.fail_midstream()
                 return
-            past_end = True
-        if not self.response_open and left < 0 and (past_end or len(self.messages_begun) > 1):
-            # bytes after a chunked response's end, in the read that ended it: where
-            # exactly it ended is not known, so nothing of this read is relayed
-            self._fail_past_end()
-            return
-        if self.mode == RAW:
-            if not client.closed:  # ClientConn.write, inlined: this runs once per stream frame
+            # else: bytes after the response's end; its body pieces are exact, nothing else is relayed
+        mode = self.mode
+        if mode == RAW or mode == REFRAME:
+            if mode == REFRAME:
+                data = relay_same_dialect.reframed(self, not self.response_open)
+            else:
+                self.body_parts.clear()
+            if data and not client.closed:  # ClientConn.write, inlined: this runs once per stream frame
                 client.transport.write(data)
             if self.usage_scan is not None:
                 self.usage_scan.feed(data)
-            self.body_parts.clear()
         elif not self._relay_bodies():
             return
         if not self.response_open:
@@ -219,10 +221,11 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         try:
             self.parser.feed_data(data)
         except HttpParserError as e:
-            self.body_parts.clear()
+            self.no_reuse = True  # the parser stays in its error state: the connection is done
             if self.head_done and not self.response_open:
                 past_end = True
             else:
+                self.body_parts.clear()
                 _log_callback_error(e)
                 if self.client_head_sent:
                     self.fail_midstream()
@@ -239,16 +242,10 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         self.head_so_far = b""
         if not self.response_open and len(self.messages_begun) > 1:
             past_end = True
-        if self.pending_head is not None and relay_same_dialect.write_head(self, client, past_end):
+        if self.pending_head is not None:  # same dialect: the head and this read's body, in one write
+            relay_same_dialect.write_head(self, client, past_end)
+        elif self.body_parts and not self._relay_bodies():
             return
-        if self.body_parts:
-            if self.mode == RAW:
-                self.body_parts.clear()
-            elif past_end:
-                self._fail_past_end()
-                return
-            elif not self._relay_bodies():
-                return
         if not self.response_open:
             self._finish()
 
@@ -261,12 +258,6 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
             self.fail(502, "provider response head too large")
             return
         self.head_so_far = head
-
-    def _fail_past_end(self):
-        """Bytes followed a chunked response's end in the read that ended it."""
-        self.body_parts.clear()
-        self.no_reuse = True
-        self.fail_midstream()
 
     def _internal_error(self):
         import sys
@@ -288,8 +279,12 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         buf = self.head_so_far + self.this_read if self.head_so_far else self.this_read
         end = buf.find(b"\r\n\r\n", self.head_start)
         status = self.parser.get_status_code()
-        if status < 200 and status != 101:
-            # interim response (103 Early Hints...): skip it, the real head follows
+        if status < 200:
+            if status != 100 and status != 103:
+                # llhttp reads a body after other 1xx heads (101: switches protocols): no meaning
+                # here, and bytes in it must never pass for a response head
+                raise HttpParserError("unexpected interim status %d" % status)
+            # 100 Continue, 103 Early Hints: skipped, the real head follows
             self.head_start = end + 4 if end >= 0 else len(buf)
             self.messages_begun.clear()
             return
@@ -317,7 +312,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
                 self.pending_head = None
                 return
         if req.translation == SAME_DIALECT:
-            reframe = self.close_delimited or (not req.http11 and low.find(b"\ntransfer-encoding:") >= 0)
+            reframe = self.body_left < 0  # not framed by Content-Length: chunked, or up to the close
             self.mode = REFRAME if reframe else RAW
             relay_same_dialect.relay_head(self, req, head, low, length_at, buf[end + 4:], reframe, now)
             return
@@ -341,9 +336,14 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
             self.usage_scan.event_stream = self.event_stream
         # llhttp refuses Content-Length with Transfer-Encoding: one of them frames the body
         length_at = find(b"\ncontent-length:")
-        self.close_delimited = length_at < 0 and find(b"\ntransfer-encoding:") < 0 and status not in (204, 304)
+        framed = length_at >= 0 or status == 204 or status == 304  # 204 and 304 never have a body
+        if framed:
+            self.close_delimited = False
+        else:  # up to the close, unless chunked is the last transfer coding (as llhttp reads it)
+            te = low.rfind(b"\ntransfer-encoding:")
+            self.close_delimited = te < 0 or not chunked_last(low, te)
         # where the response ends, to relay nothing after it: Content-Length bytes left, or -1
-        self.body_left = -1 if length_at < 0 and status not in (204, 304) else 0
+        self.body_left = 0 if framed else -1
         # whether the provider keeps the connection (read from the head: llhttp forgets it
         # once the response is over, and asking it from a callback costs a Python call)
         connection = find(b"\nconnection:")
@@ -376,10 +376,8 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
             return
         if mode == TRANSLATE_STREAM:
             relay_translated.relay_stream(self, client, body)
-        elif mode == TRANSLATE_BUFFERED:
+        else:  # TRANSLATE_BUFFERED
             relay_translated.buffer(self, body)
-        else:  # REFRAME
-            client.write(chunk(body) if self.chunked_to_client else body)
 
     def relayed_usage(self):
         """(prompt, completion) as the provider reported them so far, or None when it reported
@@ -389,7 +387,8 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
             return None
         if self.mode == TRANSLATE_STREAM:
             return relay_translated.stream_usage(self)
-        if self.mode == RAW and self.usage_scan is not None and self.usage_scan.counts:
+        if (self.mode == RAW or self.mode == REFRAME) and self.usage_scan is not None \
+                and self.usage_scan.counts:
             return self.usage_scan.tokens(len(req.body), self.bytes_read)
         return None
 
@@ -404,25 +403,25 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
             dispatch.resend(client, req)
             return
         prompt = completion = None
-        if mode == RAW:
+        if mode == RAW or mode == REFRAME:  # (a re-framed body's end went out with its last piece)
             if self.usage_scan is not None:
                 prompt, completion = self.usage_scan.tokens(len(req.body), self.bytes_read)
         elif mode == TRANSLATE_STREAM:
             prompt, completion = relay_translated.finish_stream(self, client)
-        elif mode == TRANSLATE_BUFFERED:
+        else:  # TRANSLATE_BUFFERED
             prompt, completion = relay_translated.write_buffered(self, client, req)
-        elif self.chunked_to_client:  # REFRAME
-            client.write(b"0\r\n\r\n")
         if self.event_stream and self.client_head_sent:
             self.app.metrics.stream_relay.observe(self.t_rx - self.t_head)  # t_rx: the last read
         self._return_connection()
         client.exchange_done(req, self.status, prompt, completion)
 
     def _return_connection(self):
-        """The exchange is over: the connection is pooled again, or closed if it cannot be reused."""
+        """The exchange is over: the connection is pooled again, or closed if it cannot be reused.
+        Pooled only when its parser read exactly one response, to its end, without an error: then
+        llhttp is back at its start, as a fresh parser would be."""
         self.client = None
         self.req = None
-        if self.alive and not self.no_reuse and not self.close_delimited:
+        if self.alive and not self.no_reuse and not self.close_delimited and len(self.messages_begun) == 1:
             self.pool.release(self)
         else:
             self.close()
@@ -437,13 +436,10 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
 
     def _lost_during_exchange(self):
         """The provider closed the connection while a request was using it."""
-        if self.head_done and self.close_delimited:
-            try:
-                self._bodies()
-            except HttpParserError:
-                self.fail_midstream()
-                return
-            self._finish()  # EOF ends a close-delimited body
+        if self.head_done and self.close_delimited:  # EOF ends a close-delimited body
+            if self.mode == REFRAME:  # (every read's body pieces were handled already)
+                self.client.write(relay_same_dialect.reframed(self, True))
+            self._finish()
             return
         if self.client_head_sent:
             self.app.metrics.upstream_error(self.provider.name, "closed_midstream")
