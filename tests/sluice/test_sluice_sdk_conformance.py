@@ -11,7 +11,6 @@ Models of the base config: "mock-model" is served by the OpenAI-dialect stub pro
 import json
 
 import anthropic
-import httpx2  # the SDKs' HTTP client: what leaks out of a cut stream
 import openai
 import pytest
 from sluice_helpers import ENV, KEY, base_config
@@ -394,16 +393,18 @@ def test_provider_timeout_is_gateway_timeout(sluice):
 
 
 @pytest.mark.parametrize("call, error_class", [
-    # same dialect: the relayed stream is cut, its chunked body left unterminated
-    pytest.param(openai_call, openai.APIConnectionError, id="openai-sdk"),
+    # same dialect: the relayed stream stopped between two events, so Sluice adds an error event
+    # of the client's dialect before the close, which the SDK raises as its own error
+    pytest.param(openai_call, openai.APIError, id="openai-sdk"),
     # translated: Sluice ends the stream with an error event, which the SDK raises
     pytest.param(anthropic_call, anthropic.APIStatusError, id="anthropic-sdk"),
 ])
 def test_stream_cut_by_the_provider_raises(sluice, call, error_class):
     """A provider that goes silent mid-stream ("slow-model": 0.5 s of silence cuts it) must not
     look like a complete stream to the SDK."""
-    with pytest.raises(error_class):
+    with pytest.raises(error_class) as e:
         call(sluice.port, model="slow-model", stream=True, extra_headers={"x-test-hang": "1"})
+    assert "provider stream failed" in str(e.value)
 
 
 SLOW_ANTHROPIC = """
@@ -420,13 +421,9 @@ provider = "slow-anth"
 @pytest.mark.parametrize("call, error_class", [
     # translated: Sluice ends the stream with an OpenAI error frame, which the SDK raises
     pytest.param(openai_call, openai.APIError, id="openai-sdk"),
-    # same dialect: the relayed stream is only cut (its chunked body left unterminated), and
-    # Anthropic's SDK does not wrap a transport error met while iterating a stream
-    pytest.param(anthropic_call, anthropic.APIError, id="anthropic-sdk", marks=pytest.mark.xfail(
-        strict=True, raises=httpx2.RemoteProtocolError,
-        reason="a same-dialect stream cut mid-way gets no error event: Anthropic's SDK raises "
-               "httpx2.RemoteProtocolError (incomplete chunked read), not one of its own errors; "
-               "the fix is in upstream.fail_midstream and the same-dialect relay")),
+    # same dialect: the relayed stream stopped between two events, so Sluice adds an error event
+    # of the client's dialect before the close, which the SDK raises as its own error
+    pytest.param(anthropic_call, anthropic.APIError, id="anthropic-sdk"),
 ])
 def test_stream_cut_by_an_anthropic_provider_raises(make_sluice, stub, call, error_class):
     gw = make_sluice(base_config(stub.url, SLOW_ANTHROPIC.replace("STUB", stub.url)), env=ENV)

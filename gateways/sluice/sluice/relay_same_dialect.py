@@ -17,6 +17,7 @@ def relay_head(u, req, head, low, length_at, rest, reframe, now):
         head = drop_lines(head, low, u.provider.response_filter, m)
     if reframe:  # chunked or close-delimited: the body is re-framed by Sluice (see ``reframed``)
         u.chunked_to_client = req.http11
+        u.at_event_end = True
         if not req.http11:
             keep = False
         if u.close_delimited or not req.http11:  # a chunked provider head is kept as it is
@@ -65,6 +66,8 @@ def reframed(u, done):
     parts = u.body_parts
     body = b"".join(parts)
     parts.clear()
+    if body and u.event_stream:  # whether a failure could still add a whole event (see fail_midstream)
+        u.at_event_end = body.endswith((b"\n\n", b"\r\n\r\n", b"\r\r"))
     if not u.chunked_to_client:  # an HTTP/1.0 client: the body up to the close
         return body
     if done:

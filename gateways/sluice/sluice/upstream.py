@@ -56,7 +56,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         "bytes_read", "status", "event_stream", "chunked_to_client", "close_delimited", "buffered",
         "buffered_bytes", "sse_parser", "stream_translator", "usage_scan", "client_head_sent",
         "no_reuse", "retry_after_line", "on_body", "body_parts", "on_message_begin",
-        "messages_begun", "body_left", "pending_head",
+        "messages_begun", "body_left", "pending_head", "at_event_end",
     )
 
     def __init__(self, pool):
@@ -482,6 +482,8 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         self._abandon()
         if client is None:
             return
-        if self.mode == TRANSLATE_STREAM:
+        # a same-dialect stream that stopped between two events can still end with a whole one
+        if self.mode == TRANSLATE_STREAM or (self.mode == REFRAME and self.event_stream
+                                             and self.at_event_end):
             relay_translated.stream_failed(self, client, req)
         client.abort_response(req, self.status)
