@@ -202,7 +202,8 @@ class Attack:
                                    b"x-trailer: 1\r\n", self.limits.body_s)
 
     async def pipelined_flood(self, reader, writer, t0):
-        """20,000 pipelined requests, never read: Sluice must stop and close, not pile answers up."""
+        """20,000 pipelined requests, never read: Sluice must stop reading and, once its answers
+        stop moving, close (client_send_timeout_s, set to the idle timeout), not pile answers up."""
         writer.write(b"GET /n HTTP/1.1\r\n\r\n" * 20000)
         return await self._closed_unread(writer, t0, self.limits.idle_s)
 

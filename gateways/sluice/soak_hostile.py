@@ -56,7 +56,7 @@ def parse_args(argv=None):
     ap.add_argument("--lying-share", type=float, default=0.05,
                     help="clients of the lying provider, as a share of --users (0: none)")
     ap.add_argument("--client-timeout-s", type=float, default=5.0,
-                    help="Sluice's client_header/body/idle timeouts, the attacks' deadlines")
+                    help="Sluice's client_header/body/idle/send timeouts, the attacks' deadlines")
     ap.add_argument("--prompt-deadline-s", type=float, default=2.0,
                     help="deadline of an answer due on arrival (431, 414, 413, 400)")
     ap.add_argument("--provider-timeout-s", type=float, default=3.0,
@@ -80,7 +80,8 @@ def soak_config(port, up_port, liar_port, args):
     t = args.client_timeout_s
     text = bench.sluice_config(port, up_port, args.workers)
     text = text.replace('access_log = ""\n', f'access_log = ""\nclient_header_timeout_s = {t}\n'
-                        f'client_body_timeout_s = {t}\nclient_idle_timeout_s = {t}\n', 1)
+                        f'client_body_timeout_s = {t}\nclient_idle_timeout_s = {t}\n'
+                        f'client_send_timeout_s = {t}\n', 1)
     return text + f"""
 [providers.liar]
 base_url = "http://127.0.0.1:{liar_port}/v1"

@@ -217,6 +217,24 @@ def test_client_that_reads_nothing_is_cut_after_the_send_timeout(make_sluice):
         liar.close()
 
 
+def test_idle_client_with_answers_it_never_took_is_reset(make_sluice, stub):
+    """Pipelined requests never read, whose answers all fit in the kernel's buffers: Sluice is
+    idle, but a FIN would wait behind the answers, and the client would never see the close."""
+    gw = make_sluice(_config(stub.url, server_extra="client_idle_timeout_s = 1"))
+    with socket.create_connection(("127.0.0.1", gw.port)) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.sendall(b"GET /nope HTTP/1.1\r\nhost: x\r\n\r\n" * 3000)
+        assert wait_until(lambda: _tcp_state(s) == TCP_CLOSE, timeout=10), \
+            f"the connection is still open on the client's side (TCP state {_tcp_state(s)})"
+
+
+TCP_CLOSE = 7  # linux/tcp_states.h: what a reset leaves
+
+
+def _tcp_state(sock):
+    return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)[0]
+
+
 # ------------------------------------------------------------------ who may read /metrics
 def test_metrics_without_a_token_show_no_key_detail(make_sluice, stub):
     cfg = _config(stub.url).replace(f'metrics_token = "{METRICS_TOKEN}"\n', "")

@@ -10,6 +10,11 @@ total time, and a client that takes none of the response bytes waiting for it.
 - ``client_send_timeout_s``, nginx's ``send_timeout``: while response bytes wait in a client's
   transport, their amount must change within this time, else the connection is aborted.
 """
+import fcntl
+import socket
+import struct
+import termios
+
 from sluice import dispatch
 from sluice.http import error_body
 
@@ -35,7 +40,7 @@ class Deadlines:
             elif now - seen[1] > self.send_timeout:
                 if c.upstream is not None:
                     app.metrics.upstream_error(c.upstream.provider.name, "client_too_slow")
-                c.transport.abort()  # close would wait for the bytes it does not take
+                reset(c)  # close would wait for the bytes it does not take
             else:
                 waiting[c] = seen
         self.waiting = waiting
@@ -49,10 +54,31 @@ def request_expired(app, c, r):
     app.metrics.upstream_error(provider, "request_timeout")
     if up is not None and up.client_head_sent:
         up.fail_midstream()  # an error event for a translated stream, then the close
-        if c.transport.get_write_buffer_size():
-            c.transport.abort()  # a client behind its response: the close would wait for it
+        if c.transport.get_write_buffer_size() or unsent_bytes(c.transport):
+            reset(c)  # a client behind its response: the close would wait for it
         return
     dispatch.cancel(c)  # the attempt under way, or the wait for a connection, is dropped
     c.respond(r, 504, error_body(r.dialect, 504, f"request not completed within {timeout:g}s"),
               b"", b"application/json", r.own_time * 1e6)
     app.request_finished(c, r, 504, None, None)
+
+
+def unsent_bytes(transport):
+    """Bytes the kernel still holds for the client (written, not yet taken by it)."""
+    try:
+        fd = transport.get_extra_info("socket").fileno()
+        return struct.unpack("i", fcntl.ioctl(fd, termios.TIOCOUTQ, b"\0\0\0\0"))[0]
+    except (AttributeError, OSError, ValueError):
+        return 0
+
+
+def reset(c):
+    """Close ``c`` with a reset: a plain close (or abort) leaves the bytes the client never took
+    in the kernel, the FIN queued behind them, and the connection open on the client's side."""
+    c.closed = True
+    try:
+        c.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                                        struct.pack("ii", 1, 0))
+    except (AttributeError, OSError):
+        pass
+    c.transport.abort()

@@ -17,7 +17,7 @@ from orjson import dumps
 from sluice import __version__, admission, dispatch, introspection
 from sluice.access_log import AccessLog
 from sluice.client import ClientConn
-from sluice.deadlines import Deadlines
+from sluice.deadlines import Deadlines, reset, unsent_bytes
 from sluice.http import error_body, response_filter
 from sluice.keys import KeyStore
 from sluice.metrics import Metrics
@@ -266,6 +266,8 @@ class App:
             if not c.busy and not c.queue and c.last_active < limit:
                 if r is not None or c.head_bytes:  # a request stopped half-way
                     c.timed_out("request not completed in time")
+                elif unsent_bytes(c.transport):  # answers the client never took
+                    reset(c)
                 else:
                     c.close()
 
