@@ -39,7 +39,7 @@ def split_url(url):
 
 
 class ProviderConfig:
-    KEYS = ("base_url", "dialect", "api_key_env", "api_key", "max_connections",
+    KEYS = ("base_url", "dialect", "api_key_env", "api_key", "max_connections", "max_waiters",
             "connect_timeout_s", "response_timeout_s", "stream_idle_timeout_s",
             "pool_idle_timeout_s", "tls_verify", "ca_file", "anthropic_version", "headers")
 
@@ -69,7 +69,10 @@ class ProviderConfig:
         self.api_key = _from_env(t, "api_key_env", w) if self.api_key_env else _str(t, "api_key", "", w)
         if _has_ctl(self.api_key):
             raise ConfigError(f"{w}: the API key must not contain control characters (CR, LF...)")
-        self.max_connections = _num(t, "max_connections", 1024, w, 1, integer=True)
+        # each open request to this provider holds one connection (HTTP/1.1): sized for 10,000+
+        self.max_connections = _num(t, "max_connections", 16384, w, 1, integer=True, maximum=1000000)
+        # requests waiting for one of them once all are busy; more get 503 at once
+        self.max_waiters = _num(t, "max_waiters", 4096, w, 0, integer=True, maximum=1000000)
         self.connect_timeout_s = float(_num(t, "connect_timeout_s", 5.0, w, 0.001))
         self.response_timeout_s = float(_num(t, "response_timeout_s", 120.0, w, 0.001))
         self.stream_idle_timeout_s = float(_num(t, "stream_idle_timeout_s", 120.0, w, 0.001))

@@ -65,7 +65,9 @@ class ServerConfig:
         self.max_headers = _num(t, "max_headers", 100, w, 1, integer=True)
         self.client_header_timeout_s = float(_num(t, "client_header_timeout_s", 30.0, w, 0.01))
         self.client_body_timeout_s = float(_num(t, "client_body_timeout_s", 120.0, w, 0.01))
-        self.max_client_connections = _num(t, "max_client_connections", 4096, w, 1, integer=True)
+        # per worker: 10,000 open requests fit one worker, with room for skew between two
+        self.max_client_connections = _num(t, "max_client_connections", 16384, w, 1, integer=True,
+                                           maximum=1000000)
         self.metrics_token = _str(t, "metrics_token", "", w)
         if _has_ctl(self.metrics_token) or " " in self.metrics_token:
             raise ConfigError(f"{w}.metrics_token must not contain spaces or control characters")
