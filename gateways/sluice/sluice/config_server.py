@@ -55,7 +55,7 @@ class ServerConfig:
         self.require_auth = t.get("require_auth")  # None = "if any key is configured"
         if self.require_auth is not None and not isinstance(self.require_auth, bool):
             raise ConfigError("[server].require_auth must be true or false")
-        self.max_pipelined = _num(t, "max_pipelined", 16, w, 1, integer=True)
+        self.max_pipelined = _num(t, "max_pipelined", 16, w, 1, integer=True, maximum=1024)
         # bodies read ahead of their turn; nginx and HAProxy read none (one request at a time)
         self.max_queued_bytes_per_connection = _num(t, "max_queued_bytes_per_connection",
                                                     2 * 1024 * 1024, w, 0, integer=True)
