@@ -14,7 +14,8 @@ pytestmark = pytest.mark.integration
 
 BODY = b'{"model":"mock-model","messages":[{"role":"user","content":"hi"}]}'
 STREAM_BODY = b'{"model":"mock-model","stream":true,"messages":[{"role":"user","content":"hi"}]}'
-FRAME = b'data: {"id":"x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"ok"}}]}\n\n'
+FRAME = (b'data: {"id":"x","object":"chat.completion.chunk",'
+         b'"choices":[{"index":0,"delta":{"content":"ok"}}]}\n\n')
 ANSWER = json.dumps({"id": "x", "object": "chat.completion", "model": "mock-model", "choices": [
     {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
