@@ -18,7 +18,8 @@ cdef int PAUSE_QUEUED_BYTES
 @cython.final
 cdef class ClientConn:
     cdef public App app
-    cdef public object transport, parser, queue, peer
+    cdef public object transport, parser, peer
+    cdef public list queue
     cdef public Request incoming, active, last_parsed
     cdef public bint busy, closed, eof, draining_queue, bad, final, feeding
     cdef public UpstreamConn upstream

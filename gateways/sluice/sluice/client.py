@@ -6,7 +6,6 @@ is handed to the App synchronously (``App.handle``), and answered in order: by S
 ``exchange_done`` or ``abort_response``. Reading from the client pauses for reasons kept as bits
 (``paused_for``), and resumes when none is left.
 """
-from collections import deque
 from time import perf_counter
 
 from httptools import HttpParserError, HttpParserUpgrade, HttpRequestParser
@@ -39,7 +38,7 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
         self.app = app
         self.transport = None
         self.incoming = None      # the request whose message is being read
-        self.queue = deque()      # requests read but not answered yet (and a refusal, a tuple)
+        self.queue = []  # read, not answered yet (and a refusal, a tuple); a list: max_pipelined at most
         self.busy = False
         self.closed = False
         self.active = None        # the request being answered
@@ -420,7 +419,7 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
         try:
             queue = self.queue
             while queue and not self.busy and not self.closed:
-                r = queue.popleft()
+                r = queue.pop(0)
                 if type(r) is tuple:  # a refusal queued behind earlier requests
                     self._error_and_close(*r)
                     return

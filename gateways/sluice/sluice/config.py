@@ -1,152 +1,15 @@
 """Configuration: a TOML file read with tomllib and checked up front.
 
 Kept free of heavy imports: the supervising process loads it before anything else.
-See README.md for the reference of every key.
+See README.md for the reference of every key. The checks every table uses are in
+config_checks.py, the [server] table in config_server.py.
 """
 import os
 import tomllib
 
-DIALECTS = ("openai", "anthropic")
-
-
-class ConfigError(ValueError):
-    pass
-
-
-def _num(table, key, default, where, minimum=0.0, integer=False, maximum=None):
-    """A number at ``key`` within [minimum, maximum] (no maximum: unbounded above)."""
-    value = table.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{where}.{key} must be a number, got {value!r}")
-    if integer and not isinstance(value, int):
-        raise ConfigError(f"{where}.{key} must be an integer, got {value!r}")
-    if value < minimum:
-        raise ConfigError(f"{where}.{key} must be >= {minimum}, got {value!r}")
-    if maximum is not None and value > maximum:
-        raise ConfigError(f"{where}.{key} must be <= {maximum:g}, got {value!r}")
-    return value
-
-
-def _bool(table, key, default, where):
-    value = table.get(key, default)
-    if not isinstance(value, bool):
-        raise ConfigError(f"{where}.{key} must be true or false, got {value!r}")
-    return value
-
-
-def _str(table, key, default, where):
-    value = table.get(key, default)
-    if not isinstance(value, str):
-        raise ConfigError(f"{where}.{key} must be a string, got {value!r}")
-    return value
-
-
-def _has_ctl(text):
-    """Control characters (CR, LF, NUL...) would split or corrupt what Sluice writes."""
-    return any(c < " " or c == "\x7f" for c in text)
-
-
-def _names(table, key, default, where):
-    """A list of header names, lowercased; a trailing ``*`` makes a prefix."""
-    value = table.get(key, default)
-    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
-        raise ConfigError(f"{where}.{key} must be a list of header names")
-    out = []
-    for v in value:
-        name = v.lower()
-        if not all(c.isalnum() or c in "-_." for c in name.rstrip("*")) or "*" in name[:-1]:
-            raise ConfigError(f"{where}.{key}: invalid header name {v!r}")
-        out.append(name)
-    return tuple(out)
-
-
-# Client headers forwarded to providers by default: what the request needs, nothing that
-# chooses the provider account's organization, project or paid beta features.
-DEFAULT_REQUEST_HEADERS = ("content-type", "accept", "user-agent", "anthropic-version",
-                           "x-request-id", "x-stainless-*")
-# Provider headers relayed to clients by default: none that describe the provider account
-# (openai-organization, openai-project, x-ratelimit-*, anthropic-ratelimit-*, set-cookie).
-DEFAULT_RESPONSE_HEADERS = ("content-type", "cache-control", "date", "retry-after", "x-request-id",
-                            "request-id", "openai-processing-ms", "openai-version")
-
-
-def _check_keys(table, allowed, where):
-    unknown = sorted(set(table) - set(allowed))
-    if unknown:
-        raise ConfigError(f"unknown key(s) in {where}: {', '.join(unknown)}")
-
-
-def _check_table(table, allowed, where):
-    """A sub-table: a table, with none but the ``allowed`` keys."""
-    if not isinstance(table, dict):
-        raise ConfigError(f"{where} must be a table")
-    _check_keys(table, allowed, where)
-
-
-def _from_env(table, key, where):
-    """The value of the environment variable that ``table[key]`` names."""
-    env = _str(table, key, "", where)
-    if env not in os.environ:
-        raise ConfigError(f"{where}.{key}: environment variable {env} is not set")
-    return os.environ[env]
-
-
-class ServerConfig:
-    KEYS = ("listen", "workers", "backlog", "max_body_bytes", "client_idle_timeout_s",
-            "shutdown_grace_s", "validate_json", "overhead_header", "access_log",
-            "access_log_flush_s", "metrics", "debug_endpoints", "require_auth",
-            "max_pipelined", "max_queued_bytes_per_connection", "max_url_bytes",
-            "max_header_bytes", "max_headers", "client_header_timeout_s", "client_body_timeout_s",
-            "max_client_connections", "metrics_token", "forward_request_headers",
-            "forward_response_headers", "metrics_per_key", "max_sse_frame_bytes", "request_timeout_s",
-            "client_send_timeout_s")
-
-    def __init__(self, t):
-        w = "[server]"
-        _check_keys(t, self.KEYS, w)
-        self.listen = _str(t, "listen", "127.0.0.1:8080", w)
-        self.host, self.port = parse_listen(self.listen)
-        self.workers = _num(t, "workers", 1, w, 1, integer=True)
-        self.backlog = _num(t, "backlog", 2048, w, 1, integer=True)
-        self.max_body_bytes = _num(t, "max_body_bytes", 4 * 1024 * 1024, w, 1, integer=True)
-        self.client_idle_timeout_s = float(_num(t, "client_idle_timeout_s", 75.0, w, 0.01))
-        self.shutdown_grace_s = float(_num(t, "shutdown_grace_s", 5.0, w, 0.0))
-        self.validate_json = _bool(t, "validate_json", True, w)
-        self.overhead_header = _bool(t, "overhead_header", True, w)
-        self.access_log = _str(t, "access_log", "", w)
-        self.access_log_flush_s = float(_num(t, "access_log_flush_s", 1.0, w, 0.05))
-        self.metrics = _bool(t, "metrics", True, w)
-        self.debug_endpoints = _bool(t, "debug_endpoints", False, w)
-        self.require_auth = t.get("require_auth")  # None = "if any key is configured"
-        if self.require_auth is not None and not isinstance(self.require_auth, bool):
-            raise ConfigError("[server].require_auth must be true or false")
-        self.max_pipelined = _num(t, "max_pipelined", 16, w, 1, integer=True)
-        # bodies read ahead of their turn; nginx and HAProxy read none (one request at a time)
-        self.max_queued_bytes_per_connection = _num(t, "max_queued_bytes_per_connection",
-                                                    2 * 1024 * 1024, w, 0, integer=True)
-        # request head limits, as nginx's large_client_header_buffers 4 8k
-        self.max_url_bytes = _num(t, "max_url_bytes", 8192, w, 64, integer=True)
-        self.max_header_bytes = _num(t, "max_header_bytes", 32768, w, 256, integer=True)
-        self.max_headers = _num(t, "max_headers", 100, w, 1, integer=True)
-        self.client_header_timeout_s = float(_num(t, "client_header_timeout_s", 30.0, w, 0.01))
-        self.client_body_timeout_s = float(_num(t, "client_body_timeout_s", 120.0, w, 0.01))
-        self.max_client_connections = _num(t, "max_client_connections", 4096, w, 1, integer=True)
-        self.metrics_token = _str(t, "metrics_token", "", w)
-        if _has_ctl(self.metrics_token) or " " in self.metrics_token:
-            raise ConfigError(f"{w}.metrics_token must not contain spaces or control characters")
-        # key names and spend are shown only to whoever holds the scrape token
-        self.metrics_per_key = _bool(t, "metrics_per_key", bool(self.metrics_token), w)
-        if self.metrics_per_key and not self.metrics_token:
-            raise ConfigError(f"{w}.metrics_per_key = true needs a metrics_token")
-        # one provider SSE event (translated streams) may hold at most this many bytes
-        self.max_sse_frame_bytes = _num(t, "max_sse_frame_bytes", 1 << 20, w, 1024, integer=True,
-                                        maximum=64 << 20)
-        # the whole request, every attempt included; a model may set its own
-        self.request_timeout_s = float(_num(t, "request_timeout_s", 600.0, w, 0.1, maximum=86400))
-        # a client whose pending response bytes see no progress this long is cut (nginx's send_timeout)
-        self.client_send_timeout_s = float(_num(t, "client_send_timeout_s", 60.0, w, 0.1, maximum=3600))
-        self.forward_request_headers = _names(t, "forward_request_headers", DEFAULT_REQUEST_HEADERS, w)
-        self.forward_response_headers = _names(t, "forward_response_headers", DEFAULT_RESPONSE_HEADERS, w)
+from sluice.config_checks import (DIALECTS, ConfigError, _bool, _check_keys, _check_table,  # noqa: F401
+                                  _from_env, _has_ctl, _num, _str)
+from sluice.config_server import ServerConfig, parse_listen  # noqa: F401
 
 
 def split_url(url):
@@ -175,19 +38,8 @@ def split_url(url):
     return scheme.lower(), host, port, path
 
 
-def parse_listen(text):
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ConfigError(f"[server].listen must be HOST:PORT, got {text!r}")
-    host = host.strip("[]") or "0.0.0.0"
-    port = int(port)
-    if not 0 <= port <= 65535:
-        raise ConfigError(f"[server].listen port out of range: {port}")
-    return host, port
-
-
 class ProviderConfig:
-    KEYS = ("base_url", "dialect", "api_key_env", "api_key", "max_connections",
+    KEYS = ("base_url", "dialect", "api_key_env", "api_key", "max_connections", "max_waiters",
             "connect_timeout_s", "response_timeout_s", "stream_idle_timeout_s",
             "pool_idle_timeout_s", "tls_verify", "ca_file", "anthropic_version", "headers")
 
@@ -217,7 +69,10 @@ class ProviderConfig:
         self.api_key = _from_env(t, "api_key_env", w) if self.api_key_env else _str(t, "api_key", "", w)
         if _has_ctl(self.api_key):
             raise ConfigError(f"{w}: the API key must not contain control characters (CR, LF...)")
-        self.max_connections = _num(t, "max_connections", 1024, w, 1, integer=True)
+        # each open request to this provider holds one connection (HTTP/1.1): sized for 10,000+
+        self.max_connections = _num(t, "max_connections", 16384, w, 1, integer=True, maximum=1000000)
+        # requests waiting for one of them once all are busy; more get 503 at once
+        self.max_waiters = _num(t, "max_waiters", 4096, w, 0, integer=True, maximum=1000000)
         self.connect_timeout_s = float(_num(t, "connect_timeout_s", 5.0, w, 0.001))
         self.response_timeout_s = float(_num(t, "response_timeout_s", 120.0, w, 0.001))
         self.stream_idle_timeout_s = float(_num(t, "stream_idle_timeout_s", 120.0, w, 0.001))

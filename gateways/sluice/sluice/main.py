@@ -149,11 +149,33 @@ def _serve(cfg, shared, sock, worker, n_workers, supervisor=None, parent_pid=Non
     return loop, app
 
 
+def raise_open_files(cfg):
+    """The soft open-file limit raised to the hard one (as nginx's worker_rlimit_nofile lets an
+    operator do): each open request holds a client and a provider descriptor. Logged, with a
+    warning when the configured connection caps could need more. Workers inherit it."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = 1048576 if hard == resource.RLIM_INFINITY else hard
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, target), hard))
+            soft = max(soft, target)
+        except (ValueError, OSError) as e:
+            log(f"cannot raise the open files limit from {soft}: {e}")
+    need = cfg.server.max_client_connections + sum(p.max_connections for p in cfg.providers.values())
+    log(f"open files limit {soft} per process (hard {hard}); the connection caps may need {need + 64}")
+    if soft < need + 64:
+        log(f"warning: open files limit {soft} is below what max_client_connections and the providers' "
+            f"max_connections allow ({need + 64}): raise the hard limit (ulimit -Hn, LimitNOFILE) "
+            f"or lower those caps")
+
+
 def run_main(cfg):
     from sluice.shared import Shared, snapshot_bytes
 
     s = cfg.server
     n = s.workers
+    raise_open_files(cfg)
     shared = Shared(len(cfg.keys), n, snapshot_bytes(cfg))
     try:
         sock = make_socket(s.host, s.port, s.backlog, reuseport=n > 1)

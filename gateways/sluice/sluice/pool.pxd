@@ -25,8 +25,9 @@ cdef class Pool:
     cdef public Provider provider
     cdef public App app
     cdef public object loop
-    cdef public Py_ssize_t max_connections, connecting
-    cdef public list idle, waiters
+    cdef public Py_ssize_t max_connections, max_waiters, connecting
+    cdef public list idle
+    cdef public object waiters
     cdef public set busy, tasks
 
     cpdef UpstreamConn acquire(self)

@@ -1,6 +1,7 @@
 """Providers and their keep-alive connection pools: an idle stack, a busy set, the clients
 waiting for a connection, and the tasks opening new ones."""
 import asyncio
+from collections import deque
 from time import perf_counter
 
 from sluice import dispatch
@@ -65,10 +66,11 @@ class Pool:
         self.app = app
         self.loop = app.loop
         self.max_connections = provider.cfg.max_connections
+        self.max_waiters = provider.cfg.max_waiters
         self.idle = []       # LIFO: the most recently used connection is reused first
         self.busy = set()
         self.connecting = 0
-        self.waiters = []    # client connections waiting for a connection, FIFO
+        self.waiters = deque()  # client connections waiting for a connection, FIFO, bounded
         self.tasks = set()
 
     def counts(self):
@@ -86,9 +88,16 @@ class Pool:
 
     def wait(self, client):
         """``client`` needs a connection: it gets one through dispatch.start_exchange, or
-        dispatch.attempt_failed."""
+        dispatch.attempt_failed; a 503 at once when every connection is taken and
+        ``max_waiters`` wait beyond those the connections being opened will serve."""
+        room = len(self.busy) + len(self.idle) + self.connecting < self.max_connections
+        if not room and len(self.waiters) >= self.connecting + self.max_waiters:
+            self.app.metrics.upstream_error(self.provider.name, "pool_full")
+            dispatch.attempt_failed(client, 503, f"too many requests waiting for a connection to "
+                                                 f"provider {self.provider.name}")
+            return
         self.waiters.append(client)
-        if len(self.busy) + len(self.idle) + self.connecting < self.max_connections:
+        if room:
             self.connect()
 
     def forget(self, client):
@@ -133,7 +142,7 @@ class Pool:
         """The oldest live waiter gets the failure (the others wait for the next connection)."""
         p = self.provider
         while self.waiters:
-            client = self.waiters.pop(0)
+            client = self.waiters.popleft()
             if client.waiting_on is self:
                 if kind == "connect_timeout":
                     dispatch.attempt_failed(client, 504, f"provider {p.name} did not accept a "
@@ -158,7 +167,7 @@ class Pool:
             conn.transport.resume_reading()
         waiters = self.waiters
         while waiters:
-            client = waiters.pop(0)
+            client = waiters.popleft()
             if client.waiting_on is self:
                 self.busy.add(conn)
                 try:
@@ -193,14 +202,15 @@ class Pool:
         limit = now - p.pool_idle_timeout
         while idle and idle[0].idle_since < limit:
             idle.pop(0).close()
-        if self.waiters:
-            limit = now - p.response_timeout
-            for client in list(self.waiters):
-                if client.wait_since < limit and client.waiting_on is self:
-                    self.waiters.remove(client)
-                    self.app.metrics.upstream_error(p.name, "pool_timeout")
-                    dispatch.attempt_failed(client, 504, f"no connection to provider {p.name} "
-                                                         f"became free within {p.response_timeout:g}s")
+        # waiters are in the order they began waiting: only the oldest can be over the limit
+        waiters = self.waiters
+        limit = now - p.response_timeout
+        while waiters and waiters[0].wait_since < limit:
+            client = waiters.popleft()
+            if client.waiting_on is self:
+                self.app.metrics.upstream_error(p.name, "pool_timeout")
+                dispatch.attempt_failed(client, 504, f"no connection to provider {p.name} "
+                                                     f"became free within {p.response_timeout:g}s")
 
     def close(self):
         for conn in self.idle + list(self.busy):

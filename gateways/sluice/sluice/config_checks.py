@@ -1,0 +1,62 @@
+"""The checks every configuration table uses: types, bounds, known keys."""
+import os
+
+DIALECTS = ("openai", "anthropic")
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _num(table, key, default, where, minimum=0.0, integer=False, maximum=None):
+    """A number at ``key`` within [minimum, maximum] (no maximum: unbounded above)."""
+    value = table.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{where}.{key} must be a number, got {value!r}")
+    if integer and not isinstance(value, int):
+        raise ConfigError(f"{where}.{key} must be an integer, got {value!r}")
+    if value < minimum:
+        raise ConfigError(f"{where}.{key} must be >= {minimum}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{where}.{key} must be <= {maximum:g}, got {value!r}")
+    return value
+
+
+def _bool(table, key, default, where):
+    value = table.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}.{key} must be true or false, got {value!r}")
+    return value
+
+
+def _str(table, key, default, where):
+    value = table.get(key, default)
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}.{key} must be a string, got {value!r}")
+    return value
+
+
+def _has_ctl(text):
+    """Control characters (CR, LF, NUL...) would split or corrupt what Sluice writes."""
+    return any(c < " " or c == "\x7f" for c in text)
+
+
+def _check_keys(table, allowed, where):
+    unknown = sorted(set(table) - set(allowed))
+    if unknown:
+        raise ConfigError(f"unknown key(s) in {where}: {', '.join(unknown)}")
+
+
+def _check_table(table, allowed, where):
+    """A sub-table: a table, with none but the ``allowed`` keys."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where} must be a table")
+    _check_keys(table, allowed, where)
+
+
+def _from_env(table, key, where):
+    """The value of the environment variable that ``table[key]`` names."""
+    env = _str(table, key, "", where)
+    if env not in os.environ:
+        raise ConfigError(f"{where}.{key}: environment variable {env} is not set")
+    return os.environ[env]
