@@ -105,10 +105,12 @@ def test_fault_seed_defaults_to_the_study_seed_and_keys_without_faults_are_uncha
     load = LoadShape(users=1, ramp_s=1, hold_s=1, min_hold_requests=0, max_hold_s=1, warmup_s=1,
                      warmup_users=1, think_time_s=0, locust_processes=1, request_timeout_s=1,
                      max_tokens=16)
-    # the key a run without faults had before the fault fields existed
+    # the key a run without faults had before the fault fields (and the in-flight lane's) existed
     import dataclasses
     import hashlib
-    payload = {"system": "x", "load": dataclasses.asdict(load),
+    from harness.model.plan import INFLIGHT_LOAD_FIELDS
+    payload = {"system": "x", "load": {k: v for k, v in dataclasses.asdict(load).items()
+                                       if k not in INFLIGHT_LOAD_FIELDS},
                "mock": {k: v for k, v in dataclasses.asdict(plain).items() if not k.startswith("fault")},
                "gateway_workers": 1, "gateway_toml_sha256": "h"}
     old = hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
