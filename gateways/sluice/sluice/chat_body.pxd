@@ -13,7 +13,7 @@ cpdef scan_keys(bytes data)
 cpdef bint read_fast(ChatBody body, found, bint limits) except -1
 cpdef _top_level_count(bytes data, Py_ssize_t at)
 cpdef read_parsed(ChatBody body, found, bint limits)
-cpdef bint _spelled_twice(dict found) except -1
+cpdef bint _spelled_twice(list found) except -1
 cpdef _repeated_key(bytes data)
 cpdef _read_limits(ChatBody body, dict obj)
 cpdef bint needs_output_cap(ChatBody body, dialect) except -1

@@ -16,12 +16,13 @@ DECIDED_KEYS = ("model", "max_tokens", "max_completion_tokens", "n", "stream")
 OUTPUT_LIMITS = ("max_tokens", "max_completion_tokens")
 MAX_TOKENS_RESERVED = 1 << 32   # the output part of a reservation, whatever a body asks
 
-# One pass over the body finds every place a decided key can be spelled. Literally; or with an
-# escape, and only \u005f-\u007f can spell their characters (ASCII lowercase letters and "_"):
-# escapes of other characters (\u00e9, \n, \") cannot, so they do not make the scan unsure.
-# Cost: one regex pass that stops only at '"' and '\'. The common body spells each key at most
-# once and escapes no ASCII letter, so it is never parsed a second time for repeats.
-_KEYS = re.compile(rb'"(model|max_tokens|max_completion_tokens|n|stream)"|\\u00(?:5[fF]|[67][0-9a-fA-F])')
+# Where a decided key can be spelled: literally, or with an escape, and only \u005f-\u007f can
+# spell their characters (ASCII lowercase letters and "_"): escapes of other characters (\u00e9,
+# \n, \") cannot, so they do not make the scan unsure. The common body spells each key at most
+# once and escapes no ASCII letter, so it is never parsed a second time for repeats. Cost: one
+# regex pass that starts only at '"' (findall: no match objects), and one search for "\u00".
+_KEYS = re.compile(rb'"(model|max_tokens|max_completion_tokens|n|stream)"')
+_LETTER_ESCAPE = re.compile(rb'\\u00(?:5[fF]|[67][0-9a-fA-F])')
 FIRST_MODEL = re.compile(rb'\s*\{\s*"model"\s*:\s*"([^"\\]*)"')   # the model as the first key
 _COUNT = re.compile(rb'"\w+"\s*:\s*(\d{1,12})\s*[,}]')   # a key and a plain count as its value
 _BRACKET = re.compile(rb'[\[\]{}]')
@@ -42,19 +43,11 @@ class ChatBody:
 
 
 def scan_keys(data):
-    """{key: [offsets]} of the decided keys spelled literally in ``data`` (anywhere, strings
-    included), or None when an escape could spell one."""
-    found = {}
-    for m in _KEYS.finditer(data):
-        key = m.group(1)
-        if key is None:
-            return None
-        places = found.get(key)
-        if places is None:
-            found[key] = [m.start()]
-        else:
-            places.append(m.start())
-    return found
+    """The decided keys spelled literally in ``data`` (anywhere, strings included), in order and
+    as often as they occur, or None when an escape could spell one."""
+    if data.find(b"\\u00") >= 0 and _LETTER_ESCAPE.search(data) is not None:
+        return None
+    return _KEYS.findall(data)
 
 
 def read_fast(body, found, limits):
@@ -62,18 +55,17 @@ def read_fast(body, found, limits):
     False and it is parsed. Certain: no decided key spelled with an escape (``found`` is not
     None) and each spelled once, so none is repeated; the model the first key; and, when the
     output ``limits`` are wanted, each of them and ``n`` a plain count surely at the top level."""
-    for places in found.values():
-        if len(places) > 1:
-            return False
+    if _spelled_twice(found):
+        return False
     data = body.data
     m = FIRST_MODEL.match(data)
     if m is None:
         return False
     if limits:
-        for key, places in found.items():
+        for key in found:
             if key == b"model" or key == b"stream":
                 continue
-            count = _top_level_count(data, places[0])
+            count = _top_level_count(data, data.find(b'"%s"' % key))
             if count is None:
                 return False
             if key == b"n":
@@ -131,10 +123,7 @@ def read_parsed(body, found, limits):
 
 
 def _spelled_twice(found):
-    for places in found.values():
-        if len(places) > 1:
-            return True
-    return False
+    return len(found) > 1 and len(set(found)) < len(found)
 
 
 def _repeated_key(data):
