@@ -7,17 +7,18 @@ import threading
 import time
 
 
-class ScriptedProvider:
-    def __init__(self, script):
-        self.script = script          # script(provider, conn, head, body); may be replaced between requests
-        self.requests = []
-        self.closed_by_sluice = 0     # connections Sluice closed while the script was writing or waiting
+class RawListener:
+    """A provider's listening socket on loopback; each connection is served by ``_serve`` in a
+    thread of its own. A subclass sets its attributes before calling ``__init__`` (the accept
+    thread starts there)."""
+
+    def __init__(self):
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(64)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.stopped = threading.Event()
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self):
@@ -27,6 +28,18 @@ class ScriptedProvider:
             except OSError:
                 return
             threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def close(self):
+        self.sock.close()
+
+
+class ScriptedProvider(RawListener):
+    def __init__(self, script):
+        self.script = script          # script(provider, conn, head, body); may be replaced between requests
+        self.requests = []
+        self.closed_by_sluice = 0     # connections Sluice closed while the script was writing or waiting
+        self.stopped = threading.Event()
+        super().__init__()
 
     def _serve(self, c):
         c.settimeout(30)
@@ -66,7 +79,7 @@ class ScriptedProvider:
 
     def close(self):
         self.stopped.set()
-        self.sock.close()
+        super().close()
 
 
 def chunk(data):

@@ -3,13 +3,11 @@ answer never reach the client, usage that cannot be true leaves the key usable, 
 headers are not forwarded either way, a request the provider may have acted on is not sent
 again, and connect errors do not show addresses."""
 import re
-import socket
-import threading
 import time
 
 from sluice_helpers import (
-    METRICS_TOKEN_LINE,
     KEY,
+    METRICS_TOKEN_LINE,
     MSG,
     chat,
     count_responses,
@@ -19,30 +17,17 @@ from sluice_helpers import (
     tls_provider_config,
     tokens_spent,
 )
+from sluice_scripted_provider import RawListener
 
 
-class LyingProvider:
+class LyingProvider(RawListener):
     """A provider that answers every request with scripted raw bytes, on a kept-open connection."""
 
     def __init__(self, answer, close_after_s=None):
         self.answer = answer
         self.close_after_s = close_after_s
         self.requests = []
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+        super().__init__()
 
     def _requests(self, c):
         """Each request read from connection ``c`` (head, body), recorded, until it closes."""
@@ -74,9 +59,6 @@ class LyingProvider:
             return
         finally:
             c.close()
-
-    def close(self):
-        self.sock.close()
 
 
 def _liar_config(url, dialect="openai", server_extra=""):
