@@ -32,19 +32,12 @@ class RawListener:
     def close(self):
         self.sock.close()
 
-
-class ScriptedProvider(RawListener):
-    def __init__(self, script):
-        self.script = script          # script(provider, conn, head, body); may be replaced between requests
-        self.requests = []
-        self.closed_by_sluice = 0     # connections Sluice closed while the script was writing or waiting
-        self.stopped = threading.Event()
-        super().__init__()
-
-    def _serve(self, c):
+    def _requests(self, c):
+        """Each request read from connection ``c`` (head, body), recorded in ``self.requests``,
+        until it closes."""
         c.settimeout(30)
-        try:
-            buf = b""
+        buf = b""
+        while True:
             while b"\r\n\r\n" not in buf:
                 piece = c.recv(65536)
                 if not piece:
@@ -55,7 +48,23 @@ class ScriptedProvider(RawListener):
             while len(buf) < n:
                 buf += c.recv(65536)
             self.requests.append((head, buf[:n]))
-            self.script(self, c, head, buf[:n])
+            yield head, buf[:n]
+            buf = buf[n:]
+
+
+class ScriptedProvider(RawListener):
+    def __init__(self, script):
+        self.script = script          # script(provider, conn, head, body); may be replaced between requests
+        self.requests = []
+        self.closed_by_sluice = 0     # connections Sluice closed while the script was writing or waiting
+        self.stopped = threading.Event()
+        super().__init__()
+
+    def _serve(self, c):
+        try:
+            for head, body in self._requests(c):  # one request a connection
+                self.script(self, c, head, body)
+                break
         except OSError:
             self.closed_by_sluice += 1
         finally:
