@@ -218,7 +218,15 @@ def test_open_loop_lane_through_papermill(tmp_path):
     assert lag_ms.min() >= 0 and lag_ms.quantile(0.5) < 20, lag_ms.describe()
     table = A.open_loop_steps(study)
     assert table.kept_up.all(), table[["run_id", "offered_rps", "reasons"]]
-    assert (table.from_intended_p50_ms >= 60).all() and (table.p99_added_ms.abs() < 50).all()
+    assert (table.from_intended_p50_ms >= 60).all()
+    # p99 added is nginx's p99 from the intended start minus the floor's, step by step, as read
+    # from the raw rows (its size is the shared machine's tail, so it is not bounded here)
+    from_intended_ms = (steps.start_t_unix_s - steps.intended_start_t_unix_s) * 1e3 + steps.latency_ms
+    p99_ms = from_intended_ms.groupby([steps.system, steps.step_index]).quantile(0.99)
+    added_ms = (p99_ms["nginx"] - p99_ms["direct"]).to_numpy()
+    by_rate = table.set_index(["system", "offered_rps"]).p99_added_ms
+    assert np.allclose(by_rate["nginx"].loc[rates].to_numpy(), added_ms, atol=1.0), (by_rate, added_ms)
+    assert (by_rate["direct"] == 0).all()
     executed = nbformat.read(out / "ol-smoke" / "head_to_head.ipynb", as_version=4)
     html = "".join(o.get("data", {}).get("text/html", "") for c in executed.cells
                    if c.cell_type == "code" for o in c.get("outputs", []))
