@@ -1,9 +1,11 @@
 """Sluice: an in-house LLM API gateway (asyncio Protocols on uvloop, httptools, orjson).
 
 The hot modules (see ``build.py``) are plain Python, and Cython compiles the same files, typed
-by the ``.pxd`` files beside them, into ``_compiled/``. That directory is searched first when
-it holds a build of exactly these sources; ``SLUICE_PURE_PYTHON=1`` leaves it out, so one
-checkout runs either way. ``compiled`` says which mode this process runs.
+by the ``.pxd`` files beside them, into ``_compiled/``. Beside them, the byte layer: C loops
+written as Cython (``_bytescan.pyx``), with its pure-Python reference in ``bytescan.py``. The
+directory is searched first when it holds a build of exactly these sources;
+``SLUICE_PURE_PYTHON=1`` leaves it out (every module, the byte layer included, runs as Python),
+so one checkout runs either way. ``compiled`` says which mode this process runs.
 """
 import os
 
@@ -12,16 +14,18 @@ __version__ = "0.1.0"
 COMPILED_MODULES = ("http", "metrics", "keys", "request", "known_head", "framing", "usage", "client",
                     "chat_body", "admission", "rewrite", "dispatch", "pool", "upstream", "relay_same_dialect",
                     "relay_translated", "server")
+EXTENSION_MODULES = ("_bytescan",)   # written in Cython (.pyx): their reference is the .py without "_"
+BUILT_MODULES = COMPILED_MODULES + EXTENSION_MODULES
 
 
 def _sources_digest(src):
-    """What a build was made from: the compiled modules' .py and .pxd files."""
+    """What a build was made from: the compiled modules' .py and .pxd files, and the .pyx files."""
     import hashlib
     h = hashlib.sha256()
-    for name in COMPILED_MODULES:
-        for ext in (".py", ".pxd"):  # every compiled module has both
-            with open(os.path.join(src, name + ext), "rb") as f:
-                h.update(f.read())
+    sources = [name + ext for name in COMPILED_MODULES for ext in (".py", ".pxd")]  # each has both
+    for name in sources + [name + ".pyx" for name in EXTENSION_MODULES]:
+        with open(os.path.join(src, name), "rb") as f:
+            h.update(f.read())
     return h.hexdigest()
 
 
@@ -38,7 +42,7 @@ def _use_compiled():
         return False  # never built
     from importlib.machinery import EXTENSION_SUFFIXES
     suffix = EXTENSION_SUFFIXES[0]  # this interpreter's ABI: a build for another one is ignored
-    if not all(os.path.exists(os.path.join(out, m + suffix)) for m in COMPILED_MODULES):
+    if not all(os.path.exists(os.path.join(out, m + suffix)) for m in BUILT_MODULES):
         return False
     if built != _sources_digest(src):
         import sys

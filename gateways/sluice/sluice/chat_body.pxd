@@ -9,9 +9,7 @@ cdef class ChatBody:
     cdef public bint max_tokens_set
 
 
-cpdef scan_keys(bytes data)
 cpdef bint read_fast(ChatBody body, found, bint limits) except -1
-cpdef _top_level_count(bytes data, Py_ssize_t at)
 cpdef read_parsed(ChatBody body, found, bint limits)
 cpdef bint _spelled_twice(list found) except -1
 cpdef _repeated_key(bytes data)

@@ -3,29 +3,22 @@ token budget), and that every key it decides on occurs once in the top-level obj
 the bytes when they make the answer certain (validate_json = false), else from the body parsed
 once with orjson; and the model's cap written into a body that sets no output limit."""
 import json
-import re
 
 import orjson
+
+from sluice.bytescan import first_model_span, scan_keys, top_level_count
 
 loads = orjson.loads
 JSONDecodeError = orjson.JSONDecodeError
 
 # The keys Sluice decides on. A top-level object that repeats one is refused: Sluice and the
 # provider's parser could read different values (most parsers keep the last, a scan the first).
+# ``scan_keys`` finds them spelled literally and says when an escape could spell one (only
+# \u005f-\u007f can: ASCII lowercase letters and "_"); the common body spells each at most once
+# and escapes no ASCII letter, so it is never parsed a second time for repeats.
 DECIDED_KEYS = ("model", "max_tokens", "max_completion_tokens", "n", "stream")
 OUTPUT_LIMITS = ("max_tokens", "max_completion_tokens")
 MAX_TOKENS_RESERVED = 1 << 32   # the output part of a reservation, whatever a body asks
-
-# Where a decided key can be spelled: literally, or with an escape, and only \u005f-\u007f can
-# spell their characters (ASCII lowercase letters and "_"): escapes of other characters (\u00e9,
-# \n, \") cannot, so they do not make the scan unsure. The common body spells each key at most
-# once and escapes no ASCII letter, so it is never parsed a second time for repeats. Cost: one
-# regex pass that starts only at '"' (findall: no match objects), and one search for "\u00".
-_KEYS = re.compile(rb'"(model|max_tokens|max_completion_tokens|n|stream)"')
-_LETTER_ESCAPE = re.compile(rb'\\u00(?:5[fF]|[67][0-9a-fA-F])')
-FIRST_MODEL = re.compile(rb'\s*\{\s*"model"\s*:\s*"([^"\\]*)"')   # the model as the first key
-_COUNT = re.compile(rb'"\w+"\s*:\s*(\d{1,12})\s*[,}]')   # a key and a plain count as its value
-_BRACKET = re.compile(rb'[\[\]{}]')
 
 
 class ChatBody:
@@ -42,14 +35,6 @@ class ChatBody:
         self.choices = 1          # ``n``: how many answers it asks for
 
 
-def scan_keys(data):
-    """The decided keys spelled literally in ``data`` (anywhere, strings included), in order and
-    as often as they occur, or None when an escape could spell one."""
-    if data.find(b"\\u00") >= 0 and _LETTER_ESCAPE.search(data) is not None:
-        return None
-    return _KEYS.findall(data)
-
-
 def read_fast(body, found, limits):
     """Read ``body`` from its bytes, without parsing, when they make it certain (True); else
     False and it is parsed. Certain: no decided key spelled with an escape (``found`` is not
@@ -58,14 +43,14 @@ def read_fast(body, found, limits):
     if _spelled_twice(found):
         return False
     data = body.data
-    m = FIRST_MODEL.match(data)
-    if m is None:
+    span = first_model_span(data)
+    if span is None:
         return False
     if limits:
         for key in found:
             if key == b"model" or key == b"stream":
                 continue
-            count = _top_level_count(data, data.find(b'"%s"' % key))
+            count = top_level_count(data, data.find(b'"%s"' % key))
             if count is None:
                 return False
             if key == b"n":
@@ -76,30 +61,11 @@ def read_fast(body, found, limits):
             if body.output_limit is None or count > body.output_limit:
                 body.output_limit = count
     try:
-        body.model = m.group(1).decode()
+        body.model = data[span[0]:span[1]].decode()
     except UnicodeDecodeError:
         return False  # the parse refuses it
-    body.model_span = m.span(1)
+    body.model_span = span
     return True
-
-
-def _top_level_count(data, at):
-    """The count at ``at`` when it is surely the value of a member of the top-level object,
-    else None. In valid JSON a quote with no backslash before it, whose string is followed by
-    ':', starts a key; that key is at the top level when no bracket comes between the body's
-    opening brace and it, or between its value and the body's closing brace."""
-    m = _COUNT.match(data, at)
-    if m is None or data[at - 1] == 92:  # a backslash: the quote may be inside a string
-        return None
-    count = int(m.group(1))
-    if count < 1:
-        return None
-    if _BRACKET.search(data, data.find(b"{") + 1, at) is None:
-        return count
-    end = data.rfind(b"}")
-    if _BRACKET.search(data, m.end(1), end) is None and not data[end + 1:].strip():
-        return count
-    return None
 
 
 def read_parsed(body, found, limits):

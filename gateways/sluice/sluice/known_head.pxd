@@ -7,11 +7,9 @@ from sluice.request cimport Request
 @cython.final
 cdef class KnownHead:
     cdef public bytes prefix, suffix
-    cdef public Py_ssize_t digits_at, suffix_len
     cdef public Request head
 
-    @cython.locals(v=Py_ssize_t, j=Py_ssize_t, start=Py_ssize_t, content_length=Py_ssize_t,
-                   r=Request)
+    @cython.locals(start=Py_ssize_t, content_length=Py_ssize_t, r=Request)
     cpdef Request request(self, bytes data, double t, Py_ssize_t max_body)
 
 

@@ -5,30 +5,25 @@ Content-Length. When a read held exactly one such request, parsed, its head is r
 around the length's digits; a later read that is exactly one request with that head is taken
 with two byte comparisons, the digits and a slice. Anything else is parsed.
 """
+from sluice.bytescan import known_head_body_start
 
 
 class KnownHead:
     """A request head seen before: split around its Content-Length value, and what it said."""
-    __slots__ = ("prefix", "digits_at", "suffix", "suffix_len", "head")
+    __slots__ = ("prefix", "suffix", "head")
 
     def __init__(self, data, digits_at, digits_end, head_end, r):
         self.prefix = data[:digits_at]          # the head up to the length's digits
-        self.digits_at = digits_at
         self.suffix = data[digits_end:head_end]  # from the CRLF after the digits to CRLF CRLF
-        self.suffix_len = head_end - digits_end
         self.head = r.with_head(0.0)            # what the head said (a Request without a body)
 
     def request(self, data, t, max_body):
         """The request ``data`` holds when it is exactly one request with this head, else None."""
-        if not data.startswith(self.prefix):
+        start = known_head_body_start(data, self.prefix, self.suffix)
+        if start < 0:
             return None
-        v = self.digits_at
-        j = data.find(b"\r\n", v, v + 20)
-        if j < 0 or not data[v:j].isdigit() or not data.startswith(self.suffix, j):
-            return None
-        start = j + self.suffix_len
         content_length = len(data) - start
-        if int(data[v:j]) != content_length or content_length > max_body:
+        if content_length > max_body:
             return None
         r = self.head.with_head(t)
         r.content_length = content_length

@@ -4,7 +4,7 @@ import re
 
 import orjson
 
-from sluice.chat_body import FIRST_MODEL
+from sluice.bytescan import first_model_span
 from sluice.dialects import ANTHROPIC_TO_OPENAI, OPENAI_TO_ANTHROPIC, SAME_DIALECT
 
 loads = orjson.loads
@@ -18,9 +18,9 @@ def patch_model(body, obj, model, span, route):
     None when the body is nested too deeply to serialize again."""
     if span is None:
         model_bytes = model.encode()
-        m = FIRST_MODEL.match(body)
-        if m is not None and m.group(1) == model_bytes:
-            span = m.span(1)
+        first = first_model_span(body)
+        if first is not None and body[first[0]:first[1]] == model_bytes:
+            span = first
         else:
             found = [m for m in ANY_MODEL.finditer(body) if m.group(1) == model_bytes]
             if len(found) == 1 and body.count(b'"model"') == 1:

@@ -1,9 +1,8 @@
 """Token usage read from the relayed bytes of a same-dialect response, for token budgets: the
-counts of the "usage" objects, found by a regex, never by parsing the JSON."""
-import re
+counts of the "usage" objects, found by a byte scan, never by parsing the JSON."""
+from sluice.bytescan import usage_counts
 
-# at most 12 digits: a larger count is not believed (the estimate is charged instead)
-_USAGE = re.compile(rb'"(prompt_tokens|completion_tokens|input_tokens|output_tokens)"\s*:\s*(\d{1,12})(?!\d)')
+# usage_counts reads at most 12 digits: a larger count is not believed (the estimate is charged)
 MAX_USAGE = 10 ** 12
 
 
@@ -42,7 +41,7 @@ class UsageScan:
                 i = buf.find(b'"usage"')
         if i >= 0:
             counts = self.counts
-            for name, value in _USAGE.findall(buf, i):
+            for name, value in usage_counts(buf, i):
                 counts[name] = int(value)
             self.tail = buf[i:] if len(buf) - i < 4096 else b""
         else:
