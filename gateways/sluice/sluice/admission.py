@@ -7,6 +7,7 @@ import sys
 import orjson
 
 from sluice import chat_body, dispatch, rewrite
+from sluice.bytescan import scan_keys
 from sluice.chat_body import ChatBody
 from sluice.http import error_body
 
@@ -62,7 +63,7 @@ def _authenticate(app, conn, r):
 def _read_body(app, conn, r, body, budget):
     """The body's model (and, for a key with a budget, its output limits): read from its bytes
     when validate_json is off and they make it certain, else from the body parsed."""
-    found = chat_body.scan_keys(body.data)
+    found = scan_keys(body.data)
     if not app.validate_json and found is not None and chat_body.read_fast(body, found, budget):
         return True
     refused = chat_body.read_parsed(body, found, budget)

@@ -6,7 +6,7 @@ import json
 
 import orjson
 
-from sluice.bytescan import first_model_span, scan_keys, top_level_count
+from sluice.bytescan import first_model_span, top_level_count
 
 loads = orjson.loads
 JSONDecodeError = orjson.JSONDecodeError
