@@ -139,9 +139,10 @@ def count_responses(buf):
             return n
         head = buf[pos:end].lower()
         body_start = end + 4
-        if head.startswith(b"http/1.1 1"):  # interim (100 Continue): no body
+        if head.startswith(b"http/1.1 1"):  # interim (100 Continue): no body, not counted
             pos = body_start
-        elif b"content-length:" in head:
+            continue
+        if b"content-length:" in head:
             length = int(head.split(b"content-length:")[1].split(b"\r\n")[0])
             if len(buf) < body_start + length:
                 return n

@@ -9,7 +9,7 @@ import time
 
 import psutil
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from sluice_helpers import KEY, Sluice, base_config, count_responses, request
 
@@ -158,6 +158,10 @@ def _send_and_check(gw, reqs, split):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
 @given(reqs=st.lists(requests(), min_size=1, max_size=3), split=st.integers(0, 3))
+# an interim 100 Continue between two final responses: once counted as a third response
+@example(reqs=[b'POST /v1/chat/completions HTTP/1.1\r\ncontent-length: 4\r\n\r\nnull',
+               b'POST /v1/chat/completions HTTP/1.1\r\nExpect: 100-continue\r\ncontent-length: 72\r\n\r\n'
+               b'{"model": "mock-model", "messages": [{"role": "user", "content": "hi"}]}'], split=0)
 def test_random_requests_keep_the_invariants(fuzz_sluice, reqs, split):
     _send_and_check(fuzz_sluice, reqs, split)
 
