@@ -263,14 +263,20 @@ def test_timeline_bins():
 
 # --- one tiny study ------------------------------------------------------------------------------
 
-@pytest.mark.integration  # starts the mock, nginx and Locust: ~40 s
+# The mock's fault epoch is the hold's planned start, reckoned from when Locust is started; the
+# hold really starts when Locust has started up, which took 7.5 s on a loaded CI machine (the
+# whole window then fell before the hold). The faults start this far into the planned hold, so
+# they land inside the real one unless Locust takes longer than this to start.
+LOCUST_START_SLACK_S = 10.0
+
+@pytest.mark.integration  # starts the mock, nginx and Locust: ~60 s
 def test_error_burst_study(tmp_path):
     from harness.run.study import run_study
     from harness.stats.loading import load_study
     from report import build
     config = from_profile("smoke", gateways=("direct", "nginx"), out_dir=str(tmp_path),
-                          study_id="fb", fault_scenario="error_burst", hold_s=8.0,
-                          max_hold_s=10.0, fault_start_s=3.0, fault_duration_s=3.0,
+                          study_id="fb", fault_scenario="error_burst", hold_s=16.0,
+                          max_hold_s=18.0, fault_start_s=LOCUST_START_SLACK_S, fault_duration_s=3.0,
                           fault_lead_s=4.0)
     result = run_study(config, progress=lambda line: None)
     assert result.status == "completed"
@@ -295,7 +301,7 @@ def test_error_burst_study(tmp_path):
     assert "When the provider fails" in html and "single run" in html
 
 
-@pytest.mark.integration  # starts the mock, Sluice and Locust: ~40 s
+@pytest.mark.integration  # starts the mock, Sluice and Locust: ~60 s
 def test_open_loop_fault_study_counts_every_request_sent_during_the_fault(tmp_path):
     """The faults profile's shape at small scale: open loop, the same arrivals for every system,
     each request sent during the fault counted with all its attempts."""
@@ -303,8 +309,9 @@ def test_open_loop_fault_study_counts_every_request_sent_during_the_fault(tmp_pa
     from harness.stats.loading import load_study
     config = from_profile("faults", gateways=("direct", "sluice"), out_dir=str(tmp_path),
                           study_id="ol", fault_scenario="error_burst", users=40, warmup_s=1.0,
-                          open_loop_rates_per_s=(40.0,), open_loop_step_s=8.0, fault_start_s=2.0,
-                          fault_duration_s=4.0, fault_lead_s=6.0, runs_per_gateway=1)
+                          open_loop_rates_per_s=(40.0,), open_loop_step_s=LOCUST_START_SLACK_S + 6.0,
+                          fault_start_s=LOCUST_START_SLACK_S, fault_duration_s=4.0, fault_lead_s=6.0,
+                          runs_per_gateway=1)
     result = run_study(config, progress=lambda line: None)
     assert result.status == "completed"
     study = load_study(result.study_dir)
@@ -320,7 +327,7 @@ def test_open_loop_fault_study_counts_every_request_sent_during_the_fault(tmp_pa
     assert runs.loc["sluice", "amplification_sent_during"] > 1.0  # its retries, counted
 
 
-@pytest.mark.integration  # starts two mocks, Sluice and Locust: ~50 s
+@pytest.mark.integration  # starts two mocks, Sluice and Locust: ~60 s
 def test_failover_study_the_standby_serves_while_the_primary_fails(tmp_path):
     from harness.run.study import run_study
     from harness.stats.loading import load_study
@@ -328,8 +335,8 @@ def test_failover_study_the_standby_serves_while_the_primary_fails(tmp_path):
     from report import build
     config = from_profile("smoke", gateways=("direct", "sluice"), out_dir=str(tmp_path),
                           study_id="fo", fault_scenario="failover", resilience="recommended",
-                          hold_s=10.0, max_hold_s=12.0, fault_start_s=3.0, fault_duration_s=4.0,
-                          fault_lead_s=6.0)
+                          hold_s=18.0, max_hold_s=20.0, fault_start_s=LOCUST_START_SLACK_S,
+                          fault_duration_s=4.0, fault_lead_s=6.0)
     result = run_study(config, progress=lambda line: None)
     assert result.status == "completed"
     study = load_study(result.study_dir)
