@@ -8,15 +8,9 @@ from libc.string cimport memchr, memcmp
 cdef enum:
     NOT_FOUND = -1
 
-cdef bytes K_MODEL = b"model"
-cdef bytes K_MAX_TOKENS = b"max_tokens"
-cdef bytes K_MAX_COMPLETION_TOKENS = b"max_completion_tokens"
-cdef bytes K_N = b"n"
-cdef bytes K_STREAM = b"stream"
-cdef bytes U_PROMPT = b"prompt_tokens"
-cdef bytes U_COMPLETION = b"completion_tokens"
-cdef bytes U_INPUT = b"input_tokens"
-cdef bytes U_OUTPUT = b"output_tokens"
+# no word of a set is a prefix of another: at most one matches at a place
+cdef tuple DECIDED_KEYS = (b"model", b"max_tokens", b"max_completion_tokens", b"n", b"stream")
+cdef tuple USAGE_NAMES = (b"prompt_tokens", b"completion_tokens", b"input_tokens", b"output_tokens")
 
 
 cdef inline bint is_space(unsigned char c) nogil:
@@ -45,6 +39,16 @@ cdef inline bint word_at(const unsigned char* p, Py_ssize_t n, Py_ssize_t i, byt
     """``word`` then a closing quote at p[i:]."""
     cdef Py_ssize_t k = len(word)
     return i + k < n and memcmp(p + i, <const char*>word, k) == 0 and p[i + k] == 34
+
+
+cdef bytes quoted_word(const unsigned char* p, Py_ssize_t n, Py_ssize_t i, tuple words):
+    """The word of ``words`` at p[i:] followed by a closing quote, else None."""
+    cdef bytes word
+    if i < n:
+        for word in words:
+            if p[i] == (<const unsigned char*>word)[0] and word_at(p, n, i, word):
+                return word
+    return None
 
 
 cdef inline Py_ssize_t skip_space(const unsigned char* p, Py_ssize_t n, Py_ssize_t i) nogil:
@@ -89,18 +93,7 @@ def scan_keys(bytes data not None):
         if i == NOT_FOUND:
             return found
         j = i + 1
-        key = None
-        if j < n:
-            if p[j] == 109 and word_at(p, n, j, K_MODEL):
-                key = K_MODEL
-            elif p[j] == 109 and word_at(p, n, j, K_MAX_TOKENS):
-                key = K_MAX_TOKENS
-            elif p[j] == 109 and word_at(p, n, j, K_MAX_COMPLETION_TOKENS):
-                key = K_MAX_COMPLETION_TOKENS
-            elif p[j] == 110 and word_at(p, n, j, K_N):
-                key = K_N
-            elif p[j] == 115 and word_at(p, n, j, K_STREAM):
-                key = K_STREAM
+        key = quoted_word(p, n, j, DECIDED_KEYS)
         if key is None:
             i += 1
         else:
@@ -115,7 +108,7 @@ def first_model_span(bytes data not None):
     if i >= n or p[i] != 123:  # {
         return None
     i = skip_space(p, n, i + 1)
-    if i >= n or p[i] != 34 or not word_at(p, n, i + 1, K_MODEL):
+    if i >= n or p[i] != 34 or not word_at(p, n, i + 1, b"model"):
         return None
     i = skip_space(p, n, i + 7)
     if i >= n or p[i] != 58:  # :
@@ -206,16 +199,7 @@ def usage_counts(bytes data not None, Py_ssize_t start):
         if i == NOT_FOUND:
             return found
         j = i + 1
-        name = None
-        if j < n:
-            if p[j] == 112 and word_at(p, n, j, U_PROMPT):
-                name = U_PROMPT
-            elif p[j] == 99 and word_at(p, n, j, U_COMPLETION):
-                name = U_COMPLETION
-            elif p[j] == 105 and word_at(p, n, j, U_INPUT):
-                name = U_INPUT
-            elif p[j] == 111 and word_at(p, n, j, U_OUTPUT):
-                name = U_OUTPUT
+        name = quoted_word(p, n, j, USAGE_NAMES)
         if name is not None:
             j = skip_space(p, n, j + len(name) + 1)
             if j < n and p[j] == 58:
