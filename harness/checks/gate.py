@@ -39,17 +39,21 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.checks import aa, history, rules
+from harness.checks import aa, counts, history, rules
 from harness.checks.rules import pct
 from harness.checks.inputs import CheckInputError, require_completed
 from harness.model.metrics import metric
 from harness.model.roles import Roles
-from harness.files.readers import ArtifactError
+from harness.files.readers import ArtifactError, read_counts
+from harness.model.formats import COUNTS
 from harness.stats.loading import Study, load_study
 from harness.stats.runs import run_summary
 
 EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
 MIN_ROUNDS = 2
+# The counting gate's timed check: only what counts cannot see (a sleep, a lock, a blocking
+# call) shows as latency; it fails on a significant rise over 25 %.
+TIMED_RULES = (rules.Rule("net_overhead_p50_ms", 0.25), rules.Rule("wire_in_gateway_p50_us", 0.25))
 # Shown as history beside the verdict: the head over the reference in the same study.
 HISTORY_METRICS = ("cpu_ms_per_request", "wire_in_gateway_p50_us", "net_overhead_p50_ms",
                    "throughput_rps")
@@ -151,9 +155,29 @@ def _history_lines(study: Study, rs: pd.DataFrame, head: str, history_dir: Path)
 
 
 def check(study_dir: str | Path, history_dir: str | Path = history.HISTORY_DIR,
-          head: str | None = None, base: str | None = None) -> GateResult:
-    """Judge the head build against the base build of one gate study. Never writes anything."""
-    history_dir = Path(history_dir)
+          head: str | None = None, base: str | None = None, timed_only: bool = False) -> GateResult:
+    """Judge a gate directory (its counts.json, then its timed study ``timed/``), or one gate
+    study alone. ``timed_only``: the study is the counting gate's timed check, which fails only
+    on a significant latency rise (``TIMED_RULES``) and shows the other figures as information.
+    Never writes anything."""
+    path = Path(study_dir)
+    if (path / COUNTS.file).is_file():
+        try:
+            verdict = counts.judge(read_counts(path / COUNTS.file))
+        except ArtifactError as exc:
+            return GateResult(EXIT_BAD_INPUT, (f"gate: cannot judge: {exc}",))
+        if not verdict.ok:
+            return GateResult(EXIT_FAIL, (*verdict.lines, "gate: FAIL — on the counts"))
+        if not (path / "timed" / "manifest.json").is_file():
+            return GateResult(EXIT_BAD_INPUT, (*verdict.lines, f"gate: cannot judge: {path} has no "
+                                               "timed study (timed/): the gate stopped before it"))
+        timed = check(path / "timed", history_dir, head, base, timed_only=True)
+        return GateResult(timed.exit_code, (*verdict.lines, *timed.lines), timed.guarded, timed.decided)
+    return _check_study(path, Path(history_dir), head, base, timed_only)
+
+
+def _check_study(study_dir: Path, history_dir: Path, head: str | None, base: str | None,
+                 timed_only: bool) -> GateResult:
     try:
         study, rs = _load(study_dir)
         sid = study.manifest.study_id or study.path.name
@@ -165,7 +189,7 @@ def check(study_dir: str | Path, history_dir: str | Path = history.HISTORY_DIR,
                 self_check = aa.aa_check(rs, *aa.pair(study.manifest))
             except aa.AAInputError as exc:
                 raise GateInputError(f"its A/A pair: {exc}") from None
-        judged = rules.judge_all(rs, b.head, b.base)
+        judged = rules.judge_all(rs, b.head, b.base, TIMED_RULES if timed_only else rules.GATED)
         if all(j.missing for j in judged):
             raise GateInputError("no figure of the two builds could be paired: "
                                  + "; ".join(f"{j.rule.label}: {j.missing}" for j in judged))
@@ -184,6 +208,12 @@ def check(study_dir: str | Path, history_dir: str | Path = history.HISTORY_DIR,
     lines += [rules.tail_line(t) for t in rules.tails(rs, b.head, b.base)]
     failed = [g for g in guarded if g.outcome == rules.FAIL]
     undecided = [g for g in guarded if g.outcome == rules.UNDECIDED]
+    if timed_only:
+        info = [rules.guard(j, aa_by_metric.get(j.rule.metric))
+                for j in rules.judge_all(rs, b.head, b.base) if j.rule.metric not in
+                {r.metric for r in TIMED_RULES}]
+        lines += [f"information: {rules.guarded_line(g)}" for g in info]
+        undecided = []        # the counts decided; a noisy timing is information here
     if failed:
         lines.append(f"gate: FAIL — {len(failed)} of {sum(g.outcome != rules.NOT_MEASURED for g in guarded)} "
                      "judged figures regressed: " + ", ".join(g.judged.rule.label for g in failed))

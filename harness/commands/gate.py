@@ -72,19 +72,50 @@ def shown(result) -> int:
     return result.exit_code
 
 
+def count_builds(gate_system: str, base_commit: str, head_env: list[str], gate_dir,
+                 sizes=None) -> dict:
+    """Count the base build twice and the head build once (base, head, base again: a machine
+    that drifted shows in the base's two counts) and write gate_dir/counts.json."""
+    from harness.files.readers import read_counts
+    from harness.model.counting import GATE_CASES, Sizes
+    from harness.model.gateway_spec import folder_of, load_gateway_spec
+    from harness.remote.machine import machine_facts
+    from harness.run import builds, counting
+    from harness.run.systems import read_version
+    sizes = sizes or Sizes()
+    name = folder_of(gate_system)
+    tree = builds.checkout(base_commit)
+    base_spec = load_gateway_spec(name, tree.gateways_dir)
+    print(f"gate: building the base ({tree.commit[:12]}) in {tree.path}", flush=True)
+    builds.build(base_spec, gate_dir / "base.build.log")
+    head_spec = load_gateway_spec(name)
+    env = dict(item.split("=", 1) for item in head_env)
+    counted = []
+    for label, spec, commit, extra in (("base", base_spec, tree.commit, None),
+                                       ("head", head_spec, builds.resolve("HEAD"), env),
+                                       ("base~2", base_spec, tree.commit, None)):
+        t = time.monotonic()
+        counted.append(counting.count_system(spec, GATE_CASES, gate_dir / "count", label,
+                                             read_version(spec), commit, sizes, extra_env=extra,
+                                             syscalls=label != "base~2",
+                                             progress=lambda line: print(f"gate: {line}", flush=True)))
+        print(f"gate: {label} counted in {time.monotonic() - t:.0f} s", flush=True)
+    counting.write_counts(gate_dir / "counts.json", counted, machine_facts(), "gate")
+    return read_counts(gate_dir / "counts.json")
+
+
 def run_gate(history_dir, base: str | None, head_env: list[str], settings: list[str]) -> int:
-    """Resolve the base, run the gate study, judge it."""
-    from harness.checks import gate
-    from harness.model.config import from_profile, parse_overrides
+    """Resolve the base, count both builds and judge the counts; then the short timed study,
+    judged on latency alone."""
+    from harness.checks import counts, gate
+    from harness.model.config import REPO_DIR, from_profile, parse_overrides
     from harness.remote.machine import machine_facts
     from harness.run.study import run_study
-    overrides = {"study_id": time.strftime("gate-%Y%m%dT%H%M%SZ", time.gmtime()),
-                 **parse_overrides(settings)}
+    t0 = time.monotonic()
+    gate_id = time.strftime("gate-%Y%m%dT%H%M%SZ", time.gmtime())
+    overrides = {**parse_overrides(settings)}
     probe = from_profile("gate", **overrides)
     problems = []
-    if len(probe.aa_pair) != 2:
-        problems.append(f"aa_pair: the gate checks its own noise on two copies of one system; "
-                        f"got {list(probe.aa_pair)}")
     if not probe.gate_base_system:
         problems.append("gate_base_system: the gate compares the head build with a base build; "
                         "name the base entry (the gate profile's is sluice~base)")
@@ -98,12 +129,23 @@ def run_gate(history_dir, base: str | None, head_env: list[str], settings: list[
         except gate.GateInputError as exc:
             raise ConfigError([f"--base: {exc}"]) from None
         print(f"gate: base = {base[:12]}, {source}")
+    gate_dir = REPO_DIR / probe.out_dir / gate_id
+    gate_dir.mkdir(parents=True, exist_ok=True)
+    print(f"gate: {gate_dir}", flush=True)
+    record = count_builds(probe.gate_system, base, head_env, gate_dir)
+    verdict = counts.judge(record)
+    print("\n".join(verdict.lines), flush=True)
+    print(f"gate: counted in {time.monotonic() - t0:.0f} s", flush=True)
+    if not verdict.ok:
+        print("gate: FAIL — on the counts (the timed check is not run)")
+        return gate.EXIT_FAIL
     config = from_profile("gate", **{
-        **overrides, "builds": (*probe.builds, f"{probe.gate_base_system}={base}"),
+        **overrides, "out_dir": str(gate_dir.relative_to(REPO_DIR)), "study_id": "timed",
+        "builds": (*probe.builds, f"{probe.gate_base_system}={base}"),
         "system_env": (*probe.system_env, *(f"{probe.gate_system}:{item}" for item in head_env))})
     result = run_study(config)
     if result.status != "completed":
-        print(f"gate: the gate study did not complete ({result.status})", file=sys.stderr)
+        print(f"gate: the timed study did not complete ({result.status})", file=sys.stderr)
         return gate.EXIT_FAIL
     failed = [r for r in result.records if r.status != "completed"]
     skipped = [f"{name}: {why}" for name, why in result.skipped.items()]
@@ -111,4 +153,7 @@ def run_gate(history_dir, base: str | None, head_env: list[str], settings: list[
         print("gate: FAIL — runs failed or systems could not run: " + "; ".join(
             [f"{r.run_id}: {r.reason.splitlines()[0]}" for r in failed] + skipped))
         return gate.EXIT_FAIL
-    return shown(gate.check(result.study_dir, history_dir))
+    code = shown(gate.check(result.study_dir, history_dir, timed_only=True))
+    print(f"gate: {'FAIL' if code else 'ok'} — counts and the timed check, in "
+          f"{time.monotonic() - t0:.0f} s")
+    return code

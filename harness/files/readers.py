@@ -11,6 +11,7 @@ from harness.files.store import parquet_version, read_json, sha256_file
 from harness.model import migrate
 from harness.model.errors import UserError
 from harness.model.formats import (
+    COUNTS,
     FAULT_SCHEDULE,
     MOCK_STATS,
     TABLE_FORMATS,
@@ -63,6 +64,14 @@ def _manifest(cls, path: Path):
 def read_mock_stats(path: Path) -> dict:
     """A run's mock_stats.json (the mock's counters over the load), current version."""
     return migrate.unstamped(*_json(path, MOCK_STATS))
+
+
+def read_counts(path: Path) -> dict:
+    """counts.json: what the counting gate or lane counted (harness/run/counting.py)."""
+    data, _ = _json(path, COUNTS)
+    if not isinstance(data.get("builds"), list):
+        raise ArtifactError(f"{path}: a counts file without its builds")
+    return data
 
 
 def read_fault_schedule(path: Path) -> dict:

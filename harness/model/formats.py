@@ -66,8 +66,13 @@ GATE_RECORD = Format(
     "1: baselines/gate.json, one for every machine, ratios to the reference; 2: one per CPU "
     "model and profile, head against base and against the reference")
 
+COUNTS = Format(
+    "counts", "counts.json", 1, (1,),
+    "1: per build (head, base, base~2, or a system), per case: instructions, allocator calls and "
+    "system calls by name per request, RSS, statuses; the sizes and the machine")
+
 # The Parquet tables by schema table name (harness.model.schema.TABLES).
 TABLE_FORMATS = {"requests": REQUESTS_TABLE, "samples": SAMPLES_TABLE,
                  "mock_requests": MOCK_REQUESTS_TABLE}
 FORMATS = (STUDY_MANIFEST, RUN_MANIFEST, REQUESTS_TABLE, SAMPLES_TABLE, MOCK_REQUESTS_TABLE,
-           MOCK_STATS, FAULT_SCHEDULE, SUITE_MANIFEST, GATE_RECORD)
+           MOCK_STATS, FAULT_SCHEDULE, SUITE_MANIFEST, GATE_RECORD, COUNTS)

@@ -177,10 +177,14 @@ def start_system(spec: GatewaySpec, run_dir: Path, upstream_url: str, upstream_p
                  workers: int, ready_timeout_s: float, port: int = 0, host: Host | None = None,
                  upstream_host: str = "127.0.0.1", feature: str = "",
                  standby: MockHandle | None = None, cpus: str = "",
-                 extra_env: dict[str, str] | None = None, nice: int = 0) -> StartedSystem:
+                 extra_env: dict[str, str] | None = None, nice: int = 0,
+                 prefix: tuple[str, ...] = (), environment: dict[str, str] | None = None
+                 ) -> StartedSystem:
     """host: where it runs and listens (None: this machine at 127.0.0.1). standby: the second
     provider of a fault scenario that has one. cpus: the CPUs it and its children start on
-    (taskset's list; "" = any). extra_env: the study's system_env for it, over its own."""
+    (taskset's list; "" = any). extra_env: the study's system_env for it, over its own.
+    prefix: a command it runs under (Valgrind, strace). environment: its whole environment
+    instead of this process's (its own [start].env and extra_env still over it)."""
     host = host or LOCALHOST
     port = port or free_port()
     values = run_values(spec, run_dir, port, host.address, upstream_url, upstream_host,
@@ -198,9 +202,15 @@ def start_system(spec: GatewaySpec, run_dir: Path, upstream_url: str, upstream_p
     if spec.has_process:
         env = {"PYTHONPATH": str(REPO_DIR), **{k: render(v, values) for k, v in spec.start_env.items()},
                **(extra_env or {})}
-        proc = start_on(host, "system", pinned(cpus, [render(a, values) for a in spec.start_command], nice),
-                        run_dir / "system.log", pid_file(run_dir, "system"), cwd=run_dir, env=env,
-                        stop_signal=spec.stop_signal, stop_timeout_s=spec.stop_timeout_s)
+        argv = [*prefix, *pinned(cpus, [render(a, values) for a in spec.start_command], nice)]
+        if environment is None:
+            proc = start_on(host, "system", argv, run_dir / "system.log", pid_file(run_dir, "system"),
+                            cwd=run_dir, env=env, stop_signal=spec.stop_signal,
+                            stop_timeout_s=spec.stop_timeout_s)
+        else:
+            proc = ManagedProcess("system", argv, run_dir / "system.log", cwd=run_dir,
+                                  env={**environment, **env}, stop_signal=spec.stop_signal,
+                                  stop_timeout_s=spec.stop_timeout_s)
     try:
         ready_s = wait_ready(proc, target.base_url.rstrip("/") + render(spec.ready_path, values),
                              spec.ready_status, ready_timeout_s, f"{spec.name}")

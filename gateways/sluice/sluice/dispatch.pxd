@@ -9,6 +9,7 @@ from sluice.server cimport App
 from sluice.upstream cimport UpstreamConn
 
 cdef double TEST_DELAY_S, TEST_CPU_BURN_S
+cdef long TEST_BURN_ITERATIONS, TEST_EXTRA_WRITE_FD
 
 cpdef send_first(App app, ClientConn conn, Request r, Provider provider, bytes body)
 cpdef send(ClientConn conn, Request r, Pool pool)

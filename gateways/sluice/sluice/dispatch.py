@@ -11,14 +11,26 @@ from sluice.resilience import attempt_sending, on_failure
 # Only for the performance gate's own test: a Sluice slowed on purpose, by this many
 # milliseconds before each request goes upstream, must be caught by the gate. Never set in use.
 TEST_DELAY_S = float(os.environ.get("SLUICE_TEST_DELAY_MS", "0") or 0) / 1000.0
-# ... and, for the same reason, by this much CPU per request (a busy wait, microseconds).
+# ... and, for the same reason, by this much CPU per request (a busy wait, microseconds),
+# by a fixed number of loop iterations (the counting gate: the same work on every machine),
+# and by one more write system call per request (to /dev/null).
 TEST_CPU_BURN_S = float(os.environ.get("SLUICE_TEST_CPU_BURN_US", "0") or 0) / 1e6
+TEST_BURN_ITERATIONS = int(os.environ.get("SLUICE_TEST_BURN_ITERATIONS", "0") or 0)
+TEST_EXTRA_WRITE_FD = (os.open(os.devnull, os.O_WRONLY)
+                       if os.environ.get("SLUICE_TEST_EXTRA_WRITE") == "1" else -1)
 
 
 def _burn_cpu(seconds):
     end = perf_counter() + seconds
     while perf_counter() < end:
         pass
+
+
+def _burn_iterations(n):
+    x = 0
+    for i in range(n):
+        x ^= i
+    return x
 
 
 def send_first(app, conn, r, provider, body):
@@ -28,6 +40,10 @@ def send_first(app, conn, r, provider, body):
     r.payload = payload  # kept for another attempt
     if TEST_CPU_BURN_S:
         _burn_cpu(TEST_CPU_BURN_S)
+    if TEST_BURN_ITERATIONS:
+        _burn_iterations(TEST_BURN_ITERATIONS)
+    if TEST_EXTRA_WRITE_FD >= 0:
+        os.write(TEST_EXTRA_WRITE_FD, b"x")
     if TEST_DELAY_S:
         app.loop.call_later(TEST_DELAY_S, send, conn, r, provider.pool)
     else:
