@@ -64,9 +64,11 @@ faults: setup study-deps sluice-build
 	  --suite-id $$id && $(PY) -m harness report artifacts/suites/$$id
 
 ## The performance gate (CI runs it after the tests): the base commit's Sluice (from
-## baselines/gate/, built in a worktree) and this tree's side by side in one `gate` study, its
-## A/A self-check first (baselines/README.md).
+## baselines/gate/, built in a worktree) counted twice and this tree's once, under Valgrind and
+## strace (instructions, allocations, system calls per request decide), then a short timed
+## check beside them for what counts cannot see (baselines/README.md). About 6 minutes.
 gate: setup sluice-build
+	bash scripts/install-test-deps.sh
 	$(PY) -m harness gate run
 
 ## make report STUDY=artifacts/<study-id>

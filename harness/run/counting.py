@@ -199,7 +199,7 @@ def tools_missing() -> str:
     """'' when Valgrind (with vgdb), strace and setarch are here; else what is missing."""
     absent = [t for t in (VALGRIND, VGDB, STRACE, SETARCH) if shutil.which(t) is None]
     return (f"not installed: {', '.join(absent)} (Debian's valgrind and strace packages; "
-            "`make count-deps` installs them)" if absent else "")
+            "scripts/install-test-deps.sh installs them)" if absent else "")
 
 
 def valgrind_version() -> str:

@@ -1,0 +1,52 @@
+"""The counting with the real parts at tiny scale: Sluice under callgrind and strace, in lockstep
+with the provider; the counts see what they must (a write more, a refusal that never goes on)."""
+import pytest
+
+from harness.model.counting import CountCase, Sizes, families
+from harness.model.gateway_spec import load_gateway_spec
+from harness.run.counting import count_system, tools_missing
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+TINY = Sizes(warmup=5, n1=20, n2=60, idle_s=1.0)
+CASES = (CountCase("plain", "passthrough"), CountCase("stream", "", stream=True),
+         CountCase("refused", "refused"), CountCase("nothing", "no_such_feature"))
+
+
+@pytest.fixture(scope="module")
+def counted(tmp_path_factory):
+    if tools_missing():
+        pytest.fail(tools_missing())
+    spec = load_gateway_spec("sluice")
+    work = tmp_path_factory.mktemp("count")
+    plain = count_system(spec, CASES, work, "head", sizes=TINY, progress=lambda _: None)
+    extra = count_system(spec, CASES[:1], work, "write", sizes=TINY, progress=lambda _: None,
+                         extra_env={"SLUICE_TEST_EXTRA_WRITE": "1"})
+    return plain, extra
+
+
+def test_every_declared_case_is_counted_and_a_missing_feature_says_so(counted):
+    plain, _ = counted
+    assert not plain.failed, plain.failed
+    by = {c.case: c for c in plain.cases}
+    assert by["nothing"].missing == "sluice declares no feature 'no_such_feature'"
+    for name in ("plain", "stream", "refused"):
+        c = by[name]
+        assert c.instructions_per_request and c.instructions_per_request > 1000, c
+        assert c.allocations_per_request and c.allocations_per_request > 1, c
+        assert c.rss_bytes and c.rss_bytes > 10_000_000
+    assert by["plain"].statuses == {"200": 80} and by["refused"].statuses == {"401": 80}
+    # one read of the request and one of the provider's answer; a streamed answer adds a read
+    # and a write per frame (lockstep: every frame alone); a refusal never reaches the provider
+    f = {name: families(by[name].syscalls_per_request) for name in ("plain", "stream", "refused")}
+    assert f["plain"]["reads"] == pytest.approx(2.0) and f["plain"]["writes"] == pytest.approx(2.0)
+    assert f["stream"]["reads"] == pytest.approx(13.0) and f["stream"]["writes"] == pytest.approx(13.0)
+    assert f["refused"]["reads"] == pytest.approx(1.0) and f["refused"]["writes"] == pytest.approx(1.0)
+    assert by["stream"].instructions_per_request > by["plain"].instructions_per_request
+
+
+def test_one_more_write_a_request_is_counted(counted):
+    plain, extra = counted
+    assert not extra.failed, extra.failed
+    before = families(plain.case("plain").syscalls_per_request)["writes"]
+    after = families(extra.case("plain").syscalls_per_request)["writes"]
+    assert after - before == pytest.approx(1.0)
