@@ -36,6 +36,7 @@ RECORDED = {
     F.FAULT_SCHEDULE: (readers.read_fault_schedule, {2: TESTS / "data" / "faults-v2.json"}),
     F.SUITE_MANIFEST: (lambda path: readers.read_suite_manifest(path.parent),
                        {2: TESTS / "fixtures" / "suites" / "v2-smoke" / "manifest.json"}),
+    F.COUNTS: (readers.read_counts, {1: TESTS / "data" / "counts-v1.json"}),
     F.GATE_RECORD: (history.read_record, {1: TESTS / "data" / "gate-record-v1.json",
                                           2: TESTS / "data" / "gate-record-v2.json"}),
 }
