@@ -37,6 +37,7 @@ from harness.model.counting import CountCase, Sizes
 from harness.model.formats import COUNTS
 from harness.model.gateway_spec import GatewaySpec, render
 from harness.run.bodies import chat_body
+from harness.host.processes import ManagedProcess
 from harness.run.systems import start_system
 from mocks.lockstep import LockstepProvider
 
@@ -221,25 +222,17 @@ def _strace_prefix(log: Path) -> tuple[str, ...]:
     return (SETARCH, "-R", STRACE, "-f", "-qq", "-ttt", "-o", str(log), "--")
 
 
-def _tree_pids(root: int) -> list[int]:
-    try:
-        p = psutil.Process(root)
-        return [p.pid, *(c.pid for c in p.children(recursive=True))]
-    except psutil.Error:
-        return []
-
-
 class Callgrind:
     """Zero and dump the counters of every Valgrind process of a started system (vgdb)."""
 
-    def __init__(self, out_dir: Path, root_pid: int):
+    def __init__(self, out_dir: Path, proc: ManagedProcess):
         self.out_dir = out_dir
-        self.root_pid = root_pid
+        self.proc = proc
 
     def pids(self) -> list[int]:
         # the processes running under Valgrind: those with a vgdb FIFO of their own
-        return [pid for pid in _tree_pids(self.root_pid)
-                if any(Path("/tmp").glob(f"vgdb-pipe-from-vgdb-to-{pid}-*"))]
+        return [p.pid for p in self.proc.tree()
+                if any(Path("/tmp").glob(f"vgdb-pipe-from-vgdb-to-{p.pid}-*"))]
 
     def _monitor(self, pid: int, command: str) -> None:
         try:
@@ -275,24 +268,21 @@ def read_dump(text: str) -> tuple[int, int]:
     C allocator from outside the interpreter."""
     total = None
     allocations = 0
-    ob = cob = fn = cfn = ""
+    ob = cfn = ""
     for line in text.splitlines():
         if line.startswith("calls="):
             callee = cfn.split("'", 1)[0]
             if callee in PY_ALLOCATORS or (callee in C_ALLOCATORS and not PY_OBJECT.search(ob)):
                 allocations += int(line[6:].split(None, 1)[0])
         elif line.startswith("fn="):
-            fn, cfn, cob = line[3:], "", ""
+            cfn = ""
         elif line.startswith("cfn="):
             cfn = line[4:]
         elif line.startswith("ob="):
             ob = line[3:]
-        elif line.startswith("cob="):
-            cob = line[4:]
         elif line.startswith(("totals:", "summary:")):
             value = int(line.split(":", 1)[1].split()[0])
             total = value if total is None or line.startswith("totals:") else total
-    del fn, cob   # read for the format's sake; the caller's object decides
     if total is None:
         raise CountError("a callgrind dump without totals")
     return total, allocations
@@ -417,7 +407,7 @@ def count_system(spec: GatewaySpec, cases: tuple[CountCase, ...], work_dir: Path
 
     def vg_phase(proc, mark, ph):
         if not counters:
-            counters.append(Callgrind(vg_dir, proc.pid))
+            counters.append(Callgrind(vg_dir, proc))
         if mark.endswith("start"):
             counters[0].zero()
         else:
@@ -428,7 +418,7 @@ def count_system(spec: GatewaySpec, cases: tuple[CountCase, ...], work_dir: Path
     try:
         vg, vg_s = _run_cases(spec, declared, sizes, vg_dir, _valgrind_prefix(vg_dir), env,
                               workers, vg_phase, progress)
-    except (CountError, Exception) as exc:   # a start that failed names its log
+    except Exception as exc:   # a start that failed names its log; a step says what it waited for
         return replace(base, failed=f"under callgrind: {str(exc).splitlines()[0][:400]}")
 
     # 2. system calls and RSS, natively under strace
@@ -441,13 +431,13 @@ def count_system(spec: GatewaySpec, cases: tuple[CountCase, ...], work_dir: Path
 
         def st_phase(proc, mark, ph):
             if mark == "end":
-                ph.rss_bytes = _rss_bytes(proc.pid)
+                ph.rss_bytes = _rss_bytes(proc)
 
         progress(f"{label}: {spec.name} under strace")
         try:
             st, st_s = _run_cases(spec, declared, sizes, st_dir, _strace_prefix(log), env, workers,
                                   st_phase, progress)
-        except (CountError, Exception) as exc:
+        except Exception as exc:
             return replace(base, failed=f"under strace: {str(exc).splitlines()[0][:400]}")
         text = log.read_text(errors="replace") if log.exists() else ""
     dn = sizes.n2 - sizes.n1
@@ -473,14 +463,13 @@ def count_system(spec: GatewaySpec, cases: tuple[CountCase, ...], work_dir: Path
                    strace_s=round(st_s, 1))
 
 
-def _rss_bytes(root: int) -> int | None:
+def _rss_bytes(proc: ManagedProcess) -> int | None:
+    """The system's RSS: its process tree less the tools it runs under."""
     total = 0
-    for pid in _tree_pids(root):
+    for p in proc.tree():
         try:
-            name = psutil.Process(pid).name()
-            if name in ("strace", "setarch"):
-                continue
-            total += psutil.Process(pid).memory_info().rss
+            if p.name() not in (STRACE, SETARCH):
+                total += p.memory_info().rss
         except psutil.Error:
             pass
     return total or None
