@@ -1,11 +1,13 @@
 """The numbers every section of a study's report reads, computed once from the study directory."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
+from harness.files.readers import read_counts
+from harness.model.formats import COUNTS
 from harness.model.roles import Roles
 from harness.stats.across import (
     SUMMARY_COLUMNS,
@@ -15,6 +17,7 @@ from harness.stats.across import (
     system_labels,
     system_summary,
 )
+from harness.stats.counting import lane_frame
 from harness.stats.inflight_limits import DEFAULT_PLANNED_LATENCY_S, Lane, lane
 from harness.stats.loading import Study, cpu_count, load_study
 from harness.stats.definitions import DEFAULT_BIN_USERS
@@ -55,6 +58,8 @@ class ReportData:
     inflight: Lane                   # the in-flight lane (empty without in-flight runs)
     planned_latency_s: float = DEFAULT_PLANNED_LATENCY_S  # with load_rps: the open requests
                                      # the sizing section plans for (Little's law)
+    counts: pd.DataFrame = field(default_factory=lambda: lane_frame(None))  # the counting lane
+    counts_about: dict = field(default_factory=dict)  # its tool, sizes and CPU model
 
     def ordered(self, frame: pd.DataFrame) -> pd.DataFrame:
         """``frame``'s rows in the study's system order (stable within a system)."""
@@ -93,4 +98,16 @@ def collect(study_dir: str | Path, reference: str | None = None,
                           else Prices(vcpu_hour_usd, gb_hour_usd, "given on the command line")),
                       load_rps=load_rps, overhead=overhead,
                       inflight=lane(study, roles.floor, cpu_count(study)),
-                      planned_latency_s=planned_latency_s)
+                      planned_latency_s=planned_latency_s, **_counts(study))
+
+
+def _counts(study: Study) -> dict:
+    """The counting lane's table and what it ran with (empty without a counting lane)."""
+    path = Path(study.path) / COUNTS.file
+    if not path.is_file():
+        return {}
+    record = read_counts(path)
+    sizes = next((b["sizes"] for b in record["builds"] if b.get("sizes")), {})
+    return {"counts": lane_frame(record),
+            "counts_about": {"valgrind": record.get("valgrind") or "unknown", "sizes": sizes,
+                             "cpu": (record.get("machine") or {}).get("cpu_model") or "unknown"}}

@@ -255,6 +255,12 @@ def section_gateway_time(data: ReportData) -> str:
     return render("gateway_time.html.j2", summary=tables.gateway_time(rows), headers=headers)
 
 
+def section_counts(data: ReportData) -> str:
+    if not len(data.counts):
+        return ""
+    return render("counts.html.j2", counts=tables.counts(data), **data.counts_about)
+
+
 def section_methodology(data: ReportData) -> str:
     m = data.study.manifest
     cfg = m.config.to_dict()
@@ -343,6 +349,7 @@ SECTIONS: dict[str, Callable[[ReportData], str]] = {
     "feature_cost": section_feature_cost,
     "self_overhead": section_self_overhead,
     "gateway_time": section_gateway_time,
+    "counts": section_counts,
     "verdicts": section_verdicts,
     "stability": section_stability,
     "runs": section_runs,

@@ -8,6 +8,7 @@ import pandas as pd
 
 from harness.model.metrics import metric
 from harness.stats.across import OVERHEAD_FIGURES, describe
+from harness.stats.counting import instructions_of
 from harness.stats.feature_cost import FEATURE_METRICS, STREAM_METRICS
 from harness.stats.definitions import ERROR_KINDS
 from harness.stats.open_loop import OPEN_LOOP_BOUNDS_MS, open_loop_capacity
@@ -134,9 +135,11 @@ def headline(data: ReportData) -> Table:
     comp = (data.comparison.set_index(["system", "metric"]) if data.comparison is not None
             else None)
     labels = data.labels.set_index("system") if len(data.labels) else None
-    columns = [cell("system"),
-               cell("runs done"), *(cell(F.heading(m)) for m in HEADLINE_METRICS),
-               cell("result"), cell(f"vs {ref}")]
+    counted = len(data.counts) > 0
+    headings = [cell(F.heading(m)) for m in HEADLINE_METRICS]
+    if counted:   # beside CPU time, the count that does not depend on the machine's noise
+        headings.insert(_COUNT_AT, cell("instr./req (counted)"))
+    columns = [cell("system"), cell("runs done"), *headings, cell("result"), cell(f"vs {ref}")]
     rows = []
     for system in data.study.systems:
         meta = systems_meta.get(system)
@@ -148,7 +151,7 @@ def headline(data: ReportData) -> Table:
             why = (meta.not_runnable_reason if meta else "") or "no runs"
             # a long reason (an installer's error) would push the table off the first screen:
             # its start here, all of it in the tooltip and the methodology's systems table
-            rows.append(Row((name, number("0/0"), *(number(F.DASH) for _ in HEADLINE_METRICS),
+            rows.append(Row((name, number("0/0"), *(number(F.DASH) for _ in headings),
                              Cell((Part("not run", "tag not run"),), title=why),
                              Cell((Part(short(why, HEADLINE_REASON_CHARS), small=True),),
                                   "verdict", title=why)),
@@ -163,6 +166,8 @@ def headline(data: ReportData) -> Table:
                                  *((Part(" ⚠", "unstable"),) if unstable else ())),
                                 "n unstable" if unstable else "n",
                                 title=F.spread(d, m) if d else ""))
+        if counted:
+            figures.insert(_COUNT_AT, _counted_cell(data, system))
         if system == ref:
             verdicts = Cell((Part("reference"),), "verdict")
         elif comp is not None:
@@ -178,6 +183,46 @@ def headline(data: ReportData) -> Table:
         rows.append(Row((name, number(f"{n_done}/{len(sub)}"), *figures, _label_tag(label),
                          verdicts), id=f"headline-{system}"))
     return Table(tuple(columns), tuple(rows), "headline-table")
+
+
+_COUNT_AT = HEADLINE_METRICS.index("cpu_ms_per_request") + 1
+
+
+def _counted_cell(data: ReportData, system: str) -> Cell:
+    """The plain relay's instructions per request from the counting lane, or why there is none."""
+    n = instructions_of(data.counts, system)
+    if n is not None:
+        return Cell((Part(f"{n / 1000:,.0f}k"),), "n", title=f"{n:,.0f} instructions per "
+                    "request under Valgrind (the counting lane)")
+    sel = data.counts[data.counts["system"] == system]
+    why = "; ".join(x for x in sel["missing"] if x) or "not counted"
+    return Cell((Part(F.DASH),), "n", title=why)
+
+
+def _counted(x, fmt: str) -> str:
+    return F.DASH if x is None or pd.isna(x) else fmt.format(x)
+
+
+def counts(data: ReportData) -> Table:
+    """The counting lane: per system and case, instructions and system calls per request (and
+    allocator calls, RSS); a system that could not be counted keeps its reason."""
+    frame = data.ordered(data.counts) if len(data.counts) else data.counts
+    rows = []
+    for r in frame.to_dict("records"):
+        if not r["case"]:
+            rows.append(Row((cell(r["system"], strong=True), cell(F.DASH),
+                             *(number(F.DASH) for _ in range(6)),
+                             Cell((Part(r["missing"], small=True),), title=r["missing"]))))
+            continue
+        rows.append(Row((cell(r["system"], strong=True), cell(r["case"]),
+                         number(_counted(r["instructions_per_request"], "{:,.0f}")),
+                         *(number(_counted(r[f"{k}_per_request"], "{:.2f}"))
+                           for k in ("reads", "writes", "sends", "waits")),
+                         number(_counted(r["allocations_per_request"], "{:,.1f}")),
+                         Cell((Part(r["missing"], small=True),), title=r["missing"]))))
+    return Table((cell("system"), cell("case"), cell("instructions/req"), cell("reads/req"),
+                  cell("writes/req"), cell("sends/req"), cell("waits/req (timing)"),
+                  cell("allocator calls/req"), cell("missing")), tuple(rows), "counts-table")
 
 
 def sizing(data: ReportData) -> Table:

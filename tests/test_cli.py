@@ -50,7 +50,7 @@ def test_the_default_systems_are_the_profiles_from_every_entry_point(tmp_path):
     assert notebook_parameters(config, {})["gateways"] == list(config.gateways)
     gate = study_config(parser().parse_args(["study", "--profile", "gate",
                                              "--set", f"out_dir={tmp_path}"]))
-    assert gate.gateways == ("nginx", "nginx~aa", "sluice~base", "sluice")
+    assert gate.gateways == ("nginx", "sluice~base", "sluice")
 
 
 def test_overrides_reach_the_notebook_and_named_ones_stay_explicit(tmp_path):
@@ -67,6 +67,9 @@ def test_unknown_system_to_install_is_one_line(capsys):
     assert "unknown gateway 'no-such-system'" in capsys.readouterr().err
 
 
-def test_a_gate_without_an_aa_pair_is_refused(capsys):
-    assert main(["gate", "run", "--set", "aa_pair=[]"]) == 2
-    assert "aa_pair: the gate checks its own noise" in capsys.readouterr().err
+def test_a_gate_without_a_base_or_with_a_bad_head_env_is_refused_before_it_builds(capsys):
+    assert main(["gate", "run", "--set", "gate_base_system=", "--head-env", "NOEQUALS"]) == 2
+    out, err = capsys.readouterr()
+    assert "gate_base_system: the gate compares the head build" in err
+    assert "--head-env 'NOEQUALS': expected NAME=VALUE" in err
+    assert "building the base" not in out

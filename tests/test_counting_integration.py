@@ -1,10 +1,14 @@
 """The counting with the real parts at tiny scale: Sluice under callgrind and strace, in lockstep
-with the provider; the counts see what they must (a write more, a refusal that never goes on)."""
+with the provider; the counts see what they must (a write more, a refusal that never goes on);
+the counting lane counts nginx and keeps the systems it cannot count."""
 import pytest
 
 from harness.model.counting import CountCase, Sizes, families
 from harness.model.gateway_spec import load_gateway_spec
+from harness.files.readers import read_counts
+from harness.run.count_lane import run_count_lane
 from harness.run.counting import count_system, tools_missing
+from harness.stats.counting import lane_frame
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 TINY = Sizes(warmup=5, n1=20, n2=60, idle_s=1.0)
@@ -50,3 +54,17 @@ def test_one_more_write_a_request_is_counted(counted):
     before = families(plain.case("plain").syscalls_per_request)["writes"]
     after = families(extra.case("plain").syscalls_per_request)["writes"]
     assert after - before == pytest.approx(1.0)
+
+
+def test_the_lane_counts_nginx_and_keeps_each_system_it_cannot_count_with_the_reason(tmp_path):
+    specs = {name: load_gateway_spec(name) for name in ("nginx", "direct", "bifrost")}
+    path = run_count_lane(specs, {"nginx": "nginx 1.22"}, {"bifrost": "not runnable here"}, "c",
+                          tmp_path, TINY, progress=lambda _: None)
+    frame = lane_frame(read_counts(path)).set_index(["system", "case"])
+    for case in ("plain", "stream"):
+        row = frame.loc[("nginx", case)]
+        assert row["instructions_per_request"] > 1000 and row["reads_per_request"] >= 1, row
+    assert (frame.loc[("nginx", "stream"), "instructions_per_request"]
+            > frame.loc[("nginx", "plain"), "instructions_per_request"])
+    assert "starts no process of its own" in frame.loc[("direct", ""), "missing"]
+    assert frame.loc[("bifrost", ""), "missing"] == "not run in this study: not runnable here"

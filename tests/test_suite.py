@@ -192,9 +192,10 @@ def test_recorded_cell_keys_keep(tmp_path):
                          nice_load=5, nice_mock=5, nice_system=0, gate_base_system="alpha~base",
                          builds=("alpha~base=main~1",), system_env=("alpha:SLUICE_TEST_DELAY_MS=1",))
     # (settings added after this key was recorded are checked one by one below)
-    assert set(every_one_set) | {"runs_unconfigured"} == set(M.IN_KEY_WHEN_SET)
+    assert set(every_one_set) | {"runs_unconfigured", "count_lane"} == set(M.IN_KEY_WHEN_SET)
     assert M.cell_key(dataclasses.replace(config, **every_one_set)) == RECORDED_CELL_KEY_ALL_SET
-    assert M.cell_key(dataclasses.replace(config, runs_unconfigured=1)) != RECORDED_CELL_KEY
+    for later in (dict(runs_unconfigured=1), dict(count_lane=True)):
+        assert M.cell_key(dataclasses.replace(config, **later)) != RECORDED_CELL_KEY
 
 
 def _fake_suite(root, suite_id, cells):

@@ -1,35 +1,30 @@
-"""The performance regression gate: two builds of one system, side by side on one machine in one
-study, as asv's ``continuous`` compares two commits.
+"""The performance regression gate: two builds of one system on one machine, as asv's
+``continuous`` compares two commits, decided on counts and checked on time.
 
-    python -m harness gate check   STUDY_DIR
-    python -m harness gate refresh STUDY_DIR [--history-dir baselines/gate]
+    python -m harness gate check   GATE_DIR
+    python -m harness gate refresh GATE_DIR [--history-dir baselines/gate]
 
-A gate study (profile ``gate``) runs, interleaved round by round: the reference (nginx) and a
-second copy of it (the A/A pair), the base build (``sluice~base``: gateways/sluice as committed
-at the base commit, built the same way) and the head build (``sluice``: this tree). ``check``:
+A gate directory (``artifacts/<gate-id>/``) holds:
 
-1. per figure, head / base paired by round (harness/checks/rules.py: CPU-ms per request,
-   throughput and peak RSS within 5 %, wire in-gateway p50 and net overhead p50 within 10 %);
-   better never fails;
-2. the A/A pair guards each figure with its own noise (rules.guard): where the two copies of
-   nginx agree within the figure's limit, the limit is the allowance; where they moved more
-   (noise d), the limit plus d. A figure fails when its mean is worse than the allowance and
-   that is significant over the rounds (one-sided t-test, p ≤ 0.05); worse but not significant,
-   or a noisy A/A pair, leaves it *undecided*: a regression of the limit's size could hide
-   there. Tails are printed with their spread, never judged.
+1. ``counts.json``: instructions, allocator calls and system calls per request of the base build
+   (counted twice) and the head build (harness/run/counting.py), judged by
+   harness/checks/counts.py. These do not depend on the machine's noise, so they decide;
+2. ``timed/``: a short side-by-side study (profile ``gate``: nginx, the base build
+   ``sluice~base`` and the head build ``sluice``, interleaved round by round), run only when the
+   counts passed. It catches what counts cannot see (a sleep, a lock, a blocking call): it fails
+   only on a significant rise over 25 % of the latency figures (``TIMED_RULES``; one-sided
+   t-test of the rounds' log ratios, p <= 0.05); its other figures are information.
 
-The verdict: FAIL (exit 1) when a figure failed; else *inconclusive* (exit 0, a comparison it
-cannot trust must neither block a change nor pass one silently) when a figure is undecided;
-else ok. A large regression therefore fails even on a noisy machine, and "ok" is said only
-where the study's own noise allows it.
+An older gate study alone (with its A/A pair) is still judged as it was: every figure of
+rules.GATED, each guarded by the A/A pair's own noise.
 
-No stored number decides a verdict: both builds met the same machine in the same rounds, so the
-CPU model cancels. The history (harness/checks/history.py) is printed beside the verdict: this
-study's head / reference ratios, and the accepted record of this CPU model (or, from another CPU
-model, marked as such: never a yardstick). ``refresh`` writes this CPU model's record from a
-study, deliberately; ``check`` never writes.
+No stored number decides a verdict. The history (harness/checks/history.py) is printed beside
+it: this study's head / reference ratios, and the accepted record of this CPU model (or, from
+another CPU model, marked as such: never a yardstick). ``refresh`` writes this CPU model's
+record from a gate that passed, deliberately; ``check`` never writes.
 
-Exit codes: 0 ok or inconclusive, 1 a figure regressed (or a run failed), 2 bad input.
+Exit codes: 0 ok (or, for an old study, inconclusive), 1 a figure regressed (or a run failed),
+2 bad input.
 """
 from __future__ import annotations
 
@@ -236,7 +231,19 @@ def _check_study(study_dir: Path, history_dir: Path, head: str | None, base: str
 
 def refresh(study_dir: str | Path, history_dir: str | Path = history.HISTORY_DIR,
             head: str | None = None, base: str | None = None, now: float | None = None) -> GateResult:
-    """Write this CPU model's record from a completed gate study (deliberately)."""
+    """Write this CPU model's record from a completed gate study, or from a gate directory
+    whose counts passed (its timed study, ``timed/``), deliberately."""
+    path = Path(study_dir)
+    if (path / COUNTS.file).is_file():
+        try:
+            verdict = counts.judge(read_counts(path / COUNTS.file))
+        except ArtifactError as exc:
+            return GateResult(EXIT_BAD_INPUT, (f"gate refresh: refused: {exc}",))
+        if not verdict.ok:
+            return GateResult(EXIT_BAD_INPUT, (*verdict.lines, "gate refresh: refused: the "
+                                               "counts did not pass; a record comes only from "
+                                               "a gate that did"))
+        study_dir = path / "timed"
     try:
         study, rs = _load(study_dir)
         if study.manifest.status != "completed":

@@ -1,18 +1,19 @@
-"""The performance regression gate (what `make gate` and CI run): two builds side by side.
+"""The performance regression gate (what `make gate` and CI run): two builds, one machine.
 
     python -m harness gate                  # the same as `gate run` with no options
     python -m harness gate run [--base REF] [--head-env NAME=VALUE ...] [--set NAME=VALUE ...]
-    python -m harness gate check   STUDY_DIR
-    python -m harness gate refresh STUDY_DIR
+    python -m harness gate check   GATE_DIR
+    python -m harness gate refresh GATE_DIR
 
 `run` (the default) builds the base commit's system in a worktree beside this tree (the base:
 --base REF, else the commit accepted in this CPU model's record under baselines/gate/, else the
-newest record's), runs a `gate` study (the A/A pair, the base build and the head build,
-interleaved) and judges it (harness/checks/gate.py): 0 ok, or inconclusive when the A/A pair
-disagreed; 1 a figure regressed or a run failed; 2 bad input. --head-env sets an environment
-variable of the head build alone (SLUICE_TEST_DELAY_MS=1 slows it on purpose: the gate must
-fail). `check` judges an existing gate study; `refresh` writes this CPU model's record from one,
-deliberately (baselines/README.md).
+newest record's), counts the base twice and the head once (counts.json) and judges the counts;
+when they pass, it runs the short timed study (timed/) and judges its latency
+(harness/checks/gate.py): 0 ok; 1 a figure regressed or a run failed; 2 bad input. --head-env
+sets an environment variable of the head build alone (SLUICE_TEST_DELAY_MS=1,
+SLUICE_TEST_BURN_ITERATIONS=N, SLUICE_TEST_EXTRA_WRITE=1 slow it on purpose: the gate must
+fail). `check` judges an existing gate directory; `refresh` writes this CPU model's record from
+one that passed, deliberately (baselines/README.md).
 """
 from __future__ import annotations
 
@@ -22,16 +23,16 @@ import time
 
 from harness.model.config import ConfigError
 
-HELP = "the regression gate: two builds side by side in one study (or check / refresh a study)"
+HELP = "the regression gate: two builds counted, then timed side by side (or check / refresh a gate)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     # Defaults are resolved in the actions: importing the gate here would slow every --help.
     sub = parser.add_subparsers(dest="action", metavar="ACTION")
-    run_p = sub.add_parser("run", help="build the base, run a gate study and judge it (default)")
-    check_p = sub.add_parser("check", help="judge a gate study: head build against base build "
-                                           "(exit 0 ok/inconclusive, 1 regression, 2 bad input)")
-    refresh_p = sub.add_parser("refresh", help="write this CPU model's record from a gate study")
+    run_p = sub.add_parser("run", help="build the base, count both builds, time them, judge (default)")
+    check_p = sub.add_parser("check", help="judge a gate directory: head build against base build "
+                                           "(exit 0 ok, 1 regression, 2 bad input)")
+    refresh_p = sub.add_parser("refresh", help="write this CPU model's record from a gate that passed")
     run_p.add_argument("--base", default=None, metavar="REF",
                        help="git ref of the base build (default: the accepted commit in "
                             "baselines/gate/)")
@@ -43,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--history-dir", default=None,
                        help="the gate records (default: baselines/gate)")
     for p in (check_p, refresh_p):
-        p.add_argument("study_dir", help="artifacts/<study-id>")
+        p.add_argument("study_dir", help="artifacts/<gate-id> (or an older gate study)")
         p.add_argument("--head", default=None, help="head entry (default: the study's gate_system)")
         p.add_argument("--base", default=None,
                        help="base entry (default: the study's gate_base_system)")

@@ -71,6 +71,10 @@ class StudyConfig:
     system_env: tuple[str, ...] = ()     # "ENTRY:NAME=VALUE" items: extra environment of one
                                          # entry's process (e.g. "sluice:SLUICE_TEST_DELAY_MS=1"
                                          # slows the head build alone); no commas in VALUE
+    count_lane: bool = False             # counting lane: after the runs, each system counted
+                                         # once under Valgrind and strace (instructions and
+                                         # system calls per request, plain and streamed;
+                                         # harness/run/count_lane.py): counts.json
     runs_per_gateway: int = 3            # each system is run this many times, interleaved
     runs_unconfigured: int = 0           # with resilience=recommended, the runs of a system with
                                          # nothing to configure (it runs as shipped in every

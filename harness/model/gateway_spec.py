@@ -34,8 +34,9 @@ NO_RECOMMENDED = "no recommended configuration declared"
 DIALECT_PATHS = {name: d.chat_path for name, d in DIALECTS.items()}
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 # {{#standby}}...{{/standby}}: text kept only when the run has a standby provider, so no
-# configuration names a second provider that is really the failing one.
-SECTIONS = ("standby",)
+# configuration names a second provider that is really the failing one. {{#counted}}: text kept
+# only when the system runs to be counted (under Valgrind and strace).
+SECTIONS = ("standby", "counted")
 _SECTION = re.compile(r"\{\{#(\w+)\}\}(.*?)\{\{/\1\}\}", re.S)
 _STANDBY_PLACEHOLDERS = ("standby_url", "standby_host", "standby_port")
 _HEADERS = T.Table(each=T.STR)

@@ -7,7 +7,12 @@ PROFILES: dict[str, dict] = {
                   cooldown_s=1.0, think_time_s=0.1, runs_per_gateway=1, max_hold_s=10.0,
                   ready_timeout_s=30.0),
     # The default: offered load ~900 req/s at the top, within what one Locust process generates.
-    "standard": dict(),
+    "standard": dict(count_lane=True),
+    # The counting lane with the smoke runs before it: instructions and system calls per
+    # request of every system, which do not depend on the machine (harness/run/count_lane.py).
+    "counting": dict(users=4, ramp_s=2.0, hold_s=3.0, warmup_s=1.0, warmup_users=1, idle_s=1.0,
+                     cooldown_s=1.0, think_time_s=0.1, runs_per_gateway=1, max_hold_s=10.0,
+                     count_lane=True),
     # The same ramp without waiting: every system is pushed to its limit (or Locust's).
     "saturation": dict(think_time_s=0.0),
     # The HeimOS protocol: 0 -> 1,000 users over 5 min 30 s, 3 runs.

@@ -66,7 +66,7 @@ NOT_IN_KEY = SUITE_OWNED + ("base_port", "gateways_dir")
 # existed keep their keys.
 IN_KEY_WHEN_SET = ("cpu_affinity_load", "cpu_affinity_mock", "cpu_affinity_system", "nice_load",
                    "nice_mock", "nice_system", "gate_base_system", "builds", "system_env",
-                   "runs_unconfigured")
+                   "runs_unconfigured", "count_lane")
 # The in-flight lane's settings: in the key only in that lane (inflight_steps set), so cells of
 # every other lane keep their keys.
 IN_KEY_IN_INFLIGHT_LANE = ("inflight_step_s", "inflight_hold_s", "open_files_limit")

@@ -47,16 +47,20 @@ VGDB = "vgdb"
 SETARCH = "setarch"
 STEP_TIMEOUT_S = 120.0          # one request under Valgrind, or a vgdb call
 READY_TIMEOUT_S = 300.0         # a start under Valgrind (an interpreter is ~50x slower there)
+WAKE_AFTER_S = 0.5              # a process that has not answered vgdb by then is woken ...
+WAKE_EVERY_S = 0.25             # ... again this often ...
+ASLEEP_AFTER_S = 5.0            # ... and one that still has not, sleeps through the mark
 SETTLE_S = 0.1                  # idle before a phase's end is marked: its last system calls are in
 IDLE = "_idle"
 # The environment every counted process gets, and nothing else of this one (its size moves the
 # stack, and a variable can change what a system does).
-FIXED_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/root", "LANG": "C.UTF-8",
+FIXED_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C.UTF-8",
              "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
 # Allocations: calls into Python's object allocator, and into the C allocator from outside the
 # interpreter (the interpreter's own calls to malloc are its allocator forwarding large blocks).
 PY_ALLOCATORS = ("_PyObject_Malloc", "_PyObject_Calloc", "_PyObject_Realloc")
 C_ALLOCATORS = ("malloc", "calloc", "realloc", "posix_memalign", "aligned_alloc", "memalign")
+DUMP_PART = re.compile(r"^callgrind\.out\.\d+\.\d+$")
 PY_OBJECT = re.compile(r"libpython\d|/python\d[.\d]*$")
 
 
@@ -212,7 +216,7 @@ def valgrind_version() -> str:
 
 
 def _valgrind_prefix(out_dir: Path) -> tuple[str, ...]:
-    return (SETARCH, "-R", VALGRIND, "--tool=callgrind", "--trace-children=yes", "--vgdb=yes",
+    return (SETARCH, "-R", VALGRIND, "--tool=callgrind", "--trace-children=yes", "--vgdb=yes", "--vgdb-poll=100",
             "--dump-instr=no", "--dump-line=no", "--compress-strings=no", "--compress-pos=no",
             f"--callgrind-out-file={out_dir}/callgrind.out.%p", f"--log-file={out_dir}/valgrind.%p.log",
             "--")
@@ -223,43 +227,102 @@ def _strace_prefix(log: Path) -> tuple[str, ...]:
 
 
 class Callgrind:
-    """Zero and dump the counters of every Valgrind process of a started system (vgdb)."""
+    """Zero and dump the counters of every Valgrind process of a started system (vgdb).
 
-    def __init__(self, out_dir: Path, proc: ManagedProcess):
+    vgdb never forces its way in (``--max-invoke-ms=0``): Valgrind 3.19 aborts a process that
+    its ptrace invoker interrupts in epoll_wait. A process answers when it next runs; one that
+    has not answered within WAKE_AFTER_S is woken by a connection opened and closed on the
+    system's port (the same work at every mark, so it cancels in the slope). One that sleeps
+    through every mark (a master process in sigsuspend) does no work and is left out, said so;
+    one that answers one mark of a phase and not the other fails the count."""
+
+    def __init__(self, out_dir: Path, proc: ManagedProcess, port: int,
+                 progress: Callable[[str], None] = print):
         self.out_dir = out_dir
         self.proc = proc
+        self.port = port
+        self.progress = progress
+        self.zeroed: set[int] = set()
+        self.asleep: set[int] = set()
 
     def pids(self) -> list[int]:
         # the processes running under Valgrind: those with a vgdb FIFO of their own
         return [p.pid for p in self.proc.tree()
                 if any(Path("/tmp").glob(f"vgdb-pipe-from-vgdb-to-{p.pid}-*"))]
 
-    def _monitor(self, pid: int, command: str) -> None:
+    def _wake(self) -> None:
         try:
-            done = subprocess.run([VGDB, f"--pid={pid}", *command.split()], capture_output=True,
-                                  text=True, timeout=STEP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            raise CountError(f"vgdb --pid={pid} {command}: no answer in {STEP_TIMEOUT_S:g} s") from None
-        if done.returncode != 0:
-            raise CountError(f"vgdb --pid={pid} {command} failed: "
-                             f"{(done.stderr or done.stdout).strip()[-300:]}")
+            socket.create_connection(("127.0.0.1", self.port), timeout=1.0).close()
+        except OSError:
+            pass
+
+    def _monitor(self, command: str) -> set[int]:
+        """Send ``command`` to every Valgrind process; the pids that answered."""
+        calls = {pid: subprocess.Popen([VGDB, "--max-invoke-ms=0", f"--pid={pid}", *command.split()],
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for pid in self.pids()}
+        t0 = time.monotonic()
+        next_wake = t0 + WAKE_AFTER_S
+        while any(c.poll() is None for c in calls.values()):
+            now = time.monotonic()
+            if now - t0 > ASLEEP_AFTER_S:
+                break
+            if now >= next_wake:
+                self._wake()
+                next_wake = now + WAKE_EVERY_S
+            time.sleep(0.02)
+        answered = set()
+        for pid, call in calls.items():
+            if call.poll() is None:
+                call.kill()
+                call.wait()
+                continue
+            out = call.stdout.read() if call.stdout else ""
+            if call.returncode != 0:
+                raise CountError(f"vgdb --pid={pid} {command} failed: {out.strip()[-300:]}")
+            answered.add(pid)
+        return answered
+
+    def _dumps(self) -> list[Path]:
+        # a dump is a part file, callgrind.out.<pid>.<n>; a forked process writes its whole
+        # run's file (no part number) as well
+        return [f for f in self.out_dir.glob("callgrind.out.*") if DUMP_PART.search(f.name)]
 
     def zero(self) -> None:
-        for pid in self.pids():
-            self._monitor(pid, "zero")
+        self.zeroed = self._monitor("zero")
 
     def dump(self) -> tuple[int, int]:
         """(instructions, allocator calls) since the last zero, summed over the processes."""
-        before = set(self.out_dir.glob("callgrind.out.*"))
-        for pid in self.pids():
-            self._monitor(pid, "dump")
-        files = sorted(set(self.out_dir.glob("callgrind.out.*")) - before)
+        before = set(self._dumps())
+        dumped = self._monitor("dump")
+        if dumped != self.zeroed:
+            raise CountError(f"processes {sorted(dumped ^ self.zeroed)} answered only one of a "
+                             "phase's two marks under Valgrind: their count would hold work from "
+                             "outside the phase")
+        slept = set(self.pids()) - dumped - self.asleep
+        if slept:
+            self.asleep |= slept
+            self.progress(f"  processes {sorted(slept)} slept through a whole phase: no work "
+                          "of theirs to count")
+        files = sorted(set(self._dumps()) - before)
         if not files:
             raise CountError("callgrind wrote no dump")
-        totals = [read_dump(f.read_text(errors="replace")) for f in files]
+        totals = [_read_dump_file(f) for f in files]
         for f in files:
             f.unlink()
         return sum(t[0] for t in totals), sum(t[1] for t in totals)
+
+
+def _read_dump_file(path: Path) -> tuple[int, int]:
+    # vgdb can answer before a woken process has finished writing its dump: wait for the totals
+    deadline = time.monotonic() + STEP_TIMEOUT_S
+    while True:
+        try:
+            return read_dump(path.read_text(errors="replace"))
+        except CountError:
+            if time.monotonic() > deadline:
+                raise CountError(f"{path.name}: a callgrind dump without totals") from None
+            time.sleep(0.1)
 
 
 def read_dump(text: str) -> tuple[int, int]:
@@ -322,7 +385,7 @@ def _run_cases(spec: GatewaySpec, cases: tuple[CountCase, ...], sizes: Sizes, ru
                prefix: tuple[str, ...], env: dict[str, str], workers: int,
                on_phase: Callable, progress: Callable[[str], None]) -> tuple[dict, float]:
     """Start the system under ``prefix`` and drive every case through warm-up, N1 and N2.
-    ``on_phase(proc, mark, phases)`` acts at each mark: "start" and "end" of a counted phase,
+    ``on_phase(proc, port, mark, phases)`` acts at each mark: "start" and "end" of a counted phase,
     "idle_start" and "idle_end" around the idle window after the first warm-up. Each counted
     phase's window (t_unix_s from, to) lies between its "start" and its "end".
     ({case: _Phases, IDLE: _Phases}, seconds)."""
@@ -332,7 +395,7 @@ def _run_cases(spec: GatewaySpec, cases: tuple[CountCase, ...], sizes: Sizes, ru
     results = {}
     try:
         started = start_system(spec, run_dir, provider.url, provider.port, workers,
-                               READY_TIMEOUT_S, prefix=prefix, environment=env)
+                               READY_TIMEOUT_S, prefix=prefix, environment=env, counted=True)
         port = int(started.target.base_url.rsplit(":", 1)[1].split("/", 1)[0])
         driver = Driver(port, provider)
         proc = started.process
@@ -343,12 +406,12 @@ def _run_cases(spec: GatewaySpec, cases: tuple[CountCase, ...], sizes: Sizes, ru
                 driver.request(raw)
             if not results:
                 idle = results[IDLE] = _Phases()
-                on_phase(proc, "idle_start", idle)
+                on_phase(proc, port, "idle_start", idle)
                 idle.windows.append((time.time(), time.time() + sizes.idle_s))
                 time.sleep(sizes.idle_s)
-                on_phase(proc, "idle_end", idle)
+                on_phase(proc, port, "idle_end", idle)
             for n in (sizes.n1, sizes.n2):
-                on_phase(proc, "start", ph)
+                on_phase(proc, port, "start", ph)
                 t_from = time.time()
                 for _ in range(n):
                     ph.statuses[str(driver.request(raw))] += 1
@@ -356,7 +419,7 @@ def _run_cases(spec: GatewaySpec, cases: tuple[CountCase, ...], sizes: Sizes, ru
                 # not one more or one less by chance, and the idle correction takes them out
                 time.sleep(SETTLE_S + (-(time.time() + SETTLE_S - t_from)) % 1.0)
                 ph.windows.append((t_from, time.time()))
-                on_phase(proc, "end", ph)
+                on_phase(proc, port, "end", ph)
             ph.reconnects = driver.reconnects
             driver.reconnects = 0
             results[case.name] = ph
@@ -405,9 +468,9 @@ def count_system(spec: GatewaySpec, cases: tuple[CountCase, ...], work_dir: Path
     vg_dir.mkdir(parents=True)
     counters: list[Callgrind] = []
 
-    def vg_phase(proc, mark, ph):
+    def vg_phase(proc, port, mark, ph):
         if not counters:
-            counters.append(Callgrind(vg_dir, proc))
+            counters.append(Callgrind(vg_dir, proc, port, progress))
         if mark.endswith("start"):
             counters[0].zero()
         else:
@@ -429,7 +492,7 @@ def count_system(spec: GatewaySpec, cases: tuple[CountCase, ...], work_dir: Path
         st_dir.mkdir(parents=True)
         log = st_dir / "strace.log"
 
-        def st_phase(proc, mark, ph):
+        def st_phase(proc, port, mark, ph):
             if mark == "end":
                 ph.rss_bytes = _rss_bytes(proc)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from harness.model import fault_scenarios
 from harness.model.builds import build_refs
 from harness.model.config import ConfigError, StudyConfig
+from harness.model.counting import LANE_SIZES
 from harness.model.gateway_spec import (
     GatewaySpec,
     GatewaySpecError,
@@ -33,6 +34,7 @@ from harness.model.validation import validate
 from harness.remote import hosts
 from harness.remote.machine import git_commit, machine_facts, package_versions
 from harness.run import builds
+from harness.run.count_lane import run_count_lane
 from harness.host.processes import ProcessError, port_in_use, stop_all
 from harness.run.run import Interrupted, RunRecord, completed_record, measure_run
 from harness.files.store import write_atomic
@@ -168,6 +170,10 @@ def run_study(config: StudyConfig, progress=print) -> StudyResult:
             progress(f"{label} {record.status}"
                      f" in {record.ended_t_unix_s - record.started_t_unix_s:.0f} s"
                      + (f": {record.reason.splitlines()[0]}" if record.reason else ""))
+        if config.count_lane:
+            progress("counting lane: each system once under Valgrind, then under strace")
+            run_count_lane(specs, versions, skipped, manifest.git_commit or "", study_dir,
+                           LANE_SIZES, progress)
         manifest = replace(manifest, status="completed")
     except (Interrupted, KeyboardInterrupt) as exc:
         manifest = replace(manifest, status="interrupted",

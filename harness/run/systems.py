@@ -157,13 +157,14 @@ class StartedSystem:
 
 def run_values(spec: GatewaySpec, run_dir: Path, port: int, listen_host: str, upstream_url: str,
                upstream_host: str, upstream_port: int, workers: int,
-               standby: MockHandle | None = None) -> dict:
+               standby: MockHandle | None = None, counted: bool = False) -> dict:
     """Every placeholder's value for one run, and whether its {{#standby}} sections are kept:
-    only when the run has a standby provider (the {{standby_*}} placeholders live inside them)."""
+    only when the run has a standby provider (the {{standby_*}} placeholders live inside them);
+    {{#counted}} sections are kept when the system runs under Valgrind or strace to be counted."""
     values = {**_base_values(spec), "port": port, "listen_host": listen_host,
               "upstream_url": upstream_url, "upstream_host": upstream_host,
               "upstream_port": upstream_port, "run_dir": run_dir, "workers": workers,
-              "standby": standby is not None}
+              "standby": standby is not None, "counted": counted}
     if standby is not None:
         values.update(standby_url=standby.url, standby_host=standby.address,
                       standby_port=standby.port)
@@ -178,17 +179,18 @@ def start_system(spec: GatewaySpec, run_dir: Path, upstream_url: str, upstream_p
                  upstream_host: str = "127.0.0.1", feature: str = "",
                  standby: MockHandle | None = None, cpus: str = "",
                  extra_env: dict[str, str] | None = None, nice: int = 0,
-                 prefix: tuple[str, ...] = (), environment: dict[str, str] | None = None
-                 ) -> StartedSystem:
+                 prefix: tuple[str, ...] = (), environment: dict[str, str] | None = None,
+                 counted: bool = False) -> StartedSystem:
     """host: where it runs and listens (None: this machine at 127.0.0.1). standby: the second
     provider of a fault scenario that has one. cpus: the CPUs it and its children start on
     (taskset's list; "" = any). extra_env: the study's system_env for it, over its own.
     prefix: a command it runs under (Valgrind, strace). environment: its whole environment
-    instead of this process's (its own [start].env and extra_env still over it)."""
+    instead of this process's (its own [start].env and extra_env still over it). counted: it runs
+    to be counted (its templates' {{#counted}} sections are kept)."""
     host = host or LOCALHOST
     port = port or free_port()
     values = run_values(spec, run_dir, port, host.address, upstream_url, upstream_host,
-                        upstream_port, workers, standby)
+                        upstream_port, workers, standby, counted)
     for tf in spec.start_files:
         out = run_dir / tf.output
         out.parent.mkdir(parents=True, exist_ok=True)
