@@ -44,10 +44,9 @@ class Sizes:
     warmup: int = 50
     n1: int = 200
     n2: int = 1200
-    idle_s: float = 3.0       # the idle window whose work per second (timers) is taken out
 
     def check(self) -> None:
-        if not (0 <= self.warmup and 0 < self.n1 < self.n2 and self.idle_s > 0):
+        if not (0 <= self.warmup and 0 < self.n1 < self.n2):
             raise ValueError(f"count sizes: need 0 <= warmup and 0 < n1 < n2, got {self}")
 
 
@@ -61,4 +60,4 @@ def families(per_request: dict[str, float]) -> dict[str, float]:
 
 
 # The lane's sizes: every system, Python and Node ones included, at ~50x slower under Valgrind.
-LANE_SIZES = Sizes(warmup=20, n1=50, n2=300, idle_s=2.0)
+LANE_SIZES = Sizes(warmup=20, n1=50, n2=300)

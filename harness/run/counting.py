@@ -8,9 +8,9 @@ provider (mocks/lockstep.py) and one client connection run here, outside it, str
 request after another, a streamed answer one frame per read; so every request wakes the system
 the same way each time.
 
-Per case: a warm-up, then N1 and N2 requests, counted apart; the figure per request is the
-slope (count(N2) - count(N1)) / (N2 - N1), so start-up, warm-up and the counting's own cost
-cancel. Callgrind's counters are zeroed and dumped between the phases through ``vgdb``, so one
+Per case: a warm-up, then N2 and N1 requests, counted apart, the N1 phase lasting as long as
+the N2 phase; the figure per request is the slope (count(N2) - count(N1)) / (N2 - N1), so
+start-up, warm-up, the counting's own cost and the system's timers cancel. Callgrind's counters are zeroed and dumped between the phases through ``vgdb``, so one
 Valgrind process serves every case and the interpreter's start under Valgrind is paid once.
 
 What counts cannot see (a sleep, a lock, a blocking call) the timed check beside them sees.
@@ -47,11 +47,11 @@ VGDB = "vgdb"
 SETARCH = "setarch"
 STEP_TIMEOUT_S = 120.0          # one request under Valgrind, or a vgdb call
 READY_TIMEOUT_S = 300.0         # a start under Valgrind (an interpreter is ~50x slower there)
+INVOKE_MS = 10                  # vgdb forces its way into a process blocked in a system call
 WAKE_AFTER_S = 0.5              # a process that has not answered vgdb by then is woken ...
 WAKE_EVERY_S = 0.25             # ... again this often ...
 ASLEEP_AFTER_S = 5.0            # ... and one that still has not, sleeps through the mark
 SETTLE_S = 0.1                  # idle before a phase's end is marked: its last system calls are in
-IDLE = "_idle"
 # The environment every counted process gets, and nothing else of this one (its size moves the
 # stack, and a variable can change what a system does).
 FIXED_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C.UTF-8",
@@ -89,7 +89,6 @@ class BuildCount:
     commit: str
     cases: tuple[CaseCount, ...]
     sizes: Sizes
-    idle_instructions_per_s: float | None = None    # its timers' work, taken out of each phase
     valgrind_s: float = 0.0
     strace_s: float = 0.0
     failed: str = ""                 # the whole count failed: why
@@ -216,7 +215,7 @@ def valgrind_version() -> str:
 
 
 def _valgrind_prefix(out_dir: Path) -> tuple[str, ...]:
-    return (SETARCH, "-R", VALGRIND, "--tool=callgrind", "--trace-children=yes", "--vgdb=yes", "--vgdb-poll=100",
+    return (SETARCH, "-R", VALGRIND, "--tool=callgrind", "--trace-children=yes", "--vgdb=yes",
             "--dump-instr=no", "--dump-line=no", "--compress-strings=no", "--compress-pos=no",
             f"--callgrind-out-file={out_dir}/callgrind.out.%p", f"--log-file={out_dir}/valgrind.%p.log",
             "--")
@@ -229,12 +228,12 @@ def _strace_prefix(log: Path) -> tuple[str, ...]:
 class Callgrind:
     """Zero and dump the counters of every Valgrind process of a started system (vgdb).
 
-    vgdb never forces its way in (``--max-invoke-ms=0``): Valgrind 3.19 aborts a process that
-    its ptrace invoker interrupts in epoll_wait. A process answers when it next runs; one that
-    has not answered within WAKE_AFTER_S is woken by a connection opened and closed on the
-    system's port (the same work at every mark, so it cancels in the slope). One that sleeps
-    through every mark (a master process in sigsuspend) does no work and is left out, said so;
-    one that answers one mark of a phase and not the other fails the count."""
+    vgdb forces its way into a process blocked in a system call after INVOKE_MS (its ptrace
+    invoker; the guest code it runs there is the same at every mark, so it cancels in the
+    slope). One that has not answered within WAKE_AFTER_S is woken by a connection opened and
+    closed on the system's port. One that sleeps through every mark (a master process in
+    sigsuspend) does no work and is left out, said so; one that answers one mark of a phase and
+    not the other fails the count."""
 
     def __init__(self, out_dir: Path, proc: ManagedProcess, port: int,
                  progress: Callable[[str], None] = print):
@@ -258,7 +257,7 @@ class Callgrind:
 
     def _monitor(self, command: str) -> set[int]:
         """Send ``command`` to every Valgrind process; the pids that answered."""
-        calls = {pid: subprocess.Popen([VGDB, "--max-invoke-ms=0", f"--pid={pid}", *command.split()],
+        calls = {pid: subprocess.Popen([VGDB, f"--max-invoke-ms={INVOKE_MS}", f"--pid={pid}", *command.split()],
                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                  for pid in self.pids()}
         t0 = time.monotonic()
@@ -384,11 +383,9 @@ class _Phases:
 def _run_cases(spec: GatewaySpec, cases: tuple[CountCase, ...], sizes: Sizes, run_dir: Path,
                prefix: tuple[str, ...], env: dict[str, str], workers: int,
                on_phase: Callable, progress: Callable[[str], None]) -> tuple[dict, float]:
-    """Start the system under ``prefix`` and drive every case through warm-up, N1 and N2.
-    ``on_phase(proc, port, mark, phases)`` acts at each mark: "start" and "end" of a counted phase,
-    "idle_start" and "idle_end" around the idle window after the first warm-up. Each counted
-    phase's window (t_unix_s from, to) lies between its "start" and its "end".
-    ({case: _Phases, IDLE: _Phases}, seconds)."""
+    """Start the system under ``prefix`` and drive every case through warm-up, N2 and N1 (as long).
+    ``on_phase(proc, port, mark, phases)`` acts at each mark: "start" and "end" of a counted
+    phase, whose window (t_unix_s from, to) lies between them. ({case: _Phases}, seconds)."""
     provider = LockstepProvider(timeout_s=STEP_TIMEOUT_S)
     t0 = time.monotonic()
     started = None
@@ -404,20 +401,18 @@ def _run_cases(spec: GatewaySpec, cases: tuple[CountCase, ...], sizes: Sizes, ru
             ph = _Phases()
             for _ in range(sizes.warmup):
                 driver.request(raw)
-            if not results:
-                idle = results[IDLE] = _Phases()
-                on_phase(proc, port, "idle_start", idle)
-                idle.windows.append((time.time(), time.time() + sizes.idle_s))
-                time.sleep(sizes.idle_s)
-                on_phase(proc, port, "idle_end", idle)
-            for n in (sizes.n1, sizes.n2):
+            longest = 0.0
+            for n in (sizes.n2, sizes.n1):
                 on_phase(proc, port, "start", ph)
                 t_from = time.time()
                 for _ in range(n):
                     ph.statuses[str(driver.request(raw))] += 1
-                # to a whole second: a phase then holds a whole number of a 1-s timer's firings,
-                # not one more or one less by chance, and the idle correction takes them out
-                time.sleep(SETTLE_S + (-(time.time() + SETTLE_S - t_from)) % 1.0)
+                # the longer phase to a whole second, the shorter as long: both then hold the
+                # same firings of every timer (a period of a whole second fits a whole number
+                # of times in either), which cancel in the slope, whatever the machine's speed
+                time.sleep(max(SETTLE_S + (-(time.time() + SETTLE_S - t_from)) % 1.0,
+                               t_from + longest - time.time()))
+                longest = max(longest, time.time() - t_from)
                 ph.windows.append((t_from, time.time()))
                 on_phase(proc, port, "end", ph)
             ph.reconnects = driver.reconnects
@@ -471,7 +466,7 @@ def count_system(spec: GatewaySpec, cases: tuple[CountCase, ...], work_dir: Path
     def vg_phase(proc, port, mark, ph):
         if not counters:
             counters.append(Callgrind(vg_dir, proc, port, progress))
-        if mark.endswith("start"):
+        if mark == "start":
             counters[0].zero()
         else:
             ph.counts.append(counters[0].dump())
@@ -504,14 +499,12 @@ def count_system(spec: GatewaySpec, cases: tuple[CountCase, ...], work_dir: Path
             return replace(base, failed=f"under strace: {str(exc).splitlines()[0][:400]}")
         text = log.read_text(errors="replace") if log.exists() else ""
     dn = sizes.n2 - sizes.n1
-    idle_ips = vg[IDLE].counts[0][0] / sizes.idle_s       # instructions a second, idle
     out = list(lacking)
     for case in declared:
         v, s = vg[case.name], st.get(case.name, _Phases())
-        # each phase less the idle work of its duration: timers fire by the clock, not per request
-        (i1, a1), (i2, a2) = [(i - idle_ips * (b - a), al)
-                              for (i, al), (a, b) in zip(v.counts, v.windows)]
-        c1, c2 = read_strace(text, s.windows) if s.windows else (Counter(), Counter())
+        # phases N2 then N1, of one duration: their difference is N2 - N1 requests' work
+        (i2, a2), (i1, a1) = v.counts
+        c2, c1 = read_strace(text, s.windows) if s.windows else (Counter(), Counter())
         names = set(c1) | set(c2)
         syscalls = {n: round((c2[n] - c1[n]) / dn, 4) for n in sorted(names)}
         out.append(CaseCount(case.name, round((i2 - i1) / dn, 1),
@@ -522,8 +515,7 @@ def count_system(spec: GatewaySpec, cases: tuple[CountCase, ...], work_dir: Path
                              "without symbols hides its allocator)"))
     order = {c.name: i for i, c in enumerate(cases)}
     return replace(base, cases=tuple(sorted(out, key=lambda c: order[c.case])),
-                   idle_instructions_per_s=round(idle_ips), valgrind_s=round(vg_s, 1),
-                   strace_s=round(st_s, 1))
+                   valgrind_s=round(vg_s, 1), strace_s=round(st_s, 1))
 
 
 def _rss_bytes(proc: ManagedProcess) -> int | None:
