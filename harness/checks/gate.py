@@ -272,14 +272,17 @@ def refresh(study_dir: str | Path, history_dir: str | Path = history.HISTORY_DIR
 
 def base_ref(machine: dict, profile: str = "gate",
              history_dir: str | Path = history.HISTORY_DIR) -> tuple[str, str]:
-    """(the base commit for a gate run, where it came from): this CPU model's record, else the
-    newest record of the profile (only its commit is used: no ratio travels)."""
+    """(the base commit for a gate run, where it came from): the newest accepted commit of the
+    profile, whichever CPU model's record holds it. The counts decide, and they do not depend on
+    the machine, so a commit accepted on one model is the base on every one (no ratio travels)."""
     try:
-        record, mine = history.for_machine(machine, profile, history_dir)
+        newest = next((r for r in history.records(history_dir) if r.get("profile") == profile),
+                      None)
     except history.HistoryError as exc:
         raise GateInputError(str(exc)) from None
-    if record is None:
+    if newest is None:
         raise GateInputError(f"no gate record in {history_dir} to take the base commit from; "
                              "give --base REF (e.g. --base main~1)")
-    return record["commit"], (f"the commit accepted in {record['path']}"
-                              + ("" if mine else " (another CPU model's record: its commit only)"))
+    where = ("this CPU model's record" if history.same_cpu(newest["machine"], machine)
+             else f"the record of {newest['machine'].get('cpu_model') or 'another CPU model'}")
+    return newest["commit"], f"the newest commit accepted, in {newest['path']} ({where})"

@@ -6,8 +6,8 @@
     python -m harness gate refresh GATE_DIR
 
 `run` (the default) builds the base commit's system in a worktree beside this tree (the base:
---base REF, else the commit accepted in this CPU model's record under baselines/gate/, else the
-newest record's), counts the base twice and the head once (counts.json) and judges the counts;
+--base REF, else the newest commit accepted in any CPU model's record under baselines/gate/:
+the counts do not depend on the machine), counts the base twice and the head once (counts.json) and judges the counts;
 when they pass, it runs the short timed study (timed/) and judges its latency
 (harness/checks/gate.py): 0 ok; 1 a figure regressed or a run failed; 2 bad input. --head-env
 sets an environment variable of the head build alone (SLUICE_TEST_DELAY_MS=1,

@@ -399,6 +399,12 @@ def _run_cases(spec: GatewaySpec, cases: tuple[CountCase, ...], sizes: Sizes, ru
         for case in cases:
             raw = request_bytes(spec, case, port, {"port": port})
             ph = _Phases()
+            if not results:
+                warm = _Phases()
+                on_phase(proc, port, "start", warm)
+                for _ in range(sizes.n2):
+                    driver.request(raw)
+                on_phase(proc, port, "end", warm)
             for _ in range(sizes.warmup):
                 driver.request(raw)
             longest = 0.0
