@@ -65,9 +65,12 @@ def test_strace_calls_are_counted_by_name_in_their_window_once_each():
         "reads": 3.0, "writes": 1.0, "sends": 0.0, "waits": 3.0}
 
 
-def test_sizes_are_checked():
-    with pytest.raises(ValueError):
-        Sizes(10, 200, 200).check()
+def test_sizes_are_checked_and_strace_gets_its_own():
+    for bad in (Sizes(10, 200, 200), Sizes(syscall_n1=300, syscall_n2=250)):
+        with pytest.raises(ValueError):
+            bad.check()
+    calls = Sizes().for_syscalls()
+    assert (calls.n1, calls.n2, calls.warmup) == (50, 250, Sizes().warmup)
 
 
 def _case(name, instructions, reads=2.0, writes=2.0, allocations=50.0, rss=30_000_000):

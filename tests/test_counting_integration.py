@@ -11,7 +11,7 @@ from harness.run.counting import count_system, tools_missing
 from harness.stats.counting import lane_frame
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
-TINY = Sizes(warmup=5, n1=20, n2=60)
+TINY = Sizes(warmup=5, n1=20, n2=60, syscall_n1=20, syscall_n2=60)
 CASES = (CountCase("plain", "passthrough"), CountCase("stream", "", stream=True),
          CountCase("refused", "refused"), CountCase("nothing", "no_such_feature"))
 

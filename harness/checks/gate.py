@@ -10,8 +10,8 @@ A gate directory (``artifacts/<gate-id>/``) holds:
    (counted twice) and the head build (harness/run/counting.py), judged by
    harness/checks/counts.py. These do not depend on the machine's noise, so they decide;
 2. ``timed/``: a short side-by-side study (profile ``gate``: nginx, the base build
-   ``sluice~base`` and the head build ``sluice``, interleaved round by round), run only when the
-   counts passed. It catches what counts cannot see (a sleep, a lock, a blocking call): it fails
+   ``sluice~base`` and the head build ``sluice``, interleaved round by round), run after the
+   counts whatever they said. It catches what counts cannot see (a sleep, a lock, a blocking call): it fails
    only on a significant rise over 25 % of the latency figures (``TIMED_RULES``; one-sided
    t-test of the rounds' log ratios, p <= 0.05); its other figures are information.
 
@@ -161,12 +161,15 @@ def check(study_dir: str | Path, history_dir: str | Path = history.HISTORY_DIR,
             verdict = counts.judge(read_counts(path / COUNTS.file))
         except ArtifactError as exc:
             return GateResult(EXIT_BAD_INPUT, (f"gate: cannot judge: {exc}",))
-        if not verdict.ok:
-            return GateResult(EXIT_FAIL, (*verdict.lines, "gate: FAIL — on the counts"))
         if not (path / "timed" / "manifest.json").is_file():
+            if not verdict.ok:
+                return GateResult(EXIT_FAIL, (*verdict.lines, "gate: FAIL — on the counts"))
             return GateResult(EXIT_BAD_INPUT, (*verdict.lines, f"gate: cannot judge: {path} has no "
                                                "timed study (timed/): the gate stopped before it"))
         timed = check(path / "timed", history_dir, head, base, timed_only=True)
+        if not verdict.ok:
+            return GateResult(EXIT_FAIL, (*verdict.lines, *timed.lines, "gate: FAIL — on the counts"),
+                              timed.guarded, timed.decided)
         return GateResult(timed.exit_code, (*verdict.lines, *timed.lines), timed.guarded, timed.decided)
     return _check_study(path, Path(history_dir), head, base, timed_only)
 

@@ -4,7 +4,7 @@ Definitions only (harness/run/counting.py counts; harness/checks/counts.py judge
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # Families judged by the gate: a rise in these is work, not timing. Waits (epoll_wait and its
 # kin) depend on how the loop found its sockets and are shown apart, never judged.
@@ -41,13 +41,22 @@ LANE_CASES = (CountCase("plain", "passthrough", what="the relay"),
 
 @dataclass(frozen=True)
 class Sizes:
+    """Requests per phase: warm-up, then N2 and N1 under Valgrind; natively under strace, fewer
+    (a system call is a whole number: 200 requests between the phases tell 0.005 a request)."""
     warmup: int = 50
     n1: int = 200
-    n2: int = 1200
+    n2: int = 1000
+    syscall_n1: int = 50
+    syscall_n2: int = 250
 
     def check(self) -> None:
-        if not (0 <= self.warmup and 0 < self.n1 < self.n2):
-            raise ValueError(f"count sizes: need 0 <= warmup and 0 < n1 < n2, got {self}")
+        if not (0 <= self.warmup and 0 < self.n1 < self.n2
+                and 0 < self.syscall_n1 < self.syscall_n2):
+            raise ValueError(f"count sizes: need 0 <= warmup, 0 < n1 < n2 and "
+                             f"0 < syscall_n1 < syscall_n2, got {self}")
+
+    def for_syscalls(self) -> "Sizes":
+        return replace(self, n1=self.syscall_n1, n2=self.syscall_n2)
 
 
 def families(per_request: dict[str, float]) -> dict[str, float]:
@@ -57,7 +66,5 @@ def families(per_request: dict[str, float]) -> dict[str, float]:
     return out
 
 
-
-
 # The lane's sizes: every system, Python and Node ones included, at ~50x slower under Valgrind.
-LANE_SIZES = Sizes(warmup=20, n1=50, n2=300)
+LANE_SIZES = Sizes(warmup=20, n1=50, n2=300, syscall_n1=50, syscall_n2=250)
