@@ -149,6 +149,14 @@ def _history_lines(study: Study, rs: pd.DataFrame, head: str, history_dir: Path)
     return out
 
 
+def _judged_counts(gate_dir: Path) -> counts.CountVerdict | str:
+    """The verdict on a gate directory's counts.json, or why it cannot be read."""
+    try:
+        return counts.judge(read_counts(gate_dir / COUNTS.file))
+    except ArtifactError as exc:
+        return str(exc)
+
+
 def check(study_dir: str | Path, history_dir: str | Path = history.HISTORY_DIR,
           head: str | None = None, base: str | None = None, timed_only: bool = False) -> GateResult:
     """Judge a gate directory (its counts.json, then its timed study ``timed/``), or one gate
@@ -157,10 +165,9 @@ def check(study_dir: str | Path, history_dir: str | Path = history.HISTORY_DIR,
     Never writes anything."""
     path = Path(study_dir)
     if (path / COUNTS.file).is_file():
-        try:
-            verdict = counts.judge(read_counts(path / COUNTS.file))
-        except ArtifactError as exc:
-            return GateResult(EXIT_BAD_INPUT, (f"gate: cannot judge: {exc}",))
+        verdict = _judged_counts(path)
+        if isinstance(verdict, str):
+            return GateResult(EXIT_BAD_INPUT, (f"gate: cannot judge: {verdict}",))
         if not (path / "timed" / "manifest.json").is_file():
             if not verdict.ok:
                 return GateResult(EXIT_FAIL, (*verdict.lines, "gate: FAIL — on the counts"))
@@ -238,10 +245,9 @@ def refresh(study_dir: str | Path, history_dir: str | Path = history.HISTORY_DIR
     whose counts passed (its timed study, ``timed/``), deliberately."""
     path = Path(study_dir)
     if (path / COUNTS.file).is_file():
-        try:
-            verdict = counts.judge(read_counts(path / COUNTS.file))
-        except ArtifactError as exc:
-            return GateResult(EXIT_BAD_INPUT, (f"gate refresh: refused: {exc}",))
+        verdict = _judged_counts(path)
+        if isinstance(verdict, str):
+            return GateResult(EXIT_BAD_INPUT, (f"gate refresh: refused: {verdict}",))
         if not verdict.ok:
             return GateResult(EXIT_BAD_INPUT, (*verdict.lines, "gate refresh: refused: the "
                                                "counts did not pass; a record comes only from "

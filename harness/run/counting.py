@@ -38,7 +38,7 @@ from harness.model.formats import COUNTS
 from harness.model.gateway_spec import GatewaySpec, render
 from harness.run.bodies import chat_body
 from harness.host.processes import ManagedProcess
-from harness.run.systems import start_system
+from harness.run.systems import run_values, start_system
 from mocks.lockstep import LockstepProvider
 
 VALGRIND = "valgrind"
@@ -98,8 +98,14 @@ class BuildCount:
 
 
 # ------------------------------------------------------------------ the client
+class _ClosedIdle(Exception):
+    """The system closed the connection before any answer, the provider not asked."""
+
+
 class _Response:
     def __init__(self):
+        self.asked = False               # the provider got this request
+        self.fed = False                 # an answer's bytes arrived
         self.parser = HttpResponseParser(self)
         self.body = bytearray()
         self.complete = False
@@ -140,13 +146,25 @@ class Driver:
         self.provider.selector.register(self.sock, selectors.EVENT_READ, "client")
 
     def request(self, raw: bytes) -> int:
-        """Send one request and take its whole answer; the status code."""
+        """Send one request and take its whole answer; the status code. A keep-alive connection
+        the system closed before answering, and before the provider was asked (an idle timeout
+        that lapsed while a phase was marked: uvicorn's is 5 s), is opened again once."""
+        try:
+            return self._exchange(raw)
+        except _ClosedIdle:
+            return self._exchange(raw)
+
+    def _exchange(self, raw: bytes) -> int:
         if self.sock is None:
             self.reconnects += self.rid > 0
             self._connect()
         self.rid += 1
         rid = b"c%08d" % self.rid
-        self.sock.sendall(raw)
+        try:
+            self.sock.sendall(raw)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close()
+            raise _ClosedIdle() from None
         resp = _Response()
         parts: list[bytes] = []          # a streamed answer's writes not sent yet
         seen = 0                         # body bytes the client had when the last part went
@@ -156,6 +174,7 @@ class Driver:
             if left <= 0:
                 raise CountError(f"no whole answer within {self.timeout_s:g} s")
             for req in self.provider.poll(left, self._on_client(resp)):
+                resp.asked = True
                 if req.json().get("stream"):
                     parts = self.provider.stream_parts(req, rid)
                     req.conn.sendall(parts.pop(0))
@@ -172,12 +191,18 @@ class Driver:
 
     def _on_client(self, resp: _Response) -> Callable[[], None]:
         def readable() -> None:
-            data = self.sock.recv(65536)
+            try:
+                data = self.sock.recv(65536)
+            except ConnectionResetError:
+                data = b""
             if not data:
                 self.close()
-                if not resp.complete:
+                if not resp.complete and (resp.asked or resp.fed):
                     raise CountError("the system closed the client connection mid-answer")
+                if not resp.complete:
+                    raise _ClosedIdle()
                 return
+            resp.fed = True
             try:
                 resp.parser.feed_data(data)
             except HttpParserError as exc:
@@ -396,8 +421,11 @@ def _run_cases(spec: GatewaySpec, cases: tuple[CountCase, ...], sizes: Sizes, ru
         port = int(started.target.base_url.rsplit(":", 1)[1].split("/", 1)[0])
         driver = Driver(port, provider)
         proc = started.process
+        # what its request headers may name (a provider URL Portkey is told per request)
+        values = run_values(spec, run_dir, port, "127.0.0.1", provider.url, "127.0.0.1",
+                            provider.port, workers, counted=True)
         for case in cases:
-            raw = request_bytes(spec, case, port, {"port": port})
+            raw = request_bytes(spec, case, port, values)
             ph = _Phases()
             if not results:   # a process's first marks and phase carry one-time work (~3%
                 warm = _Phases()  # a request more in Sluice): a marked phase that is not kept
