@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from harness.model.gateway_spec import render
 from harness.run.capture import Capture, CaptureError
 from harness.run.wire import summarize, wire_times
 from mocks.request_log import read_request_log
@@ -67,10 +68,8 @@ def _stop(proc, sig=signal.SIGTERM, timeout_s=15.0):
 
 
 def _render(template_path, out_path, **values):
-    with open(template_path) as f:
-        text = f.read()
-    for k, v in values.items():
-        text = text.replace("{{" + k + "}}", str(v))
+    with open(template_path) as f:   # the harness's renderer: sections and placeholders
+        text = render(f.read(), {"counted": False, "standby": False, **values})
     with open(out_path, "w") as f:
         f.write(text)
     return out_path
