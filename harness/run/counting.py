@@ -10,7 +10,8 @@ the same way each time.
 
 Per case: a warm-up, then N2 and N1 requests, counted apart, the N1 phase lasting as long as
 the N2 phase; the figure per request is the slope (count(N2) - count(N1)) / (N2 - N1), so
-start-up, warm-up, the counting's own cost and the system's timers cancel. Callgrind's counters are zeroed and dumped between the phases through ``vgdb``, so one
+start-up, warm-up, the counting's own cost and the system's timers cancel. Callgrind's
+counters are zeroed and dumped between the phases through ``vgdb``, so one
 Valgrind process serves every case and the interpreter's start under Valgrind is paid once.
 
 What counts cannot see (a sleep, a lock, a blocking call) the timed check beside them sees.
@@ -48,13 +49,11 @@ SETARCH = "setarch"
 STEP_TIMEOUT_S = 120.0          # one request under Valgrind, or a vgdb call
 READY_TIMEOUT_S = 300.0         # a start under Valgrind (an interpreter is ~50x slower there)
 INVOKE_MS = 10                  # vgdb forces its way into a process blocked in a system call
-WAKE_AFTER_S = 0.5              # a process that has not answered vgdb by then is woken ...
-WAKE_EVERY_S = 0.25             # ... again this often ...
-ASLEEP_AFTER_S = 5.0            # ... and one that still has not, sleeps through the mark
 SETTLE_S = 0.1                  # idle before a phase's end is marked: its last system calls are in
 # The environment every counted process gets, and nothing else of this one (its size moves the
 # stack, and a variable can change what a system does).
-FIXED_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C.UTF-8",
+FIXED_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+             "HOME": "/root", "LANG": "C.UTF-8",
              "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
 # Allocations: calls into Python's object allocator, and into the C allocator from outside the
 # interpreter (the interpreter's own calls to malloc are its allocator forwarding large blocks).
@@ -251,102 +250,51 @@ def _strace_prefix(log: Path) -> tuple[str, ...]:
 
 
 class Callgrind:
-    """Zero and dump the counters of every Valgrind process of a started system (vgdb).
+    """Zero and dump the counters of every Valgrind process of a started system (vgdb). vgdb
+    forces its way into a process blocked in a system call after INVOKE_MS (its ptrace invoker;
+    the guest code it runs there is the same at every mark, so it cancels in the slope)."""
 
-    vgdb forces its way into a process blocked in a system call after INVOKE_MS (its ptrace
-    invoker; the guest code it runs there is the same at every mark, so it cancels in the
-    slope). One that has not answered within WAKE_AFTER_S is woken by a connection opened and
-    closed on the system's port. One that sleeps through every mark (a master process in
-    sigsuspend) does no work and is left out, said so; one that answers one mark of a phase and
-    not the other fails the count."""
-
-    def __init__(self, out_dir: Path, proc: ManagedProcess, port: int,
-                 progress: Callable[[str], None] = print):
+    def __init__(self, out_dir: Path, proc: ManagedProcess):
         self.out_dir = out_dir
         self.proc = proc
-        self.port = port
-        self.progress = progress
-        self.zeroed: set[int] = set()
-        self.asleep: set[int] = set()
 
     def pids(self) -> list[int]:
         # the processes running under Valgrind: those with a vgdb FIFO of their own
         return [p.pid for p in self.proc.tree()
                 if any(Path("/tmp").glob(f"vgdb-pipe-from-vgdb-to-{p.pid}-*"))]
 
-    def _wake(self) -> None:
+    def _monitor(self, pid: int, command: str) -> None:
         try:
-            socket.create_connection(("127.0.0.1", self.port), timeout=1.0).close()
-        except OSError:
-            pass
+            done = subprocess.run([VGDB, f"--max-invoke-ms={INVOKE_MS}", f"--pid={pid}",
+                                   *command.split()], capture_output=True, text=True,
+                                  timeout=STEP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise CountError(f"vgdb --pid={pid} {command}: no answer in {STEP_TIMEOUT_S:g} s") from None
+        if done.returncode != 0:
+            raise CountError(f"vgdb --pid={pid} {command} failed: "
+                             f"{(done.stderr or done.stdout).strip()[-300:]}")
 
-    def _monitor(self, command: str) -> set[int]:
-        """Send ``command`` to every Valgrind process; the pids that answered."""
-        calls = {pid: subprocess.Popen([VGDB, f"--max-invoke-ms={INVOKE_MS}", f"--pid={pid}", *command.split()],
-                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                 for pid in self.pids()}
-        t0 = time.monotonic()
-        next_wake = t0 + WAKE_AFTER_S
-        while any(c.poll() is None for c in calls.values()):
-            now = time.monotonic()
-            if now - t0 > ASLEEP_AFTER_S:
-                break
-            if now >= next_wake:
-                self._wake()
-                next_wake = now + WAKE_EVERY_S
-            time.sleep(0.02)
-        answered = set()
-        for pid, call in calls.items():
-            if call.poll() is None:
-                call.kill()
-                call.wait()
-                continue
-            out = call.stdout.read() if call.stdout else ""
-            if call.returncode != 0:
-                raise CountError(f"vgdb --pid={pid} {command} failed: {out.strip()[-300:]}")
-            answered.add(pid)
-        return answered
-
-    def _dumps(self) -> list[Path]:
+    def _dumps(self) -> set[Path]:
         # a dump is a part file, callgrind.out.<pid>.<n>; a forked process writes its whole
         # run's file (no part number) as well
-        return [f for f in self.out_dir.glob("callgrind.out.*") if DUMP_PART.search(f.name)]
+        return {f for f in self.out_dir.glob("callgrind.out.*") if DUMP_PART.search(f.name)}
 
     def zero(self) -> None:
-        self.zeroed = self._monitor("zero")
+        for pid in self.pids():
+            self._monitor(pid, "zero")
 
     def dump(self) -> tuple[int, int]:
         """(instructions, allocator calls) since the last zero, summed over the processes."""
-        before = set(self._dumps())
-        dumped = self._monitor("dump")
-        if dumped != self.zeroed:
-            raise CountError(f"processes {sorted(dumped ^ self.zeroed)} answered only one of a "
-                             "phase's two marks under Valgrind: their count would hold work from "
-                             "outside the phase")
-        slept = set(self.pids()) - dumped - self.asleep
-        if slept:
-            self.asleep |= slept
-            self.progress(f"  processes {sorted(slept)} slept through a whole phase: no work "
-                          "of theirs to count")
-        files = sorted(set(self._dumps()) - before)
+        before = self._dumps()
+        for pid in self.pids():
+            self._monitor(pid, "dump")
+        files = sorted(self._dumps() - before)
         if not files:
             raise CountError("callgrind wrote no dump")
-        totals = [_read_dump_file(f) for f in files]
+        totals = [read_dump(f.read_text(errors="replace")) for f in files]
         for f in files:
             f.unlink()
         return sum(t[0] for t in totals), sum(t[1] for t in totals)
-
-
-def _read_dump_file(path: Path) -> tuple[int, int]:
-    # vgdb can answer before a woken process has finished writing its dump: wait for the totals
-    deadline = time.monotonic() + STEP_TIMEOUT_S
-    while True:
-        try:
-            return read_dump(path.read_text(errors="replace"))
-        except CountError:
-            if time.monotonic() > deadline:
-                raise CountError(f"{path.name}: a callgrind dump without totals") from None
-            time.sleep(0.1)
 
 
 def read_dump(text: str) -> tuple[int, int]:
@@ -499,7 +447,7 @@ def count_system(spec: GatewaySpec, cases: tuple[CountCase, ...], work_dir: Path
 
     def vg_phase(proc, port, mark, ph):
         if not counters:
-            counters.append(Callgrind(vg_dir, proc, port, progress))
+            counters.append(Callgrind(vg_dir, proc))
         if mark == "start":
             counters[0].zero()
         else:
