@@ -24,10 +24,11 @@ sluice-build: setup
 	@command -v gcc >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq --no-install-recommends gcc; }
 	$(PY) gateways/sluice/build.py
 
-## What the study itself needs from Debian: tcpdump for the wire timing (without it the wire
-## figures are reported missing, with the reason). Idempotent.
+## What the study itself needs from Debian: tcpdump for the wire timing, valgrind and strace for
+## the counting lane (without one, its figures are reported missing, with the reason). Idempotent.
 study-deps:
 	@command -v tcpdump >/dev/null 2>&1 || [ -x /usr/bin/tcpdump ] || { [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends tcpdump; } || echo "tcpdump missing: wire timing will be reported as not captured" >&2
+	@{ command -v valgrind && command -v strace; } >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends valgrind strace; } || echo "valgrind or strace missing: the counting lane will report every system as not counted" >&2
 
 ## make study [PROFILE=standard] [GATEWAYS=all|direct,nginx,...] [SET="--set runs_per_gateway=1"]
 ## (no GATEWAYS: the profile's own systems, else every system under gateways/)
