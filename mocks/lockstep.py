@@ -69,12 +69,13 @@ class _Connection:
 class LockstepProvider:
     """Listens on 127.0.0.1; a send blocks at most ``timeout_s``. Not thread-safe: one driver."""
 
-    def __init__(self, response_tokens: int = 10, stream_chunks: int = 10, timeout_s: float = 60.0):
+    def __init__(self, response_tokens: int = 10, stream_chunks: int = 10, timeout_s: float = 60.0,
+                 port: int = 0):
         self.response_tokens = response_tokens
         self.stream_chunks = stream_chunks
         self.timeout_s = timeout_s
         self.renderer = Renderer()
-        self.listener = socket.create_server(("127.0.0.1", 0), backlog=128)
+        self.listener = socket.create_server(("127.0.0.1", port), backlog=128)
         self.listener.setblocking(False)
         self.port = self.listener.getsockname()[1]
         self.selector = selectors.DefaultSelector()

@@ -91,6 +91,10 @@ def count_builds(gate_system: str, base_commit: str, head_env: list[str], gate_d
     builds.build(base_spec, gate_dir / "base.build.log")
     head_spec = load_gateway_spec(name)
     env = dict(item.split("=", 1) for item in head_env)
+    from harness.host.processes import free_port
+    ports = (free_port(), 0)   # the same for every count: a port reaches hashed keys
+    while ports[1] in (0, ports[0]):
+        ports = (ports[0], free_port())
     counted = []
     for label, spec, commit, extra in (("base", base_spec, tree.commit, None),
                                        ("head", head_spec, builds.resolve("HEAD"), env),
@@ -98,7 +102,7 @@ def count_builds(gate_system: str, base_commit: str, head_env: list[str], gate_d
         t = time.monotonic()
         counted.append(counting.count_system(spec, GATE_CASES, gate_dir / "count", label,
                                              read_version(spec), commit, sizes, extra_env=extra,
-                                             syscalls=label != "base~2",
+                                             syscalls=label != "base~2", ports=ports,
                                              progress=lambda line: print(f"gate: {line}", flush=True)))
         print(f"gate: {label} counted in {time.monotonic() - t:.0f} s", flush=True)
     counting.write_counts(gate_dir / "counts.json", counted, machine_facts(), "gate")

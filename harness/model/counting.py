@@ -22,17 +22,24 @@ class CountCase:
     feature: str = ""
     stream: bool = False
     what: str = ""
+    scale: float = 1.0    # its phases under Valgrind hold Sizes' n1 and n2 times this
 
 
 # Every case the gate counts; a system that declares no such feature skips the case, saying so.
+# The scales give every case's phases about the same work in Sluice (~80M instructions between
+# N2 and N1): a timer firing more in one phase than in the other (~40k instructions under
+# Valgrind, the 10-Hz tick) is then ~0.05% of any case, the cheap 401 as much as the stream.
 GATE_CASES = (
-    CountCase("plain", "passthrough", what="the relay alone: no key, no alias"),
-    CountCase("features", "", what="as the study calls it: key, alias, budget, validate_json"),
-    CountCase("stream", "", stream=True, what="the same, streamed: 10 frames, one read each"),
-    CountCase("anthropic_to_openai", "anthropic_to_openai", what="translated both ways"),
-    CountCase("openai_to_anthropic", "openai_to_anthropic", what="translated both ways"),
-    CountCase("refused", "refused", what="a key the gateway does not know: 401"),
-    CountCase("rate_limited", "rate_limited", what="a key past its rate limit: 429"),
+    CountCase("plain", "passthrough", what="the relay alone: no key, no alias", scale=2.0),
+    CountCase("features", "", what="as the study calls it: key, alias, budget, validate_json",
+              scale=1.35),
+    CountCase("stream", "", stream=True, what="the same, streamed: 10 frames, one read each",
+              scale=0.5),
+    CountCase("anthropic_to_openai", "anthropic_to_openai", what="translated both ways", scale=0.9),
+    CountCase("openai_to_anthropic", "openai_to_anthropic", what="translated both ways",
+              scale=0.85),
+    CountCase("refused", "refused", what="a key the gateway does not know: 401", scale=4.5),
+    CountCase("rate_limited", "rate_limited", what="a key past its rate limit: 429", scale=2.3),
 )
 # The study's counting lane: what every system can be asked.
 LANE_CASES = (CountCase("plain", "passthrough", what="the relay"),
@@ -57,6 +64,11 @@ class Sizes:
 
     def for_syscalls(self) -> "Sizes":
         return replace(self, n1=self.syscall_n1, n2=self.syscall_n2)
+
+    def of(self, case: CountCase) -> "Sizes":
+        """The phases of ``case`` under Valgrind (its scale; the warm-up and strace's as they are)."""
+        return replace(self, n1=max(1, round(self.n1 * case.scale)),
+                       n2=max(2, round(self.n2 * case.scale)))
 
 
 def families(per_request: dict[str, float]) -> dict[str, float]:

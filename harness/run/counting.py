@@ -223,6 +223,17 @@ def request_bytes(spec: GatewaySpec, case: CountCase, port: int, values: dict) -
 
 
 # ------------------------------------------------------------------ the tools
+LABEL_WIDTH = 16
+
+
+def _same_length(label: str) -> str:
+    """A build's directory name, of one length for every label up to LABEL_WIDTH: the system's
+    paths (its config's, under this directory) then have the same length in every count, so
+    its heap is laid out alike, and with it Python's address-based hashes (the base's two counts
+    were 0.1% apart from "base" and "base~2" alone)."""
+    return label.ljust(LABEL_WIDTH, "_")
+
+
 def tools_missing() -> str:
     """'' when Valgrind (with vgdb), strace and setarch are here; else what is missing."""
     absent = [t for t in (VALGRIND, VGDB, STRACE, SETARCH) if shutil.which(t) is None]
@@ -355,17 +366,20 @@ class _Phases:
 
 def _run_cases(spec: GatewaySpec, cases: tuple[CountCase, ...], sizes: Sizes, run_dir: Path,
                prefix: tuple[str, ...], env: dict[str, str], workers: int,
-               on_phase: Callable, progress: Callable[[str], None]) -> tuple[dict, float]:
-    """Start the system under ``prefix`` and drive every case through warm-up, N2 and N1 (as long).
+               on_phase: Callable, progress: Callable[[str], None],
+               scaled: bool = False, ports: tuple[int, int] = (0, 0)) -> tuple[dict, float]:
+    """Start the system under ``prefix`` and drive every case through warm-up, N2 and N1 (as long;
+    ``scaled``: each case's own, ``Sizes.of``).
     ``on_phase(proc, port, mark, phases)`` acts at each mark: "start" and "end" of a counted
     phase, whose window (t_unix_s from, to) lies between them. ({case: _Phases}, seconds)."""
-    provider = LockstepProvider(timeout_s=STEP_TIMEOUT_S)
+    provider = LockstepProvider(timeout_s=STEP_TIMEOUT_S, port=ports[0])
     t0 = time.monotonic()
     started = None
     results = {}
     try:
         started = start_system(spec, run_dir, provider.url, provider.port, workers,
-                               READY_TIMEOUT_S, prefix=prefix, environment=env, counted=True)
+                               READY_TIMEOUT_S, port=ports[1], prefix=prefix, environment=env,
+                               counted=True)
         port = int(started.target.base_url.rsplit(":", 1)[1].split("/", 1)[0])
         driver = Driver(port, provider)
         proc = started.process
@@ -375,16 +389,17 @@ def _run_cases(spec: GatewaySpec, cases: tuple[CountCase, ...], sizes: Sizes, ru
         for case in cases:
             raw = request_bytes(spec, case, port, values)
             ph = _Phases()
+            n2, n1 = (sizes.of(case).n2, sizes.of(case).n1) if scaled else (sizes.n2, sizes.n1)
             if not results:   # a process's first marks and phase carry one-time work (~3%
                 warm = _Phases()  # a request more in Sluice): a marked phase that is not kept
                 on_phase(proc, port, "start", warm)
-                for _ in range(sizes.n2):
+                for _ in range(n2):
                     driver.request(raw)
                 on_phase(proc, port, "end", warm)
             for _ in range(sizes.warmup):
                 driver.request(raw)
             longest = 0.0
-            for n in (sizes.n2, sizes.n1):
+            for n in (n2, n1):
                 on_phase(proc, port, "start", ph)
                 t_from = time.time()
                 for _ in range(n):
@@ -415,11 +430,14 @@ def _run_cases(spec: GatewaySpec, cases: tuple[CountCase, ...], sizes: Sizes, ru
 def count_system(spec: GatewaySpec, cases: tuple[CountCase, ...], work_dir: Path, label: str,
                  version: str = "", commit: str = "", sizes: Sizes = Sizes(), workers: int = 1,
                  extra_env: dict[str, str] | None = None, syscalls: bool = True,
-                 progress: Callable[[str], None] = print) -> BuildCount:
+                 progress: Callable[[str], None] = print,
+                 ports: tuple[int, int] = (0, 0)) -> BuildCount:
     """Count one system in every case it declares (a case whose feature it lacks is reported
     missing). ``syscalls``: also run it under strace (system calls, RSS); the gate's second count
-    of the base needs only instructions. A failure to start or to count is the BuildCount's
-    ``failed``, never raised."""
+    of the base needs only instructions. ``ports``: the provider's and the system's (0: any);
+    builds whose counts are compared get the same ones, since a port reaches the system's hashed
+    keys (its pool's, its config's): a different one moved a count by up to 0.35%. A failure to
+    start or to count is the BuildCount's ``failed``, never raised."""
     sizes.check()
     declared, lacking = [], []
     for c in cases:
@@ -440,7 +458,7 @@ def count_system(spec: GatewaySpec, cases: tuple[CountCase, ...], work_dir: Path
     work_dir.mkdir(parents=True, exist_ok=True)
 
     # 1. instructions and allocations, under callgrind
-    vg_dir = work_dir / f"{label}-callgrind"
+    vg_dir = work_dir / f"{_same_length(label)}-callgrind"
     shutil.rmtree(vg_dir, ignore_errors=True)
     vg_dir.mkdir(parents=True)
     counters: list[Callgrind] = []
@@ -454,17 +472,17 @@ def count_system(spec: GatewaySpec, cases: tuple[CountCase, ...], work_dir: Path
             ph.counts.append(counters[0].dump())
 
     progress(f"{label}: {spec.name} under callgrind ({len(declared)} cases, {sizes.n2} and "
-             f"{sizes.n1} requests each after {sizes.warmup})")
+             f"{sizes.n1} requests each times its scale, after {sizes.warmup})")
     try:
         vg, vg_s = _run_cases(spec, declared, sizes, vg_dir, _valgrind_prefix(vg_dir), env,
-                              workers, vg_phase, progress)
+                              workers, vg_phase, progress, scaled=True, ports=ports)
     except Exception as exc:   # a start that failed names its log; a step says what it waited for
         return replace(base, failed=f"under callgrind: {str(exc).splitlines()[0][:400]}")
 
     # 2. system calls and RSS, natively under strace
     st, st_s, text = {}, 0.0, ""
     if syscalls:
-        st_dir = work_dir / f"{label}-strace"
+        st_dir = work_dir / f"{_same_length(label)}-strace"
         shutil.rmtree(st_dir, ignore_errors=True)
         st_dir.mkdir(parents=True)
         log = st_dir / "strace.log"
@@ -476,13 +494,15 @@ def count_system(spec: GatewaySpec, cases: tuple[CountCase, ...], work_dir: Path
         progress(f"{label}: {spec.name} under strace")
         try:
             st, st_s = _run_cases(spec, declared, sizes.for_syscalls(), st_dir,
-                                  _strace_prefix(log), env, workers, st_phase, progress)
+                                  _strace_prefix(log), env, workers, st_phase, progress,
+                                  ports=ports)
         except Exception as exc:
             return replace(base, failed=f"under strace: {str(exc).splitlines()[0][:400]}")
         text = log.read_text(errors="replace") if log.exists() else ""
-    dn, dn_calls = sizes.n2 - sizes.n1, sizes.syscall_n2 - sizes.syscall_n1
+    dn_calls = sizes.syscall_n2 - sizes.syscall_n1
     out = list(lacking)
     for case in declared:
+        dn = sizes.of(case).n2 - sizes.of(case).n1
         v, s = vg[case.name], st.get(case.name, _Phases())
         # phases N2 then N1, of one duration: their difference is N2 - N1 requests' work
         (i2, a2), (i1, a1) = v.counts
