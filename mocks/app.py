@@ -90,8 +90,7 @@ class MockApp(FaultReplies):
         self.log = log
         self.timer = timer
         self.renderer = Renderer()
-        self.plan = (FaultPlan(cfg.fault_schedule, cfg.fault_seed, cfg.fault_epoch_unix_s, time.time(), _mono())
-                     if cfg.fault_schedule else None)
+        self.plan = None  # no fault until armed (mocks.worker: at the epoch, or by the arm file)
         self.latency_ns = int(round(cfg.latency_ms * 1_000_000))
         self.response_tokens = cfg.response_tokens
         self.stream_chunks = cfg.stream_chunks
@@ -142,6 +141,11 @@ class MockApp(FaultReplies):
             return await self._send(request, rid, path, web.Response(
                 status=500, body=_generic_error("api_error", f"mock error: {exc!r}"),
                 headers={CT: JSON_CT, RID: rid}))
+
+    def arm(self, epoch_unix_s: float) -> None:
+        """The schedule's windows, counted from ``epoch_unix_s``, take effect."""
+        self.plan = FaultPlan(self.cfg.fault_schedule, self.cfg.fault_seed, epoch_unix_s,
+                              time.time(), _mono())
 
     def _log_request(self, request, rid: str, path: str, body: bytes, status: int, fault: str, t0: int,
                      hold_set_ns: int, t_head: int, t_written: int, t_last: int, sent_bytes: int) -> None:

@@ -16,7 +16,7 @@ Schedule (``--faults``: a JSON list, inline or in a file): one object per fault:
 
 Keys of every kind: ``kind``; ``start_s`` (default 0) and ``duration_s`` (default: until
 the mock stops), seconds after the fault epoch (``--fault-epoch-unix-s``, default the
-mock's start); ``share`` in [0, 1] (default 1) of the generation requests whose whole
+mock's start; or the one in ``--fault-arm-file`` when it appears); ``share`` in [0, 1] (default 1) of the generation requests whose whole
 body arrived inside ``[start, start + duration)``.  Kind-specific keys:
 
 ``status``     ``status`` (400-599, required), ``retry_after_s`` (whole seconds, sent as

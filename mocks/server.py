@@ -2,7 +2,8 @@
 
     python -m mocks.server --host 127.0.0.1 --port N --latency-ms 60 --workers 1 \\
         --stats-dir DIR --response-tokens 16 --stream-chunks 20 --chunk-delay-ms 20 \\
-        [--faults SCHEDULE.json --fault-seed 0 --fault-epoch-unix-s T] [--gc lean|freeze|default]
+        [--faults SCHEDULE.json --fault-seed 0 [--fault-epoch-unix-s T | --fault-arm-file PATH]]
+        [--gc lean|freeze|default]
 
 This module is the entry point: it reads the arguments and runs one worker here
 (``--workers 1``) or a supervisor of K worker processes.  The mock's modules, one job each:
@@ -32,7 +33,8 @@ Faults (see ``mocks.faults`` for the schedule's format and what each does on the
 ``--faults JSON_OR_FILE`` (a list of fault specs, each with a share and a window),
 ``--fault-seed N`` (which requests get them; recorded in the stats' config) and
 ``--fault-epoch-unix-s T`` (the windows' zero; default the mock's start, shared by all
-workers).  A request header ``x-mock-fault: ...`` forces a fault on one request
+workers) or ``--fault-arm-file PATH`` (no fault until that file appears; its ``epoch_unix_s``
+is then the zero: the harness's load generator writes it when the load really starts).  A request header ``x-mock-fault: ...`` forces a fault on one request
 (``mocks.fault_replies``); a ``down`` window closes every worker's listener and connections
 (``mocks.worker``).  Without a schedule the cost per request is one header lookup and one
 ``is None`` test.
@@ -87,6 +89,9 @@ def _parse_args(argv=None):
     ap.add_argument("--fault-seed", type=int, default=0, help="which requests get a fault (default 0)")
     ap.add_argument("--fault-epoch-unix-s", type=float, default=None,
                     help="the faults' start_s counts from this wall-clock time (default: the mock's start)")
+    ap.add_argument("--fault-arm-file", default=None, metavar="PATH",
+                    help='no fault until this file appears; its {"epoch_unix_s": T} is then the epoch '
+                         "(the load generator writes it when the load really starts)")
     ap.add_argument("--worker-of", type=int, default=None, help=argparse.SUPPRESS)
     cfg = ap.parse_args(argv)
     if cfg.workers < 1:
@@ -104,7 +109,11 @@ def _parse_args(argv=None):
         cfg.fault_schedule = load_schedule(cfg.faults) if cfg.faults else []
     except FaultError as exc:
         ap.error(f"--faults: {exc}")
-    if cfg.fault_epoch_unix_s is None:
+    if cfg.fault_arm_file and cfg.fault_epoch_unix_s is not None:
+        ap.error("--fault-arm-file and --fault-epoch-unix-s: give one (the arm file carries the epoch)")
+    if cfg.fault_arm_file:
+        cfg.fault_arm_file = os.path.abspath(cfg.fault_arm_file)
+    elif cfg.fault_epoch_unix_s is None:
         cfg.fault_epoch_unix_s = time.time()  # a supervisor passes its own to every worker
     return cfg
 

@@ -31,7 +31,8 @@ def _worker_argv(cfg) -> list[str]:
             "--max-body-bytes", str(cfg.max_body_bytes), "--timer", cfg.timer, "--gc", cfg.gc,
             "--worker-of", str(os.getpid()),
             *(("--faults", cfg.faults, "--fault-seed", str(cfg.fault_seed),
-                "--fault-epoch-unix-s", repr(cfg.fault_epoch_unix_s)) if cfg.faults else ())]
+               *(("--fault-arm-file", cfg.fault_arm_file) if cfg.fault_arm_file else
+                 ("--fault-epoch-unix-s", repr(cfg.fault_epoch_unix_s)))) if cfg.faults else ())]
 
 
 def _stop_children(children, sig=signal.SIGTERM) -> None:

@@ -4,15 +4,18 @@ collector control, from start to shutdown (:func:`serve`).
 The worker writes its stats file (``mocks.worker_stats``) every ``STATS_INTERVAL_S`` when it
 changed and at least every ``STATS_HEARTBEAT_S``, flushing its request log
 (``mocks.request_log``) first; its first file is also the readiness signal for a
-supervisor (``mocks.supervisor``).  A ``down`` window of the fault schedule closes the
-listener and every connection, so connects are refused until it ends; the stats file
-records when the worker applied it (``down_windows``).
+supervisor (``mocks.supervisor``).  The fault schedule takes effect at its epoch, or, with
+``--fault-arm-file``, when that file appears (polled every ``ARM_POLL_S``; its epoch is then
+recorded in the stats' config).  A ``down`` window closes the listener and every connection,
+so connects are refused until it ends; the stats file records when the worker applied it
+(``down_windows``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import ctypes
+import json
 import os
 import signal
 import sys
@@ -30,6 +33,7 @@ from mocks.worker_stats import WorkerStats
 
 STATS_INTERVAL_S = 0.25   # write the worker file this often when it changed ...
 STATS_HEARTBEAT_S = 0.5   # ... and at least this often anyway (freshness for read_stats)
+ARM_POLL_S = 0.02         # how often a worker whose faults wait for an arm file looks for it
 
 
 def startup_line(cfg, pid: int, workers: int, port: int) -> str:
@@ -71,8 +75,41 @@ def _config_record(cfg) -> dict:
               "workers": cfg.workers, "gc": cfg.gc, "mock_version": __version__}
     if cfg.fault_schedule:
         record.update(faults=[fault.record() for fault in cfg.fault_schedule], fault_seed=cfg.fault_seed,
-                      fault_epoch_unix_s=cfg.fault_epoch_unix_s)
+                      fault_epoch_unix_s=cfg.fault_epoch_unix_s)  # None until armed
     return record
+
+
+async def _arm_epoch(path: str) -> float:
+    """The epoch in the arm file ``{"epoch_unix_s": T}``, once it exists (its writer replaces
+    it whole, so a file seen is complete). A file without a number is reported once and waited
+    past: the faults never start on a guess."""
+    reported = False
+    while True:
+        try:
+            with open(path, "rb") as f:
+                epoch = json.loads(f.read())["epoch_unix_s"]
+            if isinstance(epoch, (int, float)) and not isinstance(epoch, bool):
+                return float(epoch)
+            raise ValueError(f"epoch_unix_s is {epoch!r}, not a number")
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            if not reported:
+                print(f"sluice-mock: the arm file {path} is not usable ({exc}); the faults wait",
+                      file=sys.stderr, flush=True)
+                reported = True
+        await asyncio.sleep(ARM_POLL_S)
+
+
+async def _faults(cfg, app: MockApp, listener: Listener, stats: WorkerStats, stop: asyncio.Event) -> None:
+    """Arm the schedule when its arm file appears, then run its ``down`` windows."""
+    if cfg.fault_arm_file:
+        cfg.fault_epoch_unix_s = await _arm_epoch(cfg.fault_arm_file)
+        app.arm(cfg.fault_epoch_unix_s)
+        stats.config["fault_epoch_unix_s"] = cfg.fault_epoch_unix_s
+        stats.version += 1
+    if any(fault.kind == "down" for fault in cfg.fault_schedule):
+        await _down_windows(cfg, listener, stats, stop)
 
 
 async def _down_windows(cfg, listener: Listener, stats: WorkerStats, stop: asyncio.Event) -> None:
@@ -112,6 +149,8 @@ async def serve(cfg, reuseport: bool, announce: bool) -> int:
     stats.config["timer"] = timer.kind
     log = RequestLog(cfg.stats_dir)
     app = MockApp(cfg, stats, timer, log)
+    if cfg.fault_schedule and not cfg.fault_arm_file:
+        app.arm(cfg.fault_epoch_unix_s)
     max_body = cfg.max_body_bytes
 
     def request_factory(message, payload, protocol, writer, task):
@@ -129,8 +168,7 @@ async def serve(cfg, reuseport: bool, announce: bool) -> int:
     if announce:
         print(startup_line(cfg, os.getpid(), 1, listener.port), flush=True)
     stats_writer = asyncio.create_task(_stats_writer(stats, cfg.stats_dir, log))
-    downs = (asyncio.create_task(_down_windows(cfg, listener, stats, stop))
-             if any(fault.kind == "down" for fault in cfg.fault_schedule) else None)
+    faults = asyncio.create_task(_faults(cfg, app, listener, stats, stop)) if cfg.fault_schedule else None
     watch = start_gc_control(cfg.gc, stats)
     collector = asyncio.create_task(gc_timer(watch)) if cfg.gc == "lean" else None
 
@@ -138,8 +176,8 @@ async def serve(cfg, reuseport: bool, announce: bool) -> int:
 
     if collector is not None:
         collector.cancel()
-    if downs is not None:
-        downs.cancel()
+    if faults is not None:
+        faults.cancel()
     listener.close()  # stop accepting; then let in-flight requests finish (bounded)
     try:
         await server.shutdown(cfg.shutdown_grace_s)

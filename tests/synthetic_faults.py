@@ -112,7 +112,7 @@ def make_fault_study(root: str | Path, study_id: str, runs: dict[str, list[Fault
         rm = json.loads(small_run_manifest(run_id, system, n, phases, hold_s=FAULT_HOLD_S,
                                            max_hold_s=FAULT_HOLD_S).to_json())
         rm["spec"]["mock"].update(fault_scenario=scenario, fault_start_s=FAULT_FROM_S,
-                                  fault_duration_s=FAULT_TO_S - FAULT_FROM_S, fault_lead_s=10.0)
+                                  fault_duration_s=FAULT_TO_S - FAULT_FROM_S)
         rm.update(status="completed" if p.stayed_up else "failed",
                   reason="" if p.stayed_up else "system exited with code 1 during the hold",
                   resilience=p.resilience, resilience_note=p.resilience_note,

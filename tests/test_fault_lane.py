@@ -82,8 +82,10 @@ def test_window_outside_the_hold_names_the_field(tmp_path):
     assert line.startswith("fault_start_s:")
     (line,) = _problems(tmp_path, fault_scenario="nope")
     assert line.startswith("fault_scenario:") and "error_burst" in line
-    (line,) = _problems(tmp_path, fault_lead_s=0.5)
-    assert line.startswith("fault_lead_s:")
+    # armed at the warm-up's start: the mock must see the arm before the first fault
+    problems = _problems(tmp_path, warmup_s=0.1, ramp_s=0.0, fault_start_s=0.2)
+    assert any(line.startswith("fault_start_s:") and "warmup_s + ramp_s + fault_start_s" in line
+               for line in problems)
 
 
 def test_runs_from_before_the_resilience_fields_read_as_shipped():
@@ -263,21 +265,14 @@ def test_timeline_bins():
 
 # --- one tiny study ------------------------------------------------------------------------------
 
-# The mock's fault epoch is the hold's planned start, reckoned from when Locust is started; the
-# hold really starts when Locust has started up, which took 7.5 s on a loaded CI machine (the
-# whole window then fell before the hold). The faults start this far into the planned hold, so
-# they land inside the real one unless Locust takes longer than this to start.
-LOCUST_START_SLACK_S = 10.0
-
 @pytest.mark.integration  # starts the mock, nginx and Locust: ~60 s
 def test_error_burst_study(tmp_path):
     from harness.run.study import run_study
     from harness.stats.loading import load_study
     from report import build
     config = from_profile("smoke", gateways=("direct", "nginx"), out_dir=str(tmp_path),
-                          study_id="fb", fault_scenario="error_burst", hold_s=16.0,
-                          max_hold_s=18.0, fault_start_s=LOCUST_START_SLACK_S, fault_duration_s=3.0,
-                          fault_lead_s=4.0)
+                          study_id="fb", fault_scenario="error_burst", hold_s=9.0,
+                          max_hold_s=11.0, fault_start_s=3.0, fault_duration_s=3.0)
     result = run_study(config, progress=lambda line: None)
     assert result.status == "completed"
     study = load_study(result.study_dir)
@@ -301,20 +296,40 @@ def test_error_burst_study(tmp_path):
     assert "When the provider fails" in html and "single run" in html
 
 
-@pytest.mark.integration  # starts the mock, Sluice and Locust: ~60 s
+# A Sluice that takes this long to start listening: the slow start that once cost the lane its
+# LiteLLM runs.
+SLOW_START_S = 40.0
+
+
+@pytest.mark.integration  # starts the mock, Sluice (40 s to start) and Locust: ~90 s
 def test_open_loop_fault_study_counts_every_request_sent_during_the_fault(tmp_path):
     """The faults profile's shape at small scale: open loop, the same arrivals for every system,
-    each request sent during the fault counted with all its attempts."""
+    each request sent during the fault counted with all its attempts; and the faults armed when
+    the load starts, so a system 40 s slow to start meets them where one ready at once does."""
+    from harness.files.readers import read_fault_schedule
     from harness.run.study import run_study
     from harness.stats.loading import load_study
+    fault_start_s = 3.0
     config = from_profile("faults", gateways=("direct", "sluice"), out_dir=str(tmp_path),
                           study_id="ol", fault_scenario="error_burst", users=40, warmup_s=1.0,
-                          open_loop_rates_per_s=(40.0,), open_loop_step_s=LOCUST_START_SLACK_S + 6.0,
-                          fault_start_s=LOCUST_START_SLACK_S, fault_duration_s=4.0, fault_lead_s=6.0,
-                          runs_per_gateway=1)
+                          open_loop_rates_per_s=(40.0,), open_loop_step_s=9.0,
+                          fault_start_s=fault_start_s, fault_duration_s=4.0, runs_per_gateway=1,
+                          system_env=(f"sluice:SLUICE_TEST_START_DELAY_S={SLOW_START_S:g}",))
     result = run_study(config, progress=lambda line: None)
     assert result.status == "completed"
     study = load_study(result.study_dir)
+    runs = {r.system: r for r in study.runs}
+    assert runs["sluice"].ready_s >= SLOW_START_S > 100 * runs["direct"].ready_s
+    for system, run in runs.items():
+        run_dir = study.run_dirs[run.run_id]
+        hold_start = run.phases.t("hold_start")
+        assert read_fault_schedule(run_dir / "faults.json")["epoch_unix_s"] == \
+            pytest.approx(hold_start, abs=0.01)
+        mock = pd.read_parquet(run_dir / "mock_requests.parquet")
+        faulted = mock.loc[mock["fault"] != "", "body_end_t_unix_ns"] / 1e9 - hold_start
+        # the first fault lands at the window's start (a 20% share: within a few arrivals)
+        assert fault_start_s <= faulted.min() <= fault_start_s + 0.3, system
+        assert faulted.max() <= fault_start_s + 4.0 + 0.05, system
     _, per_run = fstats.fault_summary(study)
     runs = per_run.set_index("system")
     for system in ("direct", "sluice"):
@@ -335,8 +350,7 @@ def test_failover_study_the_standby_serves_while_the_primary_fails(tmp_path):
     from report import build
     config = from_profile("smoke", gateways=("direct", "sluice"), out_dir=str(tmp_path),
                           study_id="fo", fault_scenario="failover", resilience="recommended",
-                          hold_s=18.0, max_hold_s=20.0, fault_start_s=LOCUST_START_SLACK_S,
-                          fault_duration_s=4.0, fault_lead_s=6.0)
+                          hold_s=10.0, max_hold_s=12.0, fault_start_s=3.0, fault_duration_s=4.0)
     result = run_study(config, progress=lambda line: None)
     assert result.status == "completed"
     study = load_study(result.study_dir)

@@ -303,6 +303,49 @@ def test_window_start_and_end_are_respected(tmp_path):
     assert abs(faulted.sum() - len(inside) / 2) <= BLOCK / 2  # exact per block; the last one is partial
 
 
+@pytest.mark.integration  # a real mock process, two workers
+def test_faults_wait_for_the_arm_file_then_count_from_its_epoch(tmp_path):
+    arm = tmp_path / "arm.json"
+    schedule = [{"kind": "status", "status": 503, "start_s": 0.5, "duration_s": 1.0}]
+    m = Mock(tmp_path / "stats", "--latency-ms", "0", "--faults", json.dumps(schedule),
+             "--fault-arm-file", str(arm), workers=2)
+    try:
+        before = [_status_on_new_connection(m) for _ in range(20)]  # spread over the workers
+        time.sleep(1.0)            # unarmed, the schedule's window never opens by itself
+        before += [_status_on_new_connection(m) for _ in range(20)]
+        epoch = time.time() + 0.3
+        (tmp_path / "arm.tmp").write_text(json.dumps({"epoch_unix_s": epoch}))
+        (tmp_path / "arm.tmp").replace(arm)
+        seen = []
+        while time.time() < epoch + 2.0:
+            seen.append((time.time() - epoch, _status_on_new_connection(m)))
+            time.sleep(0.01)
+        stats = read_stats(m.stats_dir, fresher_than_t_unix_s=time.time())
+    finally:
+        assert m.stop() == 0
+    assert set(before) == {200}
+    # every worker faulted exactly inside [epoch + 0.5, epoch + 1.5) (the client's clock is
+    # a little before the mock's body time, so leave a few ms either side)
+    assert all(status == 200 for t, status in seen if t < 0.49 or t > 1.51)
+    assert all(status == 503 for t, status in seen if 0.51 < t < 1.49)
+    assert stats["config"]["fault_epoch_unix_s"] == pytest.approx(epoch)
+
+
+def _status_on_new_connection(m) -> int:
+    conn = m.client()
+    try:
+        return call(conn, "POST", OPENAI, BODY)[0]
+    finally:
+        conn.close()
+
+
+def test_the_arm_file_and_a_fixed_epoch_are_refused_together(tmp_path):
+    from mocks.server import _parse_args
+    with pytest.raises(SystemExit):
+        _parse_args(["--port", "1", "--faults", "[]", "--fault-arm-file", str(tmp_path / "a"),
+                     "--fault-epoch-unix-s", "1"])
+
+
 @pytest.mark.integration  # a real mock process
 def test_down_window_refuses_connects_on_every_worker_then_accepts(tmp_path):
     epoch = time.time() + 1.5

@@ -62,7 +62,8 @@ MOCK = MockSettings(latency_ms=60.0, workers=1, response_tokens=16, stream_chunk
                     chunk_delay_ms=20.0)
 TOML_SHA256 = "ab" * 32
 RECORDED_PLAIN_KEY = "cf6646dabda76ed3ee3b364f269cb4068c121cd11b1e838f64ee2d3793c8ac34"
-RECORDED_EVERYTHING_SET_KEY = "d9885616af5d611c587e38c2e72ee170425fbd41c62ca28661dd63da80709149"
+# a fault run's key moved once: fault_lead_s retired (the load arms the faults)
+RECORDED_EVERYTHING_SET_KEY = "46bf305ac5f516718e364d3a7a70113352ad9dab2e1919ea58f6350bcd762496"
 
 
 def test_recorded_comparison_keys_keep():
@@ -75,7 +76,7 @@ def test_recorded_comparison_keys_keep():
                          locust_workers=(Workers("a", 2),), source="two-hosts.toml")
     faulty = MockSettings(latency_ms=60.0, workers=1, response_tokens=16, stream_chunks=20,
                           chunk_delay_ms=20.0, fault_scenario="errors", faults="[]", fault_seed=3,
-                          fault_start_s=10.0, fault_duration_s=20.0, fault_lead_s=10.0)
+                          fault_start_s=10.0, fault_duration_s=20.0)
     assert comparison_key("nginx", LOAD, faulty, 2, TOML_SHA256, two_hosts, "recommended",
                           CpuAffinity(load="0", mock="1", system="1"), "0123abcd" * 5,
                           (("SLUICE_TEST_DELAY_MS", "1"),),

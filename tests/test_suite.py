@@ -158,7 +158,7 @@ FIXED_CELL = dict(
     warmup_users=5, idle_s=3.0, cooldown_s=5.0, think_time_s=1.0, locust_processes=1,
     request_timeout_s=30.0, mock_latency_ms=60.0, mock_workers=1, mock_response_tokens=16,
     stream=False, stream_chunks=20, chunk_delay_ms=20.0, fault_scenario="", fault_start_s=10.0,
-    fault_duration_s=0.0, fault_seed=-1, fault_lead_s=10.0, resilience="shipped",
+    fault_duration_s=0.0, fault_seed=-1, resilience="shipped",
     open_loop_rates_per_s=(), open_loop_step_s=20.0, feature="", request_bytes=0,
     wire_capture_s=20.0, wire_capture_offset_s=2.0, wire_snaplen_bytes=512, gateway_workers=2,
     ready_timeout_s=60.0, seed=0, base_port=0, topology="", cpu_affinity_load="",
@@ -175,8 +175,9 @@ command = ["{name}", "--port", "{{{{port}}}}"]
 [request]
 base_url = "http://127.0.0.1:{{{{port}}}}"
 """
-RECORDED_CELL_KEY = "1fb04a67ca3d22b409e787286d7436f37fc62fa79035458b7df153de44b68638"
-RECORDED_CELL_KEY_ALL_SET = "cee2b3a3e2cf4b6071ac2f5b1d9b7417048fe0c8cf0fb1c260b5067a4864f3c0"
+# fault_lead_s retired (the load arms the faults): every cell key moved once
+RECORDED_CELL_KEY = "0e2fc0432fb5f60728156a9977c71731df010cbc6f7611dcbca50eded3b4d3f1"
+RECORDED_CELL_KEY_ALL_SET = "825bdc4987f2021d26af220692eb24654518d8187d64c400958399df117adc7b"
 
 
 def test_recorded_cell_keys_keep(tmp_path):

@@ -102,9 +102,6 @@ class StudyConfig:
     fault_start_s: float = 10.0          # the fault window starts this long after the hold starts
     fault_duration_s: float = 0.0        # the window's length; 0 = the scenario's own
     fault_seed: int = -1                 # which requests get a fault; -1 = the study's seed
-    fault_lead_s: float = 10.0           # a fault run's load starts this long after the mock (the
-                                         # system's start, idle_s and the pre-check must fit), so
-                                         # the mock's fault epoch is known when it starts
     resilience: str = "shipped"          # provider-fault lane: each system "shipped" (as installed)
                                          # or "recommended" (its declared resilience configuration)
     open_loop_rates_per_s: tuple[float, ...] = ()  # open-loop lane: offered req/s, one step each,

@@ -3,8 +3,11 @@
 A study names one scenario (``fault_scenario``); its fault window is placed inside the hold:
 it starts ``fault_start_s`` seconds after the hold's planned start and lasts ``fault_duration_s``
 seconds (0 = the scenario's own duration). The harness starts the mock with the rendered
-schedule (``--faults``), the seed (``--fault-seed``) and an epoch (``--fault-epoch-unix-s``) at
-the hold's planned start, and writes the same schedule to the run's ``faults.json``.
+schedule (``--faults``), the seed (``--fault-seed``) and an arm file (``--fault-arm-file``): no
+fault happens until the load generator writes that file when its warm-up really starts, with
+the hold's planned start as the epoch. However long the system took to start, the window is
+then at the same place in every run's hold. After the load the harness writes the schedule,
+the seed and that epoch to the run's ``faults.json`` (none when the load never started).
 
 Scenarios (shares are of the generation requests whose body reached the mock in the window):
 
@@ -38,6 +41,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+
+# The faults are armed when the warm-up starts; the mock looks for the arm every 20 ms, so the
+# first fault must start at least this long after that (warmup_s + ramp_s + fault_start_s).
+ARM_LEAD_S = 0.5
 
 
 @dataclass(frozen=True)

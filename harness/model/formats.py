@@ -38,11 +38,12 @@ class Format:
 
 
 STUDY_MANIFEST = Format(
-    "study manifest", "manifest.json", 2, (1, 2),
-    "1: systems without roles (the folder name implied one); 2: each system's role")
+    "study manifest", "manifest.json", 3, (1, 2, 3),
+    "1: systems without roles (the folder name implied one); 2: each system's role; 3: no "
+    "fault_lead_s (the load arms the faults when it starts)")
 RUN_MANIFEST = Format(
-    "run manifest", "manifest.json", 2, (1, 2),
-    "1: keys of several spellings; 2: one spelling and type per key")
+    "run manifest", "manifest.json", 3, (1, 2, 3),
+    "1: keys of several spellings; 2: one spelling and type per key; 3: no spec.mock.fault_lead_s")
 REQUESTS_TABLE = Format(
     "requests table", "requests.parquet", 3, (1, 2, 3),
     "1: before streaming and open-loop columns; 2: may lack the identity, wire and error-body "
@@ -59,8 +60,8 @@ MOCK_STATS = Format(
 FAULT_SCHEDULE = Format(
     "fault schedule", "faults.json", 2, (2,), "2: schedule, seed, epoch_unix_s")
 SUITE_MANIFEST = Format(
-    "suite manifest", "manifest.json", 2, (2,),
-    "2: the suite file, its axes and one entry per cell")
+    "suite manifest", "manifest.json", 3, (2, 3),
+    "2: the suite file, its axes and one entry per cell; 3: no fault_lead_s in the cells' configs")
 GATE_RECORD = Format(
     "gate record", "<profile>-<cpu-model>.json", 2, (1, 2),
     "1: baselines/gate.json, one for every machine, ratios to the reference; 2: one per CPU "

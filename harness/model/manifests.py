@@ -228,7 +228,7 @@ class RunManifest:
 
     @classmethod
     def from_json(cls, text: str, source: str = "run manifest") -> "RunManifest":
-        return load(cls, text, source, RUN_MANIFEST, migrate.unstamped)
+        return load(cls, text, source, RUN_MANIFEST, migrate.run_manifest)
 
 
 # --- the study manifest --------------------------------------------------------------------------

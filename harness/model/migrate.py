@@ -12,6 +12,9 @@ under tests/fixtures/ and tests/data/ (tests/test_formats.py).
   existed is known (``KNOWN_BEFORE``: mock_requests' ``provider`` was always ``primary``) is
   added holding that value instead, and not reported. The current version lacks nothing.
 * gate record 1 → 2: harness.checks.history.migrate (its ratios kept as head_vs_reference).
+* study manifest 2 → 3, run manifest 2 → 3, suite manifest 2 → 3: ``fault_lead_s`` (the fixed
+  time from the mock's start to the load's, when the mock's fault epoch was set at its start)
+  is gone from the config and the run spec's mock: the load arms the faults when it starts.
 """
 from __future__ import annotations
 
@@ -43,14 +46,42 @@ LACKED = {
 KNOWN_BEFORE = {("mock_requests", "provider"): "primary"}
 
 
+RETIRED_FAULT_KEY = "fault_lead_s"
+
+
+def _without_lead(settings: dict | None) -> None:
+    if isinstance(settings, dict):
+        settings.pop(RETIRED_FAULT_KEY, None)
+
+
 def study_manifest(data: dict, version: int) -> dict:
     """A study manifest's plain data in the current version (without its version stamp)."""
     data = {k: v for k, v in data.items() if k != "schema_version"}
+    if version < 3:
+        _without_lead(data.get("config"))
     if version == 1:
         systems = {}
         for name, meta in (data.get("systems") or {}).items():
             systems[name] = {"role": V1_ROLES_BY_FOLDER.get(folder_of(name), "system"), **(meta or {})}
         data["systems"] = systems
+    return data
+
+
+def run_manifest(data: dict, version: int) -> dict:
+    """A run manifest's plain data in the current version (without its version stamp)."""
+    data = unstamped(data, version)
+    if version < 3 and isinstance(data.get("spec"), dict):
+        _without_lead(data["spec"].get("mock"))
+    return data
+
+
+def suite_manifest(data: dict, version: int) -> dict:
+    """A suite manifest's plain data in the current version (without its version stamp)."""
+    data = unstamped(data, version)
+    if version < 3:
+        for cell in data.get("cells") or ():
+            if isinstance(cell, dict):
+                _without_lead(cell.get("config"))
     return data
 
 

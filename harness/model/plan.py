@@ -55,11 +55,9 @@ class MockSettings:
     fault_seed: int = 0
     fault_start_s: float = 0.0      # the whole fault window, after the hold's start
     fault_duration_s: float = 0.0
-    fault_lead_s: float = 0.0       # the mock's start -> the load's start
 
 
-FAULT_FIELDS = ("fault_scenario", "faults", "fault_seed", "fault_start_s", "fault_duration_s",
-                "fault_lead_s")
+FAULT_FIELDS = ("fault_scenario", "faults", "fault_seed", "fault_start_s", "fault_duration_s")
 
 
 @dataclass(frozen=True)
@@ -145,8 +143,7 @@ def fault_settings(config: StudyConfig) -> dict:
     return dict(fault_scenario=config.fault_scenario,
                 faults=fault_scenarios.schedule_json(config.fault_scenario, config.fault_start_s, duration),
                 fault_seed=config.seed if config.fault_seed < 0 else config.fault_seed,
-                fault_start_s=config.fault_start_s, fault_duration_s=duration,
-                fault_lead_s=config.fault_lead_s)
+                fault_start_s=config.fault_start_s, fault_duration_s=duration)
 
 
 def runs_of(config: StudyConfig, spec: GatewaySpec) -> int:

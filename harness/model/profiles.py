@@ -68,18 +68,20 @@ PROFILES: dict[str, dict] = {
     # (provider_down: 10 s); fault_scenario picks what fails (harness/model/fault_scenarios.py);
     # each system configured for resilience as its vendor recommends (resilience=shipped: as
     # installed). 1,000 users: a request held for seconds (a Retry-After, a backoff, an outage)
-    # keeps one busy, and a slot with none free waits in a backlog, measured. The lead covers the
-    # slowest start here (LiteLLM's workers and warm-up: ~23 s measured).
+    # keeps one busy, and a slot with none free waits in a backlog, measured (they spawn in the
+    # warm-up, at 100 a second). No packet capture: the lane's figures are the client's rows and
+    # the providers' logs.
     "faults": dict(gateways=("direct", "nginx", "sluice"), users=1000, warmup_s=10.0, ramp_s=0.0,
                    hold_s=0.0, think_time_s=0.0, open_loop_rates_per_s=(100.0,),
-                   open_loop_step_s=60.0, idle_s=1.0, cooldown_s=2.0, runs_per_gateway=1,
-                   fault_scenario="error_burst", fault_start_s=15.0, fault_lead_s=30.0,
+                   open_loop_step_s=60.0, idle_s=0.5, cooldown_s=1.0, runs_per_gateway=1,
+                   wire_capture_s=0.0,
+                   fault_scenario="error_burst", fault_start_s=15.0,
                    resilience="recommended"),
     # The same lane in closed loop (each user waits for its answer, then 0.1 s): a system that
     # fails fast sends its users round sooner, so its clients meet more of a burst; labelled.
     "faults_closed_loop": dict(gateways=("direct", "nginx", "sluice"), users=50, warmup_users=5,
                                think_time_s=0.1, warmup_s=5.0, ramp_s=5.0, hold_s=60.0,
                                max_hold_s=60.0, idle_s=1.0, cooldown_s=2.0, runs_per_gateway=1,
-                               fault_scenario="error_burst", fault_start_s=15.0, fault_lead_s=30.0,
+                               fault_scenario="error_burst", fault_start_s=15.0,
                                resilience="recommended"),
 }

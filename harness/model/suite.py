@@ -250,4 +250,4 @@ class SuiteManifest:
 
     @classmethod
     def from_json(cls, text: str, source: str = "suite manifest") -> "SuiteManifest":
-        return load(cls, text, source, SUITE_MANIFEST, migrate.unstamped)
+        return load(cls, text, source, SUITE_MANIFEST, migrate.suite_manifest)

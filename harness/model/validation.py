@@ -198,9 +198,11 @@ def _fault_problems(config: StudyConfig) -> list[str]:
     elif config.fault_start_s + duration > config.hold_length_s():
         problems.append(f"fault_duration_s: the fault window {config.fault_start_s:g} s + "
                         f"{duration:g} s does not fit inside the {config.hold_length_s():g} s hold")
-    if config.fault_lead_s <= config.idle_s:
-        problems.append(f"fault_lead_s: must exceed idle_s ({config.idle_s:g}): the system's "
-                        f"start, the idle sampling and the pre-check fit in it, got {config.fault_lead_s}")
+    lead_s = config.warmup_s + config.ramp_s + config.fault_start_s
+    if lead_s < fault_scenarios.ARM_LEAD_S:
+        problems.append(f"fault_start_s: the faults are armed when the warm-up starts, and the "
+                        f"mock needs {fault_scenarios.ARM_LEAD_S:g} s to see it: warmup_s + ramp_s "
+                        f"+ fault_start_s must be at least that, got {lead_s:g}")
     return problems
 
 

@@ -15,19 +15,23 @@ import pandas as pd
 
 from harness.model.affinity import pinned
 from harness.model.config import MAX_SPAWN_RATE_PER_PROCESS, REPO_DIR
-from harness.model.plan import RunSpec
+from harness.model.formats import FAULT_SCHEDULE
+from harness.model.plan import MockSettings, RunSpec
 from harness.model.schema import REQUESTS
 from harness.remote.hosts import pid_file, start_on
 from harness.model.dialects import DIALECTS
 from harness.run.bodies import RID_SLOT, chat_body
 from harness.host.processes import ManagedProcess, ProcessError, log_tail
-from harness.files.store import read_raw_csv, stored_frame, write_table
+from harness.files.store import read_raw_csv, stored_frame, write_json, write_table
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 # The locustfile imports its CSV header from this repository (harness.model.schema).
 LOCUSTFILE_PATH = {"PYTHONPATH": str(REPO_DIR)}
 CPU_WARNING_MARKER = "CPU usage"          # Locust: "CPU usage above 90%! This may constrain..."
 WORKERS_WAIT_S = 60                     # the master gives up if its workers have not all connected
+# The locustfile arms the mock's faults through this file when its warm-up starts (the mock
+# polls it); afterwards its epoch goes to faults.json and the file is removed.
+FAULT_ARM_FILE = "fault-arm.json"
 PHASE_ORDER = ("warmup_start_t_unix_s", "ramp_start_t_unix_s", "hold_start_t_unix_s",
                "hold_end_t_unix_s")
 
@@ -99,6 +103,7 @@ def start_locust(spec: RunSpec, target: Target, run_dir: Path,
         "raw_dir": str(run_dir / "raw"),
         "run_id": spec.run_id, "rid_slot": RID_SLOT,
         "phases_file": str(run_dir / "phases.json"),
+        "fault_arm_file": str(fault_arm_file(run_dir)) if spec.mock.faults else "",
     }
     (run_dir / "raw").mkdir(parents=True, exist_ok=True)
     settings_path = run_dir / "load.json"
@@ -197,6 +202,23 @@ def wait_locust(proc: ManagedProcess, spec: RunSpec, run_dir: Path,
                      f"remaining ~{max(0.0, planned - elapsed):4.0f} s")
             last_report = elapsed
         time.sleep(0.25)
+
+
+def fault_arm_file(run_dir: Path) -> Path:
+    return run_dir / FAULT_ARM_FILE
+
+
+def record_fault_epoch(run_dir: Path, mock: MockSettings) -> None:
+    """faults.json: the schedule, its seed and the epoch the load armed it with (from the arm
+    file, which then goes). Nothing when the load never armed the faults."""
+    arm = fault_arm_file(run_dir)
+    if not mock.faults or not arm.is_file():
+        return
+    epoch = float(json.loads(arm.read_text())["epoch_unix_s"])
+    write_json(run_dir / FAULT_SCHEDULE.file, {"schedule": json.loads(mock.faults),
+                                               "seed": mock.fault_seed, "epoch_unix_s": epoch},
+               FAULT_SCHEDULE)
+    arm.unlink()
 
 
 def read_phases(run_dir: Path) -> dict:

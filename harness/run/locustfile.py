@@ -3,7 +3,8 @@
 Settings come from the JSON file named by SLUICE_LOAD_FILE (written by harness/run/load.py,
 which also puts this repository on PYTHONPATH). Every request becomes one raw CSV row in
 <raw_dir>/requests-<host>-<pid>.csv, its header the raw columns of harness.model.schema.REQUESTS;
-the harness turns them into requests.parquet. The shape writes its phase timestamps to <phases_file>.
+the harness turns them into requests.parquet. The shape writes its phase timestamps to <phases_file>
+and, in a fault run, arms the mock's faults when its warm-up starts (<fault_arm_file>).
 """
 import collections
 import csv
@@ -19,6 +20,7 @@ from gevent import GreenletExit
 from gevent.event import AsyncResult
 from locust import FastHttpUser, LoadTestShape, constant, events, task
 
+from harness.files.atomic import write_atomic
 from harness.model.schema import REQUESTS
 from harness.model.dialects import ERROR_BODY_PREFIX_BYTES, error_body_dialect
 
@@ -328,8 +330,16 @@ class StudyShape(LoadTestShape):
     def _mark(self, name, t=None):
         if name not in self.phases:
             self.phases[name] = time.time() if t is None else t
-            with open(SETTINGS["phases_file"], "w") as f:
-                json.dump(self.phases, f)
+            if name == "warmup_start_t_unix_s" and SETTINGS.get("fault_arm_file"):
+                self._arm_faults(self.phases[name])
+            write_atomic(SETTINGS["phases_file"], json.dumps(self.phases))
+
+    def _arm_faults(self, warmup_start):
+        """The mock's fault windows count from the hold's planned start, reckoned from the
+        load's real start: the same place in the hold whatever the system's start took."""
+        ramp = 0.0 if SCHEDULE is not None or SETTINGS.get("inflight_steps") else SETTINGS["ramp_s"]
+        write_atomic(SETTINGS["fault_arm_file"],
+                     json.dumps({"epoch_unix_s": warmup_start + SETTINGS["warmup_s"] + ramp}))
 
     def tick(self):
         if SCHEDULE is not None:

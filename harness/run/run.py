@@ -116,13 +116,13 @@ def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
     limits.raise_for(spec.open_files_limit)
     try:
         with ExitStack() as processes, ExitStack() as observers:
-            load_at = _start_providers(r, spec, run_dir, processes)
+            _start_providers(r, spec, run_dir, processes)
             _start_system(r, spec, gateway, run_dir, processes)
             r.manifest = replace(r.manifest, limits=limits.observed(spec.open_files_limit, {
                 "mock": r.mock.process, "system": r.system.process}))
             _start_observers(r, spec, gateway, run_dir, observers, processes)
             _verify(r, spec, gateway, progress)
-            _drive_load(r, spec, run_dir, load_at, progress)
+            _drive_load(r, spec, run_dir, progress)
     except Interrupted:
         status, reason = "interrupted", "the study was interrupted"
         raise
@@ -165,24 +165,20 @@ def _stop_later(stack: ExitStack, started):
     return started
 
 
-def _start_providers(r: _Running, spec: RunSpec, run_dir: Path, processes: ExitStack) -> float:
+def _start_providers(r: _Running, spec: RunSpec, run_dir: Path, processes: ExitStack) -> None:
     """The mock, and for a scenario that needs one a standby (the same provider, never
-    faulted). Returns when the load may start: with faults, the mock's epoch is the hold's
-    planned start, and the load waits for its slot."""
-    load_at = time.time() + spec.mock.fault_lead_s
+    faulted). The mock's faults wait for their arm file, which the load writes when it starts."""
     topology, m = spec.topology, spec.mock
     common = dict(stream_chunks=m.stream_chunks, chunk_delay_ms=m.chunk_delay_ms,
                   host=topology.host(topology.mock), cpus=spec.affinity.mock, nice=spec.nice.mock)
     r.mock = start_mock(run_dir, m.latency_ms, m.workers, m.response_tokens,
                         **{**common, "port": spec.mock_port}, faults=m.faults,
-                        fault_seed=m.fault_seed,
-                        fault_epoch_unix_s=load_at + spec.load.warmup_s + spec.load.ramp_s)
+                        fault_seed=m.fault_seed, fault_arm_file=load_stage.fault_arm_file(run_dir))
     _stop_later(processes, r.mock.process)
     if fault_scenarios.needs_standby(m.fault_scenario):
         r.standby = start_mock(run_dir, m.latency_ms, m.workers, m.response_tokens,
                                **{**common, "port": spec.standby_port}, name="mock-standby")
         _stop_later(processes, r.standby.process)
-    return load_at
 
 
 def _start_system(r: _Running, spec: RunSpec, gateway: GatewaySpec, run_dir: Path,
@@ -266,13 +262,11 @@ def _verify(r: _Running, spec: RunSpec, gateway: GatewaySpec,
     progress("verified: one request reached the mock; starting load")
 
 
-def _drive_load(r: _Running, spec: RunSpec, run_dir: Path, load_at: float,
+def _drive_load(r: _Running, spec: RunSpec, run_dir: Path,
                 progress: Callable[[str], None]) -> None:
     """Locust (and its workers) for the planned load, the capture only while it runs, then
     the cool-down; ProcessError when the load was not the one planned."""
     topology = spec.topology
-    if spec.mock.faults:
-        _wait_until(load_at)
     load_started = time.time()
     mock_wait_at_start = _mock_wait_ns(r.mock, topology)
     if r.wire_window is not None:
@@ -385,6 +379,7 @@ def _finish(manifest: RunManifest, spec: RunSpec, run_dir: Path, mock, standby, 
                            count_difference=during["count"] - ok))
     manifest = replace(manifest, status=status, reason=reason, ended_t_unix_s=time.time())
     (run_dir / "phases.json").unlink(missing_ok=True)
+    load_stage.record_fault_epoch(run_dir, spec.mock)
     manifest = replace(manifest, files=hash_run_files(run_dir))
     write_manifest(run_dir, manifest)
     return manifest
@@ -397,16 +392,6 @@ def _gc_summary(during: dict) -> dict:
         return {}
     return {"gc_mode": during["config"].get("gc", ""), "gc_passes": sum(gc["collections"].values()),
             "gc_pause_ms_total": gc["pause_total_ms"], "gc_pause_ms_max": gc["pause_ms"]["max"]}
-
-
-def _wait_until(load_at: float) -> None:
-    """Sleep until the load's planned start; a run that is already late would put the faults
-    somewhere else in the load than planned, so it fails instead."""
-    late_s = time.time() - load_at
-    if late_s > 0:
-        raise ProcessError(f"the load could not start on time: the system's start, idle_s and the "
-                           f"pre-check took {late_s:.1f} s longer than fault_lead_s; raise it")
-    time.sleep(-late_s)
 
 
 def _port_of(url: str) -> int | None:

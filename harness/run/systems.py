@@ -1,7 +1,6 @@
 """Install, version and start a system from its GatewaySpec; start the mock provider."""
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -17,8 +16,6 @@ from harness.model.topology import Host
 from harness.remote.hosts import pid_file, start_on
 from harness.run.load import Target
 from harness.host.processes import ManagedProcess, free_port, wait_ready
-from harness.files.store import write_json
-from harness.model.formats import FAULT_SCHEDULE
 
 # No topology: every process on this machine, on the loopback address, as always.
 LOCALHOST = Host("localhost", "127.0.0.1")
@@ -116,11 +113,12 @@ class MockHandle:
 def start_mock(run_dir: Path, latency_ms: float, workers: int, response_tokens: int,
                ready_timeout_s: float = 20.0, port: int = 0, stream_chunks: int = 20,
                chunk_delay_ms: float = 20.0, host: Host | None = None, faults: str = "",
-               fault_seed: int = 0, fault_epoch_unix_s: float = 0.0,
+               fault_seed: int = 0, fault_arm_file: Path | None = None,
                name: str = "mock", cpus: str = "", nice: int = 0) -> MockHandle:
     """host: where it runs (None: this machine at 127.0.0.1); it listens on the host's address.
-    faults: a fault schedule (JSON list, times after ``fault_epoch_unix_s``; "" = none), also
-    written with its seed and epoch to the run's faults.json. name: its stats directory
+    faults: a fault schedule (JSON list, "" = none), in effect once ``fault_arm_file`` appears,
+    its times counted from the epoch in it (harness.run.load.record_fault_epoch then writes the
+    run's faults.json). name: its stats directory
     (``<name>-stats``), log and pid file in the run directory (``mock-standby``: the standby).
     cpus: the CPUs it starts on (taskset's list; "" = any); nice: its niceness (0 = unchanged)."""
     host = host or LOCALHOST
@@ -132,11 +130,10 @@ def start_mock(run_dir: Path, latency_ms: float, workers: int, response_tokens: 
             "--response-tokens", str(response_tokens), "--stats-dir", str(stats_dir),
             "--stream-chunks", str(stream_chunks), "--chunk-delay-ms", str(chunk_delay_ms)]
     if faults:
-        write_json(run_dir / FAULT_SCHEDULE.file, {"schedule": json.loads(faults), "seed": fault_seed,
-                                                   "epoch_unix_s": fault_epoch_unix_s},
-                   FAULT_SCHEDULE)
+        if fault_arm_file is None:
+            raise ValueError("start_mock: a fault schedule needs its arm file")
         argv += ["--faults", faults, "--fault-seed", str(fault_seed),
-                 "--fault-epoch-unix-s", repr(fault_epoch_unix_s)]
+                 "--fault-arm-file", str(fault_arm_file)]
     proc = start_on(host, name, pinned(cpus, argv, nice), run_dir / f"{name}.log", pid_file(run_dir, name),
                     cwd=REPO_DIR, env={"PYTHONPATH": str(REPO_DIR)})
     url = f"http://{host.address}:{port}"

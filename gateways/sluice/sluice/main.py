@@ -170,9 +170,16 @@ def raise_open_files(cfg):
             f"or lower those caps")
 
 
+# Only for the harness's own test of the fault lane's arming: a Sluice that takes this long to
+# start listening (a slow start, as LiteLLM's). Never set in use.
+TEST_START_DELAY_S = float(os.environ.get("SLUICE_TEST_START_DELAY_S", "0") or 0)
+
+
 def run_main(cfg):
     from sluice.shared import Shared, snapshot_bytes
 
+    if TEST_START_DELAY_S > 0:
+        time.sleep(TEST_START_DELAY_S)
     s = cfg.server
     n = s.workers
     raise_open_files(cfg)
