@@ -55,7 +55,7 @@ test-sluice-pure: setup
 
 ## The provider-fault lane: every system in the five core fault scenarios on the same open-loop
 ## arrivals, configured as its vendor recommends, 3 runs each (notebooks/suites/faults.toml;
-## about 2 h 15 min here), then the suite's report. make faults SUITE=faults-extra (slow tail,
+## it prints its expected and its actual duration), then the suite's report. make faults SUITE=faults-extra (slow tail,
 ## resets, stalled streams) or SUITE=faults-shipped (every system as shipped); an interrupted
 ## lane resumes with ID=<its suite id>.
 SUITE ?= faults

@@ -32,7 +32,13 @@ from harness.model.suite import (
     cell_key,
     field_of,
 )
+from harness.run.load import planned_load_s
 from harness.run.study import prepare
+
+# A run's cost beyond its planned load and its idle and cool-down seconds (the system's start
+# and check, Locust's start and stop, the artifacts): about this here for most systems, so the
+# expected duration is a floor (LiteLLM's start alone takes ~20 s).
+RUN_FIXED_S = 8.0
 
 
 def expand(suite: Suite, out_dir: str = DEFAULT_OUT_DIR) -> list[Cell]:
@@ -95,6 +101,19 @@ class SuiteResult:
     cells: tuple
 
 
+def expected(cells: list[Cell]) -> tuple[int, float]:
+    """(runs, seconds) the runnable cells' runnable systems are expected to take at least."""
+    runs, total_s = 0, 0.0
+    for cell in cells:
+        if cell.config is None:
+            continue
+        _, specs, plan = prepare(cell.config)
+        plan = [r for r in plan if specs[r.system].runnable]
+        runs += len(plan)
+        total_s += sum(planned_load_s(r) + r.idle_s + r.cooldown_s + RUN_FIXED_S for r in plan)
+    return runs, total_s
+
+
 def run_suite(suite: Suite, cells: list[Cell], out_dir: str = DEFAULT_OUT_DIR, suite_id: str = "",
               progress: Callable[[str], None] = print) -> SuiteResult:
     """Run every runnable cell as a study (with its baseline) in its own directory, one after
@@ -114,6 +133,11 @@ def run_suite(suite: Suite, cells: list[Cell], out_dir: str = DEFAULT_OUT_DIR, s
         started_t_unix_s=time.time(), cells=tuple(_cell_entry(c) for c in cells))
     _write(suite_dir, manifest)
     runnable = [(i, c) for i, c in enumerate(cells) if c.config is not None]
+    runs, expected_s = expected(cells)
+    progress(f"suite {suite_id}: {len(runnable)} cells, {runs} runs, expected at least "
+             f"{expected_s / 60:.0f} min (each run's load, idle and cool-down, and ~{RUN_FIXED_S:g} "
+             "s to start and stop)")
+    began = time.monotonic()
     status = "completed"
     try:
         for n, (i, cell) in enumerate(runnable, 1):
@@ -137,7 +161,8 @@ def run_suite(suite: Suite, cells: list[Cell], out_dir: str = DEFAULT_OUT_DIR, s
         raise
     finally:
         _write(suite_dir, dataclasses.replace(manifest, status=status, ended_t_unix_s=time.time()))
-    progress(f"suite {status}: {suite_dir}")
+    progress(f"suite {status} in {(time.monotonic() - began) / 60:.0f} min (expected at least "
+             f"{expected_s / 60:.0f} min): {suite_dir}")
     return SuiteResult(suite_dir, status, tuple(cells))
 
 
