@@ -347,9 +347,11 @@ def test_outlier_ejection_and_readmission(gw, stubs):
         assert len(a.requests) == seen
     a.fail_status = 0
     time.sleep(max(0.0, 2.2 - (time.monotonic() - t_ejected)))
-    for _ in range(30):
+    for _ in range(200):  # re-admitted after the cool-down, on probation: a tenth of its share
         assert post_model(gw, "dual")[0] == 200
-    assert len(a.requests) > seen  # re-admitted after the cool-down
+        if len(a.requests) > seen:
+            break
+    assert len(a.requests) > seen
     assert metric_sum(gw, 'sluice_ejected_deployments{model="dual",provider="a"}') == 0
 
 
@@ -414,16 +416,13 @@ def test_overloaded_goes_to_another_deployment_at_once(gw, stubs):
     assert len(b.requests) == 10
 
 
-def test_three_attempts_by_default_for_5xx(gw, stubs):
-    """max_attempts defaults to 3: two 500s in a row still end in a success; three are relayed."""
+def test_attempts_are_not_capped_by_default_for_5xx(gw, stubs):
+    """No max_attempts: five 500s in a row still end in a success, the deadline and the retry
+    budget being what ends attempts."""
     a, _ = stubs
-    a.plan = [500, 502]
+    a.plan = [500, 502, 500, 503, 500]
     assert post_model(gw, "defaults")[0] == 200
-    assert len(a.requests) == 3
-    a.requests.clear()
-    a.plan = [500, 500, 500]
-    assert post_model(gw, "defaults")[0] == 500
-    assert len(a.requests) == 3
+    assert len(a.requests) == 6
 
 
 def test_no_ejection_when_every_deployment_fails_alike(gw, stubs):
@@ -470,14 +469,64 @@ def test_resilient_template_rides_out_a_failing_primary(stubs, tmp_path):
         for _ in range(20):
             assert post_model(g, "mock-alias")[0] == 200
         # min_requests = 5 on both sides: the primary's 6th failure (its retry on the standby
-        # made the standby's 5th success before it) ejects it for 2 s
+        # made the standby's 5th success before it) ejects it for 1 s (its first ejection)
         assert len(a.requests) == 6
         assert len(b.requests) == 20
         assert metric_sum(g, 'sluice_ejected_deployments{model="mock-model",provider="mock"}') == 1
         a.fail_status = 0
-        time.sleep(2.2)
+        time.sleep(1.2)
+        for _ in range(200):  # back on probation: a tenth of the requests, the rest the standby's
+            assert post_model(g, "mock-alias")[0] == 200
+            if len(a.requests) > 6:
+                break
+        assert len(a.requests) == 7
+        time.sleep(1.1)       # healthy for ejection_s: its next success ends the probation
+        for _ in range(200):
+            assert post_model(g, "mock-alias")[0] == 200
+            if len(a.requests) > 7:
+                break
+        on_standby = len(b.requests)
         for _ in range(5):
             assert post_model(g, "mock-alias")[0] == 200
-        assert len(a.requests) == 11  # back on the primary after the cool-down
+        assert len(a.requests) == 13 and len(b.requests) == on_standby  # its whole weight again
     finally:
         g.stop()
+
+
+def test_ejections_in_a_row_grow_and_a_deployment_back_from_one_gets_probes():
+    """Envoy's rule: the k-th ejection in a row lasts k x ejection_s (at most max_ejection_s);
+    back, the deployment takes probe_share of the picks until healthy for ejection_s."""
+    import random
+    from types import SimpleNamespace
+
+    from sluice.config import Config
+    from sluice.metrics import Metrics
+    from sluice.resilience import Policy
+
+    random.seed(1)
+    cfg = Config({"providers": {"a": {"base_url": "http://127.0.0.1:1/v1"},
+                                "b": {"base_url": "http://127.0.0.1:2/v1"}},
+                  "models": {"m": {"deployments": [{"provider": "a", "weight": 1},
+                                                   {"provider": "b", "weight": 0}],
+                                   "outlier": {"min_requests": 2, "failure_margin": 0.3,
+                                               "window_s": 1, "ejection_s": 1,
+                                               "max_ejection_s": 2.5, "probe_share": 0.1}}}})
+    targets = [SimpleNamespace(provider=SimpleNamespace(name=n), upstream="m") for n in "ab"]
+    policy = Policy(cfg.models["m"], targets)
+    a, b = policy.deployments
+    metrics = Metrics()
+    now, lasted = 100.0, []
+    for _ in range(3):   # a fails, b succeeds: ejected, back, failing again
+        for _ in range(2):
+            policy.success(b, now)
+        while not a.ejected_until:
+            policy.failure(a, now, metrics)
+        lasted.append(a.ejected_until - now)
+        now = a.ejected_until + 0.01
+        assert policy.pick(now) in (a, b) and a.back_at == now
+    assert lasted == [1.0, 2.0, 2.5]
+    picks = [policy.pick(now) for _ in range(2000)]
+    assert 0.07 < picks.count(a) / len(picks) < 0.13     # probes only
+    policy.success(a, now + 1.0)    # healthy for ejection_s: its whole weight, its count reset
+    assert a.back_at == 0.0 and a.ejections == 0
+    assert all(policy.pick(now + 1.0) is a for _ in range(50))

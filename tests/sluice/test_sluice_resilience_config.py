@@ -8,13 +8,16 @@ def test_config_errors():
     base = {"providers": {"p": {"base_url": "http://127.0.0.1:1/v1"}}}
     bad = [
         {"m": {"provider": "p", "retry": {"on": ["teapot"]}}},
-        {"m": {"provider": "p", "retry": {"max_attempts": 0}}},
+        {"m": {"provider": "p", "retry": {"max_attempts": -1}}},
+        {"m": {"provider": "p", "retry": {"max_attempts": 101}}},
         {"m": {"provider": "p", "fallbacks": ["nope"]}},
         {"m": {"provider": "p", "fallbacks": ["m"]}},
         {"m": {"provider": "p", "deployments": [{"provider": "p"}]}},
         {"m": {"deployments": [{"provider": "p", "weight": 0}]}},
         {"m": {"deployments": [{"provider": "x"}]}},
         {"m": {"provider": "p", "outlier": {"ejection_s": 0}}},
+        {"m": {"provider": "p", "outlier": {"ejection_s": 10, "max_ejection_s": 5}}},
+        {"m": {"provider": "p", "outlier": {"probe_share": 0}}},
         {"m": {"provider": "p", "outlier": {"consecutive_failures": 5}}},
         {"m": {"provider": "p", "outlier": {"failure_margin": 0}}},
         {"m": {"provider": "p", "outlier": {"failure_margin": 1.5}}},
@@ -39,7 +42,7 @@ def test_config_errors():
         with pytest.raises(ConfigError, match=key):
             Config(dict(base, models={"m": {"provider": "p", "retry": retry}}))
     c = Config(dict(base, models={"m": {"provider": "p", "retry": {}}}))
-    assert c.models["m"].retry.deadline_s == 10.0 and c.models["m"].retry.max_attempts == 3
+    assert c.models["m"].retry.deadline_s == 10.0 and c.models["m"].retry.max_attempts == 0
     c = Config(dict(base, models={"m": {"provider": "p"}}))
     assert c.models["m"].retry is None and not c.models["m"].resilient
     b = c.retry_budget

@@ -1,4 +1,4 @@
-"""The retry budget on its own: a token bucket charged when an attempt is sent, refunded by
+"""The retry budget on its own: a token bucket charged when a retry is decided, refunded by
 successes, with a floor per second; no wait past the request's deadline. A gateway of its own
 (a fresh, full bucket) in front of stub providers whose failures the tests script."""
 import json
@@ -167,3 +167,47 @@ def test_no_wait_past_the_deadline(budget_gw):
     t0 = time.monotonic()
     assert post_model(g, "slow429")[0] == 200
     assert 0.25 <= time.monotonic() - t0 < 1.0
+
+
+def test_retries_decided_each_second_stay_within_the_budget():
+    """2,000 requests a second for 5 s against a provider answering 503 to every attempt, every
+    retry waiting its backoff: the retries decided in any second stay within the tokens the
+    bucket held and took in (a bucket debited only when a retry is sent would still look full
+    to the failures that arrive while the first backoffs wait, and let ten times more through)."""
+    import heapq
+    import random
+    from types import SimpleNamespace
+
+    from sluice import resilience
+    from sluice.config import Config
+    from sluice.metrics import Metrics
+
+    random.seed(0)
+    cfg = Config({"providers": {"p": {"base_url": "http://127.0.0.1:1/v1"}},
+                  "retry_budget": {"capacity": 100, "deposit_per_success": 0.5,
+                                   "min_retries_per_s": 10},
+                  "models": {"m": {"provider": "p", "retry": {"deadline_s": 10, "max_attempts": 100}}}})
+    target = SimpleNamespace(provider=SimpleNamespace(name="p"), upstream="m")
+    policy = resilience.Policy(cfg.models["m"], [target])
+    budget = resilience.RetryBudget(cfg.retry_budget)
+    budget.t = 0.0
+    app = SimpleNamespace(retry_budget=budget, metrics=Metrics())
+    route = SimpleNamespace(policy=policy, name="m")
+    # (time, request, sent): each first attempt fails as it arrives; a retry is sent when its
+    # backoff ends, and fails at once
+    pending = [(i / 2000.0, i, False) for i in range(10_000)]
+    requests = {i: SimpleNamespace(route=route, deployment=policy.deployments[0], retry_state=None,
+                                   t0=t) for t, i, _ in pending}
+    heapq.heapify(pending)
+    decided = [0] * 16
+    while pending:
+        now, i, sent = heapq.heappop(pending)
+        if sent:
+            resilience.attempt_sending(app, requests[i], now)
+        delay = resilience.on_failure(app, requests[i], "overloaded", -1.0, now)
+        if delay >= 0:
+            decided[int(now)] += 1
+            heapq.heappush(pending, (now + delay, i, True))
+    assert decided[0] <= 100 + 10
+    assert all(n <= 10 + 1 for n in decided[1:]), decided
+    assert sum(decided) <= 100 + 10 * 15 + 1

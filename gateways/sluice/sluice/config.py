@@ -118,8 +118,9 @@ class RetryConfig:
     def __init__(self, t, where):
         w = where + ".retry"
         _check_table(t, self.KEYS, w)
-        # the retry budget, not this cap, bounds the amplification
-        self.max_attempts = _num(t, "max_attempts", 3, w, 1, integer=True, maximum=10)
+        # attempts end with deadline_s and the retry budget; this optional cap on a model's
+        # attempts is 0 (none) by default
+        self.max_attempts = _num(t, "max_attempts", 0, w, 0, integer=True, maximum=100)
         self.on = _classes(t, "on", DEFAULT_RETRY_ON, w)
         self.backoff_base_s = _num(t, "backoff_base_ms", 25, w, 0) / 1000
         self.backoff_max_s = _num(t, "backoff_max_ms", 1000, w, 0) / 1000
@@ -140,7 +141,8 @@ class RetryConfig:
 class OutlierConfig:
     """Ejection of relative outliers: a deployment whose recent failure share exceeds its
     admitted peers' by ``failure_margin``, over at least ``min_requests`` recent attempts."""
-    KEYS = ("min_requests", "failure_margin", "window_s", "max_ejection_percent", "ejection_s")
+    KEYS = ("min_requests", "failure_margin", "window_s", "max_ejection_percent", "ejection_s",
+            "max_ejection_s", "probe_share")
 
     def __init__(self, t, where):
         w = where + ".outlier"
@@ -151,6 +153,13 @@ class OutlierConfig:
         self.window_s = float(_num(t, "window_s", 10.0, w, 0.1, maximum=3600))
         self.max_ejection_percent = float(_num(t, "max_ejection_percent", 50, w, 0, maximum=100))
         self.ejection_s = float(_num(t, "ejection_s", 10.0, w, 0.01, maximum=86400))
+        # Envoy's rule: the k-th ejection in a row lasts k x ejection_s, at most max_ejection_s
+        self.max_ejection_s = float(_num(t, "max_ejection_s", 300.0, w, 0.01, maximum=86400))
+        if self.max_ejection_s < self.ejection_s:
+            raise ConfigError(f"{w}.max_ejection_s must be >= ejection_s")
+        # back from an ejection, a deployment takes this share of what its weight would give it
+        # until it has stayed healthy for ejection_s: a provider still failing gets a trickle
+        self.probe_share = float(_num(t, "probe_share", 0.1, w, 0.001, maximum=1))
 
 
 class RetryBudgetConfig:

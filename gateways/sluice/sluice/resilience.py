@@ -19,6 +19,10 @@ from sluice import rewrite
 
 # failure classes (config.RETRY_CLASSES); "timeout" and "reset" may have been acted on
 UNSAFE = ("timeout", "reset")
+# a Retry-After wait is the provider's time plus up to this share of it
+RETRY_AFTER_JITTER = 0.2
+# a backoff's ceiling doubles with each attempt up to this many times (then its maximum holds)
+MAX_DOUBLINGS = 30
 
 
 def classify(status):
@@ -62,7 +66,7 @@ class Deployment:
     """One provider serving a model: a weight, its recent attempts and failures, an ejection
     deadline."""
     __slots__ = ("target", "provider", "name", "upstream", "weight", "n", "bad", "prev_n",
-                 "prev_bad", "since", "ejected_until")
+                 "prev_bad", "since", "ejected_until", "ejections", "back_at")
 
     def __init__(self, target, weight):
         self.target = target        # a request.Route bound to this provider and upstream model
@@ -71,6 +75,8 @@ class Deployment:
         self.upstream = target.upstream
         self.weight = weight
         self.ejected_until = 0.0    # perf_counter deadline, 0 when admitted
+        self.ejections = 0          # ejections in a row, none ended by a healthy probation
+        self.back_at = 0.0          # when it came back from its last ejection; 0: not probing
         self.forget(0.0)
 
     def forget(self, now):
@@ -111,10 +117,14 @@ class Policy:
         most = int(len(self.deployments) * o.max_ejection_percent / 100.0 + 1e-9)
         self.max_ejected = most if most < len(self.deployments) else len(self.deployments) - 1
         self.ejection_s = o.ejection_s
+        self.max_ejection_s = o.max_ejection_s
+        self.probe_share = o.probe_share
 
     def pick(self, now, avoid=None):
         """A deployment by weight among the admitted ones (not ``avoid`` if another is admitted;
-        weight-0 deployments only when no weighted one is)."""
+        weight-0 deployments only when no weighted one is). One back from an ejection counts
+        ``probe_share`` of its weight; when every weighted one is, the weight-0 ones take the
+        rest."""
         single = self.single
         if single is not None:
             return single
@@ -124,23 +134,28 @@ class Policy:
             if d.ejected_until:
                 if d.ejected_until > now:
                     continue
-                # the cool-down is over: re-admitted with a clean record
+                # the cool-down is over: re-admitted with a clean record, on probation
                 d.ejected_until = 0.0
                 d.forget(now)
+                d.back_at = now
             if d is avoid:
                 continue
             if d.weight > 0:
                 weighted.append(d)
             else:
                 standby.append(d)
+        if weighted and standby and all(d.back_at for d in weighted) and \
+                random.random() >= self.probe_share:
+            weighted = []   # only probes go to the deployments on probation
         pool = weighted or standby
         if not pool:
             return avoid if avoid is not None else self.deployments[0]
         if len(pool) == 1:
             return pool[0]
-        x = random.random() * sum(d.weight for d in pool)
+        share = self.probe_share
+        x = random.random() * sum(d.weight * share if d.back_at else d.weight for d in pool)
         for d in pool:
-            x -= d.weight
+            x -= d.weight * share if d.back_at else d.weight
             if x < 0:
                 return d
         return pool[-1]
@@ -148,11 +163,15 @@ class Policy:
     def success(self, d, now):
         if self.single is None:
             d.record(False, now, self.window_s)
+            if d.back_at and now - d.back_at >= self.ejection_s:
+                d.back_at = 0.0     # healthy for a whole ejection time: its weight again
+                d.ejections = 0
 
     def failure(self, failed, now, metrics):
         """Passive health: eject a deployment whose recent failure share exceeds its admitted
         peers' by ``failure_margin`` (over ``min_requests`` recent attempts at least), while
-        fewer than ``max_ejected`` are ejected. A single deployment is never ejected."""
+        fewer than ``max_ejected`` are ejected, for ``ejection_s`` times its ejections in a row
+        (at most ``max_ejection_s``). A single deployment is never ejected."""
         if self.single is not None:
             return
         failed.record(True, now, self.window_s)
@@ -179,7 +198,11 @@ class Policy:
         peers_share = peers_bad / peers_n if peers_n else 0.0
         if share - peers_share < self.failure_margin:
             return  # failing no more than its peers: the provider, not this deployment
-        failed.ejected_until = now + self.ejection_s
+        failed.ejections += 1
+        ejection_s = self.ejection_s * failed.ejections
+        failed.ejected_until = now + (ejection_s if ejection_s < self.max_ejection_s
+                                      else self.max_ejection_s)
+        failed.back_at = 0.0
         failed.forget(now)
         k = (self.name, failed.name)
         metrics.ejections[k] = metrics.ejections.get(k, 0) + 1
@@ -190,11 +213,11 @@ class Policy:
 
 class RetryBudget:
     """The retry budget of a worker, a token bucket (the shape of the AWS SDKs' retry quota and
-    Finagle's RetryBudget): a retry or fallback attempt withdraws a token when it is sent, each
-    successful attempt deposits ``deposit_per_success``, and ``min_retries_per_s`` flow in every
-    second, up to ``capacity``. A retry is decided only while a token is there; a request
-    waiting (backoff, Retry-After) holds none. When nothing succeeds, retries fall to
-    ``min_retries_per_s`` once the bucket is empty."""
+    Finagle's RetryBudget): a retry or fallback withdraws a token when it is decided (a request
+    then waiting for its backoff or Retry-After has paid already, so the next decision sees the
+    bucket as it really is), each successful attempt deposits ``deposit_per_success``, and
+    ``min_retries_per_s`` flow in every second, up to ``capacity``. When nothing succeeds,
+    retries fall to ``min_retries_per_s`` once the bucket is empty."""
 
     def __init__(self, cfg):
         self.capacity = cfg.capacity
@@ -216,11 +239,9 @@ class RetryBudget:
         return self.tokens >= 1.0
 
     def withdraw(self, now):
-        """A retry attempt is being sent: one token (the bucket may owe a little, when requests
-        decided together are sent together; the debt is paid before the next retry)."""
+        """A retry was decided (``allows`` said a token is there): one token."""
         self._refill(now)
-        if self.tokens > -self.capacity:
-            self.tokens -= 1.0
+        self.tokens -= 1.0
 
     def succeeded(self):
         tokens = self.tokens + self.deposit
@@ -230,7 +251,7 @@ class RetryBudget:
 class RetryState:
     """A request's attempts, made when its first attempt fails."""
     __slots__ = ("primary", "model_attempts", "attempts", "fallbacks_tried", "waiting", "delay",
-                 "fallback", "charge")
+                 "fallback")
 
     def __init__(self, primary):
         self.primary = primary      # the Policy of the model the client asked for
@@ -240,7 +261,6 @@ class RetryState:
         self.waiting = False        # counted in metrics.retries_in_flight (waiting to be sent)
         self.delay = 0.0            # before the next attempt
         self.fallback = None        # the fallback model name now answering
-        self.charge = False         # the next attempt withdraws a budget token when sent
 
 
 def _budget(app, now):
@@ -248,8 +268,9 @@ def _budget(app, now):
     return app.retry_budget.allows(now)
 
 
-def _take(state, m):
-    state.charge = True
+def _take(app, now):
+    """A retry or fallback is decided: it pays its token now."""
+    app.retry_budget.withdraw(now)
 
 
 def attempt_ok(app, req, status, now):
@@ -261,14 +282,11 @@ def attempt_ok(app, req, status, now):
 
 
 def attempt_sending(app, r, now):
-    """The attempt decided by ``on_failure`` is being sent now: the budget is charged."""
+    """The attempt decided by ``on_failure`` is being sent now: it waits no more."""
     state = r.retry_state
     if state.waiting:
         state.waiting = False
         app.metrics.retries_in_flight -= 1
-    if state.charge:
-        state.charge = False
-        app.retry_budget.withdraw(now)
 
 
 def _past_deadline(req, r, delay, now):
@@ -302,8 +320,8 @@ def on_failure(app, req, cls, retry_after, now):
         state = req.retry_state = RetryState(policy)
     unsafe = cls in UNSAFE
     r = policy.retry
-    if r is not None and state.model_attempts < r.max_attempts and cls in policy.retry_on and (
-            not unsafe or r.retry_after_send):
+    if r is not None and (not r.max_attempts or state.model_attempts < r.max_attempts) and \
+            cls in policy.retry_on and (not unsafe or r.retry_after_send):
         delay = _retry(app, req, state, cls, retry_after, now)
         if delay != -2.0:
             return delay
@@ -319,16 +337,19 @@ def _retry(app, req, state, cls, retry_after, now):
     r = req.route.policy.retry
     m = app.metrics
     delay = -1.0
+    doublings = state.model_attempts - 1 if state.model_attempts <= MAX_DOUBLINGS else MAX_DOUBLINGS
     if retry_after >= 0 and r.honour_retry_after:
         if retry_after <= r.retry_after_max_s:
-            delay = retry_after
+            # never before the provider asked; jittered, so the requests it asked together
+            # do not all come back in the same instant
+            delay = retry_after * (1.0 + RETRY_AFTER_JITTER * random.random())
         # else longer than we wait: not retried here (a fallback may take it)
     else:  # exponential backoff, full jitter
-        cap = r.backoff_base_s * (1 << (state.model_attempts - 1))
+        cap = r.backoff_base_s * (1 << doublings)
         delay = random.random() * (cap if cap < r.backoff_max_s else r.backoff_max_s)
     if cls == "overloaded":  # never at once on the same deployment: full jitter in [min, ceiling]
         lo = r.overload_backoff_min_s
-        cap = lo * (2 << (state.model_attempts - 1))
+        cap = lo * (2 << doublings)
         if cap > r.overload_backoff_max_s:
             cap = r.overload_backoff_max_s
         backoff = lo + random.random() * (cap - lo)
@@ -349,7 +370,7 @@ def _retry(app, req, state, cls, retry_after, now):
         delay = 0.0  # another deployment: the failed one's backoff is not its own
     elif _past_deadline(req, r, delay, now):
         return -2.0  # the deadline would pass while waiting: the failure now (or a fallback)
-    _take(state, m)
+    _take(app, now)
     if delay > 0:
         state.waiting = True
         m.retries_in_flight += 1
@@ -378,7 +399,7 @@ def _fall_back(app, req, state, now):
         deployment = to.policy.pick(now)
         if rewrite.retarget(req, deployment.target):
             if app.retry_budget.fallbacks:
-                _take(state, m)
+                _take(app, now)
             k = (req.route.name, to.name)
             m.fallbacks[k] = m.fallbacks.get(k, 0) + 1
             req.route = to
