@@ -65,7 +65,13 @@ def _schedule_s(spec: RunSpec) -> float:
 
 
 def planned_load_s(spec: RunSpec) -> float:
+    """The longest the load may last (its hold at max_hold_s)."""
     return spec.load.warmup_s + max(spec.load.ramp_s + spec.load.max_hold_s, _schedule_s(spec))
+
+
+def expected_load_s(spec: RunSpec) -> float:
+    """How long the load is planned to last (its hold at hold_s)."""
+    return spec.load.warmup_s + max(spec.load.ramp_s + spec.load.hold_s, _schedule_s(spec))
 
 
 def write_body(spec: RunSpec, target: Target, run_dir: Path) -> Path:
@@ -197,9 +203,8 @@ def wait_locust(proc: ManagedProcess, spec: RunSpec, run_dir: Path,
             raise ProcessError(f"Locust still running after {bound:.0f} s (its bound)")
         if elapsed - last_report >= progress_every_s:
             users, requests = read_progress(run_dir)
-            planned = spec.load.warmup_s + max(spec.load.ramp_s + spec.load.hold_s, _schedule_s(spec))
             progress(f"users {users:>5}  requests {requests:>8}  elapsed {elapsed:5.0f} s  "
-                     f"remaining ~{max(0.0, planned - elapsed):4.0f} s")
+                     f"remaining ~{max(0.0, expected_load_s(spec) - elapsed):4.0f} s")
             last_report = elapsed
         time.sleep(0.25)
 

@@ -32,7 +32,7 @@ from harness.model.suite import (
     cell_key,
     field_of,
 )
-from harness.run.load import planned_load_s
+from harness.run.load import expected_load_s
 from harness.run.study import prepare
 
 # A run's cost beyond its planned load and its idle and cool-down seconds (the system's start
@@ -110,7 +110,7 @@ def expected(cells: list[Cell]) -> tuple[int, float]:
         _, specs, plan = prepare(cell.config)
         plan = [r for r in plan if specs[r.system].runnable]
         runs += len(plan)
-        total_s += sum(planned_load_s(r) + r.idle_s + r.cooldown_s + RUN_FIXED_S for r in plan)
+        total_s += sum(expected_load_s(r) + r.idle_s + r.cooldown_s + RUN_FIXED_S for r in plan)
     return runs, total_s
 
 
