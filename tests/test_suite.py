@@ -119,6 +119,17 @@ def test_committed_suites_expand(name):
     assert len({c.comparison_key for c in runnable}) == len(runnable)
 
 
+def test_the_fault_lane_expects_its_runs_and_their_planned_length():
+    """5 scenarios x (5 configured systems x 3 runs + direct and MLflow once), each at least its
+    warm-up, its step, idle and cool-down; Bifrost (not runnable here) adds none."""
+    cells = R.expand(M.load_suite(REPO_DIR / "notebooks" / "suites" / "faults.toml"))
+    runs, seconds = R.expected(cells)
+    config = next(c.config for c in cells if c.config is not None)
+    per_run = (config.warmup_s + config.open_loop_step_s + config.idle_s + config.cooldown_s
+               + R.RUN_FIXED_S)
+    assert runs == 85 and seconds == pytest.approx(85 * per_run)
+
+
 def test_noise_suites_parse_and_list_their_cells(tmp_path, capsys, monkeypatch):
     """capture-ab: the aa pair with the capture off and on; affinity-ab: unpinned and two pinned
     splits (checked as on a 2-CPU machine with taskset)."""
