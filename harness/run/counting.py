@@ -389,7 +389,8 @@ def _run_cases(spec: GatewaySpec, cases: tuple[CountCase, ...], sizes: Sizes, ru
         for case in cases:
             raw = request_bytes(spec, case, port, values)
             ph = _Phases()
-            n2, n1 = (sizes.of(case).n2, sizes.of(case).n1) if scaled else (sizes.n2, sizes.n1)
+            phases = sizes.of(case) if scaled else sizes
+            n2, n1 = phases.n2, phases.n1
             if not results:   # a process's first marks and phase carry one-time work (~3%
                 warm = _Phases()  # a request more in Sluice): a marked phase that is not kept
                 on_phase(proc, port, "start", warm)
@@ -502,7 +503,8 @@ def count_system(spec: GatewaySpec, cases: tuple[CountCase, ...], work_dir: Path
     dn_calls = sizes.syscall_n2 - sizes.syscall_n1
     out = list(lacking)
     for case in declared:
-        dn = sizes.of(case).n2 - sizes.of(case).n1
+        phases = sizes.of(case)
+        dn = phases.n2 - phases.n1
         v, s = vg[case.name], st.get(case.name, _Phases())
         # phases N2 then N1, of one duration: their difference is N2 - N1 requests' work
         (i2, a2), (i1, a1) = v.counts
