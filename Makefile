@@ -7,7 +7,7 @@ GATEWAYS ?=
 SET      ?=
 STUDY    ?=
 
-.PHONY: study study-deps faults test test-fast test-deps test-sluice-pure sluice-build report gate setup clean-venv
+.PHONY: study study-deps faults inflight test test-fast test-deps test-sluice-pure sluice-build report gate setup clean-venv
 
 setup: $(VENV)/.installed
 
@@ -62,6 +62,13 @@ SUITE ?= faults
 ID    ?=
 faults: setup study-deps sluice-build
 	id=$${ID:-$(SUITE)-$$(date -u +%Y%m%dT%H%M%SZ)} && $(PY) -m harness suite notebooks/suites/$(SUITE).toml \
+	  --suite-id $$id && $(PY) -m harness report artifacts/suites/$$id
+
+## The in-flight lane: every runnable system holding 1,000 to 10,000 requests open, unary and
+## streamed, sized as its vendor documents, 3 runs each (notebooks/suites/inflight.toml; it prints
+## its expected and its actual duration), then the suite's report; ID=<suite id> resumes.
+inflight: setup study-deps sluice-build
+	id=$${ID:-inflight-$$(date -u +%Y%m%dT%H%M%SZ)} && $(PY) -m harness suite notebooks/suites/inflight.toml \
 	  --suite-id $$id && $(PY) -m harness report artifacts/suites/$$id
 
 ## The performance gate (CI runs it after the tests): the base commit's Sluice (from

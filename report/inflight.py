@@ -7,6 +7,7 @@ import math
 
 import pandas as pd
 
+from harness.stats.inflight import ERROR_CAUSES
 from harness.stats.inflight_limits import INSTRUMENTS, Lane
 from report import format as F
 from report.grid import Row, Table, cell, number, table
@@ -19,8 +20,6 @@ STEP_COLUMNS = (
     ("upstream conns", "upstream_connections", 0), ("reqs / conn", "requests_per_connection", 1),
     ("added p50 (ms)", "added_p50_ms", 1), ("added p99 (ms)", "added_p99_ms", 1),
     ("CPU-ms / req", "cpu_ms_per_request", 3), ("CPU-ms / frame", "cpu_ms_per_frame", 4))
-ERROR_LABELS = (("timeout", "timeouts"), ("refused", "refused"), ("status_5xx", "5xx"),
-                ("status_4xx", "4xx"), ("reset", "resets"), ("other", "other"))
 
 
 def _mean_sd(rec: dict, name: str, digits: int) -> str:
@@ -32,9 +31,10 @@ def _mean_sd(rec: dict, name: str, digits: int) -> str:
 
 
 def _errors(rec: dict) -> str:
-    parts = [f"{label} {rec[f'errors_{key}_mean']:,.0f}" for key, label in ERROR_LABELS
-             if not F.isnan(rec.get(f"errors_{key}_mean", math.nan)) and rec[f"errors_{key}_mean"] > 0]
-    return ", ".join(parts) or "none"
+    """The failures per run by class, named as the definitions name them (the most first)."""
+    counts = [(c, rec.get(f"errors_{c}_mean", math.nan)) for c in ERROR_CAUSES]
+    seen = [(c, n) for c, n in counts if not F.isnan(n) and n > 0]
+    return ", ".join(f"{c} {n:,.0f}" for c, n in sorted(seen, key=lambda cn: -cn[1])) or "none"
 
 
 def steps_table(lane: Lane, order: list[str]) -> Table:
@@ -82,11 +82,12 @@ def stops_table(lane: Lane, order: list[str]) -> Table:
         per_k = (F.DASH if slope is None or F.isnan(slope.mib_per_1000)
                  else f"{slope.mib_per_1000:,.1f} (R² {slope.r2:.2f}, {slope.points} points)")
         stopped = F.DASH if F.isnan(rec["stopped_at"]) else f"{rec['stopped_at']:,.0f}"
-        rows.append([cell(rec["system"], strong=True), number(f"{rec['highest_held']:,}"),
+        rows.append([cell(rec["system"], strong=True), cell(rec.get("configuration", "")),
+                     number(f"{rec['highest_held']:,}"),
                      number(per_k), number(stopped), cell(rec["cause"] or "held every step"),
                      cell(rec["evidence"])])
-    return table(["system", "highest step held", "MiB per 1,000 open", "stopped at", "what stopped it",
-                  "evidence"], rows, "inflight-stops-table")
+    return table(["system", "ran as", "highest step held", "MiB per 1,000 open", "stopped at",
+                  "what stopped it", "evidence"], rows, "inflight-stops-table")
 
 
 def concurrency_table(frame: pd.DataFrame, order: list[str]) -> Table:

@@ -173,6 +173,8 @@ def _run(system: str, n: int, p: RunParams, t0: float, rng: random.Random,
                      "error": "" if not kind else {"http": "HTTP 500", "timeout": "timed out",
                                                    "connection": "connection refused",
                                                    "other": "bad body"}[kind],
+                     "error_class": {"": "", "http": "http_5xx", "timeout": "read_timeout",
+                                     "connection": "connect_refused", "other": "bad_body"}[kind],
                      "users": int(users), "phase": phase, "worker_pid": 4242,
                      "worker_host": "synthetic", "self_overhead_ms": self_ms,
                      "mock_request_id": f"m-{run_id}-{len(rows)}" if kind in ("", "http") else ""})

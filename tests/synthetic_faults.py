@@ -62,7 +62,8 @@ def _fault_run_rows(run_id: str, system: str, p: FaultRun, hs: float):
         "self_overhead_ms": math.nan, **UNARY_DEFAULTS,
         "chunk_gaps_ms": [[] for _ in range(n)],
         "request_id": [f"{run_id}-{i}" for i in range(n)],
-        "error_body_dialect": np.where(failed, p.dialect, "")})
+        "error_body_dialect": np.where(failed, p.dialect, ""),
+        "error_class": np.where(failed, "http_5xx", "")})
     copies = np.where(during, p.attempts, 1)
     mock_t = np.concatenate([t[i] + 0.001 * (1 + np.arange(c)) for i, c in enumerate(copies)])
     body_end = (mock_t * 1e9).astype("int64")
@@ -98,8 +99,9 @@ def make_fault_study(root: str | Path, study_id: str, runs: dict[str, list[Fault
         run_dir.mkdir(parents=True)
         hs = BASE_T + 100.0 * i
         rows, samples, mock = _fault_run_rows(run_id, system, p, hs)
+        # the older artifact: version 2, which may lack the error-body and later columns
         write_parquet(rows, REQUEST_SCHEMA, run_dir / "requests.parquet",
-                      F.REQUESTS_TABLE.version - bool(without_columns), without=without_columns)
+                      2 if without_columns else F.REQUESTS_TABLE.version, without=without_columns)
         write_parquet(samples.assign(inflight_requests=math.nan, host="synthetic-host"),
                       SAMPLE_SCHEMA, run_dir / "samples.parquet", F.SAMPLES_TABLE.version)
         write_table(run_dir / "mock_requests.parquet", mock.assign(provider="primary"),

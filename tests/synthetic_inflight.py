@@ -31,6 +31,6 @@ def lane() -> L.Lane:
         *(step("lean", t, True, cpu_ms_per_request=0.2) for t in (1000, 2500, 5000)),
         step("capped", 1000, True, cpu_ms_per_request=0.5),
         step("capped", 2500, False, mock_open_mean=100.0, mock_open_max=100.0, failed=4,
-             errors_timeout=4)])
+             errors_read_timeout=4)])
     table = L.summary(steps, floor="direct")
     return L.Lane(steps, table, L.where_it_stops(table, cores=2.0), L.slopes(steps), 10.0, False)

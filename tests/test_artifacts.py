@@ -39,7 +39,7 @@ from report.data import collect
 V1_FIXTURE = Path(__file__).parent / "fixtures" / "studies" / "v1-smoke"
 V2_FIXTURE = V1_FIXTURE.with_name("v2-smoke")
 FIGURES = ("run_summary", "system_summary", "compare", "head_to_head_table")
-# The request columns version 2 gained while it was current (a version-2 file may lack them).
+# The request columns a version-2 file may lack (gained while 2 was current, or since).
 LATE_V2_COLUMNS = LACKED["requests"][2]
 # Columns version 1 gained without a new number: a version-1 file may lack them.
 LATE_V1_COLUMNS = ("ttfb_ms", "ttft_ms", "chunks", "chunk_gaps_ms", "stream_done",

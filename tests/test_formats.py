@@ -28,7 +28,9 @@ def _table(table):
 RECORDED = {
     F.STUDY_MANIFEST: (readers.read_study_manifest, {1: V1 / "manifest.json", 2: V2 / "manifest.json"}),
     F.RUN_MANIFEST: (readers.read_run_manifest, {1: V1_RUN / "manifest.json", 2: V2_RUN / "manifest.json"}),
-    F.REQUESTS_TABLE: (_table(REQUESTS), {1: V1_RUN / "requests.parquet", 2: V2_RUN / "requests.parquet"}),
+    # version 3: the direct run of a real smoke study, written just before error_class existed
+    F.REQUESTS_TABLE: (_table(REQUESTS), {1: V1_RUN / "requests.parquet", 2: V2_RUN / "requests.parquet",
+                                          3: TESTS / "data" / "requests-v3.parquet"}),
     F.SAMPLES_TABLE: (_table(SAMPLES), {1: V1_RUN / "samples.parquet", 2: V2_RUN / "samples.parquet"}),
     F.MOCK_REQUESTS_TABLE: (lambda path: readers.read_mock_requests(path.parent),
                             {2: V2_RUN / "mock_requests.parquet"}),

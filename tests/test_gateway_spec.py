@@ -114,9 +114,9 @@ def test_recommended_replaces_files_and_merges_env_headers_and_model(tmp_path):
               'headers = { X = "y", "x-config" = "{{#standby}}{{standby_url}}{{/standby}}" }\nenv = { B = "3" }\n'
               'model = "m-fallbacks"\n', files=TEMPLATES)
     spec = load_gateway_spec("x", d)
-    assert spec.configured("shipped") == (spec, "")
-    run, note = spec.configured("recommended")
-    assert note == ""
+    assert spec.configured() == (spec, {"resilience": "", "scale": ""})
+    run, notes = spec.configured("recommended")
+    assert notes == {"resilience": "", "scale": ""}
     assert [(f.template, f.output) for f in run.start_files] == [("a.recommended.tmpl", "a.conf"),
                                                                  ("b.tmpl", "b.conf")]
     assert run.start_env == {"A": "1", "B": "3"} and run.model == "m-fallbacks"
@@ -126,8 +126,8 @@ def test_recommended_replaces_files_and_merges_env_headers_and_model(tmp_path):
 
 def test_recommended_without_model_keeps_the_request_model(tmp_path):
     d = write(tmp_path, "x", STARTED + '[resilience.recommended]\nenv = { C = "4" }\n', files=TEMPLATES)
-    run, note = load_gateway_spec("x", d).configured("recommended")
-    assert note == "" and run.model == "m" and run.start_files[0].template == "a.tmpl"
+    run, notes = load_gateway_spec("x", d).configured("recommended")
+    assert notes["resilience"] == "" and run.model == "m" and run.start_files[0].template == "a.tmpl"
     assert run.start_env == {"A": "1", "B": "2", "C": "4"}
 
 
@@ -135,18 +135,20 @@ def test_unconfigurable_and_undeclared_run_as_shipped_with_the_reason(tmp_path):
     d = write(tmp_path, "x", STARTED + '[resilience]\nunconfigurable = "it has no retries"\n',
               files=TEMPLATES)
     spec = load_gateway_spec("x", d)
-    assert spec.configured("recommended") == (spec, "it has no retries")
+    assert spec.configured("recommended") == (spec, {"resilience": "it has no retries", "scale": ""})
     undeclared = STARTED.replace('"x"', '"y"')
     plain = load_gateway_spec("y", write(tmp_path, "y", undeclared, files=TEMPLATES))
-    assert plain.configured("recommended") == (plain, "no recommended configuration declared")
+    assert plain.configured("recommended") == (
+        plain, {"resilience": "no recommended configuration declared", "scale": ""})
     direct = load_gateway_spec("direct")
-    assert direct.configured("recommended")[1].startswith("the client calls the provider itself")
+    assert direct.configured("recommended")[1]["resilience"].startswith(
+        "the client calls the provider itself")
 
 
 def test_sluice_recommends_its_resilient_template():
     spec = load_gateway_spec("sluice")
-    run, note = spec.configured("recommended")
-    assert note == "" and [f.template for f in run.start_files] == ["resilient.toml.tmpl"]
+    run, notes = spec.configured("recommended")
+    assert notes["resilience"] == "" and [f.template for f in run.start_files] == ["resilient.toml.tmpl"]
     assert "{{standby_url}}" in (spec.directory / "resilient.toml.tmpl").read_text()
 
 
@@ -172,6 +174,119 @@ def test_bad_resilience_tables_name_the_problem(tmp_path, text, message):
     assert str(info.value).startswith(str(d / "x" / "gateway.toml")) and message in str(info.value)
 
 
+# --- [scale] and [limits] --------------------------------------------------------------------------
+
+SIZED_TEMPLATES = [*TEMPLATES, ("a.sized.tmpl", "a sized {{workers}}"), ("b.sized.tmpl", "b sized")]
+
+
+def test_scale_sized_applies_as_resilience_does_and_both_combine(tmp_path):
+    d = write(tmp_path, "x", STARTED + '[resilience.recommended]\n'
+              'files = [{ template = "a.recommended.tmpl", output = "a.conf" }]\nenv = { B = "3" }\n'
+              '[scale.sized]\nfiles = [{ template = "b.sized.tmpl", output = "b.conf" }]\n'
+              'env = { C = "5" }\nheaders = { Y = "y" }\n', files=SIZED_TEMPLATES)
+    spec = load_gateway_spec("x", d)
+    sized, notes = spec.configured(scale="sized")
+    assert notes == {"resilience": "", "scale": ""}
+    assert [f.template for f in sized.start_files] == ["a.tmpl", "b.sized.tmpl"]
+    assert sized.start_env == {"A": "1", "B": "2", "C": "5"} and sized.headers["Y"] == "y"
+    both, notes = spec.configured("recommended", "sized")
+    assert notes == {"resilience": "", "scale": ""}
+    assert [f.template for f in both.start_files] == ["a.recommended.tmpl", "b.sized.tmpl"]
+    assert both.start_env == {"A": "1", "B": "3", "C": "5"} and both.model == "m"
+    # a value other than the variant's runs as shipped, with no note
+    assert spec.configured("shipped", "shipped") == (spec, {"resilience": "", "scale": ""})
+
+
+def test_scale_unconfigurable_and_undeclared_run_as_shipped_with_the_reason(tmp_path):
+    d = write(tmp_path, "x", STARTED + '[scale]\nunconfigurable = "it has no connection cap"\n',
+              files=TEMPLATES)
+    spec = load_gateway_spec("x", d)
+    assert spec.configured(scale="sized") == (spec, {"resilience": "", "scale": "it has no connection cap"})
+    plain = load_gateway_spec("y", write(tmp_path, "y", STARTED.replace('"x"', '"y"'), files=TEMPLATES))
+    assert plain.configured("recommended", "sized")[1] == {
+        "resilience": "no recommended configuration declared",
+        "scale": "no sized configuration declared"}
+    assert load_gateway_spec("direct").configured(scale="sized")[1]["scale"].startswith(
+        "the client calls the provider itself")
+
+
+@pytest.mark.parametrize("sized,replaced", [
+    ('files = [{ template = "a.sized.tmpl", output = "a.conf" }]\n', "output 'a.conf'"),
+    ('env = { B = "9" }\n', "env B"),
+    ('model = "m-sized"\n', "model"),
+])
+def test_two_variants_replacing_the_same_thing_are_refused_when_both_are_asked(tmp_path, sized,
+                                                                             replaced):
+    d = write(tmp_path, "x", STARTED + '[resilience.recommended]\n'
+              'files = [{ template = "a.recommended.tmpl", output = "a.conf" }]\nenv = { B = "3" }\n'
+              'model = "m-fallbacks"\n[scale.sized]\n' + sized, files=SIZED_TEMPLATES)
+    spec = load_gateway_spec("x", d)
+    assert spec.configured("recommended")[1]["resilience"] == ""   # each alone is fine
+    assert spec.configured(scale="sized")[1]["scale"] == ""
+    with pytest.raises(GatewaySpecError) as info:
+        spec.configured("recommended", "sized")
+    message = str(info.value)
+    assert message.startswith(str(d / "x" / "gateway.toml"))
+    assert "[resilience.recommended] and [scale.sized] both replace" in message and replaced in message
+
+
+def test_a_study_asking_for_both_conflicting_variants_is_refused_before_any_run(tmp_path):
+    from harness.model.config import from_profile
+    from harness.model.plan import make_plan
+    d = write(tmp_path, "x", STARTED + '[resilience.recommended]\nmodel = "m1"\n'
+              '[scale.sized]\nmodel = "m2"\n', files=TEMPLATES)
+    config = from_profile("smoke", gateways=["x"], gateways_dir=str(d), resilience="recommended",
+                          scale="sized")
+    with pytest.raises(GatewaySpecError, match="both replace model"):
+        make_plan(config, {"x": load_gateway_spec("x", d)})
+
+
+@pytest.mark.parametrize("text,message", [
+    ('[scale]\nunconfigurable = "no"\n[scale.sized]\nmodel = "m"\n', "[scale] needs either"),
+    ('[scale]\n', "not both or neither"),
+    ('[scale]\nunconfigurable = ""\n', "[scale] unconfigurable: say why"),
+    ('[scale.sized]\nfiles = [{ template = "b.tmpl", output = "c.conf" }]\n',
+     "[scale.sized] files: output 'c.conf' replaces no [[start.files]] output"),
+    ('[scale.sized]\nfiles = [{ template = "gone.tmpl", output = "a.conf" }]\n',
+     "scale.sized.files template 'gone.tmpl' does not exist"),
+    ('[scale.sized]\nenv = { K = "{{nope}}" }\n', "unknown placeholder '{{nope}}'"),
+    ('[scale.sized]\nworkers = 3\n', "[scale.sized] workers: unknown key"),
+    ('[limits]\npatterns = ["ok", "bad (group"]\n', "[limits] patterns[1]: not a regular expression"),
+    ('[limits]\npatterns = []\n', "[limits] patterns: at least one"),
+    ('[limits]\nlogs = ["x.log"]\n', "[limits] patterns: missing (required)"),
+    ('[limits]\nlogs = ["../other/x.log"]\npatterns = ["p"]\n', "[limits] logs: '../other/x.log'"),
+    ('[limits]\nlogs = ["/var/log/x.log"]\npatterns = ["p"]\n', "is not a file inside the run directory"),
+    ('[limits]\npatterns = "p"\n', "[limits] patterns: expected a list of strings"),
+])
+def test_bad_scale_and_limits_tables_name_the_file_and_key(tmp_path, text, message):
+    d = write(tmp_path, "x", STARTED + text, files=TEMPLATES)
+    with pytest.raises(GatewaySpecError) as info:
+        load_gateway_spec("x", d)
+    assert str(info.value).startswith(str(d / "x" / "gateway.toml")) and message in str(info.value)
+
+
+def test_limits_are_read_as_declared(tmp_path):
+    d = write(tmp_path, "x", STARTED + '[limits]\nlogs = ["logs/x-error.log"]\n'
+              'patterns = ["are not enough", "Too many open files"]\n', files=TEMPLATES)
+    spec = load_gateway_spec("x", d)
+    assert spec.limit_logs == ("logs/x-error.log",)
+    assert spec.limit_patterns == ("are not enough", "Too many open files")
+    assert load_gateway_spec("direct").limit_patterns == ()
+
+
+def test_every_shipped_declaration_of_scale_and_limits_loads():
+    """Each runnable system says how it is sized (a variant or why none), and nginx and Sluice
+    what they log at a limit."""
+    for name in known_gateways(GATEWAYS_DIR):
+        spec = load_gateway_spec(name)
+        if spec.runnable:
+            assert "scale" in spec.variants or spec.unconfigurable.get("scale"), name
+    for name in ("nginx", "sluice"):
+        assert load_gateway_spec(name).limit_patterns, name
+    nginx = load_gateway_spec("nginx").configured(scale="sized")[0]
+    assert [f.template for f in nginx.start_files] == ["nginx.sized.tmpl"]
+
+
 # --- no phantom providers ----------------------------------------------------------------------
 
 def _run_values(standby: bool) -> dict:
@@ -185,13 +300,13 @@ def _run_values(standby: bool) -> dict:
 
 
 def _recommended_texts(spec) -> list[str]:
-    r = spec.recommended
+    r = spec.variants["resilience"]
     return [*r.headers.values(), *r.env.values(),
             *((spec.directory / f.template).read_text() for f in r.files)]
 
 
 @pytest.mark.parametrize("name", [n for n in known_gateways(GATEWAYS_DIR)
-                                  if load_gateway_spec(n).recommended is not None])
+                                  if "resilience" in load_gateway_spec(n).variants])
 def test_a_recommended_configuration_names_a_standby_only_when_one_runs(name):
     """Without a standby, no configuration may point a second provider at the failing mock."""
     spec = load_gateway_spec(name)

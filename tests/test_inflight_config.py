@@ -29,19 +29,19 @@ def test_the_profile_validates_and_holds_each_request_for_the_hold():
     streamed = _lane(stream=True)
     validate(streamed)
     latency_ms, frames = inflight.mock_hold(streamed)
-    # a frame every 250 ms from 250 ms on: the stream lasts the hold
-    assert latency_ms == 250.0 and (frames + 1) * 250.0 == 10_000.0
+    # a frame a second from 1 s on: the stream lasts the hold
+    assert latency_ms == 1000.0 and (frames + 1) * 1000.0 == 10_000.0
 
 
 @pytest.mark.parametrize("overrides, parameter", [
     (dict(inflight_steps=(2500, 1000)), "inflight_steps"),
     (dict(inflight_steps=(0, 1000)), "inflight_steps"),
     (dict(inflight_hold_s=0.5), "inflight_hold_s"),
-    (dict(inflight_step_s=20.0), "inflight_step_s"),
+    (dict(inflight_step_s=10.0), "inflight_step_s"),
     (dict(users=5000), "users"),
     (dict(think_time_s=0.5), "think_time_s"),
     (dict(locust_processes=2), "locust_processes"),
-    (dict(stream=True, mock_workers=1), "mock_workers"),
+    (dict(stream=True, chunk_delay_ms=250.0, mock_workers=1), "mock_workers"),
     (dict(request_timeout_s=15.0), "request_timeout_s"),
     (dict(open_files_limit=2048), "open_files_limit"),
     (dict(open_files_limit=100), "open_files_limit"),
@@ -88,3 +88,22 @@ def test_every_started_process_inherits_the_raised_open_file_limit():
         assert raise_open_files_limit(1024) == (hard, hard)  # never lowered
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_each_step_is_checked_against_every_roles_open_file_limit_before_it_runs():
+    one_process = [inflight.RoleFiles("locust", 4, 1024, 20_000),
+                   inflight.RoleFiles("mock", 2, 1024, 20_000),
+                   inflight.RoleFiles("system", 1, 60, 20_000)]
+    # 10,000 open: 20,000 connections in one process, and 60 descriptors of its own
+    assert inflight.descriptors_needed(10_000, one_process[2]) == 20_060
+    assert inflight.descriptors_needed(10_000, one_process[0]) == 2_500 + 1024
+    fits, reason = inflight.steps_that_fit((1000, 2500, 5000, 10000), one_process)
+    assert fits == 3
+    assert reason.startswith("10,000 open requests need 20,060 descriptors per system process")
+    assert "its open-file limit is 20,000" in reason
+    spread = [*one_process[:2], inflight.RoleFiles("system", 2, 60, 20_000)]
+    assert inflight.steps_that_fit((1000, 2500, 5000, 10000), spread) == (4, "")
+    unknown = [inflight.RoleFiles("system", 1, 60, None), inflight.RoleFiles("mock", 1, 60, -1)]
+    assert inflight.steps_that_fit((1000, 100_000), unknown) == (2, "")
+    tight = [inflight.RoleFiles("locust", 1, 1024, 1500)]
+    assert inflight.steps_that_fit((1000, 2500), tight)[0] == 0

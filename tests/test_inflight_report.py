@@ -21,7 +21,7 @@ def test_the_tables_have_a_row_per_system_and_step_and_per_system():
     assert [r.cells[-1].text for r in steps.rows][-2:] == ["held", "failed"]
     stops = inflight.stops_table(lane(), ["direct", "lean", "capped"])
     assert [r[0].text for r in ([row.cells for row in stops.rows])] == ["direct", "lean", "capped"]
-    assert stops.rows[1].cells[2].text == "18.0 (R² 1.00, 3 points)"
+    assert stops.rows[1].cells[3].text == "18.0 (R² 1.00, 3 points)"
 
 
 def test_the_planned_concurrency_table_names_the_deciding_limit():
@@ -29,7 +29,7 @@ def test_the_planned_concurrency_table_names_the_deciding_limit():
     grid = inflight.concurrency_table(frame, ["direct", "lean", "capped"])
     lean = next(r.cells for r in grid.rows if r.cells[0].text == "lean")
     assert lean[1].text == "10,000" and lean[2].text == "220 MiB (extrapolated beyond 5,000)"
-    assert lean[4].text == "2" and lean[5].text == "connections"
+    assert lean[4].text == "2" and lean[5].text == "the highest step measured"
 
 
 def test_every_run_shows_the_requests_it_held_open_at_the_client_and_the_mock():

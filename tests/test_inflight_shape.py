@@ -36,16 +36,18 @@ print(json.dumps({"ticks": out, "phases": shape.phases}))
 """
 
 
-def _drive(tmp_path: Path, failures_at: dict) -> dict:
+def _drive(tmp_path: Path, failures_at: dict, steps_run: int = 3) -> dict:
     body = tmp_path / "body.json"
     body.write_text('{"messages": [{"role": "user", "content": "RID"}]}')
     settings = {"stream": False, "content_frame": "x", "done_frame": "y", "unary_marker": "z",
-                "dialect": "openai", "body_file": str(body), "run_id": "t-1", "rid_slot": "RID",
+                "dialect": "openai", "body_file": str(body), "run_id": "t-1", "rid_slot": "RID", "seed": 0,
                 "headers": {}, "self_overhead_header": "", "self_overhead_scale_ms": 1.0,
                 "open_loop_rates_per_s": [], "open_loop_step_s": 0, "think_time_s": 0,
                 "request_timeout_s": 10, "warmup_s": 2.0, "warmup_users": 3,
-                "inflight_steps": [100, 200, 400], "inflight_step_s": 10.0,
-                "inflight_spawn_rate_per_s": 50.0, "raw_dir": str(tmp_path / "raw"),
+                "inflight_steps": [100, 200, 400], "inflight_steps_run": steps_run,
+                "inflight_step_s": 10.0,
+                "inflight_hold_s": 4.0, "inflight_drain_margin_s": 1.0,
+                "raw_dir": str(tmp_path / "raw"),
                 "phases_file": str(tmp_path / "phases.json")}
     path = tmp_path / "load.json"
     path.write_text(json.dumps(settings))
@@ -63,15 +65,29 @@ def test_every_step_runs_for_its_length_after_the_warmup(tmp_path):
     users = [t[0] if t else None for t in out["ticks"]]
     assert users[:4] == [3, 3, 3, 3]                       # the warm-up: 2 s
     assert users[4] == 100 and users[4 + 20] == 200 and users[4 + 40] == 400
-    assert users[-1] is None and len(users) == 4 + 60 + 1  # three 10-s steps, then stop
-    assert out["ticks"][4][1] == 50.0
+    # three 10-s steps, the 400 users held one more hold and 1 s (the drain), then stop
+    assert users[4 + 60:4 + 70] == [400] * 10
+    assert users[-1] is None and len(users) == 4 + 60 + 10 + 1
+    # each step's new users spawned over one hold (4 s): 97, then 100, then 200 of them
+    assert [out["ticks"][i][1] for i in (4, 24, 44)] == [97 / 4, 25.0, 50.0]
     phases = out["phases"]
-    assert phases["hold_end_t_unix_s"] - phases["hold_start_t_unix_s"] == 30.0
+    assert phases["hold_end_t_unix_s"] - phases["hold_start_t_unix_s"] == 35.0
 
 
 def test_a_step_with_a_failed_request_is_the_last(tmp_path):
     out = _drive(tmp_path, {"1015.0": 1})                   # a failure during the second step
     users = [t[0] if t else None for t in out["ticks"]]
     assert 200 in users and 400 not in users and users[-1] is None
+    assert users[-11:-1] == [200] * 10                      # its users drained, not a step above
     phases = out["phases"]
-    assert phases["hold_end_t_unix_s"] - phases["hold_start_t_unix_s"] == 20.0
+    assert phases["hold_end_t_unix_s"] - phases["hold_start_t_unix_s"] == 25.0
+
+
+def test_steps_that_do_not_fit_the_machines_limits_are_never_run(tmp_path):
+    out = _drive(tmp_path, {}, steps_run=2)
+    users = [t[0] if t else None for t in out["ticks"]]
+    assert 200 in users and 400 not in users and users[-1] is None
+    phases = out["phases"]
+    assert phases["hold_end_t_unix_s"] - phases["hold_start_t_unix_s"] == 25.0
+    none_fit = _drive(tmp_path, {}, steps_run=0)["phases"]
+    assert none_fit["hold_end_t_unix_s"] == none_fit["hold_start_t_unix_s"]

@@ -84,15 +84,48 @@ def test_errors_are_counted_by_cause_and_a_step_with_errors_is_not_held():
                               error="ConnectionRefusedError: [Errno 111] Connection refused")
     figures = I.step_figures(rows, mock, _samples(1000.0, 1012.0, 50.0, 200, 0.1),
                              _window(100, 1010.0), HOLD_S * 1e3, stream=False)
-    assert figures["errors_refused"] == figures["failed"] > 0
-    assert figures["errors_timeout"] == figures["errors_reset"] == 0 and not figures["held"]
+    assert figures["errors_connect_refused"] == figures["failed"] > 0
+    assert figures["errors_read_timeout"] == figures["errors_reset_before_head"] == 0
+    assert not figures["held"]
     assert figures["error_example"] == "ConnectionRefusedError: [Errno 111] Connection refused"
+
+
+def test_failures_are_counted_by_their_class_and_older_rows_by_their_text():
+    """A row's error_class decides; a failed row without one (an artifact from before the
+    column: None, or "" from a raw file without it) is classed by its error text."""
+    none = {c: 0 for c in I.ERROR_CAUSES}
     causes = I.error_causes(pd.DataFrame({
-        "error_kind": ["timeout", "http", "http", "connection", "other", ""],
-        "error": ["read timed out", "HTTP 502", "HTTP 429", "ConnectionResetError", "x", ""],
-        "status_code": [0, 502, 429, 0, 0, 200]}))
-    assert causes == {"timeout": 1, "refused": 0, "status_5xx": 1, "status_4xx": 1, "reset": 1,
-                      "other": 1}
+        "error_kind": ["other", "other", "connection", "http", "http", "other", ""],
+        "error_class": ["reset_before_head", "reset_before_head", "connect_timeout", "http_5xx",
+                        "bad_body", "a class from the future", ""],
+        "error": ["CatchResponseError: HTTP 0"] * 2 + ["RetriesExceeded: timed out", "HTTP 502",
+                                                       "HTTP 200 without a body", "x", ""],
+        "status_code": [0, 0, 0, 502, 200, 0, 200]}))
+    assert causes == {**none, "reset_before_head": 2, "connect_timeout": 1, "http_5xx": 1,
+                      "bad_body": 1, "other": 1}
+    older = pd.DataFrame({
+        "error_kind": ["timeout", "http", "http", "connection", "connection", "other", "other", ""],
+        "error": ["read timed out", "HTTP 502", "HTTP 429", "ConnectionResetError",
+                  "ConnectionRefusedError: [Errno 111] Connection refused",
+                  "CatchResponseError: stream broken after 3 frames: ConnectionResetError", "x", ""],
+        "status_code": [0, 502, 429, 0, 0, 200, 0, 200]})
+    expected = {**none, "read_timeout": 1, "connect_refused": 1, "http_5xx": 1, "http_4xx": 1,
+                "reset_before_head": 1, "reset_during_body": 1, "other": 1}
+    assert I.error_causes(older) == expected
+    assert I.error_causes(older.assign(error_class=None)) == expected
+    assert I.error_causes(older.assign(error_class="")) == expected
+    assert I.error_causes(older.iloc[:0]) == none
+
+
+def test_a_step_stopped_by_errors_cites_the_commonest_class_and_its_count():
+    steps = pd.DataFrame([
+        _step("direct", 1000, True), _step("direct", 2500, True),
+        _step("x", 1000, True),
+        _step("x", 2500, False, failed=7600, errors_reset_before_head=7512,
+              errors_read_timeout=88, error_example="CatchResponseError: HTTP 0")])
+    stop = L.where_it_stops(L.summary(steps, floor="direct"), cores=2.0).set_index("system").loc["x"]
+    assert stop["cause"] == "resets before an answer"
+    assert stop["evidence"] == "7,512 per run (reset_before_head); e.g. 'CatchResponseError: HTTP 0'"
 
 
 def test_the_rss_slope_per_1000_open_and_its_r2():
@@ -110,13 +143,13 @@ def test_steps_above_a_failed_step_are_not_run():
     assert L.steps_to_run([False, True]) == [True, False]
     windows = I.step_windows(100.0, 100.0 + 2 * 40.0, (1000, 2500, 5000), 40.0, 10.0)
     assert [w["ran"] for w in windows] == [True, True, False]
-    assert windows[0]["window_start_t_unix_s"] == 100.0 + 40.0 - 20.0
+    assert windows[0]["window_start_t_unix_s"] == 100.0 + 40.0 - 10.0   # its last hold
 
 
 def test_a_step_direct_did_not_hold_is_the_instruments_limit_never_the_systems():
     steps = pd.DataFrame([
-        _step("direct", 1000, True), _step("direct", 2500, False, errors_timeout=3, failed=3),
-        _step("nginx", 1000, True), _step("nginx", 2500, False, errors_timeout=9, failed=9),
+        _step("direct", 1000, True), _step("direct", 2500, False, errors_read_timeout=3, failed=3),
+        _step("nginx", 1000, True), _step("nginx", 2500, False, errors_read_timeout=9, failed=9),
         _step("slow", 1000, False, added_p99_ms=400.0), _step("slow", 2500, False, ran=False)])
     table = L.summary(steps, floor="direct")
     label = {(r["system"], r["target_open"]): r["label"] for r in table.to_dict("records")}
@@ -146,6 +179,7 @@ def test_a_run_that_failed_mid_step_held_the_steps_before_and_fails_that_one():
     run = SimpleNamespace(
         spec=SimpleNamespace(load=load), run_id="x-1", system="x", run_index=1, status="failed",
         reason="ProcessError: system exited with code 137", failed_t_unix_s=1015.0, limits=None,
+        steps_fit=None,
         phases=SimpleNamespace(t=lambda name: {"hold_start": 1000.0}.get(name, math.nan)))
     steps = I.run_steps(run, rows, mock, _samples(1000.0, 1015.0, 300.0, 250, 0.2))
     assert [s["ran"] for s in steps] == [True, True, False]
@@ -162,7 +196,7 @@ def test_a_connection_pool_cap_is_named_with_the_mocks_connection_count():
         _step("direct", 1000, True), _step("direct", 2500, True),
         _step("capped", 1000, True),
         _step("capped", 2500, False, mock_open_mean=100.0, mock_open_max=100.0,
-              added_p99_ms=20000.0, errors_timeout=40, failed=40)])
+              added_p99_ms=20000.0, errors_read_timeout=40, failed=40)])
     stops = L.where_it_stops(L.summary(steps, floor="direct"), cores=2.0).set_index("system")
     assert stops.loc["capped", "highest_held"] == 1000 and stops.loc["capped", "stopped_at"] == 2500
     assert stops.loc["capped", "cause"] == "connection-pool cap"
@@ -182,14 +216,14 @@ def test_the_summary_gives_mean_and_sd_over_runs_and_the_slope_over_held_steps()
 @pytest.mark.parametrize("cores, slope_mib, held, decides, replicas", [
     (3.2, 18.0, 10000, "CPU", 4),          # 3.2 cores of 1-core replicas
     (0.5, 400.0, 10000, "memory", 2),      # 40 + 4,000 MiB at 10,000 open: 3.9 GiB of 2 GiB
-    (0.5, 18.0, 2500, "connections", 4),   # each replica holds 2,500 open
-])
+    (0.5, 18.0, 2500, "descriptors", 4),   # each replica holds 2,500 open (it stopped there on
+])                                         # its descriptors)
 def test_replicas_at_a_planned_concurrency_and_the_limit_that_decides(cores, slope_mib, held,
                                                                       decides, replicas):
     open_requests = L.planned_open(1000.0, 10.0)
     assert open_requests == 10_000
     out = L.replicas_at(open_requests, cores, L.Slope(slope_mib, 40.0, 1.0, 4), held,
-                        replica_cores=1.0, replica_gib=2.0)
+                        replica_cores=1.0, replica_gib=2.0, step_limit="descriptors")
     assert out["decides"] == decides and out["replicas"] == replicas
 
 
@@ -200,10 +234,101 @@ def test_sizing_at_a_planned_concurrency_uses_the_memory_slope_and_the_highest_s
     # 40 MiB + 18 MiB per 1,000 at 10,000 open; held only to 5,000: extrapolated
     assert lean["open_requests"] == 10_000 and lean["memory_gib"] == pytest.approx(220 / 1024)
     assert lean["extrapolated"] and lean["highest_held"] == 5000
-    assert lean["cores"] == pytest.approx(0.2) and lean["decides"] == "connections"
+    # it held every step: only the highest step measured bounds a replica
+    assert lean["cores"] == pytest.approx(0.2) and lean["decides"] == "the highest step measured"
     assert lean["replicas"] == 2
     assert lean["usd_month"] == pytest.approx(2 * Prices().monthly(1.0, 2.0))
     capped = out.loc["capped"]
     assert capped["highest_held"] == 1000 and capped["replicas"] == 10
-    assert capped["decides"] == "connections"
+    assert capped["decides"] == "a configured cap"   # its stop: the mock saw 100 open
     assert "slow" not in out.index
+
+
+def test_a_system_is_held_within_100_ms_of_directs_added_p99_at_the_same_step():
+    steps = pd.DataFrame([
+        _step("direct", 1000, False, added_p99_ms=240.0),   # the instruments' tail, under 10%
+        _step("direct", 2500, True, added_p99_ms=1450.0),   # of the 10-s hold; above it
+        _step("near", 1000, False, added_p99_ms=320.0),     # 80 ms beyond direct's: held
+        _step("near", 2500, True, added_p99_ms=1500.0),
+        _step("far", 1000, True, added_p99_ms=360.0)])      # 120 ms beyond: not held
+    judged = L.judged(steps, floor="direct", hold_s=10.0)
+    held = {(r["system"], r["target_open"]): r["held"] for r in judged.to_dict("records")}
+    assert held[("near", 1000)] and not held[("far", 1000)]
+    assert held[("direct", 1000)] and not held[("direct", 2500)]  # the floor: against the hold
+    assert judged.loc[judged["system"] == "near", "added_over_floor_p99_ms"].tolist() == [80.0, 50.0]
+    table = L.summary(judged, floor="direct")
+    stops = L.where_it_stops(table, cores=2.0).set_index("system")
+    assert stops.loc["far", "cause"] == "added latency"
+    assert "120 ms beyond direct's" in stops.loc["far", "evidence"]
+    # the floor did not hold 2,500: the instruments' limit for everyone, even within 100 ms
+    assert stops.loc["near", "highest_held"] == 1000 and stops.loc["near", "cause"] == L.INSTRUMENTS
+
+
+def test_a_step_whose_descriptors_do_not_fit_is_the_instruments_limit_with_the_reason():
+    from types import SimpleNamespace
+    rows, mock = _closed_loop(100, 1000.0, 1025.0, added_ms=2.0)
+    load = SimpleNamespace(inflight_hold_s=HOLD_S, inflight_steps=(50, 100, 200),
+                           inflight_step_s=10.0, stream=False)
+    reason = "200 open requests need 1,424 descriptors per system process; its limit is 1,300"
+    run = SimpleNamespace(
+        spec=SimpleNamespace(load=load), run_id="x-1", system="x", run_index=1,
+        status="completed", reason="", failed_t_unix_s=None, limits=None,
+        steps_fit=SimpleNamespace(steps_run=2, reason=reason),
+        phases=SimpleNamespace(t=lambda name: {"hold_start": 1000.0,
+                                               "hold_end": 1020.0}.get(name, math.nan)))
+    steps = I.run_steps(run, rows, mock, _samples(1000.0, 1020.0, 300.0, 250, 0.2))
+    assert [s["ran"] for s in steps] == [True, True, False] and steps[2]["unfit"] == reason
+    table = L.summary(pd.DataFrame([_step("direct", t, True) for t in (50, 100, 200)] + steps),
+                      floor="direct").set_index(["system", "target_open"])
+    assert table.loc[("x", 200), "label"] == L.INSTRUMENTS
+    stop = L.where_it_stops(table.reset_index(), cores=2.0).set_index("system").loc["x"]
+    assert stop["stopped_at"] == 200 and stop["cause"] == L.INSTRUMENTS
+    assert stop["evidence"] == reason
+    assert L.stop_limit(stop["cause"], stop["evidence"]) == "descriptors"
+
+
+@pytest.mark.parametrize("cause, evidence, limit", [
+    ("open-file limit", "19,958 descriptors open of a limit of 20,000", "descriptors"),
+    ("connection-pool cap", "the mock saw at most 100 open", "a configured cap"),
+    ("CPU", "190% CPU (of 2 cores)", "CPU"),
+    ("5xx answers", "40 per run", "its stop (5xx answers)"),
+    ("", "", "the highest step measured"),
+    (L.INSTRUMENTS, "direct did not hold this step either", "the highest step measured"),
+    (L.CLIENT_LIMIT, "3 per run (client_limit)", "the highest step measured"),
+])
+def test_the_limit_a_stop_names_for_the_sizing(cause, evidence, limit):
+    assert L.stop_limit(cause, evidence) == limit
+
+
+def test_a_declared_log_line_becomes_the_stops_evidence_with_its_count():
+    from types import SimpleNamespace
+    from harness.model.manifests import LimitLine
+    steps = pd.DataFrame([
+        _step("direct", 1000, True), _step("direct", 2500, True),
+        _step("nginx", 1000, True),
+        _step("nginx", 2500, False, errors_reset_before_head=9, failed=9,
+              window_end_t_unix_s=2000.0)])
+    steps["window_end_t_unix_s"] = steps.get("window_end_t_unix_s").fillna(1000.0)
+    alert = LimitLine("worker_connections are not enough", 1204, "nginx-error.log",
+                      "2026/12/01 21:31:12 [alert] 7#7: 8192 worker_connections are not enough",
+                      t_unix_s=1990.0)
+    later = LimitLine("Too many open files", 3, "nginx-error.log", "accept4() failed (24: Too "
+                      "many open files)", t_unix_s=2100.0)   # after the step: not its evidence
+    runs = [SimpleNamespace(run_id="nginx-1", system="nginx", limit_lines=(alert, later))]
+    stops = L.with_own_words(L.where_it_stops(L.summary(steps, floor="direct"), cores=2.0),
+                             steps, runs).set_index("system")
+    nginx = stops.loc["nginx"]
+    assert nginx["cause"] == "resets before an answer"
+    assert nginx["evidence"].startswith("9 per run (reset_before_head)")
+    assert nginx["own_words"] == ('nginx-error.log: "2026/12/01 21:31:12 [alert] 7#7: 8192 '
+                                  'worker_connections are not enough" (×1,204)')
+    assert nginx["evidence"].endswith("; its own log: " + nginx["own_words"])
+    assert stops.loc["direct", "own_words"] == ""
+
+
+def test_the_configuration_each_system_ran_is_named_with_why_it_was_not_sized():
+    from types import SimpleNamespace as N
+    assert L.configuration([N(scale="sized", scale_note="")] * 3) == "sized"
+    why = "no connection setting is documented"
+    assert L.configuration([N(scale="sized", scale_note=why)]) == f"as shipped: {why}"
+    assert L.configuration([N(scale="shipped", scale_note="")]) == "as shipped"

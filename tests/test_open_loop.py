@@ -98,6 +98,7 @@ def _step_rows(run_id, system, index, rate, start, added, rng, unsent=False, wai
         "chunk_gaps_ms": [[] for _ in range(int(keep.sum()))], "stream_done": False,
         "intended_start_t_unix_s": intended[keep], "offered_rate_per_s": rate,
         "step_index": index, "waited_for_user": waited, "request_id": "", "error_body_dialect": "",
+        "error_class": "",
         **{c: math.nan for c in ("mock_service_ms", "net_overhead_ms", "wire_request_path_us",
                                  "wire_response_path_us", "wire_in_gateway_us", "wire_mock_us")}})
 

@@ -62,6 +62,16 @@ def open_files_limit_of(pid: int) -> int | None:
         return None
 
 
+def most_fds_in_tree(pid: int) -> int | None:
+    """The most descriptors any one process of ``pid``'s tree holds now (None: gone, or not
+    ours to read): what a process needs before it holds a connection."""
+    try:
+        root = psutil.Process(pid)
+        return max(p.num_fds() for p in [root, *_descendants(root)])
+    except (psutil.Error, OSError):
+        return None
+
+
 def log_tail(path: Path, max_lines: int = 30) -> str:
     try:
         with open(path, "rb") as f:

@@ -33,6 +33,8 @@ PLANNED_MAX_RATE_PER_PROCESS = 11_000.0
 OPEN_LOOP_USER_HEADROOM = 2.0
 # How each system runs in a study: as shipped, or with its declared recommended resilience.
 RESILIENCE = ("shipped", "recommended")
+# How each system runs in a study: as shipped, or sized for many open connections as declared.
+SCALE = ("shipped", "sized")
 
 
 class ConfigError(UserError, ValueError):
@@ -104,14 +106,18 @@ class StudyConfig:
     fault_seed: int = -1                 # which requests get a fault; -1 = the study's seed
     resilience: str = "shipped"          # provider-fault lane: each system "shipped" (as installed)
                                          # or "recommended" (its declared resilience configuration)
+    scale: str = "shipped"               # in-flight lane: each system "shipped" (as installed) or
+                                         # "sized" (its gateway.toml's [scale.sized]: sized for
+                                         # many open connections as its vendor documents; a
+                                         # system without one runs as shipped, its runs say why)
     open_loop_rates_per_s: tuple[float, ...] = ()  # open-loop lane: offered req/s, one step each,
                                          # ascending; () = closed loop (users, ramp, think time)
     open_loop_step_s: float = 20.0       # seconds each open-loop step lasts (its measured window)
     inflight_steps: tuple[int, ...] = ()  # in-flight lane: requests held open, one step each,
                                          # ascending (closed loop, no think time: N users keep N
                                          # requests open); () = not this lane
-    inflight_step_s: float = 40.0        # seconds each in-flight step lasts; its last two holds
-                                         # are measured (harness/model/inflight.py)
+    inflight_step_s: float = 40.0        # seconds each in-flight step lasts; its last hold is
+                                         # measured (harness/model/inflight.py)
     inflight_hold_s: float = 10.0        # in-flight lane: the mock holds each request this long
                                          # (a stream: one frame every chunk_delay_ms throughout);
                                          # replaces mock_latency_ms and stream_chunks there

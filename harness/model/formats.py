@@ -45,9 +45,9 @@ RUN_MANIFEST = Format(
     "run manifest", "manifest.json", 3, (1, 2, 3),
     "1: keys of several spellings; 2: one spelling and type per key; 3: no spec.mock.fault_lead_s")
 REQUESTS_TABLE = Format(
-    "requests table", "requests.parquet", 3, (1, 2, 3),
+    "requests table", "requests.parquet", 4, (1, 2, 3, 4),
     "1: before streaming and open-loop columns; 2: may lack the identity, wire and error-body "
-    "columns (added while 2 was current); 3: every column")
+    "columns (added while 2 was current); 3: no error_class; 4: every column")
 SAMPLES_TABLE = Format(
     "samples table", "samples.parquet", 2, (1, 2),
     "1: may lack inflight_requests and host; 2: every column")

@@ -29,8 +29,10 @@ ROLES = ("floor", "hop", "system")
 PLACEHOLDERS = ("port", "listen_host", "upstream_url", "upstream_host", "upstream_port",
                 "standby_url", "standby_host", "standby_port", "run_dir", "gateway_dir",
                 "cache_dir", "repo_dir", "python", "workers")
-# The resilience note of a system asked for its recommended configuration that declares nothing.
-NO_RECOMMENDED = "no recommended configuration declared"
+# The study settings that pick a declared configuration variant: setting (its gateway.toml table)
+# -> the value that asks for it (the variant's table in there). Any other value ("shipped") runs
+# the system as the rest of its gateway.toml says.
+VARIANTS = {"resilience": "recommended", "scale": "sized"}
 DIALECT_PATHS = {name: d.chat_path for name, d in DIALECTS.items()}
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 # {{#standby}}...{{/standby}}: text kept only when the run has a standby provider, so no
@@ -41,6 +43,8 @@ _SECTION = re.compile(r"\{\{#(\w+)\}\}(.*?)\{\{/\1\}\}", re.S)
 _STANDBY_PLACEHOLDERS = ("standby_url", "standby_host", "standby_port")
 _HEADERS = T.Table(each=T.STR)
 _FILES = T.Tables(T.Table({"template": T.STR, "output": T.STR}, required=("template", "output")))
+_VARIANT = T.Table({"files": _FILES, "headers": _HEADERS, "env": T.Table(each=T.STR),
+                    "model": T.STR})
 # The format of gateway.toml (documented in gateways/README.md).
 SCHEMA = T.Table(required=("schema_version", "name", "kind"), keys={
     "schema_version": T.INT, "name": T.STR, "kind": T.STR, "role": T.STR, "language": T.STR,
@@ -51,7 +55,8 @@ SCHEMA = T.Table(required=("schema_version", "name", "kind"), keys={
     "build": T.Table({"command": T.STRINGS, "timeout_s": T.NUMBER}),
     "start": T.Table({"command": T.STRINGS, "env": T.Table(each=T.STR),
                       "files": _FILES,
-                      "stop_signal": T.STR, "stop_timeout_s": T.NUMBER}),
+                      "stop_signal": T.STR, "stop_timeout_s": T.NUMBER,
+                      "connections_per_worker": T.BOOL}),
     "ready": T.Table({"path": T.STR, "status": T.INT, "timeout_s": T.NUMBER,
                       "warmup_requests": T.INT}),
     "request": T.Table({"base_url": T.STR, "chat_path": T.STR, "model": T.STR, "headers": _HEADERS,
@@ -59,9 +64,9 @@ SCHEMA = T.Table(required=("schema_version", "name", "kind"), keys={
     "metrics": T.Table({"path": T.STR, "inflight_gauge": T.STR}),
     "features": T.Table(each=T.Table({"dialect": T.STR, "chat_path": T.STR, "model": T.STR,
                                       "headers": _HEADERS})),
-    "resilience": T.Table({"unconfigurable": T.STR,
-                           "recommended": T.Table({"files": _FILES, "headers": _HEADERS,
-                                                   "env": T.Table(each=T.STR), "model": T.STR})}),
+    "resilience": T.Table({"unconfigurable": T.STR, "recommended": _VARIANT}),
+    "scale": T.Table({"unconfigurable": T.STR, "sized": _VARIANT}),
+    "limits": T.Table({"logs": T.STRINGS, "patterns": T.STRINGS}, required=("patterns",)),
 })
 
 
@@ -87,14 +92,27 @@ class Feature:
 
 
 @dataclass(frozen=True)
-class Recommended:
-    """[resilience.recommended]: how the system runs when a study asks for its recommended
-    resilience configuration. Each file replaces the [[start.files]] entry with its output;
+class Variant:
+    """A declared configuration variant ([resilience.recommended], [scale.sized]): how the system
+    runs when a study asks for it. Each file replaces the [[start.files]] entry with its output;
     headers and env are merged over [request]'s and [start]'s; a model replaces [request]'s."""
     files: tuple[TemplateFile, ...] = ()
     headers: dict = field(default_factory=dict)
     env: dict = field(default_factory=dict)
     model: str | None = None
+
+    def sets(self) -> set[str]:
+        """Everything it replaces, by name: two variants of one run must not share any."""
+        return ({f"output {f.output!r}" for f in self.files} | {f"env {k}" for k in self.env}
+                | {f"header {k}" for k in self.headers}
+                | ({"model"} if self.model is not None else set()))
+
+    def applied_to(self, spec: "GatewaySpec") -> "GatewaySpec":
+        replaced = {f.output: f for f in self.files}
+        return dataclasses.replace(
+            spec, start_files=tuple(replaced.get(f.output, f) for f in spec.start_files),
+            start_env={**spec.start_env, **self.env}, headers={**spec.headers, **self.headers},
+            model=spec.model if self.model is None else self.model)
 
 
 @dataclass(frozen=True)
@@ -131,6 +149,8 @@ class GatewaySpec:
     start_files: tuple[TemplateFile, ...] = ()
     stop_signal: str = "SIGTERM"
     stop_timeout_s: float = 10.0
+    connections_per_worker: bool = False     # its connections spread over {{workers}} processes
+                                             # (False: one process holds them all)
     ready_path: str = "/health"
     ready_status: int = 200
     ready_timeout_s: float = 30.0
@@ -144,26 +164,46 @@ class GatewaySpec:
     metrics_path: str = ""                   # Prometheus text endpoint on base_url, "" = none
     inflight_gauge: str = ""                 # its gauge of requests in flight (sampled each second)
     features: dict = field(default_factory=dict)  # name -> Feature ([features.NAME] tables)
-    recommended: Recommended | None = None   # [resilience.recommended]; None: none declared
-    unconfigurable: str = ""                 # [resilience] unconfigurable: why there is none
+    variants: dict = field(default_factory=dict)  # setting -> its Variant
+                                             # ([resilience.recommended], [scale.sized])
+    unconfigurable: dict = field(default_factory=dict)  # setting -> why it has none ([TABLE]
+                                             # unconfigurable)
+    limit_logs: tuple[str, ...] = ()         # [limits] logs: files in the run directory, besides
+                                             # system.log, where it names its limits
+    limit_patterns: tuple[str, ...] = ()     # [limits] patterns: regular expressions of those lines
 
     @property
     def has_process(self) -> bool:
         return bool(self.start_command)
 
-    def configured(self, resilience: str) -> tuple["GatewaySpec", str]:
-        """The spec a run with this resilience setting starts, and its resilience note: "" when
-        it runs as asked, else why it runs as shipped although its recommended one was asked for."""
-        if resilience == "shipped":
-            return self, ""
-        if self.recommended is None:
-            return self, self.unconfigurable or NO_RECOMMENDED
-        r = self.recommended
-        replaced = {f.output: f for f in r.files}
-        return dataclasses.replace(
-            self, start_files=tuple(replaced.get(f.output, f) for f in self.start_files),
-            start_env={**self.start_env, **r.env}, headers={**self.headers, **r.headers},
-            model=self.model if r.model is None else r.model), ""
+    def configured(self, resilience: str = "shipped",
+                   scale: str = "shipped") -> tuple["GatewaySpec", dict[str, str]]:
+        """The spec a run with these settings starts (each one's variant applied when the setting
+        asks for it: VARIANTS), and a note per setting: "" when it runs as asked, else why it
+        runs as shipped although its variant was asked for. Two variants asked together that
+        replace the same thing (an output file, an env or header name, the model) are a bad
+        declaration: GatewaySpecError naming the gateway.toml."""
+        notes, chosen = {}, {}
+        for setting, value in (("resilience", resilience), ("scale", scale)):
+            notes[setting] = ""
+            if value != VARIANTS[setting]:
+                continue
+            if setting in self.variants:
+                chosen[setting] = self.variants[setting]
+            else:
+                notes[setting] = (self.unconfigurable.get(setting)
+                                  or f"no {value} configuration declared")
+        if len(chosen) == 2:
+            both = set.intersection(*(v.sets() for v in chosen.values()))
+            if both:
+                tables = " and ".join(f"[{s}.{VARIANTS[s]}]" for s in chosen)
+                raise GatewaySpecError(f"{self.directory / 'gateway.toml'}: {tables} both replace "
+                                       f"{', '.join(sorted(both))}: a run asking for both cannot "
+                                       "have both")
+        spec = self
+        for variant in chosen.values():
+            spec = variant.applied_to(spec)
+        return spec, notes
 
     def request_plan(self, feature: str = "") -> RequestPlan:
         """The requests of a run with `feature` ("" = [request] as declared)."""
@@ -239,6 +279,7 @@ def _load_folder(name: str, gateways_dir: Path) -> GatewaySpec:
         start_files=tuple(TemplateFile(f["template"], f["output"]) for f in start.get("files", [])),
         stop_signal=start.get("stop_signal", "SIGTERM"),
         stop_timeout_s=float(start.get("stop_timeout_s", 10)),
+        connections_per_worker=start.get("connections_per_worker", False),
         ready_path=ready.get("path", "/health"),
         ready_status=ready.get("status", 200),
         ready_timeout_s=float(ready.get("timeout_s", 30)),
@@ -252,7 +293,8 @@ def _load_folder(name: str, gateways_dir: Path) -> GatewaySpec:
         metrics_path=metrics.get("path", ""),
         inflight_gauge=metrics.get("inflight_gauge", ""),
         features=_features(data.get("features", {}), path),
-        **_resilience(data.get("resilience"), start, path),
+        **_variants(data, start, path),
+        **_limits(data.get("limits"), path),
     )
     _check_spec(spec, path)
     return spec
@@ -278,8 +320,9 @@ def _check_spec(spec: GatewaySpec, path: Path) -> None:
     """The spec as a whole: a port to call, its templates there, its placeholders known."""
     if spec.runnable and not spec.has_process and "{{port}}" in spec.base_url:
         raise GatewaySpecError(f"{path}: request.base_url uses {{{{port}}}} but [start] starts nothing")
-    for where, files in (("start.files", spec.start_files),
-                         ("resilience.recommended.files", spec.recommended.files if spec.recommended else ())):
+    declared = [("start.files", spec.start_files),
+                *((f"{s}.{VARIANTS[s]}.files", v.files) for s, v in spec.variants.items())]
+    for where, files in declared:
         for tf in files:
             if not (spec.directory / tf.template).is_file():
                 raise GatewaySpecError(f"{path}: {where} template {tf.template!r} does not exist")
@@ -299,28 +342,54 @@ def _features(table: dict, path: Path) -> dict:
     return features
 
 
-def _resilience(table: dict | None, start: dict, path: Path) -> dict:
-    """GatewaySpec's recommended and unconfigurable fields from [resilience] (its keys and types
-    already checked against SCHEMA)."""
+def _variants(data: dict, start: dict, path: Path) -> dict:
+    """GatewaySpec's variants and unconfigurable fields from the [resilience] and [scale] tables
+    (their keys and types already checked against SCHEMA)."""
+    variants, unconfigurable = {}, {}
+    outputs = [f["output"] for f in start.get("files", [])]
+    for setting, key in VARIANTS.items():
+        table = data.get(setting)
+        if table is None:
+            continue
+        if ("unconfigurable" in table) == (key in table):
+            raise GatewaySpecError(f"{path}: [{setting}] needs either unconfigurable (one "
+                                   f"sentence: why) or [{setting}.{key}], not both or neither")
+        if "unconfigurable" in table:
+            if not table["unconfigurable"].strip():
+                raise GatewaySpecError(f"{path}: [{setting}] unconfigurable: say why, in one "
+                                       "sentence")
+            unconfigurable[setting] = table["unconfigurable"]
+            continue
+        v = table[key]
+        for f in v.get("files", []):
+            if f["output"] not in outputs:
+                raise GatewaySpecError(f"{path}: [{setting}.{key}] files: output {f['output']!r} "
+                                       f"replaces no [[start.files]] output (they are: "
+                                       f"{', '.join(outputs) or 'none'})")
+        variants[setting] = Variant(
+            files=tuple(TemplateFile(f["template"], f["output"]) for f in v.get("files", [])),
+            headers=dict(v.get("headers", {})), env=dict(v.get("env", {})), model=v.get("model"))
+    return {"variants": variants, "unconfigurable": unconfigurable}
+
+
+def _limits(table: dict | None, path: Path) -> dict:
+    """GatewaySpec's limit_logs and limit_patterns from [limits]: every pattern a regular
+    expression, every log a file inside the run directory."""
     if table is None:
         return {}
-    if ("unconfigurable" in table) == ("recommended" in table):
-        raise GatewaySpecError(f"{path}: [resilience] needs either unconfigurable (one sentence: "
-                               "why) or [resilience.recommended], not both or neither")
-    if "unconfigurable" in table:
-        if not table["unconfigurable"].strip():
-            raise GatewaySpecError(f"{path}: [resilience] unconfigurable: say why, in one sentence")
-        return {"unconfigurable": table["unconfigurable"]}
-    r = table["recommended"]
-    outputs = [f["output"] for f in start.get("files", [])]
-    for f in r.get("files", []):
-        if f["output"] not in outputs:
-            raise GatewaySpecError(f"{path}: [resilience.recommended] files: output {f['output']!r} "
-                                   f"replaces no [[start.files]] output (they are: "
-                                   f"{', '.join(outputs) or 'none'})")
-    return {"recommended": Recommended(
-        files=tuple(TemplateFile(f["template"], f["output"]) for f in r.get("files", [])),
-        headers=dict(r.get("headers", {})), env=dict(r.get("env", {})), model=r.get("model"))}
+    if not table["patterns"]:
+        raise GatewaySpecError(f"{path}: [limits] patterns: at least one, or no [limits] table")
+    for i, pattern in enumerate(table["patterns"]):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise GatewaySpecError(f"{path}: [limits] patterns[{i}]: not a regular expression "
+                                   f"({exc}): {pattern!r}") from None
+    for log in table.get("logs", []):
+        if not log or Path(log).is_absolute() or ".." in Path(log).parts:
+            raise GatewaySpecError(f"{path}: [limits] logs: {log!r} is not a file inside the run "
+                                   "directory (a relative path, without ..)")
+    return {"limit_logs": tuple(table.get("logs", [])), "limit_patterns": tuple(table["patterns"])}
 
 
 def _check_placeholders(spec: GatewaySpec, path: Path) -> None:
@@ -331,10 +400,9 @@ def _check_placeholders(spec: GatewaySpec, path: Path) -> None:
     for f in spec.features.values():
         texts += [f.chat_path or "", *(f.headers or {}).values()]
     files = spec.start_files
-    if spec.recommended is not None:
-        r = spec.recommended
-        texts += [*r.headers.values(), *r.env.values()]
-        files += r.files
+    for v in spec.variants.values():
+        texts += [*v.headers.values(), *v.env.values()]
+        files += v.files
     texts += [(spec.directory / tf.template).read_text() for tf in files]
     for text in texts:
         for match in _SECTION.finditer(text):

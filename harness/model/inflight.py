@@ -4,32 +4,48 @@ machine lets that many connections exist (open files, the loopback's ephemeral p
 
 The load is closed loop with no think time: N users keep N requests open, each held by the mock
 for ``inflight_hold_s`` (a stream sends a frame every ``chunk_delay_ms`` for the whole hold).
-Each step lasts ``inflight_step_s``: the users of the step are spawned, the open requests settle,
-and the last two holds of the step are its measured window.
+Each step lasts ``inflight_step_s``: the step's new users are spawned evenly over one hold, the
+open requests settle, and the last hold of the step is its measured window. The steps share the
+run's warm-up: a step adds only its new users to those already holding requests open. After the
+last step run, the users hold one more hold, so its window's requests are answered before the
+load stops.
+
+Before the load starts, each step's descriptor need (the load generator's, the mock's and the
+system's own, per process) is checked against the open-file limit each role runs with: the steps
+from the first that cannot fit are not run, and are the instruments' limit for that system.
 """
 from __future__ import annotations
 
 import math
 import resource
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.model.config import StudyConfig
 from harness.model.topology import load_processes
 
-# Users Locust spawns per second per process when a step begins (Locust warns above 100 per
-# process for heavy users; ours only open one request each).
-SPAWN_RATE_PER_PROCESS = 100.0
+# Each step's new users are spawned evenly over one hold: closed-loop users with a fixed hold keep
+# the phase they started with, so users spawned in a burst answer in a burst every hold for the
+# rest of the run (5,000 users spawned in 2.5 s added ~100 ms at p50 to direct itself), while
+# users spread over one hold keep an even stream of requests, as real traffic is.
 # Open requests one Locust process holds, and SSE frames it reads a second, before it is itself
 # the limit: estimates for 2 shared cores; direct at each step is the proof of the instruments.
 OPEN_PER_LOCUST_PROCESS = 2500
 FRAMES_PER_LOCUST_PROCESS_S = 10_000
 # SSE frames one mock worker writes a second before it is the limit (estimate, proved by direct).
 FRAMES_PER_MOCK_WORKER_S = 20_000
-# Holds of each step that are measured; and the seconds after the spawn before they start.
-MEASURED_HOLDS = 2
-SETTLE_S = 5.0
+# Holds of each step that are measured (each user sends one request in a hold); and the seconds
+# after the spawn before they start (every user's request is open from its spawn on).
+MEASURED_HOLDS = 1
+SETTLE_S = 2.0
+# After the last step run, the users keep their requests open one more hold and this long, so
+# the requests started in its window are answered before the load stops.
+DRAIN_MARGIN_S = 2.0
 # Descriptors a process needs beyond one per open request.
 FD_MARGIN = 1024
+# Connections one open request costs each role: the load generator's to the system (or to the
+# mock, for the floor), the mock's from the system, and the system's two (client and upstream).
+CONNECTIONS_PER_OPEN = {"locust": 1, "mock": 1, "system": 2}
 # The loopback's ephemeral port range: every open connection to one address and port takes one.
 PORT_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 TW_REUSE_FILE = Path("/proc/sys/net/ipv4/tcp_tw_reuse")
@@ -50,17 +66,26 @@ def mock_hold(config: StudyConfig) -> tuple[float, int]:
     return config.chunk_delay_ms, frames
 
 
-def spawn_rate_per_s(processes: int) -> float:
-    """Users spawned a second when a step begins, over all Locust processes."""
-    return SPAWN_RATE_PER_PROCESS * processes
+def spawn_rate_per_s(steps: tuple[int, ...], before: int, hold_s: float) -> float:
+    """Users spawned a second at the first of ``steps``, over all Locust processes: its new users
+    (above ``before``) over one hold."""
+    return max(1.0, (steps[0] - before) / hold_s)
 
 
-def needed_step_s(config: StudyConfig, index: int, processes: int) -> float:
-    """A step must spawn the users it adds (index 0: from none), settle, then hold
-    MEASURED_HOLDS whole holds."""
-    before = config.inflight_steps[index - 1] if index else 0
-    spawn_s = (config.inflight_steps[index] - before) / spawn_rate_per_s(processes)
-    return spawn_s + SETTLE_S + MEASURED_HOLDS * config.inflight_hold_s
+def top_spawn_rate_per_s(steps: tuple[int, ...], warmup_users: int, hold_s: float) -> float:
+    """The highest rate any step spawns at."""
+    befores = (warmup_users, *steps[:-1])
+    return max(spawn_rate_per_s((n,), b, hold_s) for n, b in zip(steps, befores))
+
+
+def needed_step_s(config: StudyConfig) -> float:
+    """A step spawns its new users over one hold, settles, then holds MEASURED_HOLDS holds."""
+    return config.inflight_hold_s + SETTLE_S + MEASURED_HOLDS * config.inflight_hold_s
+
+
+def load_s(steps: int, step_s: float, hold_s: float) -> float:
+    """How long the steps last with the drain after the last."""
+    return steps * step_s + hold_s + DRAIN_MARGIN_S
 
 
 def read_port_range(path: Path = PORT_RANGE_FILE) -> tuple[int, int] | None:
@@ -109,11 +134,10 @@ def problems(config: StudyConfig, port_range: tuple[int, int] | None,
     processes = load_processes(config.topology_path, config.locust_processes)
     if processes >= 1 and config.chunk_delay_ms >= MIN_FRAME_MS:
         out += _instrument_problems(config, top, processes)
-        worst = max(range(len(steps)), key=lambda i: needed_step_s(config, i, processes))
-        if config.inflight_step_s < needed_step_s(config, worst, processes):
-            out.append(f"inflight_step_s: step {steps[worst]} needs at least "
-                       f"{needed_step_s(config, worst, processes):.0f} s (spawn, {SETTLE_S:g} s "
-                       f"to settle, {MEASURED_HOLDS} holds), got {config.inflight_step_s:g}")
+    if config.inflight_step_s < needed_step_s(config):
+        out.append(f"inflight_step_s: a step needs at least {needed_step_s(config):.0f} s (its "
+                   f"users spawned over one hold, {SETTLE_S:g} s to settle, {MEASURED_HOLDS} "
+                   f"measured hold), got {config.inflight_step_s:g}")
     return out + _machine_problems(config, top, port_range, hard_files_limit)
 
 
@@ -154,3 +178,39 @@ def _machine_problems(config: StudyConfig, top: int, port_range: tuple[int, int]
                    f"ports than {port_range[0]}-{port_range[1]} gives (sysctl net.ipv4."
                    f"ip_local_port_range)")
     return out
+
+
+@dataclass(frozen=True)
+class RoleFiles:
+    """What one role brings to a step's descriptor check: the processes its connections spread
+    over, the descriptors each holds besides them (measured at idle, or FD_MARGIN where it could
+    not be), and the open-file limit each runs with (None: unknown, not checked; -1: unlimited)."""
+    role: str
+    processes: int
+    own_fds: int
+    limit: int | None
+
+
+def descriptors_needed(open_requests: int, role: RoleFiles) -> int:
+    """Descriptors one process of ``role`` needs with ``open_requests`` open: its share of the
+    connections (spread evenly) and its own."""
+    per_open = CONNECTIONS_PER_OPEN.get(role.role, 1)
+    return math.ceil(open_requests * per_open / max(1, role.processes)) + role.own_fds
+
+
+def steps_that_fit(steps: tuple[int, ...], roles: list[RoleFiles]) -> tuple[int, str]:
+    """(how many of ``steps``, from the lowest, fit every role's limit; why the next one does not,
+    "" when all fit). A step that does not fit is never run: it would measure the machine."""
+    for index, step in enumerate(steps):
+        for role in roles:
+            if role.limit is None or role.limit < 0:
+                continue
+            need = descriptors_needed(step, role)
+            if need > role.limit:
+                spread = (f"over {role.processes} processes" if role.processes > 1
+                          else "in one process")
+                return index, (f"{step:,} open requests need {need:,} descriptors per {role.role} "
+                               f"process ({CONNECTIONS_PER_OPEN.get(role.role, 1)} a request "
+                               f"{spread}, {role.own_fds:,} of its own); its open-file limit is "
+                               f"{role.limit:,}")
+    return len(steps), ""

@@ -180,6 +180,14 @@ class RunHost:
 
 
 @dataclass(frozen=True)
+class StepsFit:
+    """The in-flight lane's descriptor check, made before the load: how many of the steps fit
+    every role's open-file limit (the load runs those only), and why the next did not."""
+    steps_run: int
+    reason: str = ""                        # "" when every step fits
+
+
+@dataclass(frozen=True)
 class RunLimits:
     """What the machine let the run's processes hold open: the soft open-file limit asked for and
     the one each started role ran with (None: it was gone before it was read), and the loopback's
@@ -188,6 +196,21 @@ class RunLimits:
     open_files_by_role: dict[str, int | None] = field(default_factory=dict)
     port_range: str = ""                    # "low-high"; "" = not readable
     tcp_tw_reuse: int | None = None
+
+
+@dataclass(frozen=True)
+class LimitLine:
+    """One pattern of the lines in which the system names one of its limits ([limits] in its
+    gateway.toml), looked for in its logs after the run (harness/files/limit_logs.py): how many
+    lines matched it and the first of them."""
+    pattern: str
+    count: int                              # matching lines, over every log read
+    log: str = ""                           # the first one's file, relative to the run directory
+                                            # ("" when none matched)
+    line: str = ""                          # that line, trimmed around the match
+    t_unix_s: float | None = None           # its time, when the line carries one that parses
+    partial: bool = False                   # a log was longer than what is read of it: the count
+                                            # is a lower bound
 
 
 @dataclass(frozen=True)
@@ -204,6 +227,8 @@ class RunManifest:
     kind: str = ""
     resilience: str = "shipped"             # the configuration asked for: shipped | recommended
     resilience_note: str = ""               # why it ran as shipped ("" when it ran as asked)
+    scale: str = "shipped"                  # the configuration asked for: shipped | sized
+    scale_note: str = ""                    # why it ran as shipped ("" when it ran as asked)
     version: str = ""                       # the system's version, read back from it
     mock_version: str = ""
     locust_version: str = ""
@@ -222,6 +247,10 @@ class RunManifest:
     hosts: dict[str, RunHost] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)    # relative path -> SHA-256
     limits: RunLimits | None = None         # None: a run from before they were recorded
+    steps_fit: StepsFit | None = None       # in-flight runs only; None: not that lane, or a
+                                            # run from before the check
+    limit_lines: tuple[LimitLine, ...] = ()  # one per declared pattern; empty: none declared,
+                                            # or a run from before they were looked for
 
     def to_json(self) -> str:
         return dump(self, RUN_MANIFEST)

@@ -11,6 +11,9 @@ under tests/fixtures/ and tests/data/ (tests/test_formats.py).
   so a reader can say "not measured in this artifact version". A column whose value before it
   existed is known (``KNOWN_BEFORE``: mock_requests' ``provider`` was always ``primary``) is
   added holding that value instead, and not reported. The current version lacks nothing.
+* requests table 3 → 4: ``error_class`` (each failure's cause at the client) is missing in a
+  version-3 file, never guessed from its error text here (harness.stats.inflight falls back to
+  that text only where it counts causes).
 * gate record 1 → 2: harness.checks.history.migrate (its ratios kept as head_vs_reference).
 * study manifest 2 → 3, run manifest 2 → 3, suite manifest 2 → 3: ``fault_lead_s`` (the fixed
   time from the mock's start to the load's, when the mock's fault epoch was set at its start)
@@ -33,11 +36,15 @@ class TableFormatError(UserError, ValueError):
 # Version 1 knew the floor and the hop by their folder names; version 2 reads each system's role.
 V1_ROLES_BY_FOLDER = {"direct": "floor", "nginx": "hop"}
 ANY = None   # the version predates the column list: any column may be absent
+# The columns the requests table gained with version 4: no older file has them.
+REQUESTS_V4_COLUMNS = ("error_class",)
 # table -> version -> the columns a file of that version may lack.
 LACKED = {
     "requests": {1: ANY, 2: ("request_id", "mock_service_ms", "net_overhead_ms",
                              "wire_request_path_us", "wire_response_path_us",
-                             "wire_in_gateway_us", "wire_mock_us", "error_body_dialect")},
+                             "wire_in_gateway_us", "wire_mock_us", "error_body_dialect",
+                             *REQUESTS_V4_COLUMNS),
+                 3: REQUESTS_V4_COLUMNS},
     "samples": {1: ANY},
     "mock_requests": {2: ("provider",)},
 }

@@ -36,7 +36,8 @@ class LoadShape:
     inflight_steps: tuple[int, ...] = ()            # the in-flight lane's open requests per step
     inflight_step_s: float = 0.0                    # 0 outside that lane
     inflight_hold_s: float = 0.0                    # the mock's hold there (0 outside it)
-    spawn_rate_per_s: float = 0.0                   # users spawned a second when a step begins
+    spawn_rate_per_s: float = 0.0                   # the highest rate a step spawns users at (each
+                                                    # step's new users over one hold)
 
 
 INFLIGHT_LOAD_FIELDS = ("inflight_steps", "inflight_step_s", "inflight_hold_s", "spawn_rate_per_s")
@@ -99,6 +100,8 @@ class RunSpec:
     nice: Niceness = field(default_factory=Niceness)  # niceness per role (0 = unchanged)
     open_files_limit: int = 0  # the soft open-file limit asked for every started process
                                # (apparatus, not in the key; 0: a run from before it was set)
+    scale: str = "shipped"    # shipped | sized: the configuration the system is asked to run
+                              # with for many open connections (the study's setting)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -108,7 +111,7 @@ def comparison_key(system: str, load: LoadShape, mock: MockSettings, gateway_wor
                    gateway_toml_sha256: str, topology: Topology | None = None,
                    resilience: str = "shipped", affinity: CpuAffinity | None = None,
                    source_commit: str = "", env: tuple[tuple[str, str], ...] = (),
-                   nice: Niceness | None = None) -> str:
+                   nice: Niceness | None = None, scale: str = "shipped") -> str:
     """SHA-256 of the run's full configuration. Runs with equal keys ran the same thing; the
     run index, round and position are deliberately left out so repeated runs share a key."""
     mock_settings = dataclasses.asdict(mock)
@@ -131,6 +134,8 @@ def comparison_key(system: str, load: LoadShape, mock: MockSettings, gateway_wor
         payload["env"] = [list(item) for item in env]
     if nice is not None and nice.is_set():  # runs at default priority keep their earlier keys
         payload["nice"] = dataclasses.asdict(nice)
+    if scale != "shipped":  # runs as shipped keep their earlier keys
+        payload["scale"] = scale
     canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -149,7 +154,8 @@ def fault_settings(config: StudyConfig) -> dict:
 def runs_of(config: StudyConfig, spec: GatewaySpec) -> int:
     """How many runs a system gets: runs_per_gateway, or runs_unconfigured (when set) for a system
     that has nothing to configure in a study asking for the recommended configuration."""
-    unconfigured = config.resilience == "recommended" and spec.configured("recommended")[1] != ""
+    unconfigured = (config.resilience == "recommended"
+                    and spec.configured(resilience="recommended")[1]["resilience"] != "")
     if unconfigured and config.runs_unconfigured:
         return min(config.runs_unconfigured, config.runs_per_gateway)
     return config.runs_per_gateway
@@ -185,6 +191,8 @@ def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec],
                        system=config.cpu_affinity_system)
     nice = Niceness(load=config.nice_load, mock=config.nice_mock, system=config.nice_system)
     standby = fault_scenarios.needs_standby(config.fault_scenario)
+    for spec in specs.values():  # variants that cannot be combined are refused before any run
+        spec.configured(config.resilience, config.scale)
     rng = random.Random(config.seed)
     plan = []
     for round_index in range(1, config.runs_per_gateway + 1):
@@ -207,12 +215,13 @@ def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec],
                 gateway_toml_sha256=spec.toml_sha256, seed=config.seed,
                 comparison_key=comparison_key(system, load, mock, config.gateway_workers,
                                               spec.toml_sha256, topology, config.resilience, pins,
-                                              source, env, nice),
+                                              source, env, nice, config.scale),
                 topology=topology, mock_port=config.base_port,
                 system_port=config.base_port + 1 if config.base_port else 0,
                 standby_port=config.base_port + 2 if config.base_port and standby else 0,
                 wire=wire, resilience=config.resilience, affinity=pins, source_commit=source,
-                env=env, nice=nice, open_files_limit=config.open_files_limit))
+                env=env, nice=nice, open_files_limit=config.open_files_limit,
+                scale=config.scale))
     return plan
 
 
@@ -222,5 +231,5 @@ def inflight_load(config: StudyConfig) -> dict:
         return {}
     return dict(inflight_steps=tuple(config.inflight_steps), inflight_step_s=config.inflight_step_s,
                 inflight_hold_s=config.inflight_hold_s,
-                spawn_rate_per_s=inflight.spawn_rate_per_s(
-                    load_processes(config.topology_path, config.locust_processes)))
+                spawn_rate_per_s=inflight.top_spawn_rate_per_s(
+                    tuple(config.inflight_steps), config.warmup_users, config.inflight_hold_s))

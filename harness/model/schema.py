@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.model.failures import FAILURE_CLASSES
+
 # Column types: what a column holds, spelled once for Arrow, pandas and the README.
 TYPES = ("string", "float64", "int32", "int64", "bool", "list<float64>")
 PANDAS_DTYPES = {"string": "str", "float64": "float64", "int32": "int32", "int64": "int64",
@@ -153,6 +155,10 @@ REQUESTS = Table("requests", "requests.parquet", (
        "client's dialect: OpenAI `{\"error\": {\"message\", \"type\"}}`, Anthropic "
        "`{\"type\": \"error\", \"error\": {\"type\", \"message\"}}`), `other` (JSON of "
        "another shape), `none` (empty, not JSON, or no response); `\"\"` for a success"),
+    _c("error_class", "string", "",
+       "a failed request's cause, classified at the client from the transport's own error "
+       "(harness/model/failures.py defines each): "
+       + ", ".join(f"`{c}`" for c in FAILURE_CLASSES) + "; `\"\"` for a success"),
 ))
 
 SAMPLES = Table("samples", "samples.parquet", (

@@ -70,6 +70,8 @@ IN_KEY_WHEN_SET = ("cpu_affinity_load", "cpu_affinity_mock", "cpu_affinity_syste
 # The in-flight lane's settings: in the key only in that lane (inflight_steps set), so cells of
 # every other lane keep their keys.
 IN_KEY_IN_INFLIGHT_LANE = ("inflight_step_s", "inflight_hold_s", "open_files_limit")
+# Settings in the key only when not at the value every cell had before they existed.
+IN_KEY_UNLESS = {"scale": "shipped"}
 # The format of a suite file (this module's docstring); paths and values are checked after.
 SCHEMA = T.Table({"name": T.STR, "description": T.STR, "profile": T.STR,
                   "base": T.Table(each=T.ANY), "axes": T.Table(each=T.ANY),
@@ -196,6 +198,7 @@ def cell_key(config: StudyConfig) -> str:
     and under which name aside) and the gateway.toml of every system in it."""
     settings = {k: v for k, v in config.to_dict().items()
                 if k not in NOT_IN_KEY and (v or k not in IN_KEY_WHEN_SET)
+                and (k not in IN_KEY_UNLESS or v != IN_KEY_UNLESS[k])
                 and (config.inflight_steps or k not in (*IN_KEY_IN_INFLIGHT_LANE, "inflight_steps"))}
     tomls = {name: load_gateway_spec(name, config.systems_dir).toml_sha256 for name in config.gateways}
     canonical = json.dumps({"config": settings, "gateway_toml_sha256": tomls}, sort_keys=True,

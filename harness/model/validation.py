@@ -15,6 +15,7 @@ from harness.model.config import (
     OPEN_LOOP_MAX_RATE_PER_PROCESS,
     OPEN_LOOP_USER_HEADROOM,
     RESILIENCE,
+    SCALE,
     ConfigError,
     StudyConfig,
     repo_path,
@@ -42,6 +43,8 @@ def validate(config: StudyConfig) -> None:
         os.geteuid() == 0, shutil.which(affinity.NICE) is not None))
     if config.resilience not in RESILIENCE:
         problems.append(f"resilience: one of {list(RESILIENCE)}, got {config.resilience!r}")
+    if config.scale not in SCALE:
+        problems.append(f"scale: one of {list(SCALE)}, got {config.scale!r}")
     if not config.out_dir:
         problems.append("out_dir: must not be empty")
     if config.out_dir and not problems:

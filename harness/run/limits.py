@@ -3,6 +3,8 @@ process starts (children inherit it) and read back from each started role, and t
 ephemeral port range, recorded in the run manifest."""
 from __future__ import annotations
 
+import resource
+
 from harness.host.processes import open_files_limit_of, raise_open_files_limit
 from harness.model.inflight import read_port_range, read_tw_reuse
 from harness.model.manifests import RunLimits
@@ -11,6 +13,13 @@ from harness.model.manifests import RunLimits
 def raise_for(asked: int) -> None:
     """Before a run starts its processes: they inherit this process's limit."""
     raise_open_files_limit(asked)
+
+
+def own_limit() -> int:
+    """The soft open-file limit this process runs with, and so every process it starts here
+    (-1: unlimited)."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return -1 if soft == resource.RLIM_INFINITY else soft
 
 
 def observed(asked: int, started: dict) -> RunLimits:

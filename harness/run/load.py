@@ -13,6 +13,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from harness.model import inflight
 from harness.model.affinity import pinned
 from harness.model.config import MAX_SPAWN_RATE_PER_PROCESS, REPO_DIR
 from harness.model.formats import FAULT_SCHEDULE
@@ -60,8 +61,10 @@ class LoadResult:
 
 def _schedule_s(spec: RunSpec) -> float:
     """Seconds of the open-loop or in-flight steps (0 in closed loop)."""
-    return max(len(spec.load.open_loop_rates_per_s) * spec.load.open_loop_step_s,
-               len(spec.load.inflight_steps) * spec.load.inflight_step_s)
+    load = spec.load
+    steps_s = (inflight.load_s(len(load.inflight_steps), load.inflight_step_s, load.inflight_hold_s)
+               if load.inflight_steps else 0.0)
+    return max(len(load.open_loop_rates_per_s) * load.open_loop_step_s, steps_s)
 
 
 def planned_load_s(spec: RunSpec) -> float:
@@ -82,10 +85,11 @@ def write_body(spec: RunSpec, target: Target, run_dir: Path) -> Path:
     return path
 
 
-def start_locust(spec: RunSpec, target: Target, run_dir: Path,
-                 master_port: int = 0) -> ManagedProcess:
+def start_locust(spec: RunSpec, target: Target, run_dir: Path, master_port: int = 0,
+                 steps_run: int | None = None) -> ManagedProcess:
     """Locust on the topology's master host; with locust_workers it is Locust's own master,
-    listening on master_port for the workers start_workers() starts."""
+    listening on master_port for the workers start_workers() starts. ``steps_run``: the
+    in-flight steps that fit the machine's limits (None: all)."""
     settings = {
         "chat_path": target.chat_path, "model": target.model, "headers": target.headers,
         "self_overhead_header": target.self_overhead_header.lower(),
@@ -104,10 +108,12 @@ def start_locust(spec: RunSpec, target: Target, run_dir: Path,
         "open_loop_step_s": spec.load.open_loop_step_s,
         "open_loop_spawn_rate_per_s": MAX_SPAWN_RATE_PER_PROCESS,
         "inflight_steps": list(spec.load.inflight_steps),
+        "inflight_steps_run": len(spec.load.inflight_steps) if steps_run is None else steps_run,
         "inflight_step_s": spec.load.inflight_step_s,
-        "inflight_spawn_rate_per_s": spec.load.spawn_rate_per_s,
+        "inflight_hold_s": spec.load.inflight_hold_s,
+        "inflight_drain_margin_s": inflight.DRAIN_MARGIN_S,
         "raw_dir": str(run_dir / "raw"),
-        "run_id": spec.run_id, "rid_slot": RID_SLOT,
+        "run_id": spec.run_id, "rid_slot": RID_SLOT, "seed": spec.seed,
         "phases_file": str(run_dir / "phases.json"),
         "fault_arm_file": str(fault_arm_file(run_dir)) if spec.mock.faults else "",
     }

@@ -11,6 +11,7 @@ import csv
 import json
 import math
 import os
+import random
 import re
 import socket
 import time
@@ -22,11 +23,16 @@ from locust import FastHttpUser, LoadTestShape, constant, events, task
 
 from harness.files.atomic import write_atomic
 from harness.model.schema import REQUESTS
+from harness.model.failures import failure_class
 from harness.model.dialects import ERROR_BODY_PREFIX_BYTES, error_body_dialect
 
 SETTINGS = json.load(open(os.environ["SLUICE_LOAD_FILE"]))
 # The topology's name for this host (harness/run/load.py sets it); pids are unique only per host.
 HOSTNAME = os.environ.get("SLUICE_WORKER_HOST") or socket.gethostname()
+# Locust's dispatcher hands each worker its new users once a second; where in that second each
+# starts is drawn from the run's seed (the same draws in every process: each spreads evenly).
+SPAWN_BATCH_S = 1.0
+_START_POINTS = random.Random(SETTINGS["seed"])
 STREAM = SETTINGS["stream"]
 # The client dialect's SSE frames: one that carries text, and the one that ends the stream.
 CONTENT_FRAME = re.compile(SETTINGS["content_frame"].encode())
@@ -180,6 +186,21 @@ def _classify(exception, status_code):
     return "other", text
 
 
+def _transport_error(exception, response, context):
+    """The transport's own error behind a failed request: kept in the context by a task (a body
+    or stream that broke after the head) or on the response by Locust (no answer); else the
+    failure itself."""
+    return context.get("transport_error") or getattr(response, "error", None) or exception
+
+
+def _error_class(exception, status, response, context):
+    """A failed request's cause (harness.model.failures), from the transport's own error, never
+    from the verdict that replaced it ("HTTP 0")."""
+    if exception is None:
+        return ""
+    return failure_class(_transport_error(exception, response, context), status)
+
+
 @events.request.add_listener
 def on_request(request_type, name, response_time, response_length, response=None, exception=None,
                start_time=None, context=None, **kwargs):
@@ -196,6 +217,9 @@ def on_request(request_type, name, response_time, response_length, response=None
             except ValueError:
                 pass
     kind, error = _classify(exception, status)
+    transport = _transport_error(exception, response, context or {}) if exception else None
+    if transport is not None and transport is not exception:  # what "HTTP 0" stood for
+        error = f"{error} ({type(transport).__name__}: {transport})"[:300]
     runner = ROWS.runner
     timing = (context or {}).get("stream") or {}
     slot = (context or {}).get("slot") or ("", "", "", "")
@@ -213,7 +237,8 @@ def on_request(request_type, name, response_time, response_length, response=None
         "offered_rate_per_s": slot[2], "step_index": slot[1], "waited_for_user": slot[3],
         "request_id": (context or {}).get("request_id", ""),
         # a failure the task did not judge (a stream cut short, no response) had no error body
-        "error_body_dialect": (context or {}).get("error_body_dialect", "none") if kind else ""})
+        "error_body_dialect": (context or {}).get("error_body_dialect", "none") if kind else "",
+        "error_class": _error_class(exception, status, response, context or {})})
     ROWS.maybe_flush(time.monotonic())
 
 
@@ -239,6 +264,14 @@ class ChatUser(FastHttpUser):
     insecure = True
     slot = None
 
+    def on_start(self):
+        # Locust spawns a second's users at once (its dispatcher sends spawn_rate users a second
+        # in one batch); held open for a fixed hold, a batch would answer and send together for
+        # the rest of the run. In the in-flight lane each user starts at a random point of its
+        # batch's second instead: an even stream of requests, as real traffic is.
+        if SETTINGS.get("inflight_steps"):
+            gevent.sleep(_START_POINTS.random() * SPAWN_BATCH_S)
+
     def context(self):
         # Locust merges this into every request's context: the open-loop slot reaches the row.
         return {"slot": self.slot} if self.slot else {}
@@ -258,6 +291,9 @@ class ChatUser(FastHttpUser):
             with self.client.post(SETTINGS["chat_path"], data=body, headers=headers,
                                   catch_response=True, name="chat",
                                   context={"request_id": rid}) as resp:
+                # a body that broke after the head: Locust's record of it, which a verdict below
+                # replaces, is the row's cause
+                resp.request_meta["context"]["transport_error"] = resp.request_meta["exception"]
                 if resp.status_code != 200:
                     _judge_error_body(resp, resp.content)
                     resp.failure(f"HTTP {resp.status_code}")
@@ -301,6 +337,7 @@ class ChatUser(FastHttpUser):
                         elif CONTENT_FRAME.search(line):
                             arrivals.append(time.perf_counter())
             except Exception as exc:  # a stream cut short is that system's error
+                resp.request_meta["context"]["transport_error"] = exc
                 resp.failure(f"stream broken after {len(arrivals)} frames: {type(exc).__name__}")
             end = time.perf_counter()
             resp.request_meta["response_time"] = (end - start) * 1000.0
@@ -326,6 +363,8 @@ class StudyShape(LoadTestShape):
         self.requests_at_hold_start = None
         self.step_seen = None        # the in-flight step the last tick was in
         self.failures_at_step = 0    # failed requests when that step began
+        self.drain_end = None        # when the in-flight drain after the last step ends
+        self.drain_users = 0
 
     def _mark(self, name, t=None):
         if name not in self.phases:
@@ -370,25 +409,36 @@ class StudyShape(LoadTestShape):
 
     def inflight_tick(self):
         """The in-flight lane: warm-up, then each step's users (each keeps one request open) for
-        step_s; the steps are the measured window. A step that ended with any failed request is
-        the last: the steps above it are not run (hold_end marks where the load stopped)."""
+        step_s, its new users spawned evenly over one hold; the steps are the measured window.
+        A step that ended with any failed request is the last: the steps above it are not run.
+        After the last step run the users hold one more hold (the drain), so the requests of its
+        window are answered; hold_end marks where the load stopped."""
         t, warmup = self.get_run_time(), SETTINGS["warmup_s"]
-        steps, step_s = SETTINGS["inflight_steps"], SETTINGS["inflight_step_s"]
+        # the steps that fit the machine's open-file limits (harness/run/run.py checks them)
+        steps = SETTINGS["inflight_steps"][:SETTINGS["inflight_steps_run"]]
+        step_s, hold_s = SETTINGS["inflight_step_s"], SETTINGS["inflight_hold_s"]
         if t < warmup:
             self._mark("warmup_start_t_unix_s")
             return SETTINGS["warmup_users"], SETTINGS["warmup_users"]
         self._mark("ramp_start_t_unix_s")
         self._mark("hold_start_t_unix_s")
-        index = int((time.time() - self.phases["hold_start_t_unix_s"]) // step_s)
-        failures = self.runner.stats.total.num_failures
-        if self.step_seen != index:  # a step has ended (or the first begins)
-            if self.step_seen is not None and failures > self.failures_at_step:
-                index = len(steps)  # it failed: stop here
-            self.step_seen, self.failures_at_step = index, failures
-        if index >= len(steps):
-            self._mark("hold_end_t_unix_s")
-            return None
-        return steps[index], SETTINGS["inflight_spawn_rate_per_s"]
+        now = time.time()
+        if self.drain_end is None:
+            index = int((now - self.phases["hold_start_t_unix_s"]) // step_s)
+            failures = self.runner.stats.total.num_failures
+            if self.step_seen != index:  # a step has ended (or the first begins)
+                if self.step_seen is not None and failures > self.failures_at_step:
+                    index = len(steps)  # it failed: stop here
+                self.step_seen, self.failures_at_step = index, failures
+            if index < len(steps):
+                before = steps[index - 1] if index else SETTINGS["warmup_users"]
+                self.drain_users = steps[index]  # the users of the step running now
+                return steps[index], max(1.0, (steps[index] - before) / hold_s)
+            self.drain_end = now + (hold_s + SETTINGS["inflight_drain_margin_s"] if steps else 0.0)
+        if now < self.drain_end:
+            return self.drain_users, 1.0
+        self._mark("hold_end_t_unix_s")
+        return None
 
     def open_loop_tick(self):
         """Every user at once (they only wait for slots); the phases are the schedule's exact

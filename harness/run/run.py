@@ -14,7 +14,7 @@ from typing import Callable
 from urllib.parse import urlparse
 
 import mocks
-from harness.model import fault_scenarios
+from harness.model import fault_scenarios, inflight
 from harness.model.gateway_spec import GatewaySpec
 from harness.model.manifests import (
     HostSnapshot,
@@ -27,6 +27,7 @@ from harness.model.manifests import (
     RunChecks,
     RunHost,
     RunManifest,
+    StepsFit,
     WireCheck,
     from_plain,
 )
@@ -37,8 +38,9 @@ from harness.remote import hosts
 from harness.remote.machine import host_snapshot
 from harness.run import load as load_stage
 from harness.run import measure
-from harness.host.processes import ProcessError, free_port
+from harness.host.processes import ProcessError, free_port, most_fds_in_tree
 from harness.host.sampling import Sampler, run_queue_wait_ns, scrape_gauge
+from harness.files import limit_logs
 from harness.files.store import (
     hash_run_files,
     read_raw_csv,
@@ -107,8 +109,8 @@ def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
     if run_dir.exists():
         shutil.rmtree(run_dir)  # an earlier, unfinished attempt of this run
     run_dir.mkdir(parents=True)
-    gateway, resilience_note = gateway.configured(spec.resilience)
-    r = _Running(_first_manifest(spec, gateway, version, resilience_note),
+    gateway, notes = gateway.configured(spec.resilience, spec.scale)
+    r = _Running(_first_manifest(spec, gateway, version, notes),
                  WireCheck(captured=False, reason=measure.capture_not_possible(spec)
                            or "not captured: the run ended before its load"))
     write_manifest(run_dir, r.manifest)
@@ -122,6 +124,7 @@ def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
                 "mock": r.mock.process, "system": r.system.process}))
             _start_observers(r, spec, gateway, run_dir, observers, processes)
             _verify(r, spec, gateway, progress)
+            _fit_steps(r, spec, gateway, progress)
             _drive_load(r, spec, run_dir, progress)
     except Interrupted:
         status, reason = "interrupted", "the study was interrupted"
@@ -132,7 +135,8 @@ def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
         progress(f"FAILED: {reason.splitlines()[0]}")
     finally:
         after = hosts.read_all(spec.topology)
-        r.manifest = replace(r.manifest, host_after=snapshot_of(host_snapshot()),
+        r.manifest = replace(r.manifest, limit_lines=_limit_lines(gateway, run_dir),
+                             host_after=snapshot_of(host_snapshot()),
                              hosts={name: replace(h, after=after.get(name, {}))
                                     for name, h in r.manifest.hosts.items()})
         r.manifest = _finish(r.manifest, spec, run_dir, r.mock, r.standby, r.baseline_stats,
@@ -145,18 +149,27 @@ def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
 
 
 def _first_manifest(spec: RunSpec, gateway: GatewaySpec, version: str,
-                    resilience_note: str) -> RunManifest:
+                    notes: dict[str, str]) -> RunManifest:
     before = hosts.read_all(spec.topology, hosts.facts)
     return RunManifest(
         run_id=spec.run_id, system=spec.system, run_index=spec.run_index, round=spec.round,
         position=spec.position, comparison_key=spec.comparison_key, spec=spec, status="running",
-        kind=gateway.kind, resilience=spec.resilience, resilience_note=resilience_note,
+        kind=gateway.kind, resilience=spec.resilience, resilience_note=notes["resilience"],
+        scale=spec.scale, scale_note=notes["scale"],
         version=version, mock_version=mocks.__version__,
         locust_version=_locust_version(), started_t_unix_s=time.time(),
         host_before=snapshot_of(host_snapshot()),
         hosts={name: RunHost(address=h["address"], prefix=tuple(h["prefix"]),
                              roles=tuple(h["roles"]), before=before.get(name, {}))
                for name, h in hosts.describe(spec.topology).items()})
+
+
+def _limit_lines(gateway: GatewaySpec, run_dir: Path) -> tuple:
+    """The system's own lines about its limits, from its logs (it has stopped: they are whole)."""
+    try:
+        return limit_logs.scan(run_dir, gateway.limit_logs, gateway.limit_patterns)
+    except OSError:  # an unreadable log must not cost the run its other artifacts
+        return ()
 
 
 def _stop_later(stack: ExitStack, started):
@@ -262,6 +275,36 @@ def _verify(r: _Running, spec: RunSpec, gateway: GatewaySpec,
     progress("verified: one request reached the mock; starting load")
 
 
+def _fit_steps(r: _Running, spec: RunSpec, gateway: GatewaySpec,
+               progress: Callable[[str], None]) -> None:
+    """The in-flight lane: which steps fit every role's open-file limit, checked with the limits
+    the started processes really have (and the system's own descriptors at idle) before the load
+    starts; the load runs only those."""
+    if not spec.load.inflight_steps:
+        return
+    roles = [inflight.RoleFiles("locust", spec.load.locust_processes, inflight.FD_MARGIN,
+                                limits.own_limit() if _locust_local(spec) else None),
+             inflight.RoleFiles("mock", spec.mock.workers, inflight.FD_MARGIN,
+                                r.manifest.limits.open_files_by_role.get("mock")
+                                if r.manifest.limits else None)]
+    if r.system.process is not None:
+        own = most_fds_in_tree(r.system.process.pid)
+        roles.append(inflight.RoleFiles(
+            "system", spec.gateway_workers if gateway.connections_per_worker else 1,
+            inflight.FD_MARGIN if own is None else own,
+            r.manifest.limits.open_files_by_role.get("system") if r.manifest.limits else None))
+    steps_run, reason = inflight.steps_that_fit(spec.load.inflight_steps, roles)
+    r.manifest = replace(r.manifest, steps_fit=StepsFit(steps_run, reason))
+    if reason:
+        progress(f"steps from {spec.load.inflight_steps[steps_run]:,} not run: {reason}")
+
+
+def _locust_local(spec: RunSpec) -> bool:
+    topology = spec.topology
+    return all(topology.host(h).local for h in (topology.locust_master,
+                                                 *(w.host for w in topology.locust_workers)))
+
+
 def _drive_load(r: _Running, spec: RunSpec, run_dir: Path,
                 progress: Callable[[str], None]) -> None:
     """Locust (and its workers) for the planned load, the capture only while it runs, then
@@ -272,7 +315,9 @@ def _drive_load(r: _Running, spec: RunSpec, run_dir: Path,
     if r.wire_window is not None:
         r.wire_window.start()
     master_port = free_port() if topology.locust_workers else 0
-    r.locust = load_stage.start_locust(spec, r.system.target, run_dir, master_port)
+    fit = r.manifest.steps_fit
+    r.locust = load_stage.start_locust(spec, r.system.target, run_dir, master_port,
+                                       steps_run=fit.steps_run if fit else None)
     r.manifest = replace(r.manifest, limits=limits.with_role(r.manifest.limits, "locust", r.locust))
     system = r.system
     try:

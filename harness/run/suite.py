@@ -37,8 +37,10 @@ from harness.run.study import prepare
 
 # A run's cost beyond its planned load and its idle and cool-down seconds (the system's start
 # and check, Locust's start and stop, the artifacts): about this here for most systems, so the
-# expected duration is a floor (LiteLLM's start alone takes ~20 s).
+# expected duration is a floor (LiteLLM's start alone takes ~20 s); and each Locust process after
+# the first adds about this to the start (the in-flight lane's four: ~17 s, measured 19 s).
 RUN_FIXED_S = 8.0
+LOCUST_PROCESS_START_S = 3.0
 
 
 def expand(suite: Suite, out_dir: str = DEFAULT_OUT_DIR) -> list[Cell]:
@@ -110,7 +112,8 @@ def expected(cells: list[Cell]) -> tuple[int, float]:
         _, specs, plan = prepare(cell.config)
         plan = [r for r in plan if specs[r.system].runnable]
         runs += len(plan)
-        total_s += sum(expected_load_s(r) + r.idle_s + r.cooldown_s + RUN_FIXED_S for r in plan)
+        total_s += sum(expected_load_s(r) + r.idle_s + r.cooldown_s + RUN_FIXED_S
+                       + LOCUST_PROCESS_START_S * (r.load.locust_processes - 1) for r in plan)
     return runs, total_s
 
 
@@ -135,8 +138,9 @@ def run_suite(suite: Suite, cells: list[Cell], out_dir: str = DEFAULT_OUT_DIR, s
     runnable = [(i, c) for i, c in enumerate(cells) if c.config is not None]
     runs, expected_s = expected(cells)
     progress(f"suite {suite_id}: {len(runnable)} cells, {runs} runs, expected at least "
-             f"{expected_s / 60:.0f} min (each run's load, idle and cool-down, and ~{RUN_FIXED_S:g} "
-             "s to start and stop)")
+             f"{expected_s / 60:.0f} min (each run's load, idle and cool-down, ~{RUN_FIXED_S:g} s to "
+             f"start and stop and {LOCUST_PROCESS_START_S:g} s more a Locust process; a step the "
+             "system fails or that cannot fit ends its run early)")
     began = time.monotonic()
     status = "completed"
     try:

@@ -11,13 +11,22 @@ import numpy as np
 import pandas as pd
 
 from harness.stats.across import describe
-from harness.stats.inflight import ERROR_CAUSES, HELD_ADDED_P99_MS, inflight_steps, is_inflight
+from harness.stats.limit_lines import evidence as own_words
+from harness.stats.inflight import (
+    ERROR_CAUSES,
+    HELD_ADDED_P99_MS,
+    HELD_OPEN_SHARE,
+    INSTRUMENTS_ADDED_SHARE,
+    inflight_steps,
+    is_inflight,
+)
 
 # Figures described across runs per system and step.
 STEP_FIGURES = ("client_open_mean", "client_open_max", "mock_open_mean", "mock_open_max",
                 "system_open_mean",
                 "open_files_limit", "rss_mib", "open_fds", "upstream_connections",
-                "requests_per_connection", "added_p50_ms", "added_p99_ms", "cpu_ms_per_request",
+                "requests_per_connection", "added_p50_ms", "added_p99_ms",
+                "added_over_floor_p99_ms", "cpu_ms_per_request",
                 "cpu_ms_per_frame", "system_cpu_percent", "failed",
                 *(f"errors_{c}" for c in ERROR_CAUSES))
 # What stopped a system, judged from the step's evidence in this order.
@@ -27,6 +36,7 @@ POOL_SHARE = 0.9                 # the mock saw at most this share of what the c
 # Runs whose steps count: a run that failed held the steps before it failed.
 ENDED = ("completed", "failed")
 INSTRUMENTS = "instruments' limit"
+CLIENT_LIMIT = "the load generator's own limit (not the system's)"
 NOT_RUN = "not run: failed the step below"
 PARTLY_RUN = "not run in every run: a step below failed in some"
 DEFAULT_PLANNED_RPS = 1000.0
@@ -81,6 +91,31 @@ def instruments_held(steps: pd.DataFrame, floor: str) -> dict[int, bool]:
     return out
 
 
+def judged(steps: pd.DataFrame, floor: str, hold_s: float) -> pd.DataFrame:
+    """``steps`` with each run's step judged held (INFLIGHT_DEFINITIONS["held"]): a system's
+    added p99 beyond the floor's at the same step (its mean over the floor's runs that ran it)
+    under HELD_ADDED_P99_MS, since the floor's own added time is the instruments'; the floor's
+    own under INSTRUMENTS_ADDED_SHARE of the hold; every system of a study without the floor
+    against the hold alone (harness.stats.inflight.is_held)."""
+    steps = steps.copy()
+    is_floor = steps["system"] == floor
+    base = steps[is_floor & steps["ran"].astype(bool)]
+    floor_p99 = base.groupby("target_open")["added_p99_ms"].mean()
+    over = steps["added_p99_ms"] - steps["target_open"].map(floor_p99)
+    steps["added_over_floor_p99_ms"] = over.where(~is_floor)
+    relative = ~is_floor & over.notna()
+    bound = pd.Series(math.inf, index=steps.index)
+    bound[relative] = over[relative] - HELD_ADDED_P99_MS
+    bound[is_floor] = steps.loc[is_floor, "added_p99_ms"] - INSTRUMENTS_ADDED_SHARE * hold_s * 1e3
+    judge = relative | is_floor
+    if judge.any():
+        mine = steps[judge]
+        steps.loc[judge, "held"] = (
+            mine["ran"].astype(bool) & (mine["failed"] == 0) & (bound[judge] < 0)
+            & (mine["client_open_mean"] >= HELD_OPEN_SHARE * mine["target_open"]))
+    return steps
+
+
 def summary(steps: pd.DataFrame, floor: str) -> pd.DataFrame:
     """Per system and target: each STEP_FIGURES as mean and sd over its completed runs that ran
     the step, how many held it, and the label (held, failed, the instruments' limit, not run)."""
@@ -95,28 +130,34 @@ def summary(steps: pd.DataFrame, floor: str) -> pd.DataFrame:
             d = describe(ran[name]) if name in ran and len(ran) else describe([])
             rec[f"{name}_mean"], rec[f"{name}_sd"] = d["mean"], d["sd"]
         rec["open_agree"] = bool(len(ran) and ran["open_agree"].astype(bool).all())
+        unfit = [u for u in g.get("unfit", pd.Series(dtype=str)).fillna("") if u]
+        rec["unfit"] = unfit[0] if unfit and not len(ran) else ""
         failures = [r for r in ran.get("run_failed", pd.Series(dtype=str)).fillna("") if r]
         rec["run_failed"] = failures[0] if failures else ""
         examples = [e for e in ran.get("error_example", pd.Series(dtype=str)).fillna("") if e]
         rec["error_example"] = examples[0] if examples else ""
-        rec["held"] = bool(len(ran) and rec["runs_held"] == len(ran) == len(g))
         rec["instruments_limited"] = not by_floor.get(int(target), True)
+        # a step the instruments did not hold measures them, not the system: never "held"
+        rec["held"] = bool(len(ran) and rec["runs_held"] == len(ran) == len(g)
+                           and not rec["instruments_limited"])
         rec["label"] = _label(rec, system == floor)
         out.append(rec)
     return pd.DataFrame(out)
 
 
 def _label(rec: dict, is_floor: bool) -> str:
+    if rec["unfit"]:  # the machine's open-file limits, checked before the load: never the system's
+        return INSTRUMENTS
     if rec["runs_ran"] == 0:
         return NOT_RUN
+    if rec["instruments_limited"]:  # never blamed on the system: direct did not hold it either
+        return INSTRUMENTS
     if rec["held"]:
         return "held"
     if rec["run_failed"]:
         return "failed"
     if rec["runs_ran"] < rec["runs"] and rec["runs_held"] == rec["runs_ran"]:
         return PARTLY_RUN
-    if rec["instruments_limited"]:  # never blamed on the system: direct did not hold it either
-        return INSTRUMENTS
     return "failed"
 
 
@@ -146,12 +187,41 @@ def where_it_stops(table: pd.DataFrame, cores: float) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def configuration(runs) -> str:
+    """How one system's runs were configured: "sized" (its [scale] as its vendor documents),
+    "as shipped", or "as shipped: <why>" when sized was asked and it has nothing to size."""
+    said = []
+    for run in runs:
+        text = ("sized" if run.scale == "sized" and not run.scale_note
+                else "as shipped" + (f": {run.scale_note}" if run.scale_note else ""))
+        if text not in said:
+            said.append(text)
+    return "; ".join(said)
+
+
+def with_own_words(stops: pd.DataFrame, steps: pd.DataFrame, runs) -> pd.DataFrame:
+    """``stops`` with ``own_words``: at the step each system stopped at, the first line its
+    gateway.toml's [limits] declares that its runs logged by that step's end, with its count
+    (harness.stats.limit_lines), also added to the evidence."""
+    stops = stops.copy()
+    words = []
+    for rec in stops.to_dict("records"):
+        at = steps[(steps["system"] == rec["system"]) & (steps["target_open"] == rec["stopped_at"])]
+        ends = dict(zip(at["run_id"], at["window_end_t_unix_s"]))
+        words.append(own_words([r for r in runs if r.system == rec["system"]], ends)
+                     if ends else "")
+    stops["own_words"] = words
+    stops["evidence"] = [f"{e}; its own log: {w}" if w and e else (w or e)
+                         for e, w in zip(stops["evidence"], words)]
+    return stops
+
+
 def stop_cause(rec: dict, cores: float) -> tuple[str, str]:
     """What stopped a system at a step (a ``summary`` row), and the evidence."""
     if rec["label"] in (NOT_RUN, PARTLY_RUN):
         return "not run", rec["label"]
     if rec["label"] == INSTRUMENTS:
-        return INSTRUMENTS, "direct did not hold this step either"
+        return INSTRUMENTS, rec["unfit"] or "direct did not hold this step either"
     if rec["run_failed"]:
         return "the run failed", (f"{rec['run_failed'][:200]}; RSS {rec['rss_mib_mean']:,.0f} MiB, "
                                   f"{rec['open_fds_mean']:,.0f} descriptors before")
@@ -166,13 +236,25 @@ def stop_cause(rec: dict, cores: float) -> tuple[str, str]:
                                        f"open upstream requests while {client:.0f} were open at "
                                        f"the client: requests queue in the system")
     if errors[top] > 0:
-        return {"timeout": "a timeout", "refused": "refused connections", "status_5xx": "5xx answers",
-                "status_4xx": "4xx answers", "reset": "resets",
-                "other": "errors"}[top], (f"{errors[top]:.0f} per run ({top})"
+        return {"client_limit": CLIENT_LIMIT,
+                "connect_refused": "refused connections", "connect_timeout": "connect timeouts",
+                "reset_before_head": "resets before an answer",
+                "closed_without_answer": "connections closed without an answer",
+                "read_timeout": "timeouts awaiting the answer",
+                "reset_during_body": "resets during the body",
+                "closed_during_body": "connections closed during the body",
+                "http_5xx": "5xx answers", "http_4xx": "4xx answers",
+                "bad_body": "answers without a completion",
+                "other": "errors"}[top], (f"{errors[top]:,.0f} per run ({top})"
                                           + (f"; e.g. {rec['error_example'][:160]!r}"
                                              if rec["error_example"] else ""))
     if rec["system_cpu_percent_mean"] >= CPU_BUSY_PERCENT * cores:
         return "CPU", f"{rec['system_cpu_percent_mean']:.0f}% CPU (of {cores:g} cores)"
+    over = rec.get("added_over_floor_p99_ms_mean", math.nan)
+    if not math.isnan(over):
+        return "added latency", (f"added p99 {rec['added_p99_ms_mean']:.0f} ms, {over:.0f} ms "
+                                 f"beyond direct's at this step (held: under "
+                                 f"{HELD_ADDED_P99_MS:g} ms)")
     return "added latency", (f"added p99 {rec['added_p99_ms_mean']:.0f} ms ≥ "
                              f"{HELD_ADDED_P99_MS:g} ms")
 
@@ -183,21 +265,39 @@ def planned_open(planned_rps: float = DEFAULT_PLANNED_RPS,
     return planned_rps * planned_latency_s
 
 
+def stop_limit(cause: str, evidence: str) -> str:
+    """What a system's stop (``where_it_stops``) says bounds the open requests of one replica:
+    descriptors, a configured cap, CPU, or, for a stop by errors or latency, that stop; a system
+    that held every step (or whose next step the instruments could not hold) is bounded only by
+    the highest step measured."""
+    if cause == "open-file limit" or (cause == INSTRUMENTS and "descriptors" in evidence):
+        return "descriptors"
+    if cause == "connection-pool cap":
+        return "a configured cap"
+    if cause == "CPU":
+        return "CPU"
+    if not cause or cause in (INSTRUMENTS, CLIENT_LIMIT):
+        return "the highest step measured"
+    return f"its stop ({cause})"
+
+
 def replicas_at(open_requests: float, cores_needed: float, slope: Slope, highest_held: int,
-                replica_cores: float, replica_gib: float) -> dict:
+                replica_cores: float, replica_gib: float,
+                step_limit: str = "the highest step measured") -> dict:
     """Replicas of (replica_cores, replica_gib) for a planned load, and which limit decides:
-    CPU (cores needed), memory (the fit's RSS at the open requests) or connections (the open
-    requests over the most one replica held)."""
+    CPU (cores needed), memory (the fit's RSS at the open requests) or the open requests over the
+    most one replica held, named by what stopped it above (``stop_limit``)."""
     memory_gib = slope.mib_at(open_requests) / 1024.0
     by_limit = {"CPU": cores_needed / replica_cores if replica_cores > 0 else math.nan,
                 "memory": memory_gib / replica_gib if replica_gib > 0 else math.nan,
                 "connections": open_requests / highest_held if highest_held > 0 else math.inf}
     known = {k: v for k, v in by_limit.items() if not math.isnan(v)}
     decides = max(known, key=known.get) if known else ""
+    named = step_limit if decides == "connections" else decides
     replicas = math.ceil(known[decides] - 1e-9) if decides and math.isfinite(known[decides]) else math.nan
     return {"open_requests": open_requests, "memory_gib": memory_gib,
             "replicas": max(replicas, 1) if not math.isnan(replicas) else replicas,
-            "decides": decides, **{f"replicas_by_{k.lower()}": v for k, v in by_limit.items()}}
+            "decides": named, **{f"replicas_by_{k.lower()}": v for k, v in by_limit.items()}}
 
 
 @dataclass(frozen=True)
@@ -221,7 +321,11 @@ def lane(study, floor: str, cores: float) -> Lane:
     steps = inflight_steps(study)
     if steps.empty:
         return Lane(steps, pd.DataFrame(), pd.DataFrame(), {}, math.nan, False)
+    runs = [r for r in study.runs if is_inflight(r)]
+    hold_s = float(runs[0].spec.load.inflight_hold_s)
+    steps = judged(steps, floor, hold_s)
     table = summary(steps, floor)
-    first = next(r for r in study.runs if is_inflight(r))
-    return Lane(steps, table, where_it_stops(table, cores), slopes(steps),
-                float(first.spec.load.inflight_hold_s), bool(first.spec.load.stream))
+    stops = with_own_words(where_it_stops(table, cores), steps, runs)
+    stops["configuration"] = [configuration([r for r in runs if r.system == system])
+                              for system in stops["system"]]
+    return Lane(steps, table, stops, slopes(steps), hold_s, bool(runs[0].spec.load.stream))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from harness.stats.across import describe
-from harness.stats.inflight_limits import planned_open, replicas_at
+from harness.stats.inflight_limits import planned_open, replicas_at, stop_limit
 
 DEFAULT_VCPU_HOUR_USD = 0.04048
 DEFAULT_GB_HOUR_USD = 0.004445
@@ -83,7 +83,8 @@ def concurrency_sizing(lane, load_rps: float, latency_s: float, prices: Prices =
     ``load_rps`` × ``latency_s``, the memory they take by its fit (``extrapolated`` beyond the
     highest step it held), the cores at that rate (CPU-ms per request at its highest held step),
     and the replicas of (replica_cores, replica_gib) it needs, with the limit that decides (CPU,
-    memory, or connections: the open requests over the most one replica held) and their cost."""
+    memory, or the open requests over the most one replica held, named by what stopped it
+    above: descriptors, a configured cap, CPU, or its stop) and their cost."""
     rows = []
     if lane.empty:
         return pd.DataFrame(rows, columns=CONCURRENCY_COLUMNS)
@@ -95,7 +96,8 @@ def concurrency_sizing(lane, load_rps: float, latency_s: float, prices: Prices =
         if slope is None or not len(mine):
             continue
         cores = float(mine["cpu_ms_per_request_mean"].iloc[0]) * load_rps / 1000.0
-        out = replicas_at(open_requests, cores, slope, held, replica_cores, replica_gib)
+        out = replicas_at(open_requests, cores, slope, held, replica_cores, replica_gib,
+                          stop_limit(stop["cause"], stop["evidence"]))
         rows.append({"system": system, "highest_held": held, "cores": cores,
                      "extrapolated": open_requests > held, **out,
                      "usd_month": (out["replicas"] * prices.monthly(replica_cores, replica_gib)
