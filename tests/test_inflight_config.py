@@ -29,8 +29,8 @@ def test_the_profile_validates_and_holds_each_request_for_the_hold():
     streamed = _lane(stream=True)
     validate(streamed)
     latency_ms, frames = inflight.mock_hold(streamed)
-    # a frame a second from 1 s on: the stream lasts the hold
-    assert latency_ms == 1000.0 and (frames + 1) * 1000.0 == 10_000.0
+    # a frame every 2.5 s from 2.5 s on: the stream lasts the hold
+    assert latency_ms == 2500.0 and (frames + 1) * 2500.0 == 10_000.0
 
 
 @pytest.mark.parametrize("overrides, parameter", [
