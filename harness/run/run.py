@@ -52,7 +52,7 @@ from harness.files.store import (
 )
 from harness.run import limits
 from harness.run.systems import start_mock, start_system
-from harness.run.verify import pre_check, send_chat
+from harness.run.verify import pre_check, warm_up
 from mocks.request_log import read_request_log
 from mocks.stats import diff_stats, read_stats
 
@@ -261,9 +261,9 @@ def _verify(r: _Running, spec: RunSpec, gateway: GatewaySpec,
     """After the idle time and the system's warm-up requests, one request must reach the mock."""
     target = r.system.target
     time.sleep(spec.idle_s)
-    for _ in range(gateway.warmup_requests):
-        send_chat(target.base_url, target.chat_path, target.model, target.headers,
-                  dialect=target.dialect)
+    warm_up(target.base_url, target.chat_path, target.model, target.headers,
+            gateway.warmup_requests, dialect=target.dialect,
+            timeout_s=spec.load.request_timeout_s)
     check = pre_check(target.base_url, target.chat_path, target.model, target.headers,
                       r.mock.stats_dir, spec.load.request_timeout_s, dialect=target.dialect,
                       request_bytes=spec.load.request_bytes,

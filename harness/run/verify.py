@@ -5,6 +5,7 @@ import json
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,19 @@ def send_chat(base_url: str, chat_path: str, model: str, headers: dict, stream: 
                      f"HTTP {exc.code}")
     except (urllib.error.URLError, OSError) as exc:
         return Reply(0, {}, b"", f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}")
+
+
+def warm_up(base_url: str, chat_path: str, model: str, headers: dict, count: int,
+            dialect: str = "openai", timeout_s: float = 30.0) -> None:
+    """``count`` unmeasured chat requests, sent at once, so that each worker of a multi-worker
+    system has loaded and served before a run's load: the mock holds each as long as the run's
+    requests, so one after another they would take ``count`` holds (200 s for LiteLLM's 20 in
+    the in-flight lane's 10-s holds)."""
+    if count <= 0:
+        return
+    with ThreadPoolExecutor(max_workers=count) as pool:
+        list(pool.map(lambda _: send_chat(base_url, chat_path, model, headers, dialect=dialect,
+                                          timeout_s=timeout_s), range(count)))
 
 
 def reply_problem(reply: Reply, stream: bool, dialect: str = "openai") -> str:
