@@ -332,3 +332,25 @@ def test_the_configuration_each_system_ran_is_named_with_why_it_was_not_sized():
     why = "no connection setting is documented"
     assert L.configuration([N(scale="sized", scale_note=why)]) == f"as shipped: {why}"
     assert L.configuration([N(scale="shipped", scale_note="")]) == "as shipped"
+
+
+def test_a_system_is_judged_on_its_mean_p99_against_the_floors_and_memory_on_every_open_step():
+    steps = pd.DataFrame([
+        _step("direct", 1000, True, run=1, added_p99_ms=200.0),
+        _step("direct", 1000, True, run=2, added_p99_ms=400.0),
+        # run 1 is 150 ms beyond the floor's mean (300), run 2 50 below: 50 ms on the mean
+        _step("x", 1000, False, run=1, added_p99_ms=450.0, rss_mib=58.0),
+        _step("x", 1000, True, run=2, added_p99_ms=250.0, rss_mib=58.0),
+        # slow (far beyond the floor) but every request open: its memory still counts
+        _step("x", 5000, False, run=1, added_p99_ms=5000.0, rss_mib=130.0),
+        _step("x", 5000, False, run=2, added_p99_ms=5000.0, rss_mib=130.0)])
+    steps.loc[steps["system"] == "direct", "target_open"] = 1000
+    steps = pd.concat([steps, pd.DataFrame([_step("direct", 5000, True, run=r, added_p99_ms=300.0)
+                                            for r in (1, 2)])], ignore_index=True)
+    judged = L.judged(steps, floor="direct", hold_s=10.0)
+    table = L.summary(judged, floor="direct").set_index(["system", "target_open"])
+    assert table.loc[("x", 1000), "label"] == "held"
+    assert table.loc[("x", 1000), "added_over_floor_p99_ms_mean"] == pytest.approx(50.0)
+    assert table.loc[("x", 5000), "label"] == "failed"
+    slope = L.slopes(judged)["x"]
+    assert slope.points == 4 and slope.mib_per_1000 == pytest.approx(18.0)

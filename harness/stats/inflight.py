@@ -56,16 +56,18 @@ INFLIGHT_DEFINITIONS: dict[str, str] = {
                                   "inflight_gauge, sampled each second), mean; none for a "
                                   "system without one",
     "MiB per 1,000 open": "the slope of the system's tree RSS (mean over each step's window) "
-                          "against the requests open at the client, least squares over the "
-                          "steps held, with its R²",
+                          "against the requests open at the client, least squares over every "
+                          "run's steps whose requests were all held open (none failed, 95% of "
+                          "the step open), however slow, with its R²",
     "upstream connections": "distinct (mock worker, peer port) pairs among the requests the mock "
                             "received in the window (a lower bound if a port was reused); reuse = "
                             "requests per connection",
     "added": "a successful request's latency minus the mock's hold",
     "held": f"no failed request, at least {HELD_OPEN_SHARE:.0%} of the step open at the "
-            f"client, and an added p99 under {HELD_ADDED_P99_MS:g} ms beyond direct's at the same "
-            f"step (direct's own, the instruments' floor, under {INSTRUMENTS_ADDED_SHARE:.0%} of "
-            f"the hold; a study without direct: under {HELD_ADDED_P99_MS:g} ms)",
+            f"client in every run, and an added p99 (mean over runs) under {HELD_ADDED_P99_MS:g} "
+            f"ms beyond direct's at the same step (direct's own, the instruments' floor, under "
+            f"{INSTRUMENTS_ADDED_SHARE:.0%} of the hold in every run; a study without direct: "
+            f"under {HELD_ADDED_P99_MS:g} ms)",
     "errors by cause": "failed requests per run by the class the load generator gave each from "
                        "the transport's own error: "
                        + "; ".join(f"{c}: {m}" for c, m in FAILURE_CLASS_MEANINGS.items())
