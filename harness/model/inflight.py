@@ -66,16 +66,11 @@ def mock_hold(config: StudyConfig) -> tuple[float, int]:
     return config.chunk_delay_ms, frames
 
 
-def spawn_rate_per_s(steps: tuple[int, ...], before: int, hold_s: float) -> float:
-    """Users spawned a second at the first of ``steps``, over all Locust processes: its new users
-    (above ``before``) over one hold."""
-    return max(1.0, (steps[0] - before) / hold_s)
-
-
 def top_spawn_rate_per_s(steps: tuple[int, ...], warmup_users: int, hold_s: float) -> float:
-    """The highest rate any step spawns at."""
-    befores = (warmup_users, *steps[:-1])
-    return max(spawn_rate_per_s((n,), b, hold_s) for n, b in zip(steps, befores))
+    """The highest rate any step spawns at, over all Locust processes: each step's new users (the
+    first's above the warm-up's) over one hold, as the load shape spawns them."""
+    added = max(n - before for n, before in zip(steps, (warmup_users, *steps[:-1])))
+    return max(1.0, added / hold_s)
 
 
 def needed_step_s(config: StudyConfig) -> float:

@@ -187,18 +187,11 @@ def _classify(exception, status_code):
 
 
 def _transport_error(exception, response, context):
-    """The transport's own error behind a failed request: kept in the context by a task (a body
-    or stream that broke after the head) or on the response by Locust (no answer); else the
-    failure itself."""
+    """The transport's own error behind a failed request, the one its class (harness.model.
+    failures) is read from, never the verdict that replaced it ("HTTP 0"): kept in the context
+    by a task (a body or stream that broke after the head) or on the response by Locust (no
+    answer); else the failure itself."""
     return context.get("transport_error") or getattr(response, "error", None) or exception
-
-
-def _error_class(exception, status, response, context):
-    """A failed request's cause (harness.model.failures), from the transport's own error, never
-    from the verdict that replaced it ("HTTP 0")."""
-    if exception is None:
-        return ""
-    return failure_class(_transport_error(exception, response, context), status)
 
 
 @events.request.add_listener
@@ -220,6 +213,7 @@ def on_request(request_type, name, response_time, response_length, response=None
     transport = _transport_error(exception, response, context or {}) if exception else None
     if transport is not None and transport is not exception:  # what "HTTP 0" stood for
         error = f"{error} ({type(transport).__name__}: {transport})"[:300]
+    error_class = failure_class(transport, status) if transport is not None else ""
     runner = ROWS.runner
     timing = (context or {}).get("stream") or {}
     slot = (context or {}).get("slot") or ("", "", "", "")
@@ -238,7 +232,7 @@ def on_request(request_type, name, response_time, response_length, response=None
         "request_id": (context or {}).get("request_id", ""),
         # a failure the task did not judge (a stream cut short, no response) had no error body
         "error_body_dialect": (context or {}).get("error_body_dialect", "none") if kind else "",
-        "error_class": _error_class(exception, status, response, context or {})})
+        "error_class": error_class})
     ROWS.maybe_flush(time.monotonic())
 
 
