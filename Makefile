@@ -7,7 +7,7 @@ GATEWAYS ?=
 SET      ?=
 STUDY    ?=
 
-.PHONY: study study-deps faults inflight test test-fast test-deps test-sluice-pure sluice-build report gate setup clean-venv
+.PHONY: study study-deps faults inflight test test-fast test-deps test-sluice-pure sluice-build report gate lint setup clean-venv
 
 setup: $(VENV)/.installed
 
@@ -48,6 +48,10 @@ test: setup test-deps sluice-build
 ## The unit tests only (no real gateways, no Locust; under a minute, on both cores): the inner loop.
 test-fast: setup sluice-build
 	$(PY) -m pytest -p no:cacheprovider -m "not integration" -n 2
+
+## What a linter says (ruff: pyflakes, bugbear, imports sorted; [tool.ruff] in pyproject.toml).
+lint: setup
+	$(PY) -m ruff check .
 
 ## Sluice's tests once more on its pure-Python modules (CI runs it after `make test`).
 test-sluice-pure: setup

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import selectors
 import socket
-import time
 from dataclasses import dataclass
 
 import orjson

@@ -76,7 +76,7 @@ def _ms_header(value: str, name: str) -> int:
     try:
         ms = float(value)
     except ValueError:
-        raise BadRequest(f"Invalid header {name}: {value!r} is not a number", name, "invalid_value")
+        raise BadRequest(f"Invalid header {name}: {value!r} is not a number", name, "invalid_value") from None
     if not (0.0 <= ms <= MAX_MS):  # also rejects NaN
         raise BadRequest(f"Invalid header {name}: must be between 0 and {MAX_MS:g}", name, "invalid_value")
     return int(round(ms * 1_000_000))
@@ -86,7 +86,7 @@ def _int_header(value: str, name: str, lo: int, hi: int) -> int:
     try:
         number = int(value)
     except ValueError:
-        raise BadRequest(f"Invalid header {name}: {value!r} is not an integer", name, "invalid_value")
+        raise BadRequest(f"Invalid header {name}: {value!r} is not an integer", name, "invalid_value") from None
     if not (lo <= number <= hi):
         raise BadRequest(f"Invalid header {name}: must be between {lo} and {hi}", name, "invalid_value")
     return number
@@ -112,7 +112,7 @@ def read_overrides(headers, latency_ns: int, tokens: int, chunks: int, delay_ns:
         try:
             return latency_ns, tokens, chunks, delay_ns, parse_header(value)
         except FaultError as e:
-            raise BadRequest(f"Invalid header {H_FAULT}: {e}", H_FAULT, "invalid_value")
+            raise BadRequest(f"Invalid header {H_FAULT}: {e}", H_FAULT, "invalid_value") from None
     return latency_ns, tokens, chunks, delay_ns, None
 
 
@@ -122,7 +122,7 @@ def parse_body(body: bytes):
         req = _loads(body)
     except _JSONDecodeError:
         raise BadRequest("We could not parse the JSON body of your request. The body must be valid JSON.",
-                         None, "invalid_json")
+                         None, "invalid_json") from None
     if type(req) is not dict:
         raise BadRequest("The request body must be a JSON object.", None, "invalid_type")
     model = req.get("model")

@@ -18,7 +18,7 @@ from pathlib import Path
 import jinja2
 
 from harness.files.atomic import write_atomic
-from harness.files.readers import read_study_manifest
+from harness.files.study_files import StudyFiles
 from harness.stats.definitions import DEFAULT_BIN_USERS
 from report.data import ReportData, collect
 from report.index import build_index
@@ -69,7 +69,7 @@ def _build_via_notebook(study_dir: Path, out: Path, reference: str | None, bin_u
         if cell.get("cell_type") == "code":
             cell["outputs"] = [o for o in cell.get("outputs", [])
                                if not (o.get("output_type") == "stream" and o.get("name") == "stderr")]
-    study_id = read_study_manifest(study_dir / "manifest.json").study_id or study_dir.name
+    study_id = StudyFiles(study_dir).read_manifest().study_id or study_dir.name
     nb.metadata["title"] = f"Sluice report: {study_id}"
     exporter = HTMLExporter(template_name="lab", exclude_input=True, exclude_input_prompt=True,
                             exclude_output_prompt=True,

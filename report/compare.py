@@ -17,14 +17,14 @@ from markupsafe import Markup
 
 from harness.files.atomic import write_atomic
 from harness.stats.across import OPTIONAL_FIGURES, measured, side_by_side, verdict
+from harness.stats.definitions import COMPARE_METRICS
 from harness.stats.loading import Study, load_study
 from harness.stats.machines import MachineMatch, same_machine
-from harness.stats.definitions import COMPARE_METRICS
 from harness.stats.runs import run_summary
 from report import format as F
+from report.grid import table
 from report.sections import render, style
 from report.suite import compare_table, side_by_side_table
-from report.grid import table
 
 
 def _keys(study: Study, system: str) -> frozenset[str]:

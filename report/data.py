@@ -6,8 +6,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.files.readers import read_counts
-from harness.model.formats import COUNTS
 from harness.model.roles import Roles
 from harness.stats.across import (
     SUMMARY_COLUMNS,
@@ -18,9 +16,12 @@ from harness.stats.across import (
     system_summary,
 )
 from harness.stats.counting import lane_frame
+from harness.stats.definitions import DEFAULT_BIN_USERS
+from harness.stats.fault_lane import fault_summary, fault_timelines
+from harness.stats.feature_cost import feature_cost
 from harness.stats.inflight_limits import DEFAULT_PLANNED_LATENCY_S, Lane, lane
 from harness.stats.loading import Study, cpu_count, load_study
-from harness.stats.definitions import DEFAULT_BIN_USERS
+from harness.stats.open_loop import open_loop_capacity, open_loop_steps
 from harness.stats.ramp import ramp_curve
 from harness.stats.runs import run_summary
 from harness.stats.sizing import (
@@ -29,6 +30,7 @@ from harness.stats.sizing import (
     DEFAULT_VCPU_HOUR_USD,
     Prices,
 )
+from harness.stats.streaming import stream_summary
 
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf"]
@@ -60,6 +62,14 @@ class ReportData:
                                      # the sizing section plans for (Little's law)
     counts: pd.DataFrame = field(default_factory=lambda: lane_frame(None))  # the counting lane
     counts_about: dict = field(default_factory=dict)  # its tool, sizes and CPU model
+    # Each lane's figures (empty frames when the study has no run of that lane):
+    stream: pd.DataFrame = field(default_factory=pd.DataFrame)          # stream_summary
+    fault_windows: pd.DataFrame = field(default_factory=pd.DataFrame)   # fault_summary, per window
+    fault_runs: pd.DataFrame = field(default_factory=pd.DataFrame)      # fault_summary, per run
+    fault_timelines: pd.DataFrame = field(default_factory=pd.DataFrame)
+    open_loop: pd.DataFrame = field(default_factory=pd.DataFrame)       # open_loop_steps
+    open_loop_capacity: pd.DataFrame = field(default_factory=pd.DataFrame)
+    feature_cost: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def ordered(self, frame: pd.DataFrame) -> pd.DataFrame:
         """``frame``'s rows in the study's system order (stable within a system)."""
@@ -98,15 +108,29 @@ def collect(study_dir: str | Path, reference: str | None = None,
                           else Prices(vcpu_hour_usd, gb_hour_usd, "given on the command line")),
                       load_rps=load_rps, overhead=overhead,
                       inflight=lane(study, roles.floor, cpu_count(study)),
-                      planned_latency_s=planned_latency_s, **_counts(study))
+                      planned_latency_s=planned_latency_s, **_counts(study),
+                      **_lanes(study, rs, roles))
+
+
+def _lanes(study: Study, rs: pd.DataFrame, roles: Roles) -> dict:
+    """The streaming, fault, open-loop and feature-cost lanes' figures, computed once."""
+    fault_windows, fault_runs = fault_summary(study)
+    steps = open_loop_steps(study, floor=roles.floor)
+    return {"stream": stream_summary(study, floor=roles.floor),
+            "fault_windows": fault_windows, "fault_runs": fault_runs,
+            "fault_timelines": fault_timelines(study, fault_runs) if len(fault_runs)
+            else pd.DataFrame(),
+            "open_loop": steps,
+            "open_loop_capacity": open_loop_capacity(steps, roles.floor) if len(steps)
+            else pd.DataFrame(),
+            "feature_cost": feature_cost(study, rs, roles.floors)}
 
 
 def _counts(study: Study) -> dict:
     """The counting lane's table and what it ran with (empty without a counting lane)."""
-    path = Path(study.path) / COUNTS.file
-    if not path.is_file():
+    record = study.counts
+    if record is None:
         return {}
-    record = read_counts(path)
     sizes = next((b["sizes"] for b in record["builds"] if b.get("sizes")), {})
     return {"counts": lane_frame(record),
             "counts_about": {"valgrind": record.get("valgrind") or "unknown", "sizes": sizes,

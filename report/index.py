@@ -8,10 +8,11 @@ from pathlib import Path
 from markupsafe import Markup
 
 from harness.files.atomic import write_atomic
-from harness.files.readers import ArtifactError, read_study_manifest
+from harness.files.readers import ArtifactError
+from harness.files.study_files import StudyFiles
 from report import format as F
-from report.sections import render, style
 from report.grid import Cell, Part, cell, table
+from report.sections import render, style
 
 INDEX_NAME = "index.html"
 
@@ -20,14 +21,14 @@ def studies(artifacts_dir: Path) -> list[dict]:
     """Every readable study manifest directly under ``artifacts_dir``, newest first; a directory
     whose manifest is not a study's (a suite's, a broken one) is left out."""
     out = []
-    for mpath in sorted(Path(artifacts_dir).glob("*/manifest.json")):
+    for directory in sorted(p for p in Path(artifacts_dir).glob("*") if p.is_dir()):
         try:
-            m = read_study_manifest(mpath)
+            m = StudyFiles(directory).read_manifest()
         except (ArtifactError, OSError, ValueError):
             continue
-        report = mpath.parent / "report.html"
-        out.append({"dir": mpath.parent.name, "manifest": m,
-                    "href": f"{mpath.parent.name}/report.html" if report.is_file() else ""})
+        report = directory / "report.html"
+        out.append({"dir": directory.name, "manifest": m,
+                    "href": f"{directory.name}/report.html" if report.is_file() else ""})
     return sorted(out, key=lambda s: -(s["manifest"].started_t_unix_s or 0.0))
 
 

@@ -116,7 +116,7 @@ def plot_overhead(data: ReportData) -> str | None:
             ax.fill_between(band.index, band["min"], band["max"], color="0.6", alpha=0.35,
                             label=f"{floor} (min–max of its runs)")
         g_all = r[r["system"] == system]
-        for run_id, g in g_all.groupby("run_id", sort=False):
+        for _, g in g_all.groupby("run_id", sort=False):
             g = g.sort_values("users_bin")
             st = g["status"].iloc[0]
             ax.plot(g["users_mid"], g[col], color=data.colors.get(system, "k"),

@@ -11,22 +11,19 @@ import pandas as pd
 from markupsafe import Markup
 from scipy import stats
 
-from harness.model.metrics import metric
 from harness.model.dialects import ERROR_BODY_PREFIX_BYTES
+from harness.model.metrics import metric
+from harness.stats.definitions import DEFINITIONS
 from harness.stats.fault_lane import (
     RECOVERY_MS,
     RECOVERY_SHARE,
-    fault_summary,
-    fault_timelines,
 )
-from harness.stats.feature_cost import feature_cost
-from harness.stats.loading import cpu_count, mock_latency_ms
-from harness.stats.machines import machine_facts
-from harness.stats.definitions import DEFINITIONS
-from harness.stats.open_loop import OPEN_LOOP_DEFINITIONS, is_open_loop, open_loop_steps
-from harness.stats.outcomes import Label
 from harness.stats.inflight import INFLIGHT_DEFINITIONS
 from harness.stats.inflight_limits import planned_open
+from harness.stats.loading import cpu_count, mock_latency_ms
+from harness.stats.machines import machine_facts
+from harness.stats.open_loop import OPEN_LOOP_DEFINITIONS, is_open_loop
+from harness.stats.outcomes import Label
 from harness.stats.sizing import (
     DEFAULT_REPLICA_CORES,
     DEFAULT_REPLICA_GIB,
@@ -36,10 +33,9 @@ from harness.stats.sizing import (
 from harness.stats.streaming import (
     BUFFERED_FIRST_TOKEN_SHARE,
     BUFFERED_GAP_SHARE,
-    stream_summary,
 )
-from report import format as F
 from report import fault_tables, inflight, plots, summary, tables
+from report import format as F
 from report.data import ReportData
 from report.grid import rows_of, table
 
@@ -171,7 +167,7 @@ def section_plots(data: ReportData) -> str:
 
 
 def section_streaming(data: ReportData) -> str:
-    stream = stream_summary(data.study, floor=data.roles.floor)
+    stream = data.stream
     if stream.empty:
         return ""
     return render("streaming.html.j2", streaming=tables.streaming(stream),
@@ -182,7 +178,7 @@ def section_streaming(data: ReportData) -> str:
 
 
 def section_faults(data: ReportData) -> str:
-    per_window, per_run = fault_summary(data.study)
+    per_window, per_run = data.fault_windows, data.fault_runs
     if per_run.empty:
         return ""
     scenarios = []
@@ -194,18 +190,18 @@ def section_faults(data: ReportData) -> str:
                                                  data.study.systems, data.study.not_measured(
                                                      "requests", "error_body_dialect"))})
     return render("faults.html.j2", scenarios=scenarios,
-                  plot=plots.plot_faults(data, fault_timelines(data.study, per_run)),
+                  plot=plots.plot_faults(data, data.fault_timelines),
                   share=f"{RECOVERY_SHARE:.0%}", slack=f"{RECOVERY_MS:g}",
                   prefix=f"{ERROR_BODY_PREFIX_BYTES // 1024} KiB")
 
 
 def section_open_loop(data: ReportData) -> str:
-    steps = open_loop_steps(data.study, floor=data.roles.floor)
+    steps = data.open_loop
     if steps.empty:
         return ""
     step_s = next((float(r.spec.load.open_loop_step_s) for r in data.study.runs
                    if is_open_loop(r)), math.nan)
-    return render("open_loop.html.j2", summary=tables.open_loop(steps, data.roles.floor),
+    return render("open_loop.html.j2", summary=tables.open_loop(data.open_loop_capacity, data.roles.floor),
                   steps=tables.open_loop_steps(steps), plot=plots.plot_open_loop(data, steps),
                   step_s=f"{step_s:g}", floor=data.roles.floor,
                   rates=", ".join(f"{r:g}" for r in sorted(steps["offered_rps"].unique())),
@@ -228,7 +224,7 @@ def section_inflight(data: ReportData) -> str:
 
 
 def section_feature_cost(data: ReportData) -> str:
-    cost = feature_cost(data.study, data.rs, data.roles.floors)
+    cost = data.feature_cost
     if cost.empty:
         return ""
     return render("feature_cost.html.j2", summary=tables.feature_cost(cost, data.study.systems),

@@ -14,22 +14,22 @@ from pathlib import Path
 import pandas as pd
 from markupsafe import Markup
 
-from harness.model.fault_scenarios import duration_of
+from harness.files.study_files import SuiteFiles
 from harness.model.config import RESILIENCE
-from harness.model.metrics import metric
-from harness.stats import suite as S
 from harness.model.dialects import ERROR_BODY_PREFIX_BYTES
-from harness.files.readers import read_suite_manifest
+from harness.model.fault_scenarios import duration_of
+from harness.model.metrics import metric
 from harness.model.suite import CellEntry, SuiteManifest, axis_text
+from harness.stats import suite as S
 from harness.stats.fault_lane import RECOVERY_MS, RECOVERY_SHARE
 from report import build, inflight
 from report import format as F
 from report.data import system_colors
+from report.fault_tables import fault_suite
+from report.grid import Cell, Part, Row, Table, cell, from_frame, table
 from report.plots import plot_fault_frontier, plot_fault_timelines, plot_fault_tts
 from report.sections import render, style
 from report.summary import fault_findings
-from report.grid import Cell, Part, Row, Table, cell, from_frame, table
-from report.fault_tables import fault_suite
 from report.tables import suite_cells
 
 REPORT_NAME = "report.html"
@@ -142,11 +142,12 @@ def inflight_sections(suite_dir: str | Path) -> list[dict]:
 
 def render_suite_html(suite_dir: str | Path, compare_with: str | Path | None = None) -> str:
     suite_dir = Path(suite_dir)
-    manifest = read_suite_manifest(suite_dir)
+    suite = SuiteFiles(suite_dir)
+    manifest = suite.read_manifest()
     cells = []
     for entry in manifest.cells:
         study = suite_dir / entry.dir if entry.dir else None
-        if study is not None and (study / "manifest.json").is_file() and not (study / REPORT_NAME).is_file():
+        if study is not None and suite.cell(entry.dir).exists() and not (study / REPORT_NAME).is_file():
             build.build_report(study)
         report = (f"{entry.dir}/{REPORT_NAME}" if study is not None
                   and (study / REPORT_NAME).is_file() else "")

@@ -12,9 +12,9 @@ import pandas as pd
 
 from harness.model.metrics import metric
 from harness.model.roles import FLOOR
-from harness.stats.keeping_up import keeping_up
 from harness.stats.definitions import OFFERED_SHARE
 from harness.stats.fault_requests import WASTE_EXCESS, frontier
+from harness.stats.keeping_up import keeping_up
 from harness.stats.outcomes import Basis, Label, Outcome
 from harness.stats.sizing import sizing
 from report import format as F

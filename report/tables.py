@@ -9,9 +9,9 @@ import pandas as pd
 from harness.model.metrics import metric
 from harness.stats.across import OVERHEAD_FIGURES, describe
 from harness.stats.counting import instructions_of
-from harness.stats.feature_cost import FEATURE_METRICS, STREAM_METRICS
 from harness.stats.definitions import ERROR_KINDS
-from harness.stats.open_loop import OPEN_LOOP_BOUNDS_MS, open_loop_capacity
+from harness.stats.feature_cost import FEATURE_METRICS, STREAM_METRICS
+from harness.stats.open_loop import OPEN_LOOP_BOUNDS_MS
 from harness.stats.outcomes import Basis, Label, Outcome
 from harness.stats.sizing import sizing as sizing_of
 from report import format as F
@@ -282,7 +282,7 @@ def stability(data: ReportData) -> Table:
         for _, r in (data.ordered(sub) if len(sub) else sub).iterrows():
             if int(r["n"]) == 0:
                 continue
-            v = lambda col: F.value(r[col], m)  # noqa: E731
+            v = lambda col, r=r, m=m: F.value(r[col], m)  # noqa: E731
             unstable = bool(r["unstable"])
             rows.append([F.heading(m), r["system"], number(int(r["n"])), number(v("mean")),
                          number(v("sd")), number(f"{v('min')} – {v('max')}"),
@@ -345,11 +345,10 @@ def streaming(stream: pd.DataFrame) -> Table:
                  "streaming-table")
 
 
-def open_loop(steps: pd.DataFrame, floor: str | None,
+def open_loop(cap: pd.DataFrame, floor: str | None,
               bounds_ms: tuple[float, ...] = OPEN_LOOP_BOUNDS_MS) -> Table:
-    """Per system, 'mean ± sd (n=…)' of the highest rate sustained under each bound and of the
-    rate where it stopped keeping up."""
-    cap = open_loop_capacity(steps, floor, bounds_ms)
+    """Per system (``cap``: open_loop_capacity over those bounds), 'mean ± sd (n=…)' of the
+    highest rate sustained under each bound and of the rate where it stopped keeping up."""
     sustained, stopped = metric("sustained_rps"), metric("stopped_at_rps")
     rows = []
     for _, r in cap.iterrows():

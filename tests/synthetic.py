@@ -36,9 +36,9 @@ import pandas as pd
 import pyarrow as pa
 from synthetic_files import write_json, write_manifest, write_parquet
 
-from harness.model.manifests import RunManifest, StudyManifest, from_plain
-from harness.model import formats as F
 from harness.files.store import REQUEST_SCHEMA, SAMPLE_SCHEMA
+from harness.model import formats as F
+from harness.model.manifests import RunManifest, StudyManifest, from_plain
 
 BASE_T = 1_760_000_000.0
 # Columns of the real schema that the synthetic unary, closed-loop runs leave at their defaults.

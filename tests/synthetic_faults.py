@@ -19,10 +19,10 @@ from synthetic import BASE_T, KINDS, MOCK_LATENCY_MS, ROLES, UNARY_DEFAULTS, sam
 from synthetic_files import write_json, write_manifest, write_parquet
 from synthetic_manifests import small_run_manifest
 
-from harness.model.manifests import StudyManifest, from_plain
-from harness.model import formats as F
-from harness.model.schema import MOCK_REQUESTS
 from harness.files.store import REQUEST_SCHEMA, SAMPLE_SCHEMA, write_table
+from harness.model import formats as F
+from harness.model.manifests import StudyManifest, from_plain
+from harness.model.schema import MOCK_REQUESTS
 
 FAULT_HOLD_S, FAULT_FROM_S, FAULT_TO_S, FAULT_RATE = 30.0, 10.0, 20.0, 10
 

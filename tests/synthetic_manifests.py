@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from synthetic import (COOLDOWN_S, HOLD_S, IDLE_S, MOCK_LATENCY_MS, RAMP_S, THINK_S, USERS,
-                       WARMUP_S, WARMUP_USERS)
+from synthetic import COOLDOWN_S, HOLD_S, IDLE_S, MOCK_LATENCY_MS, RAMP_S, THINK_S, USERS, WARMUP_S, WARMUP_USERS
 
 from harness.model.manifests import RunManifest, StudyManifest, from_plain
 

@@ -10,17 +10,17 @@ import pytest
 from polling import wait_for
 from synthetic_manifests import small_run_manifest
 
+from harness.host.processes import ManagedProcess
 from harness.model import affinity
 from harness.model.affinity import CpuAffinity, cpu_list, cpus_of, pinned
 from harness.model.config import ConfigError, from_profile
-from harness.model.validation import validate
 from harness.model.gateway_spec import load_gateway_spec
 from harness.model.manifests import RunManifest, StudyManifest
 from harness.model.plan import make_plan
+from harness.model.validation import validate
 from harness.run import load as load_stage
 from harness.run import systems
 from harness.run.load import Target
-from harness.host.processes import ManagedProcess
 
 
 def problems_of(config):

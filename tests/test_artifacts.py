@@ -18,14 +18,6 @@ import pytest
 from synthetic import make_study
 
 from harness import stats as A
-from harness.model.config import REPO_DIR
-from harness.model.manifests import ManifestError, RunManifest, StudyManifest
-from harness.model import formats as F
-from harness.model.migrate import LACKED
-from harness.model.schema import MOCK_REQUESTS, REQUESTS, SAMPLES
-from harness.run import load as load_stage
-from harness.run.run import _write_samples
-from harness.host.sampling import Sampler
 from harness.files.store import (
     REQUEST_SCHEMA,
     SAMPLE_SCHEMA,
@@ -33,6 +25,14 @@ from harness.files.store import (
     write_atomic,
     write_table,
 )
+from harness.host.sampling import Sampler
+from harness.model import formats as F
+from harness.model.config import REPO_DIR
+from harness.model.manifests import ManifestError, RunManifest, StudyManifest
+from harness.model.migrate import LACKED
+from harness.model.schema import MOCK_REQUESTS, REQUESTS, SAMPLES
+from harness.run import load as load_stage
+from harness.run.run import _write_samples
 from report import tables
 from report.data import collect
 
@@ -104,7 +104,8 @@ def test_locustfile_writes_exactly_the_raw_columns():
     tree = ast.parse((REPO_DIR / "harness" / "run" / "locustfile.py").read_text())
     rows = [node.args[0] for node in ast.walk(tree) if isinstance(node, ast.Call)
             and getattr(node.func, "attr", "") == "writerow" and node.args
-            and isinstance(node.args[0], ast.Dict)]
+            and isinstance(node.args[0], ast.Dict)
+            and ast.unparse(node.func.value) == "ROWS.writer"]
     assert len(rows) == 1
     assert [k.value for k in rows[0].keys] == REQUESTS.raw_names
 
@@ -121,7 +122,8 @@ def test_sampler_rows_are_the_raw_sample_columns(tmp_path):
 def test_the_locust_side_imports_nothing_heavy():
     """The locustfile imports the registry and the dialects' error shapes in every Locust
     process: standard library only."""
-    code = ("import sys, harness.model.schema, harness.model.dialects, harness.run.bodies; "
+    code = ("import sys, harness.model.schema, harness.model.dialects, harness.run.bodies, "
+            "harness.model.load_settings, harness.model.failures, harness.files.producers; "
             "print(sorted(m for m in ('pandas', 'pyarrow', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=REPO_DIR, env={"PYTHONPATH": str(REPO_DIR)}, check=True)

@@ -4,7 +4,6 @@ import json
 import re
 
 import pytest
-from sluice import translate
 
 from harness.model.dialects import (
     DIALECTS,
@@ -13,6 +12,7 @@ from harness.model.dialects import (
     error_body_dialect,
 )
 from harness.run.bodies import chat_body
+from sluice import translate
 
 
 @pytest.mark.parametrize("dialect", sorted(DIALECTS))

@@ -1,4 +1,4 @@
-"""The pinned competitor gateways, each at smoke scale through harness.run.smoke.check_system:
+"""The pinned competitor gateways, each at smoke scale through system_smoke.check_system:
 start it from its gateway.toml in front of a real mock, one unary and one streaming request,
 the mock saw them, stop it, nothing of it left.
 
@@ -12,10 +12,10 @@ import re
 import tomllib
 
 import pytest
+from system_smoke import check_system
 
 from harness.model.config import GATEWAYS_DIR
 from harness.model.gateway_spec import load_gateway_spec
-from harness.run.smoke import check_system
 from harness.run.systems import is_installed
 
 STREAM_NOT_SSE = "stream: not an OpenAI SSE stream"

@@ -1,15 +1,15 @@
 """The counting lane in a study's report, on synthetic data: its table, the headline's counted
 column beside CPU time, and a system that could not be counted keeping its reason."""
+from synthetic import make_study
+
+from harness.files.readers import read_counts
+from harness.model.counting import LANE_SIZES
+from harness.run.counting import BuildCount, CaseCount, write_counts
+from harness.stats.counting import instructions_of, lane_frame
 from report import format as F
 from report import tables
 from report.build import render_section
 from report.data import collect
-
-from harness.model.counting import LANE_SIZES
-from harness.run.counting import BuildCount, CaseCount, write_counts
-from harness.stats.counting import instructions_of, lane_frame
-from harness.files.readers import read_counts
-from synthetic import make_study
 
 MACHINE = {"cpu_model": "Synthetic CPU", "cpu_count": 2}
 COUNTED = "instr./req (counted)"

@@ -1,9 +1,7 @@
 """The counting gate on synthetic data: the dump and strace readers, and the verdict's rules."""
-import copy
 
 import pytest
 
-from harness.checks import counts
 from harness.model.counting import Sizes, families
 from harness.run.counting import CountError, read_dump, read_strace
 

@@ -3,9 +3,9 @@ with the provider; the counts see what they must (a write more, a refusal that n
 the counting lane counts nginx and keeps the systems it cannot count."""
 import pytest
 
+from harness.files.readers import read_counts
 from harness.model.counting import CountCase, Sizes, families
 from harness.model.gateway_spec import load_gateway_spec
-from harness.files.readers import read_counts
 from harness.run.count_lane import run_count_lane
 from harness.run.counting import count_system, tools_missing
 from harness.stats.counting import lane_frame

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from locust_settings import load_settings
 
 from harness.model.config import REPO_DIR
 from harness.model.failures import FAILURE_CLASS_MEANINGS, FAILURE_CLASSES, failure_class
@@ -283,7 +284,7 @@ for case in json.loads(sys.argv[2]):
     mod.ChatUser.host = f"http://127.0.0.1:{port}"
     mod.ChatUser(env).chat()
 mod.ROWS.close()
-(path,) = __import__("glob").glob(mod.SETTINGS["raw_dir"] + "/requests-*.csv")
+(path,) = __import__("glob").glob(mod.SETTINGS.raw_dir + "/requests-*.csv")
 rows = [{k: r[k] for k in ("status_code", "error_kind", "error_class", "error")}
         for r in csv.DictReader(open(path))]
 print(json.dumps({"rows": rows, "chains": chains}))
@@ -309,16 +310,9 @@ REAL_CASES = {
 
 @pytest.mark.integration
 def test_real_failures_over_loopback_get_their_class_in_the_row(tmp_path):
-    body = tmp_path / "body.json"
-    body.write_text('{"messages": [{"role": "user", "content": "RID"}]}')
-    settings = {"stream": False, "content_frame": '"content"', "done_frame": r"\[DONE\]",
-                "unary_marker": "chat.completion", "dialect": "openai", "body_file": str(body),
-                "run_id": "t-1", "rid_slot": "RID", "headers": {}, "chat_path": "/v1/chat",
-                "self_overhead_header": "", "self_overhead_scale_ms": 1.0,
-                "open_loop_rates_per_s": [], "think_time_s": 0, "request_timeout_s": 1.0,
-                "seed": 1, "raw_dir": str(tmp_path / "raw")}
     path = tmp_path / "load.json"
-    path.write_text(json.dumps(settings))
+    path.write_text(load_settings(tmp_path, chat_path="/v1/chat", request_timeout_s=1.0,
+                                  seed=1).to_json())
     done = subprocess.run([sys.executable, "-c", DRIVER, str(REPO_DIR / "harness/run/locustfile.py"),
                            json.dumps(list(REAL_CASES))],
                           env={"SLUICE_LOAD_FILE": str(path), "PYTHONPATH": str(REPO_DIR),

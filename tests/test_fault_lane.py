@@ -11,8 +11,8 @@ import pytest
 
 from harness.model import fault_scenarios
 from harness.model.config import ConfigError, from_profile
-from harness.model.validation import validate
 from harness.model.plan import MockSettings, comparison_key, fault_settings
+from harness.model.validation import validate
 from harness.stats import fault_lane as fstats
 
 T0 = 1_700_000_000.0
@@ -110,6 +110,7 @@ def test_fault_seed_defaults_to_the_study_seed_and_keys_without_faults_are_uncha
     # the key a run without faults had before the fault fields (and the in-flight lane's) existed
     import dataclasses
     import hashlib
+
     from harness.model.plan import INFLIGHT_LOAD_FIELDS
     payload = {"system": "x", "load": {k: v for k, v in dataclasses.asdict(load).items()
                                        if k not in INFLIGHT_LOAD_FIELDS},
@@ -244,9 +245,8 @@ def test_recovery_is_the_first_bin_back_near_the_before_p50():
 
 
 def test_raw_logs_of_both_providers_when_no_table_was_stored(tmp_path):
-    from tests.test_identity import _mock, _mock_row
-
     from harness.files.readers import read_mock_requests
+    from tests.test_identity import _mock, _mock_row
     for name, rows in (("mock-stats", [("a", 2), ("b", 4)]), ("mock-standby-stats", [("a", 3)])):
         (tmp_path / name).mkdir()
         _mock([_mock_row(rid, t) for rid, t in rows]).to_csv(tmp_path / name / "requests-9.csv",

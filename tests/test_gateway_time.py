@@ -13,8 +13,8 @@ import pytest
 from harness.model.config import StudyConfig
 from harness.model.manifests import IdentityCheck, RunChecks, RunManifest, WireCheck
 from harness.model.metrics import METRICS
-from harness.model.migrate import table as migrate_table
 from harness.model.migrate import LACKED
+from harness.model.migrate import table as migrate_table
 from harness.model.schema import MOCK_REQUESTS, REQUESTS
 from harness.run import measure
 from harness.run.bodies import RID_SLOT, chat_body

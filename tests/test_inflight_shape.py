@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from locust_settings import load_settings
+
 from harness.model.config import REPO_DIR
 
 DRIVER = r"""
@@ -21,7 +23,7 @@ mod.time = types.SimpleNamespace(time=lambda: clock[0], perf_counter=lambda: clo
 failures_at = json.loads(sys.argv[2])  # {clock time: failures counted from then}
 shape = mod.StudyShape()
 total = types.SimpleNamespace(num_failures=0, num_requests=0)
-shape.runner = types.SimpleNamespace(stats=types.SimpleNamespace(total=total))
+shape.runner = types.SimpleNamespace(stats=types.SimpleNamespace(total=total), user_count=0)
 shape.get_run_time = lambda: clock[0] - 1000.0
 out = []
 for t in [1000.0 + 0.5 * k for k in range(80)]:
@@ -37,20 +39,11 @@ print(json.dumps({"ticks": out, "phases": shape.phases}))
 
 
 def _drive(tmp_path: Path, failures_at: dict, steps_run: int = 3) -> dict:
-    body = tmp_path / "body.json"
-    body.write_text('{"messages": [{"role": "user", "content": "RID"}]}')
-    settings = {"stream": False, "content_frame": "x", "done_frame": "y", "unary_marker": "z",
-                "dialect": "openai", "body_file": str(body), "run_id": "t-1", "rid_slot": "RID", "seed": 0,
-                "headers": {}, "self_overhead_header": "", "self_overhead_scale_ms": 1.0,
-                "open_loop_rates_per_s": [], "open_loop_step_s": 0, "think_time_s": 0,
-                "request_timeout_s": 10, "warmup_s": 2.0, "warmup_users": 3,
-                "inflight_steps": [100, 200, 400], "inflight_steps_run": steps_run,
-                "inflight_step_s": 10.0,
-                "inflight_hold_s": 4.0, "inflight_drain_margin_s": 1.0,
-                "raw_dir": str(tmp_path / "raw"),
-                "phases_file": str(tmp_path / "phases.json")}
     path = tmp_path / "load.json"
-    path.write_text(json.dumps(settings))
+    path.write_text(load_settings(tmp_path, warmup_s=2.0, warmup_users=3, users=400,
+                                  inflight_steps=(100, 200, 400), inflight_steps_run=steps_run,
+                                  inflight_step_s=10.0, inflight_hold_s=4.0,
+                                  inflight_drain_margin_s=1.0).to_json())
     done = subprocess.run([sys.executable, "-c", DRIVER, str(REPO_DIR / "harness/run/locustfile.py"),
                            json.dumps(failures_at)],
                           env={"SLUICE_LOAD_FILE": str(path), "PYTHONPATH": str(REPO_DIR),

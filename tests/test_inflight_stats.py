@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-
-from synthetic_inflight import lane, step as _step
+from synthetic_inflight import lane
+from synthetic_inflight import step as _step
 
 from harness.stats import inflight as I
 from harness.stats import inflight_limits as L
@@ -302,6 +302,7 @@ def test_the_limit_a_stop_names_for_the_sizing(cause, evidence, limit):
 
 def test_a_declared_log_line_becomes_the_stops_evidence_with_its_count():
     from types import SimpleNamespace
+
     from harness.model.manifests import LimitLine
     steps = pd.DataFrame([
         _step("direct", 1000, True), _step("direct", 2500, True),

@@ -6,12 +6,12 @@ import json
 from datetime import datetime, timezone
 
 import pytest
+from synthetic_manifests import small_run_manifest
 
 from harness.files import limit_logs
 from harness.files.limit_logs import ELLIPSIS, excerpt, line_time, scan
 from harness.model.manifests import LimitLine, RunManifest
 from harness.stats.limit_lines import EVIDENCE_CHARS, evidence
-from synthetic_manifests import small_run_manifest
 
 NGINX_PATTERNS = ("worker_connections are not enough", "Too many open files", "upstream timed out")
 NOT_ENOUGH = "8192 worker_connections are not enough, reusing connections"

@@ -11,8 +11,8 @@ from harness.checks import aa, rules
 from harness.model.metrics import METRICS, Better, metric
 from harness.stats import suite as S
 from harness.stats.definitions import SUMMARY_METRICS
-from report import format as F
 from report import fault_tables, tables
+from report import format as F
 from report.data import collect
 
 # Every list of metrics a table or a check shows: each must be in the registry.

@@ -323,5 +323,6 @@ def test_mock_check_reports_self_time():
     assert r["ok"] == r["answered"] > 0 and r["measured_requests"] > 0
     t = r["self_time_ms"]
     assert t["requests"] == r["measured_requests"] and t["hold_applied_ms"]["p50"] >= 5.0
-    assert t["hold_over_ms"]["p50"] >= 0.0 and r["mock_cpu_cores"] >= 0.0
+    assert t["hold_over_ms"]["p50"] >= 0.0          # the mock never answers before its hold
+    assert r["mock_cpu_cores"] > 0.0
     assert r["gc_mode"] == "lean" and r["gc"]["pause_count"] == sum(r["gc"]["collections"].values())

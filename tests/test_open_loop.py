@@ -12,10 +12,10 @@ from synthetic_files import write_parquet
 from synthetic_manifests import small_run_manifest, small_study_manifest
 
 from harness import stats as A
-from harness.model.config import REPO_DIR, ConfigError, from_profile
-from harness.model.validation import validate
 from harness.files.store import REQUEST_SCHEMA
+from harness.model.config import REPO_DIR, ConfigError, from_profile
 from harness.model.formats import REQUESTS_TABLE
+from harness.model.validation import validate
 from report import tables
 from report.build import render_report_html
 
@@ -172,7 +172,8 @@ def test_capacity_under_each_bound_across_runs(synthetic):
     assert slow["sustained_50ms_rps_mean"] == 200.0
     assert slow["stopped_at_rps_mean"] == 400.0 and slow["stopped_at_rps_sd"] == 0.0
     assert not slow["baseline_also_stopped"]
-    table = tables.open_loop(A.open_loop_steps(synthetic), "direct").frame().set_index("system")
+    capacity = A.open_loop_capacity(A.open_loop_steps(synthetic), "direct")
+    table = tables.open_loop(capacity, "direct").frame().set_index("system")
     assert table.loc["slow", "stopped keeping up at (req/s)"] == "400 ± 0 (n=2)"
     assert table.loc["fast", "stopped keeping up at (req/s)"] == "2 of 2 runs kept up to 400"
     assert table.loc["fast", "sustained with p99 added ≤ 5 ms (req/s)"] == "150 ± 71 (n=2)"

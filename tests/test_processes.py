@@ -37,7 +37,7 @@ def test_stop_takes_down_the_whole_tree(tmp_path):
     proc.stop()
     assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
                    for pid in pids)
-    assert proc not in processes.live_processes()
+    assert proc not in processes._live.values()   # no longer registered to be stopped
 
 
 def test_stubborn_children_outside_the_group_are_killed(tmp_path):

@@ -17,7 +17,7 @@ def test_task_cpu_is_per_thread_in_ns():
     threads = task_cpu_ns(os.getpid())
     assert os.getpid() in threads and all(isinstance(v, int) and v > 0 for v in threads.values())
     assert task_cpu_ns(2**22 + 7) == {}
-    assert run_queue_wait_ns([os.getpid()]) >= 0
+    assert isinstance(run_queue_wait_ns([os.getpid()]), int)   # a live process has a count
     assert run_queue_wait_ns([2**22 + 7]) is None
 
 

@@ -8,6 +8,9 @@ import shutil
 import subprocess
 
 import pytest
+from synthetic_manifests import small_run_manifest
+from test_plan import LOAD, MOCK, RECORDED_PLAIN_KEY, TOML_SHA256
+from test_suite import FIXED_CELL, GATEWAY_TOML, RECORDED_CELL_KEY
 
 from harness.model import suite as M
 from harness.model.config import ConfigError, StudyConfig, from_profile
@@ -15,9 +18,6 @@ from harness.model.gateway_spec import load_gateway_spec, render
 from harness.model.manifests import RunManifest
 from harness.model.plan import comparison_key, make_plan
 from harness.model.validation import validate
-from synthetic_manifests import small_run_manifest
-from test_plan import LOAD, MOCK, RECORDED_PLAIN_KEY, TOML_SHA256
-from test_suite import FIXED_CELL, GATEWAY_TOML, RECORDED_CELL_KEY
 
 
 def test_the_inflight_profile_sizes_every_system_and_shipped_stays_available(tmp_path):
@@ -78,7 +78,7 @@ NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 def _open_files(pid: int) -> tuple[str, str]:
     """A process's soft and hard open-file limits, as /proc shows them to anyone (prlimit on a
     worker that dropped to nobody needs a capability a container may not grant)."""
-    line = next(l for l in open(f"/proc/{pid}/limits") if l.startswith("Max open files"))
+    line = next(x for x in open(f"/proc/{pid}/limits") if x.startswith("Max open files"))
     return tuple(line.split()[3:5])
 
 

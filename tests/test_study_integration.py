@@ -6,9 +6,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from harness.commands import main
-from harness.model.config import ConfigError, from_profile
-from harness.model import formats as F
 from harness.files.store import REQUEST_SCHEMA, SAMPLE_SCHEMA, sha256_file
+from harness.model import formats as F
+from harness.model.config import ConfigError, from_profile
 from harness.run.study import run_study
 
 pytestmark = pytest.mark.integration

@@ -10,8 +10,8 @@ from synthetic import RunParams, make_study
 from synthetic_manifests import write_suite_manifest
 
 from harness.commands import main
-from harness.model.config import REPO_DIR, StudyConfig
 from harness.model import suite as M
+from harness.model.config import REPO_DIR, StudyConfig
 from harness.model.formats import SUITE_MANIFEST
 from harness.run import suite as R
 from harness.stats import suite as S

@@ -9,9 +9,9 @@ from polling import wait_for
 
 from harness.commands import main
 from harness.model.config import ConfigError, from_profile
-from harness.model.validation import validate
 from harness.model.plan import make_plan
 from harness.model.topology import Host, TopologyError, load_topology, local_topology
+from harness.model.validation import validate
 from harness.remote.hosts import RemoteProcess, command_on, facts, snapshot, start_on
 
 REPO = Path(__file__).resolve().parent.parent

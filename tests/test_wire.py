@@ -7,8 +7,9 @@ from decimal import Decimal
 
 import dpkt
 import pytest
+from wire_summary import summarize
 
-from harness.run.wire import COLUMNS, summarize, wire_times
+from harness.run.wire import COLUMNS, wire_times
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -14,10 +14,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from wire_summary import summarize
 
 from harness.model.gateway_spec import render
 from harness.run.capture import Capture, CaptureError
-from harness.run.wire import summarize, wire_times
+from harness.run.wire import wire_times
 from mocks.request_log import read_request_log
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -35,12 +35,12 @@ from pathlib import Path
 import pandas as pd
 
 from harness.checks import aa, counts, history, rules
-from harness.checks.rules import pct
 from harness.checks.inputs import CheckInputError, require_completed
+from harness.checks.rules import pct
+from harness.files.readers import ArtifactError, read_counts
+from harness.files.study_files import StudyFiles
 from harness.model.metrics import metric
 from harness.model.roles import Roles
-from harness.files.readers import ArtifactError, read_counts
-from harness.model.formats import COUNTS
 from harness.stats.loading import Study, load_study
 from harness.stats.runs import run_summary
 
@@ -152,7 +152,7 @@ def _history_lines(study: Study, rs: pd.DataFrame, head: str, history_dir: Path)
 def _judged_counts(gate_dir: Path) -> counts.CountVerdict | str:
     """The verdict on a gate directory's counts.json, or why it cannot be read."""
     try:
-        return counts.judge(read_counts(gate_dir / COUNTS.file))
+        return counts.judge(read_counts(StudyFiles(gate_dir).counts_path))
     except ArtifactError as exc:
         return str(exc)
 
@@ -164,11 +164,11 @@ def check(study_dir: str | Path, history_dir: str | Path = history.HISTORY_DIR,
     on a significant latency rise (``TIMED_RULES``) and shows the other figures as information.
     Never writes anything."""
     path = Path(study_dir)
-    if (path / COUNTS.file).is_file():
+    if StudyFiles(path).counts_path.is_file():
         verdict = _judged_counts(path)
         if isinstance(verdict, str):
             return GateResult(EXIT_BAD_INPUT, (f"gate: cannot judge: {verdict}",))
-        if not (path / "timed" / "manifest.json").is_file():
+        if not StudyFiles(path / "timed").exists():
             if not verdict.ok:
                 return GateResult(EXIT_FAIL, (*verdict.lines, "gate: FAIL — on the counts"))
             return GateResult(EXIT_BAD_INPUT, (*verdict.lines, f"gate: cannot judge: {path} has no "
@@ -244,7 +244,7 @@ def refresh(study_dir: str | Path, history_dir: str | Path = history.HISTORY_DIR
     """Write this CPU model's record from a completed gate study, or from a gate directory
     whose counts passed (its timed study, ``timed/``), deliberately."""
     path = Path(study_dir)
-    if (path / COUNTS.file).is_file():
+    if StudyFiles(path).counts_path.is_file():
         verdict = _judged_counts(path)
         if isinstance(verdict, str):
             return GateResult(EXIT_BAD_INPUT, (f"gate refresh: refused: {verdict}",))

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Mapping
 
 from harness.checks import rules
-from harness.model.config import REPO_DIR
-from harness.model.formats import GATE_RECORD, UnknownVersionError
 from harness.files.atomic import write_atomic
+from harness.model.config import REPO_DIR
 from harness.model.errors import UserError
+from harness.model.formats import GATE_RECORD, UnknownVersionError
 
 GATE_RECORD_VERSION = GATE_RECORD.version
 HISTORY_DIR = REPO_DIR / "baselines" / "gate"

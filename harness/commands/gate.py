@@ -78,12 +78,14 @@ def count_builds(gate_system: str, base_commit: str, head_env: list[str], gate_d
     """Count the base build twice and the head build once (base, head, base again: a machine
     that drifted shows in the base's two counts) and write gate_dir/counts.json."""
     from harness.files.readers import read_counts
+    from harness.files.study_files import StudyFiles
     from harness.model.counting import GATE_CASES, Sizes
     from harness.model.gateway_spec import folder_of, load_gateway_spec
     from harness.remote.machine import machine_facts
     from harness.run import builds, counting
     from harness.run.systems import read_version
     sizes = sizes or Sizes()
+    files = StudyFiles(gate_dir)   # laid out as a study's counting lane
     name = folder_of(gate_system)
     tree = builds.checkout(base_commit)
     base_spec = load_gateway_spec(name, tree.gateways_dir)
@@ -100,13 +102,13 @@ def count_builds(gate_system: str, base_commit: str, head_env: list[str], gate_d
                                        ("head", head_spec, builds.resolve("HEAD"), env),
                                        ("base~2", base_spec, tree.commit, None)):
         t = time.monotonic()
-        counted.append(counting.count_system(spec, GATE_CASES, gate_dir / "count", label,
+        counted.append(counting.count_system(spec, GATE_CASES, files.count_dir, label,
                                              read_version(spec), commit, sizes, extra_env=extra,
                                              syscalls=label != "base~2", ports=ports,
                                              progress=lambda line: print(f"gate: {line}", flush=True)))
         print(f"gate: {label} counted in {time.monotonic() - t:.0f} s", flush=True)
-    counting.write_counts(gate_dir / "counts.json", counted, machine_facts(), "gate")
-    return read_counts(gate_dir / "counts.json")
+    counting.write_counts(files.counts_path, counted, machine_facts(), "gate")
+    return read_counts(files.counts_path)
 
 
 def run_gate(history_dir, base: str | None, head_env: list[str], settings: list[str]) -> int:

@@ -38,12 +38,12 @@ def run(args: argparse.Namespace) -> int:
     config = study_config(args)
     import papermill
 
-    from harness.files.readers import read_study_manifest
+    from harness.files.study_files import StudyFiles
     # papermill relays the notebook's output (the study's progress lines) through logging.
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     study_dir = config.study_dir
     study_dir.mkdir(parents=True, exist_ok=True)
-    executed = study_dir / "head_to_head.ipynb"
+    executed = StudyFiles(study_dir).notebook_path
     print(f"study {config.study_id}: {', '.join(config.gateways)} ({config.profile} profile)",
           flush=True)
     start = time.monotonic()
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: the study notebook failed: {exc.ename}: {exc.evalue}\n"
               f"executed notebook: {executed}", file=sys.stderr)
         return 1
-    manifest = read_study_manifest(study_dir / "manifest.json")
+    manifest = StudyFiles(study_dir).read_manifest()
     report = ""
     if not args.no_report:
         from report.build import build_report

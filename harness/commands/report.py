@@ -40,17 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "writes DIR/compare-<OTHER>.html for a study")
 
 
-def is_suite(directory: Path) -> bool:
-    """A suite directory holds its cells' studies and a manifest listing them."""
-    import json
-    try:
-        return "cells" in json.loads((directory / "manifest.json").read_text())
-    except (OSError, ValueError):
-        return False
-
-
 def run(args: argparse.Namespace) -> int:
     directory = Path(args.directory)
+    from harness.files.study_files import is_suite
     if is_suite(directory):
         from report.suite import build_suite_report
         print(build_suite_report(directory, args.compare))

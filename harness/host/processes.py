@@ -203,11 +203,6 @@ def stop_all() -> None:
         proc.stop()
 
 
-def live_processes() -> list[ManagedProcess]:
-    with _live_lock:
-        return list(_live.values())
-
-
 atexit.register(stop_all)
 
 

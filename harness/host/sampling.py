@@ -5,7 +5,6 @@ cumulative figure never drops and CPU-ms per request covers every worker of a sy
 """
 from __future__ import annotations
 
-import csv
 import math
 import os
 import socket
@@ -17,6 +16,7 @@ from typing import Callable
 
 import psutil
 
+from harness.files.producers import RawCsv
 from harness.model.schema import SAMPLES
 
 
@@ -125,7 +125,6 @@ class Sampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._file = None
         self._writer = None
         self._machine_cpu_last = None
 
@@ -136,11 +135,7 @@ class Sampler:
             self.roles[role] = _RoleTree(roots, inflight)
 
     def start(self) -> None:
-        self.csv_path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.csv_path, "w", newline="")
-        self._writer = csv.DictWriter(self._file, fieldnames=SAMPLES.raw_names,
-                                      extrasaction="raise")
-        self._writer.writeheader()
+        self._writer = RawCsv(self.csv_path, SAMPLES.raw_names)
         psutil.cpu_percent(None)
         self._thread = threading.Thread(target=self._loop, name="sampler", daemon=True)
         self._thread.start()
@@ -181,7 +176,7 @@ class Sampler:
         self.rows.extend(rows)
         if self._writer is not None:
             self._writer.writerows(rows)
-            self._file.flush()
+            self._writer.flush()
 
     def _row(self, t: float, role: str, pids: int, rss: int, cpu_percent: float,
              cpu_seconds: float, fds: int, load1: float, inflight: float) -> dict:
@@ -194,7 +189,7 @@ class Sampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
         return self.rows

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+
 @dataclass(frozen=True)
 class Dialect:
     name: str

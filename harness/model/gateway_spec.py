@@ -176,6 +176,10 @@ class GatewaySpec:
     def has_process(self) -> bool:
         return bool(self.start_command)
 
+    def template(self, tf: TemplateFile) -> str:
+        """The text of one of the system's declared templates (in its folder)."""
+        return (self.directory / tf.template).read_text()
+
     def configured(self, resilience: str = "shipped",
                    scale: str = "shipped") -> tuple["GatewaySpec", dict[str, str]]:
         """The spec a run with these settings starts (each one's variant applied when the setting
@@ -403,7 +407,7 @@ def _check_placeholders(spec: GatewaySpec, path: Path) -> None:
     for v in spec.variants.values():
         texts += [*v.headers.values(), *v.env.values()]
         files += v.files
-    texts += [(spec.directory / tf.template).read_text() for tf in files]
+    texts += [spec.template(tf) for tf in files]
     for text in texts:
         for match in _SECTION.finditer(text):
             if match.group(1) not in SECTIONS:

@@ -4,7 +4,9 @@ read by the same code (artifacts/README.md documents each field).
 ``to_json`` stamps the current schema version; ``from_json`` refuses an unknown version, brings
 an older one up to date through harness.model.migrate, and refuses keys it does not know. Only
 host facts (``machine``, a host's ``facts``/``before``/``after``) stay free-form: they are
-whatever the machine reported, read by the methodology section, never computed on.
+whatever the machine reported. Their readers take a key that may be missing: the core count
+(CPU per request, the in-flight lane's cores), the CPU model and core count (whether two
+studies ran on the same machine, the gate's history), and the methodology section.
 """
 from __future__ import annotations
 
@@ -19,8 +21,8 @@ from typing import Any, Callable
 from harness.model import migrate
 from harness.model.config import StudyConfig
 from harness.model.errors import UserError
-from harness.model.plan import RunSpec
 from harness.model.formats import RUN_MANIFEST, STUDY_MANIFEST, Format
+from harness.model.plan import RunSpec
 
 
 class ManifestError(UserError, ValueError):
@@ -142,8 +144,8 @@ class MockSummary:
 @dataclass(frozen=True)
 class LocustSummary:
     exit_code: int | None = None
-    cpu_warning: bool = False               # Locust printed its high-CPU warning
-    warnings: tuple[str, ...] = ()
+    cpu_warning: bool = False               # Locust's high-CPU event fired in a process
+    warnings: tuple[str, ...] = ()          # which, how often, how high (earlier runs: its log lines)
     processes: int | None = None            # load-generating processes
 
 

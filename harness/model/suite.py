@@ -11,7 +11,9 @@ A suite file is TOML::
     name = "streaming"                 # names the suite's directory
     profile = "streaming"              # the preset the base starts from (default: standard)
     [base]                             # settings every cell shares, by path (see below)
-    gateways = ["nginx", "sluice"]     # the direct baseline is added to every cell
+    gateways = ["nginx", "sluice"]     # ["all"]: every system under gateways/ (a new one joins
+                                       # with no edit here); default: the profile's (a study's
+                                       # rule); the direct baseline is added to every cell
     load.users = 200
     [axes]                             # path = [values]; the cells are every combination
     request.stream = [false, true]

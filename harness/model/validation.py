@@ -18,8 +18,8 @@ from harness.model.config import (
     SCALE,
     ConfigError,
     StudyConfig,
-    repo_path,
     known_gateways,
+    repo_path,
 )
 from harness.model.gateway_spec import folder_of
 from harness.model.topology import load_processes, topology_of, topology_problems

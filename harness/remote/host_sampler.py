@@ -11,30 +11,25 @@ harness consolidates the CSV into samples.parquet.
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 import threading
 from pathlib import Path
 
+from harness.files.producers import read_pid, read_settings
 from harness.host.sampling import Sampler, scrape_gauge
 
 
 def read_pids(paths: list[str]) -> list[int]:
-    pids = []
-    for path in paths:
-        try:
-            pids.append(int(Path(path).read_text().split()[0]))
-        except (OSError, ValueError, IndexError):
-            continue  # not started yet (or never): nothing to sample for it
-    return pids
+    """The pids written so far (one not started yet, or never, has nothing to sample)."""
+    return [pid for pid in map(read_pid, paths) if pid is not None]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.remote.host_sampler", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("spec", type=Path, help="the sampler's JSON spec")
-    spec = json.loads(parser.parse_args(argv).spec.read_text())
+    spec = read_settings(parser.parse_args(argv).spec)
     sampler = Sampler(Path(spec["csv"]), host=spec["host"])
     for role, entry in spec["roles"].items():
         inflight = None

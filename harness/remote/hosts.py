@@ -13,11 +13,15 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from harness.host.processes import ManagedProcess, ProcessError
 from harness.model.config import REPO_DIR
 from harness.model.topology import Host, Topology
 from harness.remote.machine import host_snapshot, machine_facts
-from harness.host.processes import ManagedProcess, ProcessError
+
+if TYPE_CHECKING:  # the type only: a host running the launcher needs no pandas
+    from harness.files.study_files import RunFiles
 
 REMOTE_CALL_TIMEOUT_S = 30.0
 
@@ -115,11 +119,7 @@ def read_all(topology: Topology, read=snapshot) -> dict:
     return out
 
 
-def pid_file(run_dir: Path, label: str) -> Path:
-    return run_dir / "pids" / f"{label}.pid"
-
-
-def start_samplers(topology: Topology, run_dir: Path, roles: dict[str, dict[str, list[str]]],
+def start_samplers(topology: Topology, run: RunFiles, roles: dict[str, dict[str, list[str]]],
                    inflight: dict[str, tuple[str, str]], max_s: float) -> list[ManagedProcess]:
     """One sampler on each remote host in roles (host -> role -> pid-file labels), writing
     raw/samples-<host>.csv with the same columns as the local sampler."""
@@ -129,19 +129,16 @@ def start_samplers(topology: Topology, run_dir: Path, roles: dict[str, dict[str,
             host = topology.host(name)
             if host.local or not placed:
                 continue
-            watched = {role: {"pid_files": [str(pid_file(run_dir, label)) for label in labels],
+            watched = {role: {"pid_files": [str(run.pid_file(label)) for label in labels],
                               "metrics_url": inflight.get(role, ("", ""))[0],
                               "gauge": inflight.get(role, ("", ""))[1]}
                        for role, labels in placed.items()}
-            spec = {"host": name, "csv": str(run_dir / "raw" / f"samples-{name}.csv"),
-                    "max_s": max_s, "roles": watched}
-            spec_path = run_dir / "pids" / f"sampler-{name}.json"
-            spec_path.parent.mkdir(parents=True, exist_ok=True)
-            spec_path.write_text(json.dumps(spec, indent=2))
+            spec_path = run.write_sampler_spec(name, {
+                "host": name, "csv": str(run.raw_samples(name)), "max_s": max_s, "roles": watched})
             started.append(start_on(host, f"sampler@{name}",
                                     [sys.executable, "-m", "harness.remote.host_sampler", str(spec_path)],
-                                    run_dir / f"sampler-{name}.log",
-                                    pid_file(run_dir, f"sampler-{name}"), cwd=REPO_DIR,
+                                    run.log(f"sampler-{name}"),
+                                    run.pid_file(f"sampler-{name}"), cwd=REPO_DIR,
                                     stop_timeout_s=5))
     except Exception:
         for proc in started:

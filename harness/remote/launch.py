@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from harness.files.atomic import write_atomic
+from harness.files.producers import read_pid, write_pid
 from harness.host.processes import raise_open_files_limit, stop_tree
 
 
@@ -31,21 +31,22 @@ def launch(pid_file: Path, cwd: str, command: list[str]) -> None:
         pass  # already a group leader (started in a new session): the group is ours already
     if cwd:
         os.chdir(cwd)
-    pid_file.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(pid_file, f"{os.getpid()}\n")
+    write_pid(pid_file)
     raise_open_files_limit(0)  # as on the harness's host: the soft open-file limit at the hard one
     os.execvp(command[0], command)
 
 
 def stop(pid_file: Path, sig: signal.Signals, timeout_s: float) -> int:
     """0 when nothing of the process is left (or it never started), 1 otherwise."""
+    pid = read_pid(pid_file)
+    if pid is None:
+        return 0
     try:
-        pid = int(pid_file.read_text().split()[0])
         written = pid_file.stat().st_mtime
         # A pid reused by an unrelated process after ours exited is not ours to stop.
         if psutil.Process(pid).create_time() > written + 1.0:
             return 0
-    except (OSError, ValueError, IndexError, psutil.Error):
+    except (OSError, psutil.Error):
         return 0
     return 0 if stop_tree(pid, sig, timeout_s) else 1
 

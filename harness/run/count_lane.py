@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from harness.files.study_files import StudyFiles
 from harness.model.counting import LANE_CASES, Sizes
-from harness.model.formats import COUNTS
 from harness.model.gateway_spec import GatewaySpec
 from harness.remote.machine import machine_facts
 from harness.run.counting import BuildCount, count_system, write_counts
@@ -22,6 +22,7 @@ def run_count_lane(specs: dict[str, GatewaySpec], versions: dict[str, str],
                    progress: Callable[[str], None] = print) -> Path:
     """Count each entry of ``specs`` in LANE_CASES into ``study_dir``/counts.json; an entry in
     ``skipped`` is kept with its reason. Never raises for one system's failure."""
+    files = StudyFiles(study_dir)
     counted = []
     for entry, spec in specs.items():
         if entry in skipped:
@@ -29,12 +30,11 @@ def run_count_lane(specs: dict[str, GatewaySpec], versions: dict[str, str],
                                       failed=f"not run in this study: {skipped[entry]}"))
             continue
         t = time.monotonic()
-        build = count_system(spec, LANE_CASES, study_dir / "count", entry, versions.get(entry, ""),
+        build = count_system(spec, LANE_CASES, files.count_dir, entry, versions.get(entry, ""),
                              commit, sizes, progress=lambda line: progress(f"counting lane: {line}"))
         counted.append(build)
         progress(f"counting lane: {entry} "
                  + (f"not counted: {build.failed}" if build.failed else "counted")
                  + f" ({time.monotonic() - t:.0f} s)")
-    path = study_dir / COUNTS.file
-    write_counts(path, counted, machine_facts(), "lane")
-    return path
+    write_counts(files.counts_path, counted, machine_facts(), "lane")
+    return files.counts_path

@@ -18,7 +18,6 @@ What counts cannot see (a sleep, a lock, a blocking call) the timed check beside
 """
 from __future__ import annotations
 
-import os
 import re
 import selectors
 import shutil
@@ -34,11 +33,11 @@ import psutil
 from httptools import HttpParserError, HttpResponseParser
 
 from harness.files.store import write_json
+from harness.host.processes import ManagedProcess
 from harness.model.counting import CountCase, Sizes
 from harness.model.formats import COUNTS
 from harness.model.gateway_spec import GatewaySpec, render
 from harness.run.bodies import chat_body
-from harness.host.processes import ManagedProcess
 from harness.run.systems import run_values, start_system
 from mocks.lockstep import LockstepProvider
 

@@ -1,8 +1,6 @@
 """Drive Locust as a subprocess and turn its raw rows into requests.parquet."""
 from __future__ import annotations
 
-import csv
-import glob
 import json
 import sys
 import time
@@ -13,26 +11,23 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from harness.files.store import stored_frame
+from harness.files.study_files import RunFiles
+from harness.host.processes import ManagedProcess, ProcessError, log_tail
 from harness.model import inflight
 from harness.model.affinity import pinned
 from harness.model.config import MAX_SPAWN_RATE_PER_PROCESS, REPO_DIR
-from harness.model.formats import FAULT_SCHEDULE
+from harness.model.dialects import DIALECTS
+from harness.model.load_settings import LoadSettings
 from harness.model.plan import MockSettings, RunSpec
 from harness.model.schema import REQUESTS
-from harness.remote.hosts import pid_file, start_on
-from harness.model.dialects import DIALECTS
+from harness.remote.hosts import start_on
 from harness.run.bodies import RID_SLOT, chat_body
-from harness.host.processes import ManagedProcess, ProcessError, log_tail
-from harness.files.store import read_raw_csv, stored_frame, write_json, write_table
 
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 # The locustfile imports its CSV header from this repository (harness.model.schema).
 LOCUSTFILE_PATH = {"PYTHONPATH": str(REPO_DIR)}
-CPU_WARNING_MARKER = "CPU usage"          # Locust: "CPU usage above 90%! This may constrain..."
 WORKERS_WAIT_S = 60                     # the master gives up if its workers have not all connected
-# The locustfile arms the mock's faults through this file when its warm-up starts (the mock
-# polls it); afterwards its epoch goes to faults.json and the file is removed.
-FAULT_ARM_FILE = "fault-arm.json"
 PHASE_ORDER = ("warmup_start_t_unix_s", "ramp_start_t_unix_s", "hold_start_t_unix_s",
                "hold_end_t_unix_s")
 
@@ -79,10 +74,9 @@ def expected_load_s(spec: RunSpec) -> float:
 
 def write_body(spec: RunSpec, target: Target, run_dir: Path) -> Path:
     """Every request of the run sends these bytes (built from the recorded seed)."""
-    path = run_dir / "request-body.json"
-    path.write_bytes(chat_body(target.dialect, target.model, spec.load.max_tokens, spec.load.stream,
-                               spec.load.request_bytes, spec.seed, rid_slot=True))
-    return path
+    return RunFiles(run_dir).write_body(chat_body(
+        target.dialect, target.model, spec.load.max_tokens, spec.load.stream,
+        spec.load.request_bytes, spec.seed, rid_slot=True))
 
 
 def start_locust(spec: RunSpec, target: Target, run_dir: Path, master_port: int = 0,
@@ -90,39 +84,38 @@ def start_locust(spec: RunSpec, target: Target, run_dir: Path, master_port: int 
     """Locust on the topology's master host; with locust_workers it is Locust's own master,
     listening on master_port for the workers start_workers() starts. ``steps_run``: the
     in-flight steps that fit the machine's limits (None: all)."""
-    settings = {
-        "chat_path": target.chat_path, "model": target.model, "headers": target.headers,
-        "self_overhead_header": target.self_overhead_header.lower(),
-        "self_overhead_scale_ms": target.self_overhead_scale_ms,
-        "users": spec.load.users, "ramp_s": spec.load.ramp_s, "hold_s": spec.load.hold_s,
-        "min_hold_requests": spec.load.min_hold_requests, "max_hold_s": spec.load.max_hold_s,
-        "warmup_s": spec.load.warmup_s, "warmup_users": spec.load.warmup_users,
-        "think_time_s": spec.load.think_time_s, "request_timeout_s": spec.load.request_timeout_s,
-        "max_tokens": spec.load.max_tokens, "stream": spec.load.stream,
-        "body_file": str(write_body(spec, target, run_dir)),
-        "content_frame": DIALECTS[target.dialect].content_frame,
-        "done_frame": DIALECTS[target.dialect].done_frame,
-        "unary_marker": DIALECTS[target.dialect].unary_marker,
-        "dialect": target.dialect,
-        "open_loop_rates_per_s": list(spec.load.open_loop_rates_per_s),
-        "open_loop_step_s": spec.load.open_loop_step_s,
-        "open_loop_spawn_rate_per_s": MAX_SPAWN_RATE_PER_PROCESS,
-        "inflight_steps": list(spec.load.inflight_steps),
-        "inflight_steps_run": len(spec.load.inflight_steps) if steps_run is None else steps_run,
-        "inflight_step_s": spec.load.inflight_step_s,
-        "inflight_hold_s": spec.load.inflight_hold_s,
-        "inflight_drain_margin_s": inflight.DRAIN_MARGIN_S,
-        "raw_dir": str(run_dir / "raw"),
-        "run_id": spec.run_id, "rid_slot": RID_SLOT, "seed": spec.seed,
-        "phases_file": str(run_dir / "phases.json"),
-        "fault_arm_file": str(fault_arm_file(run_dir)) if spec.mock.faults else "",
-    }
-    (run_dir / "raw").mkdir(parents=True, exist_ok=True)
-    settings_path = run_dir / "load.json"
-    settings_path.write_text(json.dumps(settings, indent=2))
+    run = RunFiles(run_dir)
+    settings = LoadSettings(
+        chat_path=target.chat_path, model=target.model, headers=target.headers,
+        self_overhead_header=target.self_overhead_header.lower(),
+        self_overhead_scale_ms=target.self_overhead_scale_ms,
+        users=spec.load.users, ramp_s=spec.load.ramp_s, hold_s=spec.load.hold_s,
+        min_hold_requests=spec.load.min_hold_requests, max_hold_s=spec.load.max_hold_s,
+        warmup_s=spec.load.warmup_s, warmup_users=spec.load.warmup_users,
+        think_time_s=spec.load.think_time_s, request_timeout_s=spec.load.request_timeout_s,
+        max_tokens=spec.load.max_tokens, stream=spec.load.stream,
+        body_file=str(write_body(spec, target, run_dir)),
+        content_frame=DIALECTS[target.dialect].content_frame,
+        done_frame=DIALECTS[target.dialect].done_frame,
+        unary_marker=DIALECTS[target.dialect].unary_marker,
+        dialect=target.dialect,
+        open_loop_rates_per_s=tuple(spec.load.open_loop_rates_per_s),
+        open_loop_step_s=spec.load.open_loop_step_s,
+        open_loop_spawn_rate_per_s=MAX_SPAWN_RATE_PER_PROCESS,
+        inflight_steps=tuple(spec.load.inflight_steps),
+        inflight_steps_run=len(spec.load.inflight_steps) if steps_run is None else steps_run,
+        inflight_step_s=spec.load.inflight_step_s,
+        inflight_hold_s=spec.load.inflight_hold_s,
+        inflight_drain_margin_s=inflight.DRAIN_MARGIN_S,
+        raw_dir=str(run.raw_dir),
+        run_id=spec.run_id, rid_slot=RID_SLOT, seed=spec.seed,
+        phases_file=str(run.phases_path),
+        fault_arm_file=str(run.fault_arm_path) if spec.mock.faults else "")
+    run.raw_dir.mkdir(parents=True, exist_ok=True)
+    settings_path = run.write_load_settings(settings)
     argv = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
-            "--host", target.base_url, "--csv", str(run_dir / "locust"),
-            "--logfile", str(run_dir / "locust.log"), "--loglevel", "INFO",
+            "--host", target.base_url, "--csv", str(run.locust_csv_prefix),
+            "--logfile", str(run.log("locust")), "--loglevel", "INFO",
             "--exit-code-on-error", "0",
             # Users finish the request they are in when the load stops, so the mock's count
             # and the rows can match exactly; whatever is still unanswered after this is killed.
@@ -140,8 +133,8 @@ def start_locust(spec: RunSpec, target: Target, run_dir: Path, master_port: int 
            "SLUICE_WORKER_HOST": master.name, **LOCUSTFILE_PATH}
     # Normally Locust has exited by itself before stop(); on an interrupt it gets 5 s to flush.
     # --processes children are forked: they inherit the CPUs the master starts on
-    return start_on(master, "locust", pinned(spec.affinity.load, argv, spec.nice.load), run_dir / "locust-stdout.log",
-                    pid_file(run_dir, "locust-master"), cwd=run_dir, env=env,
+    return start_on(master, "locust", pinned(spec.affinity.load, argv, spec.nice.load),
+                    run.log("locust-stdout"), run.pid_file("locust-master"), cwd=run_dir, env=env,
                     stop_signal="SIGTERM", stop_timeout_s=5)
 
 
@@ -159,38 +152,23 @@ def start_workers(spec: RunSpec, run_dir: Path, master_port: int) -> list[Manage
     raw rows, labelled with its host's name from the topology."""
     topology = spec.topology
     master = topology.host(topology.locust_master)
+    run = RunFiles(run_dir)
     started: list[ManagedProcess] = []
     try:
         for name, label in worker_labels(spec):
             argv = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--worker",
                     "--master-host", master.address, "--master-port", str(master_port),
-                    "--logfile", str(run_dir / f"{label}.log"), "--loglevel", "INFO"]
-            env = {"SLUICE_LOAD_FILE": str(run_dir / "load.json"), "PYTHONUNBUFFERED": "1",
+                    "--logfile", str(run.log(label)), "--loglevel", "INFO"]
+            env = {"SLUICE_LOAD_FILE": str(run.load_settings_path), "PYTHONUNBUFFERED": "1",
                    "SLUICE_WORKER_HOST": name, **LOCUSTFILE_PATH}
             started.append(start_on(topology.host(name), "locust", pinned(spec.affinity.load, argv, spec.nice.load),
-                                    run_dir / f"{label}-stdout.log", pid_file(run_dir, label),
+                                    run.log(f"{label}-stdout"), run.pid_file(label),
                                     cwd=run_dir, env=env, stop_signal="SIGTERM", stop_timeout_s=5))
     except Exception:
         for proc in started:
             proc.stop()
         raise
     return started
-
-
-def read_progress(run_dir: Path) -> tuple[int, int]:
-    """(users now, requests so far) from Locust's stats history; (0, 0) before it exists."""
-    path = run_dir / "locust_stats_history.csv"
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            f.seek(max(0, f.tell() - 4096))
-            lines = f.read().decode(errors="replace").splitlines()
-        header = next(csv.reader([open(path).readline()]))
-        last = next(csv.reader([lines[-1]]))
-        row = dict(zip(header, last))
-        return int(float(row.get("User Count", 0) or 0)), int(float(row.get("Total Request Count", 0) or 0))
-    except (OSError, StopIteration, ValueError, IndexError):
-        return 0, 0
 
 
 def wait_locust(proc: ManagedProcess, spec: RunSpec, run_dir: Path,
@@ -208,57 +186,29 @@ def wait_locust(proc: ManagedProcess, spec: RunSpec, run_dir: Path,
         if elapsed > bound:
             raise ProcessError(f"Locust still running after {bound:.0f} s (its bound)")
         if elapsed - last_report >= progress_every_s:
-            users, requests = read_progress(run_dir)
+            users, requests = RunFiles(run_dir).progress()
             progress(f"users {users:>5}  requests {requests:>8}  elapsed {elapsed:5.0f} s  "
                      f"remaining ~{max(0.0, expected_load_s(spec) - elapsed):4.0f} s")
             last_report = elapsed
         time.sleep(0.25)
 
 
-def fault_arm_file(run_dir: Path) -> Path:
-    return run_dir / FAULT_ARM_FILE
-
-
 def record_fault_epoch(run_dir: Path, mock: MockSettings) -> None:
-    """faults.json: the schedule, its seed and the epoch the load armed it with (from the arm
-    file, which then goes). Nothing when the load never armed the faults."""
-    arm = fault_arm_file(run_dir)
-    if not mock.faults or not arm.is_file():
-        return
-    epoch = float(json.loads(arm.read_text())["epoch_unix_s"])
-    write_json(run_dir / FAULT_SCHEDULE.file, {"schedule": json.loads(mock.faults),
-                                               "seed": mock.fault_seed, "epoch_unix_s": epoch},
-               FAULT_SCHEDULE)
-    arm.unlink()
-
-
-def read_phases(run_dir: Path) -> dict:
-    try:
-        return json.loads((run_dir / "phases.json").read_text())
-    except (OSError, ValueError):
-        return {}
+    """faults.json, when the load armed the mock's faults (harness.files.study_files)."""
+    if mock.faults:
+        RunFiles(run_dir).record_fault_epoch(json.loads(mock.faults), mock.fault_seed)
 
 
 def collect(proc: ManagedProcess, run_dir: Path, started_t_unix_s: float) -> LoadResult:
-    phases = read_phases(run_dir)
-    inflight = 0
-    for path in glob.glob(str(run_dir / "raw" / "inflight-*.json")):
-        try:
-            inflight += int(json.load(open(path)).get("inflight_at_stop", 0))
-        except (OSError, ValueError):
-            pass
-    log = (run_dir / "locust.log")
-    warnings = []
-    workers = [p for p in sorted(run_dir.glob("locust-worker-*.log")) if "stdout" not in p.name]
-    for path in [log, *workers]:  # each worker warns about its own CPU
-        text = path.read_text(errors="replace") if path.exists() else ""
-        warnings += [line for line in text.splitlines() if CPU_WARNING_MARKER in line]
+    run = RunFiles(run_dir)
+    phases = run.phases()
     if proc.returncode not in (0, None) and not phases:
         raise ProcessError(f"Locust exited with code {proc.returncode} before the load began.\n"
-                           f"--- log tail ---\n{log_tail(run_dir / 'locust-stdout.log')}\n"
-                           f"{log_tail(log)}")
+                           f"--- log tail ---\n{log_tail(run.log('locust-stdout'))}\n"
+                           f"{log_tail(run.log('locust'))}")
     return LoadResult(exit_code=proc.returncode if proc.returncode is not None else -1,
-                      phases=phases, inflight_at_stop=inflight, cpu_warnings=warnings,
+                      phases=phases, inflight_at_stop=run.inflight_at_stop(),
+                      cpu_warnings=run.cpu_warnings(),
                       started_t_unix_s=started_t_unix_s, ended_t_unix_s=time.time())
 
 
@@ -281,30 +231,29 @@ def consolidate_rows(run_dir: Path, run_id: str, system: str, phases: dict,
                      measured: Callable[[pd.DataFrame], dict] | None = None) -> pd.DataFrame:
     """Per-process raw CSVs -> one requests.parquet (raw files are kept beside it).
     measured(raw rows) gives some of MEASURED_COLUMNS, one value per row."""
-    raw = read_raw_csv(sorted(glob.glob(str(run_dir / "raw" / "requests-*.csv"))), REQUESTS)
-    raw = raw.sort_values("start_t_unix_s", kind="stable").reset_index(drop=True)
+    run = RunFiles(run_dir)
+    raw = run.read_raw_requests().sort_values("start_t_unix_s", kind="stable").reset_index(drop=True)
     start_t = raw["start_t_unix_s"].to_numpy()
     columns = {name: np.full(len(raw), np.nan) for name in MEASURED_COLUMNS}
     if measured is not None:
         columns.update(measured(raw))
     frame = stored_frame(REQUESTS, raw, run_id=run_id, system=system,
-                         users=_users_at(start_t, raw, run_dir).astype("int32"),
+                         users=_users_at(start_t, raw, run.users_history()).astype("int32"),
                          phase=phase_of(start_t, phases), **columns)
-    write_table(run_dir / REQUESTS.file, frame, REQUESTS)
+    run.write_requests(frame)
     return frame
 
 
-def _users_at(start_t: np.ndarray, raw: pd.DataFrame, run_dir: Path) -> np.ndarray:
+def _users_at(start_t: np.ndarray, raw: pd.DataFrame, history: pd.DataFrame | None) -> np.ndarray:
     """Users running in the whole load generator when each request started. One process knows
-    it exactly; with several, each knows only its own, so Locust's 1-second history is used."""
-    if raw["worker_pid"].nunique() <= 1 and raw["process_users"].notna().all():
+    it exactly; with several, each knows only its own, so the master's 1-second record is used."""
+    one_process = raw["worker_pid"].nunique() <= 1 and raw["process_users"].notna().all()
+    if one_process or history is None:
         return raw["process_users"].fillna(0).to_numpy()
     try:
-        history = pd.read_csv(run_dir / "locust_stats_history.csv")
-        history = history[history["Name"] == "Aggregated"]
-        t = history["Timestamp"].to_numpy(dtype="float64")
-        counts = history["User Count"].to_numpy()
+        t = history["t_unix_s"].to_numpy(dtype="float64")
+        counts = history["users"].to_numpy()
         idx = np.clip(np.searchsorted(t, start_t, side="right") - 1, 0, len(t) - 1)
         return counts[idx] if len(t) else np.zeros(len(start_t))
-    except (OSError, KeyError, ValueError):
+    except ValueError:
         return raw["process_users"].fillna(0).to_numpy()

@@ -1,14 +1,14 @@
 """The load generator, run by Locust as a subprocess (never imported by the harness or a notebook).
 
-Settings come from the JSON file named by SLUICE_LOAD_FILE (written by harness/run/load.py,
-which also puts this repository on PYTHONPATH). Every request becomes one raw CSV row in
-<raw_dir>/requests-<host>-<pid>.csv, its header the raw columns of harness.model.schema.REQUESTS;
-the harness turns them into requests.parquet. The shape writes its phase timestamps to <phases_file>
-and, in a fault run, arms the mock's faults when its warm-up starts (<fault_arm_file>).
+Settings come from the run's load.json named by SLUICE_LOAD_FILE (a harness.model.load_settings.
+LoadSettings, written by harness/run/load.py, which also puts this repository on PYTHONPATH).
+Every request becomes one raw CSV row in <raw_dir>/requests-<host>-<pid>.csv, its header the
+raw columns of harness.model.schema.REQUESTS; the harness turns them into requests.parquet. The
+shape writes its phase timestamps to <phases_file>, the whole load's users and requests each second to <raw_dir>/users.csv and, in a fault run, arms
+the mock's faults when its warm-up starts (<fault_arm_file>); Locust's own high-CPU event is kept
+per process (harness.files.producers writes every file).
 """
 import collections
-import csv
-import json
 import math
 import os
 import random
@@ -21,36 +21,35 @@ from gevent import GreenletExit
 from gevent.event import AsyncResult
 from locust import FastHttpUser, LoadTestShape, constant, events, task
 
-from harness.files.atomic import write_atomic
-from harness.model.schema import REQUESTS
-from harness.model.failures import failure_class
+from harness.files import producers
 from harness.model.dialects import ERROR_BODY_PREFIX_BYTES, error_body_dialect
+from harness.model.failures import failure_class
+from harness.model.schema import REQUESTS
 
-SETTINGS = json.load(open(os.environ["SLUICE_LOAD_FILE"]))
+SETTINGS = producers.read_load_settings(os.environ["SLUICE_LOAD_FILE"])
 # The topology's name for this host (harness/run/load.py sets it); pids are unique only per host.
 HOSTNAME = os.environ.get("SLUICE_WORKER_HOST") or socket.gethostname()
 # Locust's dispatcher hands each worker its new users once a second; where in that second each
 # starts is drawn from the run's seed (the same draws in every process: each spreads evenly).
 SPAWN_BATCH_S = 1.0
-_START_POINTS = random.Random(SETTINGS["seed"])
-STREAM = SETTINGS["stream"]
+_START_POINTS = random.Random(SETTINGS.seed)
+STREAM = SETTINGS.stream
 # The client dialect's SSE frames: one that carries text, and the one that ends the stream.
-CONTENT_FRAME = re.compile(SETTINGS["content_frame"].encode())
-DONE_FRAME = re.compile(SETTINGS["done_frame"].encode())
-UNARY_MARKER = SETTINGS["unary_marker"].encode()
-DIALECT = SETTINGS["dialect"]
+CONTENT_FRAME = re.compile(SETTINGS.content_frame.encode())
+DONE_FRAME = re.compile(SETTINGS.done_frame.encode())
+UNARY_MARKER = SETTINGS.unary_marker.encode()
+DIALECT = SETTINGS.dialect
 # Built by the harness (harness/run/bodies.py) from the run's dialect, size and seed.
-with open(SETTINGS["body_file"], "rb") as _f:
-    _body = _f.read()
+_body = producers.read_body(SETTINGS.body_file)
 # Every request carries its own id: the x-request-id header (first of ours, so it sits in the
 # first bytes a capture keeps) and `[rid:<id>]` in the body's slot (for systems that drop
 # headers). Ids: 1-64 chars of [A-Za-z0-9._:-]; pid and a random salt keep processes apart.
-_RID_PREFIX = "%s-%d-%s-" % (re.sub(r"[^A-Za-z0-9._:-]", ".", SETTINGS["run_id"])[:32], os.getpid(),
+_RID_PREFIX = "%s-%d-%s-" % (re.sub(r"[^A-Za-z0-9._:-]", ".", SETTINGS.run_id)[:32], os.getpid(),
                              os.urandom(2).hex())
-_BODY_HEAD, _, _BODY_TAIL = _body.partition(SETTINGS["rid_slot"].encode())
+_BODY_HEAD, _, _BODY_TAIL = _body.partition(SETTINGS.rid_slot.encode())
 _BODY_HEAD += b"[rid:"
 _BODY_TAIL = b"] " + _BODY_TAIL
-_headers = {"Content-Type": "application/json", **SETTINGS["headers"]}
+_headers = {"Content-Type": "application/json", **SETTINGS.headers}
 _SEQ = iter(range(1, 1 << 62))
 
 
@@ -65,15 +64,14 @@ def _judge_error_body(resp, body):
     resp.request_meta["context"]["error_body_dialect"] = error_body_dialect(DIALECT, body)
 
 
-_overhead_header = SETTINGS["self_overhead_header"]
-_overhead_scale = SETTINGS["self_overhead_scale_ms"]
+_overhead_header = SETTINGS.self_overhead_header
+_overhead_scale = SETTINGS.self_overhead_scale_ms
 
 
 class RawRows:
     """Per-process raw row file; flushed in batches so the hot path only appends to a buffer."""
 
     def __init__(self):
-        self.file = None
         self.writer = None
         self.killed_inflight = 0
         self.runner = None
@@ -82,24 +80,19 @@ class RawRows:
     def maybe_flush(self, now):
         # Rows reach the disk at least once a second: a killed load generator loses at most that.
         if now >= self.next_flush:
-            self.file.flush()
+            self.writer.flush()
             self.next_flush = now + 1.0
 
     def open(self):
-        if self.file is None:
-            os.makedirs(SETTINGS["raw_dir"], exist_ok=True)
-            path = os.path.join(SETTINGS["raw_dir"], f"requests-{HOSTNAME}-{os.getpid()}.csv")
-            self.file = open(path, "w", newline="", buffering=1 << 20)
-            # Rows are dicts keyed by the header's names: a name it lacks fails the write.
-            self.writer = csv.DictWriter(self.file, fieldnames=REQUESTS.raw_names,
-                                         extrasaction="raise")
-            self.writer.writeheader()
+        if self.writer is None:
+            self.writer = producers.RawCsv(
+                producers.raw_requests_path(SETTINGS.raw_dir, HOSTNAME, os.getpid()),
+                REQUESTS.raw_names, buffering=1 << 20)
 
     def close(self):
-        if self.file is not None:
-            self.file.flush()
-            self.file.close()
-            self.file = None
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
 
 
 ROWS = RawRows()
@@ -165,8 +158,8 @@ class Schedule:
         return waiter.get()
 
 
-SCHEDULE = (Schedule(SETTINGS["open_loop_rates_per_s"], SETTINGS["open_loop_step_s"],
-                     SETTINGS["warmup_s"]) if SETTINGS.get("open_loop_rates_per_s") else None)
+SCHEDULE = (Schedule(SETTINGS.open_loop_rates_per_s, SETTINGS.open_loop_step_s,
+                     SETTINGS.warmup_s) if SETTINGS.open_loop_rates_per_s else None)
 
 
 def _classify(exception, status_code):
@@ -242,19 +235,36 @@ def on_init(environment, **kwargs):
     ROWS.open()
 
 
+# Locust's own high-CPU event in this process (each process fires its own), kept for the run
+# manifest: a load generator short of CPU adds its own latency.
+CPU_WARNINGS = {"count": 0, "max_cpu_percent": 0.0, "first_t_unix_s": None}
+
+
+@events.cpu_warning.add_listener
+def on_cpu_warning(environment, cpu_usage, **kwargs):
+    CPU_WARNINGS["count"] += 1
+    CPU_WARNINGS["max_cpu_percent"] = max(CPU_WARNINGS["max_cpu_percent"], float(cpu_usage))
+    if CPU_WARNINGS["first_t_unix_s"] is None:  # written at once: a killed process keeps it
+        CPU_WARNINGS["first_t_unix_s"] = time.time()
+        producers.write_cpu_warnings(SETTINGS.raw_dir, HOSTNAME, os.getpid(), CPU_WARNINGS)
+
+
 @events.quitting.add_listener
 def on_quitting(environment, **kwargs):
     # Requests still unanswered when the stop timeout killed their user never produce a row.
-    path = os.path.join(SETTINGS["raw_dir"], f"inflight-{HOSTNAME}-{os.getpid()}.json")
-    with open(path, "w") as f:
-        json.dump({"inflight_at_stop": ROWS.killed_inflight, "t_unix_s": time.time()}, f)
+    producers.write_inflight_at_stop(SETTINGS.raw_dir, HOSTNAME, os.getpid(),
+                                     ROWS.killed_inflight, time.time())
+    if CPU_WARNINGS["count"]:
+        producers.write_cpu_warnings(SETTINGS.raw_dir, HOSTNAME, os.getpid(), CPU_WARNINGS)
+    if USERS.writer is not None:
+        USERS.writer.close()
     ROWS.close()
 
 
 class ChatUser(FastHttpUser):
-    wait_time = constant(SETTINGS["think_time_s"])
-    network_timeout = SETTINGS["request_timeout_s"]
-    connection_timeout = SETTINGS["request_timeout_s"]
+    wait_time = constant(SETTINGS.think_time_s)
+    network_timeout = SETTINGS.request_timeout_s
+    connection_timeout = SETTINGS.request_timeout_s
     insecure = True
     slot = None
 
@@ -263,7 +273,7 @@ class ChatUser(FastHttpUser):
         # in one batch); held open for a fixed hold, a batch would answer and send together for
         # the rest of the run. In the in-flight lane each user starts at a random point of its
         # batch's second instead: an even stream of requests, as real traffic is.
-        if SETTINGS.get("inflight_steps"):
+        if SETTINGS.inflight_steps:
             gevent.sleep(_START_POINTS.random() * SPAWN_BATCH_S)
 
     def context(self):
@@ -282,7 +292,7 @@ class ChatUser(FastHttpUser):
                 self.chat_stream()
                 return
             rid, headers, body = _identified()
-            with self.client.post(SETTINGS["chat_path"], data=body, headers=headers,
+            with self.client.post(SETTINGS.chat_path, data=body, headers=headers,
                                   catch_response=True, name="chat",
                                   context={"request_id": rid}) as resp:
                 # a body that broke after the head: Locust's record of it, which a verdict below
@@ -304,7 +314,7 @@ class ChatUser(FastHttpUser):
         for several frames), and the row's latency becomes the whole stream's duration."""
         rid, headers, body = _identified()
         start = time.perf_counter()
-        with self.client.post(SETTINGS["chat_path"], data=body, headers=headers,
+        with self.client.post(SETTINGS.chat_path, data=body, headers=headers,
                               catch_response=True, stream=True, name="chat",
                               context={"request_id": rid}) as resp:
             timing = {"ttfb_ms": round(resp.request_meta["response_time"], 3), "done": False}
@@ -345,9 +355,29 @@ class ChatUser(FastHttpUser):
                 resp.failure("stream carried no content frame")
 
 
+class UsersRecord:
+    """The whole load's users and requests, a row each tick of the shape (which runs in the
+    one process that knows them all: Locust's master)."""
+
+    def __init__(self):
+        self.writer = None
+
+    def add(self, runner):
+        if self.writer is None:
+            self.writer = producers.RawCsv(os.path.join(SETTINGS.raw_dir, producers.USERS_FILE),
+                                           producers.USERS_COLUMNS)
+        self.writer.writerow({"t_unix_s": f"{time.time():.3f}", "users": runner.user_count,
+                              "requests": runner.stats.total.num_requests})
+        self.writer.flush()
+
+
+USERS = UsersRecord()
+
+
 class StudyShape(LoadTestShape):
     """Warm-up, a linear ramp to the target, a hold that lasts until both its duration and its
-    request count are met (bounded by max_hold_s), then stop. Phase starts go to a file."""
+    request count are met (bounded by max_hold_s), then stop. Phase starts go to a file, and
+    the users and requests so far to another each tick."""
 
     use_common_options = False
 
@@ -363,25 +393,25 @@ class StudyShape(LoadTestShape):
     def _mark(self, name, t=None):
         if name not in self.phases:
             self.phases[name] = time.time() if t is None else t
-            if name == "warmup_start_t_unix_s" and SETTINGS.get("fault_arm_file"):
+            if name == "warmup_start_t_unix_s" and SETTINGS.fault_arm_file:
                 self._arm_faults(self.phases[name])
-            write_atomic(SETTINGS["phases_file"], json.dumps(self.phases))
+            producers.write_phases(SETTINGS.phases_file, self.phases)
 
     def _arm_faults(self, warmup_start):
         """The mock's fault windows count from the hold's planned start, reckoned from the
         load's real start: the same place in the hold whatever the system's start took."""
-        ramp = 0.0 if SCHEDULE is not None or SETTINGS.get("inflight_steps") else SETTINGS["ramp_s"]
-        write_atomic(SETTINGS["fault_arm_file"],
-                     json.dumps({"epoch_unix_s": warmup_start + SETTINGS["warmup_s"] + ramp}))
+        ramp = 0.0 if SCHEDULE is not None or SETTINGS.inflight_steps else SETTINGS.ramp_s
+        producers.arm_faults(SETTINGS.fault_arm_file, warmup_start + SETTINGS.warmup_s + ramp)
 
     def tick(self):
+        USERS.add(self.runner)
         if SCHEDULE is not None:
             return self.open_loop_tick()
-        if SETTINGS.get("inflight_steps"):
+        if SETTINGS.inflight_steps:
             return self.inflight_tick()
         t = self.get_run_time()
-        warmup, ramp = SETTINGS["warmup_s"], SETTINGS["ramp_s"]
-        users, warm_users = SETTINGS["users"], SETTINGS["warmup_users"]
+        warmup, ramp = SETTINGS.warmup_s, SETTINGS.ramp_s
+        users, warm_users = SETTINGS.users, SETTINGS.warmup_users
         spawn_rate = max(users / ramp if ramp > 0 else users, warm_users, 1.0) * 1.5
         if t < warmup:
             self._mark("warmup_start_t_unix_s")
@@ -395,8 +425,8 @@ class StudyShape(LoadTestShape):
         total = self.runner.stats.total.num_requests
         if self.requests_at_hold_start is None:
             self.requests_at_hold_start = total
-        count_met = total - self.requests_at_hold_start >= SETTINGS["min_hold_requests"]
-        if (held < SETTINGS["hold_s"] or not count_met) and held < SETTINGS["max_hold_s"]:
+        count_met = total - self.requests_at_hold_start >= SETTINGS.min_hold_requests
+        if (held < SETTINGS.hold_s or not count_met) and held < SETTINGS.max_hold_s:
             return users, spawn_rate
         self._mark("hold_end_t_unix_s")
         return None
@@ -407,13 +437,13 @@ class StudyShape(LoadTestShape):
         A step that ended with any failed request is the last: the steps above it are not run.
         After the last step run the users hold one more hold (the drain), so the requests of its
         window are answered; hold_end marks where the load stopped."""
-        t, warmup = self.get_run_time(), SETTINGS["warmup_s"]
+        t, warmup = self.get_run_time(), SETTINGS.warmup_s
         # the steps that fit the machine's open-file limits (harness/run/run.py checks them)
-        steps = SETTINGS["inflight_steps"][:SETTINGS["inflight_steps_run"]]
-        step_s, hold_s = SETTINGS["inflight_step_s"], SETTINGS["inflight_hold_s"]
+        steps = SETTINGS.inflight_steps[:SETTINGS.inflight_steps_run]
+        step_s, hold_s = SETTINGS.inflight_step_s, SETTINGS.inflight_hold_s
         if t < warmup:
             self._mark("warmup_start_t_unix_s")
-            return SETTINGS["warmup_users"], SETTINGS["warmup_users"]
+            return SETTINGS.warmup_users, SETTINGS.warmup_users
         self._mark("ramp_start_t_unix_s")
         self._mark("hold_start_t_unix_s")
         now = time.time()
@@ -425,10 +455,10 @@ class StudyShape(LoadTestShape):
                     index = len(steps)  # it failed: stop here
                 self.step_seen, self.failures_at_step = index, failures
             if index < len(steps):
-                before = steps[index - 1] if index else SETTINGS["warmup_users"]
+                before = steps[index - 1] if index else SETTINGS.warmup_users
                 self.drain_users = steps[index]  # the users of the step running now
                 return steps[index], max(1.0, (steps[index] - before) / hold_s)
-            self.drain_end = now + (hold_s + SETTINGS["inflight_drain_margin_s"] if steps else 0.0)
+            self.drain_end = now + (hold_s + SETTINGS.inflight_drain_margin_s if steps else 0.0)
         if now < self.drain_end:
             return self.drain_users, 1.0
         self._mark("hold_end_t_unix_s")
@@ -447,4 +477,4 @@ class StudyShape(LoadTestShape):
         if now >= SCHEDULE.end_t:
             self._mark("hold_end_t_unix_s", SCHEDULE.end_t)
             return None
-        return SETTINGS["users"], SETTINGS["open_loop_spawn_rate_per_s"]
+        return SETTINGS.users, SETTINGS.open_loop_spawn_rate_per_s

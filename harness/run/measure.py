@@ -4,7 +4,6 @@ else runs after the run, on its files (harness.run.identity, harness.run.wire).
 """
 from __future__ import annotations
 
-import json
 import math
 import threading
 import time
@@ -14,15 +13,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from harness.files.store import stored_frame
+from harness.files.study_files import PCAP, RunFiles
 from harness.model.manifests import IdentityCheck, WireCheck
 from harness.model.plan import RunSpec
 from harness.model.schema import MOCK_REQUESTS
 from harness.run.capture import Capture, CaptureError, CaptureResult
-from harness.files.store import stored_frame, write_table
 from harness.run.identity import join_requests
 from harness.run.wire import wire_times
 
-PCAP_FILE = "wire.pcap"
 # A pcap is evidence and is kept, unless it is larger than this (then deleted, with the reason).
 PCAP_KEEP_MAX_BYTES = 200 * 1024 * 1024
 WIRE_COLUMNS = {"wire_request_path_us": "request_path_us",
@@ -45,8 +44,8 @@ class WireWindow:
     (read from the phases file Locust's shape writes), never past the planned hold's end."""
 
     def __init__(self, spec: RunSpec, run_dir: Path, ports: list[int], interface: str = "lo"):
-        self.spec, self.run_dir, self.interface = spec, run_dir, interface
-        self.capture = Capture(str(run_dir / PCAP_FILE), ports, interface=interface,
+        self.spec, self.run, self.interface = spec, RunFiles(run_dir), interface
+        self.capture = Capture(str(self.run.pcap_path), ports, interface=interface,
                                snaplen_bytes=spec.wire.snaplen_bytes,
                                max_duration_s=spec.wire.capture_s + 5.0)
         self._done = threading.Event()
@@ -65,10 +64,7 @@ class WireWindow:
         return self
 
     def _phase(self, name: str) -> float | None:
-        try:
-            return json.loads((self.run_dir / "phases.json").read_text()).get(name)
-        except (OSError, ValueError):
-            return None
+        return self.run.phases().get(name)
 
     def _run(self) -> None:
         wire = self.spec.wire
@@ -112,7 +108,7 @@ class WireWindow:
         return WireCheck(captured=True, interface=self.interface,
                          snaplen_bytes=self.spec.wire.snaplen_bytes,
                          window_start_t_unix_s=self.window[0], window_end_t_unix_s=self.window[1],
-                         pcap_file=PCAP_FILE, pcap_bytes=r.pcap_bytes,
+                         pcap_file=PCAP, pcap_bytes=r.pcap_bytes,
                          packets_captured=r.packets_captured,
                          packets_dropped_by_kernel=r.packets_dropped_by_kernel, cpu_s=r.cpu_s)
 
@@ -132,10 +128,6 @@ def mock_requests(logs: dict[str, pd.DataFrame], spec: RunSpec,
                         provider=log["provider"].to_numpy())
 
 
-def write_mock_requests(run_dir: Path, frame: pd.DataFrame) -> None:
-    write_table(run_dir / MOCK_REQUESTS.file, frame, MOCK_REQUESTS)
-
-
 def identity(rows: pd.DataFrame, mock: pd.DataFrame) -> tuple[dict, IdentityCheck]:
     """Per-row mock_service_ms / net_overhead_ms (NaN where unmatched) and the join's summary."""
     per_request, summary = join_requests(rows, mock)
@@ -153,7 +145,8 @@ def wire(rows: pd.DataFrame, run_dir: Path, check: WireCheck, mock_port: int,
     empty = {name: np.full(len(rows), np.nan) for name in WIRE_COLUMNS}
     if not check.captured:
         return empty, check
-    pcap = run_dir / check.pcap_file
+    run = RunFiles(run_dir)
+    pcap = run.named(check.pcap_file)
     try:
         per_request, summary = wire_times(str(pcap), mock_port, gateway_port)
     except Exception as exc:  # an unreadable capture: the figures are missing, with the reason
@@ -175,7 +168,7 @@ def wire(rows: pd.DataFrame, run_dir: Path, check: WireCheck, mock_port: int,
                     joined=summary["joined"], join_rate=summary["join_rate"],
                     rows_with_wire_times=with_times)
     if check.pcap_bytes is not None and check.pcap_bytes > PCAP_KEEP_MAX_BYTES:
-        pcap.unlink(missing_ok=True)
+        run.drop(check.pcap_file)
         check = replace(check, pcap_file="", pcap_kept_reason=(
             f"deleted: {check.pcap_bytes} bytes > {PCAP_KEEP_MAX_BYTES} (PCAP_KEEP_MAX_BYTES)"))
     return columns, check

@@ -5,7 +5,6 @@ written so far are kept, and the reason is in its manifest.
 """
 from __future__ import annotations
 
-import shutil
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
@@ -14,12 +13,16 @@ from typing import Callable
 from urllib.parse import urlparse
 
 import mocks
+from harness.files import limit_logs
+from harness.files.store import stored_frame
+from harness.files.study_files import RunFiles, StudyFiles
+from harness.host.processes import ProcessError, free_port, most_fds_in_tree
+from harness.host.sampling import Sampler, run_queue_wait_ns, scrape_gauge
 from harness.model import fault_scenarios, inflight
 from harness.model.gateway_spec import GatewaySpec
 from harness.model.manifests import (
     HostSnapshot,
     LocustSummary,
-    ManifestError,
     MockSummary,
     Phases,
     PreRequestCheck,
@@ -32,25 +35,11 @@ from harness.model.manifests import (
     from_plain,
 )
 from harness.model.plan import RunSpec
-from harness.model.formats import MOCK_STATS, UnknownVersionError
 from harness.model.schema import SAMPLES
 from harness.remote import hosts
 from harness.remote.machine import host_snapshot
+from harness.run import limits, measure
 from harness.run import load as load_stage
-from harness.run import measure
-from harness.host.processes import ProcessError, free_port, most_fds_in_tree
-from harness.host.sampling import Sampler, run_queue_wait_ns, scrape_gauge
-from harness.files import limit_logs
-from harness.files.store import (
-    hash_run_files,
-    read_raw_csv,
-    sha256_file,
-    stored_frame,
-    write_atomic,
-    write_json,
-    write_table,
-)
-from harness.run import limits
 from harness.run.systems import start_mock, start_system
 from harness.run.verify import pre_check, warm_up
 from mocks.request_log import read_request_log
@@ -80,10 +69,6 @@ class RunRecord:
     ended_t_unix_s: float
 
 
-def run_dir_for(study_dir: Path, spec: RunSpec) -> Path:
-    return study_dir / "runs" / spec.system / str(spec.run_index)
-
-
 @dataclass
 class _Running:
     """What a run has started and learned so far: each stage reads and extends it, and the
@@ -105,10 +90,7 @@ def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
     """One run of one system: its providers, the system, the samplers and the capture, the
     pre-check, the load; every process stopped whatever happens (an ExitStack: the observers
     first, then the processes, newest first), then the run's artifacts and manifest written."""
-    run_dir = run_dir_for(study_dir, spec)
-    if run_dir.exists():
-        shutil.rmtree(run_dir)  # an earlier, unfinished attempt of this run
-    run_dir.mkdir(parents=True)
+    run_dir = StudyFiles(study_dir).run(spec.system, spec.run_index).fresh().dir
     gateway, notes = gateway.configured(spec.resilience, spec.scale)
     r = _Running(_first_manifest(spec, gateway, version, notes),
                  WireCheck(captured=False, reason=measure.capture_not_possible(spec)
@@ -186,7 +168,7 @@ def _start_providers(r: _Running, spec: RunSpec, run_dir: Path, processes: ExitS
                   host=topology.host(topology.mock), cpus=spec.affinity.mock, nice=spec.nice.mock)
     r.mock = start_mock(run_dir, m.latency_ms, m.workers, m.response_tokens,
                         **{**common, "port": spec.mock_port}, faults=m.faults,
-                        fault_seed=m.fault_seed, fault_arm_file=load_stage.fault_arm_file(run_dir))
+                        fault_seed=m.fault_seed, fault_arm_file=RunFiles(run_dir).fault_arm_path)
     _stop_later(processes, r.mock.process)
     if fault_scenarios.needs_standby(m.fault_scenario):
         r.standby = start_mock(run_dir, m.latency_ms, m.workers, m.response_tokens,
@@ -218,7 +200,7 @@ def _start_observers(r: _Running, spec: RunSpec, gateway: GatewaySpec, run_dir: 
     Processes here are sampled by this process; those on other hosts by a sampler there."""
     topology, target = spec.topology, r.system.target
     here = next((h.name for h in topology.hosts if h.local), "controller")
-    sampler = Sampler(run_dir / "raw" / "samples.csv", host=here)
+    sampler = Sampler(RunFiles(run_dir).raw_samples(), host=here)
     gauge = None
     if gateway.metrics_path and gateway.inflight_gauge:
         gauge = (target.base_url.rstrip("/") + gateway.metrics_path, gateway.inflight_gauge)
@@ -244,7 +226,7 @@ def _start_observers(r: _Running, spec: RunSpec, gateway: GatewaySpec, run_dir: 
         observers.callback(_finish_capture, r)   # when the run failed during its load
     sampler.start()
     for remote in hosts.start_samplers(
-            topology, run_dir, _remote_roles(spec, system.process is not None),
+            topology, RunFiles(run_dir), _remote_roles(spec, system.process is not None),
             {"system": gauge} if gauge else {},
             max_s=load_stage.planned_load_s(spec) + spec.ready_timeout_s + spec.idle_s
             + spec.cooldown_s + SAMPLER_MARGIN_S):
@@ -353,7 +335,7 @@ def snapshot_of(snapshot: dict) -> HostSnapshot:
 
 
 def write_manifest(run_dir: Path, manifest: RunManifest) -> None:
-    write_atomic(run_dir / "manifest.json", manifest.to_json())
+    RunFiles(run_dir).write_manifest(manifest)
 
 
 def _mock_wait_ns(mock, topology) -> int | None:
@@ -371,8 +353,9 @@ def _finish(manifest: RunManifest, spec: RunSpec, run_dir: Path, mock, standby, 
             status: str, reason: str, wire_check: WireCheck, gateway_port: int | None,
             mock_wait_ms: float | None = None) -> RunManifest:
     """Whatever happened, turn what was written into artifacts and seal the manifest."""
+    run = RunFiles(run_dir)
     if manifest.phases == Phases():  # the load did not end normally: keep what the shape recorded
-        manifest = replace(manifest, phases=Phases(**load_stage.read_phases(run_dir)))
+        manifest = replace(manifest, phases=Phases(**run.phases()))
     mock_rows, identity_reason = None, "the mock did not start"
     if mock is not None:
         providers = {"primary": mock, **({"standby": standby} if standby is not None else {})}
@@ -380,7 +363,7 @@ def _finish(manifest: RunManifest, spec: RunSpec, run_dir: Path, mock, standby, 
             mock_rows = measure.mock_requests(
                 {name: read_request_log(p.stats_dir) for name, p in providers.items()}, spec,
                 manifest.phases.t("warmup_start"))
-            measure.write_mock_requests(run_dir, mock_rows)
+            run.write_mock_requests(mock_rows)
         except Exception as exc:  # the rows stay; the identity figures are missing, with why
             identity_reason = f"the mock's request log is not readable: {type(exc).__name__}: {exc}"
             mock_rows = None
@@ -410,8 +393,7 @@ def _finish(manifest: RunManifest, spec: RunSpec, run_dir: Path, mock, standby, 
     if rows is not None and mock is not None and baseline_stats is not None:
         final = read_stats(mock.stats_dir, timeout_s=3.0)
         during = diff_stats(final, baseline_stats)
-        write_json(run_dir / MOCK_STATS.file, {k: v for k, v in during.items() if k != "schema_version"},
-                   MOCK_STATS)
+        run.write_mock_stats({k: v for k, v in during.items() if k != "schema_version"})
         ok = int(((rows["status_code"] == 200) & (rows["error_kind"] == "")).sum())
         manifest = replace(
             manifest,
@@ -423,10 +405,10 @@ def _finish(manifest: RunManifest, spec: RunSpec, run_dir: Path, mock, standby, 
                            count_note=FAULTED_COUNT_NOTE if spec.mock.faults else "",
                            count_difference=during["count"] - ok))
     manifest = replace(manifest, status=status, reason=reason, ended_t_unix_s=time.time())
-    (run_dir / "phases.json").unlink(missing_ok=True)
+    run.drop_phases()
     load_stage.record_fault_epoch(run_dir, spec.mock)
-    manifest = replace(manifest, files=hash_run_files(run_dir))
-    write_manifest(run_dir, manifest)
+    manifest = replace(manifest, files=run.hash_files())
+    run.write_manifest(manifest)
     return manifest
 
 
@@ -466,10 +448,9 @@ def _remote_roles(spec: RunSpec, has_system: bool) -> dict[str, dict[str, list[s
 
 def _write_samples(run_dir: Path, spec: RunSpec) -> None:
     # This machine's samples, then those of each other host (raw/samples-<host>.csv).
-    raw = read_raw_csv([run_dir / "raw" / "samples.csv",
-                        *sorted((run_dir / "raw").glob("samples-*.csv"))], SAMPLES)
-    write_table(run_dir / SAMPLES.file,
-                stored_frame(SAMPLES, raw, run_id=spec.run_id, system=spec.system), SAMPLES)
+    run = RunFiles(run_dir)
+    run.write_samples(stored_frame(SAMPLES, run.read_raw_samples(), run_id=spec.run_id,
+                                   system=spec.system))
 
 
 def _locust_version() -> str:
@@ -480,17 +461,9 @@ def _locust_version() -> str:
 def completed_record(spec: RunSpec, study_dir: Path) -> RunRecord | None:
     """A run finished earlier in this study directory with the same comparison key and files
     that still match their recorded SHA-256; None means it must be (re)done."""
-    run_dir = run_dir_for(study_dir, spec)
-    path = run_dir / "manifest.json"
-    try:
-        manifest = RunManifest.from_json(path.read_text(), source=str(path))
-    except (OSError, ManifestError, UnknownVersionError):
+    run = StudyFiles(study_dir).run(spec.system, spec.run_index)
+    manifest = run.completed(spec.comparison_key)
+    if manifest is None:
         return None
-    if manifest.status != "completed" or manifest.comparison_key != spec.comparison_key:
-        return None
-    files = manifest.files
-    if not files or any(not (run_dir / name).is_file() or sha256_file(run_dir / name) != digest
-                        for name, digest in files.items()):
-        return None
-    return RunRecord(spec.run_id, spec.system, spec.run_index, "completed", "", run_dir,
+    return RunRecord(spec.run_id, spec.system, spec.run_index, "completed", "", run.dir,
                      spec.comparison_key, manifest.started_t_unix_s, manifest.ended_t_unix_s)

@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from harness.files.study_files import StudyFiles
+from harness.host.processes import ProcessError, port_in_use, stop_all
 from harness.model import fault_scenarios
 from harness.model.builds import build_refs
 from harness.model.config import ConfigError, StudyConfig
@@ -35,9 +37,7 @@ from harness.remote import hosts
 from harness.remote.machine import git_commit, machine_facts, package_versions
 from harness.run import builds
 from harness.run.count_lane import run_count_lane
-from harness.host.processes import ProcessError, port_in_use, stop_all
 from harness.run.run import Interrupted, RunRecord, completed_record, measure_run
-from harness.files.store import write_atomic
 from harness.run.systems import InstallResult, install, missing_binary, read_version
 
 
@@ -117,7 +117,7 @@ def _handle_signal(signum, frame):
     raise Interrupted(f"signal {signal.Signals(signum).name}")
 
 
-def _first_manifest(config: StudyConfig, plan: list, path: Path) -> StudyManifest:
+def _first_manifest(config: StudyConfig, plan: list, files: StudyFiles) -> StudyManifest:
     """The study manifest as the study starts; a resumed study keeps its earlier attempts."""
     manifest = StudyManifest(
         study_id=config.study_id, status="running", config=config,
@@ -126,9 +126,9 @@ def _first_manifest(config: StudyConfig, plan: list, path: Path) -> StudyManifes
                    for r in plan),
         machine=machine_facts(), hosts=_hosts_facts(config), versions=package_versions(),
         git_commit=git_commit(), started_t_unix_s=time.time())
-    if not path.exists():
+    if not files.exists():
         return manifest
-    earlier = StudyManifest.from_json(path.read_text(), source=str(path))
+    earlier = files.read_manifest()
     return replace(manifest, attempts=(*earlier.attempts, Attempt(
         started_t_unix_s=earlier.started_t_unix_s, ended_t_unix_s=earlier.ended_t_unix_s,
         status=earlier.status, reason=earlier.reason, git_commit=earlier.git_commit)))
@@ -137,10 +137,9 @@ def _first_manifest(config: StudyConfig, plan: list, path: Path) -> StudyManifes
 def run_study(config: StudyConfig, progress=print) -> StudyResult:
     config, specs, plan = prepare(config)
     study_dir = config.study_dir
-    study_dir.mkdir(parents=True, exist_ok=True)
-    path = study_dir / "manifest.json"
-    manifest = _first_manifest(config, plan, path)
-    write_atomic(path, manifest.to_json())
+    files = StudyFiles(study_dir)
+    manifest = _first_manifest(config, plan, files)
+    files.write_manifest(manifest)
     previous = {}
     if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
         previous = {s: signal.signal(s, _handle_signal) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -150,7 +149,7 @@ def run_study(config: StudyConfig, progress=print) -> StudyResult:
         commits = {r.system: r.source_commit for r in plan if r.source_commit}
         versions, systems = _install_all(specs, commits, study_dir, skipped, progress)
         manifest = replace(manifest, systems=systems)
-        write_atomic(path, manifest.to_json())
+        files.write_manifest(manifest)
         runnable = [r for r in plan if r.system not in skipped]
         started = time.monotonic()
         executed = 0
@@ -166,7 +165,7 @@ def run_study(config: StudyConfig, progress=print) -> StudyResult:
                 executed += 1
             records.append(record)
             manifest = replace(manifest, runs=(*manifest.runs, _record_entry(record, study_dir)))
-            write_atomic(path, manifest.to_json())
+            files.write_manifest(manifest)
             progress(f"{label} {record.status}"
                      f" in {record.ended_t_unix_s - record.started_t_unix_s:.0f} s"
                      + (f": {record.reason.splitlines()[0]}" if record.reason else ""))
@@ -187,7 +186,7 @@ def run_study(config: StudyConfig, progress=print) -> StudyResult:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         manifest = replace(manifest, ended_t_unix_s=time.time())
-        write_atomic(path, manifest.to_json())
+        files.write_manifest(manifest)
     progress(f"study {manifest.status}: {study_dir}")
     return StudyResult(study_dir, manifest.status, tuple(records), skipped)
 
@@ -210,14 +209,14 @@ def _install_all(specs, commits, study_dir, skipped, progress) -> tuple[dict[str
             progress(f"{name}: {skipped[name]}")
             continue
         progress(f"{name}: checking install")
-        result = install(spec, study_dir / "install" / f"{name}.log")
+        result = install(spec, StudyFiles(study_dir).install_log(name))
         if result.ok and missing_binary(spec):
             result = InstallResult(False, result.installed_now, f"{name}: {missing_binary(spec)!r} "
                                    f"is still missing after its install step")
         if result.ok and spec.build_command:
             progress(f"{name}: building in {spec.directory}")
             try:
-                progress(f"{name}: {builds.build(spec, study_dir / 'install' / f'{name}.build.log')}")
+                progress(f"{name}: {builds.build(spec, StudyFiles(study_dir).install_log(name, 'build.log'))}")
             except builds.BuildError as exc:
                 result = InstallResult(False, result.installed_now, str(exc))
         if not result.ok:

@@ -16,8 +16,8 @@ from typing import Callable
 
 import pandas as pd
 
-from harness.files.atomic import write_atomic
 from harness.files.store import sha256_file
+from harness.files.study_files import SuiteFiles
 from harness.model import config as config_mod
 from harness.model.config import ConfigError, StudyConfig
 from harness.model.gateway_spec import GatewaySpecError, load_gateway_spec
@@ -171,7 +171,7 @@ def run_suite(suite: Suite, cells: list[Cell], out_dir: str = DEFAULT_OUT_DIR, s
 
 
 def _write(suite_dir: Path, manifest: SuiteManifest) -> None:
-    write_atomic(suite_dir / "manifest.json", manifest.to_json())
+    SuiteFiles(suite_dir).write_manifest(manifest)
 
 
 def _cell_entry(cell: Cell) -> CellEntry:

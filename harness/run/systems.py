@@ -9,13 +9,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.files.study_files import RunFiles
+from harness.host.processes import ManagedProcess, free_port, wait_ready
 from harness.model.affinity import pinned
 from harness.model.config import REPO_DIR
 from harness.model.gateway_spec import GatewaySpec, render
 from harness.model.topology import Host
-from harness.remote.hosts import pid_file, start_on
+from harness.remote.hosts import start_on
 from harness.run.load import Target
-from harness.host.processes import ManagedProcess, free_port, wait_ready
 
 # No topology: every process on this machine, on the loopback address, as always.
 LOCALHOST = Host("localhost", "127.0.0.1")
@@ -123,7 +124,8 @@ def start_mock(run_dir: Path, latency_ms: float, workers: int, response_tokens: 
     cpus: the CPUs it starts on (taskset's list; "" = any); nice: its niceness (0 = unchanged)."""
     host = host or LOCALHOST
     port = port or free_port()
-    stats_dir = run_dir / f"{name}-stats"
+    run = RunFiles(run_dir)
+    stats_dir = run.stats_dir(name)
     stats_dir.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "mocks.server", "--host", host.address, "--port", str(port),
             "--latency-ms", str(latency_ms), "--workers", str(workers),
@@ -134,7 +136,7 @@ def start_mock(run_dir: Path, latency_ms: float, workers: int, response_tokens: 
             raise ValueError("start_mock: a fault schedule needs its arm file")
         argv += ["--faults", faults, "--fault-seed", str(fault_seed),
                  "--fault-arm-file", str(fault_arm_file)]
-    proc = start_on(host, name, pinned(cpus, argv, nice), run_dir / f"{name}.log", pid_file(run_dir, name),
+    proc = start_on(host, name, pinned(cpus, argv, nice), run.log(name), run.pid_file(name),
                     cwd=REPO_DIR, env={"PYTHONPATH": str(REPO_DIR)})
     url = f"http://{host.address}:{port}"
     try:
@@ -188,10 +190,9 @@ def start_system(spec: GatewaySpec, run_dir: Path, upstream_url: str, upstream_p
     port = port or free_port()
     values = run_values(spec, run_dir, port, host.address, upstream_url, upstream_host,
                         upstream_port, workers, standby, counted)
+    run = RunFiles(run_dir)
     for tf in spec.start_files:
-        out = run_dir / tf.output
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(render((spec.directory / tf.template).read_text(), values))
+        run.write_rendered(tf.output, render(spec.template(tf), values))
     requests = spec.request_plan(feature)
     target = Target(base_url=render(spec.base_url, values), chat_path=render(requests.chat_path, values),
                     model=requests.model, headers={k: render(v, values) for k, v in requests.headers.items()},
@@ -203,11 +204,11 @@ def start_system(spec: GatewaySpec, run_dir: Path, upstream_url: str, upstream_p
                **(extra_env or {})}
         argv = [*prefix, *pinned(cpus, [render(a, values) for a in spec.start_command], nice)]
         if environment is None:
-            proc = start_on(host, "system", argv, run_dir / "system.log", pid_file(run_dir, "system"),
+            proc = start_on(host, "system", argv, run.log("system"), run.pid_file("system"),
                             cwd=run_dir, env=env, stop_signal=spec.stop_signal,
                             stop_timeout_s=spec.stop_timeout_s)
         else:
-            proc = ManagedProcess("system", argv, run_dir / "system.log", cwd=run_dir,
+            proc = ManagedProcess("system", argv, run.log("system"), cwd=run_dir,
                                   env={**environment, **env}, stop_signal=spec.stop_signal,
                                   stop_timeout_s=spec.stop_timeout_s)
     try:

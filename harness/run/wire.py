@@ -46,11 +46,11 @@ and only mock-side figures come back.
 from __future__ import annotations
 
 import re
-import socket
 from dataclasses import dataclass, field
 
-import dpkt
 import pandas as pd
+
+from harness.files.pcap import read_segments
 
 _METHODS = (b"POST ", b"GET ", b"PUT ", b"HEAD ", b"DELETE ", b"PATCH ", b"OPTIONS ")
 _RESPONSE_START = b"HTTP/1."
@@ -80,47 +80,6 @@ class Message:
     captured: list = field(default_factory=list)   # (offset, captured bytes), in order
     frame_t_ns: list = field(default_factory=list)  # times of segments carrying body bytes
     request_id: str = ""
-
-
-def _ts_ns(ts) -> int:
-    # dpkt gives a Decimal for nanosecond pcaps (exact) and a float for microsecond ones
-    if isinstance(ts, float):
-        return round(ts * 1e6) * 1000
-    return int(ts * 1_000_000_000)
-
-
-def _ip_of(buf: bytes, linktype: int):
-    if linktype == dpkt.pcap.DLT_EN10MB:
-        eth = dpkt.ethernet.Ethernet(buf)
-        return eth.data
-    if linktype == dpkt.pcap.DLT_LINUX_SLL:
-        return dpkt.sll.SLL(buf).data
-    if linktype in (dpkt.pcap.DLT_RAW, 101):  # LINKTYPE_RAW
-        return dpkt.ip.IP(buf)
-    raise ValueError(f"unsupported pcap link type {linktype}")
-
-
-def read_segments(pcap_path: str) -> dict:
-    """``{(src, sport, dst, dport): [(seq, payload_len, t_ns, captured_bytes), ...]}``
-    for every IPv4 TCP segment carrying payload, in capture order."""
-    flows: dict = {}
-    with open(pcap_path, "rb") as f:
-        reader = dpkt.pcap.Reader(f)
-        linktype = reader.datalink()
-        for ts, buf in reader:
-            try:
-                ip = _ip_of(buf, linktype)
-            except (dpkt.UnpackError, ValueError):
-                continue
-            if not isinstance(ip, dpkt.ip.IP) or not isinstance(ip.data, dpkt.tcp.TCP):
-                continue
-            tcp = ip.data
-            length = ip.len - ip.hl * 4 - tcp.off * 4  # the real length: the capture is cut
-            if length <= 0:
-                continue
-            key = (socket.inet_ntoa(ip.src), tcp.sport, socket.inet_ntoa(ip.dst), tcp.dport)
-            flows.setdefault(key, []).append((tcp.seq, length, _ts_ns(ts), bytes(tcp.data)))
-    return flows
 
 
 def _ordered(segments: list) -> list:
@@ -349,14 +308,3 @@ def wire_times(pcap_path: str, mock_port: int, gateway_port: int | None = None) 
     }
     return _typed(rows), summary
 
-
-def summarize(per_request: pd.DataFrame) -> dict:
-    """p50/p90/p99/max (µs) of the wire times over the joined requests."""
-    out = {}
-    for col in ("request_path_us", "request_first_path_us", "response_path_us", "in_gateway_us", "mock_wire_us",
-                "frame_path_p50_us"):
-        v = per_request[col].dropna().astype("float64")
-        out[col] = None if v.empty else {
-            "n": int(len(v)), "p50": float(v.quantile(0.5)), "p90": float(v.quantile(0.9)),
-            "p99": float(v.quantile(0.99)), "max": float(v.max())}
-    return out

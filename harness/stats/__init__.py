@@ -23,6 +23,7 @@ Definitions (the report's methodology prints the same text, from ``DEFINITIONS``
 """
 # The public names, for ``from harness import stats`` in notebooks and tests; code in the
 # repository imports from the module that defines a name.
+from harness.files.readers import ArtifactError, IntegrityError  # noqa: F401
 from harness.stats.across import (  # noqa: F401
     Verdict,
     compare,
@@ -34,10 +35,9 @@ from harness.stats.across import (  # noqa: F401
     system_summary,
     verdict,
 )
-from harness.stats.feature_cost import feature_cost, feature_runs  # noqa: F401
-from harness.files.readers import ArtifactError, IntegrityError  # noqa: F401
-from harness.stats.loading import Study, load_study, system_order  # noqa: F401
 from harness.stats.definitions import DEFINITIONS, ERROR_KINDS, PERCENTILES  # noqa: F401
+from harness.stats.feature_cost import feature_cost, feature_runs  # noqa: F401
+from harness.stats.loading import Study, load_study, system_order  # noqa: F401
 from harness.stats.open_loop import (  # noqa: F401
     OPEN_LOOP_DEFINITIONS,
     is_open_loop,

@@ -12,7 +12,6 @@ from scipy import stats
 
 from harness.model.metrics import METRICS, Better
 from harness.model.roles import Roles
-from harness.stats.loading import Study
 from harness.stats.definitions import (
     COMPARE_METRICS,
     OVERHEAD_EPSILON_MS,
@@ -21,6 +20,7 @@ from harness.stats.definitions import (
     VERDICT_ALPHA,
     VERDICT_MIN_EFFECT,
 )
+from harness.stats.loading import Study
 from harness.stats.outcomes import Basis, Label, Outcome
 
 FLOOR_OVERHEAD = "overhead_vs_direct"   # the run_summary columns measured against the floor

@@ -70,8 +70,12 @@ DEFINITIONS: dict[str, str] = {
                              "Locust CPU warning, the mock's hold-time p99 within "
                              f"{MOCK_HOLD_TOLERANCE_MS:g} ms of its setting, the mock's CPU below "
                              f"{MOCK_CPU_LIMIT_FRACTION:.0%} of its workers' cores, the load average "
-                             "before the run below the core count, zero failed requests; and, "
-                             "beyond those, other processes on the machine using at most "
+                             "before the run below the core count, zero failed requests, every "
+                             "request found once at the mock by its id (and the mock's count "
+                             "equal to the successful rows), and a throughput below "
+                             f"{OFFERED_SHARE:.0%} of what the users' think time offered (else "
+                             "the offered load, not the system, set it); and, beyond those, "
+                             "other processes on the machine using at most "
                              f"{OTHER_CPU_LIMIT_PERCENT:g}% of a core on average in the window. "
                              "Otherwise it shows behaviour.",
 }

@@ -27,14 +27,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from harness.model.manifests import RunManifest
 from harness.model.dialects import ERROR_BODY_CLASSES, GENERATION_PATHS
-from harness.files.readers import read_fault_schedule, read_mock_requests
+from harness.model.manifests import RunManifest
 from harness.stats.across import describe
 from harness.stats.fault_requests import request_figures, request_outcomes, tts_curve
 from harness.stats.loading import Study, mock_latency_ms
@@ -189,15 +187,12 @@ def _rss_peak(samples: pd.DataFrame, lo: float, hi: float) -> float:
     return float(s["rss_bytes"].max()) if len(s) else math.nan
 
 
-def fault_window_of(run: RunManifest, run_dir: Path) -> FaultWindow | None:
-    """The run's fault window in wall-clock time; None for a run without faults (or whose mock
-    never started)."""
-    if run.spec is None or not run.spec.mock.fault_scenario:
+def fault_window_of(run: RunManifest, armed_t_unix_s: float | None) -> FaultWindow | None:
+    """The run's fault window in wall-clock time, from when its load armed the faults; None
+    for a run without faults (or whose load never armed them)."""
+    if run.spec is None or not run.spec.mock.fault_scenario or armed_t_unix_s is None:
         return None
-    path = Path(run_dir) / "faults.json"
-    if not path.is_file():
-        return None
-    start = float(read_fault_schedule(path)["epoch_unix_s"]) + run.spec.mock.fault_start_s
+    start = armed_t_unix_s + run.spec.mock.fault_start_s
     return FaultWindow(start, start + run.spec.mock.fault_duration_s)
 
 
@@ -270,13 +265,12 @@ def fault_summary(study: Study) -> tuple[pd.DataFrame, pd.DataFrame]:
     empty in a study without faults."""
     win, per_run = [], []
     for run in study.runs:
-        run_dir = study.run_dirs.get(run.run_id)
-        fault = fault_window_of(run, run_dir) if run_dir is not None else None
+        fault = fault_window_of(run, study.fault_epochs.get(run.run_id))
         if fault is None:
             continue
         client = study.requests[study.requests["run_id"] == run.run_id]
         samples = study.samples[study.samples["run_id"] == run.run_id]
-        recs, summary = run_fault_figures(run, client, read_mock_requests(run_dir), samples, fault,
+        recs, summary = run_fault_figures(run, client, study.mock_requests(run.run_id), samples, fault,
                                           mock_latency_ms(study, run))
         win += recs
         per_run.append(summary)
@@ -292,7 +286,7 @@ def fault_timelines(study: Study, per_run: pd.DataFrame) -> pd.DataFrame:
         if math.isnan(r.hold_start_t_unix_s) or math.isnan(r.hold_end_t_unix_s):
             continue
         client = study.requests[study.requests["run_id"] == r.run_id]
-        tl = timeline(client, generation_rows(read_mock_requests(study.run_dirs[r.run_id])),
+        tl = timeline(client, generation_rows(study.mock_requests(r.run_id)),
                       r.hold_start_t_unix_s, r.hold_end_t_unix_s)
         frames.append(tl.assign(run_id=r.run_id, system=r.system, run_index=r.run_index,
                                 run_status=r.run_status, resilience=r.resilience,

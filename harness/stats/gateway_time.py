@@ -10,9 +10,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from harness.files.readers import read_mock_requests
 from harness.model.manifests import RunManifest
-from harness.model.schema import MOCK_REQUESTS
 from harness.stats.rows import percentile
 
 QUANTILES = (50, 95, 99)
@@ -63,10 +61,3 @@ def figures(run: RunManifest, ok: pd.DataFrame, mock: pd.DataFrame | None) -> di
 
     rec["mock_own_p99_ms"] = percentile(mock_own_ms(mock), 99) if mock is not None else math.nan
     return rec
-
-
-def stored_mock_requests(run_dir) -> pd.DataFrame | None:
-    """A run's mock_requests table; None for a run (or artifact version) without one."""
-    if run_dir is None or not (run_dir / MOCK_REQUESTS.file).is_file():
-        return None
-    return read_mock_requests(run_dir)

@@ -15,7 +15,6 @@ import math
 import numpy as np
 import pandas as pd
 
-from harness.files.readers import read_mock_requests
 from harness.model.failures import FAILURE_CLASS_MEANINGS, FAILURE_CLASSES
 from harness.model.inflight import MEASURED_HOLDS
 from harness.model.manifests import RunManifest
@@ -261,8 +260,5 @@ def inflight_steps(study: Study) -> pd.DataFrame:
             continue
         rows = study.requests[study.requests["run_id"] == run.run_id]
         samples = study.samples[study.samples["run_id"] == run.run_id]
-        run_dir = study.run_dirs.get(run.run_id)
-        mock_rows = read_mock_requests(run_dir) if run_dir is not None else pd.DataFrame(
-            columns=["worker_pid", "peer_port", "body_end_t_unix_ns", "last_frame_written_t_unix_ns"])
-        out += run_steps(run, rows, mock_rows, samples)
+        out += run_steps(run, rows, study.mock_requests(run.run_id), samples)
     return pd.DataFrame(out)

@@ -11,7 +11,6 @@ import numpy as np
 import pandas as pd
 
 from harness.stats.across import describe
-from harness.stats.limit_lines import evidence as own_words
 from harness.stats.inflight import (
     ERROR_CAUSES,
     HELD_ADDED_P99_MS,
@@ -20,6 +19,7 @@ from harness.stats.inflight import (
     inflight_steps,
     is_inflight,
 )
+from harness.stats.limit_lines import evidence as own_words
 
 # Figures described across runs per system and step.
 STEP_FIGURES = ("client_open_mean", "client_open_max", "mock_open_mean", "mock_open_max",

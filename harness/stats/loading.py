@@ -1,6 +1,6 @@
-"""A study directory as one object: its manifests, rows and samples (each read by its one reader
-in harness.files.readers, checked against the recorded hashes), and what each manifest says
-about its run."""
+"""A study directory as one object: its manifests, rows, samples and the providers' rows (each
+read through harness.files.study_files, checked against the recorded hashes), and what each
+manifest says about its run. Statistics take a Study and read no file."""
 from __future__ import annotations
 
 import math
@@ -10,18 +10,10 @@ from typing import Any
 
 import pandas as pd
 
-from harness.files.readers import (
-    ArtifactError,
-    empty_frame,
-    read_mock_stats,
-    read_run_manifest,
-    read_study_manifest,
-    read_table,
-    verify_run_files,
-)
+from harness.files.readers import empty_frame, verify_run_files
+from harness.files.study_files import RunFiles, StudyFiles
 from harness.model.manifests import PlanEntry, RunEntry, RunManifest, StudyManifest
 from harness.model.schema import REQUESTS, SAMPLES, Table
-
 
 # --- loading -------------------------------------------------------------------------------------
 
@@ -40,6 +32,20 @@ class Study:
     mock_stats: dict[str, dict] = field(default_factory=dict)   # run_id -> mock_stats.json
     run_dirs: dict[str, Path] = field(default_factory=dict)     # run_id -> run directory
     missing_columns: dict[int, dict[str, tuple[str, ...]]] = field(default_factory=dict)
+    fault_epochs: dict[str, float] = field(default_factory=dict)  # run_id -> faults armed at
+    counts: dict | None = None   # the counting lane's counts.json (None: no counting lane)
+    # The providers' rows are read on first use: a standard study's are millions.
+    _mock_rows: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
+
+    def mock_requests(self, run_id: str) -> pd.DataFrame:
+        """The providers' per-request rows of a run (harness.model.schema.MOCK_REQUESTS)."""
+        if run_id not in self._mock_rows:
+            self._mock_rows[run_id] = RunFiles(self.run_dirs[run_id]).read_mock_requests()
+        return self._mock_rows[run_id]
+
+    def has_mock_requests(self, run_id: str) -> bool:
+        """Whether the run stored the providers' table (older artifact versions did not)."""
+        return run_id in self.run_dirs and RunFiles(self.run_dirs[run_id]).has_mock_requests_table()
 
     def run(self, run_id: str) -> RunManifest:
         for r in self.runs:
@@ -84,20 +90,19 @@ def _placeholder(entry: RunEntry, planned: PlanEntry | None, manifest_path: Path
                        reason=entry.reason or f"no run manifest at {manifest_path}")
 
 
-def _run_entries(path: Path, manifest: StudyManifest) -> tuple[list[RunEntry], dict[str, RunManifest]]:
+def _run_entries(files: StudyFiles, manifest: StudyManifest) -> tuple[list[RunEntry], dict[Path, RunManifest]]:
     """The run directories: those the study manifest lists, then any other found on disk, in
-    plan order; and the run manifests read on the way (by path)."""
+    plan order; and the run manifests read on the way (by directory)."""
     entries: list[RunEntry] = list(manifest.runs)
-    on_disk: dict[str, RunManifest] = {}
+    on_disk: dict[Path, RunManifest] = {}
     listed = {e.run_id for e in entries}
-    for mpath in sorted((path / "runs").glob("*/*/manifest.json")):
-        rm = read_run_manifest(mpath)
+    for run, rm in files.run_manifests():
         if rm.run_id not in listed:
             entries.append(RunEntry(run_id=rm.run_id, system=rm.system, run_index=rm.run_index,
                                     status=rm.status, reason=rm.reason,
-                                    dir=str(mpath.parent.relative_to(path))))
+                                    dir=str(run.dir.relative_to(files.dir))))
             listed.add(rm.run_id)
-        on_disk[str(mpath)] = rm
+        on_disk[run.dir] = rm
     plan_pos = {p.run_id: i for i, p in enumerate(manifest.plan)}
     entries.sort(key=lambda e: (plan_pos.get(e.run_id, len(plan_pos)), str(e.run_id)))
     return entries, on_disk
@@ -109,13 +114,10 @@ def load_study(study_dir: str | Path, verify: bool = True) -> Study:
     refused with IntegrityError naming the file (``verify=False`` skips the check). Every
     manifest and table states its schema version; an unknown one is refused (ArtifactError),
     an older one is migrated (harness.model.migrate)."""
-    path = Path(study_dir)
-    manifest_path = path / "manifest.json"
-    if not manifest_path.is_file():
-        raise ArtifactError(f"{manifest_path}: no study manifest; is {path} a study directory?")
-    manifest = read_study_manifest(manifest_path)
+    files = StudyFiles(Path(study_dir))
+    manifest = files.read_manifest()
 
-    entries, on_disk = _run_entries(path, manifest)
+    entries, on_disk = _run_entries(files, manifest)
     planned = {p.run_id: p for p in manifest.plan}
 
     runs: list[RunManifest] = []
@@ -123,34 +125,36 @@ def load_study(study_dir: str | Path, verify: bool = True) -> Study:
     samps: list[pd.DataFrame] = []
     mock_stats: dict[str, dict] = {}
     run_dirs: dict[str, Path] = {}
+    fault_epochs: dict[str, float] = {}
     missing_columns: dict[int, dict[str, tuple[str, ...]]] = {}
     for entry in entries:
-        rel = entry.dir or f"runs/{entry.system}/{entry.run_index}"
-        run_dir = Path(rel) if Path(rel).is_absolute() else path / rel
-        mpath = run_dir / "manifest.json"
-        if str(mpath) in on_disk:
-            rm = on_disk[str(mpath)]
-        elif mpath.is_file():
-            rm = read_run_manifest(mpath)
+        run = files.at(entry.dir or f"runs/{entry.system}/{entry.run_index}")
+        if run.dir in on_disk:
+            rm = on_disk[run.dir]
+        elif run.manifest_path.is_file():
+            rm = run.read_manifest()
         else:
-            rm = _placeholder(entry, planned.get(entry.run_id), mpath)
+            rm = _placeholder(entry, planned.get(entry.run_id), run.manifest_path)
         if verify:
-            verify_run_files(run_dir, rm)
+            verify_run_files(run.dir, rm)
         runs.append(rm)
-        run_dirs[entry.run_id] = run_dir
+        run_dirs[entry.run_id] = run.dir
         for table, frames in ((REQUESTS, reqs), (SAMPLES, samps)):
-            df, version, missing = read_table(run_dir / table.file, table)
+            df, version, missing = run.read_table(table)
             if missing:
                 seen = missing_columns.setdefault(version, {})
                 seen[table.name] = tuple(dict.fromkeys(seen.get(table.name, ()) + missing))
             df["run_status"] = rm.status or "unknown"
             frames.append(df)
-        ms = run_dir / "mock_stats.json"
-        mock_stats[entry.run_id] = read_mock_stats(ms) if ms.is_file() else {}
+        mock_stats[entry.run_id] = run.read_mock_stats()
+        epoch = run.fault_epoch()
+        if epoch is not None:
+            fault_epochs[entry.run_id] = epoch
 
-    return Study(path=path, manifest=manifest, runs=runs,
+    return Study(path=files.dir, manifest=manifest, runs=runs,
                  requests=_concat(reqs, REQUESTS), samples=_concat(samps, SAMPLES),
-                 mock_stats=mock_stats, run_dirs=run_dirs, missing_columns=missing_columns)
+                 mock_stats=mock_stats, run_dirs=run_dirs, missing_columns=missing_columns,
+                 fault_epochs=fault_epochs, counts=files.read_counts())
 
 
 # --- small helpers -------------------------------------------------------------------------------

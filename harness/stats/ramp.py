@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 
 from harness.model.roles import Roles
-from harness.stats.loading import Study, as_float, mock_latency_ms
 from harness.stats.definitions import DEFAULT_BIN_USERS, PERCENTILES
+from harness.stats.loading import Study, as_float, mock_latency_ms
 from harness.stats.rows import percentile, successful
 from harness.stats.runs import users_bin
 

@@ -11,15 +11,6 @@ import pandas as pd
 from harness.model.manifests import RunManifest
 from harness.model.roles import Roles
 from harness.stats import gateway_time
-from harness.stats.loading import (
-    Study,
-    as_float,
-    cpu_count,
-    load_avg_before,
-    locust_processes,
-    mock_latency_ms,
-    mock_workers,
-)
 from harness.stats.definitions import (
     DEFAULT_BIN_USERS,
     ERROR_KINDS,
@@ -29,6 +20,15 @@ from harness.stats.definitions import (
     OFFERED_SHARE,
     OTHER_CPU_LIMIT_PERCENT,
     PERCENTILES,
+)
+from harness.stats.loading import (
+    Study,
+    as_float,
+    cpu_count,
+    load_avg_before,
+    locust_processes,
+    mock_latency_ms,
+    mock_workers,
 )
 from harness.stats.outcomes import Label
 from harness.stats.rows import percentile, successful
@@ -337,7 +337,8 @@ def _self_overhead_figures(v: RunView) -> dict:
 
 def _time_in_system_figures(v: RunView) -> dict:
     """Net of the mock per request, and on the wire (harness.stats.gateway_time)."""
-    mock_log = gateway_time.stored_mock_requests(v.study.run_dirs.get(v.run.run_id))
+    run_id = v.run.run_id
+    mock_log = v.study.mock_requests(run_id) if v.study.has_mock_requests(run_id) else None
     return gateway_time.figures(v.run, v.ok, mock_log)
 
 

@@ -9,7 +9,7 @@ from typing import Iterator
 
 import pandas as pd
 
-from harness.files.readers import read_study_manifest, read_suite_manifest
+from harness.files.study_files import StudyFiles, SuiteFiles
 from harness.model.roles import Roles
 from harness.model.suite import CellEntry, SuiteManifest, axis_text, field_of
 from harness.stats.across import describe, side_by_side, system_summary, verdict
@@ -30,10 +30,10 @@ LANE_METRICS = ("ttft_overhead_p50_ms", "stopped_at_rps")
 
 def cell_studies(suite_dir: Path) -> Iterator[tuple[CellEntry, Path]]:
     """(entry, study directory) of every cell of the suite that has a study, in manifest order."""
-    for entry in read_suite_manifest(Path(suite_dir)).cells:
-        study_dir = Path(suite_dir) / entry.dir if entry.dir else None
-        if study_dir is not None and (study_dir / "manifest.json").is_file():
-            yield entry, study_dir
+    suite = SuiteFiles(Path(suite_dir))
+    for entry in suite.read_manifest().cells:
+        if entry.dir and suite.cell(entry.dir).exists():
+            yield entry, suite.cell(entry.dir).dir
 
 
 def _cell_summaries(suite_dir: Path) -> tuple[SuiteManifest, list[tuple[CellEntry, pd.DataFrame, Study]]]:
@@ -42,7 +42,7 @@ def _cell_summaries(suite_dir: Path) -> tuple[SuiteManifest, list[tuple[CellEntr
     for entry, study_dir in cell_studies(suite_dir):
         study = load_study(study_dir)
         out.append((entry, run_summary(study), study))
-    return read_suite_manifest(Path(suite_dir)), out
+    return SuiteFiles(Path(suite_dir)).read_manifest(), out
 
 
 def inflight_lanes(suite_dir: str | Path) -> list[tuple[CellEntry, Lane]]:
@@ -184,8 +184,7 @@ def cell_machines(a_dir: str | Path, b_dir: str | Path) -> list[tuple[str, str, 
     """(cell of A, cell of B, their machines) per pair of cells with equal comparison keys, in B's
     order: what compare_suites decides "same machine" on, from the cells' study manifests."""
     def cells(suite_dir: Path) -> dict[str, tuple[str, dict]]:
-        return {entry.comparison_key: (entry.cell_id,
-                                       read_study_manifest(study_dir / "manifest.json").machine)
+        return {entry.comparison_key: (entry.cell_id, StudyFiles(study_dir).read_manifest().machine)
                 for entry, study_dir in cell_studies(suite_dir)}
     a, b = cells(Path(a_dir)), cells(Path(b_dir))
     return [(a[k][0], cell_b, same_machine(a[k][1], machine_b))

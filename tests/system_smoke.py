@@ -8,8 +8,8 @@ from pathlib import Path
 
 import psutil
 
-from harness.model.gateway_spec import load_gateway_spec
 from harness.host.processes import log_tail
+from harness.model.gateway_spec import load_gateway_spec
 from harness.run.systems import (
     install,
     is_installed,

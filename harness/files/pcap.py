@@ -1,0 +1,48 @@
+"""The reader of a run's wire capture (wire.pcap, written by tcpdump: harness.run.capture): its
+TCP segments that carry payload, grouped by flow. harness.run.wire pairs them into requests."""
+from __future__ import annotations
+
+import socket
+
+import dpkt
+
+
+def _ts_ns(ts) -> int:
+    # dpkt gives a Decimal for nanosecond pcaps (exact) and a float for microsecond ones
+    if isinstance(ts, float):
+        return round(ts * 1e6) * 1000
+    return int(ts * 1_000_000_000)
+
+
+def _ip_of(buf: bytes, linktype: int):
+    if linktype == dpkt.pcap.DLT_EN10MB:
+        eth = dpkt.ethernet.Ethernet(buf)
+        return eth.data
+    if linktype == dpkt.pcap.DLT_LINUX_SLL:
+        return dpkt.sll.SLL(buf).data
+    if linktype in (dpkt.pcap.DLT_RAW, 101):  # LINKTYPE_RAW
+        return dpkt.ip.IP(buf)
+    raise ValueError(f"unsupported pcap link type {linktype}")
+
+
+def read_segments(pcap_path: str) -> dict:
+    """``{(src, sport, dst, dport): [(seq, payload_len, t_ns, captured_bytes), ...]}``
+    for every IPv4 TCP segment carrying payload, in capture order."""
+    flows: dict = {}
+    with open(pcap_path, "rb") as f:
+        reader = dpkt.pcap.Reader(f)
+        linktype = reader.datalink()
+        for ts, buf in reader:
+            try:
+                ip = _ip_of(buf, linktype)
+            except (dpkt.UnpackError, ValueError):
+                continue
+            if not isinstance(ip, dpkt.ip.IP) or not isinstance(ip.data, dpkt.tcp.TCP):
+                continue
+            tcp = ip.data
+            length = ip.len - ip.hl * 4 - tcp.off * 4  # the real length: the capture is cut
+            if length <= 0:
+                continue
+            key = (socket.inet_ntoa(ip.src), tcp.sport, socket.inet_ntoa(ip.dst), tcp.dport)
+            flows.setdefault(key, []).append((tcp.seq, length, _ts_ns(ts), bytes(tcp.data)))
+    return flows
