@@ -56,14 +56,13 @@ class MemoryTransport:
 
 def build(args):
     import uvloop
+    from bench_overhead import BODY, UNARY_ANSWER, sluice_config
 
-    from sluice.config import load
     from sluice.client import ClientConn
+    from sluice.config import load
     from sluice.server import App
     from sluice.shared import Shared
     from sluice.upstream import UpstreamConn
-
-    from bench_overhead import BODY, UNARY_ANSWER, sluice_config
 
     os.environ.setdefault("BENCH_KEY", "sk-provider")  # never sent: no socket is opened
     with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:

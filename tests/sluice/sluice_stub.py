@@ -177,7 +177,7 @@ class Stub:
             if h.get("x-test-gate"):
                 await self._gate(h["x-test-gate"]).wait()
             big = int(h.get("x-test-big-chunks", "0"))
-            for i in range(big):
+            for _ in range(big):
                 await resp.write(b"data: " + b"x" * 65536 + b"\n\n")
                 self.big_sent += 1
             for i in range(chunks):

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sluice_helpers import KEY, MSG, Sluice, raw_post
-from test_sluice_hardening_provider import OK, OK_BODY, ANTHROPIC_REQ, ANTHROPIC_STREAM_REQ, parse_responses
+from test_sluice_hardening_provider import ANTHROPIC_REQ, ANTHROPIC_STREAM_REQ, OK, OK_BODY, parse_responses
 from test_sluice_hostile_providers import LyingProvider
 
 DEADLINE_S = 1.0  # response_timeout_s and stream_idle_timeout_s below

@@ -11,8 +11,8 @@ import time
 
 import pytest
 from sluice_helpers import KEY, MSG, RUN_PY, raw_post, request
-from sluice_stub import wait_until
 from sluice_scripted_provider import SSE_HEAD, ScriptedProvider, chunk, read_until_closed
+from sluice_stub import wait_until
 
 METRICS_TOKEN = "sk-scrape-test"
 

@@ -8,9 +8,10 @@ import threading
 import time
 
 import pytest
+from sluice_helpers import AUTH, ENV, MSG, count_responses, health_ms, raw_exchange, rss, server_config
+
 from sluice.config import Config, ConfigError
 from sluice.framing import ChunkedFraming
-from sluice_helpers import AUTH, ENV, MSG, count_responses, health_ms, raw_exchange, rss, server_config
 
 CHUNKED_HEAD = (b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n" + AUTH
                 + b"transfer-encoding: chunked\r\n\r\n")

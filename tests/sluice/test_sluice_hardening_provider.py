@@ -292,7 +292,7 @@ def test_chunk_extensions_and_trailers_never_reach_the_client(make_sluice, split
         gw = make_sluice(config(liar.url))
         http10 = REQ.replace(b"HTTP/1.1", b"HTTP/1.0")
         answers = pipelined(gw.port, [REQ, REQ])
-        for status, head_seen, body in answers:
+        for status, _, body in answers:
             assert status == 200, answers
             assert b"evil" not in body and b"set-cookie" not in body and b"stolen" not in body
             assert _decoded(body) == OK_BODY

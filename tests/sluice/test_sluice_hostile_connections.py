@@ -9,8 +9,8 @@ import time
 
 import pytest
 from sluice_helpers import (
-    METRICS_TOKEN_LINE,
     ENV,
+    METRICS_TOKEN_LINE,
     MSG,
     count_responses,
     raw_exchange,

@@ -11,8 +11,8 @@ import time
 
 import psutil
 from sluice_helpers import (
-    METRICS_TOKEN_LINE,
     ENV,
+    METRICS_TOKEN_LINE,
     MSG,
     chat,
     health_ms,

@@ -7,7 +7,6 @@ import threading
 import time
 
 import pytest
-
 from sluice_helpers import metric_sum, post_model
 from sluice_stub import Stub, free_port, wait_until
 

@@ -1,6 +1,7 @@
 """The resilience tables of Sluice's config: every bad value a startup error naming its key,
 every default as the README states it. No process is started."""
 import pytest
+
 from sluice.config import Config, ConfigError
 
 

@@ -3,6 +3,7 @@ import json
 import re
 
 import pytest
+
 from sluice import translate
 from sluice.config import Config, ConfigError, split_url
 from sluice.keys import KeyStore

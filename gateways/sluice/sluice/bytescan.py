@@ -81,5 +81,4 @@ REFERENCE = SimpleNamespace(scan_keys=scan_keys, first_model_span=first_model_sp
 from sluice import compiled  # noqa: E402  (the package decides which build runs)
 
 if compiled:
-    from sluice._bytescan import (first_model_span, known_head_body_start, scan_keys,  # noqa: F401,F811,E402
-                                  top_level_count, usage_counts)
+    from sluice._bytescan import first_model_span, known_head_body_start, scan_keys, top_level_count, usage_counts  # noqa: F401,F811,E402

@@ -7,8 +7,7 @@ config_checks.py, the [server] table in config_server.py.
 import os
 import tomllib
 
-from sluice.config_checks import (DIALECTS, ConfigError, _bool, _check_keys, _check_table,  # noqa: F401
-                                  _from_env, _has_ctl, _num, _str)
+from sluice.config_checks import DIALECTS, ConfigError, _bool, _check_keys, _check_table, _from_env, _has_ctl, _num, _str  # noqa: F401
 from sluice.config_server import ServerConfig, parse_listen  # noqa: F401
 
 

@@ -7,8 +7,8 @@ from time import perf_counter
 import orjson
 from httptools import HttpParserError
 
-from sluice.http import chunk, error_body, response
 from sluice.dialects import ANTHROPIC_TO_OPENAI
+from sluice.http import chunk, error_body, response
 from sluice.usage import believed
 
 MAX_BUFFERED_BODY = 64 * 1024 * 1024

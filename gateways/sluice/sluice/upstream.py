@@ -19,8 +19,8 @@ from time import perf_counter
 from httptools import HttpParserError, HttpResponseParser
 
 from sluice import dispatch, relay_same_dialect, relay_translated
-from sluice.http import chunked_last, content_length_at, says_close
 from sluice.dialects import SAME_DIALECT
+from sluice.http import chunked_last, content_length_at, says_close
 from sluice.resilience import attempt_ok, attempt_replaced
 from sluice.usage import UsageScan
 
