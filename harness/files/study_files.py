@@ -108,12 +108,9 @@ class RunFiles:
         """This machine's samples (host None), or those a sampler on ``host`` writes."""
         return self.raw_dir / ("samples.csv" if host is None else f"samples-{host}.csv")
 
-    def rendered(self, name: str) -> Path:
-        """A system's configuration file rendered for this run."""
-        return self.dir / name
-
     def named(self, name: str) -> Path:
-        """A file the run manifest names (relative to the run directory)."""
+        """A file of the run by its name relative to the run directory (one the run manifest
+        names, or a system's configuration rendered for the run)."""
         return self.dir / name
 
     # --- writes -----------------------------------------------------------------------------
@@ -137,7 +134,7 @@ class RunFiles:
         return self.load_settings_path
 
     def write_rendered(self, name: str, text: str) -> Path:
-        path = self.rendered(name)
+        path = self.named(name)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         return path
