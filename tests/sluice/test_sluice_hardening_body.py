@@ -120,9 +120,9 @@ def test_a_disconnect_before_the_head_is_charged_the_reservation(gw, stub):
 
 # ------------------------------------------------------------------ repeated keys
 @pytest.mark.parametrize("body", [
-    b'{"model":"claude","model":"mock-model","messages":[{"role":"user","content":"x"}]}',
-    b'{"model":"claude","mod\\u0065l":"mock-model","messages":[{"role":"user","content":"x"}]}',
-    b'{"model":"claude","messages":[{"role":"user","content":"x"}],"model":"mock-model"}',
+    b'{"model":"mock-model","model":"claude","messages":[{"role":"user","content":"x"}]}',
+    b'{"model":"mock-model","mod\\u0065l":"claude","messages":[{"role":"user","content":"x"}]}',
+    b'{"model":"mock-model","messages":[{"role":"user","content":"x"}],"model":"claude"}',
 ], ids=["repeated", "escaped", "last"])
 def test_a_repeated_model_is_refused(gw, stub, body):
     sent = len(stub.requests)

@@ -81,7 +81,7 @@ def test_pipelined_404s_stop_when_the_client_does_not_read(make_sluice, stub):
     # 256 KiB, ~13,000 requests) would hold megabytes per connection, not the transport's
     # high-water mark (64 KiB) and one unparsed read.
     gw = make_sluice(server_config(stub.url), env=ENV)
-    one = b"GET /n HTTP/1.1\r\n\r\n"
+    one = b"GET /n HTTP/1.1\r\nHost: x\r\n\r\n"
     assert raw_exchange(gw.port, one, timeout=5).startswith(b"HTTP/1.1 404")
     base = rss(gw.proc.pid)
     socks = []

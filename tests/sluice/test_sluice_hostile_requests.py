@@ -102,16 +102,14 @@ def _peak_rss(pid):
 
 
 def test_tiny_chunks_are_linear_and_bounded(make_sluice, stub):
-    # 2-byte chunks (1-byte bytes objects are interned singletons, 2-byte ones are not): one
-    # object per chunk would cost ~50 B per 2 payload bytes, ~50 MB for this 2 MB body
+    # 32-byte chunks, ~63,000 of them (under the 65,536 chunks a body may have): one object per
+    # chunk kept would cost ~80 B per 32 payload bytes, ~5 MB for this 2 MB body
     gw = make_sluice(server_config(stub.url).replace("max_body_bytes = 65536", "max_body_bytes = 3000000"), env=ENV)
     pid = gw.proc.pid
     base = max(rss(pid), _peak_rss(pid))
     cpu0 = psutil.Process(pid).cpu_times()
     body = json.dumps({"model": "mock-model", "messages": MSG, "pad": "p" * 2_000_000}).encode()
-    chunked = b"".join(b"2\r\n" + body[i:i + 2] + b"\r\n" for i in range(0, len(body) - 1, 2))
-    if len(body) % 2:
-        chunked += b"1\r\n" + body[-1:] + b"\r\n"
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + 32]), body[i:i + 32]) for i in range(0, len(body), 32))
     chunked += b"0\r\n\r\n"
     head = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n" + AUTH + b"transfer-encoding: chunked\r\n\r\n"
     buf = raw_exchange(gw.port, head + chunked, timeout=60)
@@ -177,7 +175,10 @@ def test_duplicate_keys_cannot_pass_the_model_list(make_sluice, stub):
     n = len(stub.requests)
     body = b'{"model": "claude", "model": "mock-model", "messages": [{"role": "user", "content": "x"}]}'
     status, _, _ = chat(gw.port, body, key="sk-test-limited")
-    assert status == 400  # a repeated model key is refused before the key's model list is read
+    assert status == 403  # the key's model list is read first: the last model is not allowed
+    swapped = b'{"model": "mock-model", "model": "claude", "messages": [{"role": "user", "content": "x"}]}'
+    status, _, _ = chat(gw.port, swapped, key="sk-test-limited")
+    assert status == 400  # allowed by its last value, refused for the repeat
     assert len(stub.requests) == n
 
 

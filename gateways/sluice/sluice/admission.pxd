@@ -16,7 +16,8 @@ cpdef bint _authenticate(App app, ClientConn conn, Request r) except -1
 cpdef bint _read_body(App app, ClientConn conn, Request r, ChatBody body, bint budget) except -1
 cpdef _refuse_body(App app, ClientConn conn, Request r, message)
 cpdef bint _route(App app, ClientConn conn, Request r, model) except -1
-cpdef bint _within_key_limits(App app, ClientConn conn, Request r, KeyRecord key) except -1
+cpdef bint _within_rpm(App app, ClientConn conn, Request r, KeyRecord key) except -1
+cpdef bint _model_allowed(App app, ClientConn conn, Request r, KeyRecord key) except -1
 cpdef Route _target(Request r)
 cpdef bint _body_for_provider(ClientConn conn, Request r, ChatBody body, Route target) except -1
 cpdef bint _reserve_budget(App app, ClientConn conn, Request r, ChatBody body) except -1

@@ -22,12 +22,20 @@ def chat(app, conn, r):
     if not _authenticate(app, conn, r):
         return
     key = r.key
+    # the key's rate before any work on the body, its allow-list before any second parse
+    if key is not None and key.rpm and not _within_rpm(app, conn, r, key):
+        return
     budget = key is not None and key.budget != 0
     body = ChatBody(r.body)
     if not _read_body(app, conn, r, body, budget) or not _route(app, conn, r, body.model):
         return
-    if key is not None and not _within_key_limits(app, conn, r, key):
+    if key is not None and not _model_allowed(app, conn, r, key):
         return
+    if body.unchecked:
+        refused = chat_body.check_repeats(body)
+        if refused is not None:
+            _refuse_body(app, conn, r, refused)
+            return
     target = _target(r)
     if budget and chat_body.needs_output_cap(body, r.dialect):
         # the provider stops where the reservation does; r.body too, for any other attempt
@@ -95,18 +103,21 @@ def _route(app, conn, r, model):
     return True
 
 
-def _within_key_limits(app, conn, r, key):
-    """The key may use the model, and its requests per minute allow one more."""
+def _within_rpm(app, conn, r, key):
+    """The key's requests per minute allow one more."""
+    wait = app.keys.take_request(key, r.t0)
+    if wait:
+        reject(app, conn, r, 429, f"rate limit of {key.rpm} requests per minute exceeded "
+                                  f"for key {key.name!r}", b"retry-after: %d\r\n" % wait)
+        return False
+    return True
+
+
+def _model_allowed(app, conn, r, key):
     model = r.client_model
     if model not in key.allowed:
         reject(app, conn, r, 403, f"key {key.name!r} may not use model {model!r}")
         return False
-    if key.rpm:
-        wait = app.keys.take_request(key, r.t0)
-        if wait:
-            reject(app, conn, r, 429, f"rate limit of {key.rpm} requests per minute exceeded "
-                                      f"for key {key.name!r}", b"retry-after: %d\r\n" % wait)
-            return False
     return True
 
 

@@ -6,11 +6,12 @@ cimport cython
 cdef class ChatBody:
     cdef public bytes data
     cdef public object parsed, model, model_span, output_limit, choices
-    cdef public bint max_tokens_set
+    cdef public bint max_tokens_set, unchecked
 
 
 cpdef bint read_fast(ChatBody body, found, bint limits) except -1
 cpdef read_parsed(ChatBody body, found, bint limits)
+cpdef check_repeats(ChatBody body)
 cpdef bint _spelled_twice(list found) except -1
 cpdef _repeated_key(bytes data)
 cpdef _read_limits(ChatBody body, dict obj)

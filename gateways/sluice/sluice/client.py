@@ -63,15 +63,7 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
     # ------------------------------------------------------------ transport
     def connection_made(self, transport):
         self.transport = transport
-        app = self.app
-        if len(app.clients) >= app.max_clients:
-            # over the per-worker cap: a clean refusal instead of a connection we cannot afford
-            self.closed = True
-            app.metrics.connections_refused += 1
-            transport.write(response(503, error_body("openai", 503, "too many client connections"),
-                                     extra=b"retry-after: 1\r\n", close=True))
-            linger(transport, app.loop)
-            return
+        app = self.app   # over max_client_connections it never gets here (Server.accept)
         # Headers go straight into a dict: a C-level callback, no Python frame per header.
         # (A repeated header keeps its last value.)
         self.headers = {}

@@ -5,10 +5,22 @@ See README.md for the reference of every key. The checks every table uses are in
 config_checks.py, the [server] table in config_server.py.
 """
 import os
+import sys
 import tomllib
 
 from sluice.config_checks import DIALECTS, ConfigError, _bool, _check_keys, _check_table, _from_env, _has_ctl, _num, _str  # noqa: F401
 from sluice.config_server import ServerConfig, parse_listen  # noqa: F401
+
+
+def _shown(url):
+    """``url`` as a message may show it: what precedes an "@" in its authority (credentials) hidden."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        authority = "***@" + authority.rpartition("@")[2]
+    return scheme + sep + authority + slash + path
 
 
 def split_url(url):
@@ -21,7 +33,8 @@ def split_url(url):
     for cut in ("?", "#"):
         path = path.split(cut, 1)[0]
     if "@" in hostport:
-        raise ConfigError(f"credentials in a provider URL are not supported: {url!r}")
+        raise ConfigError(f"credentials in a provider URL are not supported (give the provider's key "
+                          f"with api_key_env): {_shown(url)!r}")
     port = None
     if hostport.startswith("["):
         host, _, tail = hostport[1:].partition("]")
@@ -32,7 +45,7 @@ def split_url(url):
         port = port or None
     if port is not None:
         if not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigError(f"invalid port in URL {url!r}")
+            raise ConfigError(f"invalid port in URL {_shown(url)!r}")
         port = int(port)
     return scheme.lower(), host, port, path
 
@@ -47,9 +60,13 @@ class ProviderConfig:
         _check_table(t, self.KEYS, w)
         self.name = name
         self.base_url = _str(t, "base_url", "", w)
-        scheme, host, port, path = split_url(self.base_url)
+        try:
+            scheme, host, port, path = split_url(self.base_url)
+        except ConfigError as e:
+            raise ConfigError(f"{w}.base_url: {e}") from None
         if scheme not in ("http", "https") or not host:
-            raise ConfigError(f"{w}.base_url must be an http:// or https:// URL, got {self.base_url!r}")
+            raise ConfigError(f"{w}.base_url must be an http:// or https:// URL, got "
+                              f"{_shown(self.base_url)!r}")
         self.scheme = scheme
         self.host = host
         default_port = 443 if scheme == "https" else 80
@@ -322,6 +339,11 @@ class Config:
             for m in k.models:
                 if m != "*" and m not in seen:
                     raise ConfigError(f"[keys.{k.name}].models: unknown model {m!r}")
+        self.warnings = list(self.server.warnings)
+        if self.server.require_auth is False and self.keys:
+            self.warnings.append(
+                f"[server].require_auth = false with {len(self.keys)} key(s) configured: a request "
+                f"that leaves its key out skips every key's rpm, token_budget and models checks")
         if self.server.require_auth is None:
             self.server.require_auth = bool(self.keys)
         if self.server.require_auth and not self.keys:
@@ -347,4 +369,8 @@ def load(path, fd=None):
         raise ConfigError(f"cannot read config {path}: {e}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"invalid TOML in {path}: {e}") from None
-    return Config(data, path, raw)
+    cfg = Config(data, path, raw)
+    if fd is None:  # the process the operator started (workers read the same bytes from fd)
+        for warning in cfg.warnings:
+            sys.stderr.write(f"sluice[{os.getpid()}]: warning: {warning}\n")
+    return cfg

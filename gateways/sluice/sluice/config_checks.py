@@ -1,4 +1,5 @@
 """The checks every configuration table uses: types, bounds, known keys."""
+import math
 import os
 
 DIALECTS = ("openai", "anthropic")
@@ -15,6 +16,9 @@ def _num(table, key, default, where, minimum=0.0, integer=False, maximum=None):
         raise ConfigError(f"{where}.{key} must be a number, got {value!r}")
     if integer and not isinstance(value, int):
         raise ConfigError(f"{where}.{key} must be an integer, got {value!r}")
+    # TOML has nan and inf: nan passes every bound (request_timeout_s = nan: no deadline at all)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where}.{key} must be a finite number, got {value!r}")
     if value < minimum:
         raise ConfigError(f"{where}.{key} must be >= {minimum}, got {value!r}")
     if maximum is not None and value > maximum:

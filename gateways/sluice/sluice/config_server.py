@@ -41,6 +41,12 @@ class ServerConfig:
         _check_keys(t, self.KEYS, w)
         self.listen = _str(t, "listen", "127.0.0.1:8080", w)
         self.host, self.port = parse_listen(self.listen)
+        self.warnings = []  # accepted, but probably not meant: said at start (config.load)
+        if not self.listen.rpartition(":")[0].strip("[]"):
+            self.warnings.append(
+                f"{w}.listen = {self.listen!r} names no host: Sluice listens on every address "
+                f"({self.host}); write \"{self.host}:{self.port}\" if that is meant, "
+                f"\"127.0.0.1:{self.port}\" for this machine only")
         self.workers = _num(t, "workers", 1, w, 1, integer=True)
         self.backlog = _num(t, "backlog", 2048, w, 1, integer=True)
         self.max_body_bytes = _num(t, "max_body_bytes", 4 * 1024 * 1024, w, 1, integer=True)

@@ -139,13 +139,3 @@ def resend_now(conn, r):
     else:
         _wait(conn, pool, now)
 
-
-def retry_on_fresh_connection(conn, r):
-    """A pooled connection the provider had closed already: the same attempt on a new one."""
-    conn.upstream = None
-    pool = (r.deployment.provider if r.deployment is not None else r.route.provider).pool
-    conn.waiting_on = pool
-    conn.wait_since = perf_counter()
-    r.t_resume = conn.wait_since
-    pool.waiters.append(conn)
-    pool.connect()

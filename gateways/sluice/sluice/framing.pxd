@@ -6,13 +6,15 @@ from sluice.client cimport ClientConn
 from sluice.request cimport HeaderDigest, Request
 
 cdef object HEX_DIGITS
-cdef Py_ssize_t MAX_SIZE_DIGITS
+cdef Py_ssize_t MAX_SIZE_DIGITS, MAX_CHUNKS
 
 
 @cython.locals(end=Py_ssize_t)
 cpdef Py_ssize_t part_end(ClientConn conn, bytes data, Py_ssize_t pos) except? -1
 @cython.locals(size=Py_ssize_t)
 cpdef bint count_head_bytes(ClientConn conn, bytes data, Py_ssize_t pos, Py_ssize_t end) except -1
+@cython.locals(hosts=Py_ssize_t, head=bytes, line=bytes)
+cpdef bint host_ok(ClientConn conn, bytes data, Py_ssize_t pos, Py_ssize_t end) except -1
 @cython.locals(line=Py_ssize_t)
 cpdef head_too_large(ClientConn conn, bytes data, Py_ssize_t pos)
 cpdef bint refuse_unknown_coding(ClientConn conn, HeaderDigest digest) except -1
@@ -20,7 +22,7 @@ cpdef bint refuse_unknown_coding(ClientConn conn, HeaderDigest digest) except -1
 
 @cython.final
 cdef class ChunkedFraming:
-    cdef public Py_ssize_t data_left, trailer_bytes, trailer_fields
+    cdef public Py_ssize_t data_left, trailer_bytes, trailer_fields, chunks
     cdef public bytes size_digits
     cdef public bint on_digits, in_trailers
 

@@ -1,6 +1,7 @@
 """The framing of what a client sends, read beside the parser: where a head (or a part of a
-chunked body) ends, a head's size against the limits, the transfer coding a request names, and
-a chunked body's trailer section, counted against the head limits and dropped.
+chunked body) ends, a head's size against the limits and its Host field, the transfer coding a
+request names, a chunked body's chunks (counted), and its trailer section, counted against the
+head limits and dropped.
 
 llhttp reports a header or trailer field only once it is complete, and keeps a growing one
 itself: so sizes are counted here, before the bytes are parsed.
@@ -9,6 +10,9 @@ import re
 
 HEX_DIGITS = re.compile(rb"[0-9A-Fa-f]*")
 MAX_SIZE_DIGITS = 15  # a longer chunk size is over any body limit (413), or 2^64 (the parser refuses it)
+# chunks in one request body (a 4 MiB body in 64-byte chunks): each costs a step of Python here,
+# so a body of tiny chunks would hold the loop for seconds (1,000,000 one-byte chunks: 17 s)
+MAX_CHUNKS = 65536
 
 
 def part_end(conn, data, pos):
@@ -35,7 +39,30 @@ def count_head_bytes(conn, data, pos, end):
     if not conn.head_bytes:
         conn.head_began = conn.t_rx
     conn.head_bytes = size
+    if data.endswith(b"\r\n\r\n", pos, end) or (
+            end - pos < 4 and (b"".join(conn.head_pieces[-3:]) + data[pos:end]).endswith(b"\r\n\r\n")):
+        return host_ok(conn, data, pos, end)
     return True
+
+
+def host_ok(conn, data, pos, end):
+    """The head that ``data[pos:end]`` completes has one Host field, or none in an HTTP/1.0
+    request: else it is refused with 400 (RFC 9112 3.2). Read from its bytes, before the parser:
+    the header dict keeps one value per spelling."""
+    head = data[pos:end]
+    if conn.head_pieces:
+        head = b"".join(conn.head_pieces) + head
+    hosts = head.lower().count(b"\nhost:")
+    if hosts == 1:
+        return True
+    if hosts == 0:
+        line = head.lstrip(b"\r\n")
+        if not line[:line.find(b"\r\n")].endswith(b" HTTP/1.1"):
+            return True  # HTTP/1.0 needs none; anything else is the parser's to refuse
+        conn._bad_request(400, "an HTTP/1.1 request needs a Host header")
+    else:
+        conn._bad_request(400, "more than one Host header")
+    return False
 
 
 def head_too_large(conn, data, pos):
@@ -63,10 +90,10 @@ def refuse_unknown_coding(conn, digest):
 
 
 class ChunkedFraming:
-    """A chunked request body's framing, followed beside the parser only to know where its
-    trailer section begins; and the trailer section's size and field count so far."""
+    """A chunked request body's framing, followed beside the parser to count its chunks and to
+    know where its trailer section begins; and the trailer section's size and field count so far."""
     __slots__ = ("data_left", "size_digits", "on_digits", "in_trailers", "trailer_bytes",
-                 "trailer_fields")
+                 "trailer_fields", "chunks")
 
     def __init__(self):
         self.data_left = 0         # bytes of the current chunk and its CRLF still to come
@@ -75,9 +102,11 @@ class ChunkedFraming:
         self.in_trailers = False
         self.trailer_bytes = 0
         self.trailer_fields = 0
+        self.chunks = 0
 
     def trailer_share(self, data, pos, end):
-        """How many of the body's next bytes, ``data[pos:end]``, belong to its trailer section."""
+        """How many of the body's next bytes, ``data[pos:end]``, belong to its trailer section.
+        Stops at the chunk over MAX_CHUNKS (the body is refused)."""
         i = pos
         while i < end and not self.in_trailers:
             if self.data_left:
@@ -102,18 +131,25 @@ class ChunkedFraming:
             self.on_digits = True
             if size:
                 self.data_left = size + 2
+                self.chunks += 1
+                if self.chunks > MAX_CHUNKS:
+                    return 0
             else:
                 self.in_trailers = True  # the last chunk: what follows is the trailer section
         return end - i if self.in_trailers else 0
 
 
 def count_trailer_bytes(conn, data, pos, end):
-    """The chunked body being read grows by ``data[pos:end]``: False when its trailer section
-    is now over max_header_bytes (refused before the parser holds it)."""
+    """The chunked body being read grows by ``data[pos:end]``: False when it now has more than
+    MAX_CHUNKS chunks, or its trailer section is over max_header_bytes (refused before the
+    parser holds it)."""
     f = conn.chunked
     if f is None:
         f = conn.chunked = ChunkedFraming()
     n = f.trailer_share(data, pos, end)
+    if f.chunks > MAX_CHUNKS:
+        conn._bad_request(413, f"request body has more than {MAX_CHUNKS} chunks")
+        return False
     if n:
         f.trailer_bytes += n
         if f.trailer_bytes > conn.app.max_head:

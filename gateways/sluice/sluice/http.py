@@ -81,13 +81,40 @@ def linger(transport, loop):
     loop.call_later(LINGER_S, transport.close)
 
 
+# hop-by-hop fields: never relayed, whatever the allow-list admits (RFC 9110 7.6.1); the framing
+# ones are Sluice's own (kept by the filter, rewritten by the relay)
+HOP_BY_HOP = ("connection", "keep-alive", "proxy-connection", "proxy-authenticate", "te", "trailer",
+              "upgrade")
+
+
 def response_filter(names):
     """A regex matching the provider response header lines not to relay (on the lowercased head):
-    every line whose name is not allowed. The framing headers are always kept."""
+    every line whose name is not allowed, or is hop-by-hop. The framing headers are always kept."""
     exact = [n for n in names if not n.endswith("*")] + ["content-length", "transfer-encoding"]
-    prefixes = [n[:-1] for n in names if n.endswith("*")]
+    prefixes = tuple(n[:-1] for n in names if n.endswith("*"))
+    # the lookahead for hop-by-hop names only when the allow-list admits one: none by default
+    hop = [re.escape(h.encode()) + rb"[ \t]*:" for h in HOP_BY_HOP if h in exact or h.startswith(prefixes)]
     alts = [re.escape(n.encode()) + rb"[ \t]*:" for n in exact] + [re.escape(p.encode()) for p in prefixes]
-    return re.compile(rb"\r\n(?!(?:" + b"|".join(alts) + rb")|\Z)[^\r\n]*")
+    keep = b"|".join(alts)
+    if hop:
+        keep = rb"(?!" + b"|".join(hop) + rb")(?:" + keep + rb")"
+    return re.compile(rb"\r\n(?!(?:" + keep + rb")|\Z)[^\r\n]*")
+
+
+def without_connection_options(head, low, i):
+    """``head`` without the fields its Connection header lines (the first at ``i`` in ``low``, its
+    lowercased copy) name: hop-by-hop, never relayed (RFC 9110 7.6.1). None when they name none
+    but close and keep-alive (the common case: nothing to drop)."""
+    names = set()
+    while i >= 0:
+        end = low.find(b"\r", i + 1)
+        for option in low[low.find(b":", i) + 1:end].split(b","):
+            names.add(option.strip())
+        i = low.find(b"\nconnection:", end)
+    names.difference_update((b"", b"close", b"keep-alive"))
+    if not names:
+        return None
+    return b"\r\n".join([ln for ln in head.split(b"\r\n") if ln.split(b":", 1)[0].lower() not in names])
 
 
 def chunk(data):

@@ -25,11 +25,12 @@ cdef class Pool:
     cdef public Provider provider
     cdef public App app
     cdef public object loop
-    cdef public Py_ssize_t max_connections, max_waiters, connecting
+    cdef public Py_ssize_t max_connections, max_waiters, connecting, parked
     cdef public list idle
     cdef public object waiters
     cdef public set busy, tasks
 
+    @cython.locals(c=UpstreamConn)
     cpdef UpstreamConn acquire(self)
     cpdef wait(self, ClientConn client)
     cpdef forget(self, ClientConn client)

@@ -1,7 +1,8 @@
-"""Providers and their keep-alive connection pools: an idle stack, a busy set, the clients
-waiting for a connection, and the tasks opening new ones."""
+"""Providers and their keep-alive connection pools: the idle connections, a busy set, the clients
+waiting for a connection, and the tasks opening new ones. Every connection or client leaves its
+collection in constant time: a provider may drop thousands at once."""
 import asyncio
-from collections import deque
+from collections import OrderedDict
 from time import perf_counter
 
 from sluice import dispatch
@@ -58,8 +59,19 @@ class Provider:
         self.latency = app.metrics.latency_hist(cfg.name)
 
 
+class Waiters(OrderedDict):
+    """The client connections waiting for a connection, oldest first (as a deque, but any one
+    leaves in constant time)."""
+
+    def append(self, client):
+        self[client] = None
+
+    def popleft(self):
+        return self.popitem(False)[0]
+
+
 class Pool:
-    """Keep-alive connections to one provider: an idle stack, a busy set, waiters."""
+    """Keep-alive connections to one provider: the idle ones, a busy set, waiters."""
 
     def __init__(self, provider, app):
         self.provider = provider
@@ -67,19 +79,27 @@ class Pool:
         self.loop = app.loop
         self.max_connections = provider.cfg.max_connections
         self.max_waiters = provider.cfg.max_waiters
-        self.idle = []       # LIFO: the most recently used connection is reused first
+        # idle connections in the order they were parked: the most recently used one is reused
+        # first, the oldest times out first. A parked connection has its idle_since set; one that
+        # closes while parked is uncounted at once (idle_since back to 0) and its place here is
+        # dropped when reached from either end: no search of the list.
+        self.idle = []
+        self.parked = 0
         self.busy = set()
         self.connecting = 0
-        self.waiters = deque()  # client connections waiting for a connection, FIFO, bounded
+        self.waiters = Waiters()  # bounded
         self.tasks = set()
 
     def counts(self):
-        return len(self.idle), len(self.busy), self.connecting
+        return self.parked, len(self.busy), self.connecting
 
     def acquire(self):
         idle = self.idle
         while idle:
             c = idle.pop()
+            if c.idle_since:
+                c.idle_since = 0.0
+                self.parked -= 1
             if c.alive:
                 self.busy.add(c)
                 c.reused = True
@@ -90,7 +110,7 @@ class Pool:
         """``client`` needs a connection: it gets one through dispatch.start_exchange, or
         dispatch.attempt_failed; a 503 at once when every connection is taken and
         ``max_waiters`` wait beyond those the connections being opened will serve."""
-        room = len(self.busy) + len(self.idle) + self.connecting < self.max_connections
+        room = len(self.busy) + self.parked + self.connecting < self.max_connections
         if not room and len(self.waiters) >= self.connecting + self.max_waiters:
             self.app.metrics.upstream_error(self.provider.name, "pool_full")
             dispatch.attempt_failed(client, 503, f"too many requests waiting for a connection to "
@@ -101,10 +121,7 @@ class Pool:
             self.connect()
 
     def forget(self, client):
-        try:
-            self.waiters.remove(client)
-        except ValueError:
-            pass
+        self.waiters.pop(client, None)
 
     def connect(self):
         self.connecting += 1
@@ -182,6 +199,7 @@ class Pool:
                 return
         conn.idle_since = perf_counter()
         self.idle.append(conn)
+        self.parked += 1
 
     def release(self, conn):
         self.busy.discard(conn)
@@ -189,9 +207,10 @@ class Pool:
 
     def discard(self, conn):
         self.busy.discard(conn)
-        if conn in self.idle:
-            self.idle.remove(conn)
-        if self.waiters and len(self.busy) + len(self.idle) + self.connecting < self.max_connections:
+        if conn.idle_since:
+            conn.idle_since = 0.0
+            self.parked -= 1
+        if self.waiters and len(self.busy) + self.parked + self.connecting < self.max_connections:
             self.connect()
 
     def sweep(self, now):
@@ -200,12 +219,23 @@ class Pool:
             conn.check_timeout(now)
         idle = self.idle
         limit = now - p.pool_idle_timeout
-        while idle and idle[0].idle_since < limit:
-            idle.pop(0).close()
+        if idle and idle[0].idle_since < limit:
+            n = 0
+            for conn in idle:  # oldest first; the places of closed ones (0) go with them
+                if conn.idle_since >= limit:
+                    break
+                n += 1
+            expired = idle[:n]
+            del idle[:n]  # one move of the rest, however many expired
+            for conn in expired:
+                if conn.idle_since:
+                    conn.idle_since = 0.0
+                    self.parked -= 1
+                    conn.close()
         # waiters are in the order they began waiting: only the oldest can be over the limit
         waiters = self.waiters
         limit = now - p.response_timeout
-        while waiters and waiters[0].wait_since < limit:
+        while waiters and next(iter(waiters)).wait_since < limit:
             client = waiters.popleft()
             if client.waiting_on is self:
                 self.app.metrics.upstream_error(p.name, "pool_timeout")

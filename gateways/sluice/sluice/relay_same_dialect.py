@@ -1,7 +1,7 @@
 """Relaying a same-dialect response: its head rebuilt for the client (the allowed provider
 headers, the overhead header, the framing), and sent together with the body bytes of the read
 that completed it, nothing past the response's end."""
-from sluice.http import content_length_at, drop_lines
+from sluice.http import content_length_at, drop_lines, without_connection_options
 
 _FRAMING = (b"transfer-encoding:", b"content-length:")
 
@@ -11,10 +11,17 @@ def relay_head(u, req, head, low, length_at, rest, reframe, now):
     (``u.pending_head``, see ``write_head``)."""
     app = u.app
     keep = req.keep_alive and not app.stopping
-    # only the allowed provider headers reach the client (hop-by-hop ones never do)
-    m = u.provider.response_filter.search(low)
+    # only the allowed provider headers reach the client: never hop-by-hop ones, nor the ones
+    # its Connection header names
+    kept = low
+    if u.connection_at >= 0:
+        named = without_connection_options(head, low, u.connection_at)
+        if named is not None:
+            head = named
+            kept = named.lower()
+    m = u.provider.response_filter.search(kept)
     if m is not None:
-        head = drop_lines(head, low, u.provider.response_filter, m)
+        head = drop_lines(head, kept, u.provider.response_filter, m)
     if reframe:  # chunked or close-delimited: the body is re-framed by Sluice (see ``reframed``)
         u.chunked_to_client = req.http11
         u.at_event_end = True
@@ -26,6 +33,8 @@ def relay_head(u, req, head, low, length_at, rest, reframe, now):
                 head += b"transfer-encoding: chunked\r\n"
     elif u.status == 204 or u.status == 304:  # no body: no framing line a client could read one by
         head = _without_framing(head)
+    if not head.startswith(b"HTTP/1.1 "):  # Sluice's own version, not the provider's (RFC 9110 6.2)
+        head = b"HTTP/1.1" + head[head.find(b" "):]
     req.keep_alive = keep
     extra = b"" if keep else b"connection: close\r\n"
     us = req.overhead_us = (req.own_time + (now - u.t_rx)) * 1e6

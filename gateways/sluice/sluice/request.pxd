@@ -6,7 +6,7 @@ from sluice.pool cimport Provider
 
 cdef int SAME_DIALECT
 cdef int H_DROP, H_AUTHORIZATION, H_X_API_KEY, H_EXPECT, H_ANTHROPIC_VERSION, H_CONTENT_LENGTH
-cdef int H_UPGRADE, H_TRANSFER_ENCODING
+cdef int H_UPGRADE, H_TRANSFER_ENCODING, H_CONNECTION
 cdef dict CONSUMED_HEADERS
 
 
@@ -16,7 +16,6 @@ cdef class Request:
     cdef public bytes method, url, forward_headers, body, payload
     cdef public object token, body_pieces, reserved, client_model
     cdef public bint has_anthropic_version, http11, keep_alive, upgrade, stream, include_usage
-    cdef public bint retried
     cdef public Py_ssize_t content_length, body_left, body_received
     cdef public int translation
     cdef public KeyRecord key
@@ -53,4 +52,5 @@ cdef class HeaderDigest:
     cdef public bint expect_continue, has_anthropic_version, upgrade
 
 
+@cython.locals(forward=dict)
 cpdef HeaderDigest digest_headers(dict headers, HeaderPolicy policy)

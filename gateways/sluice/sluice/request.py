@@ -5,9 +5,9 @@ from sluice.dialects import SAME_DIALECT
 
 # request headers Sluice consumes instead of forwarding
 (H_DROP, H_AUTHORIZATION, H_X_API_KEY, H_EXPECT, H_ANTHROPIC_VERSION, H_CONTENT_LENGTH,
- H_UPGRADE, H_TRANSFER_ENCODING) = range(8)
+ H_UPGRADE, H_TRANSFER_ENCODING, H_CONNECTION) = range(9)
 CONSUMED_HEADERS = {
-    b"host": H_DROP, b"connection": H_DROP, b"keep-alive": H_DROP, b"transfer-encoding": H_TRANSFER_ENCODING,
+    b"host": H_DROP, b"connection": H_CONNECTION, b"keep-alive": H_DROP, b"transfer-encoding": H_TRANSFER_ENCODING,
     b"te": H_DROP, b"trailer": H_DROP, b"upgrade": H_UPGRADE, b"proxy-authorization": H_DROP,
     b"proxy-connection": H_DROP, b"accept-encoding": H_DROP, b"x-forwarded-for": H_DROP,
     b"authorization": H_AUTHORIZATION, b"x-api-key": H_X_API_KEY, b"expect": H_EXPECT,
@@ -21,7 +21,7 @@ class Request:
         "t0", "method", "url", "token", "forward_headers", "has_anthropic_version", "http11",
         "keep_alive", "content_length", "body", "body_left", "body_pieces", "body_received",
         "upgrade", "own_time", "t_resume", "overhead_us", "translation", "stream", "include_usage",
-        "key", "reserved", "retried", "route", "model_label", "dialect", "payload", "client_model",
+        "key", "reserved", "route", "model_label", "dialect", "payload", "client_model",
         "deployment", "retry_state",
     )
 
@@ -48,7 +48,6 @@ class Request:
         self.include_usage = False
         self.key = None
         self.reserved = 0            # tokens reserved from the key's budget
-        self.retried = False
         self.route = None
         self.model_label = "-"
         self.dialect = "openai"
@@ -137,15 +136,18 @@ class HeaderDigest:
 
 
 def digest_headers(headers, policy):
-    """Digest a request's headers (a dict of name to value, as the client spelled them)."""
+    """Digest a request's headers (a dict of name to value, as the client spelled them). A name
+    the policy lets through is forwarded once, with its last value, however it is spelled; none
+    that Connection names (hop-by-hop, RFC 9110 7.6.1)."""
     d = HeaderDigest()
-    forward = []
+    forward = {}
+    named = None
     for name, value in headers.items():
         low = name.lower()
         h = CONSUMED_HEADERS.get(low)
         if h is None:
             if policy.allows(low):
-                forward.append(name + b": " + value + b"\r\n")
+                forward[low] = name + b": " + value + b"\r\n"
         elif h == H_AUTHORIZATION:
             d.token = value[7:].strip() if value[:7].lower() == b"bearer " else b""
         elif h == H_X_API_KEY:
@@ -156,7 +158,7 @@ def digest_headers(headers, policy):
         elif h == H_ANTHROPIC_VERSION:
             d.has_anthropic_version = True
             if policy.allows(low):
-                forward.append(name + b": " + value + b"\r\n")
+                forward[low] = name + b": " + value + b"\r\n"
         elif h == H_CONTENT_LENGTH:
             d.odd_content_length = value
         elif h == H_UPGRADE:
@@ -164,5 +166,12 @@ def digest_headers(headers, policy):
         elif h == H_TRANSFER_ENCODING:
             te = d.transfer_encoding
             d.transfer_encoding = value if te is None else te + b"," + value
-    d.forward_headers = b"".join(forward)
+        elif h == H_CONNECTION:
+            named = value if named is None else named + b"," + value
+    if named is not None:
+        named = named.lower()
+        if named != b"keep-alive" and named != b"close":  # the common values name no field
+            for option in named.split(b","):
+                forward.pop(option.strip(), None)
+    d.forward_headers = b"".join([line for line in forward.values()])  # (a view joins slower)
     return d

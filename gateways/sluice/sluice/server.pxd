@@ -29,7 +29,12 @@ cdef class App:
     cdef public set clients
     cdef public dict providers, routes
     cdef public KeyStore keys
-    cdef public bytes models_openai, models_anthropic, health
+    cdef public bytes health, metrics_text
+    cdef public tuple models_all
+    cdef public list models_by_key
+    cdef public double metrics_at
+    cdef public long long metrics_changes
+    cdef public Py_ssize_t accepting, refusals_lingering
     cdef public long long _snapshot_changes
     cdef public object retry_budget
     cdef public list policies

@@ -18,7 +18,7 @@ from sluice import __version__, admission, dispatch, introspection
 from sluice.access_log import AccessLog
 from sluice.client import ClientConn
 from sluice.deadlines import Deadlines, reset, unsent_bytes
-from sluice.http import error_body, response_filter
+from sluice.http import error_body, linger, response, response_filter
 from sluice.keys import KeyStore
 from sluice.metrics import Metrics
 from sluice.pool import Provider
@@ -29,6 +29,13 @@ TICK = 0.1
 # paths answered by Sluice itself, with GET
 OWN_PATHS = (b"/health", b"/metrics", b"/v1/models", b"/debug/state")
 METRICS_CONTENT_TYPE = b"text/plain; version=0.0.4"
+# connections over max_client_connections: answered at once, before any request (OpenAI shape)
+REFUSAL = response(503, error_body("openai", 503, "too many client connections"),
+                   extra=b"retry-after: 1\r\n", close=True)
+MAX_LINGERING_REFUSALS = 32
+# a scrape this soon after the last rendering gets it again, unless a request was counted since:
+# rendering reads /proc and every task, and merges the other workers' snapshots
+METRICS_CACHE_S = 1.0
 
 
 class App:
@@ -64,6 +71,8 @@ class App:
         self.metrics_per_key = s.metrics_per_key
         self.metrics = Metrics()
         self.clients = set()
+        self.accepting = 0  # accepted in this loop iteration, not in clients yet
+        self.refusals_lingering = 0
         self.stopping = False
         self.server = None
         self.supervisor = supervisor  # the Supervisor in the parent process, None elsewhere
@@ -77,6 +86,9 @@ class App:
         for rec in self.keys.records:  # model names and aliases each key may call
             rec.allowed = frozenset(n for n, r in self.routes.items() if rec.allows(n, r.name))
         self._list_models()
+        self.metrics_text = b""
+        self.metrics_at = 0.0
+        self.metrics_changes = -1
         self.health = dumps({"status": "ok", "version": __version__})
         self._last_slow_tick = 0.0
         self._last_flush = 0.0
@@ -103,14 +115,22 @@ class App:
                 by_model[m.name].policy.fallbacks = [by_model[f] for f in m.fallbacks]
 
     def _list_models(self):
-        """The bodies of GET /v1/models, in either dialect."""
-        self.models_openai = dumps({"object": "list", "data": [
-            {"id": name, "object": "model", "created": 0, "owned_by": r.provider.name}
-            for name, r in self.routes.items()]})
-        self.models_anthropic = dumps({"data": [
-            {"type": "model", "id": name, "display_name": name, "created_at": "1970-01-01T00:00:00Z"}
-            for name in self.routes], "has_more": False,
-            "first_id": next(iter(self.routes)), "last_id": list(self.routes)[-1]})
+        """The bodies of GET /v1/models (OpenAI's, Anthropic's): every model and alias, and for
+        each key those it may call (the same bytes for a key that may call all)."""
+        self.models_all = self._models_bodies(list(self.routes))
+        self.models_by_key = [
+            self.models_all if rec.all_models
+            else self._models_bodies([n for n in self.routes if n in rec.allowed])
+            for rec in self.keys.records]
+
+    def _models_bodies(self, names):
+        return (dumps({"object": "list", "data": [
+                    {"id": n, "object": "model", "created": 0, "owned_by": self.routes[n].provider.name}
+                    for n in names]}),
+                dumps({"data": [
+                    {"type": "model", "id": n, "display_name": n, "created_at": "1970-01-01T00:00:00Z"}
+                    for n in names], "has_more": False,
+                    "first_id": names[0] if names else None, "last_id": names[-1] if names else None}))
 
     # ------------------------------------------------------------ routing
     def handle(self, conn, r):
@@ -136,13 +156,21 @@ class App:
         if path == b"/health":
             return conn.respond(r, 200, self.health)
         if path == b"/v1/models":
-            if self.require_auth and self.keys.lookup(r.token or b"") is None:
+            # as a chat request: a key presented is checked; then what it may call is listed
+            key = self.keys.lookup(r.token) if r.token else None
+            if key is None and (self.require_auth or r.token):
                 return conn.respond(r, 401, error_body(dialect, 401, "missing or invalid API key"))
-            return conn.respond(r, 200, self.models_anthropic if r.has_anthropic_version else self.models_openai)
+            bodies = self.models_all if key is None else self.models_by_key[key.index]
+            return conn.respond(r, 200, bodies[1] if r.has_anthropic_version else bodies[0])
         if path == b"/metrics" and self.metrics_on:
             if self.metrics_token is not None and not compare_digest(r.token or b"", self.metrics_token):
                 return conn.respond(r, 401, error_body(dialect, 401, "/metrics needs its bearer token"))
-            return conn.respond(r, 200, introspection.render_metrics(self), b"", METRICS_CONTENT_TYPE)
+            now = perf_counter()
+            if now - self.metrics_at >= METRICS_CACHE_S or self.metrics.changes != self.metrics_changes:
+                self.metrics_text = introspection.render_metrics(self)
+                self.metrics_at = now
+                self.metrics_changes = self.metrics.changes
+            return conn.respond(r, 200, self.metrics_text, b"", METRICS_CONTENT_TYPE)
         if path == b"/debug/state" and self.debug_on:
             return conn.respond(r, 200, dumps(introspection.debug_state(self)))
         return conn.respond(r, 404, error_body(dialect, 404, f"no route for {path.decode('latin-1')}"))
@@ -217,8 +245,22 @@ class App:
     # ------------------------------------------------------------ housekeeping
     def start(self, sock):
         self.server = self.loop.run_until_complete(self.loop.create_server(
-            lambda: ClientConn(self), sock=sock, backlog=self.cfg.server.backlog))
+            self.accept, sock=sock, backlog=self.cfg.server.backlog))
         self.loop.call_later(TICK, self._tick)
+
+    def accept(self):
+        """The protocol of a connection just accepted: a ClientConn, or over max_client_connections
+        a Refusal. Those accepted in one loop iteration join ``clients`` only later (connection_made
+        runs from the ready queue), so they are counted apart until then."""
+        if len(self.clients) + self.accepting >= self.max_clients:
+            return Refusal(self)
+        if not self.accepting:
+            self.loop.call_soon(self._accepted)  # queued before the connection_made calls
+        self.accepting += 1
+        return ClientConn(self)
+
+    def _accepted(self):
+        self.accepting = 0
 
     def _tick(self):
         now = perf_counter()
@@ -304,6 +346,45 @@ class App:
             self.shared.clear_snapshot(self.worker)
         self.loop.call_later(0.05, self.loop.stop)
         return True
+
+
+class Refusal:  # an asyncio protocol (uvloop needs only the methods)
+    """A connection accepted over max_client_connections: 503 + Retry-After, then closed, unless
+    connections closed in the loop turn it came in made room (then it is served). At most
+    MAX_LINGERING_REFUSALS linger (their request read and dropped, so that the answer is not lost
+    to a reset); past that, one is closed as soon as its answer is written: a connect flood
+    cannot hold more descriptors than that."""
+    __slots__ = ("app", "lingering")
+
+    def __init__(self, app):
+        self.app = app
+        self.lingering = False
+
+    def connection_made(self, transport):
+        app = self.app
+        if len(app.clients) < app.max_clients:
+            conn = ClientConn(app)
+            transport.set_protocol(conn)
+            conn.connection_made(transport)
+            return
+        app.metrics.connections_refused += 1
+        transport.write(REFUSAL)
+        if app.refusals_lingering < MAX_LINGERING_REFUSALS:
+            app.refusals_lingering += 1
+            self.lingering = True
+            linger(transport, app.loop)
+        else:
+            transport.close()
+
+    def data_received(self, data):
+        pass
+
+    def eof_received(self):
+        return None  # the client is done: the transport closes
+
+    def connection_lost(self, exc):
+        if self.lingering:
+            self.app.refusals_lingering -= 1
 
 
 def install_signals(loop, app):

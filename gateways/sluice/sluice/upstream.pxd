@@ -13,7 +13,6 @@ from sluice.usage cimport UsageScan
 cdef int RAW, REFRAME, TRANSLATE_BUFFERED, TRANSLATE_STREAM, DISCARD
 cdef int SAME_DIALECT
 cdef Py_ssize_t MAX_HEAD
-cdef double STALE_RETRY_S
 
 
 @cython.final
@@ -31,7 +30,7 @@ cdef class UpstreamConn:
     cdef public list response_open, body_parts, messages_begun, buffered
     cdef public object on_message_complete, on_body, on_message_begin
     cdef public bytes this_read, head_so_far, retry_after_line
-    cdef public Py_ssize_t head_start, bytes_read, buffered_bytes, body_left
+    cdef public Py_ssize_t head_start, bytes_read, buffered_bytes, body_left, connection_at
     cdef public double t_rx, t_sent, t_head, last_rx
     cdef public bint event_stream, chunked_to_client, close_delimited, client_head_sent, no_reuse
     cdef public bint at_event_end

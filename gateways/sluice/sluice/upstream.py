@@ -32,10 +32,6 @@ TRANSLATE_STREAM = 3    # translated SSE stream, event by event
 DISCARD = 4             # a failed attempt that another attempt replaces: the body is read and dropped
 
 MAX_HEAD = 64 * 1024
-# A request that fails on a reused connection before any byte came back is retried once, fresh,
-# only if the provider closed within this time of the send: the race with a provider closing an
-# idle connection. A later close may mean the provider had the request, so it is not sent twice.
-STALE_RETRY_S = 1.0
 
 
 def _log_callback_error(e):
@@ -56,7 +52,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         "bytes_read", "status", "event_stream", "chunked_to_client", "close_delimited", "buffered",
         "buffered_bytes", "sse_parser", "stream_translator", "usage_scan", "client_head_sent",
         "no_reuse", "retry_after_line", "on_body", "body_parts", "on_message_begin",
-        "messages_begun", "body_left", "pending_head", "at_event_end",
+        "messages_begun", "body_left", "pending_head", "at_event_end", "connection_at",
     )
 
     def __init__(self, pool):
@@ -97,7 +93,9 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
             self._lost_during_exchange()
 
     def eof_received(self):
-        return None  # the transport closes, connection_lost follows
+        # the transport closes, connection_lost follows: meanwhile no request may be written to it
+        self.alive = False
+        return None
 
     def pause_writing(self):
         c = self.client
@@ -346,7 +344,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         self.body_left = 0 if framed else -1
         # whether the provider keeps the connection (read from the head: llhttp forgets it
         # once the response is over, and asking it from a callback costs a Python call)
-        connection = find(b"\nconnection:")
+        connection = self.connection_at = find(b"\nconnection:")
         self.no_reuse = head.startswith(b"HTTP/1.0") or (connection >= 0 and says_close(low, connection))
         return length_at
 
@@ -451,12 +449,8 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         self.req = None
         if self.head_done and self.mode == DISCARD:
             dispatch.resend(client, req)
-        elif (self.bytes_read == 0 and self.reused and not req.retried
-              and perf_counter() - self.t_sent < STALE_RETRY_S):
-            # a pooled connection the provider had already closed: retry once, fresh
-            req.retried = True
-            dispatch.retry_on_fresh_connection(client, req)
-        else:
+        else:  # written (a connection whose close was seen is never used): it may have been acted
+            # on, so only a model's policy with retry_after_send sends it again (RFC 9110 9.2.2)
             self.app.metrics.upstream_error(self.provider.name, "closed")
             dispatch.attempt_failed(client, 502, f"provider {self.provider.name} closed the "
                                                  "connection before answering", "reset")
