@@ -30,7 +30,7 @@ class CountCase:
 # N2 and N1): a timer firing more in one phase than in the other (~40k instructions under
 # Valgrind, the 10-Hz tick) is then ~0.05% of any case, the cheap 401 as much as the stream.
 GATE_CASES = (
-    CountCase("plain", "passthrough", what="the relay alone: no key, no alias", scale=2.0),
+    CountCase("plain", "passthrough", what="the relay alone: a key without limits, no alias", scale=2.0),
     CountCase("features", "", what="as the study calls it: key, alias, budget, validate_json",
               scale=1.35),
     CountCase("stream", "", stream=True, what="the same, streamed: 10 frames, one read each",

@@ -451,6 +451,9 @@ def test_at_most_max_ejection_percent_ejected(gw, stubs):
     assert 'sluice_ejections_total{model="solo"' not in gw.metrics()
 
 
+STUDY_KEY = {"authorization": "Bearer sk-sluice-study"}  # the template requires a key: the study's
+
+
 def test_resilient_template_rides_out_a_failing_primary(stubs, tmp_path):
     """gateways/sluice/resilient.toml.tmpl as the fault lane renders it: the primary answering
     500, every request still succeeds (a retry to the standby, then the primary ejected)."""
@@ -466,7 +469,7 @@ def test_resilient_template_rides_out_a_failing_primary(stubs, tmp_path):
     try:
         a.fail_status = 500
         for _ in range(20):
-            assert post_model(g, "mock-alias")[0] == 200
+            assert post_model(g, "mock-alias", STUDY_KEY)[0] == 200
         # min_requests = 5 on both sides: the primary's 6th failure (its retry on the standby
         # made the standby's 5th success before it) ejects it for 1 s (its first ejection)
         assert len(a.requests) == 6
@@ -475,18 +478,18 @@ def test_resilient_template_rides_out_a_failing_primary(stubs, tmp_path):
         a.fail_status = 0
         time.sleep(1.2)
         for _ in range(200):  # back on probation: a tenth of the requests, the rest the standby's
-            assert post_model(g, "mock-alias")[0] == 200
+            assert post_model(g, "mock-alias", STUDY_KEY)[0] == 200
             if len(a.requests) > 6:
                 break
         assert len(a.requests) == 7
         time.sleep(1.1)       # healthy for ejection_s: its next success ends the probation
         for _ in range(200):
-            assert post_model(g, "mock-alias")[0] == 200
+            assert post_model(g, "mock-alias", STUDY_KEY)[0] == 200
             if len(a.requests) > 7:
                 break
         on_standby = len(b.requests)
         for _ in range(5):
-            assert post_model(g, "mock-alias")[0] == 200
+            assert post_model(g, "mock-alias", STUDY_KEY)[0] == 200
         assert len(a.requests) == 13 and len(b.requests) == on_standby  # its whole weight again
     finally:
         g.stop()

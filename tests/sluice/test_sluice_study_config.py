@@ -83,11 +83,17 @@ def test_study_config_against_the_mock(tmp_path):
         status, h, data = request(port, "POST", req["chat_path"], dict(body, stream=True), headers)
         assert status == 200 and h["content-type"].startswith("text/event-stream")
         assert data.rstrip().endswith(b"data: [DONE]")
-        # the feature-cost lane calls it without a key too (require_auth = false); a wrong key
-        # is still refused
+        # every request needs a key: the feature-cost lane's features present one without limits
         status, _, _ = request(port, "POST", req["chat_path"], dict(body, model="mock-model"),
                                {"content-type": "application/json"})
-        assert status == 200
+        assert status == 401
+        for name, feature in spec["features"].items():
+            if name not in ("refused", "rate_limited"):
+                status, _, data = request(port, "POST", feature.get("chat_path", "/v1/messages" if feature.get("dialect") == "anthropic"
+                                                                     else req["chat_path"]),
+                                          dict(body, model=feature["model"]),
+                                          {"content-type": "application/json", **feature["headers"]})
+                assert status == 200, (name, data)
         status, _, _ = request(port, "POST", req["chat_path"], body,
                                {"content-type": "application/json", "authorization": "Bearer sk-wrong"})
         assert status == 401
@@ -98,7 +104,7 @@ def test_study_config_against_the_mock(tmp_path):
         assert status == 200 and json.loads(data)["type"] == "message"
         status, _, data = request(port, "POST", req["chat_path"],
                                   dict(body, model="mock-model-via-anthropic"),
-                                  {"content-type": "application/json"})
+                                  {"content-type": "application/json", **req["headers"]})
         assert status == 200 and json.loads(data)["choices"][0]["message"]["content"]
     finally:
         if gw is not None:
