@@ -37,6 +37,9 @@ def send_first(app, conn, r, provider, body):
     """The request is admitted: from now on it is in flight until ``App.request_finished``."""
     payload = rewrite.payload(r, provider, body)
     app.metrics.in_flight += 1
+    key = r.key
+    if key is not None and key.max_in_flight:
+        app.keys.start_request(key)
     r.payload = payload  # kept for another attempt
     if TEST_CPU_BURN_S:
         _burn_cpu(TEST_CPU_BURN_S)

@@ -40,5 +40,6 @@ cdef class App:
     cdef public list policies
 
     cpdef handle(self, ClientConn conn, Request r)
+    @cython.locals(key=KeyRecord)
     cpdef request_finished(self, ClientConn conn, Request req, int status, prompt, completion)
     cpdef _log_access(self, ClientConn conn, Request req, int status, KeyRecord key, retry_state)

@@ -216,6 +216,8 @@ class App:
         if req.overhead_us:
             m.overhead.observe(req.overhead_us / 1e6)
         key = req.key
+        if key is not None and key.max_in_flight:
+            self.keys.end_request(key)
         if key is not None and req.reserved:
             if prompt is None:  # the provider reported nothing (believable)
                 prompt = len(req.body) // 4
