@@ -114,9 +114,12 @@ def test_max_in_flight_holds_over_two_workers(make_sluice, stub):
         assert outcomes == ["held", "held", 429, 429], outcomes
         stub.open_gate("hog-w0")
         conns[0].close()
-        # the place worker 0 gave back can be taken through worker 1
-        conns[3].sendall(_stream_request("hog-w4"))
-        assert _outcome(conns[3])[0] == "held"
+
+        def retaken():  # the place worker 0 gives back (once it sees the close) taken through worker 1
+            conns[3].sendall(_stream_request("hog-w4"))
+            return _outcome(conns[3])[0] == "held"
+
+        assert wait_until(retaken, timeout=5)
     finally:
         for i in range(5):
             stub.open_gate(f"hog-w{i}")
