@@ -134,7 +134,7 @@ def test_body_cap_holds_with_many_slow_senders(make_sluice, stub):
 
 # ------------------------------------------------------------------ one copy once admitted
 def test_an_admitted_body_is_held_once(make_sluice, stub):
-    """24 requests of 2 MiB held open by the provider: one copy each is about 48 MiB, two 96."""
+    """24 requests of 2 MiB held open by the provider: one copy each is about 48 MiB (measured: 63), two 96 (measured: 102)."""
     gw = make_sluice(_config(stub.url, "max_body_bytes = 4194304"), env=ENV)
     body = _body(2 * MiB).replace(b'"messages"', b'"stream": true, "messages"')
     base = rss(gw.proc.pid)
@@ -151,9 +151,9 @@ def test_an_admitted_body_is_held_once(make_sluice, stub):
                 chunk = s.recv(65536)
                 assert chunk, buf
                 buf += chunk
-        assert _state(gw.port)["body_bytes_held"] == 24 * len(body)
         growth = rss(gw.proc.pid) - base
-        assert growth < 72 * MiB, f"RSS grew {growth / MiB:.1f} MiB for 48 MiB of bodies"
+        assert growth < 80 * MiB, f"RSS grew {growth / MiB:.1f} MiB for 48 MiB of bodies"
+        assert _state(gw.port)["body_bytes_held"] == 24 * len(body)
     finally:
         for i in range(24):
             stub.open_gate(f"once{i}")
