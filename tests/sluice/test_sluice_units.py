@@ -117,6 +117,7 @@ class _K:
         self.rpm = kw.get("rpm", 0)
         self.token_budget = kw.get("budget", 0)
         self.budget_period_s = kw.get("period", 0)
+        self.max_in_flight = kw.get("max_in_flight", 0)
 
 
 def _workers(key, n):

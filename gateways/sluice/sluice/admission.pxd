@@ -10,6 +10,7 @@ from sluice.request cimport Request, Route
 from sluice.server cimport App
 
 
+@cython.locals(key=KeyRecord)
 cpdef chat(App app, ClientConn conn, Request r)
 cpdef reject(App app, ClientConn conn, Request r, int status, message, bytes extra=*)
 cpdef bint _authenticate(App app, ClientConn conn, Request r) except -1

@@ -22,9 +22,15 @@ def chat(app, conn, r):
     if not _authenticate(app, conn, r):
         return
     key = r.key
-    # the key's rate before any work on the body, its allow-list before any second parse
-    if key is not None and key.rpm and not _within_rpm(app, conn, r, key):
-        return
+    # the key's open requests and rate before any work on the body (open requests first: a
+    # request refused for them is not counted in the rate), its allow-list before any second parse
+    if key is not None:
+        if key.max_in_flight and app.keys.in_flight_full(key):
+            reject(app, conn, r, 429, f"key {key.name!r} has {key.max_in_flight} requests in "
+                                      f"flight already", b"retry-after: 1\r\n")
+            return
+        if key.rpm and not _within_rpm(app, conn, r, key):
+            return
     budget = key is not None and key.budget != 0
     body = ChatBody(r.body)
     if not _read_body(app, conn, r, body, budget) or not _route(app, conn, r, body.model):

@@ -13,6 +13,7 @@ from sluice.upstream cimport UpstreamConn
 
 cdef int PAUSE_QUEUE_FULL, PAUSE_UPSTREAM, PAUSE_BAD, PAUSE_WRITE, PAUSE_FINAL, PAUSE_BURST
 cdef int PAUSE_QUEUED_BYTES
+cdef tuple CHAT_PATHS
 
 
 @cython.final
@@ -31,7 +32,8 @@ cdef class ClientConn:
     cdef public HeaderDigest last_digest
     cdef public KnownHead known_head
     cdef public list url_parts, body_parts, between_messages
-    cdef public Py_ssize_t completed, head_bytes, queued_bytes
+    cdef public Py_ssize_t completed, head_bytes, queued_bytes, held_bytes
+    cdef public bint key_known
     cdef public list head_pieces
     cdef public ChunkedFraming chunked
     cdef public bytes backlog, read_tail
@@ -50,11 +52,15 @@ cdef class ClientConn:
     cpdef data_received(self, bytes data)
     @cython.locals(n=Py_ssize_t, pos=Py_ssize_t, end=Py_ssize_t, r=Request, part=bytes)
     cpdef _parse(self, bytes data)
+    @cython.locals(received=Py_ssize_t)
     cpdef _body_progress(self, Request r)
     cpdef _bad_request(self, int status, message, Request r=*)
     @cython.locals(d=HeaderDigest)
     cpdef on_headers_complete(self)
     cpdef on_message_complete(self)
+    @cython.locals(app=App)
+    cpdef bint hold(self, Request r, Py_ssize_t n) except -1
+    cpdef release(self, Request r)
     cpdef _handle(self, Request r)
     cpdef _next(self)
     cpdef respond(self, Request r, int status, bytes body, bytes extra=*, bytes content_type=*, overhead_us=*)

@@ -14,6 +14,8 @@ from sluice import dispatch, framing, known_head, request
 from sluice.http import error_body, linger, response
 from sluice.request import Request
 
+CHAT_PATHS = (b"/v1/chat/completions", b"/v1/messages")
+
 # why reading from a client is paused (bits of ClientConn.paused_for)
 PAUSE_QUEUE_FULL = 1   # max_pipelined requests are queued
 PAUSE_UPSTREAM = 2     # the provider does not take what is sent to it fast enough
@@ -32,6 +34,7 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
         "url_parts", "on_body", "body_parts", "on_message_begin", "between_messages",
         "known_head", "completed", "last_parsed", "backlog", "read_tail", "head_bytes",
         "head_began", "final", "burst", "feeding", "head_pieces", "chunked", "queued_bytes",
+        "held_bytes", "key_known",
     )
 
     def __init__(self, app):
@@ -59,6 +62,8 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
         self.feeding = False
         self.chunked = None   # the chunked body being read: its framing (see framing.py)
         self.queued_bytes = 0  # body bytes of the queued requests
+        self.held_bytes = 0   # body bytes of this connection's requests counted in App.body_bytes_held
+        self.key_known = False  # the last request head's key is a configured one
 
     # ------------------------------------------------------------ transport
     def connection_made(self, transport):
@@ -98,6 +103,8 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
         app.clients.discard(self)
         self.queue.clear()
         self.queued_bytes = 0
+        app.body_bytes_held -= self.held_bytes  # every body this connection held, answered or not
+        self.held_bytes = 0
         self.backlog = None
         r = self.active
         if r is None:
@@ -150,6 +157,7 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
                     data = self.backlog
                     self.backlog = None
                     self._parse(data)
+                    self.last_parsed = None  # learnt from only in data_received
                     if self.paused_for or self.closed:
                         return
                 self.transport.resume_reading()
@@ -198,6 +206,8 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
             r = self.known_head.request(data, t, self.app.max_body)
             if r is not None:  # exactly one request with the head seen before: no parser
                 self.completed += 1
+                if not self.hold(r, len(r.body)):
+                    return
                 self.busy = True
                 self._handle(r)
                 return
@@ -207,6 +217,7 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
             head = known_head.learn(self.last_parsed, data, self.last_digest.expect_continue)
             if head is not None:
                 self.known_head = head
+        self.last_parsed = None  # an idle connection must not keep its last request's body
 
     def _parse(self, data):
         """Feed the parser one part at a time: a head up to its CRLF CRLF, a body up to its
@@ -262,9 +273,12 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
             self.feeding = False
 
     def _body_progress(self, r):
-        """A body longer than one read: keep one piece per read, count it, enforce the limit."""
+        """A body longer than one read: keep one piece per read, count it, enforce the limits."""
+        received = r.body_received
         if not r.add_body_piece(self.body_parts, self.app.max_body):
             self._bad_request(413, f"request body exceeds {self.app.max_body} bytes")
+        elif not self.hold(r, r.body_received - received):
+            return
         elif self.busy and self.queued_bytes + r.body_received > self.app.max_queued:
             self._pause(PAUSE_QUEUED_BYTES)  # read the rest in its turn
 
@@ -289,6 +303,10 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
         """Unusable input: answer after the responses already owed, then close."""
         dialect = self.dialect(r)
         self.bad = True
+        if self.incoming is not None:
+            self.release(self.incoming)
+        if r is not None:
+            self.release(r)
         self.incoming = None
         self.backlog = None
         self._pause(PAUSE_BAD)
@@ -301,9 +319,10 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
 
     def _error_and_close(self, status, message, dialect):
         body = error_body(dialect, status, message)
-        extra = b""
+        # Sluice's own 503 here is momentary: too many bodies held by the worker
+        extra = b"retry-after: 1\r\n" if status == 503 else b""
         if self.app.overhead_header:
-            extra = b"x-gateway-overhead-us: %d\r\n" % ((perf_counter() - self.t_rx) * 1e6)
+            extra += b"x-gateway-overhead-us: %d\r\n" % ((perf_counter() - self.t_rx) * 1e6)
         self.write(response(status, body, extra=extra, close=True))
         self.close_after_response()
 
@@ -325,7 +344,8 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
                 self._bad_request(431, f"more than {app.max_headers} request header fields")
                 raise HttpParserError("too many headers")
             self.last_headers = dict(h)
-            self.last_digest = request.digest_headers(h, app.forward_policy)
+            self.last_digest = d = request.digest_headers(h, app.forward_policy)
+            self.key_known = bool(d.token) and app.keys.lookup(d.token) is not None
         h.clear()
         d = self.last_digest
         r.token = d.token
@@ -351,6 +371,11 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
             # refuse now (after the responses owed) rather than read a body we will not use
             self._bad_request(413, f"request body exceeds {app.max_body} bytes")
             raise HttpParserError("body too large")
+        elif (not self.key_known and app.require_auth
+              and (r.content_length > 0 or d.transfer_encoding is not None) and self._chat_path(r.url)):
+            # refused from its head: a body nobody may send is not read (nor waited for)
+            self._bad_request(401, "invalid API key" if d.token else "missing API key")
+            raise HttpParserError("no key")
         elif d.expect_continue and not self.busy:
             self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
@@ -368,6 +393,8 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
                 return
             self.chunked = None
         r.take_body(self.body_parts)
+        if not self.hold(r, len(r.body) - r.held):
+            return
         if r.upgrade:
             if r.method == b"CONNECT":
                 self._bad_request(405, "CONNECT is not supported", r)
@@ -398,6 +425,33 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
         else:
             self.busy = True
             self._handle(r)
+
+    @staticmethod
+    def _chat_path(url):
+        q = url.find(b"?")
+        return (url if q < 0 else url[:q]) in CHAT_PATHS
+
+    def hold(self, r, n):
+        """``n`` more body bytes of ``r`` held by the worker: False when that is over
+        max_held_body_bytes (``r`` is then refused: 503, close)."""
+        app = self.app
+        r.held += n
+        self.held_bytes += n
+        app.body_bytes_held += n
+        if app.body_bytes_held > app.max_held_body:
+            self._bad_request(503, f"request bodies held by this worker exceed {app.max_held_body} "
+                                   f"bytes", r)
+            return False
+        return True
+
+    def release(self, r):
+        """``r``'s body is no longer held (answered, or dropped). Once the connection is closed,
+        connection_lost releases all it held."""
+        n = r.held
+        if n and not self.closed:
+            r.held = 0
+            self.held_bytes -= n
+            self.app.body_bytes_held -= n
 
     def _handle(self, r):
         try:
@@ -447,6 +501,8 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
 
     def done(self, keep_alive):
         """The current response is fully written."""
+        if self.active is not None:
+            self.release(self.active)
         self.busy = False
         self.last_active = perf_counter()  # the keep-alive idle time starts now
         self.active = None

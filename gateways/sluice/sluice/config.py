@@ -262,9 +262,10 @@ class ModelConfig:
 
 
 class KeyConfig:
-    KEYS = ("key", "key_env", "key_sha256", "models", "rpm", "token_budget", "budget_period_s")
+    KEYS = ("key", "key_env", "key_sha256", "models", "rpm", "token_budget", "budget_period_s",
+            "max_in_flight")
 
-    def __init__(self, name, t):
+    def __init__(self, name, t, default_max_in_flight=0):
         w = f"[keys.{name}]"
         _check_table(t, self.KEYS, w)
         self.name = name
@@ -291,6 +292,9 @@ class KeyConfig:
         self.rpm = _num(t, "rpm", 0, w, 0, integer=True)
         self.token_budget = _num(t, "token_budget", 0, w, 0, integer=True)
         self.budget_period_s = _num(t, "budget_period_s", 0, w, 0, integer=True)
+        # rpm bounds a rate, not how many long requests a key holds open at once over all workers
+        self.max_in_flight = _num(t, "max_in_flight", default_max_in_flight, w, 0, integer=True,
+                                  maximum=1000000)
 
     def digest(self):
         if self.key_sha256:
@@ -328,7 +332,8 @@ class Config:
                 if f not in self.models:
                     raise ConfigError(f"[models.{m.name}].fallbacks: unknown model {f!r}")
         self.retry_budget = RetryBudgetConfig(data.get("retry_budget", {}))
-        self.keys = {n: KeyConfig(n, t) for n, t in data.get("keys", {}).items()}
+        self.keys = {n: KeyConfig(n, t, self.server.key_max_in_flight)
+                     for n, t in data.get("keys", {}).items()}
         digests = {}
         any_digest = any(k.key_sha256 for k in self.keys.values())
         for k in self.keys.values():

@@ -34,7 +34,7 @@ class ServerConfig:
             "max_header_bytes", "max_headers", "client_header_timeout_s", "client_body_timeout_s",
             "max_client_connections", "metrics_token", "forward_request_headers",
             "forward_response_headers", "metrics_per_key", "max_sse_frame_bytes", "request_timeout_s",
-            "client_send_timeout_s")
+            "client_send_timeout_s", "key_max_in_flight", "max_held_body_bytes")
 
     def __init__(self, t):
         w = "[server]"
@@ -88,6 +88,13 @@ class ServerConfig:
         self.request_timeout_s = float(_num(t, "request_timeout_s", 600.0, w, 0.1, maximum=86400))
         # a client whose pending response bytes see no progress this long is cut (nginx's send_timeout)
         self.client_send_timeout_s = float(_num(t, "client_send_timeout_s", 60.0, w, 0.1, maximum=3600))
+        # the max_in_flight of a key that sets none: a quarter of a worker's default provider
+        # connections, so that one key's long requests leave room for the others
+        self.key_max_in_flight = _num(t, "key_max_in_flight", 4096, w, 0, integer=True, maximum=1000000)
+        # request bodies held by a worker at once, arriving or in flight; beyond it, 503
+        self.max_held_body_bytes = _num(t, "max_held_body_bytes", 256 << 20, w, 1, integer=True)
+        if self.max_held_body_bytes < self.max_body_bytes:
+            raise ConfigError(f"{w}.max_held_body_bytes must be >= max_body_bytes (one body must fit)")
         self.forward_request_headers = _names(t, "forward_request_headers", DEFAULT_REQUEST_HEADERS, w)
         self.forward_response_headers = _names(t, "forward_response_headers", DEFAULT_RESPONSE_HEADERS, w)
 

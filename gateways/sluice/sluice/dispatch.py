@@ -36,7 +36,13 @@ def _burn_iterations(n):
 def send_first(app, conn, r, provider, body):
     """The request is admitted: from now on it is in flight until ``App.request_finished``."""
     payload = rewrite.payload(r, provider, body)
+    r.body_bytes = len(r.body)
+    if r.route.policy is None:
+        r.body = b""  # the payload holds the body now; only another attempt would need the client's
     app.metrics.in_flight += 1
+    key = r.key
+    if key is not None and key.max_in_flight:
+        app.keys.start_request(key)
     r.payload = payload  # kept for another attempt
     if TEST_CPU_BURN_S:
         _burn_cpu(TEST_CPU_BURN_S)

@@ -24,6 +24,7 @@ def gauges(app):
         "sluice_asyncio_tasks": [[[], len(asyncio.all_tasks(app.loop))]],
         "sluice_workers": [[[], 1]],
         "sluice_resident_memory_bytes": [[[], _rss()]],
+        "sluice_request_body_bytes_held": [[[], app.body_bytes_held]],
     }
     conns = []
     for name, p in app.providers.items():
@@ -89,6 +90,7 @@ def debug_state(app):
                     "waiters": len(p.pool.waiters), "connect_tasks": len(p.pool.tasks)}
     return {"pid": os.getpid(), "worker": app.worker, "workers": app.n_workers,
             "in_flight": app.metrics.in_flight, "client_connections": len(app.clients),
+            "body_bytes_held": app.body_bytes_held,
             "busy_clients": sum(1 for c in app.clients if c.busy),
             "tasks": len(asyncio.all_tasks(app.loop)), "upstream": up,
             "requests": sum(app.metrics.requests.values()),

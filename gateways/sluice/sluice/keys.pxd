@@ -1,4 +1,5 @@
 # Cython declarations for keys.py (see build.py): typed key records and lease arithmetic.
+cimport cython
 
 cdef class KeyRecord:
     cdef public str name
@@ -11,6 +12,7 @@ cdef class KeyRecord:
     cdef public long long budget_period_index, spent, reserved, budget_lease
     cdef public double budget_until
     cdef public long long prompt_tokens, completion_tokens
+    cdef public long long max_in_flight, in_flight
 
 
 cdef class KeyStore:
@@ -20,6 +22,10 @@ cdef class KeyStore:
     cdef public dict by_token, by_digest
 
     cpdef KeyRecord lookup(self, token)
+    @cython.locals(total=cython.longlong, n=Py_ssize_t, b=Py_ssize_t, w=Py_ssize_t)
+    cpdef bint in_flight_full(self, KeyRecord rec) except -1
+    cpdef start_request(self, KeyRecord rec)
+    cpdef end_request(self, KeyRecord rec)
     cpdef take_request(self, KeyRecord rec, double now)
     cpdef reserve(self, KeyRecord rec, tokens)
     cpdef settle(self, KeyRecord rec, reserved, actual)

@@ -3,6 +3,7 @@
 State lives in shared memory (shared.py), one slot per (key, worker):
   0 rpm window id   1 requests counted in that window   2 requests in the window before
   3 budget period   4 tokens spent in period   5 tokens reserved (in flight)   6 tokens leased
+  7 requests in flight (admitted, not finished), counted for a key with max_in_flight
 A worker writes only its own slot and reads everyone's, so the checks need no
 lock. Two workers admitting at the same instant can overshoot a limit by at
 most one request (or one reservation) per worker; that is the price of a
@@ -49,7 +50,7 @@ class KeyRecord:
                  "rpm_window", "rpm_count", "rpm_previous_count", "rpm_lease", "rpm_until",
                  # token budget, this worker: period, spent, reserved, lease, period end (perf_counter)
                  "budget_period_index", "spent", "reserved", "budget_lease", "budget_until",
-                 "prompt_tokens", "completion_tokens")
+                 "prompt_tokens", "completion_tokens", "max_in_flight", "in_flight")
 
     def __init__(self, cfg, index, base):
         self.name = cfg.name
@@ -66,6 +67,8 @@ class KeyRecord:
         self.budget_period_index = self.spent = self.reserved = self.budget_lease = 0
         self.budget_until = -INF
         self.prompt_tokens = self.completion_tokens = 0
+        self.max_in_flight = cfg.max_in_flight  # over all workers; 0: no limit
+        self.in_flight = 0  # this worker's
 
     def allows(self, requested, canonical):
         return self.all_models or canonical in self.models or requested in self.models
@@ -95,6 +98,7 @@ class KeyStore:
             rec.budget_period_index, rec.spent = q[b + 3], q[b + 4]
             q[b + 5] = 0
             q[b + 6] = 0
+            q[b + 7] = 0
 
     def lookup(self, token):
         rec = self.by_token.get(token)
@@ -104,6 +108,28 @@ class KeyStore:
             if rec is not None:
                 self.by_token[token] = rec  # bounded: one entry per configured key
         return rec
+
+    # -- requests in flight --
+    def in_flight_full(self, rec):
+        """Whether ``rec`` has max_in_flight requests in flight already, summed over workers."""
+        total = rec.in_flight
+        n = self.n_workers
+        if n > 1:
+            q = self.slots
+            b = rec.index * n * SLOT_FIELDS + 7
+            for w in range(n):
+                if w != self.worker:
+                    total += q[b]
+                b += SLOT_FIELDS
+        return total >= rec.max_in_flight
+
+    def start_request(self, rec):
+        rec.in_flight += 1
+        self.slots[rec.base + 7] = rec.in_flight
+
+    def end_request(self, rec):
+        rec.in_flight -= 1
+        self.slots[rec.base + 7] = rec.in_flight
 
     # -- requests per minute --
     def take_request(self, rec, now):

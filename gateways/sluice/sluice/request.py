@@ -22,7 +22,7 @@ class Request:
         "keep_alive", "content_length", "body", "body_left", "body_pieces", "body_received",
         "upgrade", "own_time", "t_resume", "overhead_us", "translation", "stream", "include_usage",
         "key", "reserved", "route", "model_label", "dialect", "payload", "client_model",
-        "deployment", "retry_state",
+        "deployment", "retry_state", "body_bytes", "held",
     )
 
     def __init__(self, t0):
@@ -39,6 +39,8 @@ class Request:
         self.body_left = -1          # Content-Length body bytes still to come
         self.body_pieces = None      # body pieces of earlier reads (a body longer than one read)
         self.body_received = 0       # body bytes received so far
+        self.body_bytes = 0          # the body's length once admitted (the body may be dropped then)
+        self.held = 0                # body bytes counted as held by the worker (ClientConn.hold)
         self.upgrade = False
         self.own_time = 0.0          # seconds of our own work before waiting on the provider
         self.t_resume = t0

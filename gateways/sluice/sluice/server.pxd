@@ -16,7 +16,7 @@ cdef class App:
     cdef public object response_filter
     cdef public Py_ssize_t worker, n_workers
     cdef public Py_ssize_t max_body, max_pipelined, max_url, max_head, max_headers, max_clients
-    cdef public Py_ssize_t max_queued
+    cdef public Py_ssize_t max_queued, max_held_body, body_bytes_held
     cdef public double header_timeout, body_timeout, idle_timeout, send_timeout, access_flush_s
     cdef public double stop_deadline
     cdef public Py_ssize_t max_sse_frame
@@ -40,5 +40,6 @@ cdef class App:
     cdef public list policies
 
     cpdef handle(self, ClientConn conn, Request r)
+    @cython.locals(key=KeyRecord)
     cpdef request_finished(self, ClientConn conn, Request req, int status, prompt, completion)
     cpdef _log_access(self, ClientConn conn, Request req, int status, KeyRecord key, retry_state)

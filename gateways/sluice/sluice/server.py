@@ -49,6 +49,8 @@ class App:
         self.shared = shared
         s = cfg.server
         self.max_body = s.max_body_bytes
+        self.max_held_body = s.max_held_body_bytes
+        self.body_bytes_held = 0  # request bodies held by this worker: arriving, queued, in flight
         self.max_pipelined = s.max_pipelined
         self.max_queued = s.max_queued_bytes_per_connection
         self.max_url = s.max_url_bytes
@@ -216,9 +218,11 @@ class App:
         if req.overhead_us:
             m.overhead.observe(req.overhead_us / 1e6)
         key = req.key
+        if key is not None and key.max_in_flight:
+            self.keys.end_request(key)
         if key is not None and req.reserved:
             if prompt is None:  # the provider reported nothing (believable)
-                prompt = len(req.body) // 4
+                prompt = req.body_bytes // 4
                 # a client gone mid-exchange (499) may have left the provider generating:
                 # it pays the whole reservation, the most its request could cost
                 completion = 0 if status >= 400 and status != 499 else max(0, req.reserved - prompt)

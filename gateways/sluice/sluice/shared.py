@@ -1,7 +1,7 @@
 """Memory shared by the worker processes (a memfd mapped by each of them).
 
-Layout: one 8-int64 slot per (virtual key, worker) for rate-limit windows and
-token budgets, then one snapshot area per worker for /metrics aggregation.
+Layout: one 8-int64 slot per (virtual key, worker) for rate-limit windows,
+token budgets and requests in flight, then one snapshot area per worker for /metrics aggregation.
 Every worker writes only its own slots, so no lock is needed; readers sum
 over workers (see keys.py for the small overshoot this allows).
 """

@@ -387,7 +387,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
             return relay_translated.stream_usage(self)
         if (self.mode == RAW or self.mode == REFRAME) and self.usage_scan is not None \
                 and self.usage_scan.counts:
-            return self.usage_scan.tokens(len(req.body), self.bytes_read)
+            return self.usage_scan.tokens(req.body_bytes, self.bytes_read)
         return None
 
     # ------------------------------------------------------------ endings
@@ -403,7 +403,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         prompt = completion = None
         if mode == RAW or mode == REFRAME:  # (a re-framed body's end went out with its last piece)
             if self.usage_scan is not None:
-                prompt, completion = self.usage_scan.tokens(len(req.body), self.bytes_read)
+                prompt, completion = self.usage_scan.tokens(req.body_bytes, self.bytes_read)
         elif mode == TRANSLATE_STREAM:
             prompt, completion = relay_translated.finish_stream(self, client)
         else:  # TRANSLATE_BUFFERED
