@@ -11,6 +11,7 @@ import threading
 import psutil
 import pytest
 from sluice_helpers import ENV, MSG, chat, server_config
+from sluice_scripted_provider import ScriptedProvider
 from sluice_stub import wait_until
 
 KEY = "sk-test-dying"
@@ -18,14 +19,24 @@ KEY = "sk-test-dying"
 TOKENS_PER_CHAT = 16
 # chats the victim answers after the state is read: it dies holding fresh, partly used leases
 VICTIM_CHATS = 5
-# the victim's request in flight when it dies: the stub answers long after the test is done
-SLOW_MS = 20000
+# how long the provider of the victim's request in flight stays silent, unless Sluice closes first
+HOLD_S = 60
 
 
-def _config(stub_url, workers):
+@pytest.fixture
+def holder():
+    """A provider that never answers: it holds each request until Sluice closes the connection."""
+    p = ScriptedProvider(lambda p, c, head, body: p.hold(c, HOLD_S))
+    yield p
+    p.close()
+
+
+def _config(stub_url, holder_url, workers):
     # room enough for large leases: each claim takes 1/(2 x workers) of what is free
-    key = f'\n[keys.dying]\nkey = "{KEY}"\nrpm = 100000\ntoken_budget = 100000000\n'
-    return server_config(stub_url, extra=key).replace("workers = 1", f"workers = {workers}")
+    extra = (f'\n[keys.dying]\nkey = "{KEY}"\nrpm = 100000\ntoken_budget = 100000000\n'
+             f'\n[providers.holder]\nbase_url = "{holder_url}/v1"\napi_key = "sk-holder"\n'
+             f'\n[models.silent]\nprovider = "holder"\n')
+    return server_config(stub_url, extra=extra).replace("workers = 1", f"workers = {workers}")
 
 
 def _get_json(conn, path):
@@ -36,9 +47,9 @@ def _get_json(conn, path):
     return json.loads(body)
 
 
-def _chat(conn, headers=None):
-    conn.request("POST", "/v1/chat/completions", json.dumps({"model": "fast", "messages": MSG}),
-                 {"content-type": "application/json", "authorization": f"Bearer {KEY}", **(headers or {})})
+def _chat(conn, model="fast"):
+    conn.request("POST", "/v1/chat/completions", json.dumps({"model": model, "messages": MSG}),
+                 {"content-type": "application/json", "authorization": f"Bearer {KEY}"})
     resp = conn.getresponse()
     resp.read()
     return resp.status
@@ -92,8 +103,8 @@ def _counted(before, after, chats):
 
 
 @pytest.mark.parametrize("workers,victim", [(2, 0), (2, 1), (3, 2)])
-def test_a_killed_worker_loses_no_budget_or_window(make_sluice, stub, workers, victim):
-    gw = make_sluice(_config(stub.url, workers), env=ENV)
+def test_a_killed_worker_loses_no_budget_or_window(make_sluice, stub, holder, workers, victim):
+    gw = make_sluice(_config(stub.url, holder.url, workers), env=ENV)
     main = psutil.Process(gw.proc.pid)
     conns, pids = {}, {}
     for i in range(workers):
@@ -109,7 +120,7 @@ def test_a_killed_worker_loses_no_budget_or_window(make_sluice, stub, workers, v
 
     def slow_chat():
         try:
-            slow_answer.append(_chat(conns[victim], {"x-test-delay-ms": str(SLOW_MS)}))
+            slow_answer.append(_chat(conns[victim], "silent"))
         except OSError as e:
             slow_answer.append(e)
 

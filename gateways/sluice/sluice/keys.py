@@ -298,16 +298,22 @@ class KeyStore:
                 self._publish_budget(rec)
 
 
-def release_worker(slots, n_keys, n_workers, worker):
+def release_worker(slots, periods_s, n_workers, worker, wall):
     """Make a dead worker's slots true, in the supervisor, before the worker is restarted (nothing
-    writes them meanwhile). Its counted requests and spent tokens stay. What it had reserved
-    becomes spent: the provider may have served those requests, and charging them is the safe
-    side of a budget. What was left of its leases is given back. It has no request in flight."""
-    for k in range(max(1, n_keys)):
+    writes them meanwhile). ``periods_s``: each key's budget period (0: none); ``wall``: now, Unix
+    seconds. Its counted requests and spent tokens stay. What it had reserved becomes spent in
+    the current period: the provider may have served those requests, and charging them is the
+    safe side of a budget. What was left of its leases is given back. It has no request in flight."""
+    for k, period_s in enumerate(periods_s):
         b = (k * n_workers + worker) * SLOT_FIELDS
         slots[b + 1] -= slots[b + 8]  # an unused rpm lease was never a request
         # spent + reserved + leased as last published is what it has spent, reserved and still
         # holds (see settle); what it still holds is field 9
-        slots[b + 4] += slots[b + 5] + slots[b + 6] - slots[b + 9]
+        charged = slots[b + 5] + slots[b + 6] - slots[b + 9]
+        period_index = int(wall // period_s) if period_s else 0
+        if slots[b + 3] != period_index:  # a period it did not see begin: only the charge is in it
+            slots[b + 3] = period_index
+            slots[b + 4] = 0
+        slots[b + 4] += charged
         for f in range(5, SLOT_FIELDS):
             slots[b + f] = 0

@@ -21,8 +21,6 @@ from sluice.config import ConfigError, load
 RUN_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "run.py")
 # what the supervisor waits for: a worker's death, or the signal to stop
 SUPERVISOR_SIGNALS = {signal.SIGCHLD, signal.SIGTERM, signal.SIGINT}
-# the longest the supervisor sleeps when no restart is due (it wakes at once on a signal)
-SUPERVISOR_WAKE_S = 1.0
 # a worker restarted this many seconds after its death, doubled for each death in the last minute
 RESTART_BACKOFF_S = 0.5
 RESTART_BACKOFF_MAX_S = 30.0
@@ -121,7 +119,8 @@ class Supervisor:
         now = time.monotonic()
         for index, pid, status in self._reap():
             code = os.waitstatus_to_exitcode(status)
-            release_worker(self.shared.q, len(self.cfg.keys), self.cfg.server.workers, index)
+            release_worker(self.shared.q, [k.budget_period_s for k in self.cfg.keys.values()],
+                           self.cfg.server.workers, index, time.time())
             # its gauges (connections, requests in flight) died with it; its replacement publishes anew
             self.shared.clear_snapshot(index)
             log(f"worker {index} (pid {pid}) exited with {code}; restarting")
@@ -131,14 +130,20 @@ class Supervisor:
         for index, at in list(self.respawn_at.items()):
             if now >= at and index not in self.procs:
                 del self.respawn_at[index]
-                self.spawn(index)
+                try:
+                    self.spawn(index)
+                except OSError as e:  # short of memory or processes: the supervisor must stay
+                    log(f"cannot restart worker {index}: {e}; trying again in {RESTART_BACKOFF_MAX_S:g}s")
+                    self.respawn_at[index] = now + RESTART_BACKOFF_MAX_S
 
     def run(self):
         """Until SIGTERM or SIGINT: each is forwarded as SIGTERM, then the workers are waited for."""
         while True:
-            now = time.monotonic()
-            wake_s = min([SUPERVISOR_WAKE_S] + [max(0.0, at - now) for at in self.respawn_at.values()])
-            info = signal.sigtimedwait(SUPERVISOR_SIGNALS, wake_s)
+            if self.respawn_at:  # woken for the first restart due, unless a signal comes first
+                now = time.monotonic()
+                info = signal.sigtimedwait(SUPERVISOR_SIGNALS, max(0.0, min(self.respawn_at.values()) - now))
+            else:
+                info = signal.sigwaitinfo(SUPERVISOR_SIGNALS)
             if info is not None and info.si_signo != signal.SIGCHLD:
                 break
             self.check()
