@@ -16,6 +16,7 @@ from sluice_helpers import (
     MSG,
     chat,
     health_ms,
+    live_children,
     raw_exchange,
     request,
     rss,
@@ -150,8 +151,7 @@ def test_restarted_worker_keeps_counted_usage_and_the_loaded_config(make_sluice,
     with open(gw.path, "a") as f:  # an edited file must not reach the restarted worker
         f.write('\n[keys.late]\nkey = "sk-late"\n')
     os.kill(child.pid, signal.SIGKILL)
-    assert wait_until(lambda: len([c for c in parent.children() if c.status() != psutil.STATUS_ZOMBIE
-                                   and c.pid != child.pid]) == 2, timeout=10)
+    assert wait_until(lambda: len(set(live_children(parent)) - {child.pid}) == 2, timeout=10)
     time.sleep(2.0)
     assert tokens_spent(gw, "budget") == spent
     for _ in range(10):

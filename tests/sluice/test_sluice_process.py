@@ -8,7 +8,7 @@ import threading
 import tomllib
 
 import psutil
-from sluice_helpers import RUN_PY, base_config, chat, request
+from sluice_helpers import RUN_PY, base_config, chat, live_children, request
 from sluice_stub import wait_until
 
 ENV = {"SLUICE_TEST_PROVIDER_KEY": "sk-provider-secret"}
@@ -43,8 +43,7 @@ def test_two_workers_share_the_port_and_are_supervised(make_sluice, stub):
     # a worker that dies is replaced
     child = children[0]
     os.kill(child.pid, signal.SIGKILL)
-    assert wait_until(lambda: len([c for c in parent.children() if c.status() != psutil.STATUS_ZOMBIE
-                                   and c.pid != child.pid]) == 2, timeout=10)
+    assert wait_until(lambda: len(set(live_children(parent)) - {child.pid}) == 2, timeout=10)
     for _ in range(10):
         assert chat(gw.port, {"model": "fast", "messages": MSG})[0] == 200
 
