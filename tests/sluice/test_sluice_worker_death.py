@@ -7,12 +7,17 @@ import json
 import os
 import signal
 import threading
+import time
+from types import SimpleNamespace
 
 import psutil
 import pytest
 from sluice_helpers import ENV, MSG, chat, server_config
 from sluice_scripted_provider import ScriptedProvider
 from sluice_stub import wait_until
+
+from sluice.keys import KeyStore, release_worker
+from sluice.shared import Shared
 
 KEY = "sk-test-dying"
 # the stub's usage for one unary chat: 11 prompt and 5 completion tokens
@@ -189,3 +194,27 @@ def test_a_killed_worker_loses_no_budget_or_window(make_sluice, stub, holder, wo
         c.close()
     assert gw.stop() == 0
     assert wait_until(lambda: not any(_alive(p) for p in tree), timeout=10)
+
+
+@pytest.mark.parametrize("later_period", [False, True])
+def test_a_dead_workers_reservation_is_charged_in_the_period_of_its_death(later_period):
+    # in-process, over one shared memory: the supervisor's part alone, at a wall time of the test's
+    # choosing (a day's period: the test does not cross its end)
+    period_s = 86400
+    key = SimpleNamespace(name="k", key="sk-k", key_sha256=None, models=["*"], rpm=0, token_budget=10000,
+                          budget_period_s=period_s)
+    shared = Shared(1, 2)
+    survivor, dying = (KeyStore({"k": key}, shared, w, 2) for w in range(2))
+    rec = dying.lookup(b"sk-k")
+    assert dying.reserve(rec, 100) == 0
+    dying.settle(rec, 100, 40)   # spent in the period it ran in
+    dying.return_leases()        # and published, as every second
+    assert dying.reserve(rec, 300) == 0  # in flight when it dies
+    wall = time.time() + (period_s if later_period else 0)
+    release_worker(shared.q, [period_s], 2, 1, wall)
+    spent, reserved = survivor.budget_state(survivor.lookup(b"sk-k"), wall)
+    # in a later period only the charge for the request in flight is there: the 40 ran before it
+    assert (spent, reserved) == (300 if later_period else 340, 0)
+    restarted = KeyStore({"k": key}, shared, 1, 2)
+    again = restarted.lookup(b"sk-k")
+    assert (again.budget_period_index, again.spent) == (int(wall // period_s), spent)
