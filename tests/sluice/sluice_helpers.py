@@ -286,6 +286,18 @@ def rss(pid):
     return psutil.Process(pid).memory_info().rss
 
 
+def live_children(proc):
+    """The pids of ``proc``'s children that run (not zombies, not gone while asked)."""
+    pids = []
+    for c in proc.children():
+        try:
+            if c.status() != psutil.STATUS_ZOMBIE:
+                pids.append(c.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return pids
+
+
 def health_ms(port):
     """How long a /health request takes, in ms (asserting it is answered 200)."""
     t = time.perf_counter()

@@ -16,6 +16,7 @@ from sluice_helpers import (
     MSG,
     chat,
     health_ms,
+    live_children,
     raw_exchange,
     request,
     rss,
@@ -121,7 +122,7 @@ def test_metrics_snapshot_of_a_large_config_is_merged(make_sluice, stub):
     models = "".join(f'\n[models."{n}"]\nprovider = "stub"\n' for n in names)
     gw = make_sluice(server_config(stub.url, extra=models).replace("workers = 1", "workers = 2"), env=ENV)
     parent = psutil.Process(gw.proc.pid)
-    assert wait_until(lambda: len(parent.children()) == 1, timeout=10)
+    assert wait_until(lambda: len(parent.children()) == 2, timeout=10)
     time.sleep(1.0)  # the second worker listens too
     for n in names:
         assert chat(gw.port, {"model": n, "messages": MSG}, headers={"x-test-status": "418"})[0] == 418
@@ -140,7 +141,7 @@ def test_restarted_worker_keeps_counted_usage_and_the_loaded_config(make_sluice,
     cfg = server_config(stub.url, METRICS_TOKEN_LINE).replace("workers = 1", "workers = 2")
     gw = make_sluice(cfg, env=ENV)
     parent = psutil.Process(gw.proc.pid)
-    assert wait_until(lambda: len(parent.children()) == 1)
+    assert wait_until(lambda: len(parent.children()) == 2)
     child = parent.children()[0]
     for _ in range(30):
         assert chat(gw.port, {"model": "fast", "messages": MSG, "max_tokens": 1}, key="sk-test-budget")[0] in (200, 429)
@@ -150,8 +151,7 @@ def test_restarted_worker_keeps_counted_usage_and_the_loaded_config(make_sluice,
     with open(gw.path, "a") as f:  # an edited file must not reach the restarted worker
         f.write('\n[keys.late]\nkey = "sk-late"\n')
     os.kill(child.pid, signal.SIGKILL)
-    assert wait_until(lambda: [c.pid for c in parent.children() if c.status() != psutil.STATUS_ZOMBIE]
-                      not in ([], [child.pid]), timeout=10)
+    assert wait_until(lambda: len(set(live_children(parent)) - {child.pid}) == 2, timeout=10)
     time.sleep(2.0)
     assert tokens_spent(gw, "budget") == spent
     for _ in range(10):

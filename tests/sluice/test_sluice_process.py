@@ -8,7 +8,7 @@ import threading
 import tomllib
 
 import psutil
-from sluice_helpers import RUN_PY, base_config, chat, request
+from sluice_helpers import RUN_PY, base_config, chat, live_children, request
 from sluice_stub import wait_until
 
 ENV = {"SLUICE_TEST_PROVIDER_KEY": "sk-provider-secret"}
@@ -22,16 +22,16 @@ def _workers_config(stub_url, n):
 def test_two_workers_share_the_port_and_are_supervised(make_sluice, stub):
     gw = make_sluice(_workers_config(stub.url, 2), env=ENV)
     parent = psutil.Process(gw.proc.pid)
-    assert wait_until(lambda: len(parent.children()) == 1)
-    child = parent.children()[0]
-    assert os.getpgid(child.pid) == os.getpgid(parent.pid)
+    assert wait_until(lambda: len(parent.children()) == 2)
+    children = parent.children()
+    assert all(os.getpgid(c.pid) == os.getpgid(parent.pid) for c in children)
 
     pids = set()
     for _ in range(40):
         status, _, _ = chat(gw.port, {"model": "fast", "messages": MSG})
         assert status == 200
         pids.add(gw.state()["pid"])
-    assert pids <= {parent.pid, child.pid}
+    assert pids <= {c.pid for c in children}  # the supervisor serves nothing
 
     # /metrics sums every worker (snapshots are published about once a second)
     def total():
@@ -41,9 +41,9 @@ def test_two_workers_share_the_port_and_are_supervised(make_sluice, stub):
     assert wait_until(lambda: total() == 40 and "sluice_workers 2" in gw.metrics(), timeout=5)
 
     # a worker that dies is replaced
+    child = children[0]
     os.kill(child.pid, signal.SIGKILL)
-    assert wait_until(lambda: [c.pid for c in parent.children() if c.status() != psutil.STATUS_ZOMBIE]
-                      not in ([], [child.pid]), timeout=10)
+    assert wait_until(lambda: len(set(live_children(parent)) - {child.pid}) == 2, timeout=10)
     for _ in range(10):
         assert chat(gw.port, {"model": "fast", "messages": MSG})[0] == 200
 
@@ -55,11 +55,12 @@ def test_two_workers_share_the_port_and_are_supervised(make_sluice, stub):
 def test_workers_stop_when_the_supervisor_is_killed(make_sluice, stub):
     gw = make_sluice(_workers_config(stub.url, 2), env=ENV)
     parent = psutil.Process(gw.proc.pid)
-    assert wait_until(lambda: len(parent.children()) == 1)
-    child = parent.children()[0]
+    assert wait_until(lambda: len(parent.children()) == 2)
+    children = parent.children()
     os.kill(parent.pid, signal.SIGKILL)
     gw.proc.wait()
-    assert wait_until(lambda: not child.is_running() or child.status() == psutil.STATUS_ZOMBIE, timeout=10)
+    assert wait_until(lambda: not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children),
+                      timeout=10)
 
 
 def test_sigterm_finishes_in_flight_requests(make_sluice, stub):

@@ -94,4 +94,5 @@ def debug_state(app):
             "busy_clients": sum(1 for c in app.clients if c.busy),
             "tasks": len(asyncio.all_tasks(app.loop)), "upstream": up,
             "requests": sum(app.metrics.requests.values()),
-            "client_disconnects": app.metrics.client_disconnects}
+            "client_disconnects": app.metrics.client_disconnects,
+            "keys": {rec.name: app.keys.state(rec) for rec in app.keys.records}}

@@ -3,7 +3,7 @@
 State lives in shared memory (shared.py), one slot per (key, worker):
   0 rpm window id   1 requests counted in that window   2 requests in the window before
   3 budget period   4 tokens spent in period   5 tokens reserved (in flight)   6 tokens leased
-  7 requests in flight (admitted, not finished), counted for a key with max_in_flight
+  7 requests in flight (a key with max_in_flight)   8 requests leased, still unused   9 tokens leased, still unused
 A worker writes only its own slot and reads everyone's, so the checks need no
 lock. Two workers admitting at the same instant can overshoot a limit by at
 most one request (or one reservation) per worker; that is the price of a
@@ -28,6 +28,11 @@ Token accounting keeps spent + reserved + leased constant when a request
 settles (the difference to its reservation goes back to, or comes out of, the
 lease), so a settle only changes this worker's numbers; they are published
 with the next claim or the next second.
+
+A worker can die (kill -9, the OOM killer) between two publications, so what is
+left of its leases (fields 8 and 9) is written with every request taken from
+them, one store each: from these the supervisor knows exactly what the dead
+worker counted and spent (``release_worker``).
 """
 import math
 import time
@@ -90,15 +95,12 @@ class KeyStore:
                 self.by_token[kc.key.encode()] = rec
             else:
                 self.by_digest[kc.key_sha256] = rec
-            # a restarted worker keeps what its predecessor counted (requests this window, tokens
-            # spent this period); only that worker's reservations and leases died with it
+            # a restarted worker goes on from what its predecessor counted (requests this window,
+            # tokens spent this period), which the supervisor made true (release_worker)
             q = self.slots
             b = rec.base
             rec.rpm_window, rec.rpm_count, rec.rpm_previous_count = q[b], q[b + 1], q[b + 2]
             rec.budget_period_index, rec.spent = q[b + 3], q[b + 4]
-            q[b + 5] = 0
-            q[b + 6] = 0
-            q[b + 7] = 0
 
     def lookup(self, token):
         rec = self.by_token.get(token)
@@ -136,6 +138,7 @@ class KeyStore:
         """Count one request at ``now`` (perf_counter); return 0 when allowed, else seconds to wait."""
         if rec.rpm_lease and now < rec.rpm_until:
             rec.rpm_lease -= 1
+            self.slots[rec.base + 8] = rec.rpm_lease
             return 0
         q = self.slots
         window = int(now // WINDOW)
@@ -181,6 +184,7 @@ class KeyStore:
         q[b] = rec.rpm_window
         q[b + 1] = rec.rpm_count
         q[b + 2] = rec.rpm_previous_count
+        q[b + 8] = rec.rpm_lease
 
     @staticmethod
     def _rpm_retry(limit, cur, prev, elapsed):
@@ -229,6 +233,7 @@ class KeyStore:
         if rec.budget_lease >= tokens and perf_counter() < rec.budget_until:
             rec.budget_lease -= tokens
             rec.reserved += tokens
+            self.slots[rec.base + 9] = rec.budget_lease
             return 0
         wall = time.time()
         rec.budget_lease = 0  # claimed again below from what is free now
@@ -255,6 +260,7 @@ class KeyStore:
         q[b + 4] = rec.spent
         q[b + 5] = rec.reserved
         q[b + 6] = rec.budget_lease
+        q[b + 9] = rec.budget_lease
 
     def settle(self, rec, reserved, actual):
         actual = max(0, int(actual))
@@ -272,6 +278,37 @@ class KeyStore:
         if rec.budget_lease < 0:
             rec.budget_lease = 0
             self._publish_budget(rec)
+        else:
+            self.slots[rec.base + 9] = rec.budget_lease
+
+    def state(self, rec):
+        """This key over every worker, for /debug/state: requests in the current rpm window and in
+        the one before (exact), leases still unused, and tokens spent and reserved (other
+        workers' as they last published them, at most a second ago)."""
+        window = int(perf_counter() // WINDOW)
+        q = self.slots
+        n = self.n_workers
+        current = previous = requests_leased = tokens_leased = 0
+        for w in range(n):
+            b = (rec.index * n + w) * SLOT_FIELDS
+            if w == self.worker:
+                at, lease, before = rec.rpm_window, rec.rpm_lease, rec.rpm_previous_count
+                count = rec.rpm_count - lease
+                tokens_leased += rec.budget_lease
+            else:
+                at, lease, before = q[b], q[b + 8], q[b + 2]
+                count = q[b + 1] - lease
+                tokens_leased += q[b + 9]
+            requests_leased += lease
+            if at == window:
+                current += count
+                previous += before
+            elif at == window - 1:
+                previous += count
+        spent, reserved = self.budget_state(rec)
+        return {"rpm_window": window, "requests": current, "previous_window_requests": previous,
+                "requests_leased": requests_leased, "tokens_spent": spent, "tokens_reserved": reserved,
+                "tokens_leased": tokens_leased}
 
     def return_leases(self):
         """Give unused leases back and publish this worker's numbers (called once a second)."""
@@ -283,3 +320,24 @@ class KeyStore:
             if rec.budget:
                 rec.budget_lease = 0
                 self._publish_budget(rec)
+
+
+def release_worker(slots, periods_s, n_workers, worker, wall):
+    """Make a dead worker's slots true, in the supervisor, before the worker is restarted (nothing
+    writes them meanwhile). ``periods_s``: each key's budget period (0: none); ``wall``: now, Unix
+    seconds. Its counted requests and spent tokens stay. What it had reserved becomes spent in
+    the current period: the provider may have served those requests, and charging them is the
+    safe side of a budget. What was left of its leases is given back. It has no request in flight."""
+    for k, period_s in enumerate(periods_s):
+        b = (k * n_workers + worker) * SLOT_FIELDS
+        slots[b + 1] -= slots[b + 8]  # an unused rpm lease was never a request
+        # spent + reserved + leased as last published is what it has spent, reserved and still
+        # holds (see settle); what it still holds is field 9
+        charged = slots[b + 5] + slots[b + 6] - slots[b + 9]
+        period_index = int(wall // period_s) if period_s else 0
+        if slots[b + 3] != period_index:  # a period it did not see begin: only the charge is in it
+            slots[b + 3] = period_index
+            slots[b + 4] = 0
+        slots[b + 4] += charged
+        for f in range(5, SLOT_FIELDS):
+            slots[b + f] = 0

@@ -1,12 +1,13 @@
 """Command line, listening sockets, worker processes.
 
-``workers = 1``: one process serves.  ``workers = N > 1``: the process started
-by the user serves as worker 0 and supervises N-1 more, each started as a
-fresh interpreter (posix_spawn, so they stay in its process group) that binds
-the same port with SO_REUSEPORT; the kernel spreads connections across them.
-The supervisor restarts a worker that dies, forwards SIGTERM/SIGINT to all of
-them, and never exits before they have (SIGKILL after the grace period).
-Workers watch their parent and stop if it disappears.
+``workers = 1``: one process serves.  ``workers = N > 1``: the process started by the user is
+the supervisor and serves nothing (as nginx's master): it owns the shared memory (shared.py) and
+starts N workers, each a fresh interpreter (posix_spawn, so they stay in its process group) that
+binds the same port with SO_REUSEPORT; the kernel spreads connections across them. A worker
+killed by anything (kill -9, the OOM killer) takes no budget or rate-limit window with it: the
+supervisor makes its slots true (``keys.release_worker``) and restarts it. The supervisor
+forwards SIGTERM/SIGINT to the workers and never exits before they have (SIGKILL after the grace
+period). Workers watch their parent and stop if it disappears.
 """
 import os
 import signal
@@ -18,6 +19,13 @@ from sluice import __version__, compiled
 from sluice.config import ConfigError, load
 
 RUN_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "run.py")
+# what the supervisor waits for: a worker's death, or the signal to stop
+SUPERVISOR_SIGNALS = {signal.SIGCHLD, signal.SIGTERM, signal.SIGINT}
+# a worker restarted this many seconds after its death, doubled for each death in the last minute
+RESTART_BACKOFF_S = 0.5
+RESTART_BACKOFF_MAX_S = 30.0
+# SIGTERM: how long past shutdown_grace_s the workers get before SIGKILL
+STOP_MARGIN_S = 2.0
 
 
 def _mode():
@@ -29,7 +37,7 @@ def log(msg):
     sys.stderr.flush()
 
 
-def make_socket(host, port, backlog, reuseport):
+def make_socket(host, port, backlog, reuseport, listen=True):
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     family, stype, proto, _, addr = infos[0]
     sock = socket.socket(family, stype, proto)
@@ -38,7 +46,8 @@ def make_socket(host, port, backlog, reuseport):
         if reuseport:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(addr)
-        sock.listen(backlog)
+        if listen:
+            sock.listen(backlog)
         sock.setblocking(False)
     except OSError:
         sock.close()
@@ -47,7 +56,8 @@ def make_socket(host, port, backlog, reuseport):
 
 
 class Supervisor:
-    """Worker processes 1..N-1, run from worker 0's event loop (checked once a second)."""
+    """The main process with workers = N > 1: starts, watches and restarts workers 0..N-1 and
+    serves nothing, so that no worker's death can take the shared memory or the others with it."""
 
     def __init__(self, cfg, shared, port):
         self.cfg = cfg
@@ -56,12 +66,11 @@ class Supervisor:
         self.procs = {}       # worker index -> pid
         self.deaths = {}      # worker index -> recent death times
         self.respawn_at = {}  # worker index -> monotonic time
-        self.stopping = False
         # the configuration as this process loaded it, for every worker it starts or restarts
         self.config_fd = os.memfd_create("sluice-config", 0)
         os.write(self.config_fd, cfg.raw)
 
-    def spawn(self, index):
+    def spawn(self, index, ready_fd=None):
         fd = self.shared.fd
         os.set_inheritable(fd, True)
         os.set_inheritable(self.config_fd, True)
@@ -69,11 +78,28 @@ class Supervisor:
                 "--config-fd", str(self.config_fd),
                 "--worker-index", str(index), "--shm-fd", str(fd),
                 "--parent-pid", str(os.getpid()), "--port", str(self.port)]
-        self.procs[index] = os.posix_spawn(sys.executable, argv, os.environ)
+        if ready_fd is not None:
+            argv += ["--ready-fd", str(ready_fd)]
+        # the supervisor blocks the signals it waits for; a worker handles them itself
+        self.procs[index] = os.posix_spawn(sys.executable, argv, os.environ, setsigmask=())
 
-    def spawn_all(self):
-        for i in range(1, self.cfg.server.workers):
-            self.spawn(i)
+    def start(self):
+        """Every worker, once each listens; False when one exited before it did."""
+        n = self.cfg.server.workers
+        ready_r, ready_w = os.pipe()
+        os.set_inheritable(ready_w, True)
+        for i in range(n):
+            self.spawn(i, ready_w)
+        os.close(ready_w)
+        # each worker writes a byte once it listens; EOF comes when every one has written or exited
+        got = 0
+        while got < n:
+            data = os.read(ready_r, n)
+            if not data:
+                break
+            got += len(data)
+        os.close(ready_r)
+        return got == n
 
     def _reap(self):
         dead = []
@@ -88,38 +114,52 @@ class Supervisor:
         return dead
 
     def check(self):
+        """Reap the workers that died, make their state true, restart them when their backoff ends."""
+        from sluice.keys import release_worker
         now = time.monotonic()
         for index, pid, status in self._reap():
-            if self.stopping:
-                continue
             code = os.waitstatus_to_exitcode(status)
+            release_worker(self.shared.q, [k.budget_period_s for k in self.cfg.keys.values()],
+                           self.cfg.server.workers, index, time.time())
+            # its gauges (connections, requests in flight) died with it; its replacement publishes anew
+            self.shared.clear_snapshot(index)
             log(f"worker {index} (pid {pid}) exited with {code}; restarting")
             recent = [t for t in self.deaths.get(index, []) if now - t < 60] + [now]
             self.deaths[index] = recent
-            self.respawn_at[index] = now + min(30.0, 0.5 * 2 ** (len(recent) - 1))
-        if not self.stopping:
-            for index, at in list(self.respawn_at.items()):
-                if now >= at and index not in self.procs:
-                    del self.respawn_at[index]
+            self.respawn_at[index] = now + min(RESTART_BACKOFF_MAX_S, RESTART_BACKOFF_S * 2 ** (len(recent) - 1))
+        for index, at in list(self.respawn_at.items()):
+            if now >= at and index not in self.procs:
+                del self.respawn_at[index]
+                try:
                     self.spawn(index)
+                except OSError as e:  # short of memory or processes: the supervisor must stay
+                    log(f"cannot restart worker {index}: {e}; trying again in {RESTART_BACKOFF_MAX_S:g}s")
+                    self.respawn_at[index] = now + RESTART_BACKOFF_MAX_S
 
-    def terminate(self):
-        self.stopping = True
+    def run(self):
+        """Until SIGTERM or SIGINT: each is forwarded as SIGTERM, then the workers are waited for."""
+        while True:
+            if self.respawn_at:  # woken for the first restart due, unless a signal comes first
+                now = time.monotonic()
+                info = signal.sigtimedwait(SUPERVISOR_SIGNALS, max(0.0, min(self.respawn_at.values()) - now))
+            else:
+                info = signal.sigwaitinfo(SUPERVISOR_SIGNALS)
+            if info is not None and info.si_signo != signal.SIGCHLD:
+                break
+            self.check()
+        self.stop(self.cfg.server.shutdown_grace_s + STOP_MARGIN_S)
+
+    def stop(self, wait_s):
         for pid in self.procs.values():
             try:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
-
-    def all_exited(self):
-        self._reap()
-        return not self.procs
-
-    def kill_all(self, wait_s):
         deadline = time.monotonic() + wait_s
-        while self.procs and time.monotonic() < deadline:
+        self._reap()
+        while self.procs and (left_s := deadline - time.monotonic()) > 0:
+            signal.sigtimedwait({signal.SIGCHLD}, left_s)
             self._reap()
-            time.sleep(0.02)
         for pid in self.procs.values():
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -133,7 +173,7 @@ class Supervisor:
         self.procs.clear()
 
 
-def _serve(cfg, shared, sock, worker, n_workers, supervisor=None, parent_pid=None):
+def _serve(cfg, shared, sock, worker, n_workers, parent_pid=None):
     import asyncio
 
     import uvloop
@@ -142,7 +182,7 @@ def _serve(cfg, shared, sock, worker, n_workers, supervisor=None, parent_pid=Non
 
     loop = uvloop.new_event_loop()
     asyncio.set_event_loop(loop)
-    app = App(cfg, loop, shared, worker, n_workers, supervisor=supervisor)
+    app = App(cfg, loop, shared, worker, n_workers)
     app.parent_pid = parent_pid
     app.start(sock)
     install_signals(loop, app)
@@ -185,27 +225,34 @@ def run_main(cfg):
     raise_open_files(cfg)
     shared = Shared(len(cfg.keys), n, snapshot_bytes(cfg))
     try:
-        sock = make_socket(s.host, s.port, s.backlog, reuseport=n > 1)
+        # with workers, bound without listening: it holds the port (a restarted worker binds it
+        # again) and learns it when the config says 0, yet the kernel gives it no connection
+        sock = make_socket(s.host, s.port, s.backlog, reuseport=n > 1, listen=n == 1)
     except OSError as e:
         log(f"cannot listen on {s.listen}: {e}")
         return 1
     port = sock.getsockname()[1]
-    supervisor = Supervisor(cfg, shared, port) if n > 1 else None
-    loop, app = _serve(cfg, shared, sock, 0, n, supervisor)
-    if supervisor is not None:
-        supervisor.spawn_all()
+    if n == 1:
+        loop, app = _serve(cfg, shared, sock, 0, 1)
+        log(f"sluice {__version__} ({_mode()}) listening on {s.host}:{port} with 1 worker(s)")
+        try:
+            loop.run_forever()
+        finally:
+            loop.close()
+        return 0
+    # blocked before any worker exists, so that no death and no stop is missed: run() waits for them
+    signal.pthread_sigmask(signal.SIG_BLOCK, SUPERVISOR_SIGNALS)
+    supervisor = Supervisor(cfg, shared, port)
+    if not supervisor.start():
+        log("a worker exited before it listened; stopping")
+        supervisor.stop(STOP_MARGIN_S)
+        return 1
     log(f"sluice {__version__} ({_mode()}) listening on {s.host}:{port} with {n} worker(s)")
-    try:
-        loop.run_forever()
-    finally:
-        if supervisor is not None:
-            supervisor.terminate()
-            supervisor.kill_all(2.0)
-        loop.close()
+    supervisor.run()
     return 0
 
 
-def run_worker(cfg, index, shm_fd, parent_pid, port):
+def run_worker(cfg, index, shm_fd, parent_pid, port, ready_fd):
     from sluice.shared import Shared, snapshot_bytes
 
     s = cfg.server
@@ -218,6 +265,9 @@ def run_worker(cfg, index, shm_fd, parent_pid, port):
         log(f"worker {index} cannot listen on {s.host}:{port}: {e}")
         return 1
     loop, app = _serve(cfg, shared, sock, index, s.workers, parent_pid=parent_pid)
+    if ready_fd is not None:
+        os.write(ready_fd, b"1")
+        os.close(ready_fd)
     try:
         loop.run_forever()
     finally:
@@ -236,7 +286,7 @@ USAGE = """usage: sluice --config FILE [--check] [--version]
 def parse_args(argv):
     """A few flags, parsed by hand: argparse costs each worker memory for nothing."""
     opts = {"config": None, "check": False, "worker-index": None, "shm-fd": None,
-            "parent-pid": None, "port": None, "config-fd": None}
+            "parent-pid": None, "port": None, "config-fd": None, "ready-fd": None}
     it = iter(argv)
     for arg in it:
         if arg in ("-h", "--help"):
@@ -284,5 +334,6 @@ def main(argv=None):
               f"{len(cfg.keys)} key(s), {cfg.server.workers} worker(s))")
         return 0
     if opts["worker-index"] is not None:
-        return run_worker(cfg, opts["worker-index"], opts["shm-fd"], opts["parent-pid"], opts["port"])
+        return run_worker(cfg, opts["worker-index"], opts["shm-fd"], opts["parent-pid"], opts["port"],
+                          opts["ready-fd"])
     return run_main(cfg)

@@ -41,7 +41,7 @@ METRICS_CACHE_S = 1.0
 class App:
     """Everything one worker process serves with."""
 
-    def __init__(self, cfg, loop, shared, worker=0, n_workers=1, supervisor=None):
+    def __init__(self, cfg, loop, shared, worker=0, n_workers=1):
         self.cfg = cfg
         self.loop = loop
         self.worker = worker
@@ -77,8 +77,7 @@ class App:
         self.refusals_lingering = 0
         self.stopping = False
         self.server = None
-        self.supervisor = supervisor  # the Supervisor in the parent process, None elsewhere
-        self.parent_pid = None
+        self.parent_pid = None  # the supervisor's, with workers = N > 1
         self.access_log = AccessLog(s.access_log) if s.access_log else None
         self.response_filter = response_filter(s.forward_response_headers)
         self.providers = {n: Provider(p, self) for n, p in cfg.providers.items()}
@@ -289,8 +288,6 @@ class App:
             self.shared.write_snapshot(self.worker, self.metrics.snapshot(introspection.gauges(self)))
         if self.parent_pid is not None and os.getppid() != self.parent_pid:
             self.stop()  # the supervisor is gone: do not outlive it
-        if self.supervisor is not None:
-            self.supervisor.check()
 
     def _sweep_clients(self, now):
         """Client deadlines: a body, a head, an idle keep-alive connection."""
@@ -323,8 +320,6 @@ class App:
             return
         self.stopping = True
         self.stop_deadline = perf_counter() + self.cfg.server.shutdown_grace_s
-        if self.supervisor is not None:
-            self.supervisor.terminate()
         if self.server is not None:
             self.server.close()
         for c in list(self.clients):
@@ -336,8 +331,6 @@ class App:
             return False
         busy = any(c.busy for c in self.clients)
         if busy and now < self.stop_deadline:
-            return False
-        if self.supervisor is not None and not self.supervisor.all_exited() and now < self.stop_deadline + 2:
             return False
         for c in list(self.clients):
             c.close()

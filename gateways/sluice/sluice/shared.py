@@ -1,15 +1,16 @@
 """Memory shared by the worker processes (a memfd mapped by each of them).
 
-Layout: one 8-int64 slot per (virtual key, worker) for rate-limit windows,
-token budgets and requests in flight, then one snapshot area per worker for /metrics aggregation.
-Every worker writes only its own slots, so no lock is needed; readers sum
-over workers (see keys.py for the small overshoot this allows).
+Layout: one 10-int64 slot per (virtual key, worker) for rate-limit windows,
+token budgets and requests in flight (fields in keys.py), then one snapshot area per worker for /metrics
+aggregation. Every worker writes only its own slots, so no lock is needed; readers
+sum over workers (see keys.py for the small overshoot this allows). With several
+workers the supervisor owns the memfd, so the memory outlives any worker.
 """
 import mmap
 import os
 import struct
 
-SLOT_FIELDS = 8
+SLOT_FIELDS = 10
 SNAPSHOT_BYTES = 256 * 1024
 _HDR = struct.Struct("<QQ")  # sequence, length
 
