@@ -202,7 +202,7 @@ def test_a_dead_workers_reservation_is_charged_in_the_period_of_its_death(later_
     # choosing (a day's period: the test does not cross its end)
     period_s = 86400
     key = SimpleNamespace(name="k", key="sk-k", key_sha256=None, models=["*"], rpm=0, token_budget=10000,
-                          budget_period_s=period_s)
+                          budget_period_s=period_s, max_in_flight=0)
     shared = Shared(1, 2)
     survivor, dying = (KeyStore({"k": key}, shared, w, 2) for w in range(2))
     rec = dying.lookup(b"sk-k")
