@@ -233,12 +233,13 @@ def test_two_variants_replacing_the_same_thing_are_refused_when_both_are_asked(t
 def test_a_study_asking_for_both_conflicting_variants_is_refused_before_any_run(tmp_path):
     from harness.model.config import from_profile
     from harness.model.plan import make_plan
+    from harness.run.run import instruments
     d = write(tmp_path, "x", STARTED + '[resilience.recommended]\nmodel = "m1"\n'
               '[scale.sized]\nmodel = "m2"\n', files=TEMPLATES)
     config = from_profile("smoke", gateways=["x"], gateways_dir=str(d), resilience="recommended",
                           scale="sized")
     with pytest.raises(GatewaySpecError, match="both replace model"):
-        make_plan(config, {"x": load_gateway_spec("x", d)})
+        make_plan(config, {"x": load_gateway_spec("x", d)}, instruments())
 
 
 @pytest.mark.parametrize("text,message", [
