@@ -47,6 +47,7 @@ NOT_A_STUDY_FILE = {
     ("harness/remote/machine.py", "cpu_model"): "/proc/cpuinfo",
     ("harness/run/mock_load.py", "_cpu_pressure_us"): "/proc/pressure/cpu",
     ("harness/model/gateway_spec.py", "template"): "a system's declared template, in gateways/",
+    ("harness/model/gateway_spec.py", "files_sha256"): "a system's declared files, in gateways/",
     ("harness/model/toml_schema.py", "read"): "a configuration file: gateway.toml, a suite",
     ("report/sections.py", "style"): "the report's stylesheet, in report/",
     ("report/sections.py", "_snippet"): "the report's code snippet template, in report/",

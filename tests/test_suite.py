@@ -15,7 +15,7 @@ from harness.model import suite as M
 from harness.model.config import REPO_DIR, StudyConfig
 from harness.model.formats import SUITE_MANIFEST
 from harness.model.gateway_spec import load_gateway_spec
-from harness.model.plan import Instruments, key_version
+from harness.model.plan import Instruments, KeyVersionError, key_version
 from harness.run import suite as R
 from harness.stats import suite as S
 from harness.stats.outcomes import Outcome
@@ -294,6 +294,38 @@ def test_suites_are_compared_only_where_keys_match(tmp_path):
     assert same.ratio == pytest.approx(1.0)
     assert sorted(zip(apart["suite"], apart["cell"])) == [("a", "cell-02"), ("b", "cell-02")]
     assert set(apart["why"]) == {"no cell with this comparison key in the other suite"}
+
+
+def test_a_suite_recorded_with_recipe_1_is_compared_with_a_newer_one(tmp_path):
+    """A's keys are recipe 1's, B's the current recipe's: B's cells are re-keyed in recipe 1
+    from their record (the suite manifest's config, the study's gateway.toml digests), so the
+    cell configured alike is compared and the other is not."""
+    from harness.files.study_files import StudyFiles
+    params = {"direct": [RunParams(overhead_ms=o, cpu_cores=None) for o in (0.2, 0.25)],
+              "nginx": [RunParams(overhead_ms=o) for o in (0.8, 0.9)]}
+    a = _fake_suite(tmp_path, "a", [("cell-01", "", {"load.users": 10}, params)])
+    study = StudyFiles(a / "cell-01").read_manifest()
+    tomls = {n: info.gateway_toml_sha256 for n, info in study.systems.items()}
+    config = study.config
+
+    def entry(cell_id, key, cfg):
+        return {"cell_id": cell_id, "values": {"load.users": cfg.users}, "comparison_key": key,
+                "excluded": "", "status": "completed", "dir": cell_id, "config": cfg.to_dict()}
+
+    write_suite_manifest(a, [entry("cell-01", migrate.cell_key_v1(config, tomls), config)])
+    b = _fake_suite(tmp_path, "b", [("cell-01", "", {}, params), ("cell-02", "", {}, params)])
+    other = dataclasses.replace(config, users=config.users + 1)
+    write_suite_manifest(b, [entry("cell-01", "2:" + "ab" * 32, config),
+                             entry("cell-02", "2:" + "cd" * 32, other)])
+    compared, apart = S.compare_suites(a, b)
+    assert set(zip(compared["cell_a"], compared["cell_b"])) == {("cell-01", "cell-01")}
+    assert list(zip(apart["suite"], apart["cell"], apart["comparison_key"])) == [
+        ("b", "cell-02", "2:cdcdcdcdcd")]
+    assert [(x, y) for x, y, _ in S.cell_machines(a, b)] == [("cell-01", "cell-01")]
+    # a key of a recipe this harness does not know is refused
+    write_suite_manifest(b, [entry("cell-01", "7:" + "ab" * 32, config)])
+    with pytest.raises(KeyVersionError, match="'7' is not one this harness knows"):
+        S.compare_suites(a, b)
 
 
 def test_suite_table_has_a_row_per_cell_and_system(tmp_path):

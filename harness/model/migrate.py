@@ -248,24 +248,25 @@ def same_run(recorded: str, spec: RunSpec) -> bool:
     return recorded == run_key_v1(spec)
 
 
-def run_key_in(version: int, recorded: str, spec: RunSpec | None) -> str | None:
-    """A recorded run key in recipe ``version``: itself when recorded in it, else recomputed
-    from its recorded spec; None when it cannot be (a newer recipe than its own, no spec)."""
-    own = key_version(recorded)
-    if own == version:
+def oldest_recipe(keys) -> int:
+    """The oldest recipe among recorded keys (empty ones aside): where two records meet, since a
+    newer record can be re-keyed in an older recipe but not the other way round."""
+    return min((key_version(k) for k in keys if k), default=KEY_VERSION)
+
+
+def run_key_in(version: int, recorded: str, spec: RunSpec | None) -> str:
+    """A recorded run key in recipe ``version``: recomputed from its recorded spec when it was
+    recorded in a newer one; else itself (then it equals no other recipe's key)."""
+    if key_version(recorded) == version or version != 1 or spec is None:
         return recorded
-    if version != 1 or spec is None:
-        return None
-    return run_key_v1(spec)
+    return run_key_v1(spec) or recorded
 
 
 def cell_key_in(version: int, recorded: str, config: StudyConfig | None,
-                toml_sha256: dict[str, str]) -> str | None:
+                toml_sha256: dict[str, str]) -> str:
     """A recorded cell key in recipe ``version``, as run_key_in; toml_sha256: each system's
     gateway.toml SHA-256 as its study recorded it."""
-    own = key_version(recorded)
-    if own == version:
+    if (key_version(recorded) == version or version != 1 or config is None
+            or not set(config.gateways) <= set(toml_sha256)):
         return recorded
-    if version != 1 or config is None or not set(config.gateways) <= set(toml_sha256):
-        return None
-    return cell_key_v1(config, toml_sha256)
+    return cell_key_v1(config, toml_sha256) or recorded
