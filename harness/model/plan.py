@@ -58,8 +58,9 @@ class MockSettings:
 
 @dataclass(frozen=True)
 class WireSettings:
-    """The packet capture during the hold (0 s: none). Measuring apparatus, not load: left out
-    of the comparison key (its CPU is sampled as the `capture` role)."""
+    """The packet capture during the hold (0 s: none). Measuring apparatus, not load (its CPU is
+    sampled as the `capture` role); in the comparison key, as every setting is, since it shares
+    the machine with what it measures."""
     capture_s: float = 0.0
     offset_s: float = 2.0
     snaplen_bytes: int = 512
@@ -82,7 +83,7 @@ class RunSpec:
     gateway_toml_sha256: str
     seed: int
     comparison_key: str
-    mock_port: int = 0        # 0: any free port (ports do not change what runs: not in the key)
+    mock_port: int = 0        # 0: any free port (ports do not change what runs: NOT_IN_RUN_KEY)
     system_port: int = 0
     standby_port: int = 0     # the standby provider's, when the fault scenario needs one
     topology: Topology = field(default_factory=local_topology)  # which host runs what
@@ -94,7 +95,7 @@ class RunSpec:
     env: tuple[tuple[str, str], ...] = ()  # extra environment of the system's process
     nice: Niceness = field(default_factory=Niceness)  # niceness per role (0 = unchanged)
     open_files_limit: int = 0  # the soft open-file limit asked for every started process
-                               # (apparatus, not in the key; 0: a run from before it was set)
+                               # (0: a run from before it was set)
     scale: str = "shipped"    # shipped | sized: the configuration the system is asked to run
                               # with for many open connections (the study's setting)
 
