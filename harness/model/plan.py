@@ -110,7 +110,7 @@ KEY_VERSION = 2
 KEY_VERSIONS = (1, 2)
 # Left out of a run's key: which run of the system it is (repeated runs share a key), the seed
 # (it orders the rounds; a fault schedule's seed is in the mock's settings) and the ports (any
-# free ones). Its topology enters as placement (placement_of), not host names.
+# free ones). Its topology enters as its placement (Topology.placement).
 NOT_IN_RUN_KEY = ("run_id", "run_index", "round", "position", "seed", "comparison_key",
                   "mock_port", "system_port", "standby_port", "topology")
 
@@ -145,21 +145,12 @@ def versioned_key(payload: dict) -> str:
     return f"{KEY_VERSION}:{hashlib.sha256(canonical.encode()).hexdigest()}"
 
 
-def placement_of(topology: Topology) -> dict:
-    """Where each role ran: hosts by their address, in the file's order (host names are labels,
-    and one machine's is its hostname, which must not keep two machines' runs apart)."""
-    index = {h.name: i for i, h in enumerate(topology.hosts)}
-    return {"hosts": [h.address for h in topology.hosts], "mock": index[topology.mock],
-            "system": index[topology.system], "locust_master": index[topology.locust_master],
-            "locust_workers": [[index[w.host], w.count] for w in topology.locust_workers]}
-
-
 def comparison_key(spec: RunSpec, files_sha256: dict[str, str], instruments: Instruments) -> str:
     """The run's key: its whole RunSpec but NOT_IN_RUN_KEY, its placement, the SHA-256 of every
     file its system's folder declares (GatewaySpec.files_sha256) and the instruments' versions.
     Runs with equal keys ran the same thing."""
     payload = {k: v for k, v in spec.to_dict().items() if k not in NOT_IN_RUN_KEY}
-    payload.update(topology=placement_of(spec.topology), files_sha256=files_sha256,
+    payload.update(topology=spec.topology.placement(), files_sha256=files_sha256,
                    instruments=dataclasses.asdict(instruments))
     return versioned_key(payload)
 
