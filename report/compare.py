@@ -38,7 +38,8 @@ def compare_studies(a_dir: str | Path, b_dir: str | Path,
                     ) -> tuple[pd.DataFrame, pd.DataFrame, MachineMatch]:
     """(verdicts of B against A per comparable system and metric, the systems not compared and
     why, the two machines). On different machines the first frame has each side's n, mean and
-    sd only: no verdict."""
+    sd only: no verdict. Keys recorded with different recipes meet in the older one
+    (harness.model.migrate), the newer runs re-keyed from their specs."""
     a, b = load_study(a_dir), load_study(b_dir)
     rs_a, rs_b = run_summary(a), run_summary(b)
     machines = same_machine(a.manifest.machine, b.manifest.machine)
