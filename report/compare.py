@@ -16,6 +16,7 @@ import pandas as pd
 from markupsafe import Markup
 
 from harness.files.atomic import write_atomic
+from harness.model import migrate
 from harness.stats.across import OPTIONAL_FIGURES, measured, side_by_side, verdict
 from harness.stats.definitions import COMPARE_METRICS
 from harness.stats.loading import Study, load_study
@@ -27,21 +28,25 @@ from report.sections import render, style
 from report.suite import compare_table, side_by_side_table
 
 
-def _keys(study: Study, system: str) -> frozenset[str]:
-    return frozenset(r.comparison_key for r in study.runs if r.system == system)
+def _keys(study: Study, system: str, version: int) -> frozenset[str]:
+    """The system's run keys in recipe ``version`` (newer ones re-keyed from their specs)."""
+    return frozenset(migrate.run_key_in(version, r.comparison_key, r.spec)
+                     for r in study.runs if r.system == system)
 
 
 def compare_studies(a_dir: str | Path, b_dir: str | Path,
                     ) -> tuple[pd.DataFrame, pd.DataFrame, MachineMatch]:
     """(verdicts of B against A per comparable system and metric, the systems not compared and
     why, the two machines). On different machines the first frame has each side's n, mean and
-    sd only: no verdict."""
+    sd only: no verdict. Keys recorded with different recipes meet in the older one
+    (harness.model.migrate), the newer runs re-keyed from their specs."""
     a, b = load_study(a_dir), load_study(b_dir)
     rs_a, rs_b = run_summary(a), run_summary(b)
     machines = same_machine(a.manifest.machine, b.manifest.machine)
     rows, apart = [], []
+    version = migrate.oldest_recipe(r.comparison_key for r in (*a.runs, *b.runs))
     for system in b.systems:
-        ka, kb = _keys(a, system), _keys(b, system)
+        ka, kb = _keys(a, system, version), _keys(b, system, version)
         if not ka or not kb or ka != kb or "" in ka:
             apart.append({"system": system, "why": "not run in both" if not (ka and kb) else
                           "different configurations (comparison keys differ)"})

@@ -11,7 +11,7 @@ import pytest
 
 from harness.model import fault_scenarios
 from harness.model.config import ConfigError, from_profile
-from harness.model.plan import MockSettings, comparison_key, fault_settings
+from harness.model.plan import fault_settings
 from harness.model.validation import validate
 from harness.stats import fault_lane as fstats
 
@@ -101,24 +101,6 @@ def test_fault_seed_defaults_to_the_study_seed_and_keys_without_faults_are_uncha
     assert fault_settings(cfg)["fault_seed"] == 7
     assert fault_settings(from_profile("faults", seed=7, fault_seed=3))["fault_seed"] == 3
     assert fault_settings(from_profile("smoke")) == {}
-    plain = MockSettings(latency_ms=60.0, workers=1, response_tokens=16)
-    faulted = MockSettings(latency_ms=60.0, workers=1, response_tokens=16, **fault_settings(cfg))
-    from harness.model.plan import LoadShape
-    load = LoadShape(users=1, ramp_s=1, hold_s=1, min_hold_requests=0, max_hold_s=1, warmup_s=1,
-                     warmup_users=1, think_time_s=0, locust_processes=1, request_timeout_s=1,
-                     max_tokens=16)
-    # the key a run without faults had before the fault fields (and the in-flight lane's) existed
-    import dataclasses
-    import hashlib
-
-    from harness.model.plan import INFLIGHT_LOAD_FIELDS
-    payload = {"system": "x", "load": {k: v for k, v in dataclasses.asdict(load).items()
-                                       if k not in INFLIGHT_LOAD_FIELDS},
-               "mock": {k: v for k, v in dataclasses.asdict(plain).items() if not k.startswith("fault")},
-               "gateway_workers": 1, "gateway_toml_sha256": "h"}
-    old = hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-    assert comparison_key("x", load, plain, 1, "h") == old
-    assert comparison_key("x", load, faulted, 1, "h") != old
 
 
 def test_overloaded_uses_the_providers_own_answer_and_failover_a_standby():
@@ -147,8 +129,10 @@ def test_a_standby_needs_a_third_fixed_port(tmp_path):
 def _plan(tmp_path, **kw):
     from harness.model.gateway_spec import load_gateway_spec
     from harness.model.plan import make_plan
+    from harness.run.run import instruments
     cfg = from_profile("faults", gateways=("direct", "sluice"), out_dir=str(tmp_path), **kw)
-    return {r.system: r for r in make_plan(cfg, {n: load_gateway_spec(n) for n in cfg.gateways})}
+    return {r.system: r for r in make_plan(cfg, {n: load_gateway_spec(n) for n in cfg.gateways},
+                                           instruments())}
 
 
 def test_plan_carries_resilience_in_the_key_and_a_standby_port(tmp_path):
@@ -160,10 +144,6 @@ def test_plan_carries_resilience_in_the_key_and_a_standby_port(tmp_path):
         assert (rec[system].mock_port, rec[system].system_port, rec[system].standby_port) == \
             (20000, 20001, 20002)
     assert _plan(tmp_path, base_port=20000)["sluice"].standby_port == 0   # error_burst: no standby
-    # a run as shipped keeps the key it had before the setting existed
-    r = shipped["sluice"]
-    assert r.comparison_key == comparison_key("sluice", r.load, r.mock, r.gateway_workers,
-                                              r.gateway_toml_sha256)
 
 
 def test_runs_from_before_the_setting_read_as_shipped():

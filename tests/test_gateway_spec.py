@@ -233,12 +233,13 @@ def test_two_variants_replacing_the_same_thing_are_refused_when_both_are_asked(t
 def test_a_study_asking_for_both_conflicting_variants_is_refused_before_any_run(tmp_path):
     from harness.model.config import from_profile
     from harness.model.plan import make_plan
+    from harness.run.run import instruments
     d = write(tmp_path, "x", STARTED + '[resilience.recommended]\nmodel = "m1"\n'
               '[scale.sized]\nmodel = "m2"\n', files=TEMPLATES)
     config = from_profile("smoke", gateways=["x"], gateways_dir=str(d), resilience="recommended",
                           scale="sized")
     with pytest.raises(GatewaySpecError, match="both replace model"):
-        make_plan(config, {"x": load_gateway_spec("x", d)})
+        make_plan(config, {"x": load_gateway_spec("x", d)}, instruments())
 
 
 @pytest.mark.parametrize("text,message", [
@@ -338,3 +339,29 @@ def test_sections_are_kept_only_when_true():
     text = "a{{#standby}} b={{standby_port}}{{/standby}} c"
     assert render(text, _run_values(False)) == "a c"
     assert render(text, _run_values(True)) == "a b=39999 c"
+
+
+@pytest.mark.parametrize("pattern,message", [
+    ("requirements*.lock", r"\[key\] files: 'requirements\*.lock' matches no file"),
+    ("../x/gateway.toml", r"\[key\] files: '../x/gateway.toml' is not a pattern inside the folder"),
+])
+def test_a_key_file_pattern_must_match_a_file_of_the_folder(tmp_path, pattern, message):
+    d = write(tmp_path, "x", BASE + f'[key]\nfiles = ["{pattern}"]\n', [("requirements.txt", "a==1\n")])
+    with pytest.raises(GatewaySpecError, match=message):
+        load_gateway_spec("x", d)
+
+
+def test_the_declared_files_are_what_the_declaration_names():
+    """Each shipped system's key covers its templates, the scripts its commands name and its
+    install's pins; nothing else of the folder (WHY.md)."""
+    assert load_gateway_spec("nginx").declared_files() == (
+        "gateway.toml", "install.sh", "nginx.conf.tmpl", "nginx.recommended.tmpl",
+        "nginx.sized.tmpl")
+    assert load_gateway_spec("tensorzero").declared_files() == (
+        "bindport.c", "gateway.toml", "install.sh", "requirements.txt", "serve.py",
+        "tensorzero.recommended.tmpl", "tensorzero.toml.tmpl")
+    assert load_gateway_spec("direct").declared_files() == ("gateway.toml",)
+    for name in known_gateways(GATEWAYS_DIR):
+        spec = load_gateway_spec(name)
+        assert "WHY.md" not in spec.declared_files()
+        assert set(spec.files_sha256()) == set(spec.declared_files())

@@ -16,6 +16,7 @@ from harness.model.config import ConfigError, from_profile
 from harness.model.gateway_spec import load_gateway_spec
 from harness.model.plan import make_plan
 from harness.model.validation import validate
+from harness.run.run import instruments
 
 
 def _lane(**overrides):
@@ -65,12 +66,16 @@ def test_an_open_file_limit_above_the_hard_limit_is_refused():
     assert any(p.startswith("open_files_limit:") and "20000" in p for p in problems)
 
 
-def test_other_lanes_keep_their_comparison_keys():
+def test_the_lanes_settings_change_other_lanes_keys_only_where_they_change_the_run():
+    """The mock's hold of the in-flight lane changes nothing outside it; the open-file limit is
+    asked for every started process, so it is in every run's key."""
     config = from_profile("smoke", gateways=("nginx",))
     specs = {"nginx": load_gateway_spec("nginx", config.systems_dir)}
-    before = make_plan(config, specs)[0].comparison_key
-    lane = make_plan(dataclasses.replace(config, inflight_hold_s=30.0, open_files_limit=4096), specs)
-    assert lane[0].comparison_key == before
+    before = make_plan(config, specs, instruments())[0].comparison_key
+    held = make_plan(dataclasses.replace(config, inflight_hold_s=30.0), specs, instruments())
+    assert held[0].comparison_key == before
+    limited = make_plan(dataclasses.replace(config, open_files_limit=4096), specs, instruments())
+    assert limited[0].comparison_key != before
 
 
 def test_every_started_process_inherits_the_raised_open_file_limit():

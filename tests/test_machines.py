@@ -177,3 +177,27 @@ def test_the_header_says_where_the_roles_ran():
                                      "and mock on CPU 0; mock at nice -5")
     shared = from_profile("aa", cpu_affinity_load="0", cpu_affinity_mock="1", cpu_affinity_system="1")
     assert placement_text(shared) == "system under test and mock on CPU 1; load generator on CPU 0"
+
+
+def test_a_study_keyed_by_recipe_1_is_compared_with_a_newer_one(tmp_path):
+    """A's runs carry recipe-1 keys, B's the current recipe's: B's are re-keyed in recipe 1 from
+    their specs, so the systems that ran alike are compared and one that did not is kept apart."""
+    import dataclasses
+
+    from harness.files.study_files import StudyFiles
+    from harness.model import migrate
+    a = make_study(tmp_path, study_id="a", params=BASE, machine=EPYC).path
+    b = make_study(tmp_path, study_id="b", params=SLOWER, machine=EPYC).path
+    for run, manifest in StudyFiles(a).run_manifests():
+        run.write_manifest(dataclasses.replace(manifest,
+                                               comparison_key=migrate.run_key_v1(manifest.spec)))
+    for run, manifest in StudyFiles(b).run_manifests():
+        spec = manifest.spec
+        if manifest.system == "sluice":   # ran with another worker count: not comparable
+            spec = dataclasses.replace(spec, gateway_workers=spec.gateway_workers + 1)
+        run.write_manifest(dataclasses.replace(manifest, spec=spec,
+                                               comparison_key=f"2:{manifest.run_index:064d}"))
+    verdicts, apart, _ = compare_studies(a, b)
+    assert set(verdicts["system"]) == {"direct"}
+    assert apart.to_dict("records") == [
+        {"system": "sluice", "why": "different configurations (comparison keys differ)"}]

@@ -1,13 +1,32 @@
 """Plans interleave systems round by round, in a seeded order, with stable comparison keys."""
+import dataclasses
+
+import pytest
+
+from harness.model import migrate
 from harness.model.affinity import CpuAffinity, Niceness
 from harness.model.config import from_profile
 from harness.model.gateway_spec import load_gateway_spec
-from harness.model.plan import LoadShape, MockSettings, comparison_key, make_plan
+from harness.model.plan import (
+    Instruments,
+    KeyVersionError,
+    LoadShape,
+    MockSettings,
+    RunSpec,
+    comparison_key,
+    key_version,
+)
 from harness.model.topology import Host, Topology, Workers, local_topology
+from harness.run.run import instruments
 
 
 def specs(names):
     return {n: load_gateway_spec(n) for n in names}
+
+
+def make_plan(config, specs, commits=None):
+    from harness.model.plan import make_plan as plan
+    return plan(config, specs, instruments(), commits)
 
 
 def test_rounds_interleave_every_system():
@@ -38,7 +57,7 @@ def test_comparison_keys():
     assert all(len(k) == 1 for k in keys.values()), "repeated runs of a system share a key"
     assert keys["direct"] != keys["nginx"]
     key = next(iter(keys["nginx"]))
-    assert len(key) == 64
+    assert key_version(key) == 2 and len(key) == len("2:") + 64
     other = make_plan(from_profile("standard", gateways=["direct", "nginx"], users=999),
                       specs(c.gateways))
     assert {p.comparison_key for p in other if p.system == "nginx"} != keys["nginx"]
@@ -47,13 +66,12 @@ def test_comparison_keys():
     assert {p.comparison_key for p in reseeded if p.system == "nginx"} == keys["nginx"]
 
 
-# Keys recorded today for two fully specified runs. A comparison key is written into every run
-# manifest and compared across studies (and suites) recorded at different times, so the promise
-# is that a run configured as before keeps the key it had: a change to the key's recipe (a new
-# field of LoadShape or MockSettings that always enters the key, a renamed one, another JSON
-# canonical form) makes every recorded study incomparable with new ones and must fail here.
-# A new setting keeps earlier keys by entering the key only when set (as resilience and the
-# others below do). Never update these literals to make the test pass.
+# Keys recorded for two fully specified runs. A comparison key is written into every run manifest
+# and compared across studies (and suites) recorded at different times, so a recorded key must
+# keep matching the run it was recorded for: the current recipe's (RECORDED_V2_KEY) and recipe
+# 1's, recomputed by harness.model.migrate. A change to the current recipe (a field, the JSON
+# form, the hash) must fail here: it raises KEY_VERSION and moves the recipe it replaces, frozen,
+# into migrate. Never update these literals to make the test pass.
 LOAD = LoadShape(users=50, ramp_s=10.0, hold_s=30.0, min_hold_requests=100, max_hold_s=60.0,
                  warmup_s=5.0, warmup_users=5, think_time_s=0.5, locust_processes=2,
                  request_timeout_s=30.0, max_tokens=16, stream=True, open_loop_rates_per_s=(),
@@ -64,32 +82,85 @@ TOML_SHA256 = "ab" * 32
 RECORDED_PLAIN_KEY = "cf6646dabda76ed3ee3b364f269cb4068c121cd11b1e838f64ee2d3793c8ac34"
 # a fault run's key moved once: fault_lead_s retired (the load arms the faults)
 RECORDED_EVERYTHING_SET_KEY = "46bf305ac5f516718e364d3a7a70113352ad9dab2e1919ea58f6350bcd762496"
+FILES = {"gateway.toml": TOML_SHA256, "nginx.conf.tmpl": "cd" * 32}
+INSTRUMENTS = Instruments(mock_version="1.2.0", locust_version="2.47.0")
+RECORDED_V2_KEY = "2:bba54bfe948a28a0436c6fd19e27593e43911393412937184c51623a9ed6adc4"
+
+
+def run_spec(**changes) -> RunSpec:
+    """The fixed run: nginx's first, on one machine, with LOAD and MOCK."""
+    return dataclasses.replace(RunSpec(
+        run_id="nginx-1", system="nginx", run_index=1, round=1, position=0, load=LOAD, mock=MOCK,
+        gateway_workers=2, idle_s=3.0, cooldown_s=5.0, ready_timeout_s=60.0,
+        gateway_toml_sha256=TOML_SHA256, seed=0, comparison_key="", topology=local_topology()),
+        **changes)
+
+
+EVERYTHING_SET = dict(
+    topology=Topology(hosts=(Host("a", "10.0.0.1"), Host("b", "10.0.0.2", ("ssh", "b"), True)),
+                      mock="a", system="b", locust_master="a",
+                      locust_workers=(Workers("a", 2),), source="two-hosts.toml"),
+    mock=MockSettings(latency_ms=60.0, workers=1, response_tokens=16, stream_chunks=20,
+                      chunk_delay_ms=20.0, fault_scenario="errors", faults="[]", fault_seed=3,
+                      fault_start_s=10.0, fault_duration_s=20.0),
+    resilience="recommended", affinity=CpuAffinity(load="0", mock="1", system="1"),
+    source_commit="0123abcd" * 5, env=(("SLUICE_TEST_DELAY_MS", "1"),),
+    nice=Niceness(load=5, mock=5, system=0))
 
 
 def test_recorded_comparison_keys_keep():
-    assert comparison_key("nginx", LOAD, MOCK, 2, TOML_SHA256) == RECORDED_PLAIN_KEY
-    # every optional part at its unset value is the run as it was before that part existed
-    assert comparison_key("nginx", LOAD, MOCK, 2, TOML_SHA256, local_topology(), "shipped",
-                          CpuAffinity(), "", (), Niceness()) == RECORDED_PLAIN_KEY
-    two_hosts = Topology(hosts=(Host("a", "10.0.0.1"), Host("b", "10.0.0.2", ("ssh", "b"), True)),
-                         mock="a", system="b", locust_master="a",
-                         locust_workers=(Workers("a", 2),), source="two-hosts.toml")
-    faulty = MockSettings(latency_ms=60.0, workers=1, response_tokens=16, stream_chunks=20,
-                          chunk_delay_ms=20.0, fault_scenario="errors", faults="[]", fault_seed=3,
-                          fault_start_s=10.0, fault_duration_s=20.0)
-    assert comparison_key("nginx", LOAD, faulty, 2, TOML_SHA256, two_hosts, "recommended",
-                          CpuAffinity(load="0", mock="1", system="1"), "0123abcd" * 5,
-                          (("SLUICE_TEST_DELAY_MS", "1"),),
-                          Niceness(load=5, mock=5, system=0)) == RECORDED_EVERYTHING_SET_KEY
+    assert comparison_key(run_spec(), FILES, INSTRUMENTS) == RECORDED_V2_KEY
+    # recipe 1: every optional part at its unset value was the run as before that part existed
+    assert migrate.run_key_v1(run_spec()) == RECORDED_PLAIN_KEY
+    assert migrate.run_key_v1(run_spec(**EVERYTHING_SET)) == RECORDED_EVERYTHING_SET_KEY
+    # a run recorded with recipe 1 is the same run as the current plan's
+    current = run_spec(comparison_key=comparison_key(run_spec(), FILES, INSTRUMENTS))
+    assert migrate.same_run(RECORDED_PLAIN_KEY, current)
+    assert not migrate.same_run(RECORDED_EVERYTHING_SET_KEY, current)
+    assert migrate.same_run(current.comparison_key, current)
+    assert not migrate.same_run(comparison_key(run_spec(idle_s=9.0), FILES, INSTRUMENTS), current)
+
+
+def test_the_current_recipe_leaves_nothing_out_while_unset():
+    """Each setting recipe 1 left out at its unset value is in the key whatever its value; the
+    run's place in the plan, its seed and its ports are not."""
+    key = comparison_key(run_spec(), FILES, INSTRUMENTS)
+    for name, value in EVERYTHING_SET.items():
+        changed = comparison_key(run_spec(**{name: value}), FILES, INSTRUMENTS)
+        assert changed != key, name
+    for change in (dict(idle_s=9.0), dict(open_files_limit=4096), dict(scale="sized")):
+        assert comparison_key(run_spec(**change), FILES, INSTRUMENTS) != key, change
+    assert comparison_key(run_spec(), {**FILES, "nginx.conf.tmpl": "ef" * 32}, INSTRUMENTS) != key
+    assert comparison_key(run_spec(), FILES, Instruments("1.2.1", "2.47.0")) != key
+    assert comparison_key(run_spec(), FILES, Instruments("1.2.0", "2.48.0")) != key
+    same = run_spec(run_id="nginx-2", run_index=2, round=2, position=1, seed=5, mock_port=20000,
+                    system_port=20001)
+    assert comparison_key(same, FILES, INSTRUMENTS) == key
+    # one machine's placement does not carry its host name
+    renamed = Topology(hosts=(Host("elsewhere", "127.0.0.1"),), mock="elsewhere",
+                       system="elsewhere", locust_master="elsewhere")
+    assert comparison_key(run_spec(topology=renamed), FILES, INSTRUMENTS) == key
+
+
+def test_a_key_of_a_recipe_this_harness_does_not_know_is_refused():
+    assert key_version(RECORDED_PLAIN_KEY) == 1 and key_version(RECORDED_V2_KEY) == 2
+    for key in ("3:" + "ab" * 32, "x:" + "ab" * 32):
+        with pytest.raises(KeyVersionError, match="recipe version .* is not one this harness knows"):
+            migrate.same_run(key, run_spec())
+
+
+def test_recipe_1_has_no_key_for_a_run_that_sets_what_it_never_knew(monkeypatch):
+    """A field added after recipe 1 was frozen: set, no recorded recipe-1 key can be its."""
+    monkeypatch.setattr(migrate, "V1_RUN_FIELDS",
+                        tuple(f for f in migrate.V1_RUN_FIELDS if f != "scale"))
+    assert migrate.run_key_v1(run_spec()) == RECORDED_PLAIN_KEY
+    assert migrate.run_key_v1(run_spec(scale="sized")) is None
 
 
 def test_a_system_with_nothing_to_configure_runs_runs_unconfigured_times(tmp_path):
     """The fault lane's recommended runs: three for a system that is configured, one for a
     system that runs as shipped anyway (the direct baseline has no [resilience]; MLflow's is
     unconfigurable)."""
-    from harness.model.config import from_profile
-    from harness.model.gateway_spec import load_gateway_spec
-    from harness.model.plan import make_plan
     config = from_profile("faults", gateways=["direct", "nginx", "mlflow"], runs_per_gateway=3,
                           runs_unconfigured=1, out_dir=str(tmp_path))
     specs = {name: load_gateway_spec(name) for name in config.gateways}

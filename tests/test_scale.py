@@ -1,6 +1,6 @@
 """The study's `scale` setting: each system "shipped" or "sized" for many open connections as its
-gateway.toml's [scale] declares; validated, carried in the run spec, in the comparison keys only
-when "sized" (recorded keys keep), recorded in the run manifest; nginx's sized template loads in
+gateway.toml's [scale] declares; validated, carried in the run spec and the comparison keys
+(recipe 1's only when "sized": recorded keys keep), recorded in the run manifest; nginx's sized template loads in
 the real nginx."""
 import dataclasses
 import json
@@ -9,15 +9,17 @@ import subprocess
 
 import pytest
 from synthetic_manifests import small_run_manifest
-from test_plan import LOAD, MOCK, RECORDED_PLAIN_KEY, TOML_SHA256
-from test_suite import FIXED_CELL, GATEWAY_TOML, RECORDED_CELL_KEY
+from test_plan import RECORDED_PLAIN_KEY, run_spec
+from test_suite import INSTRUMENTS, RECORDED_CELL_KEY, RECORDED_V2_CELL_KEY, _fixed_folders, _tomls
 
+from harness.model import migrate
 from harness.model import suite as M
-from harness.model.config import ConfigError, StudyConfig, from_profile
+from harness.model.config import ConfigError, from_profile
 from harness.model.gateway_spec import load_gateway_spec, render
 from harness.model.manifests import RunManifest
-from harness.model.plan import comparison_key, make_plan
+from harness.model.plan import make_plan
 from harness.model.validation import validate
+from harness.run.run import instruments
 
 
 def test_the_inflight_profile_sizes_every_system_and_shipped_stays_available(tmp_path):
@@ -35,26 +37,21 @@ def test_the_plan_carries_scale_and_keys_a_sized_run_apart(tmp_path):
         config = from_profile("smoke", gateways=("direct", "nginx"), out_dir=str(tmp_path),
                               scale=scale)
         return {r.system: r for r in make_plan(config, {n: load_gateway_spec(n)
-                                                        for n in config.gateways})}
+                                                        for n in config.gateways}, instruments())}
     shipped, sized = plan("shipped"), plan("sized")
     for system in ("direct", "nginx"):
         assert (shipped[system].scale, sized[system].scale) == ("shipped", "sized")
         assert shipped[system].comparison_key != sized[system].comparison_key
-    r = shipped["nginx"]   # as shipped, the key it had before the setting existed
-    assert r.comparison_key == comparison_key("nginx", r.load, r.mock, r.gateway_workers,
-                                              r.gateway_toml_sha256)
 
 
 def test_recorded_keys_keep_and_a_sized_run_or_cell_has_its_own(tmp_path):
-    assert comparison_key("nginx", LOAD, MOCK, 2, TOML_SHA256,
-                          scale="shipped") == RECORDED_PLAIN_KEY
-    assert comparison_key("nginx", LOAD, MOCK, 2, TOML_SHA256, scale="sized") != RECORDED_PLAIN_KEY
-    for name in ("alpha", "beta"):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "gateway.toml").write_text(GATEWAY_TOML.format(name=name))
-    config = StudyConfig(**FIXED_CELL, gateways_dir=str(tmp_path))
-    assert config.scale == "shipped" and M.cell_key(config) == RECORDED_CELL_KEY
-    assert M.cell_key(dataclasses.replace(config, scale="sized")) != RECORDED_CELL_KEY
+    assert migrate.run_key_v1(run_spec(scale="shipped")) == RECORDED_PLAIN_KEY
+    assert migrate.run_key_v1(run_spec(scale="sized")) != RECORDED_PLAIN_KEY
+    config = _fixed_folders(tmp_path)
+    sized = dataclasses.replace(config, scale="sized")
+    assert config.scale == "shipped" and migrate.cell_key_v1(config, _tomls(config)) == RECORDED_CELL_KEY
+    assert migrate.cell_key_v1(sized, _tomls(config)) != RECORDED_CELL_KEY
+    assert M.cell_key(sized, INSTRUMENTS) != RECORDED_V2_CELL_KEY
 
 
 def test_the_manifest_records_scale_and_why_and_older_runs_read_as_shipped():

@@ -5,11 +5,13 @@ each with its reason. And the store itself: its reads while and after a run."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import shutil
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from synthetic import make_study
 from synthetic_faults import FaultRun, make_fault_study
 
@@ -24,7 +26,9 @@ from harness.files.producers import (
     write_pid,
 )
 from harness.files.study_files import StudyFiles, is_suite
+from harness.model import migrate
 from harness.model.config import REPO_DIR
+from harness.model.plan import KeyVersionError, key_version
 from harness.stats.loading import load_study
 
 # Calls that read or write a file: a bare open(), these methods of a path, and these functions
@@ -43,6 +47,7 @@ NOT_A_STUDY_FILE = {
     ("harness/remote/machine.py", "cpu_model"): "/proc/cpuinfo",
     ("harness/run/mock_load.py", "_cpu_pressure_us"): "/proc/pressure/cpu",
     ("harness/model/gateway_spec.py", "template"): "a system's declared template, in gateways/",
+    ("harness/model/gateway_spec.py", "files_sha256"): "a system's declared files, in gateways/",
     ("harness/model/toml_schema.py", "read"): "a configuration file: gateway.toml, a suite",
     ("report/sections.py", "style"): "the report's stylesheet, in report/",
     ("report/sections.py", "_snippet"): "the report's code snippet template, in report/",
@@ -180,17 +185,48 @@ def test_a_suite_is_told_from_a_study(tmp_path):
 
 
 def test_a_run_is_done_again_unless_its_files_still_match(tmp_path):
-    """The resume check: a completed run is kept only with the same key and unchanged files."""
+    """The resume check: a completed run is kept only when its recorded key is the planned run's
+    (in the recipe it was recorded with) and its files are unchanged."""
     made = make_study(tmp_path)
     study = StudyFiles(made.path)
     entry = study.read_manifest().runs[0]
     run = study.at(entry.dir or f"runs/{entry.system}/{entry.run_index}")
     manifest = run.read_manifest()
-    assert run.completed(manifest.comparison_key) is not None
-    assert run.completed("another key") is None
+    planned = dataclasses.replace(manifest.spec, comparison_key="2:" + "0" * 64)
+    run.write_manifest(dataclasses.replace(manifest, comparison_key=planned.comparison_key))
+    assert run.completed(planned) is not None
+    assert run.completed(dataclasses.replace(planned, comparison_key="2:" + "1" * 64)) is None
+    # recorded with recipe 1: kept when recipe 1 of the planned run gives the recorded key
+    run.write_manifest(dataclasses.replace(manifest, comparison_key=migrate.run_key_v1(planned)))
+    assert run.completed(planned) is not None
+    assert run.completed(dataclasses.replace(planned, gateway_workers=planned.gateway_workers + 1)) is None
+    # a recipe this harness does not know is refused, not taken for another run
+    run.write_manifest(dataclasses.replace(manifest, comparison_key="9:" + "0" * 64))
+    with pytest.raises(KeyVersionError, match="'9' is not one this harness knows"):
+        run.completed(planned)
+    run.write_manifest(dataclasses.replace(manifest, comparison_key=planned.comparison_key))
     name = next(iter(manifest.files))
     run.named(name).write_bytes(run.named(name).read_bytes() + b"x")
-    assert run.completed(manifest.comparison_key) is None
+    assert run.completed(planned) is None
+
+
+def test_every_run_of_a_recorded_study_resumes_under_the_current_recipe(tmp_path):
+    """The recorded fixture's runs carry recipe-1 keys: planned again (the same spec, keyed by the
+    current recipe) each is kept, with the key it was recorded with."""
+    from harness.run.run import completed_record
+    fixture = REPO_DIR / "tests" / "fixtures" / "studies" / "v2-smoke"
+    shutil.copytree(fixture, tmp_path / "s")
+    study = StudyFiles(tmp_path / "s")
+    runs = [study.at(e.dir) for e in study.read_manifest().runs]
+    assert runs
+    for run in runs:
+        recorded = run.read_manifest()
+        assert key_version(recorded.comparison_key) == 1
+        planned = dataclasses.replace(recorded.spec, comparison_key="2:" + "0" * 64)
+        record = completed_record(planned, tmp_path / "s")
+        assert record is not None and record.comparison_key == recorded.comparison_key
+        moved = dataclasses.replace(planned, gateway_toml_sha256="0" * 64)
+        assert completed_record(moved, tmp_path / "s") is None
 
 
 def test_a_study_carries_the_providers_rows(tmp_path):

@@ -10,9 +10,12 @@ from synthetic import RunParams, make_study
 from synthetic_manifests import write_suite_manifest
 
 from harness.commands import main
+from harness.model import migrate
 from harness.model import suite as M
 from harness.model.config import REPO_DIR, StudyConfig
 from harness.model.formats import SUITE_MANIFEST
+from harness.model.gateway_spec import load_gateway_spec
+from harness.model.plan import Instruments, KeyVersionError, key_version
 from harness.run import suite as R
 from harness.stats import suite as S
 from harness.stats.outcomes import Outcome
@@ -68,7 +71,8 @@ def test_expansion_exclusions_and_baseline(tmp_path):
     runnable = cells[1]
     assert runnable.excluded == "" and runnable.config.gateways == ("direct", "nginx")
     assert (runnable.config.users, runnable.config.think_time_s, runnable.config.stream) == (4, 0.2, False)
-    assert len(runnable.comparison_key) == 64 and all(c.comparison_key == "" for c in cells if c.excluded)
+    assert key_version(runnable.comparison_key) == 2
+    assert all(c.comparison_key == "" for c in cells if c.excluded)
 
 
 def test_comparison_key_is_the_whole_configuration(tmp_path):
@@ -76,10 +80,10 @@ def test_comparison_key_is_the_whole_configuration(tmp_path):
     a = R.expand(suite, str(tmp_path / "a"))[1]
     b = R.expand(suite, str(tmp_path / "b"))[1]
     assert a.comparison_key == b.comparison_key          # where it is written does not count
-    assert M.cell_key(dataclasses.replace(a.config, study_id="x")) == a.comparison_key
+    assert M.cell_key(dataclasses.replace(a.config, study_id="x"), INSTRUMENTS) == a.comparison_key
     for change in (dict(users=5), dict(seed=1), dict(mock_latency_ms=61.0),
                    dict(gateways=("direct", "nginx", "sluice"))):
-        assert M.cell_key(dataclasses.replace(a.config, **change)) != a.comparison_key, change
+        assert M.cell_key(dataclasses.replace(a.config, **change), INSTRUMENTS) != a.comparison_key, change
 
 
 @pytest.mark.parametrize("text,message", [
@@ -155,13 +159,12 @@ def test_noise_suites_parse_and_list_their_cells(tmp_path, capsys, monkeypatch):
     assert len({c.comparison_key for c in cells if not c.excluded}) == 3
 
 
-# A cell fixed in every setting and in the bytes of its systems' gateway.toml, and the keys
-# recorded for it today. A suite's manifest records each cell's key and two suites are compared
-# only where their keys are equal, so the promise is that a cell configured as before keeps the
-# key it had: a change to the key's recipe (a new setting that enters the key while empty, the
-# JSON form, the hash) makes every recorded suite incomparable with new ones and must fail
-# here. A new setting keeps earlier keys by joining IN_KEY_WHEN_SET. Never update these
-# literals to make the test pass.
+# A cell fixed in every setting and in the bytes of its systems' files, and the keys recorded for
+# it. A suite's manifest records each cell's key and two suites are compared only where their keys
+# are equal, so a recorded key must keep matching its cell: the current recipe's
+# (RECORDED_V2_CELL_KEY) and recipe 1's, recomputed by harness.model.migrate. A change to the
+# current recipe must fail here: it raises KEY_VERSION and moves the recipe it replaces, frozen,
+# into migrate. Never update these literals to make the test pass.
 FIXED_CELL = dict(
     gateways=("alpha", "beta"), profile="smoke", reference_system="beta", aa_pair=(),
     gate_system="alpha", gate_base_system="", builds=(), system_env=(), runs_per_gateway=3,
@@ -186,28 +189,82 @@ command = ["{name}", "--port", "{{{{port}}}}"]
 [request]
 base_url = "http://127.0.0.1:{{{{port}}}}"
 """
+INSTRUMENTS = Instruments(mock_version="1.2.0", locust_version="2.47.0")
+RECORDED_V2_CELL_KEY = "2:738e89fd2cda25bccaace9e2ea130434e81830e551510e848471f55477bcda37"
 # fault_lead_s retired (the load arms the faults): every cell key moved once
 RECORDED_CELL_KEY = "0e2fc0432fb5f60728156a9977c71731df010cbc6f7611dcbca50eded3b4d3f1"
 RECORDED_CELL_KEY_ALL_SET = "825bdc4987f2021d26af220692eb24654518d8187d64c400958399df117adc7b"
 
 
-def test_recorded_cell_keys_keep(tmp_path):
+def _fixed_folders(root):
     for name in ("alpha", "beta"):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "gateway.toml").write_text(GATEWAY_TOML.format(name=name))
-    config = StudyConfig(**FIXED_CELL, gateways_dir=str(tmp_path))
-    assert M.cell_key(config) == RECORDED_CELL_KEY
-    # where it is written, what it is called and the preset it came from are not in the key
-    assert M.cell_key(dataclasses.replace(config, base_port=9000, out_dir="elsewhere",
-                                          study_id="x", profile="standard")) == RECORDED_CELL_KEY
+        (root / name).mkdir()
+        (root / name / "gateway.toml").write_text(GATEWAY_TOML.format(name=name))
+    return StudyConfig(**FIXED_CELL, gateways_dir=str(root))
+
+
+def _tomls(config):
+    return {n: load_gateway_spec(n, config.systems_dir).toml_sha256 for n in config.gateways}
+
+
+def test_recorded_cell_keys_keep(tmp_path):
+    config = _fixed_folders(tmp_path)
+    assert M.cell_key(config, INSTRUMENTS) == RECORDED_V2_CELL_KEY
+    assert migrate.cell_key_v1(config, _tomls(config)) == RECORDED_CELL_KEY
+    # where it is written, what it is called, the preset it came from and its ports are in
+    # neither recipe
+    elsewhere = dataclasses.replace(config, base_port=9000, out_dir="elsewhere", study_id="x",
+                                    profile="standard")
+    assert M.cell_key(elsewhere, INSTRUMENTS) == RECORDED_V2_CELL_KEY
+    assert migrate.cell_key_v1(elsewhere, _tomls(config)) == RECORDED_CELL_KEY
     every_one_set = dict(cpu_affinity_load="0", cpu_affinity_mock="1", cpu_affinity_system="1",
                          nice_load=5, nice_mock=5, nice_system=0, gate_base_system="alpha~base",
                          builds=("alpha~base=main~1",), system_env=("alpha:SLUICE_TEST_DELAY_MS=1",))
     # (settings added after this key was recorded are checked one by one below)
-    assert set(every_one_set) | {"runs_unconfigured", "count_lane"} == set(M.IN_KEY_WHEN_SET)
-    assert M.cell_key(dataclasses.replace(config, **every_one_set)) == RECORDED_CELL_KEY_ALL_SET
+    assert set(every_one_set) | {"runs_unconfigured", "count_lane"} == set(migrate.V1_IN_CELL_KEY_WHEN_SET)
+    all_set = dataclasses.replace(config, **every_one_set)
+    assert migrate.cell_key_v1(all_set, _tomls(config)) == RECORDED_CELL_KEY_ALL_SET
     for later in (dict(runs_unconfigured=1), dict(count_lane=True)):
-        assert M.cell_key(dataclasses.replace(config, **later)) != RECORDED_CELL_KEY
+        assert migrate.cell_key_v1(dataclasses.replace(config, **later), _tomls(config)) != RECORDED_CELL_KEY
+    # the current recipe has every setting in, whatever its value
+    for name, value in [(n, v) for n, v in every_one_set.items() if v != getattr(config, n)]:
+        changed = dataclasses.replace(config, **{name: value})
+        assert M.cell_key(changed, INSTRUMENTS) != RECORDED_V2_CELL_KEY, name
+    assert M.cell_key(config, Instruments("1.2.1", "2.47.0")) != RECORDED_V2_CELL_KEY
+
+
+def test_a_cell_key_covers_every_file_its_systems_declare(tmp_path):
+    """A template, a script a command names and a pin [key] names: editing any of them changes
+    the key (recipe 1, which hashed gateway.toml only, saw none of them)."""
+    config = _fixed_folders(tmp_path)
+    alpha = tmp_path / "alpha"
+    (alpha / "alpha.conf.tmpl").write_text("listen {{port}};\n")
+    (alpha / "install.sh").write_text("pip install -r requirements.txt\n")
+    (alpha / "requirements.txt").write_text("alpha==1.0\n")
+    (alpha / "WHY.md").write_text("Why alpha.\n")
+    (alpha / "gateway.toml").write_text(GATEWAY_TOML.format(name="alpha") + """
+[install]
+command = ["bash", "{{gateway_dir}}/install.sh"]
+
+[[start.files]]
+template = "alpha.conf.tmpl"
+output = "alpha.conf"
+
+[key]
+files = ["requirements*.txt"]
+""")
+    assert load_gateway_spec("alpha", tmp_path).declared_files() == (
+        "alpha.conf.tmpl", "gateway.toml", "install.sh", "requirements.txt")
+    before, before_v1 = M.cell_key(config, INSTRUMENTS), migrate.cell_key_v1(config, _tomls(config))
+    (alpha / "WHY.md").write_text("Why alpha, again.\n")     # documentation: not declared
+    assert M.cell_key(config, INSTRUMENTS) == before
+    for name, text in (("alpha.conf.tmpl", "listen {{port}} reuseport;\n"),
+                       ("install.sh", "pip install --no-deps -r requirements.txt\n"),
+                       ("requirements.txt", "alpha==1.1\n")):
+        (alpha / name).write_text(text)
+        assert M.cell_key(config, INSTRUMENTS) != before, name
+        assert migrate.cell_key_v1(config, _tomls(config)) == before_v1, name
+        before = M.cell_key(config, INSTRUMENTS)
 
 
 def _fake_suite(root, suite_id, cells):
@@ -237,6 +294,38 @@ def test_suites_are_compared_only_where_keys_match(tmp_path):
     assert same.ratio == pytest.approx(1.0)
     assert sorted(zip(apart["suite"], apart["cell"])) == [("a", "cell-02"), ("b", "cell-02")]
     assert set(apart["why"]) == {"no cell with this comparison key in the other suite"}
+
+
+def test_a_suite_recorded_with_recipe_1_is_compared_with_a_newer_one(tmp_path):
+    """A's keys are recipe 1's, B's the current recipe's: B's cells are re-keyed in recipe 1
+    from their record (the suite manifest's config, the study's gateway.toml digests), so the
+    cell configured alike is compared and the other is not."""
+    from harness.files.study_files import StudyFiles
+    params = {"direct": [RunParams(overhead_ms=o, cpu_cores=None) for o in (0.2, 0.25)],
+              "nginx": [RunParams(overhead_ms=o) for o in (0.8, 0.9)]}
+    a = _fake_suite(tmp_path, "a", [("cell-01", "", {"load.users": 10}, params)])
+    study = StudyFiles(a / "cell-01").read_manifest()
+    tomls = {n: info.gateway_toml_sha256 for n, info in study.systems.items()}
+    config = study.config
+
+    def entry(cell_id, key, cfg):
+        return {"cell_id": cell_id, "values": {"load.users": cfg.users}, "comparison_key": key,
+                "excluded": "", "status": "completed", "dir": cell_id, "config": cfg.to_dict()}
+
+    write_suite_manifest(a, [entry("cell-01", migrate.cell_key_v1(config, tomls), config)])
+    b = _fake_suite(tmp_path, "b", [("cell-01", "", {}, params), ("cell-02", "", {}, params)])
+    other = dataclasses.replace(config, users=config.users + 1)
+    write_suite_manifest(b, [entry("cell-01", "2:" + "ab" * 32, config),
+                             entry("cell-02", "2:" + "cd" * 32, other)])
+    compared, apart = S.compare_suites(a, b)
+    assert set(zip(compared["cell_a"], compared["cell_b"])) == {("cell-01", "cell-01")}
+    assert list(zip(apart["suite"], apart["cell"], apart["comparison_key"])) == [
+        ("b", "cell-02", "2:cdcdcdcdcd")]
+    assert [(x, y) for x, y, _ in S.cell_machines(a, b)] == [("cell-01", "cell-01")]
+    # a key of a recipe this harness does not know is refused
+    write_suite_manifest(b, [entry("cell-01", "7:" + "ab" * 32, config)])
+    with pytest.raises(KeyVersionError, match="'7' is not one this harness knows"):
+        S.compare_suites(a, b)
 
 
 def test_suite_table_has_a_row_per_cell_and_system(tmp_path):

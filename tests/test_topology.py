@@ -13,6 +13,7 @@ from harness.model.plan import make_plan
 from harness.model.topology import Host, TopologyError, load_topology, local_topology
 from harness.model.validation import validate
 from harness.remote.hosts import RemoteProcess, command_on, facts, snapshot, start_on
+from harness.run.run import instruments
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "topologies"
@@ -104,12 +105,13 @@ def test_the_plan_counts_the_workers_and_keys_the_placement(tmp_path):
     config = from_profile("smoke", gateways=["nginx"], topology=str(path))
     local = from_profile("smoke", gateways=["nginx"])
     specs = {"nginx": load_gateway_spec("nginx")}
-    (run,), (alone,) = make_plan(config, specs), make_plan(local, specs)
+    (run,), (alone,) = make_plan(config, specs, instruments()), make_plan(local, specs, instruments())
     assert run.load.locust_processes == 3 and alone.load.locust_processes == 1
     assert run.topology.source and alone.topology == local_topology()
     assert run.comparison_key != alone.comparison_key
     moved = write(tmp_path, GOOD.replace('mock = "up"', 'mock = "gw"'), "moved.toml")
-    (other,) = make_plan(from_profile("smoke", gateways=["nginx"], topology=str(moved)), specs)
+    (other,) = make_plan(from_profile("smoke", gateways=["nginx"], topology=str(moved)), specs,
+                         instruments())
     assert other.comparison_key != run.comparison_key
 
 

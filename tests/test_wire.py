@@ -228,7 +228,8 @@ def test_a_capture_never_started_finishes_at_once_with_its_reason(tmp_path):
     from harness.model.gateway_spec import load_gateway_spec
     from harness.model.plan import make_plan
     from harness.run.measure import WireWindow
+    from harness.run.run import instruments
     config = from_profile("smoke", gateways=["nginx"])
-    (spec,) = make_plan(config, {"nginx": load_gateway_spec("nginx")})
+    (spec,) = make_plan(config, {"nginx": load_gateway_spec("nginx")}, instruments())
     check = WireWindow(spec, tmp_path, [1, 2]).finish()
     assert not check.captured and check.reason == "not captured: the run failed before its load"

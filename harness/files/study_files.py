@@ -32,9 +32,11 @@ from harness.files.store import (
     write_json,
     write_table,
 )
+from harness.model import migrate
 from harness.model.formats import COUNTS, FAULT_SCHEDULE, MOCK_STATS
 from harness.model.load_settings import LoadSettings
 from harness.model.manifests import RunManifest, StudyManifest
+from harness.model.plan import RunSpec
 from harness.model.schema import MOCK_REQUESTS, REQUESTS, SAMPLES, Table
 from harness.model.suite import SuiteManifest
 
@@ -237,14 +239,16 @@ class RunFiles:
     def read_manifest(self) -> RunManifest:
         return read_run_manifest(self.manifest_path)
 
-    def completed(self, comparison_key: str) -> RunManifest | None:
-        """The manifest of a run finished here earlier with this comparison key and files that
-        still match their recorded SHA-256; None: the run must be (re)done."""
+    def completed(self, spec: RunSpec) -> RunManifest | None:
+        """The manifest of a run finished here earlier that ran what ``spec`` runs (its recorded
+        comparison key is spec's, in the recipe it was recorded with: migrate.same_run) with
+        files that still match their recorded SHA-256; None: the run must be (re)done. A key of
+        a recipe this harness does not know is refused (KeyVersionError)."""
         try:
             manifest = self.read_manifest()
         except (OSError, ArtifactError):
             return None
-        if manifest.status != "completed" or manifest.comparison_key != comparison_key:
+        if manifest.status != "completed" or not migrate.same_run(manifest.comparison_key, spec):
             return None
         files = manifest.files
         if not files or any(not (self.dir / name).is_file()

@@ -67,7 +67,10 @@ SCHEMA = T.Table(required=("schema_version", "name", "kind"), keys={
     "resilience": T.Table({"unconfigurable": T.STR, "recommended": _VARIANT}),
     "scale": T.Table({"unconfigurable": T.STR, "sized": _VARIANT}),
     "limits": T.Table({"logs": T.STRINGS, "patterns": T.STRINGS}, required=("patterns",)),
+    "key": T.Table({"files": T.STRINGS}, required=("files",)),
 })
+# A file of the folder a text names: {{gateway_dir}}/<path> (an install script, a server script).
+_NAMED_FILE = re.compile(r"\{\{\s*gateway_dir\s*\}\}/([^\s'\"]+)")
 
 
 class GatewaySpecError(UserError, ValueError):
@@ -171,10 +174,34 @@ class GatewaySpec:
     limit_logs: tuple[str, ...] = ()         # [limits] logs: files in the run directory, besides
                                              # system.log, where it names its limits
     limit_patterns: tuple[str, ...] = ()     # [limits] patterns: regular expressions of those lines
+    key_files: tuple[str, ...] = ()          # [key] files: glob patterns of the folder's files that
+                                             # decide what runs but that nothing here names (pins,
+                                             # lock files, sources)
 
     @property
     def has_process(self) -> bool:
         return bool(self.start_command)
+
+    def declared_files(self) -> tuple[str, ...]:
+        """Every file of the folder the declaration names, relative to it, sorted: gateway.toml,
+        every template (its variants' too), each file a command or an env value names as
+        {{gateway_dir}}/<path>, and what [key] files matches. What decides what runs, and so
+        what the comparison key hashes."""
+        texts = [*self.version_command, *self.install_check, *self.install_command,
+                 *self.build_command, *self.start_command, *self.start_env.values()]
+        texts += [value for v in self.variants.values() for value in v.env.values()]
+        named = {m.group(1) for text in texts for m in _NAMED_FILE.finditer(text)}
+        templates = {tf.template for tf in self.start_files}
+        templates |= {tf.template for v in self.variants.values() for tf in v.files}
+        matched = {p.relative_to(self.directory).as_posix()
+                   for pattern in self.key_files for p in self.directory.glob(pattern) if p.is_file()}
+        return tuple(sorted({"gateway.toml", *templates, *matched}
+                            | {n for n in named if (self.directory / n).is_file()}))
+
+    def files_sha256(self) -> dict[str, str]:
+        """SHA-256 of each declared file (declared_files), by its path in the folder."""
+        return {name: hashlib.sha256((self.directory / name).read_bytes()).hexdigest()
+                for name in self.declared_files()}
 
     def template(self, tf: TemplateFile) -> str:
         """The text of one of the system's declared templates (in its folder)."""
@@ -299,6 +326,7 @@ def _load_folder(name: str, gateways_dir: Path) -> GatewaySpec:
         features=_features(data.get("features", {}), path),
         **_variants(data, start, path),
         **_limits(data.get("limits"), path),
+        key_files=_key_files(data.get("key"), (gateways_dir / name).resolve(), path),
     )
     _check_spec(spec, path)
     return spec
@@ -394,6 +422,20 @@ def _limits(table: dict | None, path: Path) -> dict:
             raise GatewaySpecError(f"{path}: [limits] logs: {log!r} is not a file inside the run "
                                    "directory (a relative path, without ..)")
     return {"limit_logs": tuple(table.get("logs", [])), "limit_patterns": tuple(table["patterns"])}
+
+
+def _key_files(table: dict | None, directory: Path, path: Path) -> tuple[str, ...]:
+    """[key] files: each a glob pattern inside the folder that matches at least one file (a
+    pattern matching nothing would leave out of the key what it was written to put in)."""
+    if table is None:
+        return ()
+    for pattern in table["files"]:
+        if not pattern or Path(pattern).is_absolute() or ".." in Path(pattern).parts:
+            raise GatewaySpecError(f"{path}: [key] files: {pattern!r} is not a pattern inside the "
+                                   "folder (a relative path, without ..)")
+        if not any(p.is_file() for p in directory.glob(pattern)):
+            raise GatewaySpecError(f"{path}: [key] files: {pattern!r} matches no file in {directory}")
+    return tuple(table["files"])
 
 
 def _check_placeholders(spec: GatewaySpec, path: Path) -> None:

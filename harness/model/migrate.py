@@ -18,14 +18,27 @@ under tests/fixtures/ and tests/data/ (tests/test_formats.py).
 * study manifest 2 → 3, run manifest 2 → 3, suite manifest 2 → 3: ``fault_lead_s`` (the fixed
   time from the mock's start to the load's, when the mock's fault epoch was set at its start)
   is gone from the config and the run spec's mock: the load arms the faults when it starts.
+* comparison keys 1 → 2: a recorded key stays as it was recorded (a bare SHA-256 is version 1;
+  harness.model.plan.key_version). A version-1 key is matched by recomputing recipe 1, frozen
+  here, for the run or cell at hand: ``same_run`` (resuming a study), ``run_key_in`` and
+  ``cell_key_in`` (comparing a study or suite recorded with recipe 1 with a newer one, whose
+  record holds every input recipe 1 had). Recipe 1 hashed each system's gateway.toml only, and
+  left a setting out while it was at the value every run had before it existed.
 """
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
+from typing import Any
+
 import pandas as pd
 
+from harness.model.config import StudyConfig
 from harness.model.errors import UserError
 from harness.model.formats import TABLE_FORMATS
 from harness.model.gateway_spec import folder_of
+from harness.model.plan import KEY_VERSION, RunSpec, key_version
 from harness.model.schema import Table, missing_value
 
 
@@ -112,3 +125,148 @@ def table(frame: pd.DataFrame, spec: Table, version: int,
         frame[name] = pd.Series([value] * len(frame), index=frame.index,
                                 dtype="float64" if spec.column(name).type == "float64" else object)
     return frame[spec.names], tuple(n for n in missing if (spec.name, n) not in KNOWN_BEFORE)
+
+
+# --- comparison key recipe 1 (frozen: never change it, or recorded keys stop matching) -----------
+
+# The fields each dataclass had when recipe 1 was retired. A field added since is not in recipe
+# 1: a run or cell that sets it away from its default has no recipe-1 key (it cannot be one that
+# was recorded then).
+V1_RUN_FIELDS = ("run_id", "system", "run_index", "round", "position", "load", "mock",
+                 "gateway_workers", "idle_s", "cooldown_s", "ready_timeout_s",
+                 "gateway_toml_sha256", "seed", "comparison_key", "mock_port", "system_port",
+                 "standby_port", "topology", "wire", "resilience", "affinity", "source_commit",
+                 "env", "nice", "open_files_limit", "scale")
+V1_LOAD_FIELDS = ("users", "ramp_s", "hold_s", "min_hold_requests", "max_hold_s", "warmup_s",
+                  "warmup_users", "think_time_s", "locust_processes", "request_timeout_s",
+                  "max_tokens", "stream", "open_loop_rates_per_s", "open_loop_step_s", "feature",
+                  "request_bytes", "inflight_steps", "inflight_step_s", "inflight_hold_s",
+                  "spawn_rate_per_s")
+V1_MOCK_FIELDS = ("latency_ms", "workers", "response_tokens", "stream_chunks", "chunk_delay_ms",
+                  "fault_scenario", "faults", "fault_seed", "fault_start_s", "fault_duration_s")
+V1_CONFIG_FIELDS = ("gateways", "profile", "reference_system", "aa_pair", "gate_system",
+                    "gate_base_system", "builds", "system_env", "count_lane", "runs_per_gateway",
+                    "runs_unconfigured", "users", "ramp_s", "hold_s", "min_hold_requests",
+                    "max_hold_s", "warmup_s", "warmup_users", "idle_s", "cooldown_s",
+                    "think_time_s", "locust_processes", "request_timeout_s", "mock_latency_ms",
+                    "mock_workers", "mock_response_tokens", "stream", "stream_chunks",
+                    "chunk_delay_ms", "fault_scenario", "fault_start_s", "fault_duration_s",
+                    "fault_seed", "resilience", "scale", "open_loop_rates_per_s",
+                    "open_loop_step_s", "inflight_steps", "inflight_step_s", "inflight_hold_s",
+                    "open_files_limit", "feature", "request_bytes", "wire_capture_s",
+                    "wire_capture_offset_s", "wire_snaplen_bytes", "gateway_workers",
+                    "ready_timeout_s", "seed", "gateways_dir", "base_port", "topology",
+                    "cpu_affinity_load", "cpu_affinity_mock", "cpu_affinity_system", "nice_load",
+                    "nice_mock", "nice_system", "out_dir", "study_id")
+# A run's key left these out unless a fault scenario, or the in-flight lane, was set.
+V1_FAULT_FIELDS = ("fault_scenario", "faults", "fault_seed", "fault_start_s", "fault_duration_s")
+V1_INFLIGHT_LOAD_FIELDS = ("inflight_steps", "inflight_step_s", "inflight_hold_s",
+                           "spawn_rate_per_s")
+# A cell's key left out where it is written, what it is called, its preset, its ports and where
+# the folders are; these while empty; these outside the in-flight lane; scale while shipped.
+V1_NOT_IN_CELL_KEY = ("out_dir", "study_id", "profile", "base_port", "gateways_dir")
+V1_IN_CELL_KEY_WHEN_SET = ("cpu_affinity_load", "cpu_affinity_mock", "cpu_affinity_system",
+                           "nice_load", "nice_mock", "nice_system", "gate_base_system", "builds",
+                           "system_env", "runs_unconfigured", "count_lane")
+V1_IN_CELL_KEY_IN_INFLIGHT_LANE = ("inflight_steps", "inflight_step_s", "inflight_hold_s",
+                                   "open_files_limit")
+V1_IN_CELL_KEY_UNLESS = {"scale": "shipped"}
+
+
+def _sets_later_field(obj: Any, known: tuple[str, ...]) -> bool:
+    """Whether ``obj`` sets a field recipe 1 never knew away from its default."""
+    for f in dataclasses.fields(obj):
+        if f.name in known:
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        if getattr(obj, f.name) != default:
+            return True
+    return False
+
+
+def _sha256_v1(payload: dict) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":"))
+                          .encode()).hexdigest()
+
+
+def run_key_v1(spec: RunSpec) -> str | None:
+    """Recipe 1 of a run's key, from its RunSpec alone (its gateway.toml's SHA-256 is in it);
+    None when the run sets something recipe 1 did not know."""
+    if any(_sets_later_field(obj, known) for obj, known in (
+            (spec, V1_RUN_FIELDS), (spec.load, V1_LOAD_FIELDS), (spec.mock, V1_MOCK_FIELDS))):
+        return None
+    load = {k: getattr(spec.load, k) for k in V1_LOAD_FIELDS
+            if spec.load.inflight_steps or k not in V1_INFLIGHT_LOAD_FIELDS}
+    mock = {k: getattr(spec.mock, k) for k in V1_MOCK_FIELDS
+            if spec.mock.fault_scenario or k not in V1_FAULT_FIELDS}
+    payload: dict[str, Any] = {"system": spec.system, "load": load, "mock": mock,
+                               "gateway_workers": spec.gateway_workers,
+                               "gateway_toml_sha256": spec.gateway_toml_sha256}
+    t = spec.topology
+    if t.source:
+        payload["topology"] = {"hosts": {h.name: h.address for h in t.hosts}, "mock": t.mock,
+                               "system": t.system, "locust_master": t.locust_master,
+                               "locust_workers": [{"host": w.host, "count": w.count}
+                                                  for w in t.locust_workers]}
+    if spec.resilience != "shipped":
+        payload["resilience"] = spec.resilience
+    if spec.affinity.is_set():
+        payload["affinity"] = {"load": spec.affinity.load, "mock": spec.affinity.mock,
+                               "system": spec.affinity.system}
+    if spec.source_commit:
+        payload["source_commit"] = spec.source_commit
+    if spec.env:
+        payload["env"] = [list(item) for item in spec.env]
+    if spec.nice.is_set():
+        payload["nice"] = {"load": spec.nice.load, "mock": spec.nice.mock,
+                           "system": spec.nice.system}
+    if spec.scale != "shipped":
+        payload["scale"] = spec.scale
+    return _sha256_v1(payload)
+
+
+def cell_key_v1(config: StudyConfig, toml_sha256: dict[str, str]) -> str | None:
+    """Recipe 1 of a cell's key: its settings and the SHA-256 of each of its systems'
+    gateway.toml (system -> digest); None when it sets something recipe 1 did not know."""
+    if _sets_later_field(config, V1_CONFIG_FIELDS):
+        return None
+    settings = config.to_dict()
+    settings = {k: settings[k] for k in V1_CONFIG_FIELDS
+                if k not in V1_NOT_IN_CELL_KEY
+                and (settings[k] or k not in V1_IN_CELL_KEY_WHEN_SET)
+                and settings[k] != V1_IN_CELL_KEY_UNLESS.get(k, object())
+                and (config.inflight_steps or k not in V1_IN_CELL_KEY_IN_INFLIGHT_LANE)}
+    return _sha256_v1({"config": settings,
+                       "gateway_toml_sha256": {name: toml_sha256[name] for name in config.gateways}})
+
+
+def same_run(recorded: str, spec: RunSpec) -> bool:
+    """Whether a run recorded with key ``recorded`` ran what ``spec`` (of the current plan)
+    runs: the same key in the current recipe, or spec's key in the recorded one's recipe."""
+    if key_version(recorded) == KEY_VERSION:
+        return recorded == spec.comparison_key
+    return recorded == run_key_v1(spec)
+
+
+def oldest_recipe(keys) -> int:
+    """The oldest recipe among recorded keys (empty ones aside): where two records meet, since a
+    newer record can be re-keyed in an older recipe but not the other way round."""
+    return min((key_version(k) for k in keys if k), default=KEY_VERSION)
+
+
+def run_key_in(version: int, recorded: str, spec: RunSpec | None) -> str:
+    """A recorded run key in recipe ``version``: recomputed from its recorded spec when it was
+    recorded in a newer one; else itself (then it equals no other recipe's key)."""
+    if key_version(recorded) == version or version != 1 or spec is None:
+        return recorded
+    return run_key_v1(spec) or recorded
+
+
+def cell_key_in(version: int, recorded: str, config: StudyConfig | None,
+                toml_sha256: dict[str, str]) -> str:
+    """A recorded cell key in recipe ``version``, as run_key_in; toml_sha256: each system's
+    gateway.toml SHA-256 as its study recorded it."""
+    if (key_version(recorded) == version or version != 1 or config is None
+            or not set(config.gateways) <= set(toml_sha256)):
+        return recorded
+    return cell_key_v1(config, toml_sha256) or recorded

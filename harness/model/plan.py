@@ -11,6 +11,7 @@ from harness.model import fault_scenarios, inflight
 from harness.model.affinity import CpuAffinity, Niceness
 from harness.model.builds import system_env
 from harness.model.config import StudyConfig
+from harness.model.errors import UserError
 from harness.model.gateway_spec import GatewaySpec, feature_of
 from harness.model.topology import Topology, load_processes, local_topology, topology_of
 
@@ -40,9 +41,6 @@ class LoadShape:
                                                     # step's new users over one hold)
 
 
-INFLIGHT_LOAD_FIELDS = ("inflight_steps", "inflight_step_s", "inflight_hold_s", "spawn_rate_per_s")
-
-
 @dataclass(frozen=True)
 class MockSettings:
     latency_ms: float
@@ -58,13 +56,11 @@ class MockSettings:
     fault_duration_s: float = 0.0
 
 
-FAULT_FIELDS = ("fault_scenario", "faults", "fault_seed", "fault_start_s", "fault_duration_s")
-
-
 @dataclass(frozen=True)
 class WireSettings:
-    """The packet capture during the hold (0 s: none). Measuring apparatus, not load: left out
-    of the comparison key (its CPU is sampled as the `capture` role)."""
+    """The packet capture during the hold (0 s: none). Measuring apparatus, not load (its CPU is
+    sampled as the `capture` role); in the comparison key, as every setting is, since it shares
+    the machine with what it measures."""
     capture_s: float = 0.0
     offset_s: float = 2.0
     snaplen_bytes: int = 512
@@ -87,7 +83,7 @@ class RunSpec:
     gateway_toml_sha256: str
     seed: int
     comparison_key: str
-    mock_port: int = 0        # 0: any free port (ports do not change what runs: not in the key)
+    mock_port: int = 0        # 0: any free port (ports do not change what runs: NOT_IN_RUN_KEY)
     system_port: int = 0
     standby_port: int = 0     # the standby provider's, when the fault scenario needs one
     topology: Topology = field(default_factory=local_topology)  # which host runs what
@@ -99,7 +95,7 @@ class RunSpec:
     env: tuple[tuple[str, str], ...] = ()  # extra environment of the system's process
     nice: Niceness = field(default_factory=Niceness)  # niceness per role (0 = unchanged)
     open_files_limit: int = 0  # the soft open-file limit asked for every started process
-                               # (apparatus, not in the key; 0: a run from before it was set)
+                               # (0: a run from before it was set)
     scale: str = "shipped"    # shipped | sized: the configuration the system is asked to run
                               # with for many open connections (the study's setting)
 
@@ -107,37 +103,56 @@ class RunSpec:
         return dataclasses.asdict(self)
 
 
-def comparison_key(system: str, load: LoadShape, mock: MockSettings, gateway_workers: int,
-                   gateway_toml_sha256: str, topology: Topology | None = None,
-                   resilience: str = "shipped", affinity: CpuAffinity | None = None,
-                   source_commit: str = "", env: tuple[tuple[str, str], ...] = (),
-                   nice: Niceness | None = None, scale: str = "shipped") -> str:
-    """SHA-256 of the run's full configuration. Runs with equal keys ran the same thing; the
-    run index, round and position are deliberately left out so repeated runs share a key."""
-    mock_settings = dataclasses.asdict(mock)
-    if not mock.fault_scenario:  # runs without faults keep their earlier keys
-        mock_settings = {k: v for k, v in mock_settings.items() if k not in FAULT_FIELDS}
-    load_settings = dataclasses.asdict(load)
-    if not load.inflight_steps:  # runs outside the in-flight lane keep their earlier keys
-        load_settings = {k: v for k, v in load_settings.items() if k not in INFLIGHT_LOAD_FIELDS}
-    payload = {"system": system, "load": load_settings, "mock": mock_settings,
-               "gateway_workers": gateway_workers, "gateway_toml_sha256": gateway_toml_sha256}
-    if topology is not None and topology.source:  # runs on one machine keep their earlier keys
-        payload["topology"] = topology.key()
-    if resilience != "shipped":  # runs as shipped keep their earlier keys
-        payload["resilience"] = resilience
-    if affinity is not None and affinity.is_set():  # unpinned runs keep their earlier keys
-        payload["affinity"] = dataclasses.asdict(affinity)
-    if source_commit:  # runs of the study's own tree keep their earlier keys
-        payload["source_commit"] = source_commit
-    if env:  # runs without extra environment keep their earlier keys
-        payload["env"] = [list(item) for item in env]
-    if nice is not None and nice.is_set():  # runs at default priority keep their earlier keys
-        payload["nice"] = dataclasses.asdict(nice)
-    if scale != "shipped":  # runs as shipped keep their earlier keys
-        payload["scale"] = scale
+# A comparison key is "<KEY_VERSION>:<SHA-256>" of one recipe, with nothing left out to keep an
+# earlier key: a key of an older recipe (a bare SHA-256 is version 1) is matched by recomputing
+# that recipe (harness.model.migrate), and a version this harness does not know is refused.
+KEY_VERSION = 2
+KEY_VERSIONS = (1, 2)
+# Left out of a run's key: which run of the system it is (repeated runs share a key), the seed
+# (it orders the rounds; a fault schedule's seed is in the mock's settings) and the ports (any
+# free ones). Its topology enters as its placement (Topology.placement).
+NOT_IN_RUN_KEY = ("run_id", "run_index", "round", "position", "seed", "comparison_key",
+                  "mock_port", "system_port", "standby_port", "topology")
+
+
+class KeyVersionError(UserError, ValueError):
+    """A recorded comparison key of a recipe this harness does not know."""
+
+
+@dataclass(frozen=True)
+class Instruments:
+    """The versions of the instruments every run is measured with, part of every key."""
+    mock_version: str       # the mock provider's (mocks.__version__)
+    locust_version: str     # the load generator's, as pinned and installed
+
+
+def key_version(key: str) -> int:
+    """The recipe a recorded key was made with: "<version>:<SHA-256>", or a bare SHA-256 for
+    version 1; KeyVersionError for any other version."""
+    version, colon, _ = key.partition(":")
+    if not colon:
+        return 1
+    if not version.isdigit() or int(version) not in KEY_VERSIONS:
+        raise KeyVersionError(f"comparison key {key[:16]}...: recipe version {version!r} is not "
+                              f"one this harness knows ({', '.join(map(str, KEY_VERSIONS))}); "
+                              "was it recorded by a newer harness?")
+    return int(version)
+
+
+def versioned_key(payload: dict) -> str:
+    """The current recipe's key of a payload: its canonical JSON hashed, the version before."""
     canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    return f"{KEY_VERSION}:{hashlib.sha256(canonical.encode()).hexdigest()}"
+
+
+def comparison_key(spec: RunSpec, files_sha256: dict[str, str], instruments: Instruments) -> str:
+    """The run's key: its whole RunSpec but NOT_IN_RUN_KEY, its placement, the SHA-256 of every
+    file its system's folder declares (GatewaySpec.files_sha256) and the instruments' versions.
+    Runs with equal keys ran the same thing."""
+    payload = {k: v for k, v in spec.to_dict().items() if k not in NOT_IN_RUN_KEY}
+    payload.update(topology=spec.topology.placement(), files_sha256=files_sha256,
+                   instruments=dataclasses.asdict(instruments))
+    return versioned_key(payload)
 
 
 def fault_settings(config: StudyConfig) -> dict:
@@ -161,11 +176,12 @@ def runs_of(config: StudyConfig, spec: GatewaySpec) -> int:
     return config.runs_per_gateway
 
 
-def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec],
+def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec], instruments: Instruments,
               commits: dict[str, str] | None = None) -> list[RunSpec]:
     """Round r runs every system once, in an order shuffled by the seed, so slow drift of the
     machine (thermal, other tenants) spreads over all systems instead of landing on one.
-    commits: the entries built from another commit (entry -> full commit)."""
+    instruments: the mock's and Locust's versions (in every key); commits: the entries built
+    from another commit (entry -> full commit)."""
     commits = commits or {}
     envs = system_env(config.system_env)
     base_load = LoadShape(
@@ -193,6 +209,7 @@ def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec],
     standby = fault_scenarios.needs_standby(config.fault_scenario)
     for spec in specs.values():  # variants that cannot be combined are refused before any run
         spec.configured(config.resilience, config.scale)
+    files = {name: spec.files_sha256() for name, spec in specs.items()}
     rng = random.Random(config.seed)
     plan = []
     for round_index in range(1, config.runs_per_gateway + 1):
@@ -206,22 +223,21 @@ def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec],
             load = dataclasses.replace(base_load, feature=feature_of(system) or config.feature)
             env = tuple(sorted(envs.get(system, {}).items()))
             source = commits.get(system, "")
-            plan.append(RunSpec(
+            run = RunSpec(
                 run_id=f"{system}-{round_index}", system=system, run_index=round_index,
                 round=round_index, position=position, load=load, mock=mock,
                 gateway_workers=config.gateway_workers, idle_s=config.idle_s,
                 cooldown_s=config.cooldown_s,
                 ready_timeout_s=max(config.ready_timeout_s, spec.ready_timeout_s),
-                gateway_toml_sha256=spec.toml_sha256, seed=config.seed,
-                comparison_key=comparison_key(system, load, mock, config.gateway_workers,
-                                              spec.toml_sha256, topology, config.resilience, pins,
-                                              source, env, nice, config.scale),
+                gateway_toml_sha256=spec.toml_sha256, seed=config.seed, comparison_key="",
                 topology=topology, mock_port=config.base_port,
                 system_port=config.base_port + 1 if config.base_port else 0,
                 standby_port=config.base_port + 2 if config.base_port and standby else 0,
                 wire=wire, resilience=config.resilience, affinity=pins, source_commit=source,
                 env=env, nice=nice, open_files_limit=config.open_files_limit,
-                scale=config.scale))
+                scale=config.scale)
+            plan.append(dataclasses.replace(
+                run, comparison_key=comparison_key(run, files[system], instruments)))
     return plan
 
 

@@ -33,7 +33,6 @@ where the comparison keys are equal.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +46,7 @@ from harness.model.errors import UserError
 from harness.model.formats import SUITE_MANIFEST
 from harness.model.gateway_spec import load_gateway_spec
 from harness.model.manifests import dump, load
+from harness.model.plan import Instruments, versioned_key
 
 DEFAULT_OUT_DIR = "artifacts/suites"
 NAMESPACE: dict[str, tuple[str, ...]] = {
@@ -60,20 +60,11 @@ NAMESPACE: dict[str, tuple[str, ...]] = {
     "gateway": ("gateways", "gateway_workers", "ready_timeout_s"),
     "study": ("runs_per_gateway", "seed", "idle_s", "cooldown_s"),
 }
-# Set by the suite itself, never by a cell; and left out of the comparison key because they
-# do not change what runs (where it is written, what it is called, which preset it came from).
+# Set by the suite itself, never by a cell; and left out of the comparison key, with the ports
+# and where the system folders are, because they do not change what runs (where it is written,
+# what it is called, which preset it came from; the folders' files are in the key themselves).
 SUITE_OWNED = ("out_dir", "study_id", "profile")
 NOT_IN_KEY = SUITE_OWNED + ("base_port", "gateways_dir")
-# Settings that change nothing while empty: in the key only when set, so cells from before they
-# existed keep their keys.
-IN_KEY_WHEN_SET = ("cpu_affinity_load", "cpu_affinity_mock", "cpu_affinity_system", "nice_load",
-                   "nice_mock", "nice_system", "gate_base_system", "builds", "system_env",
-                   "runs_unconfigured", "count_lane")
-# The in-flight lane's settings: in the key only in that lane (inflight_steps set), so cells of
-# every other lane keep their keys.
-IN_KEY_IN_INFLIGHT_LANE = ("inflight_step_s", "inflight_hold_s", "open_files_limit")
-# Settings in the key only when not at the value every cell had before they existed.
-IN_KEY_UNLESS = {"scale": "shipped"}
 # The format of a suite file (this module's docstring); paths and values are checked after.
 SCHEMA = T.Table({"name": T.STR, "description": T.STR, "profile": T.STR,
                   "base": T.Table(each=T.ANY), "axes": T.Table(each=T.ANY),
@@ -195,17 +186,14 @@ def resolve_path(path: str | Path) -> Path:
     return p if p.is_absolute() or p.exists() else config_mod.REPO_DIR / p
 
 
-def cell_key(config: StudyConfig) -> str:
-    """SHA-256 of everything that decides what a cell runs: every setting (where it is written
-    and under which name aside) and the gateway.toml of every system in it."""
-    settings = {k: v for k, v in config.to_dict().items()
-                if k not in NOT_IN_KEY and (v or k not in IN_KEY_WHEN_SET)
-                and (k not in IN_KEY_UNLESS or v != IN_KEY_UNLESS[k])
-                and (config.inflight_steps or k not in (*IN_KEY_IN_INFLIGHT_LANE, "inflight_steps"))}
-    tomls = {name: load_gateway_spec(name, config.systems_dir).toml_sha256 for name in config.gateways}
-    canonical = json.dumps({"config": settings, "gateway_toml_sha256": tomls}, sort_keys=True,
-                           separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
+def cell_key(config: StudyConfig, instruments: Instruments) -> str:
+    """The cell's comparison key: every setting but NOT_IN_KEY, the SHA-256 of every file each
+    of its systems' folders declares (GatewaySpec.files_sha256) and the instruments' versions."""
+    settings = {k: v for k, v in config.to_dict().items() if k not in NOT_IN_KEY}
+    files = {name: load_gateway_spec(name, config.systems_dir).files_sha256()
+             for name in config.gateways}
+    return versioned_key({"config": settings, "files_sha256": files,
+                          "instruments": dataclasses.asdict(instruments)})
 
 
 def axis_text(value: Any) -> str:

@@ -8,7 +8,6 @@ Every host must see the repository, its venv and the study's out_dir at the same
 """
 from __future__ import annotations
 
-import dataclasses
 import ipaddress
 import shutil
 import socket
@@ -73,6 +72,15 @@ class Topology:
     def worker_count(self) -> int:
         return sum(w.count for w in self.locust_workers)
 
+    def placement(self) -> dict:
+        """Where each role runs, part of a run's comparison key: hosts by their address, in the
+        file's order (a host's name is a label, and one machine's is its hostname, which must
+        not keep two machines' runs apart); prefixes are how to reach them, not where."""
+        index = {h.name: i for i, h in enumerate(self.hosts)}
+        return {"hosts": [h.address for h in self.hosts], "mock": index[self.mock],
+                "system": index[self.system], "locust_master": index[self.locust_master],
+                "locust_workers": [[index[w.host], w.count] for w in self.locust_workers]}
+
     def roles(self) -> dict[str, list[str]]:
         """host name -> the roles it runs ('locust-worker' once per worker process)."""
         placed = {h.name: [] for h in self.hosts}
@@ -82,12 +90,6 @@ class Topology:
         for w in self.locust_workers:
             placed[w.host] += ["locust-worker"] * w.count
         return {name: roles for name, roles in placed.items() if roles}
-
-    def key(self) -> dict:
-        """What changes a run's meaning (part of its comparison key): placement, not prefixes."""
-        return {"hosts": {h.name: h.address for h in self.hosts}, "mock": self.mock,
-                "system": self.system, "locust_master": self.locust_master,
-                "locust_workers": [dataclasses.asdict(w) for w in self.locust_workers]}
 
 
 def local_topology() -> Topology:

@@ -34,7 +34,7 @@ from harness.model.manifests import (
     WireCheck,
     from_plain,
 )
-from harness.model.plan import RunSpec
+from harness.model.plan import Instruments, RunSpec
 from harness.model.schema import SAMPLES
 from harness.remote import hosts
 from harness.remote.machine import host_snapshot
@@ -458,12 +458,18 @@ def _locust_version() -> str:
     return importlib.metadata.version("locust")
 
 
+def instruments() -> Instruments:
+    """The mock's and Locust's versions here: every comparison key holds them."""
+    return Instruments(mock_version=mocks.__version__, locust_version=_locust_version())
+
+
 def completed_record(spec: RunSpec, study_dir: Path) -> RunRecord | None:
-    """A run finished earlier in this study directory with the same comparison key and files
-    that still match their recorded SHA-256; None means it must be (re)done."""
+    """A run finished earlier in this study directory that ran what spec runs (its recorded key
+    is spec's, in the recipe it was recorded with) with files that still match their recorded
+    SHA-256; None means it must be (re)done. It keeps the key it was recorded with."""
     run = StudyFiles(study_dir).run(spec.system, spec.run_index)
-    manifest = run.completed(spec.comparison_key)
+    manifest = run.completed(spec)
     if manifest is None:
         return None
     return RunRecord(spec.run_id, spec.system, spec.run_index, "completed", "", run.dir,
-                     spec.comparison_key, manifest.started_t_unix_s, manifest.ended_t_unix_s)
+                     manifest.comparison_key, manifest.started_t_unix_s, manifest.ended_t_unix_s)

@@ -37,7 +37,7 @@ from harness.remote import hosts
 from harness.remote.machine import git_commit, machine_facts, package_versions
 from harness.run import builds
 from harness.run.count_lane import run_count_lane
-from harness.run.run import Interrupted, RunRecord, completed_record, measure_run
+from harness.run.run import Interrupted, RunRecord, completed_record, instruments, measure_run
 from harness.run.systems import InstallResult, install, missing_binary, read_version
 
 
@@ -93,7 +93,7 @@ def prepare(config: StudyConfig) -> tuple[StudyConfig, dict[str, GatewaySpec], l
     if problems:
         raise ConfigError(problems)
     config = config.with_study_id()
-    return config, specs, make_plan(config, specs, commits)
+    return config, specs, make_plan(config, specs, instruments(), commits)
 
 
 def _unreachable_hosts(config: StudyConfig) -> list[str]:

@@ -33,6 +33,7 @@ from harness.model.suite import (
     field_of,
 )
 from harness.run.load import expected_load_s
+from harness.run.run import instruments
 from harness.run.study import prepare
 
 # A run's cost beyond its planned load and its idle and cool-down seconds (the system's start
@@ -62,7 +63,7 @@ def expand(suite: Suite, out_dir: str = DEFAULT_OUT_DIR) -> list[Cell]:
                                              study_id=cell_id)
             config = _with_floor(config)
             prepare(config)  # every check a study makes before it starts (features, binaries, ...)
-            key = cell_key(config)
+            key = cell_key(config, instruments())
         except ConfigError as exc:
             cells.append(Cell(cell_id, values, None, "", "cannot run: " + "; ".join(exc.problems)))
             continue

@@ -10,6 +10,9 @@ from typing import Iterator
 import pandas as pd
 
 from harness.files.study_files import StudyFiles, SuiteFiles
+from harness.model import migrate
+from harness.model.config import StudyConfig
+from harness.model.manifests import StudyManifest, from_plain
 from harness.model.roles import Roles
 from harness.model.suite import CellEntry, SuiteManifest, axis_text, field_of
 from harness.stats.across import describe, side_by_side, system_summary, verdict
@@ -144,6 +147,14 @@ def _why_not_run(study: Study, system: str, skipped: dict) -> str:
     return skipped.get(system, "") or "no runs"
 
 
+def _cell_key_in(version: int, entry: CellEntry, study: StudyManifest) -> str | None:
+    """The cell's recorded key in recipe ``version``, from its record: the suite manifest's
+    config and its study's record of each system's gateway.toml."""
+    config = from_plain(StudyConfig, entry.config, "suite manifest") if entry.config else None
+    tomls = {name: info.gateway_toml_sha256 for name, info in study.systems.items()}
+    return migrate.cell_key_in(version, entry.comparison_key, config, tomls)
+
+
 def compare_suites(a_dir: str | Path, b_dir: str | Path,
                    metrics: tuple[str, ...] = tuple(m for m in CELL_METRICS if m != "errors_total"),
                    ) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -151,11 +162,13 @@ def compare_suites(a_dir: str | Path, b_dir: str | Path,
     metric, the means, B/A and the verdict (harness.stats.across.verdict). A pair of cells run on
     different machines (cell_machines) gets each side's n, mean and sd only, no verdict, and
     ``same_machine`` False. The second table lists the cells of either suite that have no equal
-    key in the other, which are not compared."""
+    key in the other, which are not compared. Keys recorded with different recipes meet in the
+    older one (harness.model.migrate), the newer record re-keyed in it."""
     ma, ca = _cell_summaries(Path(a_dir))
     mb, cb = _cell_summaries(Path(b_dir))
-    by_key_a = {e.comparison_key: (e, rs, st) for e, rs, st in ca}
-    by_key_b = {e.comparison_key: (e, rs, st) for e, rs, st in cb}
+    version = migrate.oldest_recipe(e.comparison_key for e, _, _ in (*ca, *cb))
+    by_key_a = {_cell_key_in(version, e, st.manifest): (e, rs, st) for e, rs, st in ca}
+    by_key_b = {_cell_key_in(version, e, st.manifest): (e, rs, st) for e, rs, st in cb}
     rows = []
     for key in [k for k in by_key_b if k in by_key_a]:
         (ea, ra, sa), (eb, rb, sb) = by_key_a[key], by_key_b[key]
@@ -175,17 +188,20 @@ def compare_suites(a_dir: str | Path, b_dir: str | Path,
             if key not in other:
                 apart.append({"suite": suite_id, "cell": entry.cell_id,
                               **{k: axis_text(x) for k, x in entry.values.items()},
-                              "comparison_key": key[:12],
+                              "comparison_key": entry.comparison_key[:12],
                               "why": "no cell with this comparison key in the other suite"})
     return pd.DataFrame(rows), pd.DataFrame(apart)
 
 
 def cell_machines(a_dir: str | Path, b_dir: str | Path) -> list[tuple[str, str, MachineMatch]]:
     """(cell of A, cell of B, their machines) per pair of cells with equal comparison keys, in B's
-    order: what compare_suites decides "same machine" on, from the cells' study manifests."""
-    def cells(suite_dir: Path) -> dict[str, tuple[str, dict]]:
-        return {entry.comparison_key: (entry.cell_id, StudyFiles(study_dir).read_manifest().machine)
-                for entry, study_dir in cell_studies(suite_dir)}
-    a, b = cells(Path(a_dir)), cells(Path(b_dir))
+    order: what compare_suites decides "same machine" on, from the cells' study manifests (their
+    keys meeting in the older recipe, as there)."""
+    def cells(suite_dir: Path) -> list[tuple[CellEntry, StudyManifest]]:
+        return [(entry, StudyFiles(study_dir).read_manifest())
+                for entry, study_dir in cell_studies(suite_dir)]
+    both = (cells(Path(a_dir)), cells(Path(b_dir)))
+    version = migrate.oldest_recipe(e.comparison_key for side in both for e, _ in side)
+    a, b = ({_cell_key_in(version, e, m): (e.cell_id, m.machine) for e, m in side} for side in both)
     return [(a[k][0], cell_b, same_machine(a[k][1], machine_b))
             for k, (cell_b, machine_b) in b.items() if k in a]
