@@ -4,7 +4,9 @@ import pytest
 
 from harness.model import suite as suite_model
 from harness.model import topology as topology_mod
+from harness.model import validation
 from harness.model.config import REPO_DIR, ConfigError, from_profile
+from harness.model.topology import local_topology
 from harness.run import check as check_mod
 from harness.run import suite as suite_run
 from harness.run.check import check
@@ -50,3 +52,15 @@ def test_a_suite_checks_each_cell_once_for_its_expansion_and_its_expected_length
     built = sum(c.config is not None or c.excluded.startswith("cannot run: ") for c in cells)
     runs, expected_s = suite_run.expected(cells)
     assert len(calls) == built and runs == sum(len(c.runs) for c in cells) > 0 and expected_s > 0
+
+
+def test_the_settings_checks_are_pure_given_the_machines_facts():
+    # The same settings judged for two machines: only what differs between them is named.
+    config = from_profile("smoke", gateways=("nginx",), cpu_affinity_load="1", nice_mock=-5)
+    bare = validation.HostFacts(cpus=frozenset({0}), root=False, has_taskset=False, has_nice=True,
+                                port_range=None, hard_files_limit=-1)
+    ready = validation.HostFacts(cpus=frozenset({0, 1}), root=True, has_taskset=True, has_nice=True,
+                                 port_range=(32768, 60999), hard_files_limit=-1)
+    named = [p.partition(":")[0] for p in validation.problems(config, local_topology(), bare)]
+    assert "cpu_affinity_load" in named and "nice_mock" in named, named
+    assert validation.problems(config, local_topology(), ready) == []
