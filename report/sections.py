@@ -11,6 +11,7 @@ import pandas as pd
 from markupsafe import Markup
 from scipy import stats
 
+from harness.model.config import section_fields
 from harness.model.dialects import ERROR_BODY_PREFIX_BYTES
 from harness.model.metrics import metric
 from harness.stats.definitions import DEFINITIONS
@@ -41,11 +42,20 @@ from report.grid import rows_of, table
 
 HERE = Path(__file__).resolve().parent
 REPO_DIR = HERE.parent
-CONFIG_LOAD_KEYS = ["users", "warmup_users", "warmup_s", "ramp_s", "hold_s", "min_hold_requests",
-                    "max_hold_s", "think_time_s", "locust_processes", "request_timeout_s", "idle_s",
-                    "cooldown_s", "gateway_workers", "ready_timeout_s"]
-CONFIG_MOCK_KEYS = ["mock_latency_ms", "mock_workers", "mock_response_tokens", "stream",
-                    "stream_chunks", "chunk_delay_ms"]
+# The methodology's settings table: these StudyConfig sections, each setting by its path
+# (`section.name`, as a suite file names it), then the run's own timings.
+CONFIG_SECTIONS = ("load", "request", "mock")
+CONFIG_RUN_SETTINGS = (("study", "idle_s"), ("study", "cooldown_s"), ("gateway", "gateway_workers"),
+                       ("gateway", "ready_timeout_s"))
+
+
+def config_rows(cfg: dict) -> list[tuple[str, Any]]:
+    """(path, value) of every setting the methodology's table shows that the config has."""
+    paths = [(section, own, flat) for section in CONFIG_SECTIONS
+             for own, flat in section_fields(section).items()]
+    paths += [(section, own, section_fields(section)[own]) for section, own in CONFIG_RUN_SETTINGS]
+    return [(f"{section}.{own}", cfg[flat]) for section, own, flat in paths if flat in cfg]
+
 
 ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
                          undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
@@ -293,7 +303,7 @@ def section_methodology(data: ReportData) -> str:
         versions=table(["system", "kind", "role", "version (read from the software)", "runnable",
                         "description"], versions),
         pkg=sorted(m.versions.items()), run_versions=run_versions,
-        load=rows_of([(k, cfg[k]) for k in CONFIG_LOAD_KEYS + CONFIG_MOCK_KEYS if k in cfg]
+        load=rows_of(config_rows(cfg)
                      + [("runs per system", cfg.get("runs_per_gateway", "?")),
                         ("seed", f"{cfg.get('seed', '?')} (orders the systems within each round)")]),
         windows=[f"{w:g}" for w in sorted(set(round(x, 1) for x in windows))],

@@ -12,7 +12,7 @@ import pytest
 from harness.model import fault_scenarios
 from harness.model.config import ConfigError, from_profile
 from harness.model.plan import fault_settings
-from harness.model.validation import validate
+from harness.run.check import check
 from harness.stats import fault_lane as fstats
 
 T0 = 1_700_000_000.0
@@ -57,21 +57,21 @@ def test_provider_down_keeps_its_own_duration():
 
 def _problems(tmp_path, **kw):
     with pytest.raises(ConfigError) as exc:
-        validate(from_profile("faults", out_dir=str(tmp_path), **kw))
+        check(from_profile("faults", out_dir=str(tmp_path), **kw))
     return exc.value.problems
 
 
 def test_faults_profile_validates(tmp_path):
-    validate(from_profile("faults", out_dir=str(tmp_path)))
+    check(from_profile("faults", out_dir=str(tmp_path)))
     for name in fault_scenarios.SCENARIOS:
         if not fault_scenarios.scenario(name).needs_stream:
-            validate(from_profile("faults", out_dir=str(tmp_path), fault_scenario=name))
+            check(from_profile("faults", out_dir=str(tmp_path), fault_scenario=name))
 
 
 def test_stream_scenario_without_streaming_is_one_line(tmp_path):
     (line,) = _problems(tmp_path, fault_scenario="stalled_streams")
     assert line.startswith("fault_scenario:") and "stream=true" in line
-    validate(from_profile("faults", out_dir=str(tmp_path), fault_scenario="stalled_streams",
+    check(from_profile("faults", out_dir=str(tmp_path), fault_scenario="stalled_streams",
                           stream=True))
 
 
@@ -114,16 +114,16 @@ def test_overloaded_uses_the_providers_own_answer_and_failover_a_standby():
 def test_resilience_is_shipped_or_recommended_and_the_fault_profile_recommends(tmp_path):
     assert from_profile("faults").resilience == "recommended"
     assert from_profile("smoke").resilience == "shipped"
-    validate(from_profile("faults", out_dir=str(tmp_path), resilience="shipped"))
+    check(from_profile("faults", out_dir=str(tmp_path), resilience="shipped"))
     (line,) = _problems(tmp_path, resilience="tuned")
     assert line == "resilience: one of ['shipped', 'recommended'], got 'tuned'"
 
 
 def test_a_standby_needs_a_third_fixed_port(tmp_path):
-    validate(from_profile("faults", out_dir=str(tmp_path), fault_scenario="failover", base_port=65533))
+    check(from_profile("faults", out_dir=str(tmp_path), fault_scenario="failover", base_port=65533))
     (line,) = _problems(tmp_path, fault_scenario="failover", base_port=65534)
     assert line.startswith("base_port:") and "base_port + 2" in line
-    validate(from_profile("faults", out_dir=str(tmp_path), base_port=65534))  # no standby
+    check(from_profile("faults", out_dir=str(tmp_path), base_port=65534))  # no standby
 
 
 def _plan(tmp_path, **kw):

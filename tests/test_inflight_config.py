@@ -15,7 +15,7 @@ from harness.model import inflight
 from harness.model.config import ConfigError, from_profile
 from harness.model.gateway_spec import load_gateway_spec
 from harness.model.plan import make_plan
-from harness.model.validation import validate
+from harness.run.check import check
 from harness.run.run import instruments
 
 
@@ -25,10 +25,10 @@ def _lane(**overrides):
 
 def test_the_profile_validates_and_holds_each_request_for_the_hold():
     config = _lane()
-    validate(config)
+    check(config)
     assert inflight.mock_hold(config) == (10_000.0, config.stream_chunks)
     streamed = _lane(stream=True)
-    validate(streamed)
+    check(streamed)
     latency_ms, frames = inflight.mock_hold(streamed)
     # a frame every 2.5 s from 2.5 s on: the stream lasts the hold
     assert latency_ms == 2500.0 and (frames + 1) * 2500.0 == 10_000.0
@@ -51,18 +51,18 @@ def test_the_profile_validates_and_holds_each_request_for_the_hold():
 ])
 def test_a_bad_parameter_is_refused_naming_it(overrides, parameter):
     with pytest.raises(ConfigError) as caught:
-        validate(_lane(**overrides))
+        check(_lane(**overrides))
     assert any(p.startswith(f"{parameter}:") for p in caught.value.problems), caught.value.problems
 
 
 def test_a_port_range_too_small_for_the_top_step_is_refused():
-    problems = inflight.problems(_lane(), (40000, 45000), -1)
+    problems = inflight.problems(_lane(), 4, (40000, 45000), -1)
     assert any(p.startswith("inflight_steps:") and "ip_local_port_range" in p for p in problems)
-    assert not inflight.problems(_lane(), (32768, 60999), -1)
+    assert not inflight.problems(_lane(), 4, (32768, 60999), -1)
 
 
 def test_an_open_file_limit_above_the_hard_limit_is_refused():
-    problems = inflight.problems(_lane(open_files_limit=30000), (32768, 60999), 20000)
+    problems = inflight.problems(_lane(open_files_limit=30000), 4, (32768, 60999), 20000)
     assert any(p.startswith("open_files_limit:") and "20000" in p for p in problems)
 
 

@@ -41,8 +41,8 @@ NAMES = {"open", "write_atomic"}
 
 # (file, function) -> why it touches no file of a study.
 NOT_A_STUDY_FILE = {
-    ("harness/model/inflight.py", "read_port_range"): "/proc/sys: the machine's port range",
-    ("harness/model/inflight.py", "read_tw_reuse"): "/proc/sys: the machine's tcp_tw_reuse",
+    ("harness/host/probes.py", "read_port_range"): "/proc/sys: the machine's port range",
+    ("harness/host/probes.py", "read_tw_reuse"): "/proc/sys: the machine's tcp_tw_reuse",
     ("harness/host/sampling.py", "_schedstat"): "/proc: a thread's run-queue wait",
     ("harness/remote/machine.py", "cpu_model"): "/proc/cpuinfo",
     ("harness/run/mock_load.py", "_cpu_pressure_us"): "/proc/pressure/cpu",

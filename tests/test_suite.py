@@ -47,14 +47,20 @@ reason = "not needed here"
 @pytest.mark.parametrize("path,field", [("load.users", "users"), ("mock.latency_ms", "mock_latency_ms"),
                                         ("request.stream", "stream"), ("gateway.workers", "gateway_workers"),
                                         ("mock.stream_chunks", "stream_chunks"), ("seed", "seed"),
-                                        ("load.open_loop_rates_per_s", "open_loop_rates_per_s")])
+                                        ("load.open_loop_rates_per_s", "open_loop_rates_per_s"),
+                                        ("wire.offset_s", "wire_capture_offset_s"),
+                                        ("inflight.steps", "inflight_steps"),
+                                        ("placement.nice_mock", "nice_mock"),
+                                        ("faults.fault_scenario", "fault_scenario")])
 def test_paths_name_fields(path, field):
     assert M.field_of(path) == field
 
 
 @pytest.mark.parametrize("path,message", [("colour", "not a setting"), ("net.users", "unknown section"),
                                           ("mock.users", "mock has no 'users'"),
-                                          ("out_dir", "not a setting"), ("study.study_id", "study has no")])
+                                          ("out_dir", "not a setting"), ("study.study_id", "study has no"),
+                                          ("load.inflight_steps", "load has no"),
+                                          ("request.latency_ms", "request has no")])
 def test_bad_paths_are_named(path, message):
     with pytest.raises(M.SuiteError, match=message):
         M.field_of(path)

@@ -11,8 +11,8 @@ from harness.commands import main
 from harness.model.config import ConfigError, from_profile
 from harness.model.plan import make_plan
 from harness.model.topology import Host, TopologyError, load_topology, local_topology
-from harness.model.validation import validate
 from harness.remote.hosts import RemoteProcess, command_on, facts, snapshot, start_on
+from harness.run.check import check
 from harness.run.run import instruments
 
 REPO = Path(__file__).resolve().parent.parent
@@ -95,7 +95,7 @@ def test_bad_topology_fails_study_validation_before_anything_starts(tmp_path, ca
     assert "topology: " in capsys.readouterr().err and not (out.exists() and any(out.iterdir()))
     path = write(tmp_path, GOOD)
     with pytest.raises(ConfigError, match="locust_processes: the topology's locust_workers"):
-        validate(from_profile("smoke", gateways=["nginx"], topology=str(path), locust_processes=2,
+        check(from_profile("smoke", gateways=["nginx"], topology=str(path), locust_processes=2,
                               out_dir=str(out)))
 
 

@@ -125,7 +125,7 @@ def test_the_family(cls):
 @pytest.mark.parametrize("cls", [BuildError, ProcessError, CaptureError])
 def test_failures_of_the_machine_are_not_user_errors(cls):
     # A build or a process that fails is a run that failed (exit 1), not bad input; a ref
-    # that names no commit reaches the user as a ConfigError from prepare().
+    # that names no commit reaches the user as a ConfigError from the study's check().
     assert not issubclass(cls, UserError)
 
 

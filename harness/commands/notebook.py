@@ -35,7 +35,10 @@ def notebook_parameters(config, overrides: dict) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = study_config(args)
+    # checked here so that a bad parameter is named before Jupyter starts; the notebook's
+    # run_study checks again in its own process, as any study does when it starts
+    from harness.run.check import check
+    config = check(study_config(args)).config
     import papermill
 
     from harness.files.study_files import StudyFiles

@@ -5,7 +5,6 @@ import argparse
 
 from harness.model import config as config_mod
 from harness.model.config import ConfigError, StudyConfig
-from harness.model.validation import validate
 
 
 def add_study_options(parser: argparse.ArgumentParser, profile: str = "standard") -> None:
@@ -20,13 +19,12 @@ def add_study_options(parser: argparse.ArgumentParser, profile: str = "standard"
 
 
 def study_config(args: argparse.Namespace, **fixed) -> StudyConfig:
-    """The StudyConfig these options describe (with a study_id); ConfigError before anything."""
+    """The StudyConfig these options describe (with a study_id); ConfigError for a value that is
+    not of its setting's type. The study's check (harness/run/check.py) judges the rest."""
     overrides = config_mod.parse_overrides(args.set)
     if args.gateways is not None:
         if "gateways" in overrides:
             raise ConfigError(["gateways: given both by --gateways and by --set gateways=...; "
                                "use one"])
         overrides["gateways"] = args.gateways
-    config = config_mod.from_profile(args.profile, **{**fixed, **overrides}).with_study_id()
-    validate(config)
-    return config
+    return config_mod.from_profile(args.profile, **{**fixed, **overrides}).with_study_id()

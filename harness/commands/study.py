@@ -1,5 +1,5 @@
 """Run a study in this process, without Jupyter: the same study the notebook command runs
-(validate, install, plan, every run interleaved, the study manifest), without its tables.
+(check, install, plan, every run interleaved, the study manifest), without its tables.
 
     python -m harness study --profile smoke --gateways direct,nginx
     python -m harness study --set topology=examples/topologies/two-hosts.toml

@@ -52,6 +52,139 @@ class ConfigError(UserError, ValueError):
         return [f"invalid study parameter: {p}" for p in one_line if p] or super().lines()
 
 
+def _reads(name: str) -> dict:
+    """A section field's metadata when it reads a StudyConfig field of another name."""
+    return {"reads": name}
+
+
+# StudyConfig's sections: typed views of its flat fields (the serialized form, `--set` and the
+# notebook's parameters stay flat). Each section field reads the StudyConfig field of its own
+# name unless `_reads` names another; every StudyConfig field is in exactly one section
+# (tests/test_config.py). A section named as a RunSpec section feeds it field by field:
+# RunSpec.load (LoadShape) = load + request + inflight, RunSpec.mock (MockSettings) = mock +
+# faults, RunSpec.wire = wire, RunSpec.topology, .affinity and .nice = placement.
+
+@dataclass(frozen=True)
+class LoadSection:
+    """The load generator's shape: closed loop (users, ramp, hold) or an open-loop schedule."""
+    users: int
+    ramp_s: float
+    hold_s: float
+    min_hold_requests: int
+    max_hold_s: float
+    warmup_s: float
+    warmup_users: int
+    think_time_s: float
+    locust_processes: int
+    request_timeout_s: float
+    open_loop_rates_per_s: tuple[float, ...]
+    open_loop_step_s: float
+
+
+@dataclass(frozen=True)
+class RequestSection:
+    """What each request is: streamed or not, the feature it calls, its body's size."""
+    stream: bool
+    feature: str
+    request_bytes: int
+
+
+@dataclass(frozen=True)
+class InflightSection:
+    """The in-flight lane's steps of requests held open."""
+    inflight_steps: tuple[int, ...]
+    inflight_step_s: float
+    inflight_hold_s: float
+
+
+@dataclass(frozen=True)
+class MockSection:
+    """The mock provider's answers."""
+    latency_ms: float = field(metadata=_reads("mock_latency_ms"))
+    workers: int = field(metadata=_reads("mock_workers"))
+    response_tokens: int = field(metadata=_reads("mock_response_tokens"))
+    stream_chunks: int
+    chunk_delay_ms: float
+
+
+@dataclass(frozen=True)
+class FaultsSection:
+    """The provider-fault lane's window and scenario."""
+    fault_scenario: str
+    fault_start_s: float
+    fault_duration_s: float
+    fault_seed: int
+
+
+@dataclass(frozen=True)
+class WireSection:
+    """The packet capture during the hold."""
+    capture_s: float = field(metadata=_reads("wire_capture_s"))
+    offset_s: float = field(metadata=_reads("wire_capture_offset_s"))
+    snaplen_bytes: int = field(metadata=_reads("wire_snaplen_bytes"))
+
+
+@dataclass(frozen=True)
+class PlacementSection:
+    """Where and how each role's processes run: hosts, ports, CPUs, priority, file limit."""
+    topology: str
+    base_port: int
+    cpu_affinity_load: str
+    cpu_affinity_mock: str
+    cpu_affinity_system: str
+    nice_load: int
+    nice_mock: int
+    nice_system: int
+    open_files_limit: int
+
+
+@dataclass(frozen=True)
+class GatewaySection:
+    """The systems under test and how each is started and configured."""
+    gateways: tuple[str, ...]
+    gateways_dir: str
+    gateway_workers: int
+    ready_timeout_s: float
+    resilience: str
+    scale: str
+    builds: tuple[str, ...]
+    system_env: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class StudySection:
+    """The study as a whole: its runs, their order, its checks, where it is written."""
+    profile: str
+    runs_per_gateway: int
+    runs_unconfigured: int
+    seed: int
+    idle_s: float
+    cooldown_s: float
+    count_lane: bool
+    reference_system: str
+    aa_pair: tuple[str, ...]
+    gate_system: str
+    gate_base_system: str
+    out_dir: str
+    study_id: str
+
+
+SECTIONS: dict[str, type] = {
+    "load": LoadSection, "request": RequestSection, "inflight": InflightSection,
+    "mock": MockSection, "faults": FaultsSection, "wire": WireSection,
+    "placement": PlacementSection, "gateway": GatewaySection, "study": StudySection}
+
+
+def reads(section_field: dataclasses.Field) -> str:
+    """The StudyConfig field a section's field reads."""
+    return section_field.metadata.get("reads", section_field.name)
+
+
+def section_fields(section: str) -> dict[str, str]:
+    """A section's fields, each with the StudyConfig field it reads, in declaration order."""
+    return {f.name: reads(f) for f in dataclasses.fields(SECTIONS[section])}
+
+
 @dataclass(frozen=True)
 class StudyConfig:
     """A whole study. Field comments are the documentation of each setting."""
@@ -165,6 +298,39 @@ class StudyConfig:
             raise ConfigError(problems)
         if self.gateways == ("all",):
             object.__setattr__(self, "gateways", tuple(known_gateways(self.systems_dir)))
+
+    def section(self, name: str):
+        """The named section's view of this config (SECTIONS)."""
+        cls = SECTIONS[name]
+        return cls(**{f.name: getattr(self, reads(f)) for f in dataclasses.fields(cls)})
+
+    @property
+    def load(self) -> LoadSection:
+        return self.section("load")
+
+    @property
+    def request(self) -> RequestSection:
+        return self.section("request")
+
+    @property
+    def inflight(self) -> InflightSection:
+        return self.section("inflight")
+
+    @property
+    def mock(self) -> MockSection:
+        return self.section("mock")
+
+    @property
+    def faults(self) -> FaultsSection:
+        return self.section("faults")
+
+    @property
+    def wire(self) -> WireSection:
+        return self.section("wire")
+
+    @property
+    def placement(self) -> PlacementSection:
+        return self.section("placement")
 
     def with_study_id(self) -> "StudyConfig":
         if self.study_id:

@@ -17,12 +17,10 @@ from the first that cannot fit are not run, and are the instruments' limit for t
 from __future__ import annotations
 
 import math
-import resource
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.model.config import StudyConfig
-from harness.model.topology import load_processes
 
 # Each step's new users are spawned evenly over one hold: closed-loop users with a fixed hold keep
 # the phase they started with, so users spawned in a burst answer in a burst every hold for the
@@ -48,7 +46,6 @@ FD_MARGIN = 1024
 CONNECTIONS_PER_OPEN = {"locust": 1, "mock": 1, "system": 2}
 # The loopback's ephemeral port range: every open connection to one address and port takes one.
 PORT_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
-TW_REUSE_FILE = Path("/proc/sys/net/ipv4/tcp_tw_reuse")
 
 # The hold must be long next to a gateway's own time, and a stream must carry frames.
 MIN_HOLD_S = 1.0
@@ -83,31 +80,10 @@ def load_s(steps: int, step_s: float, hold_s: float) -> float:
     return steps * step_s + hold_s + DRAIN_MARGIN_S
 
 
-def read_port_range(path: Path = PORT_RANGE_FILE) -> tuple[int, int] | None:
-    """The kernel's ephemeral port range (low, high); None where it cannot be read."""
-    try:
-        low, high = (int(v) for v in path.read_text().split())
-    except (OSError, ValueError):
-        return None
-    return low, high
-
-
-def hard_files_limit() -> int:
-    """The highest soft open-file limit this process can give its children; -1 for unlimited."""
-    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    return -1 if hard == resource.RLIM_INFINITY else hard
-
-
-def read_tw_reuse(path: Path = TW_REUSE_FILE) -> int | None:
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def problems(config: StudyConfig, port_range: tuple[int, int] | None,
+def problems(config: StudyConfig, processes: int, port_range: tuple[int, int] | None,
              hard_files_limit: int) -> list[str]:
-    """Every reason this in-flight schedule cannot run here, one line each, naming the parameter."""
+    """Every reason this in-flight schedule cannot run here, one line each, naming the parameter.
+    processes: the Locust processes that generate the load (a topology's workers count)."""
     steps = config.inflight_steps
     if any(n < 1 for n in steps) or list(steps) != sorted(set(steps)):
         return [f"inflight_steps: must be positive and strictly ascending, got {list(steps)}"]
@@ -126,7 +102,6 @@ def problems(config: StudyConfig, port_range: tuple[int, int] | None,
     if config.request_timeout_s <= 2 * config.inflight_hold_s:
         out.append(f"request_timeout_s: must exceed twice the hold ({2 * config.inflight_hold_s:g} s), "
                    f"so queueing is measured, not cut off; got {config.request_timeout_s:g}")
-    processes = load_processes(config.topology_path, config.locust_processes)
     if processes >= 1 and config.chunk_delay_ms >= MIN_FRAME_MS:
         out += _instrument_problems(config, top, processes)
     if config.inflight_step_s < needed_step_s(config):

@@ -7,7 +7,7 @@ import json
 import random
 from dataclasses import dataclass, field
 
-from harness.model import fault_scenarios, inflight
+from harness.model import affinity, fault_scenarios, inflight
 from harness.model.affinity import CpuAffinity, Niceness
 from harness.model.builds import system_env
 from harness.model.config import StudyConfig
@@ -157,13 +157,13 @@ def comparison_key(spec: RunSpec, files_sha256: dict[str, str], instruments: Ins
 
 def fault_settings(config: StudyConfig) -> dict:
     """MockSettings' fault fields for a study ({} without a scenario)."""
-    if not config.fault_scenario:
+    faults = config.faults
+    if not faults.fault_scenario:
         return {}
-    duration = fault_scenarios.duration_of(config.fault_scenario, config.fault_duration_s)
-    return dict(fault_scenario=config.fault_scenario,
-                faults=fault_scenarios.schedule_json(config.fault_scenario, config.fault_start_s, duration),
-                fault_seed=config.seed if config.fault_seed < 0 else config.fault_seed,
-                fault_start_s=config.fault_start_s, fault_duration_s=duration)
+    duration = fault_scenarios.duration_of(faults.fault_scenario, faults.fault_duration_s)
+    return dict(dataclasses.asdict(faults), fault_duration_s=duration,
+                faults=fault_scenarios.schedule_json(faults.fault_scenario, faults.fault_start_s, duration),
+                fault_seed=config.seed if faults.fault_seed < 0 else faults.fault_seed)
 
 
 def runs_of(config: StudyConfig, spec: GatewaySpec) -> int:
@@ -177,35 +177,30 @@ def runs_of(config: StudyConfig, spec: GatewaySpec) -> int:
 
 
 def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec], instruments: Instruments,
-              commits: dict[str, str] | None = None) -> list[RunSpec]:
+              commits: dict[str, str] | None = None, topology: Topology | None = None) -> list[RunSpec]:
     """Round r runs every system once, in an order shuffled by the seed, so slow drift of the
     machine (thermal, other tenants) spreads over all systems instead of landing on one.
     instruments: the mock's and Locust's versions (in every key); commits: the entries built
-    from another commit (entry -> full commit)."""
+    from another commit (entry -> full commit); topology: the study's, as its check read it
+    (None: read here). Each RunSpec section is built from the StudyConfig sections of the same
+    names (harness/model/config.py: SECTIONS)."""
     commits = commits or {}
+    topology = topology or topology_of(config.topology_path)
     envs = system_env(config.system_env)
+    load = config.load
     base_load = LoadShape(
-        users=config.users, ramp_s=config.ramp_s, hold_s=config.hold_s,
-        min_hold_requests=config.min_hold_requests, max_hold_s=config.max_hold_s,
-        warmup_s=config.warmup_s, warmup_users=config.warmup_users,
-        think_time_s=config.think_time_s,
-        locust_processes=load_processes(config.topology_path, config.locust_processes),
-        request_timeout_s=config.request_timeout_s, max_tokens=config.mock_response_tokens,
-        stream=config.stream, open_loop_rates_per_s=tuple(config.open_loop_rates_per_s),
-        open_loop_step_s=config.open_loop_step_s if config.open_loop_rates_per_s else 0.0,
-        feature=config.feature, request_bytes=config.request_bytes, **inflight_load(config))
-    latency_ms, chunks = (inflight.mock_hold(config) if config.inflight_steps
-                          else (config.mock_latency_ms, config.stream_chunks))
-    mock = MockSettings(latency_ms=latency_ms, workers=config.mock_workers,
-                        response_tokens=config.mock_response_tokens,
-                        stream_chunks=chunks, chunk_delay_ms=config.chunk_delay_ms,
-                        **fault_settings(config))
-    topology = topology_of(config.topology_path)
-    wire = WireSettings(capture_s=config.wire_capture_s, offset_s=config.wire_capture_offset_s,
-                        snaplen_bytes=config.wire_snaplen_bytes)
-    pins = CpuAffinity(load=config.cpu_affinity_load, mock=config.cpu_affinity_mock,
-                       system=config.cpu_affinity_system)
-    nice = Niceness(load=config.nice_load, mock=config.nice_mock, system=config.nice_system)
+        **dataclasses.asdict(load) | dict(
+            locust_processes=load_processes(topology, load.locust_processes),
+            open_loop_step_s=load.open_loop_step_s if load.open_loop_rates_per_s else 0.0),
+        max_tokens=config.mock.response_tokens, **dataclasses.asdict(config.request),
+        **inflight_load(config))
+    hold = (dict(zip(("latency_ms", "stream_chunks"), inflight.mock_hold(config)))
+            if config.inflight_steps else {})
+    mock = MockSettings(**dataclasses.asdict(config.mock) | hold, **fault_settings(config))
+    wire = WireSettings(**dataclasses.asdict(config.wire))
+    placement = config.placement
+    pins = CpuAffinity(**{role: getattr(placement, name) for role, name in affinity.FIELDS.items()})
+    nice = Niceness(**{role: getattr(placement, name) for role, name in affinity.NICE_FIELDS.items()})
     standby = fault_scenarios.needs_standby(config.fault_scenario)
     for spec in specs.values():  # variants that cannot be combined are refused before any run
         spec.configured(config.resilience, config.scale)
@@ -243,9 +238,8 @@ def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec], instruments: I
 
 def inflight_load(config: StudyConfig) -> dict:
     """LoadShape's in-flight fields ({} outside that lane)."""
-    if not config.inflight_steps:
+    lane = config.inflight
+    if not lane.inflight_steps:
         return {}
-    return dict(inflight_steps=tuple(config.inflight_steps), inflight_step_s=config.inflight_step_s,
-                inflight_hold_s=config.inflight_hold_s,
-                spawn_rate_per_s=inflight.top_spawn_rate_per_s(
-                    tuple(config.inflight_steps), config.warmup_users, config.inflight_hold_s))
+    return dict(dataclasses.asdict(lane), spawn_rate_per_s=inflight.top_spawn_rate_per_s(
+        lane.inflight_steps, config.warmup_users, lane.inflight_hold_s))

@@ -23,8 +23,10 @@ A suite file is TOML::
     reason = "..."
 
 A path is a StudyConfig field by its own name (``users``) or a dotted path ``section.name``
-that means the field ``name`` or ``section_name`` of that section (``mock.latency_ms`` is
-``mock_latency_ms``); the sections and their fields are ``NAMESPACE``. Each runnable cell is a
+through StudyConfig's sections (``harness.model.config.SECTIONS``): ``name`` is a field of that
+section (``mock.latency_ms`` is ``mock_latency_ms``, ``wire.offset_s`` is
+``wire_capture_offset_s``) or the StudyConfig field ``name`` or ``section_name`` the section
+holds (``gateway.workers`` is ``gateway_workers``). Each runnable cell is a
 whole study in ``<out-dir>/<suite-id>/<cell-id>/``; the suite's ``manifest.json`` lists every
 cell with its axis values, its comparison key and, for a cell left out, the reason (a declared
 exclusion or the configuration's validation error). Two suites are compared cell by cell only
@@ -41,25 +43,14 @@ from typing import Any
 from harness.model import config as config_mod
 from harness.model import migrate
 from harness.model import toml_schema as T
-from harness.model.config import ConfigError, StudyConfig
+from harness.model.config import SECTIONS, ConfigError, StudyConfig, section_fields
 from harness.model.errors import UserError
 from harness.model.formats import SUITE_MANIFEST
 from harness.model.gateway_spec import load_gateway_spec
 from harness.model.manifests import dump, load
-from harness.model.plan import Instruments, versioned_key
+from harness.model.plan import Instruments, RunSpec, versioned_key
 
 DEFAULT_OUT_DIR = "artifacts/suites"
-NAMESPACE: dict[str, tuple[str, ...]] = {
-    "load": ("users", "ramp_s", "hold_s", "min_hold_requests", "max_hold_s", "warmup_s",
-             "warmup_users", "think_time_s", "locust_processes", "request_timeout_s",
-             "open_loop_rates_per_s", "open_loop_step_s", "inflight_steps", "inflight_step_s",
-             "inflight_hold_s"),
-    "mock": ("mock_latency_ms", "mock_workers", "mock_response_tokens", "stream_chunks",
-             "chunk_delay_ms"),
-    "request": ("stream", "feature", "request_bytes"),
-    "gateway": ("gateways", "gateway_workers", "ready_timeout_s"),
-    "study": ("runs_per_gateway", "seed", "idle_s", "cooldown_s"),
-}
 # Set by the suite itself, never by a cell; and left out of the comparison key, with the ports
 # and where the system folders are, because they do not change what runs (where it is written,
 # what it is called, which preset it came from; the folders' files are in the key themselves).
@@ -95,6 +86,7 @@ class Cell:
     config: StudyConfig | None    # None when the combination cannot even be built
     comparison_key: str           # "" for a cell left out
     excluded: str                 # "" = runnable; otherwise why it was left out
+    runs: tuple[RunSpec, ...] = ()  # its runnable systems' runs, as its check planned them
 
 
 def field_of(path: str) -> str:
@@ -105,14 +97,16 @@ def field_of(path: str) -> str:
         if path in fields:
             return path
         raise SuiteError(f"{path}: not a setting; use a StudyConfig field or one of "
-                         f"{sorted(NAMESPACE)}.<name>")
-    if section not in NAMESPACE:
-        raise SuiteError(f"{path}: unknown section {section!r}; sections: {sorted(NAMESPACE)}")
+                         f"{sorted(SECTIONS)}.<name>")
+    if section not in SECTIONS:
+        raise SuiteError(f"{path}: unknown section {section!r}; sections: {sorted(SECTIONS)}")
+    held = {own: flat for own, flat in section_fields(section).items() if flat in fields}
+    if name in held:
+        return held[name]
     for candidate in (name, f"{section}_{name}"):
-        if candidate in NAMESPACE[section]:
+        if candidate in held.values():
             return candidate
-    raise SuiteError(f"{path}: {section} has no {name!r}; it has "
-                     f"{[f.removeprefix(section + '_') for f in NAMESPACE[section]]}")
+    raise SuiteError(f"{path}: {section} has no {name!r}; it has {list(held)}")
 
 
 def _flatten(table: dict, prefix: str = "") -> dict:

@@ -169,25 +169,20 @@ def _hosts(table, path: Path, problems: list[str]) -> list[Host]:
     return hosts
 
 
-def topology_problems(path: str) -> list[str]:
-    """'topology: ...' lines for the study's validation ([] when the file is usable)."""
+def read_topology(path: str) -> tuple[Topology | None, list[str]]:
+    """The study's topology ("" = this machine) and its 'topology: ...' problems (None with
+    them), for the study's check: the one place that reads the file before a study starts."""
     try:
-        load_topology(path)
+        return topology_of(path), []
     except TopologyError as exc:
-        return [f"topology: {p}" for p in exc.problems]
-    return []
+        return None, [f"topology: {p}" for p in exc.problems]
 
 
 def topology_of(path: str) -> Topology:
     return load_topology(path) if path else local_topology()
 
 
-def load_processes(topology_path: str, locust_processes: int) -> int:
-    """Locust processes that generate load: the workers of a topology, else locust_processes."""
-    if topology_path:
-        try:
-            workers = load_topology(topology_path).worker_count
-        except TopologyError:
-            return locust_processes
-        return workers or locust_processes
-    return locust_processes
+def load_processes(topology: Topology | None, locust_processes: int) -> int:
+    """Locust processes that generate load: the workers of a topology, else locust_processes
+    (also when the topology could not be read: its problems are reported on their own)."""
+    return (topology.worker_count if topology else 0) or locust_processes

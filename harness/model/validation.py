@@ -1,56 +1,63 @@
-"""Whether a study's settings can run, decided before anything starts: validate() names every
-bad parameter at once (ConfigError), touching nothing but a probe file in the output directory."""
+"""Whether a study's settings can run, decided before anything starts: problems() names every
+bad parameter, one line each. Pure: what it needs of this machine arrives as HostFacts
+(harness/host/probes.py reads them), the topology as read once by the study's check
+(harness/run/check.py, the one entry point)."""
 from __future__ import annotations
 
 import math
-import os
-import shutil
-import tempfile
+from dataclasses import dataclass
 
 from harness.model import affinity, builds, fault_scenarios, inflight
 from harness.model.config import (
-    BYTES_PER_PLANNED_ROW,
     MAX_REQUEST_BYTES,
     MAX_SPAWN_RATE_PER_PROCESS,
     OPEN_LOOP_MAX_RATE_PER_PROCESS,
     OPEN_LOOP_USER_HEADROOM,
     RESILIENCE,
     SCALE,
-    ConfigError,
     StudyConfig,
     known_gateways,
-    repo_path,
 )
 from harness.model.gateway_spec import folder_of
-from harness.model.topology import load_processes, topology_of, topology_problems
+from harness.model.topology import Topology, load_processes
 
 
-def validate(config: StudyConfig) -> None:
-    """Raise ConfigError naming every bad parameter. Touches nothing but a probe file."""
-    problems = [*_system_problems(config), *_range_problems(config), *_load_problems(config)]
+@dataclass(frozen=True)
+class HostFacts:
+    """What the checks need to know of this machine."""
+    cpus: frozenset[int]                # the CPUs this process may run on
+    root: bool                          # may lower niceness
+    has_taskset: bool                   # on PATH
+    has_nice: bool                      # on PATH
+    port_range: tuple[int, int] | None  # the ephemeral port range; None: unreadable
+    hard_files_limit: int               # the hard RLIMIT_NOFILE; -1: unlimited
+
+
+def problems(config: StudyConfig, topology: Topology | None, host: HostFacts) -> list[str]:
+    """Every bad parameter, one line each naming it. topology: the study's (None when its file
+    could not be read; those problems are the reader's)."""
+    found = [*_system_problems(config), *_range_problems(config),
+             *_load_problems(config, topology)]
     if config.open_loop_rates_per_s:
-        problems.extend(_open_loop_problems(config))
+        found.extend(_open_loop_problems(config))
     if config.inflight_steps:
-        problems.extend(inflight.problems(config, inflight.read_port_range(),
-                                          inflight.hard_files_limit()))
-    if config.topology:
-        problems.extend(_topology_problems(config))
+        found.extend(inflight.problems(config, load_processes(topology, config.locust_processes),
+                                       host.port_range, host.hard_files_limit))
+    if topology is not None and topology.source:
+        found.extend(_topology_problems(config, topology))
     if config.fault_scenario:
-        problems.extend(_fault_problems(config))
-    problems.extend(_affinity_problems(config))
-    problems.extend(affinity.nice_problems(
+        found.extend(_fault_problems(config))
+    found.extend(_affinity_problems(config, topology, host))
+    found.extend(affinity.nice_problems(
         {role: getattr(config, name) for role, name in affinity.NICE_FIELDS.items()},
-        os.geteuid() == 0, shutil.which(affinity.NICE) is not None))
+        host.root, host.has_nice))
     if config.resilience not in RESILIENCE:
-        problems.append(f"resilience: one of {list(RESILIENCE)}, got {config.resilience!r}")
+        found.append(f"resilience: one of {list(RESILIENCE)}, got {config.resilience!r}")
     if config.scale not in SCALE:
-        problems.append(f"scale: one of {list(SCALE)}, got {config.scale!r}")
+        found.append(f"scale: one of {list(SCALE)}, got {config.scale!r}")
     if not config.out_dir:
-        problems.append("out_dir: must not be empty")
-    if config.out_dir and not problems:
-        _check_out_dir(config, problems)
-    if problems:
-        raise ConfigError(problems)
+        found.append("out_dir: must not be empty")
+    return found
 
 
 def _unless(ok: bool, message: str) -> list[str]:
@@ -116,7 +123,7 @@ def _range_problems(config: StudyConfig) -> list[str]:
     return problems
 
 
-def _load_problems(config: StudyConfig) -> list[str]:
+def _load_problems(config: StudyConfig, topology: Topology | None) -> list[str]:
     """The load's shape: the hold, the users, what Locust can spawn, the request timeout."""
     problems = [
         *_unless(config.max_hold_s >= config.hold_s,
@@ -126,7 +133,7 @@ def _load_problems(config: StudyConfig) -> list[str]:
     if (config.users >= 1 and config.locust_processes >= 1 and not config.open_loop_rates_per_s
             and not config.inflight_steps):
         steepest = config.users / max(config.ramp_s, 1e-9)
-        processes = load_processes(config.topology_path, config.locust_processes)
+        processes = load_processes(topology, config.locust_processes)
         limit = MAX_SPAWN_RATE_PER_PROCESS * processes
         problems += _unless(
             steepest <= limit,
@@ -138,11 +145,9 @@ def _load_problems(config: StudyConfig) -> list[str]:
     return problems
 
 
-def _topology_problems(config: StudyConfig) -> list[str]:
-    problems = topology_problems(config.topology_path)
-    split = not problems and load_processes(config.topology_path, 0) > 0
-    return [*problems,
-            *_unless(not split or config.locust_processes == 1,
+def _topology_problems(config: StudyConfig, topology: Topology) -> list[str]:
+    split = topology.worker_count > 0
+    return [*_unless(not split or config.locust_processes == 1,
                      f"locust_processes: the topology's locust_workers set the load processes; "
                      f"leave locust_processes at 1, got {config.locust_processes}"),
             *_unless(not split or not config.open_loop_rates_per_s,
@@ -209,35 +214,17 @@ def _fault_problems(config: StudyConfig) -> list[str]:
     return problems
 
 
-def _affinity_problems(config: StudyConfig) -> list[str]:
+def _affinity_problems(config: StudyConfig, topology: Topology | None, host: HostFacts) -> list[str]:
     """CPU lists taskset accepts, of CPUs this process may use, for roles on this machine."""
     values = {role: getattr(config, name) for role, name in affinity.FIELDS.items()}
     if not any(values.values()):
         return []
     remote = {}
-    if config.topology and not topology_problems(config.topology_path):
-        topo = topology_of(config.topology_path)
-        placed = {"mock": [topo.mock], "system": [topo.system],
-                  "load": [topo.locust_master, *(w.host for w in topo.locust_workers)]}
+    if topology is not None:
+        placed = {"mock": [topology.mock], "system": [topology.system],
+                  "load": [topology.locust_master, *(w.host for w in topology.locust_workers)]}
         for role, names in placed.items():
-            away = [n for n in names if not topo.host(n).local]
+            away = [n for n in names if not topology.host(n).local]
             if away:
                 remote[role] = away[0]
-    return affinity.problems(values, os.sched_getaffinity(0), shutil.which(affinity.TASKSET) is not None,
-                             remote)
-
-
-def _check_out_dir(config: StudyConfig, problems: list[str]) -> None:
-    out = repo_path(config.out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-probe-"):
-            pass
-    except OSError as exc:
-        problems.append(f"out_dir: {out} is not writable ({exc.strerror or exc})")
-        return
-    needed = config.planned_rows() * BYTES_PER_PLANNED_ROW
-    free = shutil.disk_usage(out).free
-    if free < needed:
-        problems.append(f"out_dir: {free / 1e9:.2f} GB free at {out}, the planned rows may need "
-                        f"{needed / 1e9:.2f} GB")
+    return affinity.problems(values, host.cpus, host.has_taskset, remote)

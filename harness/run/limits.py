@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import resource
 
+from harness.host.probes import read_port_range, read_tw_reuse
 from harness.host.processes import open_files_limit_of, raise_open_files_limit
-from harness.model.inflight import read_port_range, read_tw_reuse
 from harness.model.manifests import RunLimits
 
 

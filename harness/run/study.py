@@ -1,4 +1,5 @@
-"""Run a whole study: validate, install, plan, execute every run, seal the study manifest.
+"""Run a whole study: check it (harness/run/check.py), install, execute every run of its plan,
+seal the study manifest.
 
 The notebooks call run_study(); `python -m harness study` does the same without Jupyter.
 """
@@ -11,17 +12,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.files.study_files import StudyFiles
-from harness.host.processes import ProcessError, port_in_use, stop_all
-from harness.model import fault_scenarios
-from harness.model.builds import build_refs
-from harness.model.config import ConfigError, StudyConfig
+from harness.host.processes import stop_all
+from harness.model.config import StudyConfig
 from harness.model.counting import LANE_SIZES
-from harness.model.gateway_spec import (
-    GatewaySpec,
-    GatewaySpecError,
-    feature_of,
-    load_gateway_spec,
-)
 from harness.model.manifests import (
     Attempt,
     PlanEntry,
@@ -30,14 +23,13 @@ from harness.model.manifests import (
     StudyManifest,
     SystemInfo,
 )
-from harness.model.plan import RunSpec, make_plan
-from harness.model.topology import topology_of
-from harness.model.validation import validate
+from harness.model.topology import Topology
 from harness.remote import hosts
 from harness.remote.machine import git_commit, machine_facts, package_versions
 from harness.run import builds
+from harness.run.check import check
 from harness.run.count_lane import run_count_lane
-from harness.run.run import Interrupted, RunRecord, completed_record, instruments, measure_run
+from harness.run.run import Interrupted, RunRecord, completed_record, measure_run
 from harness.run.systems import InstallResult, install, missing_binary, read_version
 
 
@@ -49,67 +41,6 @@ class StudyResult:
     skipped: dict            # system -> why it was not run
 
 
-def prepare(config: StudyConfig) -> tuple[StudyConfig, dict[str, GatewaySpec], list[RunSpec]]:
-    """Everything that can be decided without starting a process; raises ConfigError. An entry
-    built from another commit gets its worktree here (git only), its spec read from there."""
-    validate(config)
-    specs = {}
-    problems = []
-    refs = build_refs(config.builds)
-    commits: dict[str, str] = {}
-    for name in config.gateways:
-        gateways_dir = config.systems_dir
-        if name in refs:
-            try:
-                tree = builds.checkout(refs[name])
-            except builds.BuildError as exc:
-                problems.append(f"builds: {name}: {exc}")
-                continue
-            gateways_dir, commits[name] = tree.gateways_dir, tree.commit
-        try:
-            specs[name] = load_gateway_spec(name, gateways_dir)
-        except GatewaySpecError as exc:
-            problems.append(f"{'builds' if name in refs else 'gateways'}: {exc}")
-            continue
-        feature = feature_of(name) or config.feature
-        if feature and specs[name].runnable and feature not in specs[name].features:
-            problems.append(f"{'gateways' if feature_of(name) else 'feature'}: {name} declares no "
-                            f"feature {feature!r} in its gateway.toml "
-                            f"(it has: {', '.join(sorted(specs[name].features)) or 'none'})")
-        if specs[name].runnable and not specs[name].install_command:
-            missing = missing_binary(specs[name])
-            if missing:
-                problems.append(f"gateways: {name} needs {missing!r}, which is not installed "
-                                f"(not on PATH and no [install] step); install it or leave {name} out")
-    if config.base_port:
-        ports = [(config.base_port, "the mock"), (config.base_port + 1, "the system under test")]
-        if fault_scenarios.needs_standby(config.fault_scenario):
-            ports.append((config.base_port + 2, "the standby provider"))
-        for port, role in ports:
-            if port_in_use(port):
-                problems.append(f"base_port: port {port} (for {role}) is already in use on 127.0.0.1; "
-                                f"stop what listens there or choose another base_port (0 = any free port)")
-    problems += _unreachable_hosts(config)
-    if problems:
-        raise ConfigError(problems)
-    config = config.with_study_id()
-    return config, specs, make_plan(config, specs, instruments(), commits)
-
-
-def _unreachable_hosts(config: StudyConfig) -> list[str]:
-    """Each other host of the topology must run this repository's Python through its prefix."""
-    topology = topology_of(config.topology_path)
-    problems = []
-    for name in topology.roles():
-        host = topology.host(name)
-        if not host.local:
-            try:
-                hosts.snapshot(host)
-            except ProcessError as exc:
-                problems.append(f"topology: {exc}")
-    return problems
-
-
 def _handle_signal(signum, frame):
     # Only the first signal interrupts; later ones must not break the clean-up it started.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -117,14 +48,15 @@ def _handle_signal(signum, frame):
     raise Interrupted(f"signal {signal.Signals(signum).name}")
 
 
-def _first_manifest(config: StudyConfig, plan: list, files: StudyFiles) -> StudyManifest:
+def _first_manifest(config: StudyConfig, plan: list, topology: Topology,
+                    files: StudyFiles) -> StudyManifest:
     """The study manifest as the study starts; a resumed study keeps its earlier attempts."""
     manifest = StudyManifest(
         study_id=config.study_id, status="running", config=config,
         plan=tuple(PlanEntry(run_id=r.run_id, system=r.system, run_index=r.run_index,
                              round=r.round, position=r.position, comparison_key=r.comparison_key)
                    for r in plan),
-        machine=machine_facts(), hosts=_hosts_facts(config), versions=package_versions(),
+        machine=machine_facts(), hosts=_hosts_facts(topology), versions=package_versions(),
         git_commit=git_commit(), started_t_unix_s=time.time())
     if not files.exists():
         return manifest
@@ -135,10 +67,11 @@ def _first_manifest(config: StudyConfig, plan: list, files: StudyFiles) -> Study
 
 
 def run_study(config: StudyConfig, progress=print) -> StudyResult:
-    config, specs, plan = prepare(config)
+    checked = check(config)
+    config, specs, plan = checked.config, checked.specs, checked.plan
     study_dir = config.study_dir
     files = StudyFiles(study_dir)
-    manifest = _first_manifest(config, plan, files)
+    manifest = _first_manifest(config, plan, checked.topology, files)
     files.write_manifest(manifest)
     previous = {}
     if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
@@ -230,9 +163,8 @@ def _install_all(specs, commits, study_dir, skipped, progress) -> tuple[dict[str
     return versions, systems
 
 
-def _hosts_facts(config: StudyConfig) -> dict[str, StudyHost]:
+def _hosts_facts(topology: Topology) -> dict[str, StudyHost]:
     """Which role runs where, and each host's kernel, CPU model, cores and load, read there."""
-    topology = topology_of(config.topology_path)
     facts = hosts.read_all(topology, hosts.facts)
     return {name: StudyHost(address=h["address"], prefix=tuple(h["prefix"]),
                             roles=tuple(h["roles"]), facts=facts.get(name, {}))

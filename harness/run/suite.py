@@ -1,4 +1,4 @@
-"""Running a suite: its cells expanded into validated study configurations (nothing started),
+"""Running a suite: its cells expanded into checked study configurations (nothing started),
 then each runnable cell run as a whole study in its own directory, the suite manifest rewritten
 after each (the suite file's format: harness.model.suite).
 
@@ -32,9 +32,9 @@ from harness.model.suite import (
     cell_key,
     field_of,
 )
+from harness.run.check import check
 from harness.run.load import expected_load_s
 from harness.run.run import instruments
-from harness.run.study import prepare
 
 # A run's cost beyond its planned load and its idle and cool-down seconds (the system's start
 # and check, Locust's start and stop, the artifacts): about this here for most systems, so the
@@ -45,7 +45,7 @@ LOCUST_PROCESS_START_S = 3.0
 
 
 def expand(suite: Suite, out_dir: str = DEFAULT_OUT_DIR) -> list[Cell]:
-    """Every combination of the axes, in file order; each runnable one a validated StudyConfig
+    """Every combination of the axes, in file order; each runnable one a checked StudyConfig
     with the floor (the system whose role is "floor") among its systems. Nothing is started."""
     cells = []
     combos = itertools.product(*suite.axes.values())
@@ -62,7 +62,7 @@ def expand(suite: Suite, out_dir: str = DEFAULT_OUT_DIR) -> list[Cell]:
             config = config_mod.from_profile(suite.profile, **settings, out_dir=out_dir,
                                              study_id=cell_id)
             config = _with_floor(config)
-            prepare(config)  # every check a study makes before it starts (features, binaries, ...)
+            checked = check(config)  # every check its study makes before it starts
             key = cell_key(config, instruments())
         except ConfigError as exc:
             cells.append(Cell(cell_id, values, None, "", "cannot run: " + "; ".join(exc.problems)))
@@ -70,7 +70,8 @@ def expand(suite: Suite, out_dir: str = DEFAULT_OUT_DIR) -> list[Cell]:
         except GatewaySpecError as exc:
             cells.append(Cell(cell_id, values, None, "", f"cannot run: {exc}"))
             continue
-        cells.append(Cell(cell_id, values, config, key, ""))
+        runs = tuple(r for r in checked.plan if checked.specs[r.system].runnable)
+        cells.append(Cell(cell_id, values, config, key, "", runs))
     return cells
 
 
@@ -108,13 +109,9 @@ def expected(cells: list[Cell]) -> tuple[int, float]:
     """(runs, seconds) the runnable cells' runnable systems are expected to take at least."""
     runs, total_s = 0, 0.0
     for cell in cells:
-        if cell.config is None:
-            continue
-        _, specs, plan = prepare(cell.config)
-        plan = [r for r in plan if specs[r.system].runnable]
-        runs += len(plan)
+        runs += len(cell.runs)
         total_s += sum(expected_load_s(r) + r.idle_s + r.cooldown_s + RUN_FIXED_S
-                       + LOCUST_PROCESS_START_S * (r.load.locust_processes - 1) for r in plan)
+                       + LOCUST_PROCESS_START_S * (r.load.locust_processes - 1) for r in cell.runs)
     return runs, total_s
 
 
