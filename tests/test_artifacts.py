@@ -31,7 +31,7 @@ from harness.model.config import REPO_DIR
 from harness.model.manifests import ManifestError, RunManifest, StudyManifest
 from harness.model.migrate import LACKED
 from harness.model.schema import MOCK_REQUESTS, REQUESTS, SAMPLES
-from harness.run import load as load_stage
+from harness.run import consolidate
 from harness.run.run import _write_samples
 from report import tables
 from report.data import collect
@@ -136,7 +136,7 @@ def test_consolidating_v1_raw_files_gives_the_tables_v1_wrote(tmp_path):
         run_dir = tmp_path / system
         shutil.copytree(V1_FIXTURE / "runs" / system / "1", run_dir)
         manifest = json.loads((run_dir / "manifest.json").read_text())
-        load_stage.consolidate_rows(run_dir, manifest["run_id"], system, manifest["phases"])
+        consolidate.consolidate(run_dir, manifest["run_id"], system, manifest["phases"])
         spec = type("Spec", (), {"run_id": manifest["run_id"], "system": system})
         _write_samples(run_dir, spec)
         for table in (REQUESTS, SAMPLES):
