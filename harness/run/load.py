@@ -19,8 +19,8 @@ from harness.model.plan import MockSettings, RunSpec
 from harness.remote.hosts import start_on
 from harness.run.bodies import RID_SLOT, chat_body
 
-LOCUSTFILE = Path(__file__).with_name("locustfile.py")
-# The locustfile imports its CSV header from this repository (harness.model.schema).
+LOCUSTFILE = Path(__file__).with_name("loadgen") / "locustfile.py"
+# The load generator (harness.run.loadgen) is imported from this repository, on every host.
 LOCUSTFILE_PATH = {"PYTHONPATH": str(REPO_DIR)}
 WORKERS_WAIT_S = 60                     # the master gives up if its workers have not all connected
 PHASE_ORDER = ("warmup_start_t_unix_s", "ramp_start_t_unix_s", "hold_start_t_unix_s",
