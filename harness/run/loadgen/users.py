@@ -21,7 +21,10 @@ from harness.run.loadgen.schedule import Schedule
 SPAWN_BATCH_S = 1.0
 # How long a user with no slot to send (the schedule not begun, or ended) waits before asking again.
 NO_SLOT_WAIT_S = 1.0
+# A failed stream's rest is read away in reads of this size, so its connection stays usable.
 RESPONSE_DRAIN_BYTES = 1 << 16
+
+
 class ChatUser(FastHttpUser):
     """The locustfile binds the run's pieces (``user_class``)."""
 
@@ -33,6 +36,9 @@ class ChatUser(FastHttpUser):
     rows: RawRows
     schedule: Schedule | None = None
     stream = False
+    content_frame: re.Pattern      # the client dialect's SSE frame that carries text
+    done_frame: re.Pattern         # and the one that ends the stream
+    unary_marker: bytes            # what a whole unary answer carries
     start_points: random.Random
 
     def on_start(self):
@@ -136,7 +142,6 @@ def user_class(settings: LoadSettings, ids: RequestIds, rows: RawRows,
         "network_timeout": settings.request_timeout_s,
         "connection_timeout": settings.request_timeout_s,
         "stream": settings.stream,
-        # the client dialect's SSE frames: one that carries text, and the one that ends the stream
         "content_frame": re.compile(settings.content_frame.encode()),
         "done_frame": re.compile(settings.done_frame.encode()),
         "unary_marker": settings.unary_marker.encode(),
