@@ -31,7 +31,7 @@ from harness.model.config import REPO_DIR
 from harness.model.manifests import ManifestError, RunManifest, StudyManifest
 from harness.model.migrate import LACKED
 from harness.model.schema import MOCK_REQUESTS, REQUESTS, SAMPLES
-from harness.run import load as load_stage
+from harness.run import consolidate
 from harness.run.run import _write_samples
 from report import tables
 from report.data import collect
@@ -99,13 +99,13 @@ def test_parquet_schemas_and_dtypes_come_from_the_registry():
             assert str(study.requests[name].dtype) == dtype, name
 
 
-def test_locustfile_writes_exactly_the_raw_columns():
+def test_the_load_generator_writes_exactly_the_raw_columns():
     """The load generator's row is a dict keyed by the registry's raw names (its header)."""
-    tree = ast.parse((REPO_DIR / "harness" / "run" / "locustfile.py").read_text())
+    tree = ast.parse((REPO_DIR / "harness" / "run" / "loadgen" / "rows.py").read_text())
     rows = [node.args[0] for node in ast.walk(tree) if isinstance(node, ast.Call)
             and getattr(node.func, "attr", "") == "writerow" and node.args
             and isinstance(node.args[0], ast.Dict)
-            and ast.unparse(node.func.value) == "ROWS.writer"]
+            and ast.unparse(node.func.value) == "self.writer"]
     assert len(rows) == 1
     assert [k.value for k in rows[0].keys] == REQUESTS.raw_names
 
@@ -120,10 +120,11 @@ def test_sampler_rows_are_the_raw_sample_columns(tmp_path):
 
 
 def test_the_locust_side_imports_nothing_heavy():
-    """The locustfile imports the registry and the dialects' error shapes in every Locust
-    process: standard library only."""
-    code = ("import sys, harness.model.schema, harness.model.dialects, harness.run.bodies, "
-            "harness.model.load_settings, harness.model.failures, harness.files.producers; "
+    """Every Locust process imports the load generator's modules (and through them the registry
+    and the dialects' error shapes): nothing heavy."""
+    code = ("import sys, harness.run.bodies, harness.run.loadgen.rows, "
+            "harness.run.loadgen.request_ids, harness.run.loadgen.schedule, "
+            "harness.run.loadgen.shapes, harness.run.loadgen.users; "
             "print(sorted(m for m in ('pandas', 'pyarrow', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=REPO_DIR, env={"PYTHONPATH": str(REPO_DIR)}, check=True)
@@ -136,7 +137,7 @@ def test_consolidating_v1_raw_files_gives_the_tables_v1_wrote(tmp_path):
         run_dir = tmp_path / system
         shutil.copytree(V1_FIXTURE / "runs" / system / "1", run_dir)
         manifest = json.loads((run_dir / "manifest.json").read_text())
-        load_stage.consolidate_rows(run_dir, manifest["run_id"], system, manifest["phases"])
+        consolidate.consolidate(run_dir, manifest["run_id"], system, manifest["phases"])
         spec = type("Spec", (), {"run_id": manifest["run_id"], "system": system})
         _write_samples(run_dir, spec)
         for table in (REQUESTS, SAMPLES):

@@ -1,7 +1,7 @@
 """Every failed request classified at the client by its cause (harness/model/failures.py): on
 synthetic exceptions of each class (chained, wrapped, errno only), and on the real ones Locust's
 FastHttpUser raises against loopback servers that refuse, close, reset, stall or answer badly,
-through the load generator's own task and row (harness/run/locustfile.py, in a subprocess:
+through the load generator's own task and row (harness/run/loadgen/, in a subprocess:
 importing Locust patches the interpreter)."""
 from __future__ import annotations
 
@@ -280,7 +280,7 @@ env = Environment(user_classes=[mod.ChatUser], events=locust.events)
 for case in json.loads(sys.argv[2]):
     port = (refused_port() if case == "refused" else full_queue_port()
             if case == "accept queue full" else serve_once(BEHAVIOURS[case]))
-    mod.STREAM = case.startswith("stream")
+    mod.ChatUser.stream = case.startswith("stream")
     mod.ChatUser.host = f"http://127.0.0.1:{port}"
     mod.ChatUser(env).chat()
 mod.ROWS.close()
@@ -313,7 +313,7 @@ def test_real_failures_over_loopback_get_their_class_in_the_row(tmp_path):
     path = tmp_path / "load.json"
     path.write_text(load_settings(tmp_path, chat_path="/v1/chat", request_timeout_s=1.0,
                                   seed=1).to_json())
-    done = subprocess.run([sys.executable, "-c", DRIVER, str(REPO_DIR / "harness/run/locustfile.py"),
+    done = subprocess.run([sys.executable, "-c", DRIVER, str(REPO_DIR / "harness/run/loadgen/locustfile.py"),
                            json.dumps(list(REAL_CASES))],
                           env={"SLUICE_LOAD_FILE": str(path), "PYTHONPATH": str(REPO_DIR),
                                "PATH": "/usr/bin:/bin"},

@@ -1,5 +1,5 @@
 """Time inside the system, on synthetic data: the identity and wire columns a run gets after its
-load (harness/run/measure.py), their per-run figures (harness/stats/gateway_time.py), the
+load (harness/run/consolidate.py), their per-run figures (harness/stats/gateway_time.py), the
 manifest types, the request ids in the bodies and the parameters."""
 import dataclasses
 import json
@@ -16,7 +16,7 @@ from harness.model.metrics import METRICS
 from harness.model.migrate import LACKED
 from harness.model.migrate import table as migrate_table
 from harness.model.schema import MOCK_REQUESTS, REQUESTS
-from harness.run import measure
+from harness.run import consolidate, measure
 from harness.run.bodies import RID_SLOT, chat_body
 from harness.stats import gateway_time
 from harness.stats.runs import _identity_problem
@@ -38,7 +38,7 @@ def test_identity_columns_and_check_count_every_anomaly():
     client = _client(["a", "b", "c", "d"])
     mock = _mock([_mock_row("a", T0_NS), _mock_row("b", T0_NS + 1), _mock_row("b", T0_NS + 2),
                   _mock_row("x", T0_NS + 3)])
-    columns, check = measure.identity(client, mock)
+    columns, check = consolidate.identity(client, mock)
     assert columns["mock_service_ms"][:2] == pytest.approx([60.18, 60.18])
     assert columns["net_overhead_ms"][0] == pytest.approx(61.0 - 60.18)
     assert np.isnan(columns["net_overhead_ms"][2:]).all()        # c and d: never at the mock
@@ -55,7 +55,7 @@ def test_identity_columns_and_check_count_every_anomaly():
 def test_under_provider_faults_a_repeated_id_is_a_retry_not_an_identity_problem():
     ids = ["a", "b"]
     mock = _mock([_mock_row("a", T0_NS), _mock_row("a", T0_NS + 1), _mock_row("b", T0_NS + 2)])
-    _, check = measure.identity(_client(ids), mock)
+    _, check = consolidate.identity(_client(ids), mock)
     assert check.ids_seen_more_than_once == 1 and check.amplification == 1.5 and not check.ok
     plain = small_run_manifest("nginx-1", "nginx", 1, PHASES)
     faulted = plain.__class__(**{**vars(plain), "spec": dataclasses.replace(
@@ -63,14 +63,14 @@ def test_under_provider_faults_a_repeated_id_is_a_retry_not_an_identity_problem(
     for run, problem in ((plain, "identity: 1 id(s) the mock saw more than once"), (faulted, "")):
         assert _identity_problem(dataclasses.replace(run, checks=RunChecks(identity=check))) == problem
     # other anomalies stay problems under faults
-    _, lost = measure.identity(_client(["a", "c"]), mock)
+    _, lost = consolidate.identity(_client(["a", "c"]), mock)
     assert _identity_problem(dataclasses.replace(faulted, checks=RunChecks(identity=lost))) == \
         "identity: 1 successful row(s) the mock never saw, 1 mock row(s) no client sent"
 
 
 def test_a_clean_join_is_ok_and_no_problem():
     ids = [f"r{i}" for i in range(3)]
-    _, check = measure.identity(_client(ids), _mock([_mock_row(i, T0_NS + n) for n, i in enumerate(ids)]))
+    _, check = consolidate.identity(_client(ids), _mock([_mock_row(i, T0_NS + n) for n, i in enumerate(ids)]))
     assert check.ok and check.match_rate == 1.0 and check.amplification == 1.0
     assert _identity_problem(SimpleNamespace(checks=RunChecks(identity=check))) == ""
 
@@ -78,7 +78,7 @@ def test_a_clean_join_is_ok_and_no_problem():
 def test_mock_rows_before_the_load_are_left_out():
     log = _mock([_mock_row("pre", 99 * 10**9), _mock_row("a", 101 * 10**9)])
     spec = small_run_manifest("nginx-1", "nginx", 1, PHASES).spec
-    frame = measure.mock_requests({"primary": log}, spec, 100.0)
+    frame = consolidate.mock_requests({"primary": log}, spec, 100.0)
     assert list(frame.columns) == MOCK_REQUESTS.names and frame["request_id"].tolist() == ["a"]
     assert (frame["run_id"] == "nginx-1").all() and (frame["provider"] == "primary").all()
 
@@ -88,10 +88,10 @@ def test_both_providers_rows_in_one_table_in_body_end_order():
                      _mock_row("c", 103 * 10**9)])
     standby = _mock([_mock_row("a", 102 * 10**9), _mock_row("b", 104 * 10**9)])
     spec = small_run_manifest("sluice-1", "sluice", 1, PHASES).spec
-    frame = measure.mock_requests({"primary": primary, "standby": standby}, spec, 100.0)
+    frame = consolidate.mock_requests({"primary": primary, "standby": standby}, spec, 100.0)
     assert list(zip(frame["request_id"], frame["provider"])) == [
         ("a", "primary"), ("a", "standby"), ("c", "primary"), ("b", "standby")]
-    _, check = measure.identity(_client(["a", "b", "c"]), frame)
+    _, check = consolidate.identity(_client(["a", "b", "c"]), frame)
     assert check.amplification == pytest.approx(4 / 3) and check.client_without_mock == 0
 
 
@@ -109,16 +109,16 @@ def test_mock_requests_table_is_the_mock_log():
 
 def test_no_capture_leaves_wire_columns_missing_with_the_reason(tmp_path):
     check = WireCheck(captured=False, reason="not captured: wire_capture_s = 0")
-    columns, out = measure.wire(_client(["a", "b"]), tmp_path, check, 1, 2)
+    columns, out = consolidate.wire(_client(["a", "b"]), tmp_path, consolidate.WireSource(check, 1, 2))
     assert out == check
-    assert set(columns) == set(measure.WIRE_COLUMNS)
+    assert set(columns) == set(consolidate.WIRE_COLUMNS)
     assert all(np.isnan(v).all() and len(v) == 2 for v in columns.values())
 
 
 def test_an_unreadable_capture_is_missing_not_invented(tmp_path):
     (tmp_path / "wire.pcap").write_bytes(b"not a pcap")
     check = WireCheck(captured=True, pcap_file="wire.pcap", pcap_bytes=10)
-    columns, out = measure.wire(_client(["a"]), tmp_path, check, 1, 2)
+    columns, out = consolidate.wire(_client(["a"]), tmp_path, consolidate.WireSource(check, 1, 2))
     assert not out.captured and out.reason.startswith("capture not readable")
     assert np.isnan(columns["wire_in_gateway_us"]).all()
 

@@ -1,6 +1,6 @@
 """Why a request failed, classified at the client from what the transport itself raised.
 
-The load generator (harness/run/locustfile.py) gives ``failure_class`` a failed request's
+The load generator (harness/run/loadgen/rows.py) gives ``failure_class`` a failed request's
 exception and status code, and writes the class into the request's row (``error_class``); the
 in-flight lane counts failures by it. Standard library only: every Locust process imports it.
 

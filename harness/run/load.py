@@ -1,4 +1,4 @@
-"""Drive Locust as a subprocess and turn its raw rows into requests.parquet."""
+"""Drive Locust as a subprocess (its rows become requests.parquet in harness.run.consolidate)."""
 from __future__ import annotations
 
 import json
@@ -8,10 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
-import pandas as pd
-
-from harness.files.store import stored_frame
 from harness.files.study_files import RunFiles
 from harness.host.processes import ManagedProcess, ProcessError, log_tail
 from harness.model import inflight
@@ -20,12 +16,11 @@ from harness.model.config import MAX_SPAWN_RATE_PER_PROCESS, REPO_DIR
 from harness.model.dialects import DIALECTS
 from harness.model.load_settings import LoadSettings
 from harness.model.plan import MockSettings, RunSpec
-from harness.model.schema import REQUESTS
 from harness.remote.hosts import start_on
 from harness.run.bodies import RID_SLOT, chat_body
 
-LOCUSTFILE = Path(__file__).with_name("locustfile.py")
-# The locustfile imports its CSV header from this repository (harness.model.schema).
+LOCUSTFILE = Path(__file__).with_name("loadgen") / "locustfile.py"
+# The load generator (harness.run.loadgen) is imported from this repository, on every host.
 LOCUSTFILE_PATH = {"PYTHONPATH": str(REPO_DIR)}
 WORKERS_WAIT_S = 60                     # the master gives up if its workers have not all connected
 PHASE_ORDER = ("warmup_start_t_unix_s", "ramp_start_t_unix_s", "hold_start_t_unix_s",
@@ -210,50 +205,3 @@ def collect(proc: ManagedProcess, run_dir: Path, started_t_unix_s: float) -> Loa
                       phases=phases, inflight_at_stop=run.inflight_at_stop(),
                       cpu_warnings=run.cpu_warnings(),
                       started_t_unix_s=started_t_unix_s, ended_t_unix_s=time.time())
-
-
-def phase_of(start_t: np.ndarray, phases: dict) -> np.ndarray:
-    """Label each request by the phase it started in."""
-    labels = np.full(len(start_t), "warmup", dtype=object)
-    for key, name in (("ramp_start_t_unix_s", "ramp"), ("hold_start_t_unix_s", "hold"),
-                      ("hold_end_t_unix_s", "tail")):
-        if key in phases:
-            labels[start_t >= phases[key]] = name
-    return labels
-
-
-# Filled after the run from the mock's log and the capture (harness.run.measure); NaN otherwise.
-MEASURED_COLUMNS = ("mock_service_ms", "net_overhead_ms", "wire_request_path_us",
-                    "wire_response_path_us", "wire_in_gateway_us", "wire_mock_us")
-
-
-def consolidate_rows(run_dir: Path, run_id: str, system: str, phases: dict,
-                     measured: Callable[[pd.DataFrame], dict] | None = None) -> pd.DataFrame:
-    """Per-process raw CSVs -> one requests.parquet (raw files are kept beside it).
-    measured(raw rows) gives some of MEASURED_COLUMNS, one value per row."""
-    run = RunFiles(run_dir)
-    raw = run.read_raw_requests().sort_values("start_t_unix_s", kind="stable").reset_index(drop=True)
-    start_t = raw["start_t_unix_s"].to_numpy()
-    columns = {name: np.full(len(raw), np.nan) for name in MEASURED_COLUMNS}
-    if measured is not None:
-        columns.update(measured(raw))
-    frame = stored_frame(REQUESTS, raw, run_id=run_id, system=system,
-                         users=_users_at(start_t, raw, run.users_history()).astype("int32"),
-                         phase=phase_of(start_t, phases), **columns)
-    run.write_requests(frame)
-    return frame
-
-
-def _users_at(start_t: np.ndarray, raw: pd.DataFrame, history: pd.DataFrame | None) -> np.ndarray:
-    """Users running in the whole load generator when each request started. One process knows
-    it exactly; with several, each knows only its own, so the master's 1-second record is used."""
-    one_process = raw["worker_pid"].nunique() <= 1 and raw["process_users"].notna().all()
-    if one_process or history is None:
-        return raw["process_users"].fillna(0).to_numpy()
-    try:
-        t = history["t_unix_s"].to_numpy(dtype="float64")
-        counts = history["users"].to_numpy()
-        idx = np.clip(np.searchsorted(t, start_t, side="right") - 1, 0, len(t) - 1)
-        return counts[idx] if len(t) else np.zeros(len(start_t))
-    except ValueError:
-        return raw["process_users"].fillna(0).to_numpy()

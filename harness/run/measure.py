@@ -1,32 +1,17 @@
-"""What the system itself adds, per request: the identity join with the mock's request log, and
-the wire capture during the hold. The capture runs in a thread beside the load; everything
-else runs after the run, on its files (harness.run.identity, harness.run.wire).
+"""The wire capture during the hold: tcpdump in a thread beside the load. Its packets are joined
+with the rows after the run (harness.run.consolidate).
 """
 from __future__ import annotations
 
-import math
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
-
-from harness.files.store import stored_frame
 from harness.files.study_files import PCAP, RunFiles
-from harness.model.manifests import IdentityCheck, WireCheck
+from harness.model.manifests import WireCheck
 from harness.model.plan import RunSpec
-from harness.model.schema import MOCK_REQUESTS
 from harness.run.capture import Capture, CaptureError, CaptureResult
-from harness.run.identity import join_requests
-from harness.run.wire import wire_times
 
-# A pcap is evidence and is kept, unless it is larger than this (then deleted, with the reason).
-PCAP_KEEP_MAX_BYTES = 200 * 1024 * 1024
-WIRE_COLUMNS = {"wire_request_path_us": "request_path_us",
-                "wire_response_path_us": "response_path_us",
-                "wire_in_gateway_us": "in_gateway_us", "wire_mock_us": "mock_wire_us"}
 _POLL_S = 0.05
 
 
@@ -111,64 +96,3 @@ class WireWindow:
                          pcap_file=PCAP, pcap_bytes=r.pcap_bytes,
                          packets_captured=r.packets_captured,
                          packets_dropped_by_kernel=r.packets_dropped_by_kernel, cpu_s=r.cpu_s)
-
-
-# --- after the run ------------------------------------------------------------------------------
-
-def mock_requests(logs: dict[str, pd.DataFrame], spec: RunSpec,
-                  load_start_t_unix_s: float) -> pd.DataFrame:
-    """The providers' log rows of the load (the pre-check and warm-up requests came before it),
-    in body-end order; ``logs``: provider (primary, standby) -> its request log."""
-    log = pd.concat([frame.assign(provider=name) for name, frame in logs.items()],
-                    ignore_index=True).sort_values("body_end_t_unix_ns", kind="stable")
-    if not math.isnan(load_start_t_unix_s):
-        log = log[log["body_end_t_unix_ns"] >= int(load_start_t_unix_s * 1e9)]
-    log = log.reset_index(drop=True)
-    return stored_frame(MOCK_REQUESTS, log, run_id=spec.run_id, system=spec.system,
-                        provider=log["provider"].to_numpy())
-
-
-def identity(rows: pd.DataFrame, mock: pd.DataFrame) -> tuple[dict, IdentityCheck]:
-    """Per-row mock_service_ms / net_overhead_ms (NaN where unmatched) and the join's summary."""
-    per_request, summary = join_requests(rows, mock)
-    columns = {name: per_request[name].astype("float64").to_numpy()
-               for name in ("mock_service_ms", "net_overhead_ms")}
-    check = IdentityCheck(**{k: (tuple(v) if isinstance(v, list) else v)
-                             for k, v in summary.items()})
-    return columns, check
-
-
-def wire(rows: pd.DataFrame, run_dir: Path, check: WireCheck, mock_port: int,
-         gateway_port: int | None) -> tuple[dict, WireCheck]:
-    """Per-row wire times (NaN outside the capture or unjoined) and the check completed with
-    the join's counts; the pcap is deleted if over PCAP_KEEP_MAX_BYTES."""
-    empty = {name: np.full(len(rows), np.nan) for name in WIRE_COLUMNS}
-    if not check.captured:
-        return empty, check
-    run = RunFiles(run_dir)
-    pcap = run.named(check.pcap_file)
-    try:
-        per_request, summary = wire_times(str(pcap), mock_port, gateway_port)
-    except Exception as exc:  # an unreadable capture: the figures are missing, with the reason
-        return empty, replace(check, captured=False,
-                              reason=f"capture not readable: {type(exc).__name__}: {exc}")
-    per_id = per_request[per_request["request_id"].fillna("") != ""]
-    per_id = per_id.drop_duplicates("request_id", keep="last").set_index("request_id")
-    ids = rows["request_id"].astype("string").fillna("")
-    columns = {}
-    for name, source in WIRE_COLUMNS.items():
-        values = np.array(per_id[source].astype("float64").reindex(ids.to_numpy()), dtype="float64")
-        values[(ids == "").to_numpy()] = np.nan
-        columns[name] = values
-    with_times = int(np.sum(~np.isnan(columns["wire_mock_us"])))
-    check = replace(check, client_requests=summary["client_requests"],
-                    client_requests_without_id=summary["client_requests_without_id"],
-                    upstream_requests=summary["upstream_requests"],
-                    upstream_ids_seen_more_than_once=summary["upstream_ids_seen_more_than_once"],
-                    joined=summary["joined"], join_rate=summary["join_rate"],
-                    rows_with_wire_times=with_times)
-    if check.pcap_bytes is not None and check.pcap_bytes > PCAP_KEEP_MAX_BYTES:
-        run.drop(check.pcap_file)
-        check = replace(check, pcap_file="", pcap_kept_reason=(
-            f"deleted: {check.pcap_bytes} bytes > {PCAP_KEEP_MAX_BYTES} (PCAP_KEEP_MAX_BYTES)"))
-    return columns, check

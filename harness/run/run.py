@@ -38,7 +38,7 @@ from harness.model.plan import Instruments, RunSpec
 from harness.model.schema import SAMPLES
 from harness.remote import hosts
 from harness.remote.machine import host_snapshot
-from harness.run import limits, measure
+from harness.run import consolidate, limits, measure
 from harness.run import load as load_stage
 from harness.run.systems import start_mock, start_system
 from harness.run.verify import pre_check, warm_up
@@ -360,36 +360,29 @@ def _finish(manifest: RunManifest, spec: RunSpec, run_dir: Path, mock, standby, 
     if mock is not None:
         providers = {"primary": mock, **({"standby": standby} if standby is not None else {})}
         try:
-            mock_rows = measure.mock_requests(
+            mock_rows = consolidate.mock_requests(
                 {name: read_request_log(p.stats_dir) for name, p in providers.items()}, spec,
                 manifest.phases.t("warmup_start"))
             run.write_mock_requests(mock_rows)
         except Exception as exc:  # the rows stay; the identity figures are missing, with why
             identity_reason = f"the mock's request log is not readable: {type(exc).__name__}: {exc}"
             mock_rows = None
-    checks: dict = {}
-
-    def measured(raw):
-        columns = {}
-        if mock_rows is not None:
-            found, checks["identity"] = measure.identity(raw, mock_rows)
-            columns.update(found)
-        found, checks["wire"] = measure.wire(
-            raw, run_dir, wire_check, mock.port if mock else 0,
-            None if gateway_port == (mock.port if mock else None) else gateway_port)
-        return {**columns, **found}
-
+    mock_port = mock.port if mock else 0
+    capture = consolidate.WireSource(wire_check, mock_port,
+                                     None if gateway_port == mock_port else gateway_port)
+    identity_check = None
     try:
-        rows = load_stage.consolidate_rows(run_dir, spec.run_id, spec.system,
-                                           _phase_dict(manifest.phases), measured)
+        done = consolidate.consolidate(run_dir, spec.run_id, spec.system,
+                                       _phase_dict(manifest.phases), mock_rows, capture)
+        rows, identity_check, wire_check = done.rows, done.identity, done.wire
         _write_samples(run_dir, spec)
     except Exception as exc:  # keep the raw files; say why the tables are missing
         rows = None
         status = "failed"
         reason = (reason + "; " if reason else "") + f"artifacts not written: {exc}"
-    manifest = replace(manifest, wire=checks.get("wire", wire_check), checks=replace(
-        manifest.checks, identity=checks.get("identity"),
-        identity_missing_reason="" if "identity" in checks else identity_reason))
+    manifest = replace(manifest, wire=wire_check, checks=replace(
+        manifest.checks, identity=identity_check,
+        identity_missing_reason="" if identity_check is not None else identity_reason))
     if rows is not None and mock is not None and baseline_stats is not None:
         final = read_stats(mock.stats_dir, timeout_s=3.0)
         during = diff_stats(final, baseline_stats)
@@ -426,7 +419,7 @@ def _port_of(url: str) -> int | None:
 
 
 def _phase_dict(phases: Phases) -> dict:
-    """The phases reached, as load.phase_of reads them."""
+    """The phases reached, as consolidate.phase_of reads them."""
     return {k: v for k, v in vars(phases).items() if v is not None}
 
 

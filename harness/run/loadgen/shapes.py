@@ -1,0 +1,191 @@
+"""The three load shapes, one per run (``shape_class`` picks it): the closed loop's warm-up,
+ramp and hold; the in-flight lane's steps; the open loop's schedule. Each tick a shape writes
+the whole load's users and requests so far (it runs in the one process that knows them all:
+Locust's master) and, when a phase begins, the phases so far; in a fault run it arms the mock's
+faults when its warm-up starts."""
+from __future__ import annotations
+
+import math
+import os
+import time
+
+from locust import LoadTestShape
+
+from harness.files import producers
+from harness.model.load_settings import LoadSettings
+from harness.run.loadgen.schedule import Schedule
+
+# The spawn rate asked for, over the ramp's own rate: spawning keeps up with the ramp's target.
+SPAWN_RATE_HEADROOM = 1.5
+
+
+class UsersRecord:
+    """The whole load's users and requests, a row each tick of the shape."""
+
+    def __init__(self, raw_dir: str):
+        self.path = os.path.join(raw_dir, producers.USERS_FILE)
+        self.writer = None
+
+    def add(self, runner) -> None:
+        if self.writer is None:
+            self.writer = producers.RawCsv(self.path, producers.USERS_COLUMNS)
+        self.writer.writerow({"t_unix_s": f"{time.time():.3f}", "users": runner.user_count,
+                              "requests": runner.stats.total.num_requests})
+        self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+
+class StudyShape(LoadTestShape):
+    """What every shape shares: its phases, the users record and the faults' arming. The
+    locustfile binds ``settings`` and ``users`` (Locust makes the shape without arguments)."""
+
+    abstract = True
+    use_common_options = False
+    settings: LoadSettings
+    users: UsersRecord
+    schedule: Schedule | None = None
+    # the ramp's length before the hold: where the faults' window counts from
+    ramps = True
+
+    def __init__(self):
+        super().__init__()
+        self.phases = {}
+
+    def _mark(self, name, t=None):
+        if name not in self.phases:
+            self.phases[name] = time.time() if t is None else t
+            if name == "warmup_start_t_unix_s" and self.settings.fault_arm_file:
+                self._arm_faults(self.phases[name])
+            producers.write_phases(self.settings.phases_file, self.phases)
+
+    def _arm_faults(self, warmup_start):
+        """The mock's fault windows count from the hold's planned start, reckoned from the
+        load's real start: the same place in the hold whatever the system's start took."""
+        ramp = self.settings.ramp_s if self.ramps else 0.0
+        producers.arm_faults(self.settings.fault_arm_file,
+                             warmup_start + self.settings.warmup_s + ramp)
+
+    def tick(self):
+        self.users.add(self.runner)
+        return self.step()
+
+    def step(self):
+        """(users, spawn rate) now; None to stop."""
+        raise NotImplementedError
+
+
+class ClosedLoop(StudyShape):
+    """Warm-up, a linear ramp to the target, a hold that lasts until both its duration and its
+    request count are met (bounded by max_hold_s), then stop."""
+
+    abstract = True
+
+    def __init__(self):
+        super().__init__()
+        self.requests_at_hold_start = None
+
+    def step(self):
+        s = self.settings
+        t = self.get_run_time()
+        warmup, ramp = s.warmup_s, s.ramp_s
+        users, warm_users = s.users, s.warmup_users
+        spawn_rate = max(users / ramp if ramp > 0 else users, warm_users, 1.0) * SPAWN_RATE_HEADROOM
+        if t < warmup:
+            self._mark("warmup_start_t_unix_s")
+            return warm_users, max(warm_users, 1)
+        if t < warmup + ramp:
+            self._mark("ramp_start_t_unix_s")
+            target = max(warm_users, math.ceil(users * (t - warmup) / ramp))
+            return min(target, users), spawn_rate
+        self._mark("hold_start_t_unix_s")
+        held = time.time() - self.phases["hold_start_t_unix_s"]
+        total = self.runner.stats.total.num_requests
+        if self.requests_at_hold_start is None:
+            self.requests_at_hold_start = total
+        count_met = total - self.requests_at_hold_start >= s.min_hold_requests
+        if (held < s.hold_s or not count_met) and held < s.max_hold_s:
+            return users, spawn_rate
+        self._mark("hold_end_t_unix_s")
+        return None
+
+
+class InFlight(StudyShape):
+    """The in-flight lane: warm-up, then each step's users (each keeps one request open) for
+    step_s, its new users spawned evenly over one hold; the steps are the measured window.
+    A step that ended with any failed request is the last: the steps above it are not run.
+    After the last step run the users hold one more hold (the drain), so the requests of its
+    window are answered; hold_end marks where the load stopped."""
+
+    abstract = True
+    ramps = False
+
+    def __init__(self):
+        super().__init__()
+        self.step_seen = None        # the in-flight step the last tick was in
+        self.failures_at_step = 0    # failed requests when that step began
+        self.drain_end = None        # when the in-flight drain after the last step ends
+        self.drain_users = 0
+
+    def step(self):
+        s = self.settings
+        t, warmup = self.get_run_time(), s.warmup_s
+        # the steps that fit the machine's open-file limits (harness/run/run.py checks them)
+        steps = s.inflight_steps[:s.inflight_steps_run]
+        step_s, hold_s = s.inflight_step_s, s.inflight_hold_s
+        if t < warmup:
+            self._mark("warmup_start_t_unix_s")
+            return s.warmup_users, s.warmup_users
+        self._mark("ramp_start_t_unix_s")
+        self._mark("hold_start_t_unix_s")
+        now = time.time()
+        if self.drain_end is None:
+            index = int((now - self.phases["hold_start_t_unix_s"]) // step_s)
+            failures = self.runner.stats.total.num_failures
+            if self.step_seen != index:  # a step has ended (or the first begins)
+                if self.step_seen is not None and failures > self.failures_at_step:
+                    index = len(steps)  # it failed: stop here
+                self.step_seen, self.failures_at_step = index, failures
+            if index < len(steps):
+                before = steps[index - 1] if index else s.warmup_users
+                self.drain_users = steps[index]  # the users of the step running now
+                return steps[index], max(1.0, (steps[index] - before) / hold_s)
+            self.drain_end = now + (hold_s + s.inflight_drain_margin_s if steps else 0.0)
+        if now < self.drain_end:
+            return self.drain_users, 1.0
+        self._mark("hold_end_t_unix_s")
+        return None
+
+
+class OpenLoop(StudyShape):
+    """Every user at once (they only wait for slots); the phases are the schedule's exact
+    boundaries (the steps are the measured window); stop when the last step has ended."""
+
+    abstract = True
+    ramps = False
+
+    def step(self):
+        schedule = self.schedule
+        if schedule.t0 is None:
+            schedule.start()
+            self._mark("warmup_start_t_unix_s", schedule.t0)
+        now = time.time()
+        if now >= schedule.steps_start_t:
+            self._mark("ramp_start_t_unix_s", schedule.steps_start_t)
+            self._mark("hold_start_t_unix_s", schedule.steps_start_t)
+        if now >= schedule.end_t:
+            self._mark("hold_end_t_unix_s", schedule.end_t)
+            return None
+        return self.settings.users, self.settings.open_loop_spawn_rate_per_s
+
+
+def shape_class(settings: LoadSettings, users: UsersRecord,
+                schedule: Schedule | None) -> type[StudyShape]:
+    """The run's one shape, bound to its settings: open loop with a schedule, the in-flight
+    steps with steps, else the closed loop."""
+    base = OpenLoop if schedule is not None else InFlight if settings.inflight_steps else ClosedLoop
+    return type(base.__name__, (base,), {"abstract": False, "settings": settings,
+                                         "users": users, "schedule": schedule})
