@@ -25,7 +25,7 @@ from harness.stats.runs import run_summary
 from report import format as F
 from report.grid import table
 from report.sections import render, style
-from report.suite import compare_table, side_by_side_table
+from report.suite_report import compare_table, side_by_side_table
 
 
 def _keys(study: Study, system: str, version: int) -> frozenset[str]:

@@ -227,7 +227,7 @@ def kernel_text(facts: Mapping[str, str]) -> str:
 
 
 def machine_line(facts: Mapping[str, str], short: bool = True) -> str:
-    """'AMD EPYC 7763, 2 cores, Linux 6.1.0-18-amd64' from harness.stats.machines.machine_facts;
+    """'AMD EPYC 7763, 2 cores, Linux 6.1.0-18-amd64' from harness.stats.machines.machine_fields;
     "unknown" where the manifest does not say."""
     model = facts.get("cpu_model", "unknown")
     cores = facts.get("cpu_count", "unknown")

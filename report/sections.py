@@ -19,10 +19,10 @@ from harness.stats.fault_lane import (
     RECOVERY_MS,
     RECOVERY_SHARE,
 )
-from harness.stats.inflight import INFLIGHT_DEFINITIONS
+from harness.stats.inflight_lane import INFLIGHT_DEFINITIONS
 from harness.stats.inflight_limits import planned_open
 from harness.stats.loading import cpu_count, mock_latency_ms
-from harness.stats.machines import machine_facts
+from harness.stats.machines import machine_fields
 from harness.stats.open_loop import OPEN_LOOP_DEFINITIONS, is_open_loop
 from harness.stats.outcomes import Label
 from harness.stats.sizing import (
@@ -35,7 +35,7 @@ from harness.stats.streaming import (
     BUFFERED_FIRST_TOKEN_SHARE,
     BUFFERED_GAP_SHARE,
 )
-from report import fault_tables, inflight, plots, summary, tables
+from report import fault_tables, inflight_tables, plots, summary, tables
 from report import format as F
 from report.data import ReportData
 from report.grid import rows_of, table
@@ -77,7 +77,7 @@ def section_style(data: ReportData) -> str:
 
 def section_header(data: ReportData) -> str:
     m = data.study.manifest
-    facts = machine_facts(m.machine)
+    facts = machine_fields(m.machine)
     return render("header.html.j2", study_id=m.study_id or data.study.path.name,
                   status=m.status, reason=m.reason, profile=m.config.profile,
                   started=m.started_t_unix_s, ended=m.ended_t_unix_s,
@@ -134,7 +134,7 @@ def section_headline(data: ReportData) -> str:
 def section_sizing(data: ReportData) -> str:
     behaviour = [] if not len(data.labels) else [
         r["system"] for _, r in data.labels.iterrows() if r["label"] is Label.BEHAVIOUR]
-    concurrency = None if data.inflight.empty else inflight.concurrency_table(
+    concurrency = None if data.inflight.empty else inflight_tables.concurrency_table(
         concurrency_sizing(data.inflight, data.load_rps, data.planned_latency_s, data.prices),
         data.study.systems)
     return render("sizing.html.j2", sizing=tables.sizing(data), prices=data.prices,
@@ -224,9 +224,9 @@ def section_inflight(data: ReportData) -> str:
         return ""
     order = data.study.systems
     first = next(r for r in data.study.runs if r.spec is not None and r.spec.load.inflight_steps)
-    return render("inflight.html.j2", sentences=inflight.sentences(lane, order),
-                  stops=inflight.stops_table(lane, order),
-                  per_step=inflight.steps_table(lane, order), per_run=inflight.runs_table(lane),
+    return render("inflight.html.j2", sentences=inflight_tables.sentences(lane, order),
+                  stops=inflight_tables.stops_table(lane, order),
+                  per_step=inflight_tables.steps_table(lane, order), per_run=inflight_tables.runs_table(lane),
                   plot=plots.plot_inflight(data, lane.steps), hold_s=f"{lane.hold_s:g}",
                   stream=lane.stream, frame_ms=f"{first.spec.mock.chunk_delay_ms:g}",
                   steps=", ".join(f"{t:,}" for t in sorted(lane.table["target_open"].unique())),

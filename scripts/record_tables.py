@@ -17,7 +17,7 @@ import pandas as pd
 
 from harness.model.roles import Roles
 from harness.stats import across
-from harness.stats import suite as suite_stats
+from harness.stats import suite_cells as suite_stats
 from harness.stats.fault_lane import fault_summary, fault_timelines, system_figures
 from harness.stats.feature_cost import feature_cost
 from harness.stats.inflight_limits import lane

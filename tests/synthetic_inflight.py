@@ -1,10 +1,10 @@
 """A synthetic in-flight lane with known answers: one row per run and step as
-harness.stats.inflight.run_steps gives them, each figure set by the test."""
+harness.stats.inflight_lane.run_steps gives them, each figure set by the test."""
 from __future__ import annotations
 
 import pandas as pd
 
-from harness.stats import inflight as I
+from harness.stats import inflight_lane as I
 from harness.stats import inflight_limits as L
 
 

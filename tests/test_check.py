@@ -8,7 +8,7 @@ from harness.model import validation
 from harness.model.config import REPO_DIR, ConfigError, from_profile
 from harness.model.topology import local_topology
 from harness.run import check as check_mod
-from harness.run import suite as suite_run
+from harness.run import suite_run as suite_run
 from harness.run.check import check
 
 # One host, this machine, with two Locust workers: the file is read, nothing remote is probed.

@@ -7,7 +7,7 @@ import pytest
 
 from harness.model.config import from_profile
 from harness.run.study import run_study
-from harness.stats.inflight import inflight_steps
+from harness.stats.inflight_lane import inflight_steps
 from harness.stats.inflight_limits import slopes, summary, where_it_stops
 from harness.stats.loading import load_study
 
@@ -64,7 +64,7 @@ def test_the_report_shows_the_lane_and_sizes_at_the_planned_concurrency(tiny_lan
     from markupsafe import escape
 
     from report.build import collect
-    from report.inflight import sentences
+    from report.inflight_tables import sentences
     from report.sections import render_section
     result, _ = tiny_lane
     data = collect(result.study_dir, planned_latency_s=2.0, load_rps=100.0)

@@ -12,7 +12,7 @@ import pytest
 from synthetic_inflight import lane
 from synthetic_inflight import step as _step
 
-from harness.stats import inflight as I
+from harness.stats import inflight_lane as I
 from harness.stats import inflight_limits as L
 
 HOLD_S = 2.0

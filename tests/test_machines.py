@@ -13,13 +13,13 @@ from synthetic_manifests import write_suite_manifest
 from test_report import _tables
 
 from harness.commands import main as cli
-from harness.stats import suite as S
+from harness.stats import suite_cells as S
 from harness.stats.across import VERDICT_ONLY
-from harness.stats.machines import machine_facts, same_machine
+from harness.stats.machines import machine_fields, same_machine
 from report import format as F
 from report.compare import compare_studies
 from report.sections import render_section
-from report.suite import render_suite_html
+from report.suite_report import render_suite_html
 
 EPYC = {"cpu_model": "AMD EPYC 7763 64-Core Processor", "cpu_count": 2,
         "kernel": "6.1.0-18-amd64", "os": "Linux-6.1.0-18-amd64-x86_64-with-glibc2.36"}
@@ -32,10 +32,10 @@ VERDICT_WORDS = ("faster", "slower", "no clear difference", "less CPU", "more CP
 # --- the decision, on synthetic manifests ---------------------------------------------------------
 
 def test_facts_say_unknown_where_the_manifest_is_silent():
-    assert machine_facts({"cpu_count": 2.0}) == {"cpu_model": "unknown", "cpu_count": "2",
+    assert machine_fields({"cpu_count": 2.0}) == {"cpu_model": "unknown", "cpu_count": "2",
                                                  "kernel": "unknown"}
-    assert machine_facts(None)["cpu_model"] == "unknown"
-    assert machine_facts({"cpu_model": "  "})["cpu_model"] == "unknown"
+    assert machine_fields(None)["cpu_model"] == "unknown"
+    assert machine_fields({"cpu_model": "  "})["cpu_model"] == "unknown"
 
 
 def test_same_machine_is_the_same_cpu_model_and_core_count():
@@ -57,14 +57,14 @@ def test_a_fact_missing_on_one_side_cannot_show_the_same_machine():
 
 
 def test_machine_line_is_short():
-    assert F.machine_line(machine_facts(EPYC)) == "AMD EPYC 7763, 2 cores, Linux 6.1.0-18-amd64"
-    assert F.machine_line(machine_facts(XEON)) == "Intel Xeon Platinum 8370C, 4 cores, kernel 6.1.0-18-amd64"
-    assert (F.machine_line(machine_facts(XEON), short=False)
+    assert F.machine_line(machine_fields(EPYC)) == "AMD EPYC 7763, 2 cores, Linux 6.1.0-18-amd64"
+    assert F.machine_line(machine_fields(XEON)) == "Intel Xeon Platinum 8370C, 4 cores, kernel 6.1.0-18-amd64"
+    assert (F.machine_line(machine_fields(XEON), short=False)
             == "Intel(R) Xeon(R) Platinum 8370C CPU @ 2.80GHz, 4 cores, kernel 6.1.0-18-amd64")
-    assert F.machine_line(machine_facts({})) == "unknown, unknown cores, kernel unknown"
-    assert F.machine_line(machine_facts({**SYNTHETIC_MACHINE, "cpu_count": 1})).endswith(
+    assert F.machine_line(machine_fields({})) == "unknown, unknown cores, kernel unknown"
+    assert F.machine_line(machine_fields({**SYNTHETIC_MACHINE, "cpu_count": 1})).endswith(
         "1 core, Linux 6.1.0-synthetic")
-    sentence = F.different_machines(machine_facts(EPYC), machine_facts(XEON))
+    sentence = F.different_machines(machine_fields(EPYC), machine_fields(XEON))
     assert sentence == ("These studies ran on different machines (A: AMD EPYC 7763, 2 cores, "
                         "Linux 6.1.0-18-amd64; B: Intel Xeon Platinum 8370C, 4 cores, kernel "
                         "6.1.0-18-amd64): differences between them are not verdicts.")
@@ -155,7 +155,7 @@ def test_suites_from_different_machines_are_not_judged(studies, tmp_path, capsys
     if same:
         assert "different machines" not in out and "worse" in out.lower()
         return
-    sentence = F.different_machines(machine_facts(EPYC), machine_facts(XEON))
+    sentence = F.different_machines(machine_fields(EPYC), machine_fields(XEON))
     assert not set(VERDICT_ONLY) & set(compared.dropna(axis=1, how="all").columns)
     assert sentence in out and "mean_A" in out and "mean_B" in out
     assert not any(w in out.lower() for w in ("better", "worse", "no clear difference", "p_value"))

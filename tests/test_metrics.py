@@ -9,7 +9,7 @@ from synthetic import make_study
 from harness import stats as A
 from harness.checks import aa, rules
 from harness.model.metrics import METRICS, Better, metric
-from harness.stats import suite as S
+from harness.stats import suite_cells as S
 from harness.stats.definitions import SUMMARY_METRICS
 from report import fault_tables, tables
 from report import format as F

@@ -11,7 +11,7 @@ import pytest
 from harness.model.config import GATEWAYS_DIR
 from harness.model.suite import load_suite
 from harness.run.study import run_study
-from harness.run.suite import expand
+from harness.run.suite_run import expand
 from harness.stats.loading import load_study
 
 pytestmark = pytest.mark.integration

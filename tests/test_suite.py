@@ -16,11 +16,11 @@ from harness.model.config import REPO_DIR, StudyConfig
 from harness.model.formats import SUITE_MANIFEST
 from harness.model.gateway_spec import load_gateway_spec
 from harness.model.plan import Instruments, KeyVersionError, key_version
-from harness.run import suite as R
-from harness.stats import suite as S
+from harness.run import suite_run as R
+from harness.stats import suite_cells as S
 from harness.stats.outcomes import Outcome
 from report import format as F
-from report.suite import cells_frame
+from report.suite_report import cells_frame
 
 
 def write_suite(tmp_path, text, name="t.toml"):
@@ -499,7 +499,7 @@ def test_faults_suite_report_has_one_table_per_scenario(tmp_path):
     left out with its reason."""
     import re
 
-    from report.suite import render_suite_html
+    from report.suite_report import render_suite_html
     html = render_suite_html(_fault_suite(tmp_path))
     assert re.findall(r'<table id="(suite-faults-[a-z_]+)"', html) == [
         "suite-faults-error_burst", "suite-faults-provider_down"]

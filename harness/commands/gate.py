@@ -81,7 +81,7 @@ def count_builds(gate_system: str, base_commit: str, head_env: list[str], gate_d
     from harness.files.study_files import StudyFiles
     from harness.model.counting import GATE_CASES, Sizes
     from harness.model.gateway_spec import folder_of, load_gateway_spec
-    from harness.remote.machine import machine_facts
+    from harness.remote.machine import this_machine
     from harness.run import builds, counting
     from harness.run.systems import read_version
     sizes = sizes or Sizes()
@@ -107,7 +107,7 @@ def count_builds(gate_system: str, base_commit: str, head_env: list[str], gate_d
                                              syscalls=label != "base~2", ports=ports,
                                              progress=lambda line: print(f"gate: {line}", flush=True)))
         print(f"gate: {label} counted in {time.monotonic() - t:.0f} s", flush=True)
-    counting.write_counts(files.counts_path, counted, machine_facts(), "gate")
+    counting.write_counts(files.counts_path, counted, this_machine(), "gate")
     return read_counts(files.counts_path)
 
 
@@ -116,7 +116,7 @@ def run_gate(history_dir, base: str | None, head_env: list[str], settings: list[
     judged on latency alone."""
     from harness.checks import counts, gate
     from harness.model.config import REPO_DIR, from_profile, parse_overrides
-    from harness.remote.machine import machine_facts
+    from harness.remote.machine import this_machine
     from harness.run.study import run_study
     t0 = time.monotonic()
     gate_id = time.strftime("gate-%Y%m%dT%H%M%SZ", time.gmtime())
@@ -132,7 +132,7 @@ def run_gate(history_dir, base: str | None, head_env: list[str], settings: list[
         raise ConfigError(problems)
     if base is None:
         try:
-            base, source = gate.base_ref(machine_facts(), probe.profile, history_dir)
+            base, source = gate.base_ref(this_machine(), probe.profile, history_dir)
         except gate.GateInputError as exc:
             raise ConfigError([f"--base: {exc}"]) from None
         print(f"gate: base = {base[:12]}, {source}")

@@ -4,7 +4,7 @@
     python -m harness report artifacts/suites/<suite-id> [--compare artifacts/suites/<other>]
     python -m harness report artifacts/<study-b> --compare artifacts/<study-a>
 
-writes DIR/report.html (report/build.py for a study, report/suite.py for a suite, which also
+writes DIR/report.html (report/build.py for a study, report/suite_report.py for a suite, which also
 builds each cell's report when it is missing) and prints its path.
 """
 from __future__ import annotations
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     directory = Path(args.directory)
     from harness.files.study_files import is_suite
     if is_suite(directory):
-        from report.suite import build_suite_report
+        from report.suite_report import build_suite_report
         print(build_suite_report(directory, args.compare))
         return 0
     if args.compare:

@@ -34,9 +34,9 @@ def compare_text(a_dir: str, b_dir: str) -> str:
     """Suite B against suite A as text: both suites' machines, the different-machines sentence
     when their CPUs differ, the verdicts of cells on the same machine and the bare figures of
     cells on different ones, and the cells not comparable."""
-    from harness.stats import suite as S
+    from harness.stats import suite_cells as S
     from harness.stats.across import VERDICT_ONLY
-    from report.suite import machines_of
+    from report.suite_report import machines_of
     compared, apart = S.compare_suites(a_dir, b_dir)
     machines = machines_of(S.cell_machines(a_dir, b_dir))
     out = [f"A ({a_dir}) measured on {'; '.join(machines['a']) or '—'}",
@@ -64,8 +64,8 @@ def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from harness.model.suite import SuiteError, load_suite
-    from harness.run.suite import cells_table, expand, run_suite
-    from harness.stats.suite import suite_table
+    from harness.run.suite_run import cells_table, expand, run_suite
+    from harness.stats.suite_cells import suite_table
     with pd.option_context("display.width", 200, "display.max_columns", 50,
                            "display.max_colwidth", 120):
         if args.compare:

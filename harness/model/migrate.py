@@ -12,7 +12,7 @@ under tests/fixtures/ and tests/data/ (tests/test_formats.py).
   existed is known (``KNOWN_BEFORE``: mock_requests' ``provider`` was always ``primary``) is
   added holding that value instead, and not reported. The current version lacks nothing.
 * requests table 3 → 4: ``error_class`` (each failure's cause at the client) is missing in a
-  version-3 file, never guessed from its error text here (harness.stats.inflight falls back to
+  version-3 file, never guessed from its error text here (harness.stats.inflight_lane falls back to
   that text only where it counts causes).
 * gate record 1 → 2: harness.checks.history.migrate (its ratios kept as head_vs_reference).
 * study manifest 2 → 3, run manifest 2 → 3, suite manifest 2 → 3: ``fault_lead_s`` (the fixed

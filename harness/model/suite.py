@@ -1,6 +1,6 @@
 """A suite: its file (a base configuration plus axes, expanded into cells), the comparison key
 of a cell, and the suite manifest that records the cells. Expanding and running: harness.run.
-suite; the analysis across cells: harness.stats.suite.
+suite; the analysis across cells: harness.stats.suite_cells.
 
     python -m harness suite notebooks/suites/streaming.toml --dry-run     # cells, exclusions, keys
     python -m harness suite notebooks/suites/streaming.toml [--out-dir artifacts/suites] [--suite-id ID]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from harness.host.processes import ManagedProcess, ProcessError
 from harness.model.config import REPO_DIR
 from harness.model.topology import Host, Topology
-from harness.remote.machine import host_snapshot, machine_facts
+from harness.remote.machine import host_snapshot, this_machine
 
 if TYPE_CHECKING:  # the type only: a host running the launcher needs no pandas
     from harness.files.study_files import RunFiles
@@ -93,7 +93,7 @@ def _call(host: Host, what: str) -> dict:
 
 def facts(host: Host) -> dict:
     """Kernel, CPU model, cores, memory and load averages, read on the host itself."""
-    return machine_facts() if host.local else _call(host, "--facts")
+    return this_machine() if host.local else _call(host, "--facts")
 
 
 def snapshot(host: Host) -> dict:

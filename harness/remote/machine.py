@@ -52,7 +52,7 @@ def host_snapshot() -> dict:
             "memory_available_bytes": psutil.virtual_memory().available}
 
 
-def machine_facts() -> dict:
+def this_machine() -> dict:
     return {
         "hostname": socket.gethostname(),
         "kernel": platform.release(),
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     what.add_argument("--facts", action="store_true", help="kernel, CPU, memory, ... (default)")
     what.add_argument("--snapshot", action="store_true", help="load averages and memory now")
     args = parser.parse_args(argv)
-    print(json.dumps(host_snapshot() if args.snapshot else machine_facts()))
+    print(json.dumps(host_snapshot() if args.snapshot else this_machine()))
     return 0
 
 

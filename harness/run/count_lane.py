@@ -13,7 +13,7 @@ from typing import Callable
 from harness.files.study_files import StudyFiles
 from harness.model.counting import LANE_CASES, Sizes
 from harness.model.gateway_spec import GatewaySpec
-from harness.remote.machine import machine_facts
+from harness.remote.machine import this_machine
 from harness.run.counting import BuildCount, count_system, write_counts
 
 
@@ -36,5 +36,5 @@ def run_count_lane(specs: dict[str, GatewaySpec], versions: dict[str, str],
         progress(f"counting lane: {entry} "
                  + (f"not counted: {build.failed}" if build.failed else "counted")
                  + f" ({time.monotonic() - t:.0f} s)")
-    write_counts(files.counts_path, counted, machine_facts(), "lane")
+    write_counts(files.counts_path, counted, this_machine(), "lane")
     return files.counts_path

@@ -92,7 +92,7 @@ def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
     first, then the processes, newest first), then the run's artifacts and manifest written."""
     run_dir = StudyFiles(study_dir).run(spec.system, spec.run_index).fresh().dir
     gateway, notes = gateway.configured(spec.resilience, spec.scale)
-    r = _Running(_first_manifest(spec, gateway, version, notes),
+    r = _Running(_run_manifest(spec, gateway, version, notes),
                  WireCheck(captured=False, reason=measure.capture_not_possible(spec)
                            or "not captured: the run ended before its load"))
     write_manifest(run_dir, r.manifest)
@@ -130,7 +130,7 @@ def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
                      spec.comparison_key, m.started_t_unix_s, m.ended_t_unix_s)
 
 
-def _first_manifest(spec: RunSpec, gateway: GatewaySpec, version: str,
+def _run_manifest(spec: RunSpec, gateway: GatewaySpec, version: str,
                     notes: dict[str, str]) -> RunManifest:
     before = hosts.read_all(spec.topology, hosts.facts)
     return RunManifest(

@@ -25,7 +25,7 @@ from harness.model.manifests import (
 )
 from harness.model.topology import Topology
 from harness.remote import hosts
-from harness.remote.machine import git_commit, machine_facts, package_versions
+from harness.remote.machine import git_commit, package_versions, this_machine
 from harness.run import builds
 from harness.run.check import check
 from harness.run.count_lane import run_count_lane
@@ -48,7 +48,7 @@ def _handle_signal(signum, frame):
     raise Interrupted(f"signal {signal.Signals(signum).name}")
 
 
-def _first_manifest(config: StudyConfig, plan: list, topology: Topology,
+def _study_manifest(config: StudyConfig, plan: list, topology: Topology,
                     files: StudyFiles) -> StudyManifest:
     """The study manifest as the study starts; a resumed study keeps its earlier attempts."""
     manifest = StudyManifest(
@@ -56,7 +56,7 @@ def _first_manifest(config: StudyConfig, plan: list, topology: Topology,
         plan=tuple(PlanEntry(run_id=r.run_id, system=r.system, run_index=r.run_index,
                              round=r.round, position=r.position, comparison_key=r.comparison_key)
                    for r in plan),
-        machine=machine_facts(), hosts=_hosts_facts(topology), versions=package_versions(),
+        machine=this_machine(), hosts=_hosts_facts(topology), versions=package_versions(),
         git_commit=git_commit(), started_t_unix_s=time.time())
     if not files.exists():
         return manifest
@@ -71,7 +71,7 @@ def run_study(config: StudyConfig, progress=print) -> StudyResult:
     config, specs, plan = checked.config, checked.specs, checked.plan
     study_dir = config.study_dir
     files = StudyFiles(study_dir)
-    manifest = _first_manifest(config, plan, checked.topology, files)
+    manifest = _study_manifest(config, plan, checked.topology, files)
     files.write_manifest(manifest)
     previous = {}
     if threading.current_thread() is threading.main_thread():  # signals reach the main thread only

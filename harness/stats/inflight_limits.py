@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from harness.stats.across import describe
-from harness.stats.inflight import (
+from harness.stats.inflight_lane import (
     ERROR_CAUSES,
     HELD_ADDED_P99_MS,
     HELD_OPEN_SHARE,
@@ -96,7 +96,7 @@ def judged(steps: pd.DataFrame, floor: str, hold_s: float) -> pd.DataFrame:
     added p99 beyond the floor's at the same step (its mean over the floor's runs that ran it)
     under HELD_ADDED_P99_MS, since the floor's own added time is the instruments'; the floor's
     own under INSTRUMENTS_ADDED_SHARE of the hold; every system of a study without the floor
-    against the hold alone (harness.stats.inflight.is_held)."""
+    against the hold alone (harness.stats.inflight_lane.is_held)."""
     steps = steps.copy()
     is_floor = steps["system"] == floor
     base = steps[is_floor & steps["ran"].astype(bool)]

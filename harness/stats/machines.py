@@ -21,7 +21,7 @@ def _text(value: Any) -> str:
     return str(value).strip()
 
 
-def machine_facts(machine: Mapping[str, Any] | None) -> dict[str, str]:
+def machine_fields(machine: Mapping[str, Any] | None) -> dict[str, str]:
     """The manifest's ``machine`` dict reduced to MACHINE_KEYS (plus ``os`` when recorded), each
     as text, "unknown" where the manifest does not say."""
     machine = machine or {}
@@ -48,5 +48,5 @@ def same_machine(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> Ma
     as recorded: a fact known on one side and missing on the other counts as a difference (the
     same machine cannot be shown); missing on both sides does not (nothing tells them apart).
     The kernel is reported, not compared: it rarely moves these figures by itself."""
-    fa, fb = machine_facts(a), machine_facts(b)
+    fa, fb = machine_fields(a), machine_fields(b)
     return MachineMatch(fa, fb, tuple(k for k in SAME_MACHINE_KEYS if fa[k] != fb[k]))

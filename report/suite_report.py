@@ -20,9 +20,9 @@ from harness.model.dialects import ERROR_BODY_PREFIX_BYTES
 from harness.model.fault_scenarios import duration_of
 from harness.model.metrics import metric
 from harness.model.suite import CellEntry, SuiteManifest, axis_text
-from harness.stats import suite as S
+from harness.stats import suite_cells as S
 from harness.stats.fault_lane import RECOVERY_MS, RECOVERY_SHARE
-from report import build, inflight
+from report import build, inflight_tables
 from report import format as F
 from report.data import system_colors
 from report.fault_tables import fault_suite
@@ -70,7 +70,7 @@ def side_by_side_table(comparison: pd.DataFrame, table_id: str) -> Table:
 
 
 def machines_of(pairs: list) -> dict:
-    """What a suite comparison says about its machines (harness.stats.suite.cell_machines): each
+    """What a suite comparison says about its machines (harness.stats.suite_cells.cell_machines): each
     suite's machines in words, and one sentence per distinct pair of different machines."""
     lines_a = list(dict.fromkeys(F.machine_line(m.a) for _, _, m in pairs))
     lines_b = list(dict.fromkeys(F.machine_line(m.b) for _, _, m in pairs))
@@ -135,8 +135,8 @@ def inflight_sections(suite_dir: str | Path) -> list[dict]:
     for entry, cell_lane in S.inflight_lanes(suite_dir):
         order = list(dict.fromkeys(cell_lane.table["system"]))
         out.append({"cell": entry.cell_id, "values": _values(entry),
-                    "sentences": inflight.sentences(cell_lane, order),
-                    "stops": inflight.stops_table(cell_lane, order)})
+                    "sentences": inflight_tables.sentences(cell_lane, order),
+                    "stops": inflight_tables.stops_table(cell_lane, order)})
     return out
 
 

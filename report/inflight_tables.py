@@ -7,7 +7,7 @@ import math
 
 import pandas as pd
 
-from harness.stats.inflight import ERROR_CAUSES
+from harness.stats.inflight_lane import ERROR_CAUSES
 from harness.stats.inflight_limits import INSTRUMENTS, Lane
 from report import format as F
 from report.grid import Row, Table, cell, number, table
