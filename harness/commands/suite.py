@@ -1,5 +1,5 @@
 """Suites of cells: a base configuration plus axes, each combination run as a whole study with
-the direct baseline (file format: harness/model/suite.py).
+the floor (direct) (file format: harness/model/suite.py).
 
     python -m harness suite notebooks/suites/load-levels.toml --dry-run   # cells, exclusions, keys
     python -m harness suite notebooks/suites/streaming.toml [--out-dir artifacts/suites] [--suite-id ID]

@@ -149,7 +149,7 @@ REQUESTS = Table("requests", "requests.parquet", (
        raw=False),
     _c("wire_mock_us", "float64", "µs",
        "from the capture: first byte of the mock's response − last byte of the request it got "
-       "(for the direct baseline the only wire figure)", raw=False),
+       "(for the floor, direct, the only wire figure)", raw=False),
     _c("error_body_dialect", "string", "",
        "a failed request's body, judged on its first 16 KiB: `client` (the error shape of the "
        "client's dialect: OpenAI `{\"error\": {\"message\", \"type\"}}`, Anthropic "

@@ -13,7 +13,7 @@ A suite file is TOML::
     [base]                             # settings every cell shares, by path (see below)
     gateways = ["nginx", "sluice"]     # ["all"]: every system under gateways/ (a new one joins
                                        # with no edit here); default: the profile's (a study's
-                                       # rule); the direct baseline is added to every cell
+                                       # rule); the floor (direct) is added to every cell
     load.users = 200
     [axes]                             # path = [values]; the cells are every combination
     request.stream = [false, true]

@@ -219,7 +219,7 @@ def _start_observers(r: _Running, spec: RunSpec, gateway: GatewaySpec, run_dir: 
     # stopped after the capture: samples describe live processes, never ones being torn down
     observers.callback(sampler.stop)
     if not measure.capture_not_possible(spec):
-        # the direct baseline calls the mock itself: its port is the only one
+        # the floor (direct) calls the mock itself: its port is the only one
         ports = {mock.port, _port_of(target.base_url) or mock.port}
         window = r.wire_window = measure.WireWindow(spec, run_dir, sorted(ports))
         sampler.watch("capture", lambda: window.pid)

@@ -23,7 +23,7 @@ Per request (tied across the two connections by its id):
     ("frame"), paired by order within the response;
 ``mock_wire_us``
     the mock's time on the wire: first byte of its response - last byte of the request
-    it got (for the direct baseline, with no gateway, this is the only figure).
+    it got (for the floor (direct), with no gateway, this is the only figure).
 
 How: segments are grouped into one-directional TCP flows by 4-tuple and ordered by
 sequence number (first transmission kept, retransmissions dropped).  An HTTP message
@@ -39,7 +39,7 @@ beyond them is not found and that request cannot be joined (counted, not guessed
 
 Which connection is which comes from the ports: the client->gateway flows are those to
 ``gateway_port``, the gateway->mock flows those to ``mock_port``.  With
-``gateway_port=None`` (the direct baseline) the flows to ``mock_port`` are the client's
+``gateway_port=None`` (the floor (direct)) the flows to ``mock_port`` are the client's
 and only mock-side figures come back.
 """
 
@@ -265,7 +265,7 @@ def wire_times(pcap_path: str, mock_port: int, gateway_port: int | None = None) 
 
     Returns ``(per_request, summary)``: ``per_request`` has ``COLUMNS`` (times in
     ``*_t_unix_ns``, durations in ``*_us``; NA where not seen), one row per request on
-    the client side (per request to the mock for the direct baseline).  ``summary``:
+    the client side (per request to the mock for the floor (direct)).  ``summary``:
     ``client_requests``, ``client_requests_without_id``, ``upstream_requests``,
     ``upstream_requests_without_id``, ``upstream_ids_seen_more_than_once`` (gateway
     retries), ``joined`` (client requests found on the upstream side), ``join_rate``
@@ -282,7 +282,7 @@ def wire_times(pcap_path: str, mock_port: int, gateway_port: int | None = None) 
     rows = []
     joined = mismatches = 0
     for c in client:
-        if gateway_port is None:   # the direct baseline: the client's exchange is the mock's
+        if gateway_port is None:   # the floor (direct): the client's exchange is the mock's
             row, answered = dict.fromkeys(COLUMNS), c
             row["request_id"] = c["request_id"]
         else:
