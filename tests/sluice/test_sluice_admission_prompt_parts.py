@@ -106,3 +106,17 @@ def test_the_documented_default_weights(make_sluice, stub):
     assert _over_budget(status, answer), (status, answer[:300])
     status, answer = _send(gw, "dflt", "openai", _body("openai", [part]))
     assert status == 200, answer[:300]
+
+
+@pytest.mark.parametrize("line, message", [
+    ("image_tokens = -1", "image_tokens must be >= 0"),
+    ("document_tokens = 10000001", "document_tokens must be <="),
+    ("audio_tokens = 1.5", "audio_tokens must be an integer"),
+    ("video_tokens = 5", "video_tokens"),
+])
+def test_the_weights_are_checked_at_start(stub, tmp_path, line, message):
+    gw = Sluice(base_config(stub.url, f"\n[prompt_estimate]\n{line}\n"), str(tmp_path), env=ENV)
+    with pytest.raises(RuntimeError):
+        gw.start()
+    assert gw.proc.returncode == 2
+    assert "[prompt_estimate]" in gw.output() and message in gw.output(), gw.output()

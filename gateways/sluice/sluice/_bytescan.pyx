@@ -105,13 +105,15 @@ cdef Py_ssize_t folded_word_end(const unsigned char* p, Py_ssize_t n, Py_ssize_t
     return i
 
 
+cdef inline bint may_start_key(unsigned char c) nogil:
+    # every decided key starts with m, n or s (or U+017F, 0xc5 0xbf), in either case
+    return c == 0xc5 or (c | 32) == 109 or (c | 32) == 110 or (c | 32) == 115
+
+
 cdef bint folded_key_at(const unsigned char* p, Py_ssize_t n, Py_ssize_t i):
     """A decided key spelled in another case at p[i:], then a closing quote, then a colon."""
     cdef bytes word
     cdef Py_ssize_t end
-    # most strings are ruled out by their first byte: every decided key starts with m, n or s
-    if i >= n or (p[i] != 0xc5 and (p[i] | 32) != 109 and (p[i] | 32) != 110 and (p[i] | 32) != 115):
-        return False
     for word in DECIDED_KEYS:
         end = folded_word_end(p, n, i, word)
         if end != NOT_FOUND and end < n and p[end] == 34:
@@ -133,6 +135,9 @@ def scan_keys(bytes data not None):
         if i == NOT_FOUND:
             return found
         j = i + 1
+        if j >= n or not may_start_key(p[j]):  # most strings end here, at their first byte
+            i = j
+            continue
         key = quoted_word(p, n, j, DECIDED_KEYS)
         if key is None:
             if folded_key_at(p, n, j):

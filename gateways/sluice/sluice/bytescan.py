@@ -22,8 +22,10 @@ def _folded(word):
 
 # The keys Sluice decides on, spelled literally, anywhere (strings included), in order; or (the
 # empty group) a key that folds onto one but is spelled otherwise: a string followed by a colon.
-_KEYS = re.compile(rb'"(' + b"|".join(_DECIDED) + rb')"|"(?:' + b"|".join(map(_folded, _DECIDED))
-                   + rb')"(?=\s*:)')
+# Every decided key starts with m, n or s (or U+017F): the lookahead turns most strings away at
+# their first byte.
+_KEYS = re.compile(rb'"(?=[mMnNsS\xc5])(?:(' + b"|".join(_DECIDED) + rb')"|(?:'
+                   + b"|".join(map(_folded, _DECIDED)) + rb')"(?=\s*:))')
 # The escapes that can spell a decided key's character in some case: \u0040-\u007f (ASCII letters
 # and "_"), and the two letters that fold to ASCII ones (U+212A, U+017F).
 _LETTER_ESCAPE = re.compile(rb'\\u(?:00[4-7][0-9a-fA-F]|212[aA]|017[fF])')
