@@ -44,10 +44,15 @@ FRAGMENTS = [b'"model"', b'"max_tokens"', b'"max_completion_tokens"', b'"n"', b'
              b' ', b'\t', b'\n', b'\r', b'\x0b', b'\x0c', b'{', b'}', b'[', b']', b'\\', b'\\"',
              b'\\u006d', b'\\u005F', b'\\u005f', b'\\u007A', b'\\u00e9', b'\\u00', b'\\u007', b'u00',
              b'0', b'1', b'7', b'12', b'00012', b'123456789012', b'1234567890123', b'-1', b'1.5',
-             b'null', b'true', b'\x00', b'\xff', b'\xc3\xa9', b'\r\n', b'\r\n\r\n']
+             b'null', b'true', b'\x00', b'\xff', b'\xc3\xa9', b'\r\n', b'\r\n\r\n',
+             # keys in another case, and the letters that fold to k and s (U+212A, U+017F)
+             b'"Model"', b'"MAX_TOKENS"', b'"N"', b'"Stream"', b'"max_to\xe2\x84\xaaens"', b'"\xc5\xbftream"',
+             b'\xe2\x84\xaa', b'\xe2\x84', b'\xc5\xbf', b'\xc5', b'M', b'N', b'S', b'TOKENS"', b'\\u004d', b'\\u004D',
+             b'\\u0040', b'\\u003f', b'\\u212a', b'\\u212A', b'\\u212b', b'\\u017f', b'\\u017F', b'\\u017e']
 soup = st.lists(st.sampled_from(FRAGMENTS), max_size=40).map(b"".join)
 KEYS = [b"model", b"max_tokens", b"max_completion_tokens", b"n", b"stream", b"prompt_tokens",
-        b"completion_tokens", b"input_tokens", b"output_tokens", b"usage", b"x_1", b"", b"m-x", b"n\\"]
+        b"completion_tokens", b"input_tokens", b"output_tokens", b"usage", b"x_1", b"", b"m-x", b"n\\",
+        b"Model", b"N", b"STREAM", b"Max_Completion_Tokens", b"max_to\xe2\x84\xaaens", b"\xc5\xbftream", b"mODEL\xc5"]
 spaces = st.sampled_from([b"", b" ", b"\t\n", b"\r\x0b\x0c "])
 
 
@@ -67,7 +72,8 @@ members = st.lists(st.one_of(member(), st.sampled_from(FRAGMENTS)), max_size=12)
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.text(max_size=12),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
-        st.sampled_from(["model", "max_tokens", "n", "usage", "prompt_tokens", "x", "stream"]) | st.text(max_size=6),
+        st.sampled_from(["model", "max_tokens", "n", "usage", "prompt_tokens", "x", "stream", "Model", "N",
+                         "max_to\u212aens", "\u017ftream"]) | st.text(max_size=6),
         inner, max_size=3),
     max_leaves=8)
 
@@ -76,7 +82,7 @@ json_values = st.recursive(
 def json_bodies(draw):
     obj = {}
     for key in draw(st.permutations(["model", "messages", "max_tokens", "max_completion_tokens", "n", "stream",
-                                     "usage", "tools"]))[:draw(st.integers(0, 8))]:
+                                     "usage", "tools", "MAX_TOKENS", "Model", "\u017ftream"]))[:draw(st.integers(0, 11))]:
         obj[key] = draw(json_values)
     if draw(st.booleans()):
         obj = {"model": draw(st.text(max_size=10)), **obj}
@@ -105,6 +111,9 @@ EDGE_BODIES = [
     b'{"n":1234567890123}', b'{"":5}', b'{"a-b":5}', b'{"n":5 ,"x":[1]}', b'[{"n":5}', b'{"n":5}]',
     b'{"n":5}  \x0b', b'{"n":5} x', b'{"n":5,', b'x"n":5,', b' \t{"model":"a\\b"}', b'{"model":"',
     b'{"model":"a"', b'{ "model"\n:\r"a"}', b'{"model" "a"}', b'{"models":"a"}',
+    b'{"Model" :1}', b'{"Model" x:1}', b'"Model"', b'"N"\t\n:', b'"max_to\xe2\x84\xaa', b'"max_to\xe2\x84\xaaens":',
+    b'"max_to\xe2\x84ens":', b'"\xc5\xbftream":', b'"\xc5tream":', b'"model""Model":', b'"n""N":', b'\\u004', b'\\u0040',
+    b'\\u212', b'\\u212a', b'\\u017', b'\\u017F', b'\\\\u004d',
 ]
 
 
@@ -156,6 +165,8 @@ def test_the_scans_find_what_the_reference_documents():
     assert C.top_level_count(body, body.find(b'"max_tokens"')) == 5
     assert C.usage_counts(body, 0) == [(b"prompt_tokens", b"3"), (b"output_tokens", b"4")]
     assert C.scan_keys(b'{"mod\\u0065l":1}') is None
+    assert C.scan_keys(b'{"model":"a","Model":"b"}') is None
+    assert C.scan_keys(b'{"model":"a","x":"Model"}') == [b"model"]  # a value, not a key
     with pytest.raises(ValueError):
         C.top_level_count(body, len(body) + 1)
     head = b"POST / HTTP/1.1\r\ncontent-length: "

@@ -34,11 +34,26 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=20)
 
+# content parts of every kind the budget's estimate weighs (and some it does not), in both
+# dialects' spellings, "type" in another case now and then
+parts = st.builds(lambda kind, type_key, extra: {type_key: kind, kind: extra},
+                  st.sampled_from(["text", "image_url", "image", "file", "document", "input_audio", "video"]),
+                  st.sampled_from(["type", "type", "Type", "TYPE"]), json_values)
+# keys that spell a decided key in another case (U+212A and U+017F fold to k and s)
+folded_keys = st.sampled_from(["Model", "MODEL", "N", "Stream", "\u017ftream", "MAX_TOKENS", "max_to\u212aens",
+                               "Max_Completion_Tokens"])
 bodies = st.one_of(
     st.builds(lambda d: json.dumps(d).encode(), st.fixed_dictionaries(
         {"model": st.sampled_from(["mock-model", "fast", "claude", "nope", 5, None, ""]),
          "messages": st.just([{"role": "user", "content": "hi"}])},
         optional={"max_tokens": st.integers(-5, 2**40), "stream": st.booleans(), "x": json_values})),
+    st.builds(lambda d, folded, value, ascii_only: json.dumps(dict(d, **{folded: value}), ensure_ascii=ascii_only).encode(),
+              st.fixed_dictionaries({"model": st.sampled_from(["mock-model", "claude"]),
+                                     "messages": st.just([{"role": "user", "content": "hi"}])}),
+              folded_keys, json_values, st.booleans()),
+    st.builds(lambda model, content, max_tokens: json.dumps(
+        {"model": model, "max_tokens": max_tokens, "messages": [{"role": "user", "content": content}]}).encode(),
+              st.sampled_from(["mock-model", "claude"]), st.lists(parts, max_size=5), st.integers(1, 50)),
     st.builds(lambda d: json.dumps(d).encode(), json_values),
     st.binary(max_size=200),
     st.builds(lambda n: b"[" * n + b"]" * n, st.integers(0, 1200)),
@@ -48,6 +63,7 @@ header_names = st.sampled_from(["Content-Type", "Authorization", "x-api-key", "a
                                 "Connection", "Upgrade", "Transfer-Encoding", "Content-Length", "X-Junk",
                                 "OpenAI-Organization", "Host", "TE"])
 header_values = st.one_of(st.sampled_from(["application/json", "Bearer " + KEY, KEY, "2023-06-01",
+                                           "Bearer sk-test-budget",
                                            "100-continue", "close", "keep-alive", "h2c", "chunked", "5", "-1",
                                            "", "upgrade"]),
                           st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=30))

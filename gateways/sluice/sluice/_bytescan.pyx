@@ -65,19 +65,61 @@ cdef Py_ssize_t find_quote(const unsigned char* p, Py_ssize_t n, Py_ssize_t i) n
 
 
 cdef bint has_letter_escape(const unsigned char* p, Py_ssize_t n) nogil:
+    # \u0040-\u007f, \u212a, \u017f (hex digits in either case)
     cdef Py_ssize_t i = 0
     cdef const void* q
-    cdef unsigned char a, b
+    cdef unsigned char a, b, c, d
     while i + 6 <= n:
         q = memchr(p + i, 92, n - i)
         if q == NULL:
             return False
         i = <const unsigned char*>q - p
-        if i + 6 <= n and p[i + 1] == 117 and p[i + 2] == 48 and p[i + 3] == 48:  # \u00
-            a, b = p[i + 4], p[i + 5]
-            if (a == 53 and (b == 70 or b == 102)) or ((a == 54 or a == 55) and is_hex(b)):
+        if i + 6 <= n and p[i + 1] == 117:  # \u
+            a, b, c, d = p[i + 2], p[i + 3], p[i + 4], p[i + 5]
+            if a == 48 and b == 48 and 52 <= c <= 55 and is_hex(d):
+                return True
+            if a == 50 and b == 49 and c == 50 and (d == 65 or d == 97):  # 212a
+                return True
+            if a == 48 and b == 49 and c == 55 and (d == 70 or d == 102):  # 017f
                 return True
         i += 1
+    return False
+
+
+cdef Py_ssize_t folded_word_end(const unsigned char* p, Py_ssize_t n, Py_ssize_t i, bytes word):
+    """Where ``word`` spelled in any ASCII case, k also as U+212A and s as U+017F (UTF-8), ends
+    at p[i:], else NOT_FOUND."""
+    cdef const unsigned char* w = word
+    cdef Py_ssize_t k, m = len(word)
+    cdef unsigned char c
+    for k in range(m):
+        c = w[k]
+        if i < n and (p[i] == c or (97 <= c <= 122 and p[i] == c - 32)):
+            i += 1
+        elif c == 107 and i + 2 < n and p[i] == 0xe2 and p[i + 1] == 0x84 and p[i + 2] == 0xaa:
+            i += 3
+        elif c == 115 and i + 1 < n and p[i] == 0xc5 and p[i + 1] == 0xbf:
+            i += 2
+        else:
+            return NOT_FOUND
+    return i
+
+
+cdef inline bint may_start_key(unsigned char c) nogil:
+    # every decided key starts with m, n or s (or U+017F, 0xc5 0xbf), in either case
+    return c == 0xc5 or (c | 32) == 109 or (c | 32) == 110 or (c | 32) == 115
+
+
+cdef bint folded_key_at(const unsigned char* p, Py_ssize_t n, Py_ssize_t i):
+    """A decided key spelled in another case at p[i:], then a closing quote, then a colon."""
+    cdef bytes word
+    cdef Py_ssize_t end
+    for word in DECIDED_KEYS:
+        end = folded_word_end(p, n, i, word)
+        if end != NOT_FOUND and end < n and p[end] == 34:
+            end = skip_space(p, n, end + 1)
+            if end < n and p[end] == 58:
+                return True
     return False
 
 
@@ -93,8 +135,13 @@ def scan_keys(bytes data not None):
         if i == NOT_FOUND:
             return found
         j = i + 1
+        if j >= n or not may_start_key(p[j]):  # most strings end here, at their first byte
+            i = j
+            continue
         key = quoted_word(p, n, j, DECIDED_KEYS)
         if key is None:
+            if folded_key_at(p, n, j):
+                return None
             i += 1
         else:
             found.append(key)

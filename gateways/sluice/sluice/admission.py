@@ -161,9 +161,10 @@ def _body_for_provider(conn, r, body, target):
 
 
 def _reserve_budget(app, conn, r, body):
-    """Tokens reserved from the key's budget: the prompt's estimate and the most the answers may
-    take (the largest output limit, written in when the client set none, times ``n``)."""
-    estimate = len(r.body) // 4 + chat_body.most_tokens(body)
+    """Tokens reserved from the key's budget: the prompt's estimate (its bytes, and its content
+    parts by kind) and the most the answers may take (the largest output limit, written in when
+    the client set none, times ``n``)."""
+    estimate = chat_body.prompt_tokens(body, r.body, app.part_tokens) + chat_body.most_tokens(body)
     wait = app.keys.reserve(r.key, estimate)
     if wait:
         reject(app, conn, r, 429, f"token budget of key {r.key.name!r} exhausted",

@@ -9,10 +9,26 @@ proves that both give the same answers, on random, JSON-shaped and hostile bytes
 import re
 from types import SimpleNamespace
 
-# The keys Sluice decides on, spelled literally, anywhere (strings included), in order.
-_KEYS = re.compile(rb'"(model|max_tokens|max_completion_tokens|n|stream)"')
-# Only \u005f-\u007f can spell the decided keys' characters (ASCII lowercase letters and "_").
-_LETTER_ESCAPE = re.compile(rb'\\u00(?:5[fF]|[67][0-9a-fA-F])')
+_DECIDED = (b"model", b"max_tokens", b"max_completion_tokens", b"n", b"stream")
+# How each letter may be spelled for a parser that matches keys as Go's encoding/json does: in
+# either ASCII case, and k, s also as U+212A KELVIN SIGN, U+017F LONG S (UTF-8), which fold to them.
+_FOLDS = {ord("k"): rb"(?:[kK]|\xe2\x84\xaa)", ord("s"): rb"(?:[sS]|\xc5\xbf)"}
+
+
+def _folded(word):
+    return b"".join(_FOLDS.get(c) or (b"[%c%c]" % (c, c - 32) if 97 <= c <= 122 else bytes([c]))
+                    for c in word)
+
+
+# The keys Sluice decides on, spelled literally, anywhere (strings included), in order; or (the
+# empty group) a key that folds onto one but is spelled otherwise: a string followed by a colon.
+# Every decided key starts with m, n or s (or U+017F): the lookahead turns most strings away at
+# their first byte.
+_KEYS = re.compile(rb'"(?=[mMnNsS\xc5])(?:(' + b"|".join(_DECIDED) + rb')"|(?:'
+                   + b"|".join(map(_folded, _DECIDED)) + rb')"(?=\s*:))')
+# The escapes that can spell a decided key's character in some case: \u0040-\u007f (ASCII letters
+# and "_"), and the two letters that fold to ASCII ones (U+212A, U+017F).
+_LETTER_ESCAPE = re.compile(rb'\\u(?:00[4-7][0-9a-fA-F]|212[aA]|017[fF])')
 _FIRST_MODEL = re.compile(rb'\s*\{\s*"model"\s*:\s*"([^"\\]*)"')  # the model as the first key
 _COUNT = re.compile(rb'"\w+"\s*:\s*(\d{1,12})\s*[,}]')  # a key and a plain count as its value
 _BRACKET = re.compile(rb'[\[\]{}]')
@@ -22,10 +38,12 @@ _USAGE = re.compile(rb'"(prompt_tokens|completion_tokens|input_tokens|output_tok
 
 def scan_keys(data):
     """The decided keys spelled literally in ``data``, in order and as often as they occur (the
-    regex's non-overlapping matches), or None when an escape could spell one."""
-    if data.find(b"\\u00") >= 0 and _LETTER_ESCAPE.search(data) is not None:
+    regex's non-overlapping matches), or None when an escape could spell one, or a key (a string
+    then a colon) spells one in another case."""
+    if data.find(b"\\u") >= 0 and _LETTER_ESCAPE.search(data) is not None:
         return None
-    return _KEYS.findall(data)
+    found = _KEYS.findall(data)
+    return None if b"" in found else found
 
 
 def first_model_span(data):

@@ -17,4 +17,5 @@ cpdef _repeated_key(bytes data)
 cpdef _read_limits(ChatBody body, dict obj)
 cpdef bint needs_output_cap(ChatBody body, dialect) except -1
 cpdef write_output_cap(ChatBody body, dialect, cap)
+cpdef prompt_tokens(ChatBody body, bytes data, dict part_tokens)
 cpdef most_tokens(ChatBody body)

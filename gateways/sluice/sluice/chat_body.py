@@ -3,25 +3,33 @@ token budget), and that every key it decides on occurs once in the top-level obj
 the bytes when they make the answer certain (validate_json = false), else from the body parsed
 once with orjson; and the model's cap written into a body that sets no output limit."""
 import json
+import re
 
 import orjson
 
 from sluice.bytescan import first_model_span, top_level_count
 
 loads = orjson.loads
+dumps = orjson.dumps
 JSONDecodeError = orjson.JSONDecodeError
 
-# The keys Sluice decides on. A top-level object that repeats one is refused: Sluice and the
-# provider's parser could read different values (most parsers keep the last, a scan the first).
-# ``scan_keys`` finds them spelled literally and says when an escape could spell one (only
-# \u005f-\u007f can: ASCII lowercase letters and "_"); the common body spells each at most once
-# and escapes no ASCII letter, so it is never parsed a second time for repeats.
+# The keys Sluice decides on. A top-level object that repeats one, or spells one in another case,
+# is refused: Sluice and the provider's parser could read different values (most parsers keep the
+# last, a scan the first; Go's encoding/json matches keys case-insensitively, folding U+212A to k
+# and U+017F to s). ``scan_keys`` finds them spelled literally and says when an escape could
+# spell one (\u0040-\u007f, \u212a, \u017f) or a key spells one in another case; the common body
+# spells each at most once and does neither, so it is never parsed a second time for repeats.
 DECIDED_KEYS = ("model", "max_tokens", "max_completion_tokens", "n", "stream")
 # That second parse (Python's json, keeping every object's pairs) costs ~45 ms and ~25 MB per MiB
 # of tiny objects, on the loop: a larger body that needs it is refused instead.
 MAX_REPEAT_CHECK_BYTES = 1 << 20
 OUTPUT_LIMITS = ("max_tokens", "max_completion_tokens")
 MAX_TOKENS_RESERVED = 1 << 32   # the output part of a reservation, whatever a body asks
+TEXT_BYTES_PER_TOKEN = 4  # the prompt's bytes as reserved: about 4 bytes a token of English text
+# A content part that the provider counts apart from its bytes (an image URL of 60 bytes costs
+# it about 1,600 tokens), by the kind its "type" names, anywhere in the body (tool results carry
+# parts too). "type" in any ASCII case: a provider on Go's encoding/json reads "Type" as "type".
+_PART = re.compile(rb'"[tT][yY][pP][eE]"\s*:\s*"(image_url|image|input_audio|file|document)"')
 
 
 class ChatBody:
@@ -92,11 +100,12 @@ def read_parsed(body, found, limits):
 
 
 def check_repeats(body):
-    """Why a parsed body whose bytes show a decided key twice, or an escape that could spell one,
-    is refused: a repeated decided key, or over MAX_REPEAT_CHECK_BYTES to check; else None."""
+    """Why a parsed body whose bytes show a decided key twice, an escape that could spell one, or
+    a key that folds onto one, is refused: a repeated decided key, one in another case, or over
+    MAX_REPEAT_CHECK_BYTES to check; else None."""
     if len(body.data) > MAX_REPEAT_CHECK_BYTES:
-        return (f"request body over {MAX_REPEAT_CHECK_BYTES} bytes that spells a decided key twice "
-                "or escapes a letter cannot be checked for repeated keys")
+        return (f"request body over {MAX_REPEAT_CHECK_BYTES} bytes that spells a decided key twice, "
+                "in another case or escapes a letter cannot be checked for repeated keys")
     return _repeated_key(body.data)
 
 
@@ -105,16 +114,21 @@ def _spelled_twice(found):
 
 
 def _repeated_key(data):
-    """Why the top-level object is refused when it repeats a decided key (keys unescaped), else
-    None. A second parse, keeping every object's pairs: only for the bodies whose bytes show a
-    decided key twice or an escape that could spell one."""
+    """Why the top-level object is refused when it repeats a decided key or spells one in another
+    case (keys unescaped), else None. A second parse, keeping every object's pairs: only for the
+    bodies whose bytes show a decided key twice, an escape that could spell one, or a key that
+    folds onto one."""
     try:
         pairs = json.loads(data, object_pairs_hook=list)  # every object as its (key, value) list
     except (ValueError, RecursionError):  # what orjson took but Python's parser does not
         return "request body cannot be checked for repeated keys"
     seen = set()
     for key, _ in pairs:
-        if key in DECIDED_KEYS:
+        folded = key.lower().replace("\u017f", "s")  # str.lower folds U+212A to k already
+        if folded in DECIDED_KEYS:
+            if key != folded:
+                return (f"{key[:40]!r}: a key spelled as {folded!r} in another case (providers that "
+                        f"match keys case-insensitively read it as {folded!r})")
             if key in seen:
                 return f"{key}: the key appears more than once"
             seen.add(key)
@@ -163,6 +177,17 @@ def write_output_cap(body, dialect, cap):
         body.parsed[key] = cap
     if body.output_limit is None or cap > body.output_limit:
         body.output_limit = cap
+
+
+def prompt_tokens(body, data, part_tokens):
+    """The prompt's tokens as reserved: the client's body ``data`` at TEXT_BYTES_PER_TOKEN, plus
+    ``part_tokens[kind]`` for each content part of a kind the provider counts apart."""
+    tokens = len(data) // TEXT_BYTES_PER_TOKEN
+    if body.unchecked:  # an escape may spell a part's type: its object, written without escapes
+        data = dumps(body.parsed)
+    for kind in _PART.findall(data):
+        tokens += part_tokens[kind]
+    return tokens
 
 
 def most_tokens(body):

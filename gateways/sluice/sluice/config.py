@@ -194,6 +194,32 @@ class RetryBudgetConfig:
         self.fallbacks = _bool(t, "fallbacks", True, w)
 
 
+MAX_PART_TOKENS = 10_000_000  # a weight above any provider's context window is a typo
+
+
+class PromptEstimateConfig:
+    """What a key's reservation counts for a content part the provider counts apart from its
+    bytes, by kind (the part's "type"): tokens per part, on top of the body's bytes / 4."""
+    KEYS = ("image_tokens", "document_tokens", "audio_tokens")
+
+    def __init__(self, t):
+        w = "[prompt_estimate]"
+        _check_table(t, self.KEYS, w)
+        # Anthropic: an image is scaled to at most ~1.15 megapixels, about 1,600 tokens
+        # (width x height / 750); OpenAI gpt-4o, high detail: 85 + 170 per 512 px tile, at most 1,445
+        image = _num(t, "image_tokens", 1600, w, 0, integer=True, maximum=MAX_PART_TOKENS)
+        # Anthropic PDFs: 1,500 to 3,000 tokens of text a page, and each page an image too: one
+        # page at the top of both (a longer document is charged what the provider counts)
+        document = _num(t, "document_tokens", 4600, w, 0, integer=True, maximum=MAX_PART_TOKENS)
+        # OpenAI input_audio carries its audio in the body (base64 wav or mp3): its bytes are
+        # counted already, mp3 at 8 kbit/s (its least) as about 333 tokens a second
+        audio = _num(t, "audio_tokens", 0, w, 0, integer=True, maximum=MAX_PART_TOKENS)
+        # the kinds as the two dialects name them (OpenAI image_url, file, input_audio;
+        # Anthropic image, document)
+        self.part_tokens = {b"image_url": image, b"image": image, b"file": document,
+                            b"document": document, b"input_audio": audio}
+
+
 class DeploymentConfig:
     KEYS = ("provider", "weight", "upstream_model")
 
@@ -308,7 +334,8 @@ class Config:
         self.raw = raw  # the file's bytes: workers are given these, never the file again
         if not isinstance(data, dict):
             raise ConfigError("config must be a TOML table")
-        _check_keys(data, ("server", "providers", "models", "keys", "retry_budget"), "the top level")
+        _check_keys(data, ("server", "providers", "models", "keys", "retry_budget", "prompt_estimate"),
+                    "the top level")
         self.path = path
         self.server = ServerConfig(data.get("server", {}))
         providers = data.get("providers", {})
@@ -332,6 +359,7 @@ class Config:
                 if f not in self.models:
                     raise ConfigError(f"[models.{m.name}].fallbacks: unknown model {f!r}")
         self.retry_budget = RetryBudgetConfig(data.get("retry_budget", {}))
+        self.prompt_estimate = PromptEstimateConfig(data.get("prompt_estimate", {}))
         self.keys = {n: KeyConfig(n, t, self.server.key_max_in_flight)
                      for n, t in data.get("keys", {}).items()}
         digests = {}

@@ -359,7 +359,7 @@ def _retry(app, req, state, cls, retry_after, now):
         return -2.0
     failed = req.deployment
     following = req.route.policy.pick(now, failed)
-    if following is failed and cls == "429" and _can_fall_back(state, cls):
+    if following is failed and cls == "429" and _can_fall_back(req, state, cls):
         return -2.0  # rate limited and no other deployment: a fallback at once, not a wait
     if not _budget(app, now):
         m.retry_budget_exhausted += 1
@@ -381,9 +381,16 @@ def _retry(app, req, state, cls, retry_after, now):
     return delay
 
 
-def _can_fall_back(state, cls):
+def _can_fall_back(req, state, cls):
     primary = state.primary
-    return state.fallbacks_tried < len(primary.fallbacks) and cls in primary.fallback_on
+    return cls in primary.fallback_on and any(
+        _key_may_use(req, to) for to in primary.fallbacks[state.fallbacks_tried:])
+
+
+def _key_may_use(req, to):
+    """The request's key may call fallback ``to``: a fallback is no way around its model list."""
+    key = req.key
+    return key is None or to.name in key.allowed
 
 
 def _fall_back(app, req, state, now):
@@ -396,6 +403,8 @@ def _fall_back(app, req, state, now):
     while state.fallbacks_tried < len(primary.fallbacks):
         to = primary.fallbacks[state.fallbacks_tried]
         state.fallbacks_tried += 1
+        if not _key_may_use(req, to):
+            continue
         deployment = to.policy.pick(now)
         if rewrite.retarget(req, deployment.target):
             if app.retry_budget.fallbacks:

@@ -37,6 +37,7 @@ cdef class App:
     cdef public Py_ssize_t accepting, refusals_lingering
     cdef public long long _snapshot_changes
     cdef public object retry_budget
+    cdef public dict part_tokens
     cdef public list policies
 
     cpdef handle(self, ClientConn conn, Request r)
