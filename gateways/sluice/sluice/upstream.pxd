@@ -10,7 +10,7 @@ from sluice.request cimport Request
 from sluice.server cimport App
 from sluice.usage cimport UsageScan
 
-cdef int RAW, REFRAME, TRANSLATE_BUFFERED, TRANSLATE_STREAM, DISCARD
+cdef int RAW, REFRAME, TRANSLATE_BUFFERED, TRANSLATE_STREAM, DISCARD, PROVIDER_ERROR
 cdef int SAME_DIALECT
 cdef Py_ssize_t MAX_HEAD
 
