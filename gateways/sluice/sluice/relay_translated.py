@@ -47,7 +47,7 @@ def start_stream(u, client, req):
 
 
 def start_buffered(u, head, low):
-    """Any other response (an error, a unary answer): buffered, its Retry-After kept."""
+    """Any other response below 400 (a unary answer): buffered, its Retry-After kept."""
     u.buffered = []
     u.buffered_bytes = 0
     i = low.find(b"\nretry-after:")

@@ -8,7 +8,8 @@ response to the client. A read comes either before the response head is parsed
 case with a Content-Length body (RAW) the provider's bytes are written to the client as they
 arrive, up to that length; only the response head is rebuilt, to add X-Gateway-Overhead-Us. The
 other modes take the parser's body pieces instead: re-framed (a chunked or close-delimited body:
-no chunk extension or trailer passes), translated, or dropped. A parser error, or bytes after a
+no chunk extension or trailer passes), translated, or dropped; an error status's body goes to
+the log, and the client gets Sluice's words (provider_errors.py). A parser error, or bytes after a
 response's end, end the connection: only a parser that finished exactly one response is used
 again. How a response is relayed is in relay_same_dialect.py and relay_translated.py; this
 module drives the exchange.
@@ -27,7 +28,7 @@ from sluice.usage import UsageScan
 # relay modes of an exchange
 RAW = 0                 # same dialect, a Content-Length body (or none): upstream bytes go straight to the client
 REFRAME = 1             # same dialect, a chunked or close-delimited body: re-framed from the parser's pieces
-TRANSLATE_BUFFERED = 2  # translated unary response, or a translated error: whole body, then one write
+TRANSLATE_BUFFERED = 2  # translated unary response (or another status below 400): whole body, then one write
 TRANSLATE_STREAM = 3    # translated SSE stream, event by event
 DISCARD = 4             # a failed attempt that another attempt replaces: the body is read and dropped
 PROVIDER_ERROR = 5      # an error status: its body kept for the log, the client gets Sluice's (provider_errors.py)
