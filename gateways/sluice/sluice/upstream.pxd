@@ -49,7 +49,7 @@ cdef class UpstreamConn:
     cpdef _head_read(self, bytes data)
     cpdef _keep_head_part(self, bytes data)
     @cython.locals(end=Py_ssize_t, length_at=Py_ssize_t, body_here=Py_ssize_t, now=double,
-                   reframe=bint)
+                   reframe=bint, status=int)
     cpdef on_headers_complete(self)
     @cython.locals(length_at=Py_ssize_t, connection=Py_ssize_t, te=Py_ssize_t, framed=bint)
     cpdef Py_ssize_t _read_framing(self, bytes head, bytes low, int status) except? -1
