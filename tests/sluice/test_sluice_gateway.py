@@ -312,18 +312,19 @@ def test_anthropic_passthrough_with_alias(sluice, stub):
 
 
 def test_provider_error_relayed_in_dialect(sluice):
+    # the provider's status, in Sluice's words (the provider's are in the log)
     status, _, data = chat(sluice.port, {"model": "mock-model", "messages": MSG}, headers={"x-test-status": "429"})
-    assert status == 429 and json.loads(data)["error"]["message"] == "stub error 429"
+    assert status == 429 and json.loads(data)["error"]["message"] == "provider stub is rate limiting requests"
     # translated: OpenAI provider error -> Anthropic error shape
     status, _, data = chat(sluice.port, {"model": "mock-model", "max_tokens": 5, "messages": MSG}, key=None,
                            path="/v1/messages", headers={"x-api-key": KEY, "x-test-status": "500"})
     assert status == 500
     doc = json.loads(data)
     assert doc["type"] == "error" and doc["error"]["type"] == "api_error"
-    assert doc["error"]["message"] == "stub error 500"
+    assert doc["error"]["message"] == "provider stub failed (status 500)"
     # Anthropic 529 -> OpenAI client sees 503
     status, _, data = chat(sluice.port, {"model": "claude", "messages": MSG}, headers={"x-test-status": "529"})
-    assert status == 503 and json.loads(data)["error"]["message"] == "stub error 529"
+    assert status == 503 and json.loads(data)["error"]["message"] == "provider anth is overloaded"
 
 
 def test_pool_reuses_connections(sluice):

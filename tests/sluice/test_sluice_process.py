@@ -89,11 +89,12 @@ def test_access_log_is_written_in_batches(make_sluice, stub, tmp_path):
     assert chat(gw.port, {"model": "nope", "messages": MSG})[0] == 404
     gw.stop()
     lines = log.read_text().splitlines()
-    assert len(lines) == 3  # chat requests that went to a provider
+    assert len(lines) == 4  # chat requests that went to a provider, and the refusal
     import json
     entry = json.loads(lines[0])
     assert entry["status"] == 200 and entry["model"] == "mock-model" and entry["key"] == "main"
     assert entry["path"] == "/v1/chat/completions" and entry["overhead_us"] >= 0
+    assert json.loads(lines[3])["status"] == 404
 
 
 def test_bad_config_is_reported(tmp_path):

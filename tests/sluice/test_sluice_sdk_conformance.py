@@ -304,7 +304,7 @@ def test_provider_overload_reaches_openai_sdk_as_server_error(sluice, model, str
     with pytest.raises(openai.InternalServerError) as e:
         openai_call(sluice.port, model=model, stream=stream, extra_headers={"x-test-status": str(status)})
     assert e.value.status_code == 503
-    assert e.value.body["message"] == f"stub error {status}"
+    assert e.value.body["message"] == f"provider {'stub' if model == OPENAI_MODEL else 'anth'} is overloaded"
     assert e.value.response.headers["retry-after"] == provider_retry_after
 
 
@@ -339,7 +339,7 @@ def test_provider_bad_request_is_bad_request_error(sluice, call, sdk, model):
     with pytest.raises(sdk.BadRequestError) as e:
         call(sluice.port, model=model, extra_headers={"x-test-status": "400"})
     assert e.value.status_code == 400
-    assert "stub error 400" in str(e.value)
+    assert "refused the request (status 400)" in str(e.value)
 
 
 @pytest.mark.parametrize("call, sdk", CALLS)

@@ -1,15 +1,39 @@
 """The access log: entries kept in memory as tuples and written as JSON lines in batches (never
-a write per request)."""
+a write per request).
+
+Requests Sluice refuses itself (4xx: a bad key, a model the key may not use, a key's limits, a
+malformed request) get a line too, so that key guessing leaves a trace; but a flood of them
+must not fill the disk, so each source address gets at most REFUSAL_LINES_PER_ADDRESS lines a
+REFUSAL_WINDOW_S window. The refusals left out are counted, and the count written as one line
+per address when the window ends."""
 import os
 import sys
 import time
 
-from orjson import dumps
+from orjson import JSONDecodeError, dumps, loads
+
+REFUSAL_LINES_PER_ADDRESS = 10
+REFUSAL_WINDOW_S = 10.0
+# source addresses followed in a window (each one a small list); refusals from more addresses
+# than this are counted together, under the address "*"
+MAX_REFUSAL_ADDRESSES = 4096
+
+
+def _reason(reason):
+    """The message of a refusal: given, or read from Sluice's error body (either dialect)."""
+    if isinstance(reason, str):
+        return reason
+    try:
+        return loads(reason)["error"]["message"]
+    except (JSONDecodeError, KeyError, TypeError):
+        return None
 
 
 class AccessLog:
     def __init__(self, target):
         self.entries = []
+        self.refusals = {}  # source address -> [lines written, refusals not logged] in this window
+        self.window_start = time.monotonic()
         if target == "-":
             self.fd = sys.stderr.fileno()
             self.owned = False
@@ -17,18 +41,64 @@ class AccessLog:
             self.fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             self.owned = True
 
+    def refusal(self, peer, r, status, reason):
+        """A request refused by Sluice (``r``: None when its head was not read), ``reason``: the
+        message (or the error body that holds it, read only when the line is written)."""
+        now = time.monotonic()
+        if now - self.window_start >= REFUSAL_WINDOW_S:
+            self._end_window(now)
+        seen = self.refusals.get(peer)
+        if seen is None:
+            if len(self.refusals) >= MAX_REFUSAL_ADDRESSES:
+                peer = "*"
+                seen = self.refusals.setdefault(peer, [REFUSAL_LINES_PER_ADDRESS, 0])
+            else:
+                seen = self.refusals[peer] = [0, 0]
+        if seen[0] >= REFUSAL_LINES_PER_ADDRESS:
+            seen[1] += 1
+            return
+        seen[0] += 1
+        if r is None:
+            entry = (time.time(), peer, "-", "-", status, "-", "-", 0.0, 0.0, reason)
+        else:
+            entry = (time.time(), peer, r.method.decode("latin-1") or "-", r.url.decode("latin-1") or "-",
+                     status, r.model_label, r.key.name if r.key is not None else "-",
+                     time.perf_counter() - r.t0, r.overhead_us, reason)
+        self.entries.append(entry)
+
+    def _end_window(self, now):
+        """The counts of the refusals left out in the window that ends, one entry per address."""
+        at = time.time()
+        for peer, (_, not_logged) in self.refusals.items():
+            if not_logged:
+                self.entries.append((at, peer, not_logged))
+        self.refusals = {}
+        self.window_start = now
+
     def flush(self):
+        if self.refusals and time.monotonic() - self.window_start >= REFUSAL_WINDOW_S:
+            self._end_window(time.monotonic())
         entries = self.entries
         if not entries:
             return
         self.entries = []
         out = []
-        for ts, peer, method, path, status, model, key, dur, ov, stream, attempts, fallback in entries:
-            out.append(dumps({
-                "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + (".%03dZ" % int(ts % 1 * 1000)),
-                "client": peer, "method": method, "path": path, "status": status, "model": model,
-                "key": key, "duration_ms": round(dur * 1000, 3), "overhead_us": int(ov),
-                "stream": stream, "attempts": attempts, "fallback": fallback}))
+        for entry in entries:
+            ts = entry[0]
+            line = {"ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + (".%03dZ" % int(ts % 1 * 1000)),
+                    "client": entry[1]}
+            if len(entry) == 3:  # refusals not logged in a window
+                line["refusals_not_logged"] = entry[2]
+                line["window_s"] = REFUSAL_WINDOW_S
+            else:
+                _, _, method, path, status, model, key, dur, ov = entry[:9]
+                line.update({"method": method, "path": path, "status": status, "model": model,
+                             "key": key, "duration_ms": round(dur * 1000, 3), "overhead_us": int(ov)})
+                if len(entry) == 10:  # a refusal
+                    line["refused"] = _reason(entry[9])
+                else:
+                    line.update({"stream": entry[9], "attempts": entry[10], "fallback": entry[11]})
+            out.append(dumps(line))
             out.append(b"\n")
         data = b"".join(out)
         try:
@@ -39,6 +109,7 @@ class AccessLog:
             pass
 
     def close(self):
+        self._end_window(time.monotonic())
         self.flush()
         if self.owned:
             os.close(self.fd)

@@ -302,6 +302,8 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
     def _bad_request(self, status, message, r=None):
         """Unusable input: answer after the responses already owed, then close."""
         dialect = self.dialect(r)
+        if self.app.access_log is not None:  # (the request as far as it was read)
+            self.app.access_log.refusal(self.peer, r if r is not None else self.incoming, status, message)
         self.bad = True
         if self.incoming is not None:
             self.release(self.incoming)
@@ -497,6 +499,8 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
         if r.method == b"HEAD":  # the head a GET would get, without its body
             data = data[:len(data) - len(body)]
         self.write(data)
+        if status >= 400 and status < 500 and self.app.access_log is not None:  # a refusal
+            self.app.access_log.refusal(self.peer, r, status, body)
         self.done(keep)
 
     def done(self, keep_alive):

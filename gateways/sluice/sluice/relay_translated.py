@@ -7,6 +7,7 @@ from time import perf_counter
 import orjson
 from httptools import HttpParserError
 
+from sluice import provider_errors
 from sluice.dialects import ANTHROPIC_TO_OPENAI
 from sluice.http import chunk, error_body, response
 from sluice.usage import believed
@@ -46,7 +47,7 @@ def start_stream(u, client, req):
 
 
 def start_buffered(u, head, low):
-    """Any other response (an error, a unary answer): buffered, its Retry-After kept."""
+    """Any other response below 400 (a unary answer): buffered, its Retry-After kept."""
     u.buffered = []
     u.buffered_bytes = 0
     i = low.find(b"\nretry-after:")
@@ -63,10 +64,13 @@ def relay_stream(u, client, body):
         u.app.metrics.upstream_error(u.provider.name, "sse_frame_too_large")
         raise HttpParserError(f"provider {u.provider.name} sent an SSE event over "
                               f"{u.app.max_sse_frame} bytes")
+    failed = None
     try:
         out = u.stream_translator.feed(events)
-    except Exception as e:  # a bug in translation must not leave the exchange hanging
-        raise HttpParserError(f"stream translation failed: {e!r}") from e
+    except Exception as e:  # events of a shape the translation cannot take (a provider's nonsense)
+        failed = f"its stream could not be translated: {e!r}"
+    if failed is not None:  # raised here, not in the except: one log line, not a traceback
+        raise HttpParserError(failed)
     if out:
         client.write(chunk(out) if u.chunked_to_client else out)
 
@@ -117,13 +121,12 @@ def write_buffered(u, client, req):
     elif status == 200:
         payload, prompt, completion = _translated_answer(req, body)
         if payload is None:
+            provider_errors.log(u.provider.name, "sent an answer that could not be translated")
             status = u.status = 502
             payload = error_body(req.dialect, 502, f"provider {u.provider.name} returned a "
                                                    "response that could not be translated")
-    else:
+    else:  # another 2xx, or a 3xx (error statuses are provider_errors.py's)
         from sluice import translate
-        if status == 529 and req.dialect == "openai":
-            status = u.status = 503
         payload = error_body(req.dialect, status, translate.upstream_error_message(body))
     overhead = (req.own_time + (perf_counter() - u.t_rx)) * 1e6
     req.overhead_us = overhead

@@ -273,9 +273,13 @@ def _take(app, now):
     app.retry_budget.withdraw(now)
 
 
-def attempt_ok(app, req, status, now):
-    """A response head below 429 answered an attempt of ``req``: its deployment is healthy, and
-    a success (2xx, 3xx) deposits into the retry budget."""
+def attempt_answered(app, req, status, now):
+    """A response head below 429 answered an attempt of ``req``: its deployment is healthy (but
+    when the provider refused Sluice's credentials, 401 or 403: that deployment fails), and a
+    success (2xx, 3xx) deposits into the retry budget."""
+    if status == 401 or status == 403:
+        req.route.policy.failure(req.deployment, now, app.metrics)
+        return
     req.route.policy.success(req.deployment, now)
     if status < 400:
         app.retry_budget.succeeded()

@@ -10,7 +10,7 @@ from sluice.request cimport Request
 from sluice.server cimport App
 from sluice.usage cimport UsageScan
 
-cdef int RAW, REFRAME, TRANSLATE_BUFFERED, TRANSLATE_STREAM, DISCARD
+cdef int RAW, REFRAME, TRANSLATE_BUFFERED, TRANSLATE_STREAM, DISCARD, PROVIDER_ERROR
 cdef int SAME_DIALECT
 cdef Py_ssize_t MAX_HEAD
 
@@ -49,7 +49,7 @@ cdef class UpstreamConn:
     cpdef _head_read(self, bytes data)
     cpdef _keep_head_part(self, bytes data)
     @cython.locals(end=Py_ssize_t, length_at=Py_ssize_t, body_here=Py_ssize_t, now=double,
-                   reframe=bint)
+                   reframe=bint, status=int)
     cpdef on_headers_complete(self)
     @cython.locals(length_at=Py_ssize_t, connection=Py_ssize_t, te=Py_ssize_t, framed=bint)
     cpdef Py_ssize_t _read_framing(self, bytes head, bytes low, int status) except? -1

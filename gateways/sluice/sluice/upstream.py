@@ -8,7 +8,8 @@ response to the client. A read comes either before the response head is parsed
 case with a Content-Length body (RAW) the provider's bytes are written to the client as they
 arrive, up to that length; only the response head is rebuilt, to add X-Gateway-Overhead-Us. The
 other modes take the parser's body pieces instead: re-framed (a chunked or close-delimited body:
-no chunk extension or trailer passes), translated, or dropped. A parser error, or bytes after a
+no chunk extension or trailer passes), translated, or dropped; an error status's body goes to
+the log, and the client gets Sluice's words (provider_errors.py). A parser error, or bytes after a
 response's end, end the connection: only a parser that finished exactly one response is used
 again. How a response is relayed is in relay_same_dialect.py and relay_translated.py; this
 module drives the exchange.
@@ -18,30 +19,35 @@ from time import perf_counter
 
 from httptools import HttpParserError, HttpResponseParser
 
-from sluice import dispatch, relay_same_dialect, relay_translated
+from sluice import dispatch, provider_errors, relay_same_dialect, relay_translated
 from sluice.dialects import SAME_DIALECT
 from sluice.http import chunked_last, content_length_at, says_close
-from sluice.resilience import attempt_ok, attempt_replaced
+from sluice.resilience import attempt_answered, attempt_replaced
 from sluice.usage import UsageScan
 
 # relay modes of an exchange
 RAW = 0                 # same dialect, a Content-Length body (or none): upstream bytes go straight to the client
 REFRAME = 1             # same dialect, a chunked or close-delimited body: re-framed from the parser's pieces
-TRANSLATE_BUFFERED = 2  # translated unary response, or a translated error: whole body, then one write
+TRANSLATE_BUFFERED = 2  # translated unary response (or another status below 400): whole body, then one write
 TRANSLATE_STREAM = 3    # translated SSE stream, event by event
 DISCARD = 4             # a failed attempt that another attempt replaces: the body is read and dropped
+PROVIDER_ERROR = 5      # an error status: its body kept for the log, the client gets Sluice's (provider_errors.py)
 
 MAX_HEAD = 64 * 1024
 
 
-def _log_callback_error(e):
-    """A bug in our own callback surfaces as a parser error: make it visible."""
+def _log_response_error(provider, e, event):
+    """A response Sluice cannot take: one line about the provider, ``event`` saying what it sent
+    (see provider_errors.log); a bug in our own callback, surfaced as a parser error: its
+    traceback."""
     cause = e.__context__
     if cause is not None and not isinstance(cause, HttpParserError):
         import sys
         import traceback
         sys.stderr.write("sluice: error in upstream response handling:\n")
         traceback.print_exception(cause, file=sys.stderr)
+    else:
+        provider_errors.log(provider.name, event, str(cause or e))
 
 
 class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
@@ -185,17 +191,19 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
             if len(data) > left:
                 data = data[:left]
                 self.no_reuse = True
+                provider_errors.log(self.provider.name, "sent bytes after its response")
             self.body_left = left - len(data)
         try:
             self.parser.feed_data(data)
         except HttpParserError as e:
             self.no_reuse = True  # the parser stays in its error state: the connection is done
             if self.response_open:
-                _log_callback_error(e)
+                _log_response_error(self.provider, e, "sent an invalid response body")
                 self.body_parts.clear()
                 self.fail_midstream()
                 return
-            # else: bytes after the response's end; its body pieces are exact, nothing else is relayed
+            # bytes after the response's end; its body pieces are exact, nothing else is relayed
+            provider_errors.log(self.provider.name, "sent bytes after its response")
         mode = self.mode
         if mode == RAW or mode == REFRAME:
             if mode == REFRAME:
@@ -224,7 +232,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
                 past_end = True
             else:
                 self.body_parts.clear()
-                _log_callback_error(e)
+                _log_response_error(self.provider, e, "sent an invalid response")
                 if self.client_head_sent:
                     self.fail_midstream()
                     return
@@ -240,6 +248,8 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         self.head_so_far = b""
         if not self.response_open and len(self.messages_begun) > 1:
             past_end = True
+        if past_end:
+            provider_errors.log(self.provider.name, "sent bytes after its response")
         if self.pending_head is not None:  # same dialect: the head and this read's body, in one write
             relay_same_dialect.write_head(self, client, past_end)
         elif self.body_parts and not self._relay_bodies():
@@ -253,6 +263,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         head = head[self.head_start:]
         self.head_start = 0
         if len(head) > MAX_HEAD:
+            provider_errors.log(self.provider.name, "sent a response head over %d bytes" % MAX_HEAD)
             self.fail(502, "provider response head too large")
             return
         self.head_so_far = head
@@ -302,13 +313,19 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         deployment = req.deployment
         if deployment is not None:  # resilience: a failed attempt may be replaced by another one
             if status < 429:
-                attempt_ok(self.app, req, status, now)
+                attempt_answered(self.app, req, status, now)
             elif attempt_replaced(self.app, req, status, head, low, now):
                 if length_at >= 0:
                     self.body_left = content_length_at(low, length_at) - body_here
                 self.mode = DISCARD
                 self.pending_head = None
                 return
+        if status >= 400:  # the provider's words go to the log, the client gets Sluice's
+            if length_at >= 0:
+                self.body_left = content_length_at(low, length_at) - body_here
+            self.mode = PROVIDER_ERROR
+            provider_errors.start(self, head, low)
+            return
         if req.translation == SAME_DIALECT:
             reframe = self.body_left < 0  # not framed by Content-Length: chunked, or up to the close
             self.mode = REFRAME if reframe else RAW
@@ -354,7 +371,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         try:
             self._bodies()
         except HttpParserError as e:
-            _log_callback_error(e)
+            _log_response_error(self.provider, e, "sent a body Sluice cannot relay")
             self.fail_midstream()
             return False
         return True
@@ -368,6 +385,9 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         parts.clear()
         mode = self.mode
         if mode == DISCARD:
+            return
+        if mode == PROVIDER_ERROR:
+            provider_errors.keep(self, body)
             return
         client = self.client
         if client is None:
@@ -406,6 +426,8 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
                 prompt, completion = self.usage_scan.tokens(req.body_bytes, self.bytes_read)
         elif mode == TRANSLATE_STREAM:
             prompt, completion = relay_translated.finish_stream(self, client)
+        elif mode == PROVIDER_ERROR:
+            provider_errors.write(self, client, req)
         else:  # TRANSLATE_BUFFERED
             prompt, completion = relay_translated.write_buffered(self, client, req)
         if self.event_stream and self.client_head_sent:
@@ -441,6 +463,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
             return
         if self.client_head_sent:
             self.app.metrics.upstream_error(self.provider.name, "closed_midstream")
+            provider_errors.log(self.provider.name, "closed the connection mid-response")
             self.fail_midstream()
             return
         client = self.client
@@ -452,6 +475,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         else:  # written (a connection whose close was seen is never used): it may have been acted
             # on, so only a model's policy with retry_after_send sends it again (RFC 9110 9.2.2)
             self.app.metrics.upstream_error(self.provider.name, "closed")
+            provider_errors.log(self.provider.name, "closed the connection before answering")
             dispatch.attempt_failed(client, 502, f"provider {self.provider.name} closed the "
                                                  "connection before answering", "reset")
 
