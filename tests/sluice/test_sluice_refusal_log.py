@@ -59,9 +59,11 @@ def test_each_refusal_has_an_access_log_line(make_sluice, stub, tmp_path):
 
 def test_a_flood_of_refusals_from_one_address_is_rate_limited_and_counted(make_sluice, stub, tmp_path):
     gw, log = _gateway(make_sluice, stub, tmp_path)
-    s = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
-    try:  # one keep-alive connection, one key guessed after another
-        for i in range(FLOOD):
+    # one key guessed after another, a connection each: an unknown key is refused from the
+    # request's head, and the connection closed (its body is never read)
+    for i in range(FLOOD):
+        s = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
+        try:
             s.sendall(raw_post({"model": "mock-model", "messages": MSG}, auth=b"authorization: Bearer sk-%d\r\n" % i))
             got = b""
             while b"invalid API key" not in got:
@@ -69,8 +71,8 @@ def test_a_flood_of_refusals_from_one_address_is_rate_limited_and_counted(make_s
                 assert piece, got
                 got += piece
             assert got.startswith(b"HTTP/1.1 401")
-    finally:
-        s.close()
+        finally:
+            s.close()
 
     def counted():
         entries = _log_lines(log)
