@@ -17,4 +17,6 @@ cpdef _repeated_key(bytes data)
 cpdef _read_limits(ChatBody body, dict obj)
 cpdef bint needs_output_cap(ChatBody body, dialect) except -1
 cpdef write_output_cap(ChatBody body, dialect, cap)
+cpdef bint streams_without_usage(ChatBody body) except -1
+cpdef bytes asking_usage(bytes data)
 cpdef most_tokens(ChatBody body)

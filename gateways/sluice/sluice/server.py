@@ -81,6 +81,7 @@ class App:
         self.response_filter = response_filter(s.forward_response_headers)
         self.providers = {n: Provider(p, self) for n, p in cfg.providers.items()}
         self.retry_budget = RetryBudget(cfg.retry_budget)
+        self.token_weights = cfg.token_weights
         self._build_routes(cfg)
         self.keys = KeyStore(cfg.keys, shared, worker, n_workers)
         for rec in self.keys.records:  # model names and aliases each key may call
