@@ -97,9 +97,12 @@ def reframed(u, done):
 def _without_usage_chunk(u, body, done):
     """The whole events of ``u``'s stream so far (all of it once ``done``) without the usage
     chunk Sluice asked for (``choices`` empty, ``usage`` an object); an event not ended yet is
-    held until its end comes."""
+    held until its end comes, or until it is over max_sse_frame_bytes (no usage chunk is that
+    large: it goes on, and a provider cannot make Sluice hold more)."""
     held = u.held + body if u.held else body
-    end = len(held) if done else _events_end(held, len(held))
+    end = _events_end(held, len(held))
+    if done or len(held) - end > u.app.max_sse_frame:
+        end = len(held)
     u.held = held[end:]
     events = held[:end]
     m = _USAGE_OBJECT.search(events)
