@@ -151,3 +151,41 @@ def test_a_key_without_budget_streams_as_asked(tmp_path):
     finally:
         g.stop()
         provider.close()
+
+
+class LongEventProvider(ScriptedProvider):
+    """Streams one OpenAI event of ``size`` bytes without its blank line, then holds."""
+
+    def __init__(self, size):
+        self.size = size
+        super().__init__(self._long)
+
+    def _long(self, p, c, request_head, body):
+        c.sendall(head(b"text/event-stream") + chunk(b"data: " + b"x" * self.size))
+        self.hold(c, 30)
+
+
+def test_an_event_held_to_take_the_usage_chunk_out_is_bounded_by_max_sse_frame_bytes(tmp_path):
+    # a stream whose usage chunk is taken out is relayed event by event; an event that never
+    # ends must not make Sluice hold all of it
+    provider = LongEventProvider(20000)
+    g = start(provider, tmp_path)
+    try:
+        with open(g.path) as f:
+            cfg = f.read()
+        g.stop()
+        with open(g.path, "w") as f:
+            f.write(cfg.replace("workers = 1", "workers = 1\nmax_sse_frame_bytes = 4096"))
+        g.start()
+        _, body, _ = client_request("openai", "oa", True)
+        s = socket.create_connection(("127.0.0.1", g.port), timeout=10)
+        s.sendall(raw_post(body))
+        got = b""
+        while got.count(b"x") < 20000:
+            piece = s.recv(65536)  # held: this times out
+            assert piece, got[:200]
+            got += piece
+        s.close()
+    finally:
+        g.stop()
+        provider.close()
