@@ -40,7 +40,9 @@ C = _extension()
 
 FRAGMENTS = [b'"model"', b'"max_tokens"', b'"max_completion_tokens"', b'"n"', b'"stream"',
              b'"prompt_tokens"', b'"completion_tokens"', b'"input_tokens"', b'"output_tokens"',
-             b'"usage"', b'model"', b'n"', b'stream"', b'prompt_tokens"', b'"', b'"x"', b'"gpt-4o"', b'mod', b'el', b'max_', b'tokens', b':', b',',
+             b'"usage"', b'"cached_tokens"', b'"cache_creation_input_tokens"', b'"cache_read_input_tokens"',
+             b'cache_read_input_tokens"', b'"cache', b'model"', b'n"', b'stream"', b'prompt_tokens"',
+             b'"', b'"x"', b'"gpt-4o"', b'mod', b'el', b'max_', b'tokens', b':', b',',
              b' ', b'\t', b'\n', b'\r', b'\x0b', b'\x0c', b'{', b'}', b'[', b']', b'\\', b'\\"',
              b'\\u006d', b'\\u005F', b'\\u005f', b'\\u007A', b'\\u00e9', b'\\u00', b'\\u007', b'u00',
              b'0', b'1', b'7', b'12', b'00012', b'123456789012', b'1234567890123', b'-1', b'1.5',
@@ -51,7 +53,8 @@ FRAGMENTS = [b'"model"', b'"max_tokens"', b'"max_completion_tokens"', b'"n"', b'
              b'\\u0040', b'\\u003f', b'\\u212a', b'\\u212A', b'\\u212b', b'\\u017f', b'\\u017F', b'\\u017e']
 soup = st.lists(st.sampled_from(FRAGMENTS), max_size=40).map(b"".join)
 KEYS = [b"model", b"max_tokens", b"max_completion_tokens", b"n", b"stream", b"prompt_tokens",
-        b"completion_tokens", b"input_tokens", b"output_tokens", b"usage", b"x_1", b"", b"m-x", b"n\\",
+        b"completion_tokens", b"input_tokens", b"output_tokens", b"cached_tokens", b"cache_creation_input_tokens",
+        b"cache_read_input_tokens", b"usage", b"x_1", b"", b"m-x", b"n\\",
         b"Model", b"N", b"STREAM", b"Max_Completion_Tokens", b"max_to\xe2\x84\xaaens", b"\xc5\xbftream", b"mODEL\xc5"]
 spaces = st.sampled_from([b"", b" ", b"\t\n", b"\r\x0b\x0c "])
 
@@ -106,7 +109,8 @@ HOSTILE_BODIES = [
 EDGE_BODIES = [
     b'"n"n"', b'"n"model"', b'"model""model"', b'"max_tokens"max_completion_tokens"', b'"stream',
     b'{"prompt_tokens":123456789012}', b'{"prompt_tokens":1234567890123}', b'"input_tokens" :\t\n7x',
-    b'"output_tokens":"7"', b'"completion_tokens":,1', b'\\u005f', b'\\u006', b'\\u0060', b'\\u007G',
+    b'"output_tokens":"7"', b'"completion_tokens":,1', b'"cached_tokens":4"cache_read_input_tokens" : 12}',
+    b'"cache_creation_input_tokens":1234567890123', b'"cached_tokens_x":3', b'\\u005f', b'\\u006', b'\\u0060', b'\\u007G',
     b'\\u005e"model"', b'{"n":5}', b'\\"n":5}', b'"n":5,\\', b'{"n":000}', b'{"n":123456789012}',
     b'{"n":1234567890123}', b'{"":5}', b'{"a-b":5}', b'{"n":5 ,"x":[1]}', b'[{"n":5}', b'{"n":5}]',
     b'{"n":5}  \x0b', b'{"n":5} x', b'{"n":5,', b'x"n":5,', b' \t{"model":"a\\b"}', b'{"model":"',

@@ -10,7 +10,8 @@ cdef enum:
 
 # no word of a set is a prefix of another: at most one matches at a place
 cdef tuple DECIDED_KEYS = (b"model", b"max_tokens", b"max_completion_tokens", b"n", b"stream")
-cdef tuple USAGE_NAMES = (b"prompt_tokens", b"completion_tokens", b"input_tokens", b"output_tokens")
+cdef tuple USAGE_NAMES = (b"prompt_tokens", b"completion_tokens", b"input_tokens", b"output_tokens",
+                          b"cached_tokens", b"cache_creation_input_tokens", b"cache_read_input_tokens")
 
 
 cdef inline bint is_space(unsigned char c) nogil:

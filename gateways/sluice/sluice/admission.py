@@ -47,6 +47,8 @@ def chat(app, conn, r):
         # the provider stops where the reservation does; r.body too, for any other attempt
         chat_body.write_output_cap(body, r.dialect, target.max_output)
         r.body = body.data
+    if budget and r.dialect == "openai":  # a stream cut before its usage would be charged blind
+        r.strip_usage = chat_body.streams_without_usage(body)
     if not _body_for_provider(conn, r, body, target):
         return
     if budget and not _reserve_budget(app, conn, r, body):

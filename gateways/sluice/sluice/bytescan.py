@@ -32,8 +32,9 @@ _LETTER_ESCAPE = re.compile(rb'\\u(?:00[4-7][0-9a-fA-F]|212[aA]|017[fF])')
 _FIRST_MODEL = re.compile(rb'\s*\{\s*"model"\s*:\s*"([^"\\]*)"')  # the model as the first key
 _COUNT = re.compile(rb'"\w+"\s*:\s*(\d{1,12})\s*[,}]')  # a key and a plain count as its value
 _BRACKET = re.compile(rb'[\[\]{}]')
-# at most 12 digits: a larger count is not believed
-_USAGE = re.compile(rb'"(prompt_tokens|completion_tokens|input_tokens|output_tokens)"\s*:\s*(\d{1,12})(?!\d)')
+# the billed counts of both dialects' usage objects; at most 12 digits: a larger count is not believed
+_USAGE = re.compile(rb'"(prompt_tokens|completion_tokens|input_tokens|output_tokens|cached_tokens'
+                    rb'|cache_creation_input_tokens|cache_read_input_tokens)"\s*:\s*(\d{1,12})(?!\d)')
 
 
 def scan_keys(data):
@@ -74,7 +75,9 @@ def top_level_count(data, at):
 
 
 def usage_counts(data, start):
-    """The (name, digits) pairs of the usage counts spelled in ``data`` from ``start`` on."""
+    """The (name, digits) pairs of the usage counts spelled in ``data`` from ``start`` on: the
+    prompt and completion counts of both dialects, OpenAI's ``cached_tokens`` and Anthropic's
+    ``cache_creation_input_tokens`` and ``cache_read_input_tokens``."""
     return _USAGE.findall(data, start)
 
 

@@ -18,4 +18,6 @@ cpdef _read_limits(ChatBody body, dict obj)
 cpdef bint needs_output_cap(ChatBody body, dialect) except -1
 cpdef write_output_cap(ChatBody body, dialect, cap)
 cpdef prompt_tokens(ChatBody body, bytes data, dict part_tokens)
+cpdef bint streams_without_usage(ChatBody body) except -1
+cpdef bytes asking_usage(bytes data)
 cpdef most_tokens(ChatBody body)

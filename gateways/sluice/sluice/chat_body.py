@@ -190,6 +190,40 @@ def prompt_tokens(body, data, part_tokens):
     return tokens
 
 
+def streams_without_usage(body):
+    """An OpenAI body that streams (``stream`` true) without asking for the usage chunk
+    (``stream_options.include_usage``). Parsed only when it spells ``"stream"``."""
+    data = body.data
+    if data.find(b'"stream"') < 0:
+        return False
+    obj = body.parsed
+    if obj is None:
+        try:
+            obj = loads(data)
+        except JSONDecodeError:  # read from its bytes: the provider refuses it
+            return False
+    if type(obj) is not dict or obj.get("stream") is not True:
+        return False
+    opts = obj.get("stream_options")
+    return not (type(opts) is dict and opts.get("include_usage") is True)
+
+
+def asking_usage(data):
+    """An OpenAI streamed body (``streams_without_usage``) that asks for the usage chunk:
+    ``stream_options`` added as its first key, or set in the body parsed when it has one (a
+    second one would be a repeated key)."""
+    if data.find(b'"stream_options"') < 0:
+        at = data.find(b"{") + 1
+        return data[:at] + b'"stream_options":{"include_usage":true},' + data[at:]
+    obj = loads(data)
+    opts = obj.get("stream_options")
+    obj["stream_options"] = dict(opts, include_usage=True) if type(opts) is dict else {"include_usage": True}
+    try:
+        return orjson.dumps(obj)
+    except orjson.JSONEncodeError:  # deeper than orjson serializes: asked for nothing
+        return data
+
+
 def most_tokens(body):
     """The most output tokens the body can cost: its largest limit for each of ``n`` answers."""
     limit = min(body.output_limit, MAX_TOKENS_RESERVED)

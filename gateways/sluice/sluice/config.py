@@ -220,6 +220,17 @@ class PromptEstimateConfig:
                             b"document": document, b"input_audio": audio}
 
 
+class TokenWeightsConfig:
+    """What one token of each kind of a provider's usage costs a key's token budget."""
+    KEYS = ("prompt", "completion", "cache_write", "cache_read")
+
+    def __init__(self, t):
+        w = "[token_weights]"
+        _check_table(t, self.KEYS, w)
+        # (prompt, completion, cache_write, cache_read) in thousandths, as usage.weighed takes them
+        self.weights = tuple(round(_num(t, k, 1.0, w, 0.0, maximum=1000) * 1000) for k in self.KEYS)
+
+
 class DeploymentConfig:
     KEYS = ("provider", "weight", "upstream_model")
 
@@ -334,7 +345,8 @@ class Config:
         self.raw = raw  # the file's bytes: workers are given these, never the file again
         if not isinstance(data, dict):
             raise ConfigError("config must be a TOML table")
-        _check_keys(data, ("server", "providers", "models", "keys", "retry_budget", "prompt_estimate"),
+        _check_keys(data, ("server", "providers", "models", "keys", "retry_budget", "prompt_estimate",
+                           "token_weights"),
                     "the top level")
         self.path = path
         self.server = ServerConfig(data.get("server", {}))
@@ -360,6 +372,7 @@ class Config:
                     raise ConfigError(f"[models.{m.name}].fallbacks: unknown model {f!r}")
         self.retry_budget = RetryBudgetConfig(data.get("retry_budget", {}))
         self.prompt_estimate = PromptEstimateConfig(data.get("prompt_estimate", {}))
+        self.token_weights = TokenWeightsConfig(data.get("token_weights", {})).weights
         self.keys = {n: KeyConfig(n, t, self.server.key_max_in_flight)
                      for n, t in data.get("keys", {}).items()}
         digests = {}

@@ -1,9 +1,14 @@
 """Relaying a same-dialect response: its head rebuilt for the client (the allowed provider
 headers, the overhead header, the framing), and sent together with the body bytes of the read
 that completed it, nothing past the response's end."""
+import re
+
 from sluice.http import content_length_at, drop_lines, without_connection_options
 
 _FRAMING = (b"transfer-encoding:", b"content-length:")
+_BLANK_LINES = (b"\r\n\r\n", b"\n\n", b"\r\r")  # the ends of an SSE event
+_USAGE_OBJECT = re.compile(rb'"usage"\s*:\s*\{')
+_NO_CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*\]')
 
 
 def relay_head(u, req, head, low, length_at, rest, reframe, now):
@@ -22,12 +27,12 @@ def relay_head(u, req, head, low, length_at, rest, reframe, now):
     m = u.provider.response_filter.search(kept)
     if m is not None:
         head = drop_lines(head, kept, u.provider.response_filter, m)
-    if reframe:  # chunked or close-delimited: the body is re-framed by Sluice (see ``reframed``)
+    if reframe:  # chunked, close-delimited or stripped: the body is re-framed by Sluice (see ``reframed``)
         u.chunked_to_client = req.http11
         u.at_event_end = True
         if not req.http11:
             keep = False
-        if u.close_delimited or not req.http11:  # a chunked provider head is kept as it is
+        if u.close_delimited or not req.http11 or length_at >= 0:  # a chunked provider head is kept as it is
             head = _without_framing(head)
             if u.chunked_to_client:
                 head += b"transfer-encoding: chunked\r\n"
@@ -52,7 +57,8 @@ def write_head(u, client, past_end):
     send for both): nothing past the response's end goes out (``past_end``: bytes followed it)."""
     head, extra, rest, low, length_at = u.pending_head
     u.pending_head = None
-    if u.body_left < 0:  # chunked or close-delimited
+    if u.body_left < 0 or u.strip_usage:  # re-framed (see relay_head)
+        u.body_left = -1  # the parser's pieces are exact: nothing past the response's end is relayed
         rest = reframed(u, not u.response_open)
     else:
         u.body_parts.clear()  # the raw bytes are relayed
@@ -61,8 +67,8 @@ def write_head(u, client, past_end):
         elif past_end or u.status == 204 or u.status == 304:  # only what the head framed
             bodiless = length_at < 0 or u.status == 204 or u.status == 304
             rest = b"" if bodiless else rest[:content_length_at(low, length_at)]
-    if u.usage_scan is not None and rest:
-        u.usage_scan.feed(rest)
+        if u.usage_scan is not None and rest:
+            u.usage_scan.feed(rest)
     u.client_head_sent = True
     client.write(b"".join((head, extra, b"\r\n", rest)))
 
@@ -75,6 +81,10 @@ def reframed(u, done):
     parts = u.body_parts
     body = b"".join(parts)
     parts.clear()
+    if u.usage_scan is not None and body:
+        u.usage_scan.feed(body)
+    if u.strip_usage:
+        body = _without_usage_chunk(u, body, done)
     if body and u.event_stream:  # whether a failure could still add a whole event (see fail_midstream)
         u.at_event_end = body.endswith((b"\n\n", b"\r\n\r\n", b"\r\r"))
     if not u.chunked_to_client:  # an HTTP/1.0 client: the body up to the close
@@ -82,3 +92,47 @@ def reframed(u, done):
     if done:
         return b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body) if body else b"0\r\n\r\n"
     return b"%x\r\n%s\r\n" % (len(body), body) if body else b""
+
+
+def _without_usage_chunk(u, body, done):
+    """The whole events of ``u``'s stream so far (all of it once ``done``) without the usage
+    chunk Sluice asked for (``choices`` empty, ``usage`` an object); an event not ended yet is
+    held until its end comes, or until it is over max_sse_frame_bytes (no usage chunk is that
+    large: it goes on, and a provider cannot make Sluice hold more)."""
+    held = u.held + body if u.held else body
+    end = _events_end(held, len(held))
+    if done or len(held) - end > u.app.max_sse_frame:
+        end = len(held)
+    u.held = held[end:]
+    events = held[:end]
+    m = _USAGE_OBJECT.search(events)
+    while m is not None:
+        at = m.start()
+        start = _events_end(events, at)
+        stop = _event_stop(events, at)
+        if _NO_CHOICES.search(events, start, stop) is not None:
+            events = events[:start] + events[stop:]
+            m = _USAGE_OBJECT.search(events, start)
+        else:
+            m = _USAGE_OBJECT.search(events, stop)
+    return events
+
+
+def _events_end(data, before):
+    """Where the last event ending before ``before`` ends (0: none): after its blank line."""
+    end = 0
+    for sep in _BLANK_LINES:
+        i = data.rfind(sep, 0, before)
+        if i >= 0 and i + len(sep) > end:
+            end = i + len(sep)
+    return end
+
+
+def _event_stop(data, at):
+    """Where the event holding ``at`` ends: after its blank line, or at the data's end."""
+    stop = len(data)
+    for sep in _BLANK_LINES:
+        i = data.find(sep, at)
+        if 0 <= i and i + len(sep) < stop:
+            stop = i + len(sep)
+    return stop

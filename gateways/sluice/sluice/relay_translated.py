@@ -10,7 +10,7 @@ from httptools import HttpParserError
 from sluice import provider_errors
 from sluice.dialects import ANTHROPIC_TO_OPENAI
 from sluice.http import chunk, error_body, response
-from sluice.usage import believed
+from sluice.usage import believed, openai_usage, weighed
 
 MAX_BUFFERED_BODY = 64 * 1024 * 1024
 
@@ -83,12 +83,22 @@ def buffer(u, body):
 
 
 def stream_usage(u):
-    """(prompt, completion) the stream reported so far, or (None, None) if it reported none or
-    none believable (the whole reservation is charged)."""
-    prompt, completion, seen = u.stream_translator.usage()
+    """(prompt side, completion) charged for the stream's final usage, or (None, None) if it
+    reported none (yet) or none believable: the whole reservation is charged."""
+    prompt, completion, cache_write, cache_read, seen = u.stream_translator.usage()
     if not seen:
         return None, None
-    return believed(prompt, completion)
+    return _charged(u.req, u.app.token_weights, prompt, completion, cache_write, cache_read)
+
+
+def _charged(req, weights, prompt, completion, cache_write, cache_read):
+    """What the provider's billed counts cost (see usage.weighed), or (None, None) when they
+    cannot be true."""
+    if not believed(prompt, completion, cache_write, cache_read):
+        return None, None
+    if req.translation == ANTHROPIC_TO_OPENAI:  # an OpenAI provider: cached tokens are in prompt_tokens
+        return openai_usage(weights, prompt, completion, cache_read)
+    return weighed(weights, prompt, completion, cache_write, cache_read)
 
 
 def finish_stream(u, client):
@@ -119,7 +129,7 @@ def write_buffered(u, client, req):
         payload = error_body(req.dialect, 502, f"provider {u.provider.name} returned a response "
                                                "that could not be translated")
     elif status == 200:
-        payload, prompt, completion = _translated_answer(req, body)
+        payload, prompt, completion = _translated_answer(req, body, u.app.token_weights)
         if payload is None:
             provider_errors.log(u.provider.name, "sent an answer that could not be translated")
             status = u.status = 502
@@ -140,22 +150,28 @@ def write_buffered(u, client, req):
     return prompt, completion
 
 
-def _translated_answer(req, body):
-    """(the translated body, or None when it cannot be translated; prompt; completion)."""
+def _translated_answer(req, body, weights):
+    """(the translated body, or None when it cannot be translated; prompt side; completion
+    charged, or None when the provider's usage is missing or cannot be true)."""
     from sluice import translate
-    prompt = completion = None
     try:
         obj = orjson.loads(body)
         if not isinstance(obj, dict):
             raise ValueError("not an object")
+        usage = obj.get("usage")
+        if not isinstance(usage, dict):
+            usage = {}
         if req.translation == ANTHROPIC_TO_OPENAI:
             out = translate.openai_response_to_anthropic(obj, req.client_model)
-            usage = out["usage"]
-            prompt, completion = believed(usage["input_tokens"], usage["output_tokens"])
+            details = usage.get("prompt_tokens_details")
+            cached = details.get("cached_tokens") or 0 if isinstance(details, dict) else 0
+            prompt, completion = _charged(req, weights, usage.get("prompt_tokens"),
+                                          usage.get("completion_tokens"), 0, cached)
         else:
             out = translate.anthropic_response_to_openai(obj, req.client_model)
-            usage = out["usage"]
-            prompt, completion = believed(usage["prompt_tokens"], usage["completion_tokens"])
+            prompt, completion = _charged(req, weights, usage.get("input_tokens"), usage.get("output_tokens"),
+                                          usage.get("cache_creation_input_tokens") or 0,
+                                          usage.get("cache_read_input_tokens") or 0)
         return orjson.dumps(out), prompt, completion
     except (ValueError, TypeError, AttributeError, KeyError):
-        return None, prompt, completion
+        return None, None, None

@@ -21,6 +21,7 @@ class Request:
         "t0", "method", "url", "token", "forward_headers", "has_anthropic_version", "http11",
         "keep_alive", "content_length", "body", "body_left", "body_pieces", "body_received",
         "upgrade", "own_time", "t_resume", "overhead_us", "translation", "stream", "include_usage",
+        "strip_usage",
         "key", "reserved", "route", "model_label", "dialect", "payload", "client_model",
         "deployment", "retry_state", "body_bytes", "held",
     )
@@ -48,6 +49,9 @@ class Request:
         self.translation = SAME_DIALECT
         self.stream = False
         self.include_usage = False
+        # a budget's streamed OpenAI request whose client did not ask for usage: Sluice asks
+        # a same-dialect provider for it and takes its usage chunk out of the client's stream
+        self.strip_usage = False
         self.key = None
         self.reserved = 0            # tokens reserved from the key's budget
         self.route = None

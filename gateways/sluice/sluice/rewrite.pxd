@@ -1,4 +1,5 @@
 # Cython declarations for rewrite.py (see build.py).
+from sluice.chat_body cimport asking_usage
 from sluice.pool cimport Provider
 from sluice.request cimport Request, Route
 

@@ -5,6 +5,7 @@ import re
 import orjson
 
 from sluice.bytescan import first_model_span
+from sluice.chat_body import asking_usage
 from sluice.dialects import ANTHROPIC_TO_OPENAI, OPENAI_TO_ANTHROPIC, SAME_DIALECT
 
 loads = orjson.loads
@@ -60,6 +61,8 @@ def payload(r, provider, body):
             forward += provider.anthropic_version
     elif not r.has_anthropic_version and provider.dialect == "anthropic":
         forward += provider.anthropic_version
+    elif r.strip_usage:  # its usage is asked for, and taken out of the stream (relay_same_dialect)
+        body = asking_usage(body)
     return b"".join((provider.head_prefix, forward, b"content-length: %d\r\n\r\n" % len(body), body))
 
 

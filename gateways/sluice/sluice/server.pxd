@@ -30,7 +30,7 @@ cdef class App:
     cdef public dict providers, routes
     cdef public KeyStore keys
     cdef public bytes health, metrics_text
-    cdef public tuple models_all
+    cdef public tuple models_all, token_weights
     cdef public list models_by_key
     cdef public double metrics_at
     cdef public long long metrics_changes

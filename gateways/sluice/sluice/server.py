@@ -83,6 +83,7 @@ class App:
         self.providers = {n: Provider(p, self) for n, p in cfg.providers.items()}
         self.retry_budget = RetryBudget(cfg.retry_budget)
         self.part_tokens = cfg.prompt_estimate.part_tokens
+        self.token_weights = cfg.token_weights
         self._build_routes(cfg)
         self.keys = KeyStore(cfg.keys, shared, worker, n_workers)
         for rec in self.keys.records:  # model names and aliases each key may call

@@ -59,6 +59,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         "buffered_bytes", "sse_parser", "stream_translator", "usage_scan", "client_head_sent",
         "no_reuse", "retry_after_line", "on_body", "body_parts", "on_message_begin",
         "messages_begun", "body_left", "pending_head", "at_event_end", "connection_at",
+        "strip_usage", "held",
     )
 
     def __init__(self, pool):
@@ -86,6 +87,8 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         self.req = None
         self.no_reuse = False
         self.usage_scan = None
+        self.strip_usage = False
+        self.held = b""
 
     # ------------------------------------------------------------ transport
     def connection_made(self, transport):
@@ -139,7 +142,9 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         self.no_reuse = False
         self.messages_begun.clear()
         # token counts read from the relayed bytes: for a budget, when nothing is translated
-        self.usage_scan = UsageScan() if req.reserved > 0 and req.translation == SAME_DIALECT else None
+        self.usage_scan = (UsageScan(self.app.token_weights)
+                           if req.reserved > 0 and req.translation == SAME_DIALECT else None)
+        self.strip_usage = False
         self.transport.write(payload)
         now = perf_counter()
         self.t_sent = self.last_rx = now
@@ -206,14 +211,14 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
             provider_errors.log(self.provider.name, "sent bytes after its response")
         mode = self.mode
         if mode == RAW or mode == REFRAME:
-            if mode == REFRAME:
+            if mode == REFRAME:  # (its body pieces are scanned for usage there, unframed)
                 data = relay_same_dialect.reframed(self, not self.response_open)
             else:
                 self.body_parts.clear()
+                if self.usage_scan is not None:
+                    self.usage_scan.feed(data)
             if data and not client.closed:  # ClientConn.write, inlined: this runs once per stream frame
                 client.transport.write(data)
-            if self.usage_scan is not None:
-                self.usage_scan.feed(data)
         elif not self._relay_bodies():
             return
         if not self.response_open:
@@ -327,7 +332,10 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
             provider_errors.start(self, head, low)
             return
         if req.translation == SAME_DIALECT:
-            reframe = self.body_left < 0  # not framed by Content-Length: chunked, or up to the close
+            # not framed by Content-Length (chunked, or up to the close), or a stream whose usage
+            # chunk is taken out
+            self.strip_usage = req.strip_usage and self.event_stream and status == 200
+            reframe = self.body_left < 0 or self.strip_usage
             self.mode = REFRAME if reframe else RAW
             relay_same_dialect.relay_head(self, req, head, low, length_at, buf[end + 4:], reframe, now)
             return
@@ -348,7 +356,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         find = low.find
         self.event_stream = find(b"text/event-stream") >= 0
         if self.usage_scan is not None:
-            self.usage_scan.event_stream = self.event_stream
+            self.usage_scan.provisional = self.event_stream and self.provider.dialect == "anthropic"
         # llhttp refuses Content-Length with Transfer-Encoding: one of them frames the body
         length_at = find(b"\ncontent-length:")
         framed = length_at >= 0 or status == 204 or status == 304  # 204 and 304 never have a body
@@ -398,17 +406,17 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
             relay_translated.buffer(self, body)
 
     def relayed_usage(self):
-        """(prompt, completion) as the provider reported them so far, or None when it reported
-        nothing: a client that leaves then pays its whole reservation."""
+        """(prompt, completion) charged for the final usage the provider reported, or None when
+        it was not seen: a client that leaves then pays its whole reservation."""
         req = self.req
         if req is None or not self.client_head_sent:
             return None
+        prompt = completion = None
         if self.mode == TRANSLATE_STREAM:
-            return relay_translated.stream_usage(self)
-        if (self.mode == RAW or self.mode == REFRAME) and self.usage_scan is not None \
-                and self.usage_scan.counts:
-            return self.usage_scan.tokens(req.body_bytes, self.bytes_read)
-        return None
+            prompt, completion = relay_translated.stream_usage(self)
+        elif (self.mode == RAW or self.mode == REFRAME) and self.usage_scan is not None:
+            prompt, completion = self.usage_scan.tokens()
+        return None if prompt is None else (prompt, completion)
 
     # ------------------------------------------------------------ endings
     def _finish(self):
@@ -423,7 +431,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         prompt = completion = None
         if mode == RAW or mode == REFRAME:  # (a re-framed body's end went out with its last piece)
             if self.usage_scan is not None:
-                prompt, completion = self.usage_scan.tokens(req.body_bytes, self.bytes_read)
+                prompt, completion = self.usage_scan.tokens()
         elif mode == TRANSLATE_STREAM:
             prompt, completion = relay_translated.finish_stream(self, client)
         elif mode == PROVIDER_ERROR:

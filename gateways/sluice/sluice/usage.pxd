@@ -1,16 +1,23 @@
 # Cython declarations for usage.py (see build.py).
 cimport cython
 
-cpdef tuple believed(prompt, completion)
+cdef tuple _COMPLETION
+cdef bytes _DELTA
+
+
+cpdef tuple weighed(tuple weights, prompt, completion, cache_write, cache_read)
+cpdef tuple openai_usage(tuple weights, prompt, completion, cached)
 
 
 @cython.final
 cdef class UsageScan:
     cdef public dict counts
-    cdef public Py_ssize_t frames
-    cdef public bytes tail
-    cdef public bint event_stream
+    cdef public bytes tail, edge
+    cdef public tuple weights
+    cdef public bint final, provisional
 
-    @cython.locals(i=Py_ssize_t)
+    @cython.locals(j=Py_ssize_t, after=Py_ssize_t)
     cpdef feed(self, bytes data)
-    cpdef tuple tokens(self, Py_ssize_t body_len, Py_ssize_t bytes_read)
+    @cython.locals(i=Py_ssize_t, n=Py_ssize_t, k=Py_ssize_t, found=list, counts=dict)
+    cpdef _scan(self, bytes data)
+    cpdef tuple tokens(self)

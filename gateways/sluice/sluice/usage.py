@@ -1,34 +1,74 @@
 """Token usage read from the relayed bytes of a same-dialect response, for token budgets: the
-counts of the "usage" objects, found by a byte scan, never by parsing the JSON."""
+counts of the "usage" objects, found by a byte scan, never by parsing the JSON; and what a
+provider's usage costs a key (``weighed``)."""
 from sluice.bytescan import usage_counts
 
-# usage_counts reads at most 12 digits: a larger count is not believed (the estimate is charged)
+# usage_counts reads at most 12 digits: a larger count is not believed (the reservation is charged)
 MAX_USAGE = 10 ** 12
+# the completion count of a usage object, in either dialect: the one a provider sends last
+_COMPLETION = (b"completion_tokens", b"output_tokens")
+# Anthropic's stream reports its final usage in this event, after message_start's provisional one
+_DELTA = b"message_delta"
 
 
-def believed(prompt, completion):
-    """Usage as a provider reported it, or (None, None) when it cannot be true (not a number,
-    negative, huge): the request is then charged the estimate."""
-    if (type(prompt) is int and type(completion) is int
-            and 0 <= prompt <= MAX_USAGE and 0 <= completion <= MAX_USAGE):
-        return prompt, completion
-    return None, None
+def believed(*counts):
+    """Whether usage counts as a provider reported them can be true (integers, 0 to 10^12)."""
+    for c in counts:
+        if type(c) is not int or not 0 <= c <= MAX_USAGE:
+            return False
+    return True
+
+
+def weighed(weights, prompt, completion, cache_write, cache_read):
+    """(prompt side, completion) charged for billed counts: each times its kind's weight
+    (``[token_weights]``, in thousandths: prompt, completion, cache_write, cache_read), rounded
+    up. ``prompt`` excludes the cached counts; the prompt side includes them. Integers only: a
+    float sum could round 1600 x 0.1 up to 161."""
+    wp, wc, ww, wr = weights
+    return (-(-(prompt * wp + cache_write * ww + cache_read * wr) // 1000),
+            -(-(completion * wc) // 1000))
+
+
+def openai_usage(weights, prompt, completion, cached):
+    """OpenAI's usage charged: its ``cached_tokens`` are part of ``prompt_tokens``, billed as
+    cache reads."""
+    cached = min(cached, prompt)
+    return weighed(weights, prompt - cached, completion, 0, cached)
 
 
 class UsageScan:
     """The usage counts of one response, scanned read by read (and across the reads' edges)."""
-    __slots__ = ("counts", "frames", "tail", "event_stream")
+    __slots__ = ("counts", "tail", "weights", "final", "provisional", "edge")
 
-    def __init__(self):
+    def __init__(self, weights):
         self.counts = {}            # b"prompt_tokens" (...) -> the last count seen
-        self.frames = 0             # SSE data frames seen, for an estimate when no usage comes
         self.tail = b""             # the end of the last read: a usage object may go on in the next
-        self.event_stream = False   # the response is an SSE stream (set at its head)
+        self.weights = weights      # the weights per kind of token (see ``weighed``)
+        self.final = False          # the usage that ends the response was seen
+        # an Anthropic stream before its message_delta: the counts are message_start's, which
+        # say output_tokens 1 (set at the response head)
+        self.provisional = False
+        self.edge = b""             # the last bytes of the last read: the event's name may go on
 
     def feed(self, data):
+        """Body bytes as the provider sent them (never Sluice's chunk framing)."""
+        if self.provisional:
+            j = data.find(_DELTA)
+            if j >= 0:
+                after = j + len(_DELTA)
+            else:
+                j = (self.edge + data[:len(_DELTA)]).find(_DELTA)
+                after = j + len(_DELTA) - len(self.edge) if j >= 0 else -1
+                self.edge = data[1 - len(_DELTA):]
+            if after >= 0:  # message_start's usage before it, the final usage after it
+                self._scan(data[:after])
+                self.provisional = False
+                self.tail = b""
+                data = data[after:]
+        self._scan(data)
+
+    def _scan(self, data):
         """Token counts live in "usage" objects: look only there (and across chunk edges)."""
-        if self.event_stream:
-            self.frames += data.count(b"data:")
         tail = self.tail
         if len(tail) > 8:  # the previous chunk ended inside a usage object: scan across the edge
             buf = tail + data
@@ -41,18 +81,28 @@ class UsageScan:
                 i = buf.find(b'"usage"')
         if i >= 0:
             counts = self.counts
-            for name, value in usage_counts(buf, i):
+            found = usage_counts(buf, i)
+            n = len(found)
+            if n and 48 <= buf[len(buf) - 1] <= 57:
+                n -= 1  # the last count ends the read: its next digits may be in the next one
+            k = 0
+            for name, value in found:
                 counts[name] = int(value)
+                if k < n and name in _COMPLETION and not self.provisional:
+                    self.final = True  # a unary body's, OpenAI's last chunk's, message_delta's
+                k += 1
             self.tail = buf[i:] if len(buf) - i < 4096 else b""
         else:
             self.tail = data[-8:]
 
-    def tokens(self, body_len, bytes_read):
-        """(prompt, completion): the counts seen in either dialect, else an estimate from the
-        request body's length and what was relayed (SSE frames, or bytes / 4)."""
+    def tokens(self):
+        """(prompt side, completion) charged for the final usage in either dialect (see
+        ``weighed``), or (None, None) when it was not seen: the reservation is charged."""
+        if not self.final:
+            return None, None
         u = self.counts
-        if b"prompt_tokens" in u or b"completion_tokens" in u:
-            return u.get(b"prompt_tokens", 0), u.get(b"completion_tokens", 0)
-        if b"input_tokens" in u or b"output_tokens" in u:
-            return u.get(b"input_tokens", 0), u.get(b"output_tokens", 0)
-        return body_len // 4, self.frames if self.event_stream else (bytes_read // 4)
+        if b"completion_tokens" in u:
+            return openai_usage(self.weights, u.get(b"prompt_tokens", 0), u[b"completion_tokens"],
+                                u.get(b"cached_tokens", 0))
+        return weighed(self.weights, u.get(b"input_tokens", 0), u.get(b"output_tokens", 0),
+                       u.get(b"cache_creation_input_tokens", 0), u.get(b"cache_read_input_tokens", 0))

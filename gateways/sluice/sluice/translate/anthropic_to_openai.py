@@ -168,6 +168,8 @@ class OpenAIToAnthropicStream(StreamTranslator):
         self.finish_reason = None
         self.input_tokens = 0
         self.output_tokens = 0
+        self.cache_write = 0
+        self.cache_read = 0     # prompt_tokens_details.cached_tokens: part of prompt_tokens
         self.usage_seen = False
 
     def _start(self, out, rid):
@@ -220,6 +222,8 @@ class OpenAIToAnthropicStream(StreamTranslator):
                 self.usage_seen = True
                 self.input_tokens = usage.get("prompt_tokens", 0) or 0
                 self.output_tokens = usage.get("completion_tokens", 0) or 0
+                details = usage.get("prompt_tokens_details")
+                self.cache_read = details.get("cached_tokens") or 0 if isinstance(details, dict) else 0
             for choice in chunk.get("choices") or ():
                 self._choice(out, choice)
         return b"".join(out)

@@ -72,7 +72,9 @@ class StreamTranslator:
         return b"".join(out)
 
     def usage(self):
-        return self.input_tokens, self.output_tokens, self.usage_seen
+        """The provider's billed counts, in its dialect's sense (OpenAI's cache reads are part of
+        its prompt), and whether its final usage was seen."""
+        return self.input_tokens, self.output_tokens, self.cache_write, self.cache_read, self.usage_seen
 
 
 def upstream_error_message(body):

@@ -186,7 +186,9 @@ class AnthropicToOpenAIStream(StreamTranslator):
         self.finish_reason = None
         self.input_tokens = 0
         self.output_tokens = 0
-        self.usage_seen = False
+        self.cache_write = 0    # cache_creation_input_tokens: not part of input_tokens
+        self.cache_read = 0     # cache_read_input_tokens: nor this
+        self.usage_seen = False  # message_delta's usage: message_start's is provisional
         self.done = False
         self.started = False
 
@@ -232,6 +234,7 @@ class AnthropicToOpenAIStream(StreamTranslator):
         usage = msg.get("usage") or {}
         self.input_tokens = usage.get("input_tokens", 0) or 0
         self.output_tokens = usage.get("output_tokens", 0) or 0
+        self._cache_counts(usage)
         self.started = True
         out.append(self._chunk({"role": "assistant", "content": ""}))
 
@@ -266,6 +269,14 @@ class AnthropicToOpenAIStream(StreamTranslator):
             self.output_tokens = usage.get("output_tokens", self.output_tokens) or 0
             if usage.get("input_tokens"):
                 self.input_tokens = usage["input_tokens"]
+            self._cache_counts(usage)
+
+    def _cache_counts(self, usage):
+        """The cache counts of a usage object (message_delta's, when it has them, are cumulative)."""
+        if "cache_creation_input_tokens" in usage:
+            self.cache_write = usage["cache_creation_input_tokens"] or 0
+        if "cache_read_input_tokens" in usage:
+            self.cache_read = usage["cache_read_input_tokens"] or 0
 
     def _finish(self, out):
         if self.done:
