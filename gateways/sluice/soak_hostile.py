@@ -101,8 +101,8 @@ class Watch:
 
     def __init__(self, pid, workers):
         self.pid = pid
+        self.supervised = workers > 1  # the main process serves nothing: its children are the workers
         deadline = time.monotonic() + 15
-        # Sluice answers from worker 0 before the supervisor has started the others
         while len(self.pids()) < workers and time.monotonic() < deadline:
             time.sleep(0.1)
         self.first_pids = self.pids()
@@ -113,7 +113,8 @@ class Watch:
         self._thread.start()
 
     def pids(self):
-        return {p.pid for p in bench._tree(self.pid)}
+        """The worker processes' pids."""
+        return {p.pid for p in bench._tree(self.pid) if not (self.supervised and p.pid == self.pid)}
 
     def rss(self):
         return bench._rss(bench._tree(self.pid))

@@ -157,7 +157,8 @@ def test_idle_and_stuck_clients_are_let_go(make_sluice, stub):
     idle.close()
     # half a request: 408, then close
     half = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
-    half.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{")
+    half.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer " + KEY.encode()
+                 + b"\r\ncontent-length: 100\r\n\r\n{")
     data = b""
     while True:
         chunk = half.recv(65536)
