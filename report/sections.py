@@ -237,7 +237,7 @@ def section_feature_cost(data: ReportData) -> str:
     cost = data.feature_cost
     if cost.empty:
         return ""
-    return render("feature_cost.html.j2", summary=tables.feature_cost(cost, data.study.systems),
+    return render("feature_cost.html.j2", summary=tables.feature_cost_table(cost, data.study.systems),
                   details=tables.feature_cost_details(cost),
                   body=", ".join(sorted({f"{b / 1024:g} KiB" if b else "the small default chat"
                                          for b in cost["request_bytes"]})))

@@ -379,7 +379,7 @@ def open_loop_steps(steps: pd.DataFrame) -> Table:
                  "open-loop-steps-table", wide=True)
 
 
-def feature_cost(cost: pd.DataFrame, order: list[str]) -> Table:
+def feature_cost_table(cost: pd.DataFrame, order: list[str]) -> Table:
     """Per system@feature, what it adds over the same system's passthrough ('mean ± sd'), and its
     median latency over the floor in the same dialect."""
     shown = [m for m in FEATURE_METRICS + STREAM_METRICS if m in set(cost["metric"])]

@@ -94,7 +94,7 @@ def test_feature_cost_against_passthrough_with_known_answers(tmp_path):
     assert alias.loc["cpu_ms_per_request", "outcome"] is A.Outcome.WORSE
     assert F.verdict_word(alias.loc["cpu_ms_per_request", "outcome"], "cpu_ms_per_request") == \
         "more CPU"
-    table = tables.feature_cost(cost, study.systems).frame()
+    table = tables.feature_cost_table(cost, study.systems).frame()
     assert list(table["system"]) == ["sluice@passthrough", "sluice@alias"]
     added = F.heading("latency_p50_ms", "added")
     assert table.iloc[0][added] == "reference"
