@@ -26,6 +26,10 @@ PAUSE_BURST = 32       # max_pipelined requests were answered from one read: oth
 PAUSE_QUEUED_BYTES = 64  # max_queued_bytes_per_connection of bodies wait behind the one answered
 
 
+# A request without a known key (auth required) whose body is larger, or chunked, gets its 401
+# from its head and the connection closed; a smaller body is read first and the connection kept
+KEYLESS_BODY_READ_BYTES = 65536
+
 class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
     __slots__ = (
         "app", "transport", "parser", "incoming", "queue", "busy", "closed", "active", "upstream",
@@ -374,8 +378,10 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
             self._bad_request(413, f"request body exceeds {app.max_body} bytes")
             raise HttpParserError("body too large")
         elif (not self.key_known and app.require_auth
-              and (r.content_length > 0 or d.transfer_encoding is not None) and self._chat_path(r.url)):
-            # refused from its head: a body nobody may send is not read (nor waited for)
+              and (r.content_length > KEYLESS_BODY_READ_BYTES or d.transfer_encoding is not None)
+              and self._chat_path(r.url)):
+            # refused from its head: a large body nobody may send is not read (nor waited for);
+            # a small one is read, so that the 401 leaves the connection open, as nginx discards one
             self._bad_request(401, "invalid API key" if d.token else "missing API key")
             raise HttpParserError("no key")
         elif d.expect_continue and not self.busy:
