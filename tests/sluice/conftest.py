@@ -35,6 +35,15 @@ def stub():
 
 
 @pytest.fixture(scope="module")
+def stubs():
+    """Two stub providers (deployments, fallbacks)."""
+    a, b = Stub().start(), Stub().start()
+    yield a, b
+    a.stop()
+    b.stop()
+
+
+@pytest.fixture(scope="module")
 def sluice(stub, tmp_path_factory):
     gw = Sluice(server_config(stub.url, METRICS_TOKEN_LINE), str(tmp_path_factory.mktemp("sluice")),
                 env={"SLUICE_TEST_PROVIDER_KEY": "sk-provider-secret"}).start()

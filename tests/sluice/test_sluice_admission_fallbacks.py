@@ -6,7 +6,6 @@ import json
 
 import pytest
 from sluice_helpers import Sluice, chat
-from sluice_stub import Stub
 
 MSG = [{"role": "user", "content": "hi"}]
 
@@ -52,14 +51,6 @@ models = ["prim", "only-secret", "prim429", "open"]
 [keys.wide]
 key = "sk-wide"
 """
-
-
-@pytest.fixture(scope="module")
-def stubs():
-    a, b = Stub().start(), Stub().start()
-    yield a, b
-    a.stop()
-    b.stop()
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import time
 
 import pytest
 from sluice_helpers import metric_sum, post_model
-from sluice_stub import Stub, free_port, wait_until
+from sluice_stub import free_port, wait_until
 
 MSG = [{"role": "user", "content": "hi"}]
 
@@ -113,14 +113,6 @@ retry = { backoff_base_ms = 1, backoff_max_ms = 5 }
 deployments = [{ provider = "down", weight = 1 }, { provider = "b", weight = 0 }]
 retry = { max_attempts = 2, on = ["connect"], backoff_base_ms = 1 }
 """
-
-
-@pytest.fixture(scope="module")
-def stubs():
-    a, b = Stub().start(), Stub().start()
-    yield a, b
-    a.stop()
-    b.stop()
 
 
 @pytest.fixture(scope="module")
