@@ -86,3 +86,35 @@ def test_every_build_directory_has_one_length():
     from harness.run.counting import LABEL_WIDTH, _same_length
     names = [_same_length(label) for label in ("head", "base", "base~2")]
     assert {len(n) for n in names} == {LABEL_WIDTH} and len(set(names)) == 3
+
+
+def _record(cases: dict[str, tuple[float, float, float]]) -> dict:
+    """Head, base and base again, one instruction count a request each, per case."""
+    def build(label, i):
+        return {"label": label, "system": "sluice", "cases": [
+            {"case": name, "instructions_per_request": counts[i], "allocations_per_request": 10.0,
+             "rss_bytes": 1000, "syscalls_per_request": {"read": 1.0, "write": 1.0}}
+            for name, counts in cases.items()]}
+    return {"builds": [build("head", 0), build("base", 1), build("base~2", 2)]}
+
+
+def test_the_base_counts_agree_within_the_share_or_the_floor_whichever_is_more():
+    from harness.checks.counts import DETERMINISM, DETERMINISM_FLOOR, judge
+    cheap = 21_500            # a 401: the floor is the wider bound
+    dear = 330_000            # a stream: the share is
+    assert DETERMINISM * cheap < DETERMINISM_FLOOR < DETERMINISM * dear
+    ok = judge(_record({"refused": (cheap, cheap, cheap + DETERMINISM_FLOOR - 1),
+                        "stream": (dear, dear, dear * (1 + DETERMINISM) - 1)}))
+    assert ok.ok, ok.lines
+    off = judge(_record({"refused": (cheap, cheap, cheap + DETERMINISM_FLOOR + 1),
+                         "stream": (dear, dear, dear * (1 + DETERMINISM) + 1)}))
+    assert off.nondeterministic == ("refused", "stream") and not off.ok
+    assert "NOT DETERMINISTIC" in off.lines[-1]
+
+
+def test_a_rise_over_the_limit_fails_and_a_fall_is_reported():
+    from harness.checks.counts import INSTRUCTIONS_RISE, judge
+    worse = judge(_record({"plain": (53_000 * (1 + INSTRUCTIONS_RISE) + 50, 53_000, 53_000)}))
+    assert not worse.ok and worse.failed == ("plain: instructions +2.1%",)
+    better = judge(_record({"plain": (50_000, 53_000, 53_000)}))
+    assert better.ok and "better" in better.lines[0]
