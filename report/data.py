@@ -11,7 +11,7 @@ from harness.stats.across import (
     SUMMARY_COLUMNS,
     compare,
     overhead_figures,
-    reference_of,
+    roles,
     system_labels,
     system_summary,
 )
@@ -87,29 +87,29 @@ def collect(study_dir: str | Path, reference: str | None = None,
     and per GB-hour; defaults and their source in harness/stats/sizing.py), the planned load and
     the planned latency only feed the sizing section."""
     study = load_study(study_dir, verify=verify)
-    roles = Roles.of(study.manifest, reference=reference)
-    rs = run_summary(study, bin_users=bin_users, floor=roles.floor)
-    ref = reference_of(study, reference)
+    study_roles = roles(study, reference=reference)
+    rs = run_summary(study, bin_users=bin_users, floor=study_roles.floor)
+    ref = study_roles.reference
     has_runs = len(rs) > 0 and "system" in rs.columns
-    summary = (system_summary(rs, floor=roles.floor) if has_runs
+    summary = (system_summary(rs, floor=study_roles.floor) if has_runs
                else pd.DataFrame(columns=SUMMARY_COLUMNS))
-    comparison = (compare(rs, reference=ref, floor=roles.floor)
+    comparison = (compare(rs, reference=ref, floor=study_roles.floor)
                   if has_runs and ref is not None and ref in set(rs["system"]) else None)
     overhead = overhead_figures(rs, ref) if comparison is not None else {}
     labels = system_labels(rs) if has_runs else pd.DataFrame(
         columns=["system", "label", "runs", "completed", "reasons"])
     colors = system_colors(study.systems)
-    return ReportData(study=study, roles=roles, rs=rs, summary=summary,
+    return ReportData(study=study, roles=study_roles, rs=rs, summary=summary,
                       comparison=comparison,
-                      labels=labels, ramp=ramp_curve(study, bin_users=bin_users, floor=roles.floor),
+                      labels=labels, ramp=ramp_curve(study, bin_users=bin_users, floor=study_roles.floor),
                       reference=ref, bin_users=bin_users, colors=colors,
                       prices=(Prices() if (vcpu_hour_usd, gb_hour_usd) == (
                           DEFAULT_VCPU_HOUR_USD, DEFAULT_GB_HOUR_USD)
                           else Prices(vcpu_hour_usd, gb_hour_usd, "given on the command line")),
                       load_rps=load_rps, overhead=overhead,
-                      inflight=lane(study, roles.floor, cpu_count(study)),
+                      inflight=lane(study, study_roles.floor, cpu_count(study)),
                       planned_latency_s=planned_latency_s, **_counts(study),
-                      **_lanes(study, rs, roles))
+                      **_lanes(study, rs, study_roles))
 
 
 def _lanes(study: Study, rs: pd.DataFrame, roles: Roles) -> dict:

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.model.roles import Roles
 from harness.stats import across
 from harness.stats import suite_cells as suite_stats
 from harness.stats.fault_lane import fault_summary, fault_timelines, system_figures
@@ -49,13 +48,13 @@ def _lane_tables(prefix: str, cell_lane) -> dict[str, pd.DataFrame]:
 
 def study_tables(study_dir: Path, prefix: str = "") -> dict[str, pd.DataFrame]:
     study = load_study(study_dir)
-    roles = Roles.of(study.manifest)
+    roles = across.roles(study)
     rs = run_summary(study, floor=roles.floor)
     out = {"run_summary": rs, "ramp": ramp_curve(study, floor=roles.floor)}
     if len(rs) and "system" in rs.columns:
         out["system_summary"] = across.system_summary(rs, floor=roles.floor)
         out["labels"] = across.system_labels(rs)
-        ref = across.reference_of(study, None)
+        ref = roles.reference
         if ref is not None and ref in set(rs["system"]):
             out["compare"] = across.compare(rs, reference=ref, floor=roles.floor)
     per_window, per_run = fault_summary(study)

@@ -390,6 +390,16 @@ def test_too_few_runs_and_missing_reference():
         A.compare(df, reference="nginx")
 
 
+def test_one_reference_the_setting_when_it_ran_else_the_first_that_ran(tmp_path):
+    from harness.model.roles import Roles
+    params = {"sluice": [RunParams(overhead_ms=0.5)], "direct": [RunParams(overhead_ms=0.2)]}
+    study = A.load_study(make_study(tmp_path, params=params).path)
+    assert Roles.of(study.manifest).reference == "nginx"          # the setting alone
+    assert A.roles(study).reference == "sluice"                   # nginx did not run
+    assert A.roles(study, reference="direct").reference == "direct"
+    full = A.load_study(make_study(tmp_path / "full").path)
+    assert A.roles(full).reference == "nginx"
+
 def test_compare_on_the_synthetic_study(rs):
     c = A.compare(rs, "nginx", floor="direct").set_index(["system", "metric"])
     assert c.loc[("litellm", "throughput_rps"), "outcome"] is A.Outcome.WORSE

@@ -3,7 +3,8 @@
 * floor: the system whose gateway.toml says ``role = "floor"`` (the client straight to the
   mock), called plainly: a floor called as a feature (``folder@feature``) is the feature-cost
   lane's floor for its dialect, not the study's;
-* reference: the system verdicts compare with (``config.reference_system``), when it ran;
+* reference: the system verdicts compare with: ``config.reference_system`` when it ran, else the
+  first system that ran (given the systems that ran; the setting alone without them);
 * A/A pair: two copies of one system that must agree (``config.aa_pair``);
 * gate system: the system the regression gate judges (``config.gate_system``), the head build;
 * gate base: the same system built from the base commit, which the gate compares it with
@@ -32,15 +33,20 @@ class Roles:
     gate_base: str | None = None
 
     @classmethod
-    def of(cls, manifest: "StudyManifest", *, floor: str | None = None, reference: str | None = None,
+    def of(cls, manifest: "StudyManifest", *, ran: Sequence[str] | None = None,
+           floor: str | None = None, reference: str | None = None,
            aa_pair: Sequence[str] | None = None, gate_system: str | None = None,
            gate_base: str | None = None) -> "Roles":
+        """``ran``: the systems that ran, in the study's order (None: the settings alone)."""
         config = manifest.config
         floors = tuple(name for name, meta in manifest.systems.items() if meta.role == FLOOR)
         plain = [name for name in floors if "@" not in name]
         pair = tuple(aa_pair or config.aa_pair or ())
         if pair and len(pair) != 2:
             raise ValueError(f"an A/A pair is two systems, got {list(pair)}")
+        if not reference and ran is not None:
+            reference = (config.reference_system if config.reference_system in ran
+                         else (ran[0] if ran else None))
         return cls(floor=floor or (plain[0] if plain else None), floors=floors,
                    reference=reference or config.reference_system or None,
                    aa_pair=pair or None,  # type: ignore[arg-type]

@@ -29,7 +29,6 @@ from harness.stats.across import (  # noqa: F401
     compare,
     describe,
     ratio_with_sd,
-    reference_of,
     roles,
     system_labels,
     system_summary,

@@ -279,18 +279,7 @@ def system_labels(run_summary_df: pd.DataFrame) -> pd.DataFrame:
 
 
 def roles(study: Study, **overrides) -> Roles:
-    """The study's roles (harness/model/roles.py), the given overrides winning."""
-    return Roles.of(study.manifest, **overrides)
-
-
-def reference_of(study: Study, override: str | None = None) -> str | None:
-    """``override`` when given; else the study's reference system when it ran, else the first
-    system that ran (None when nothing ran)."""
-    if override:
-        return override
+    """The study's roles (harness/model/roles.py), its reference resolved among the systems that
+    ran; the given overrides win."""
     ran = {r.system for r in study.runs}
-    systems = [s for s in study.systems if s in ran]
-    preferred = roles(study).reference
-    if preferred in systems:
-        return preferred
-    return systems[0] if systems else None
+    return Roles.of(study.manifest, ran=tuple(s for s in study.systems if s in ran), **overrides)
