@@ -44,3 +44,22 @@ def test_the_startup_line_says_which_mode_runs(sluice):
     while line not in sluice.output() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert line in sluice.output()
+
+
+@pytest.mark.parametrize("pure", ["0", "1"])
+def test_every_module_can_be_imported_first(pure):
+    """A module imported before the others (a tool, a test) must not meet a cycle: the compiled
+    modules import the ones they cimport as they load, and those import it back."""
+    if pure == "0" and PURE:
+        pytest.skip("this run tests the pure-Python modules")
+    names = sorted(f[:-3] for f in os.listdir(os.path.join(SLUICE_DIR, "sluice"))
+                   if f.endswith(".py") and f not in ("__init__.py", "__main__.py"))
+    env = {k: v for k, v in os.environ.items() if k != "SLUICE_PURE_PYTHON"}
+    env["SLUICE_PURE_PYTHON"] = pure
+    failed = {}
+    for name in names:
+        done = subprocess.run([sys.executable, "-c", f"import sluice.{name}"], cwd=SLUICE_DIR,
+                              env=env, capture_output=True, text=True, timeout=60)
+        if done.returncode != 0:
+            failed[name] = done.stderr.strip().splitlines()[-1]
+    assert not failed, failed

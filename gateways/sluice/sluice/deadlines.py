@@ -15,7 +15,6 @@ import socket
 import struct
 import termios
 
-from sluice import dispatch
 from sluice.http import error_body
 
 
@@ -48,6 +47,10 @@ class Deadlines:
 
 def request_expired(app, c, r):
     """``r`` ran past its model's request_timeout_s: answered 504, or its response ended."""
+    # imported here, at a timeout: the compiled dispatch, imported as this module loads, would
+    # load the compiled modules it cimports, server among them, which imports this module's
+    # names before they exist
+    from sluice import dispatch
     timeout = r.route.model_cfg.request_timeout_s
     up = c.upstream
     provider = up.provider.name if up is not None else r.route.provider.name

@@ -15,8 +15,6 @@ ejections are each worker's own view.
 import random
 from time import perf_counter
 
-from sluice import rewrite
-
 # failure classes (config.RETRY_CLASSES); "timeout" and "reset" may have been acted on
 UNSAFE = ("timeout", "reset")
 # a Retry-After wait is the provider's time plus up to this share of it
@@ -312,6 +310,14 @@ def attempt_replaced(app, req, status, head, low, now):
     return True
 
 
+def _retarget(req, target):
+    # imported at first use, on a failure: the compiled rewrite, imported as this module loads,
+    # would load the compiled modules it cimports, dispatch among them, which imports this
+    # module's names before they exist
+    from sluice.rewrite import retarget
+    return retarget(req, target)
+
+
 def on_failure(app, req, cls, retry_after, now):
     """An attempt of ``req`` failed with ``cls`` before anything reached the client. Returns the
     seconds to wait before the next attempt (req.deployment, req.route and req.payload are set
@@ -368,7 +374,7 @@ def _retry(app, req, state, cls, retry_after, now):
     if not _budget(app, now):
         m.retry_budget_exhausted += 1
         return -1.0 if app.retry_budget.fallbacks else -2.0
-    if following is not failed and not rewrite.retarget(req, following.target):
+    if following is not failed and not _retarget(req, following.target):
         return -2.0
     if following is not failed:
         delay = 0.0  # another deployment: the failed one's backoff is not its own
@@ -410,7 +416,7 @@ def _fall_back(app, req, state, now):
         if not _key_may_use(req, to):
             continue
         deployment = to.policy.pick(now)
-        if rewrite.retarget(req, deployment.target):
+        if _retarget(req, deployment.target):
             if app.retry_budget.fallbacks:
                 _take(app, now)
             k = (req.route.name, to.name)
