@@ -102,7 +102,6 @@ class Pool:
                 self.parked -= 1
             if c.alive:
                 self.busy.add(c)
-                c.reused = True
                 return c
         return None
 

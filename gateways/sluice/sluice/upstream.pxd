@@ -21,7 +21,7 @@ cdef class UpstreamConn:
     cdef public Provider provider
     cdef public App app
     cdef public object transport, parser
-    cdef public bint alive, paused, reused
+    cdef public bint alive, paused
     cdef public double idle_since
     cdef public ClientConn client
     cdef public Request req

@@ -52,7 +52,7 @@ def _log_response_error(provider, e, event):
 
 class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
     __slots__ = (
-        "pool", "provider", "app", "transport", "parser", "alive", "paused", "reused",
+        "pool", "provider", "app", "transport", "parser", "alive", "paused",
         "idle_since", "client", "req", "mode", "head_done", "response_open", "on_message_complete",
         "this_read", "head_so_far", "head_start", "t_rx", "t_sent", "t_head", "last_rx",
         "bytes_read", "status", "event_stream", "chunked_to_client", "close_delimited", "buffered",
@@ -81,7 +81,6 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         self.parser = HttpResponseParser(self)
         self.alive = False
         self.paused = False
-        self.reused = False
         self.idle_since = 0.0
         self.client = None
         self.req = None
