@@ -192,6 +192,27 @@ def test_usage_scanner_across_chunk_edges():
         assert scan.tokens() == (123, 45)
 
 
+
+def test_usage_scanner_on_a_stream_that_says_usage_null_in_every_chunk():
+    """OpenAI's stream with include_usage: "usage": null in each chunk, the counts in the last.
+    Cut into two reads at every byte, and read a chunk a read: the same counts; what is kept
+    across reads stays within one chunk."""
+    from sluice.usage import UsageScan
+    chunk = b'data: {"id":"x","choices":[{"index":0,"delta":{"content":"hi"}}],"usage":null}\n\n'
+    last = b'data: {"id":"x","choices":[],"usage":{"prompt_tokens":123,"completion_tokens":45}}\n\n'
+    stream = chunk * 6 + last + b"data: [DONE]\n\n"
+    for cut in range(1, len(stream)):
+        scan = UsageScan((1000, 1000, 1000, 1000))
+        scan.feed(stream[:cut])
+        scan.feed(stream[cut:])
+        assert scan.tokens() == (123, 45), cut
+    scan = UsageScan((1000, 1000, 1000, 1000))
+    for _ in range(50):
+        scan.feed(chunk)
+        assert len(scan.tail) <= len(chunk)
+    scan.feed(last)
+    assert scan.tokens() == (123, 45)
+
 def test_rpm_leases_never_let_workers_exceed_the_limit():
     """With room to spare a worker claims a lease; the others count it as used."""
     (w0, rec0), (w1, rec1) = _workers(_K("a", rpm=100), 2)

@@ -100,7 +100,9 @@ def _without_usage_chunk(u, body, done):
     held until its end comes, or until it is over max_sse_frame_bytes (no usage chunk is that
     large: it goes on, and a provider cannot make Sluice hold more)."""
     held = u.held + body if u.held else body
-    end = _events_end(held, len(held))
+    # a read mostly ends with an event: then every event is whole, and no separator is looked for
+    # through the events (two of the three never occur in a stream, and each look reads it all)
+    end = len(held) if held.endswith(_BLANK_LINES) else _events_end(held, len(held))
     if done or len(held) - end > u.app.max_sse_frame:
         end = len(held)
     u.held = held[end:]
