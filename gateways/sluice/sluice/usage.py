@@ -91,9 +91,10 @@ class UsageScan:
                 if k < n and name in _COMPLETION and not self.provisional:
                     self.final = True  # a unary body's, OpenAI's last chunk's, message_delta's
                 k += 1
-            # only the last usage object can go on in the next read (OpenAI's stream says
-            # "usage": null in every chunk: a tail from the first would grow by every read)
-            i = buf.rfind(b'"usage"')
+            if i == 0:  # a tail went on: only the last usage object can go on again (OpenAI's
+                # stream says "usage": null in every chunk: a tail from the first would grow by
+                # every read, each scanned again)
+                i = buf.rfind(b'"usage"')
             self.tail = buf[i:] if len(buf) - i < 4096 else b""
         else:
             self.tail = data[-8:]
