@@ -51,7 +51,6 @@ class ReportData:
     comparison: pd.DataFrame | None  # compare against the reference (None: no reference ran)
     labels: pd.DataFrame             # system_labels
     ramp: pd.DataFrame               # ramp_curve
-    reference: str | None
     bin_users: int
     colors: dict[str, str]
     prices: Prices                   # for the sizing section's monthly cost
@@ -70,6 +69,11 @@ class ReportData:
     open_loop: pd.DataFrame = field(default_factory=pd.DataFrame)       # open_loop_steps
     open_loop_capacity: pd.DataFrame = field(default_factory=pd.DataFrame)
     feature_cost: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    @property
+    def reference(self) -> str | None:
+        """The system verdicts compare with (Roles.reference: None when nothing ran)."""
+        return self.roles.reference
 
     def ordered(self, frame: pd.DataFrame) -> pd.DataFrame:
         """``frame``'s rows in the study's system order (stable within a system)."""
@@ -102,7 +106,7 @@ def collect(study_dir: str | Path, reference: str | None = None,
     return ReportData(study=study, roles=study_roles, rs=rs, summary=summary,
                       comparison=comparison,
                       labels=labels, ramp=ramp_curve(study, bin_users=bin_users, floor=study_roles.floor),
-                      reference=ref, bin_users=bin_users, colors=colors,
+                      bin_users=bin_users, colors=colors,
                       prices=(Prices() if (vcpu_hour_usd, gb_hour_usd) == (
                           DEFAULT_VCPU_HOUR_USD, DEFAULT_GB_HOUR_USD)
                           else Prices(vcpu_hour_usd, gb_hour_usd, "given on the command line")),

@@ -44,11 +44,12 @@ class Roles:
         pair = tuple(aa_pair or config.aa_pair or ())
         if pair and len(pair) != 2:
             raise ValueError(f"an A/A pair is two systems, got {list(pair)}")
-        if not reference and ran is not None:
-            reference = (config.reference_system if config.reference_system in ran
-                         else (ran[0] if ran else None))
+        if not reference:
+            reference = config.reference_system or None
+            if ran is not None and reference not in ran:
+                reference = ran[0] if ran else None
         return cls(floor=floor or (plain[0] if plain else None), floors=floors,
-                   reference=reference or config.reference_system or None,
+                   reference=reference,
                    aa_pair=pair or None,  # type: ignore[arg-type]
                    gate_system=gate_system or config.gate_system or None,
                    gate_base=gate_base or config.gate_base_system or None)
