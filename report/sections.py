@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any, Callable
 
 import jinja2
 import pandas as pd
-from markupsafe import Markup
+from markupsafe import Markup, escape
 from scipy import stats
 
 from harness.model.config import section_fields
@@ -267,6 +268,19 @@ def section_counts(data: ReportData) -> str:
     return render("counts.html.j2", counts=tables.counts(data), **data.counts_about)
 
 
+# The methodology's prose: one file, which the docs' methodology page is built from too
+# (scripts/gen_docs.py). Paragraphs of plain text, with `code` and **bold** only.
+METHODOLOGY_TEXT = HERE / "methodology.md"
+
+
+def methodology_paragraphs() -> list[Markup]:
+    """METHODOLOGY_TEXT's paragraphs as HTML."""
+    blocks = METHODOLOGY_TEXT.read_text(encoding="utf-8").split("\n\n")
+    paragraphs = [str(escape(" ".join(b.split()))) for b in blocks if b.strip()]
+    return [Markup(re.sub(r"`(.+?)`", r"<code>\1</code>",
+                          re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", p))) for p in paragraphs]
+
+
 def section_methodology(data: ReportData) -> str:
     m = data.study.manifest
     cfg = m.config.to_dict()
@@ -292,7 +306,7 @@ def section_methodology(data: ReportData) -> str:
     kernel = machine.get("kernel", "?") + (f" ({machine['os']})" if machine.get("os") else "")
     load_avg = " / ".join(F.num(machine.get(f"load_avg_{w}"), 2) for w in ("1m", "5m", "15m"))
     return render(
-        "methodology.html.j2", study_id=m.study_id, cfg=cfg,
+        "methodology.html.j2", prose=methodology_paragraphs(), study_id=m.study_id, cfg=cfg,
         commit=m.git_commit or "?", started=m.started_t_unix_s,
         ended=m.ended_t_unix_s,
         machine=rows_of([("host", machine.get("hostname", "?")), ("kernel", kernel),
