@@ -53,6 +53,13 @@ test-fast: setup sluice-build
 lint: setup
 	$(PY) -m ruff check .
 
+## The docs (mkdocs.yml, docs/) built into site/ (git-ignored), warnings as errors: a dead link or
+## anchor, or a page missing from the navigation, fails. scripts/gen_docs.py writes the pages that
+## come from the code; tests/test_docs.py says when one is stale.
+.PHONY: docs
+docs: setup
+	$(PY) -m mkdocs build --strict
+
 ## Sluice's tests once more on its pure-Python modules (CI runs it after `make test`).
 test-sluice-pure: setup
 	SLUICE_PURE_PYTHON=1 $(PY) -m pytest -p no:cacheprovider tests/sluice

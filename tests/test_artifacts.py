@@ -80,11 +80,11 @@ def write_as_current(src: Path, dst: Path) -> Path:
 
 # --- one registry --------------------------------------------------------------------------------
 
-def test_readme_column_tables_are_the_registry():
-    readme = (REPO_DIR / "artifacts" / "README.md").read_text()
+def test_the_docs_column_tables_are_the_registry():
+    page = (REPO_DIR / "docs" / "artifacts.md").read_text()
     for table in (REQUESTS, SAMPLES, MOCK_REQUESTS):
-        assert table.markdown() in readme, (
-            f"artifacts/README.md: the {table.file} table differs from harness/model/schema.py; "
+        assert table.markdown() in page, (
+            f"docs/artifacts.md: the {table.file} table differs from harness/model/schema.py; "
             f"paste {table.name.upper()}.markdown() there")
 
 

@@ -1,4 +1,4 @@
-"""A newcomer's three tasks, each done here as the README's "Adding to the study" says: a metric
+"""A newcomer's three tasks, each done here as CONTRIBUTING.md says: a metric
 in three files, a report section in three, a gateway in its own folder only. Each test makes the
 change the way a contributor would (the edits as monkeypatches, the folder in a copy of
 gateways/) and checks that the study and the report pick it up with nothing else touched."""
