@@ -17,7 +17,8 @@ from harness.model.schema import MOCK_REQUESTS, REQUESTS, SAMPLES
 TESTS = Path(__file__).parent
 V1 = TESTS / "fixtures" / "studies" / "v1-smoke"
 V2 = TESTS / "fixtures" / "studies" / "v2-smoke"
-V1_RUN, V2_RUN = V1 / "runs" / "nginx" / "1", V2 / "runs" / "nginx" / "1"
+V3 = TESTS / "fixtures" / "studies" / "v3-smoke"
+V1_RUN, V2_RUN, V3_RUN = (v / "runs" / "nginx" / "1" for v in (V1, V2, V3))
 
 
 def _table(table):
@@ -26,8 +27,10 @@ def _table(table):
 
 # format -> (reader, {version: a recorded file of that version})
 RECORDED = {
-    F.STUDY_MANIFEST: (readers.read_study_manifest, {1: V1 / "manifest.json", 2: V2 / "manifest.json"}),
-    F.RUN_MANIFEST: (readers.read_run_manifest, {1: V1_RUN / "manifest.json", 2: V2_RUN / "manifest.json"}),
+    F.STUDY_MANIFEST: (readers.read_study_manifest, {1: V1 / "manifest.json", 2: V2 / "manifest.json",
+                                                      3: V3 / "manifest.json"}),
+    F.RUN_MANIFEST: (readers.read_run_manifest, {1: V1_RUN / "manifest.json", 2: V2_RUN / "manifest.json",
+                                                 3: V3_RUN / "manifest.json"}),
     # version 3: the direct run of a real smoke study, written just before error_class existed
     F.REQUESTS_TABLE: (_table(REQUESTS), {1: V1_RUN / "requests.parquet", 2: V2_RUN / "requests.parquet",
                                           3: TESTS / "data" / "requests-v3.parquet"}),
