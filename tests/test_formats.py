@@ -98,3 +98,16 @@ def test_a_mock_requests_file_of_an_unknown_version_is_refused(tmp_path):
                    tmp_path / "mock_requests.parquet")
     with pytest.raises(readers.ArtifactError, match="mock requests table schema_version 7"):
         readers.read_mock_requests(tmp_path)
+
+
+def test_version_3_manifests_come_up_with_the_parts_named_as_their_settings():
+    """Run manifest 3 -> 4: the spec's mock and wire fields by their settings' names, the load's
+    two derived fields gone; the floor's and the hop's kind is control in both manifests."""
+    raw = json.loads((V3_RUN / "manifest.json").read_text())
+    run = readers.read_run_manifest(V3_RUN / "manifest.json")
+    assert run.spec.mock.mock_latency_ms == raw["spec"]["mock"]["latency_ms"]
+    assert run.spec.mock.mock_response_tokens == raw["spec"]["load"]["max_tokens"]
+    assert run.spec.wire.wire_capture_offset_s == raw["spec"]["wire"]["offset_s"]
+    assert (raw["kind"], run.kind) == ("baseline", "control")
+    study = readers.read_study_manifest(V3 / "manifest.json")
+    assert {info.kind for info in study.systems.values()} == {"control"}

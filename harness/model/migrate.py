@@ -97,8 +97,8 @@ def _spec_v4(spec: dict | None) -> None:
         return
     for part, names in (("mock", V2_MOCK_NAMES), ("wire", V2_WIRE_NAMES)):
         if isinstance(spec.get(part), dict):
-            old = {v: k for k, v in names.items()}
-            spec[part] = {old.get(k, k): v for k, v in spec[part].items()}
+            now = {old: new for new, old in names.items()}
+            spec[part] = {now.get(k, k): v for k, v in spec[part].items()}
     if isinstance(spec.get("load"), dict):
         for name in V2_LOAD_ONLY:
             spec["load"].pop(name, None)
