@@ -1,4 +1,4 @@
-"""The mock provider in lockstep, for counting a gateway's work per request (harness/run/counting.py).
+"""The mock provider in lockstep, for counting a gateway's work per request (harness/run/count_system.py).
 
 The timed mock (``mocks.server``) answers on its own clock; this one answers only when its caller
 says so, in the caller's thread, on blocking sockets: it accepts the gateway's connections, hands

@@ -15,7 +15,7 @@ from harness.stats.across import (
     system_labels,
     system_summary,
 )
-from harness.stats.counting import lane_frame
+from harness.stats.count_table import lane_frame
 from harness.stats.definitions import DEFAULT_BIN_USERS
 from harness.stats.fault_lane import fault_summary, fault_timelines
 from harness.stats.feature_cost import feature_cost

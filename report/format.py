@@ -159,7 +159,7 @@ def verdict_reason(v: Mapping[str, Any]) -> str:
     """Why a verdict (a compare() row, or a Verdict as a dict) is what it is, with its numbers."""
     basis, ratio, ratio_sd, p = v["basis"], v["ratio"], v["ratio_sd"], v["p_value"]
     if basis is Basis.NOT_COMPARED:
-        return "not compared: the floor is the baseline this overhead is measured against"
+        return "not compared: the floor is what this overhead is measured against"
     if basis is Basis.TOO_FEW_RUNS:
         return f"too few completed runs for a t-test (n={v['n']} vs {v['n_ref']})"
     ptxt = f"Welch p = {p:.3g}" if not math.isnan(p) else "Welch p undefined"

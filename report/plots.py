@@ -130,7 +130,7 @@ def plot_overhead(data: ReportData) -> str | None:
     if len(band):
         axes[0, 0].legend(fontsize=7, loc="upper left")
     fig.suptitle("Median overhead vs users, per system on its own scale (each run a thin line; "
-                 "grey: the baseline)")
+                 "grey: the floor)")
     fig.tight_layout()
     return _png(fig)
 
@@ -256,7 +256,7 @@ def plot_open_loop(data: ReportData, steps: pd.DataFrame) -> str | None:
     for b in OPEN_LOOP_BOUNDS_MS:
         axes[0].axhline(b, color="#999", linewidth=0.8, linestyle="--")
     axes[0].set_yscale("symlog", linthresh=10)
-    axes[0].set_ylabel("p99 added latency vs baseline (ms, from the intended start)")
+    axes[0].set_ylabel("p99 added latency vs the floor (ms, from the intended start)")
     axes[1].axhline(KEPT_UP_SHARE, color="#999", linewidth=0.8, linestyle="--")
     axes[1].set_ylabel("achieved / offered")
     rates = sorted(steps["offered_rps"].unique())

@@ -12,7 +12,7 @@ import pandas as pd
 from markupsafe import Markup, escape
 from scipy import stats
 
-from harness.model.config import section_fields
+from harness.model import config as config_mod
 from harness.model.dialects import ERROR_BODY_PREFIX_BYTES
 from harness.model.metrics import metric
 from harness.stats.definitions import DEFINITIONS
@@ -46,16 +46,14 @@ REPO_DIR = HERE.parent
 # The methodology's settings table: these StudyConfig sections, each setting by its path
 # (`section.name`, as a suite file names it), then the run's own timings.
 CONFIG_SECTIONS = ("load", "request", "mock")
-CONFIG_RUN_SETTINGS = (("study", "idle_s"), ("study", "cooldown_s"), ("gateway", "gateway_workers"),
-                       ("gateway", "ready_timeout_s"))
+CONFIG_RUN_SETTINGS = ("idle_s", "cooldown_s", "gateway_workers", "ready_timeout_s")
 
 
 def config_rows(cfg: dict) -> list[tuple[str, Any]]:
     """(path, value) of every setting the methodology's table shows that the config has."""
-    paths = [(section, own, flat) for section in CONFIG_SECTIONS
-             for own, flat in section_fields(section).items()]
-    paths += [(section, own, section_fields(section)[own]) for section, own in CONFIG_RUN_SETTINGS]
-    return [(f"{section}.{own}", cfg[flat]) for section, own, flat in paths if flat in cfg]
+    names = [*(name for section in CONFIG_SECTIONS for name in config_mod.SECTIONS[section]),
+             *CONFIG_RUN_SETTINGS]
+    return [(config_mod.path_of(name), cfg[name]) for name in names if name in cfg]
 
 
 ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
@@ -165,7 +163,7 @@ def section_plots(data: ReportData) -> str:
          "(or the machine) saturates. Bins of users; the last bin is the measured hold."),
         ("plot-overhead", plots.plot_overhead(data),
          "Median overhead (latency − the mock's set latency) as users grow: one panel per system, "
-         "each on its own scale, over the baseline's band; the p95 and p99 are in the runs table."),
+         "each on its own scale, over the floor's band; the p95 and p99 are in the runs table."),
         ("plot-rss", plots.plot_rss(data),
          "Tree-summed RSS of each system over time, every run visible; the shaded band is the "
          "measured window, the dashed line where the load stopped."),

@@ -191,7 +191,7 @@ def fault_findings(rows: pd.DataFrame, href: str = "") -> list[Sentence]:
     share during the fault, which the lowest amplification, and each in-house system against
     the best other one (highest success, then fewest provider requests). The floor, the client
     straight to the provider, is no contender (it neither retries nor fails over): it is quoted
-    as the baseline. From the figures only."""
+    beside them. From the figures only."""
     out = []
     several = rows["asked"].nunique() > 1
     for (asked, axes), g in rows.groupby(["asked", "axes"], sort=False):
@@ -212,7 +212,7 @@ def fault_findings(rows: pd.DataFrame, href: str = "") -> list[Sentence]:
             text = (f"{lead}{words}: {' and '.join(_who(r) for r in best)} "
                     f"{F.value(best[0][f'{name}_mean'], m)} ({runs})")
             if floor is not None:
-                text += f"; the baseline {floor['system']}: {F.value(floor[f'{name}_mean'], m)}"
+                text += f"; the floor ({floor['system']}): {F.value(floor[f'{name}_mean'], m)}"
             out.append(Sentence(_capital(text) + ".", href))
         out += _frontier_findings(ranked, lead, href)
         others = sorted((r for r in ranked if r["kind"] != "in-house"),

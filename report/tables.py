@@ -8,7 +8,7 @@ import pandas as pd
 
 from harness.model.metrics import metric
 from harness.stats.across import OVERHEAD_FIGURES, describe
-from harness.stats.counting import instructions_of
+from harness.stats.count_table import instructions_of
 from harness.stats.definitions import ERROR_KINDS
 from harness.stats.feature_cost import FEATURE_METRICS, STREAM_METRICS
 from harness.stats.open_loop import OPEN_LOOP_BOUNDS_MS
@@ -361,7 +361,7 @@ def open_loop(cap: pd.DataFrame, floor: str | None,
             kept = (f"{r['runs_kept_up_throughout']} of {r['runs']} runs kept up to "
                     f"{r['highest_offered_rps']:g}")
             stop = kept if stop == F.DASH else f"{stop}; {kept}"
-        if r["baseline_also_stopped"]:
+        if r["floor_also_stopped"]:
             stop += f" ({floor} stopped there too: the machine's limit)"
         rows.append(row + [number(stop)])
     return table(["system", "runs",
@@ -401,7 +401,7 @@ def feature_cost_table(cost: pd.DataFrame, order: list[str]) -> Table:
         rows.append(row)
     return table(["system", "dialect", "body (KiB)", "stream", "runs",
                   *(F.heading(m, "added") for m in shown),
-                  F.heading("latency_p50_ms", "over baseline"), f"verdict ({cpu.label})"],
+                  F.heading("latency_p50_ms", "over the floor"), f"verdict ({cpu.label})"],
                  rows, "feature-cost-table")
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Debian packages the test suite needs: nginx (a baseline system), chromium (the report
+# Debian packages the test suite needs: nginx (the hop system), chromium (the report
 # screenshot test), iproute2 (`ip netns`: the multi-host test's hosts), tcpdump (wire
 # timing captures), gcc (Sluice's compiled hot path), valgrind and strace (the counting gate:
 # instructions and system calls per request). Idempotent: installs

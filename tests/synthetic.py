@@ -114,7 +114,7 @@ SYNTHETIC_MACHINE = {"hostname": "synthetic-host", "kernel": "Linux 6.1.0-synthe
                      "cpu_model": "Synthetic CPU @ 2.0GHz", "cpu_count": 2,
                      "memory_bytes": 8 * 2**30, "python": "3.11.2",
                      "load_avg_1m": 0.3, "load_avg_5m": 0.2, "load_avg_15m": 0.1}
-KINDS = {"direct": "baseline", "nginx": "baseline", "sluice": "in-house", "litellm": "competitor"}
+KINDS = {"direct": "control", "nginx": "control", "sluice": "in-house", "litellm": "competitor"}
 VERSIONS = {"direct": "-", "nginx": "1.22.1", "sluice": "0.1.0", "litellm": "1.74.0"}
 ROLES = {"direct": "floor", "nginx": "hop"}   # as gateways/*/gateway.toml say
 
@@ -358,7 +358,7 @@ def make_study(root: str | Path, study_id: str = "synthetic-study",
             plan.append({"run_id": f"{s}-{rnd}", "system": s, "run_index": rnd, "round": rnd,
                          "position": pos, "comparison_key": hashlib.sha256(s.encode()).hexdigest()})
 
-    # the direct baseline's mean window percentiles (the known answer for overhead vs direct)
+    # the floor's (direct's) mean window percentiles (the known answer for overhead vs direct)
     direct_mean = None
     if "direct" in params:
         done = [p for p in params["direct"] if not p.failed]
@@ -411,9 +411,9 @@ def make_study(root: str | Path, study_id: str = "synthetic-study",
                               "min_hold_requests": 0, "max_hold_s": HOLD_S,
                               "warmup_s": WARMUP_S, "warmup_users": WARMUP_USERS,
                               "think_time_s": THINK_S, "locust_processes": 1,
-                              "request_timeout_s": 30.0, "max_tokens": 16},
-                     "mock": {"latency_ms": MOCK_LATENCY_MS, "workers": 1,
-                              "response_tokens": 16},
+                              "request_timeout_s": 30.0},
+                     "mock": {"mock_latency_ms": MOCK_LATENCY_MS, "mock_workers": 1,
+                              "mock_response_tokens": 16},
                      "gateway_workers": 2, "idle_s": IDLE_S, "cooldown_s": COOLDOWN_S,
                      "ready_timeout_s": 60.0, "gateway_toml_sha256": "0" * 64, "seed": seed,
                      "comparison_key": item["comparison_key"]},

@@ -19,8 +19,9 @@ def small_run_manifest(run_id: str, system: str, run_index: int, phases: dict,
                                     "min_hold_requests": 0, "max_hold_s": HOLD_S,
                                     "warmup_s": WARMUP_S, "warmup_users": WARMUP_USERS,
                                     "think_time_s": THINK_S, "locust_processes": 1,
-                                    "request_timeout_s": 30.0, "max_tokens": 16, **load},
-            "mock": {"latency_ms": MOCK_LATENCY_MS, "workers": 1, "response_tokens": 16},
+                                    "request_timeout_s": 30.0, **load},
+            "mock": {"mock_latency_ms": MOCK_LATENCY_MS, "mock_workers": 1,
+                     "mock_response_tokens": 16},
             "gateway_workers": 2, "idle_s": IDLE_S, "cooldown_s": COOLDOWN_S,
             "ready_timeout_s": 60.0, "gateway_toml_sha256": "0" * 64, "seed": 0,
             "comparison_key": system}
@@ -33,7 +34,7 @@ def small_run_manifest(run_id: str, system: str, run_index: int, phases: dict,
 def small_study_manifest(study_id: str, gateways: list[str], runs: list[dict],
                          roles: dict[str, str] | None = None) -> StudyManifest:
     """A study manifest with only what the statistics read; ``roles`` as gateway.toml gives them."""
-    systems = {name: {"kind": "baseline", "runnable": True, "role": role}
+    systems = {name: {"kind": "control", "runnable": True, "role": role}
                for name, role in (roles or {}).items()}
     return from_plain(StudyManifest, {"study_id": study_id, "status": "completed",
                                       "config": {"gateways": gateways}, "runs": runs,

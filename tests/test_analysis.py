@@ -184,7 +184,7 @@ def test_overhead_vs_direct_is_nan_with_a_reason_without_direct(tmp_path):
     assert rs["overhead_vs_direct_p50_ms"].isna().all()
     assert (rs["overhead_vs_direct_reason"]
             == "no floor system (gateway.toml role \"floor\") in this study").all()
-    # overhead vs the mock does not need the direct baseline
+    # overhead vs the mock does not need the floor
     assert rs.set_index("run_id").loc["nginx-1", "overhead_vs_mock_p50_ms"] == pytest.approx(
         s.expected["nginx-1"]["overhead_vs_mock_p50_ms"])
 

@@ -229,7 +229,7 @@ def test_manifests_round_trip_and_refuse_unknown_keys():
     assert StudyManifest.from_json(study.to_json()) == study
     run = RunManifest.from_json((V1_FIXTURE / "runs" / "nginx" / "1" / "manifest.json").read_text())
     assert RunManifest.from_json(run.to_json()) == run
-    assert run.spec.mock.latency_ms == 60.0 and run.phases.t("hold_start") > 0
+    assert run.spec.mock.mock_latency_ms == 60.0 and run.phases.t("hold_start") > 0
     assert math.isnan(RunManifest.from_json(run.to_json().replace(
         '"hold_end_t_unix_s": ' + json.dumps(run.phases.hold_end_t_unix_s),
         '"hold_end_t_unix_s": null')).phases.t("hold_end"))

@@ -8,11 +8,13 @@ import pytest
 from harness.model.config import (
     PLANNED_MAX_RATE_PER_PROCESS,
     PROFILES,
+    SECTIONS,
     ConfigError,
     StudyConfig,
     from_notebook,
     from_profile,
     parse_overrides,
+    path_of,
 )
 from harness.run.check import check
 
@@ -123,6 +125,19 @@ def test_not_enough_disk_for_planned_rows(tmp_path):
     found = problems_of(from_profile("standard", users=10**6, ramp_s=10**5, max_hold_s=10**5,
                                      think_time_s=0.0, locust_processes=10**4, out_dir=str(tmp_path)))
     assert any(p.startswith("out_dir:") and "GB" in p for p in found), found
+
+
+def test_every_setting_is_in_exactly_one_section():
+    held = [name for names in SECTIONS.values() for name in names]
+    assert sorted(held) == sorted(f.name for f in dataclasses.fields(StudyConfig)), (
+        "a setting in no section, or in two")
+
+
+def test_a_path_is_the_section_and_the_name_without_its_prefix():
+    assert [path_of(n) for n in ("users", "mock_latency_ms", "wire_capture_offset_s",
+                                 "gateway_workers", "gateways", "inflight_steps")] == [
+        "load.users", "mock.latency_ms", "wire.capture_offset_s", "gateway.workers",
+        "gateway.gateways", "inflight.steps"]
 
 
 def test_unknown_parameter_and_profile():

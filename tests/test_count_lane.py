@@ -3,9 +3,9 @@ column beside CPU time, and a system that could not be counted keeping its reaso
 from synthetic import make_study
 
 from harness.files.readers import read_counts
-from harness.model.counting import LANE_SIZES
-from harness.run.counting import BuildCount, CaseCount, write_counts
-from harness.stats.counting import instructions_of, lane_frame
+from harness.model.count_cases import LANE_SIZES
+from harness.run.count_system import BuildCount, CaseCount, write_counts
+from harness.stats.count_table import instructions_of, lane_frame
 from report import format as F
 from report import tables
 from report.build import render_section

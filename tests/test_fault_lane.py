@@ -100,7 +100,8 @@ def test_fault_seed_defaults_to_the_study_seed_and_keys_without_faults_are_uncha
     cfg = from_profile("faults", seed=7)
     assert fault_settings(cfg)["fault_seed"] == 7
     assert fault_settings(from_profile("faults", seed=7, fault_seed=3))["fault_seed"] == 3
-    assert fault_settings(from_profile("smoke")) == {}
+    assert fault_settings(from_profile("smoke")) == dict(faults="", fault_seed=0, fault_start_s=0.0,
+                                                        fault_duration_s=0.0)
 
 
 def test_overloaded_uses_the_providers_own_answer_and_failover_a_standby():

@@ -108,7 +108,7 @@ def test_feature_cost_is_empty_without_features(tmp_path):
 
 @pytest.mark.integration
 def test_feature_cost_lane_runs_through_papermill(tmp_path):
-    """Every feature of Sluice for real, beside the direct baseline in both dialects, with
+    """Every feature of Sluice for real, beside the floor (direct) in both dialects, with
     32 KiB agent-style bodies; the report gains its feature-cost section."""
     out = tmp_path / "artifacts"
     done = subprocess.run(

@@ -17,7 +17,8 @@ from harness.model.schema import MOCK_REQUESTS, REQUESTS, SAMPLES
 TESTS = Path(__file__).parent
 V1 = TESTS / "fixtures" / "studies" / "v1-smoke"
 V2 = TESTS / "fixtures" / "studies" / "v2-smoke"
-V1_RUN, V2_RUN = V1 / "runs" / "nginx" / "1", V2 / "runs" / "nginx" / "1"
+V3 = TESTS / "fixtures" / "studies" / "v3-smoke"
+V1_RUN, V2_RUN, V3_RUN = (v / "runs" / "nginx" / "1" for v in (V1, V2, V3))
 
 
 def _table(table):
@@ -26,8 +27,10 @@ def _table(table):
 
 # format -> (reader, {version: a recorded file of that version})
 RECORDED = {
-    F.STUDY_MANIFEST: (readers.read_study_manifest, {1: V1 / "manifest.json", 2: V2 / "manifest.json"}),
-    F.RUN_MANIFEST: (readers.read_run_manifest, {1: V1_RUN / "manifest.json", 2: V2_RUN / "manifest.json"}),
+    F.STUDY_MANIFEST: (readers.read_study_manifest, {1: V1 / "manifest.json", 2: V2 / "manifest.json",
+                                                      3: V3 / "manifest.json"}),
+    F.RUN_MANIFEST: (readers.read_run_manifest, {1: V1_RUN / "manifest.json", 2: V2_RUN / "manifest.json",
+                                                 3: V3_RUN / "manifest.json"}),
     # version 3: the direct run of a real smoke study, written just before error_class existed
     F.REQUESTS_TABLE: (_table(REQUESTS), {1: V1_RUN / "requests.parquet", 2: V2_RUN / "requests.parquet",
                                           3: TESTS / "data" / "requests-v3.parquet"}),
@@ -95,3 +98,16 @@ def test_a_mock_requests_file_of_an_unknown_version_is_refused(tmp_path):
                    tmp_path / "mock_requests.parquet")
     with pytest.raises(readers.ArtifactError, match="mock requests table schema_version 7"):
         readers.read_mock_requests(tmp_path)
+
+
+def test_version_3_manifests_come_up_with_the_parts_named_as_their_settings():
+    """Run manifest 3 -> 4: the spec's mock and wire fields by their settings' names, the load's
+    two derived fields gone; the floor's and the hop's kind is control in both manifests."""
+    raw = json.loads((V3_RUN / "manifest.json").read_text())
+    run = readers.read_run_manifest(V3_RUN / "manifest.json")
+    assert run.spec.mock.mock_latency_ms == raw["spec"]["mock"]["latency_ms"]
+    assert run.spec.mock.mock_response_tokens == raw["spec"]["load"]["max_tokens"]
+    assert run.spec.wire.wire_capture_offset_s == raw["spec"]["wire"]["offset_s"]
+    assert (raw["kind"], run.kind) == ("baseline", "control")
+    study = readers.read_study_manifest(V3 / "manifest.json")
+    assert {info.kind for info in study.systems.values()} == {"control"}

@@ -16,7 +16,7 @@ from harness.model.metrics import METRICS
 from harness.model.migrate import LACKED
 from harness.model.migrate import table as migrate_table
 from harness.model.schema import MOCK_REQUESTS, REQUESTS
-from harness.run import consolidate, measure
+from harness.run import consolidate, wire_window
 from harness.run.bodies import RID_SLOT, chat_body
 from harness.stats import gateway_time
 from harness.stats.runs import _identity_problem
@@ -125,7 +125,7 @@ def test_an_unreadable_capture_is_missing_not_invented(tmp_path):
 
 def test_capture_not_possible_says_why():
     spec = small_run_manifest("nginx-1", "nginx", 1, PHASES).spec
-    assert measure.capture_not_possible(spec) == "not captured: wire_capture_s = 0"
+    assert wire_window.capture_not_possible(spec) == "not captured: wire_capture_s = 0"
 
 
 def _ok_rows(n=100):

@@ -15,10 +15,13 @@ def test_the_settings_read_back_as_written(tmp_path):
 
 
 @pytest.mark.parametrize("change, expected", [
-    (lambda d: d.update(schema_version=VERSION + 1), "version 2; this locustfile reads version 1"),
+    (lambda d: d.update(schema_version=VERSION + 1), "version 3; this locustfile reads version 2"),
+    (lambda d: d.update(schema_version=1), "version 1; this locustfile reads version 2"),
     (lambda d: d.pop("schema_version"), "version None"),
     (lambda d: d.update(users_per_s=3), "unknown keys ['users_per_s']"),
     (lambda d: d.pop("seed"), "missing ['seed']"),
+    (lambda d: d["load"].pop("users"), "load: unknown keys [], missing ['users']"),
+    (lambda d: d.update(load=3), "load: expected an object, got 3"),
 ])
 def test_a_file_of_another_version_or_shape_is_refused_naming_it(tmp_path, change, expected):
     data = json.loads(load_settings(tmp_path).to_json())

@@ -171,7 +171,7 @@ def test_capacity_under_each_bound_across_runs(synthetic):
     assert slow["sustained_5ms_rps_mean"] == 100.0 and slow["sustained_10ms_rps_mean"] == 100.0
     assert slow["sustained_50ms_rps_mean"] == 200.0
     assert slow["stopped_at_rps_mean"] == 400.0 and slow["stopped_at_rps_sd"] == 0.0
-    assert not slow["baseline_also_stopped"]
+    assert not slow["floor_also_stopped"]
     capacity = A.open_loop_capacity(A.open_loop_steps(synthetic), "direct")
     table = tables.open_loop(capacity, "direct").frame().set_index("system")
     assert table.loc["slow", "stopped keeping up at (req/s)"] == "400 ± 0 (n=2)"

@@ -115,7 +115,7 @@ def _recompute(study_dir: Path) -> dict[str, dict[str, list[float]]]:
         window = ph["hold_end_t_unix_s"] - ph["hold_start_t_unix_s"]
         hold = rows[rows.phase == "hold"]
         ok = hold[hold.error_kind == ""]
-        mock_ms = run["spec"]["mock"]["latency_ms"]
+        mock_ms = run["spec"]["mock"]["mock_latency_ms"]
         fig = out.setdefault(run["system"], {})
         fig.setdefault("throughput", []).append(len(ok) / window)
         fig.setdefault("p50", []).append(ok.latency_ms.median() - mock_ms)

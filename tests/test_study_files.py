@@ -28,7 +28,7 @@ from harness.files.producers import (
 from harness.files.study_files import StudyFiles, is_suite
 from harness.model import migrate
 from harness.model.config import REPO_DIR
-from harness.model.plan import KeyVersionError, key_version
+from harness.model.plan import Instruments, KeyVersionError, key_version
 from harness.stats.loading import load_study
 
 # Calls that read or write a file: a bare open(), these methods of a path, and these functions
@@ -56,8 +56,8 @@ NOT_A_STUDY_FILE = {
     ("harness/run/capture.py", "start"): "tcpdump's own log, opened as its output",
     ("harness/run/capture.py", "_log_text"): "tcpdump's own log, read for its counters",
     ("harness/run/systems.py", "run_declared"): "an install or build log, opened as its output",
-    ("harness/run/counting.py", "dump"): "Valgrind's dumps, parsed and deleted as the count goes",
-    ("harness/run/counting.py", "count_system"): "strace's log, parsed as the count goes",
+    ("harness/run/count_system.py", "dump"): "Valgrind's dumps, parsed and deleted as the count goes",
+    ("harness/run/count_system.py", "count_system"): "strace's log, parsed as the count goes",
     ("harness/checks/history.py", "read_record"): "the gate's history in baselines/",
     ("harness/checks/history.py", "write_record"): "the gate's history in baselines/",
     ("report/build.py", "write"): "the report's HTML, never read back",
@@ -192,14 +192,17 @@ def test_a_run_is_done_again_unless_its_files_still_match(tmp_path):
     entry = study.read_manifest().runs[0]
     run = study.at(entry.dir or f"runs/{entry.system}/{entry.run_index}")
     manifest = run.read_manifest()
-    planned = dataclasses.replace(manifest.spec, comparison_key="2:" + "0" * 64)
+    planned = dataclasses.replace(manifest.spec, comparison_key="3:" + "0" * 64,
+                                  files_sha256={"gateway.toml": "ab" * 32},
+                                  instruments=Instruments("1.2.0", "2.47.0"))
     run.write_manifest(dataclasses.replace(manifest, comparison_key=planned.comparison_key))
     assert run.completed(planned) is not None
-    assert run.completed(dataclasses.replace(planned, comparison_key="2:" + "1" * 64)) is None
-    # recorded with recipe 1: kept when recipe 1 of the planned run gives the recorded key
-    run.write_manifest(dataclasses.replace(manifest, comparison_key=migrate.run_key_v1(planned)))
-    assert run.completed(planned) is not None
-    assert run.completed(dataclasses.replace(planned, gateway_workers=planned.gateway_workers + 1)) is None
+    assert run.completed(dataclasses.replace(planned, comparison_key="3:" + "1" * 64)) is None
+    # recorded with recipe 1 or 2: kept when that recipe of the planned run gives the recorded key
+    for older in (migrate.run_key_v1, migrate.run_key_v2):
+        run.write_manifest(dataclasses.replace(manifest, comparison_key=older(planned)))
+        assert run.completed(planned) is not None
+        assert run.completed(dataclasses.replace(planned, gateway_workers=planned.gateway_workers + 1)) is None
     # a recipe this harness does not know is refused, not taken for another run
     run.write_manifest(dataclasses.replace(manifest, comparison_key="9:" + "0" * 64))
     with pytest.raises(KeyVersionError, match="'9' is not one this harness knows"):
@@ -210,19 +213,34 @@ def test_a_run_is_done_again_unless_its_files_still_match(tmp_path):
     assert run.completed(planned) is None
 
 
-def test_every_run_of_a_recorded_study_resumes_under_the_current_recipe(tmp_path):
-    """The recorded fixture's runs carry recipe-1 keys: planned again (the same spec, keyed by the
-    current recipe) each is kept, with the key it was recorded with."""
+# The files of direct's and nginx's folders (GatewaySpec.files_sha256) when v3-smoke was recorded:
+# recipe 2 hashed them beside the spec, which did not hold them.
+V3_SMOKE_FILES = {
+    "direct": {"gateway.toml": "df388ffe033e44b6183bf036fbf1b3be5ef8d4cbd23d08fd8ccd3313dc9b64ef"},
+    "nginx": {"gateway.toml": "fb37deecc74441d970d71daff1c398f49017a6dc710b0cef1540dc0490d564b0",
+              "install.sh": "c23cdad23eccb80d95e8f92543ab2966eab056c76631b9a1103f84a1f87dda31",
+              "nginx.conf.tmpl": "0490ab4998eb894c56ae9f5b669993cedcde9da27d1893ceca218989eee4ce8b",
+              "nginx.recommended.tmpl": "8026be3f9069803683c51bbf873046f96db2204b43e8b360bbe23cf0c6986f89",
+              "nginx.sized.tmpl": "c18d727f769aac7bcc239317f74f994d4c70eef570da084c73f41c9eb1c67809"}}
+
+
+@pytest.mark.parametrize("fixture, recipe", [("v2-smoke", 1), ("v3-smoke", 2)])
+def test_every_run_of_a_recorded_study_resumes_under_the_current_recipe(tmp_path, fixture, recipe):
+    """The recorded fixtures' runs carry recipe-1 and recipe-2 keys: planned again (the same
+    spec, with the files and instruments it ran with, keyed by the current recipe) each is kept,
+    with the key it was recorded with."""
     from harness.run.run import completed_record
-    fixture = REPO_DIR / "tests" / "fixtures" / "studies" / "v2-smoke"
-    shutil.copytree(fixture, tmp_path / "s")
+    shutil.copytree(REPO_DIR / "tests" / "fixtures" / "studies" / fixture, tmp_path / "s")
     study = StudyFiles(tmp_path / "s")
     runs = [study.at(e.dir) for e in study.read_manifest().runs]
     assert runs
     for run in runs:
         recorded = run.read_manifest()
-        assert key_version(recorded.comparison_key) == 1
-        planned = dataclasses.replace(recorded.spec, comparison_key="2:" + "0" * 64)
+        assert key_version(recorded.comparison_key) == recipe
+        planned = dataclasses.replace(
+            recorded.spec, comparison_key="3:" + "0" * 64,
+            files_sha256=V3_SMOKE_FILES[recorded.system],
+            instruments=Instruments(recorded.mock_version, recorded.locust_version))
         record = completed_record(planned, tmp_path / "s")
         assert record is not None and record.comparison_key == recorded.comparison_key
         moved = dataclasses.replace(planned, gateway_toml_sha256="0" * 64)

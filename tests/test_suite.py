@@ -48,7 +48,8 @@ reason = "not needed here"
                                         ("request.stream", "stream"), ("gateway.workers", "gateway_workers"),
                                         ("mock.stream_chunks", "stream_chunks"), ("seed", "seed"),
                                         ("load.open_loop_rates_per_s", "open_loop_rates_per_s"),
-                                        ("wire.offset_s", "wire_capture_offset_s"),
+                                        ("wire.capture_offset_s", "wire_capture_offset_s"),
+                                        ("wire.capture_s", "wire_capture_s"),
                                         ("inflight.steps", "inflight_steps"),
                                         ("placement.nice_mock", "nice_mock"),
                                         ("faults.fault_scenario", "fault_scenario")])
@@ -60,13 +61,14 @@ def test_paths_name_fields(path, field):
                                           ("mock.users", "mock has no 'users'"),
                                           ("out_dir", "not a setting"), ("study.study_id", "study has no"),
                                           ("load.inflight_steps", "load has no"),
-                                          ("request.latency_ms", "request has no")])
+                                          ("request.latency_ms", "request has no"),
+                                          ("wire.offset_s", r"wire has no .offset_s.; it has \[.capture_s., .capture_offset_s.")])
 def test_bad_paths_are_named(path, message):
     with pytest.raises(M.SuiteError, match=message):
         M.field_of(path)
 
 
-def test_expansion_exclusions_and_baseline(tmp_path):
+def test_expansion_exclusions_and_floor(tmp_path):
     cells = R.expand(M.load_suite(write_suite(tmp_path, BASIC)), str(tmp_path / "out"))
     assert [c.values for c in cells] == [
         {"request.stream": False, "load.users": 0}, {"request.stream": False, "load.users": 4},
@@ -468,9 +470,9 @@ def test_fault_suite_sentences_come_from_the_figures(tmp_path):
     texts = [s.text for s in fault_findings(rows[rows["scenario"] == "error_burst"])]
     assert texts == [
         ("As shipped, highest success during the fault: sluice 100.0% (1 run: no spread); "
-         "the baseline direct: 80.0%."),
+         "the floor (direct): 80.0%."),
         ("As shipped, fewest provider requests per client request during the fault: nginx 1.00 "
-         "(1 run: no spread); the baseline direct: 1.00."),
+         "(1 run: no spread); the floor (direct): 1.00."),
         ("As shipped, on the frontier (no other system better on success, wasted attempts and "
          "p99 time to success at once): nginx, sluice."),
         ("As shipped, attempts beyond what the success needed (more than 0.02 per request): "
@@ -479,9 +481,9 @@ def test_fault_suite_sentences_come_from_the_figures(tmp_path):
          "100.0% vs 80.0% (+20.0 points), provider requests per client request 4.00 vs 1.00 "
          "(+3.00) (1 run each: no spread)."),
         ("Recommended configurations, highest success during the fault: sluice 97.0% (n = 2); "
-         "the baseline direct: 80.0%."),
+         "the floor (direct): 80.0%."),
         ("Recommended configurations, fewest provider requests per client request during the "
-         "fault: nginx (as shipped) 1.00 (1 run: no spread); the baseline direct: 1.00."),
+         "fault: nginx (as shipped) 1.00 (1 run: no spread); the floor (direct): 1.00."),
         ("Recommended configurations, on the frontier (no other system better on success, "
          "wasted attempts and p99 time to success at once): nginx (as shipped), sluice."),
         ("Recommended configurations, attempts beyond what the success needed (more than 0.02 "

@@ -209,7 +209,7 @@ def test_retransmission_and_gateway_retry(tmp_path):
     assert s["upstream_ids_seen_more_than_once"] == 1 and s["upstream_requests"] == 2
 
 
-def test_direct_baseline_mock_side_only(tmp_path):
+def test_the_floor_mock_side_only(tmp_path):
     p = Pcap()
     p.send(50001, MOCK, 0, post("d1"))
     p.send(MOCK, 50001, 60_100, unary_response())
@@ -227,8 +227,8 @@ def test_a_capture_never_started_finishes_at_once_with_its_reason(tmp_path):
     from harness.model.config import from_profile
     from harness.model.gateway_spec import load_gateway_spec
     from harness.model.plan import make_plan
-    from harness.run.measure import WireWindow
     from harness.run.run import instruments
+    from harness.run.wire_window import WireWindow
     config = from_profile("smoke", gateways=["nginx"])
     (spec,) = make_plan(config, {"nginx": load_gateway_spec("nginx")}, instruments())
     check = WireWindow(spec, tmp_path, [1, 2]).finish()

@@ -7,8 +7,8 @@
 A gate directory (``artifacts/<gate-id>/``) holds:
 
 1. ``counts.json``: instructions, allocator calls and system calls per request of the base build
-   (counted twice) and the head build (harness/run/counting.py), judged by
-   harness/checks/counts.py. These do not depend on the machine's noise, so they decide;
+   (counted twice) and the head build (harness/run/count_system.py), judged by
+   harness/checks/count_verdict.py. These do not depend on the machine's noise, so they decide;
 2. ``timed/``: a short side-by-side study (profile ``gate``: nginx, the base build
    ``sluice~base`` and the head build ``sluice``, interleaved round by round), run after the
    counts whatever they said. It catches what counts cannot see (a sleep, a lock, a blocking call): it fails
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.checks import aa, counts, history, rules
+from harness.checks import aa, count_verdict, history, rules
 from harness.checks.inputs import CheckInputError, require_completed
 from harness.checks.rules import pct
 from harness.files.readers import ArtifactError, read_counts
@@ -149,10 +149,10 @@ def _history_lines(study: Study, rs: pd.DataFrame, head: str, history_dir: Path)
     return out
 
 
-def _judged_counts(gate_dir: Path) -> counts.CountVerdict | str:
+def _judged_counts(gate_dir: Path) -> count_verdict.CountVerdict | str:
     """The verdict on a gate directory's counts.json, or why it cannot be read."""
     try:
-        return counts.judge(read_counts(StudyFiles(gate_dir).counts_path))
+        return count_verdict.judge(read_counts(StudyFiles(gate_dir).counts_path))
     except ArtifactError as exc:
         return str(exc)
 

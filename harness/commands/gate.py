@@ -79,10 +79,10 @@ def count_builds(gate_system: str, base_commit: str, head_env: list[str], gate_d
     that drifted shows in the base's two counts) and write gate_dir/counts.json."""
     from harness.files.readers import read_counts
     from harness.files.study_files import StudyFiles
-    from harness.model.counting import GATE_CASES, Sizes
+    from harness.model.count_cases import GATE_CASES, Sizes
     from harness.model.gateway_spec import folder_of, load_gateway_spec
     from harness.remote.machine import this_machine
-    from harness.run import builds, counting
+    from harness.run import builds, count_system
     from harness.run.systems import read_version
     sizes = sizes or Sizes()
     files = StudyFiles(gate_dir)   # laid out as a study's counting lane
@@ -102,19 +102,19 @@ def count_builds(gate_system: str, base_commit: str, head_env: list[str], gate_d
                                        ("head", head_spec, builds.resolve("HEAD"), env),
                                        ("base~2", base_spec, tree.commit, None)):
         t = time.monotonic()
-        counted.append(counting.count_system(spec, GATE_CASES, files.count_dir, label,
+        counted.append(count_system.count_system(spec, GATE_CASES, files.count_dir, label,
                                              read_version(spec), commit, sizes, extra_env=extra,
                                              syscalls=label != "base~2", ports=ports,
                                              progress=lambda line: print(f"gate: {line}", flush=True)))
         print(f"gate: {label} counted in {time.monotonic() - t:.0f} s", flush=True)
-    counting.write_counts(files.counts_path, counted, this_machine(), "gate")
+    count_system.write_counts(files.counts_path, counted, this_machine(), "gate")
     return read_counts(files.counts_path)
 
 
 def run_gate(history_dir, base: str | None, head_env: list[str], settings: list[str]) -> int:
     """Resolve the base, count both builds and judge the counts; then the short timed study,
     judged on latency alone."""
-    from harness.checks import counts, gate
+    from harness.checks import count_verdict, gate
     from harness.model.config import REPO_DIR, from_profile, parse_overrides
     from harness.remote.machine import this_machine
     from harness.run.study import run_study
@@ -140,7 +140,7 @@ def run_gate(history_dir, base: str | None, head_env: list[str], settings: list[
     gate_dir.mkdir(parents=True, exist_ok=True)
     print(f"gate: {gate_dir}", flush=True)
     record = count_builds(probe.gate_system, base, head_env, gate_dir)
-    verdict = counts.judge(record)
+    verdict = count_verdict.judge(record)
     print("\n".join(verdict.lines), flush=True)
     print(f"gate: counted in {time.monotonic() - t0:.0f} s", flush=True)
     if not verdict.ok:    # the timed check still runs: does the latency show it too?

@@ -67,7 +67,7 @@ def read_mock_stats(path: Path) -> dict:
 
 
 def read_counts(path: Path) -> dict:
-    """counts.json: what the counting gate or lane counted (harness/run/counting.py)."""
+    """counts.json: what the counting gate or lane counted (harness/run/count_system.py)."""
     data, _ = _json(path, COUNTS)
     if not isinstance(data.get("builds"), list):
         raise ArtifactError(f"{path}: a counts file without its builds")

@@ -47,7 +47,7 @@ PHASES = "phases.json"
 # The load generator arms the mock's faults through this file when its warm-up starts (the mock
 # polls it); afterwards its epoch goes to faults.json and the file is removed.
 FAULT_ARM = "fault-arm.json"
-PCAP = "wire.pcap"          # the run's wire capture (harness.run.measure)
+PCAP = "wire.pcap"          # the run's wire capture (harness.run.wire_window)
 
 
 def is_suite(directory: Path) -> bool:

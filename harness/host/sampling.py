@@ -145,7 +145,7 @@ class Sampler:
         last_t = None
         while not self._stop.is_set():
             now = time.monotonic()
-            # The first sample has no interval: its CPU seconds set the baseline, not a rate.
+            # The first sample has no interval: its CPU seconds are where the rates start.
             self.sample_once(now - last_t if last_t is not None else 0.0)
             last_t = now
             next_t += self.interval_s

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.model.errors import UserError
+from harness.model.glossary import retired_parameter
 from harness.model.profiles import PROFILES
 
 REPO_DIR = Path(__file__).resolve().parents[2]
@@ -52,137 +53,52 @@ class ConfigError(UserError, ValueError):
         return [f"invalid study parameter: {p}" for p in one_line if p] or super().lines()
 
 
-def _reads(name: str) -> dict:
-    """A section field's metadata when it reads a StudyConfig field of another name."""
-    return {"reads": name}
+# StudyConfig's sections: its flat fields grouped as a run uses them (the serialized form, `--set`
+# and the notebook's parameters stay flat). Every field is in exactly one section
+# (tests/test_config.py). A setting's path is `section.name`: its name with the section's prefix
+# left off (`mock.latency_ms` is mock_latency_ms, `load.users` is users). The run spec's parts
+# hold these settings under the same names (harness.model.run_parts): RunSpec.load = load +
+# request + inflight, RunSpec.mock = mock + faults, RunSpec.wire = wire; RunSpec.topology,
+# .affinity and .nice come from placement.
+SECTIONS: dict[str, tuple[str, ...]] = {
+    # the load generator's shape: closed loop (users, ramp, hold) or an open-loop schedule
+    "load": ("users", "ramp_s", "hold_s", "min_hold_requests", "max_hold_s", "warmup_s",
+             "warmup_users", "think_time_s", "locust_processes", "request_timeout_s",
+             "open_loop_rates_per_s", "open_loop_step_s"),
+    # what each request is: streamed or not, the feature it calls, its body's size
+    "request": ("stream", "feature", "request_bytes"),
+    # the in-flight lane's steps of requests held open
+    "inflight": ("inflight_steps", "inflight_step_s", "inflight_hold_s"),
+    # the mock provider's answers
+    "mock": ("mock_latency_ms", "mock_workers", "mock_response_tokens", "stream_chunks",
+             "chunk_delay_ms"),
+    # the provider-fault lane's window and scenario
+    "faults": ("fault_scenario", "fault_start_s", "fault_duration_s", "fault_seed"),
+    # the packet capture during the hold
+    "wire": ("wire_capture_s", "wire_capture_offset_s", "wire_snaplen_bytes"),
+    # where and how each role's processes run: hosts, ports, CPUs, priority, file limit
+    "placement": ("topology", "base_port", "cpu_affinity_load", "cpu_affinity_mock",
+                  "cpu_affinity_system", "nice_load", "nice_mock", "nice_system",
+                  "open_files_limit"),
+    # the systems measured and how each is started and configured
+    "gateway": ("gateways", "gateways_dir", "gateway_workers", "ready_timeout_s", "resilience",
+                "scale", "builds", "system_env"),
+    # the study as a whole: its runs, their order, its checks, where it is written
+    "study": ("profile", "runs_per_gateway", "runs_unconfigured", "seed", "idle_s", "cooldown_s",
+              "count_lane", "reference_system", "aa_pair", "gate_system", "gate_base_system",
+              "out_dir", "study_id"),
+}
 
 
-# StudyConfig's sections: typed views of its flat fields (the serialized form, `--set` and the
-# notebook's parameters stay flat). Each section field reads the StudyConfig field of its own
-# name unless `_reads` names another; every StudyConfig field is in exactly one section
-# (tests/test_config.py). A section named as a RunSpec section feeds it field by field:
-# RunSpec.load (LoadShape) = load + request + inflight, RunSpec.mock (MockSettings) = mock +
-# faults, RunSpec.wire = wire, RunSpec.topology, .affinity and .nice = placement.
-
-@dataclass(frozen=True)
-class LoadSection:
-    """The load generator's shape: closed loop (users, ramp, hold) or an open-loop schedule."""
-    users: int
-    ramp_s: float
-    hold_s: float
-    min_hold_requests: int
-    max_hold_s: float
-    warmup_s: float
-    warmup_users: int
-    think_time_s: float
-    locust_processes: int
-    request_timeout_s: float
-    open_loop_rates_per_s: tuple[float, ...]
-    open_loop_step_s: float
+def section_of(name: str) -> str:
+    """The section a StudyConfig field is in."""
+    return next(section for section, names in SECTIONS.items() if name in names)
 
 
-@dataclass(frozen=True)
-class RequestSection:
-    """What each request is: streamed or not, the feature it calls, its body's size."""
-    stream: bool
-    feature: str
-    request_bytes: int
-
-
-@dataclass(frozen=True)
-class InflightSection:
-    """The in-flight lane's steps of requests held open."""
-    inflight_steps: tuple[int, ...]
-    inflight_step_s: float
-    inflight_hold_s: float
-
-
-@dataclass(frozen=True)
-class MockSection:
-    """The mock provider's answers."""
-    latency_ms: float = field(metadata=_reads("mock_latency_ms"))
-    workers: int = field(metadata=_reads("mock_workers"))
-    response_tokens: int = field(metadata=_reads("mock_response_tokens"))
-    stream_chunks: int
-    chunk_delay_ms: float
-
-
-@dataclass(frozen=True)
-class FaultsSection:
-    """The provider-fault lane's window and scenario."""
-    fault_scenario: str
-    fault_start_s: float
-    fault_duration_s: float
-    fault_seed: int
-
-
-@dataclass(frozen=True)
-class WireSection:
-    """The packet capture during the hold."""
-    capture_s: float = field(metadata=_reads("wire_capture_s"))
-    offset_s: float = field(metadata=_reads("wire_capture_offset_s"))
-    snaplen_bytes: int = field(metadata=_reads("wire_snaplen_bytes"))
-
-
-@dataclass(frozen=True)
-class PlacementSection:
-    """Where and how each role's processes run: hosts, ports, CPUs, priority, file limit."""
-    topology: str
-    base_port: int
-    cpu_affinity_load: str
-    cpu_affinity_mock: str
-    cpu_affinity_system: str
-    nice_load: int
-    nice_mock: int
-    nice_system: int
-    open_files_limit: int
-
-
-@dataclass(frozen=True)
-class GatewaySection:
-    """The systems under test and how each is started and configured."""
-    gateways: tuple[str, ...]
-    gateways_dir: str
-    gateway_workers: int
-    ready_timeout_s: float
-    resilience: str
-    scale: str
-    builds: tuple[str, ...]
-    system_env: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class StudySection:
-    """The study as a whole: its runs, their order, its checks, where it is written."""
-    profile: str
-    runs_per_gateway: int
-    runs_unconfigured: int
-    seed: int
-    idle_s: float
-    cooldown_s: float
-    count_lane: bool
-    reference_system: str
-    aa_pair: tuple[str, ...]
-    gate_system: str
-    gate_base_system: str
-    out_dir: str
-    study_id: str
-
-
-SECTIONS: dict[str, type] = {
-    "load": LoadSection, "request": RequestSection, "inflight": InflightSection,
-    "mock": MockSection, "faults": FaultsSection, "wire": WireSection,
-    "placement": PlacementSection, "gateway": GatewaySection, "study": StudySection}
-
-
-def reads(section_field: dataclasses.Field) -> str:
-    """The StudyConfig field a section's field reads."""
-    return section_field.metadata.get("reads", section_field.name)
-
-
-def section_fields(section: str) -> dict[str, str]:
-    """A section's fields, each with the StudyConfig field it reads, in declaration order."""
-    return {f.name: reads(f) for f in dataclasses.fields(SECTIONS[section])}
+def path_of(name: str) -> str:
+    """A StudyConfig field's path: `section.name`, the section's prefix left off."""
+    section = section_of(name)
+    return f"{section}.{name.removeprefix(section + '_')}"
 
 
 @dataclass(frozen=True)
@@ -299,39 +215,6 @@ class StudyConfig:
         if self.gateways == ("all",):
             object.__setattr__(self, "gateways", tuple(known_gateways(self.systems_dir)))
 
-    def section(self, name: str):
-        """The named section's view of this config (SECTIONS)."""
-        cls = SECTIONS[name]
-        return cls(**{f.name: getattr(self, reads(f)) for f in dataclasses.fields(cls)})
-
-    @property
-    def load(self) -> LoadSection:
-        return self.section("load")
-
-    @property
-    def request(self) -> RequestSection:
-        return self.section("request")
-
-    @property
-    def inflight(self) -> InflightSection:
-        return self.section("inflight")
-
-    @property
-    def mock(self) -> MockSection:
-        return self.section("mock")
-
-    @property
-    def faults(self) -> FaultsSection:
-        return self.section("faults")
-
-    @property
-    def wire(self) -> WireSection:
-        return self.section("wire")
-
-    @property
-    def placement(self) -> PlacementSection:
-        return self.section("placement")
-
     def with_study_id(self) -> "StudyConfig":
         if self.study_id:
             return self
@@ -407,8 +290,15 @@ def from_profile(profile: str = "standard", /, **overrides) -> StudyConfig:
     known = {f.name for f in dataclasses.fields(StudyConfig)}
     unknown = sorted(set(values) - known)
     if unknown:
-        raise ConfigError([f"{name}: unknown parameter" for name in unknown])
+        raise ConfigError([unknown_parameter(name) for name in unknown])
     return StudyConfig(profile=profile, **values)
+
+
+def unknown_parameter(name: str) -> str:
+    """The problem with a parameter StudyConfig does not have: a retired one names its
+    replacement (harness.model.glossary)."""
+    use = retired_parameter(name)
+    return (f"{name}: retired; use {use}" if use else f"{name}: unknown parameter")
 
 
 def from_notebook(profile: str, overrides: dict | str, **named) -> StudyConfig:

@@ -38,12 +38,15 @@ class Format:
 
 
 STUDY_MANIFEST = Format(
-    "study manifest", "manifest.json", 3, (1, 2, 3),
+    "study manifest", "manifest.json", 4, (1, 2, 3, 4),
     "1: systems without roles (the folder name implied one); 2: each system's role; 3: no "
-    "fault_lead_s (the load arms the faults when it starts)")
+    "fault_lead_s (the load arms the faults when it starts); 4: the floor's and the hop's kind "
+    "is control")
 RUN_MANIFEST = Format(
-    "run manifest", "manifest.json", 3, (1, 2, 3),
-    "1: keys of several spellings; 2: one spelling and type per key; 3: no spec.mock.fault_lead_s")
+    "run manifest", "manifest.json", 4, (1, 2, 3, 4),
+    "1: keys of several spellings; 2: one spelling and type per key; 3: no spec.mock.fault_lead_s; "
+    "4: the spec's parts hold their settings' names, the spec its system's files and the "
+    "instruments (key recipe 3); the floor's and the hop's kind is control")
 REQUESTS_TABLE = Format(
     "requests table", "requests.parquet", 4, (1, 2, 3, 4),
     "1: before streaming and open-loop columns; 2: may lack the identity, wire and error-body "

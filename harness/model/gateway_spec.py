@@ -21,7 +21,9 @@ from harness.model.errors import UserError
 # left out without one. A version-1 folder (a gate base built from an older commit) still runs.
 GATEWAY_TOML_VERSION = 2
 GATEWAY_TOML_READS = (1, 2)
-KINDS = ("baseline", "in-house", "competitor")
+# What a system is: control (measured for the others to be compared with, not as a product: the
+# floor and the hop), in-house (Sluice) or competitor.
+KINDS = ("control", "in-house", "competitor")
 # What a system is for the analysis. floor: the load sent straight to the mock, the latency every
 # overhead is measured from; hop: the cost of one plain HTTP proxy hop, the usual reference;
 # system: any other system under test.

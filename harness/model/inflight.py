@@ -63,13 +63,6 @@ def mock_hold(config: StudyConfig) -> tuple[float, int]:
     return config.chunk_delay_ms, frames
 
 
-def top_spawn_rate_per_s(steps: tuple[int, ...], warmup_users: int, hold_s: float) -> float:
-    """The highest rate any step spawns at, over all Locust processes: each step's new users (the
-    first's above the warm-up's) over one hold, as the load shape spawns them."""
-    added = max(n - before for n, before in zip(steps, (warmup_users, *steps[:-1])))
-    return max(1.0, added / hold_s)
-
-
 def needed_step_s(config: StudyConfig) -> float:
     """A step spawns its new users over one hold, settles, then holds MEASURED_HOLDS holds."""
     return config.inflight_hold_s + SETTLE_S + MEASURED_HOLDS * config.inflight_hold_s

@@ -49,7 +49,7 @@ _ALL: tuple[Metric, ...] = (
     *(_m(f"latency_p{q}_ms", f"latency p{q}", "ms", "lower", 2) for q in (50, 95, 99)),
     *(_m(f"overhead_vs_mock_p{q}_ms", f"{'median' if q == 50 else f'p{q}'} overhead vs mock", "ms",
          "lower", 2, near_zero=True) for q in (50, 95, 99)),
-    *(_m(f"overhead_vs_direct_p{q}_ms", f"{'median' if q == 50 else f'p{q}'} overhead vs baseline",
+    *(_m(f"overhead_vs_direct_p{q}_ms", f"{'median' if q == 50 else f'p{q}'} overhead vs floor",
          "ms", "lower", 2, near_zero=True) for q in (50, 95, 99)),
     _m("cpu_ms_per_request", "CPU time per request", "ms", "lower", 3, words=_CPU),
     _m("rss_peak_bytes", "peak RSS", "MiB", "lower", 1, scale=MIB, words=_MEM),

@@ -24,6 +24,15 @@ under tests/fixtures/ and tests/data/ (tests/test_formats.py).
   ``cell_key_in`` (comparing a study or suite recorded with recipe 1 with a newer one, whose
   record holds every input recipe 1 had). Recipe 1 hashed each system's gateway.toml only, and
   left a setting out while it was at the value every run had before it existed.
+* run manifest 3 → 4 and run keys 2 → 3: the run spec's mock and wire parts hold their settings'
+  names (``latency_ms`` is ``mock_latency_ms``, ``capture_s`` is ``wire_capture_s``: ``V2_MOCK_NAMES``,
+  ``V2_WIRE_NAMES``), its load part no longer holds ``max_tokens`` (the mock's response tokens)
+  or ``spawn_rate_per_s`` (derived from the in-flight steps), and the spec holds its system's
+  files' SHA-256 and the instruments' versions, which recipe 2 hashed beside it. A recipe-2 key
+  is matched by recomputing recipe 2, frozen here (``run_key_v2``), from a spec recorded since;
+  a suite cell's key keeps recipe 2 (its payload did not change).
+* study manifest 3 → 4, run manifest 3 → 4: the kind of the floor and the hop is ``control``
+  (``V3_KINDS``).
 """
 from __future__ import annotations
 
@@ -38,7 +47,8 @@ from harness.model.config import StudyConfig
 from harness.model.errors import UserError
 from harness.model.formats import TABLE_FORMATS
 from harness.model.gateway_spec import folder_of
-from harness.model.plan import KEY_VERSION, RunSpec, key_version
+from harness.model.plan import KEY_VERSION, RunSpec, key_version, versioned_key
+from harness.model.run_parts import LoadShape, MockSettings, WireSettings
 from harness.model.schema import Table, missing_value
 
 
@@ -67,11 +77,31 @@ KNOWN_BEFORE = {("mock_requests", "provider"): "primary"}
 
 
 RETIRED_FAULT_KEY = "fault_lead_s"
+# Version 4 of the study and run manifests calls the kind of the floor and the hop "control".
+V3_KINDS = {"baseline": "control"}
 
 
 def _without_lead(settings: dict | None) -> None:
     if isinstance(settings, dict):
         settings.pop(RETIRED_FAULT_KEY, None)
+
+
+def _kind_v4(meta: dict | None) -> None:
+    if isinstance(meta, dict) and meta.get("kind") in V3_KINDS:
+        meta["kind"] = V3_KINDS[meta["kind"]]
+
+
+def _spec_v4(spec: dict | None) -> None:
+    """A recorded run spec's parts as recipe 3 names them (see V2_MOCK_NAMES)."""
+    if not isinstance(spec, dict):
+        return
+    for part, names in (("mock", V2_MOCK_NAMES), ("wire", V2_WIRE_NAMES)):
+        if isinstance(spec.get(part), dict):
+            now = {old: new for new, old in names.items()}
+            spec[part] = {now.get(k, k): v for k, v in spec[part].items()}
+    if isinstance(spec.get("load"), dict):
+        for name in V2_LOAD_ONLY:
+            spec["load"].pop(name, None)
 
 
 def study_manifest(data: dict, version: int) -> dict:
@@ -84,6 +114,9 @@ def study_manifest(data: dict, version: int) -> dict:
         for name, meta in (data.get("systems") or {}).items():
             systems[name] = {"role": V1_ROLES_BY_FOLDER.get(folder_of(name), "system"), **(meta or {})}
         data["systems"] = systems
+    if version < 4:
+        for meta in (data.get("systems") or {}).values():
+            _kind_v4(meta)
     return data
 
 
@@ -92,6 +125,9 @@ def run_manifest(data: dict, version: int) -> dict:
     data = unstamped(data, version)
     if version < 3 and isinstance(data.get("spec"), dict):
         _without_lead(data["spec"].get("mock"))
+    if version < 4:
+        _spec_v4(data.get("spec"))
+        _kind_v4(data)
     return data
 
 
@@ -173,15 +209,26 @@ V1_IN_CELL_KEY_IN_INFLIGHT_LANE = ("inflight_steps", "inflight_step_s", "infligh
 V1_IN_CELL_KEY_UNLESS = {"scale": "shipped"}
 
 
-def _sets_later_field(obj: Any, known: tuple[str, ...]) -> bool:
-    """Whether ``obj`` sets a field recipe 1 never knew away from its default."""
-    for f in dataclasses.fields(obj):
-        if f.name in known:
+def _defaults(cls, names: dict[str, str] | None = None) -> dict[str, Any]:
+    """Each field of dataclass ``cls`` that has a default, by its name in ``names`` (else its
+    own), with that default as plain data."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
             continue
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        if getattr(obj, f.name) != default:
-            return True
-    return False
+        plain = dataclasses.asdict(default) if dataclasses.is_dataclass(default) else default
+        out[(names or {}).get(f.name, f.name)] = plain
+    return out
+
+
+def _sets_later_field(data: dict, defaults: dict[str, Any], known: tuple[str, ...]) -> bool:
+    """Whether plain data ``data`` sets a field a recipe never knew away from its default."""
+    return any(name not in known and name in defaults and value != defaults[name]
+               for name, value in data.items())
 
 
 def _sha256_v1(payload: dict) -> str:
@@ -189,15 +236,80 @@ def _sha256_v1(payload: dict) -> str:
                           .encode()).hexdigest()
 
 
+def cell_key_v1(config: StudyConfig, toml_sha256: dict[str, str]) -> str | None:
+    """Recipe 1 of a cell's key: its settings and the SHA-256 of each of its systems'
+    gateway.toml (system -> digest); None when it sets something recipe 1 did not know."""
+    if _sets_later_field(dataclasses.asdict(config), _defaults(StudyConfig), V1_CONFIG_FIELDS):
+        return None
+    settings = config.to_dict()
+    settings = {k: settings[k] for k in V1_CONFIG_FIELDS
+                if k not in V1_NOT_IN_CELL_KEY
+                and (settings[k] or k not in V1_IN_CELL_KEY_WHEN_SET)
+                and settings[k] != V1_IN_CELL_KEY_UNLESS.get(k, object())
+                and (config.inflight_steps or k not in V1_IN_CELL_KEY_IN_INFLIGHT_LANE)}
+    return _sha256_v1({"config": settings,
+                       "gateway_toml_sha256": {name: toml_sha256[name] for name in config.gateways}})
+
+
+# --- the run spec as recipes 1 and 2 knew it (frozen) ---------------------------------------------
+
+# Recipe 3 gave the mock's and the wire's fields the names of their settings and dropped two
+# load fields the spec held twice: max_tokens (the mock's response tokens) and spawn_rate_per_s
+# (derived from the in-flight steps, the warm-up users and the hold, as below).
+V2_MOCK_NAMES = {"mock_latency_ms": "latency_ms", "mock_workers": "workers",
+                 "mock_response_tokens": "response_tokens"}
+V2_WIRE_NAMES = {"wire_capture_s": "capture_s", "wire_capture_offset_s": "offset_s",
+                 "wire_snaplen_bytes": "snaplen_bytes"}
+# The load's fields recipe 3 dropped.
+V2_LOAD_ONLY = ("max_tokens", "spawn_rate_per_s")
+# Held beside the spec until recipe 3, not in it.
+V2_BESIDE_SPEC = ("files_sha256", "instruments")
+# No field was added while recipe 2 was current: it knew recipe 1's, with the same names.
+V2_RUN_FIELDS, V2_LOAD_FIELDS, V2_MOCK_FIELDS = V1_RUN_FIELDS, V1_LOAD_FIELDS, V1_MOCK_FIELDS
+V2_WIRE_FIELDS = tuple(V2_WIRE_NAMES.values())
+V2_NOT_IN_RUN_KEY = ("run_id", "run_index", "round", "position", "seed", "comparison_key",
+                     "mock_port", "system_port", "standby_port", "topology")
+
+
+def _v2_spawn_rate_per_s(load: dict) -> float:
+    """The highest rate an in-flight step spawned users at (each step's new users, the first's
+    above the warm-up's, over one hold); 0 outside that lane."""
+    steps = tuple(load["inflight_steps"])
+    if not steps:
+        return 0.0
+    added = max(n - before for n, before in zip(steps, (load["warmup_users"], *steps[:-1])))
+    return max(1.0, added / load["inflight_hold_s"])
+
+
+def spec_v2(spec: RunSpec) -> dict:
+    """``spec``'s plain data as recipes 1 and 2 knew a RunSpec."""
+    data = {k: v for k, v in spec.to_dict().items() if k not in V2_BESIDE_SPEC}
+    data["mock"] = {V2_MOCK_NAMES.get(k, k): v for k, v in data["mock"].items()}
+    data["wire"] = {V2_WIRE_NAMES.get(k, k): v for k, v in data["wire"].items()}
+    data["load"] = {**data["load"], "max_tokens": spec.mock.mock_response_tokens,
+                    "spawn_rate_per_s": _v2_spawn_rate_per_s(data["load"])}
+    return data
+
+
+def _sets_later_v2_field(data: dict, known: tuple[tuple[str, ...], ...]) -> bool:
+    """Whether ``data`` (spec_v2) sets a field the recipe never knew away from its default."""
+    run, load, mock, wire = known
+    return (_sets_later_field(data, _defaults(RunSpec), run)
+            or _sets_later_field(data["load"], _defaults(LoadShape), load)
+            or _sets_later_field(data["mock"], _defaults(MockSettings, V2_MOCK_NAMES), mock)
+            or _sets_later_field(data["wire"], _defaults(WireSettings, V2_WIRE_NAMES), wire))
+
+
 def run_key_v1(spec: RunSpec) -> str | None:
     """Recipe 1 of a run's key, from its RunSpec alone (its gateway.toml's SHA-256 is in it);
     None when the run sets something recipe 1 did not know."""
-    if any(_sets_later_field(obj, known) for obj, known in (
-            (spec, V1_RUN_FIELDS), (spec.load, V1_LOAD_FIELDS), (spec.mock, V1_MOCK_FIELDS))):
+    data = spec_v2(spec)
+    if _sets_later_v2_field(data, (V1_RUN_FIELDS, V1_LOAD_FIELDS, V1_MOCK_FIELDS,
+                                   V2_WIRE_FIELDS)):
         return None
-    load = {k: getattr(spec.load, k) for k in V1_LOAD_FIELDS
+    load = {k: data["load"][k] for k in V1_LOAD_FIELDS
             if spec.load.inflight_steps or k not in V1_INFLIGHT_LOAD_FIELDS}
-    mock = {k: getattr(spec.mock, k) for k in V1_MOCK_FIELDS
+    mock = {k: data["mock"][k] for k in V1_MOCK_FIELDS
             if spec.mock.fault_scenario or k not in V1_FAULT_FIELDS}
     payload: dict[str, Any] = {"system": spec.system, "load": load, "mock": mock,
                                "gateway_workers": spec.gateway_workers,
@@ -225,27 +337,33 @@ def run_key_v1(spec: RunSpec) -> str | None:
     return _sha256_v1(payload)
 
 
-def cell_key_v1(config: StudyConfig, toml_sha256: dict[str, str]) -> str | None:
-    """Recipe 1 of a cell's key: its settings and the SHA-256 of each of its systems'
-    gateway.toml (system -> digest); None when it sets something recipe 1 did not know."""
-    if _sets_later_field(config, V1_CONFIG_FIELDS):
+def run_key_v2(spec: RunSpec) -> str | None:
+    """Recipe 2 of a run's key: the spec as recipe 2 knew it but V2_NOT_IN_RUN_KEY, its
+    placement, its system's files and the instruments; None for a spec recorded before recipe 3
+    (its files are not in it) or one that sets something recipe 2 did not know."""
+    if not spec.files_sha256:
         return None
-    settings = config.to_dict()
-    settings = {k: settings[k] for k in V1_CONFIG_FIELDS
-                if k not in V1_NOT_IN_CELL_KEY
-                and (settings[k] or k not in V1_IN_CELL_KEY_WHEN_SET)
-                and settings[k] != V1_IN_CELL_KEY_UNLESS.get(k, object())
-                and (config.inflight_steps or k not in V1_IN_CELL_KEY_IN_INFLIGHT_LANE)}
-    return _sha256_v1({"config": settings,
-                       "gateway_toml_sha256": {name: toml_sha256[name] for name in config.gateways}})
+    data = spec_v2(spec)
+    if _sets_later_v2_field(data, (V2_RUN_FIELDS, V2_LOAD_FIELDS, V2_MOCK_FIELDS,
+                                   V2_WIRE_FIELDS)):
+        return None
+    payload = {k: v for k, v in data.items() if k not in V2_NOT_IN_RUN_KEY}
+    payload.update(topology=spec.topology.placement(), files_sha256=spec.files_sha256,
+                   instruments=dataclasses.asdict(spec.instruments))
+    return versioned_key(payload, version=2)
+
+
+# A run's key in each recipe older than the current one, recomputed from its spec.
+OLDER_RUN_KEYS = {1: run_key_v1, 2: run_key_v2}
 
 
 def same_run(recorded: str, spec: RunSpec) -> bool:
     """Whether a run recorded with key ``recorded`` ran what ``spec`` (of the current plan)
     runs: the same key in the current recipe, or spec's key in the recorded one's recipe."""
-    if key_version(recorded) == KEY_VERSION:
+    version = key_version(recorded)
+    if version == KEY_VERSION:
         return recorded == spec.comparison_key
-    return recorded == run_key_v1(spec)
+    return recorded == OLDER_RUN_KEYS[version](spec)
 
 
 def oldest_recipe(keys) -> int:
@@ -257,9 +375,9 @@ def oldest_recipe(keys) -> int:
 def run_key_in(version: int, recorded: str, spec: RunSpec | None) -> str:
     """A recorded run key in recipe ``version``: recomputed from its recorded spec when it was
     recorded in a newer one; else itself (then it equals no other recipe's key)."""
-    if key_version(recorded) == version or version != 1 or spec is None:
+    if key_version(recorded) <= version or spec is None:
         return recorded
-    return run_key_v1(spec) or recorded
+    return OLDER_RUN_KEYS[version](spec) or recorded
 
 
 def cell_key_in(version: int, recorded: str, config: StudyConfig | None,

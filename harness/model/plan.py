@@ -13,62 +13,21 @@ from harness.model.builds import system_env
 from harness.model.config import StudyConfig
 from harness.model.errors import UserError
 from harness.model.gateway_spec import GatewaySpec, feature_of
+from harness.model.run_parts import LoadShape, MockSettings, WireSettings, part
 from harness.model.topology import Topology, load_processes, local_topology, topology_of
 
 
 @dataclass(frozen=True)
-class LoadShape:
-    users: int
-    ramp_s: float
-    hold_s: float
-    min_hold_requests: int
-    max_hold_s: float
-    warmup_s: float
-    warmup_users: int
-    think_time_s: float
-    locust_processes: int
-    request_timeout_s: float
-    max_tokens: int
-    stream: bool = False
-    open_loop_rates_per_s: tuple[float, ...] = ()   # () = closed loop
-    open_loop_step_s: float = 0.0                   # 0 in closed loop: it changes nothing there
-    feature: str = ""                               # "" = each system's [request] as declared
-    request_bytes: int = 0                          # 0 = the small default chat body
-    inflight_steps: tuple[int, ...] = ()            # the in-flight lane's open requests per step
-    inflight_step_s: float = 0.0                    # 0 outside that lane
-    inflight_hold_s: float = 0.0                    # the mock's hold there (0 outside it)
-    spawn_rate_per_s: float = 0.0                   # the highest rate a step spawns users at (each
-                                                    # step's new users over one hold)
-
-
-@dataclass(frozen=True)
-class MockSettings:
-    latency_ms: float
-    workers: int
-    response_tokens: int
-    stream_chunks: int = 20
-    chunk_delay_ms: float = 20.0
-    # provider faults (harness/model/fault_scenarios.py); all unset without a scenario
-    fault_scenario: str = ""
-    faults: str = ""                # the rendered schedule (JSON), times after the hold's start
-    fault_seed: int = 0
-    fault_start_s: float = 0.0      # the whole fault window, after the hold's start
-    fault_duration_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class WireSettings:
-    """The packet capture during the hold (0 s: none). Measuring apparatus, not load (its CPU is
-    sampled as the `capture` role); in the comparison key, as every setting is, since it shares
-    the machine with what it measures."""
-    capture_s: float = 0.0
-    offset_s: float = 2.0
-    snaplen_bytes: int = 512
+class Instruments:
+    """The versions of the instruments every run is measured with, part of every key."""
+    mock_version: str = ""      # the mock provider's (mocks.__version__)
+    locust_version: str = ""    # the load generator's, as pinned and installed
 
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One run of one system: everything needed to execute it, and nothing else."""
+    """One run of one system: everything needed to execute it, and what its comparison key
+    must know besides (its system's files, the instruments' versions), and nothing else."""
     run_id: str               # "<system>-<run_index>"
     system: str
     run_index: int            # 1-based count of this system's runs
@@ -98,6 +57,10 @@ class RunSpec:
                                # (0: a run from before it was set)
     scale: str = "shipped"    # shipped | sized: the configuration the system is asked to run
                               # with for many open connections (the study's setting)
+    files_sha256: dict[str, str] = field(default_factory=dict)  # every file the system's folder
+                              # declares (GatewaySpec.files_sha256); {}: a run recorded before
+                              # key recipe 3
+    instruments: Instruments = field(default_factory=Instruments)  # "": likewise
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -105,9 +68,10 @@ class RunSpec:
 
 # A comparison key is "<KEY_VERSION>:<SHA-256>" of one recipe, with nothing left out to keep an
 # earlier key: a key of an older recipe (a bare SHA-256 is version 1) is matched by recomputing
-# that recipe (harness.model.migrate), and a version this harness does not know is refused.
-KEY_VERSION = 2
-KEY_VERSIONS = (1, 2)
+# that recipe (harness.model.migrate), and a version this harness does not know is refused. A
+# suite cell's key has its own recipe (harness.model.suite.CELL_KEY_VERSION).
+KEY_VERSION = 3
+KEY_VERSIONS = (1, 2, 3)
 # Left out of a run's key: which run of the system it is (repeated runs share a key), the seed
 # (it orders the rounds; a fault schedule's seed is in the mock's settings) and the ports (any
 # free ones). Its topology enters as its placement (Topology.placement).
@@ -119,51 +83,44 @@ class KeyVersionError(UserError, ValueError):
     """A recorded comparison key of a recipe this harness does not know."""
 
 
-@dataclass(frozen=True)
-class Instruments:
-    """The versions of the instruments every run is measured with, part of every key."""
-    mock_version: str       # the mock provider's (mocks.__version__)
-    locust_version: str     # the load generator's, as pinned and installed
-
-
-def key_version(key: str) -> int:
+def key_version(key: str, versions: tuple[int, ...] = KEY_VERSIONS) -> int:
     """The recipe a recorded key was made with: "<version>:<SHA-256>", or a bare SHA-256 for
-    version 1; KeyVersionError for any other version."""
+    version 1; KeyVersionError for a version not in ``versions``."""
     version, colon, _ = key.partition(":")
     if not colon:
         return 1
-    if not version.isdigit() or int(version) not in KEY_VERSIONS:
+    if not version.isdigit() or int(version) not in versions:
         raise KeyVersionError(f"comparison key {key[:16]}...: recipe version {version!r} is not "
-                              f"one this harness knows ({', '.join(map(str, KEY_VERSIONS))}); "
+                              f"one this harness knows ({', '.join(map(str, versions))}); "
                               "was it recorded by a newer harness?")
     return int(version)
 
 
-def versioned_key(payload: dict) -> str:
-    """The current recipe's key of a payload: its canonical JSON hashed, the version before."""
+def versioned_key(payload: dict, version: int = KEY_VERSION) -> str:
+    """Recipe ``version``'s key of a payload: its canonical JSON hashed, the version before."""
     canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-    return f"{KEY_VERSION}:{hashlib.sha256(canonical.encode()).hexdigest()}"
+    return f"{version}:{hashlib.sha256(canonical.encode()).hexdigest()}"
 
 
-def comparison_key(spec: RunSpec, files_sha256: dict[str, str], instruments: Instruments) -> str:
-    """The run's key: its whole RunSpec but NOT_IN_RUN_KEY, its placement, the SHA-256 of every
-    file its system's folder declares (GatewaySpec.files_sha256) and the instruments' versions.
+def comparison_key(spec: RunSpec) -> str:
+    """The run's key: its whole RunSpec but NOT_IN_RUN_KEY, with its placement (the SHA-256 of
+    every file its system's folder declares and the instruments' versions are in the spec).
     Runs with equal keys ran the same thing."""
     payload = {k: v for k, v in spec.to_dict().items() if k not in NOT_IN_RUN_KEY}
-    payload.update(topology=spec.topology.placement(), files_sha256=files_sha256,
-                   instruments=dataclasses.asdict(instruments))
+    payload.update(topology=spec.topology.placement())
     return versioned_key(payload)
 
 
 def fault_settings(config: StudyConfig) -> dict:
-    """MockSettings' fault fields for a study ({} without a scenario)."""
-    faults = config.faults
-    if not faults.fault_scenario:
-        return {}
-    duration = fault_scenarios.duration_of(faults.fault_scenario, faults.fault_duration_s)
-    return dict(dataclasses.asdict(faults), fault_duration_s=duration,
-                faults=fault_scenarios.schedule_json(faults.fault_scenario, faults.fault_start_s, duration),
-                fault_seed=config.seed if faults.fault_seed < 0 else faults.fault_seed)
+    """MockSettings' fault fields for a study: the window resolved and its schedule rendered;
+    without a scenario, every one unset (they change nothing there)."""
+    if not config.fault_scenario:
+        return dict(faults="", fault_seed=0, fault_start_s=0.0, fault_duration_s=0.0)
+    duration = fault_scenarios.duration_of(config.fault_scenario, config.fault_duration_s)
+    return dict(fault_duration_s=duration,
+                faults=fault_scenarios.schedule_json(config.fault_scenario, config.fault_start_s,
+                                                     duration),
+                fault_seed=config.seed if config.fault_seed < 0 else config.fault_seed)
 
 
 def runs_of(config: StudyConfig, spec: GatewaySpec) -> int:
@@ -182,25 +139,19 @@ def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec], instruments: I
     machine (thermal, other tenants) spreads over all systems instead of landing on one.
     instruments: the mock's and Locust's versions (in every key); commits: the entries built
     from another commit (entry -> full commit); topology: the study's, as its check read it
-    (None: read here). Each RunSpec section is built from the StudyConfig sections of the same
-    names (harness/model/config.py: SECTIONS)."""
+    (None: read here). The load, mock and wire parts hold the settings of their names
+    (harness.model.run_parts.part)."""
     commits = commits or {}
     topology = topology or topology_of(config.topology_path)
     envs = system_env(config.system_env)
-    load = config.load
-    base_load = LoadShape(
-        **dataclasses.asdict(load) | dict(
-            locust_processes=load_processes(topology, load.locust_processes),
-            open_loop_step_s=load.open_loop_step_s if load.open_loop_rates_per_s else 0.0),
-        max_tokens=config.mock.response_tokens, **dataclasses.asdict(config.request),
-        **inflight_load(config))
-    hold = (dict(zip(("latency_ms", "stream_chunks"), inflight.mock_hold(config)))
+    base_load = part(LoadShape, config, **lane_load(config),
+                     locust_processes=load_processes(topology, config.locust_processes))
+    hold = (dict(zip(("mock_latency_ms", "stream_chunks"), inflight.mock_hold(config)))
             if config.inflight_steps else {})
-    mock = MockSettings(**dataclasses.asdict(config.mock) | hold, **fault_settings(config))
-    wire = WireSettings(**dataclasses.asdict(config.wire))
-    placement = config.placement
-    pins = CpuAffinity(**{role: getattr(placement, name) for role, name in affinity.FIELDS.items()})
-    nice = Niceness(**{role: getattr(placement, name) for role, name in affinity.NICE_FIELDS.items()})
+    mock = part(MockSettings, config, **hold, **fault_settings(config))
+    wire = part(WireSettings, config)
+    pins = CpuAffinity(**{role: getattr(config, name) for role, name in affinity.FIELDS.items()})
+    nice = Niceness(**{role: getattr(config, name) for role, name in affinity.NICE_FIELDS.items()})
     standby = fault_scenarios.needs_standby(config.fault_scenario)
     for spec in specs.values():  # variants that cannot be combined are refused before any run
         spec.configured(config.resilience, config.scale)
@@ -230,16 +181,17 @@ def make_plan(config: StudyConfig, specs: dict[str, GatewaySpec], instruments: I
                 standby_port=config.base_port + 2 if config.base_port and standby else 0,
                 wire=wire, resilience=config.resilience, affinity=pins, source_commit=source,
                 env=env, nice=nice, open_files_limit=config.open_files_limit,
-                scale=config.scale)
-            plan.append(dataclasses.replace(
-                run, comparison_key=comparison_key(run, files[system], instruments)))
+                scale=config.scale, files_sha256=files[system], instruments=instruments)
+            plan.append(dataclasses.replace(run, comparison_key=comparison_key(run)))
     return plan
 
 
-def inflight_load(config: StudyConfig) -> dict:
-    """LoadShape's in-flight fields ({} outside that lane)."""
-    lane = config.inflight
-    if not lane.inflight_steps:
-        return {}
-    return dict(dataclasses.asdict(lane), spawn_rate_per_s=inflight.top_spawn_rate_per_s(
-        lane.inflight_steps, config.warmup_users, lane.inflight_hold_s))
+def lane_load(config: StudyConfig) -> dict:
+    """LoadShape's settings of a lane the study is not in, unset: they change nothing there (the
+    open-loop step outside the open loop, the in-flight step and hold outside that lane)."""
+    unset: dict = {}
+    if not config.open_loop_rates_per_s:
+        unset.update(open_loop_step_s=0.0)
+    if not config.inflight_steps:
+        unset.update(inflight_step_s=0.0, inflight_hold_s=0.0)
+    return unset

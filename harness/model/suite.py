@@ -24,9 +24,8 @@ A suite file is TOML::
 
 A path is a StudyConfig field by its own name (``users``) or a dotted path ``section.name``
 through StudyConfig's sections (``harness.model.config.SECTIONS``): ``name`` is a field of that
-section (``mock.latency_ms`` is ``mock_latency_ms``, ``wire.offset_s`` is
-``wire_capture_offset_s``) or the StudyConfig field ``name`` or ``section_name`` the section
-holds (``gateway.workers`` is ``gateway_workers``). Each runnable cell is a
+section, with or without the section's prefix (``mock.latency_ms`` is ``mock_latency_ms``,
+``gateway.workers`` is ``gateway_workers``, ``load.users`` is ``users``). Each runnable cell is a
 whole study in ``<out-dir>/<suite-id>/<cell-id>/``; the suite's ``manifest.json`` lists every
 cell with its axis values, its comparison key and, for a cell left out, the reason (a declared
 exclusion or the configuration's validation error). Two suites are compared cell by cell only
@@ -43,10 +42,11 @@ from typing import Any
 from harness.model import config as config_mod
 from harness.model import migrate
 from harness.model import toml_schema as T
-from harness.model.config import SECTIONS, ConfigError, StudyConfig, section_fields
+from harness.model.config import SECTIONS, ConfigError, StudyConfig, unknown_parameter
 from harness.model.errors import UserError
 from harness.model.formats import SUITE_MANIFEST
 from harness.model.gateway_spec import load_gateway_spec
+from harness.model.glossary import retired_parameter
 from harness.model.manifests import dump, load
 from harness.model.plan import Instruments, RunSpec, versioned_key
 
@@ -56,6 +56,9 @@ DEFAULT_OUT_DIR = "artifacts/suites"
 # what it is called, which preset it came from; the folders' files are in the key themselves).
 SUITE_OWNED = ("out_dir", "study_id", "profile")
 NOT_IN_KEY = SUITE_OWNED + ("base_port", "gateways_dir")
+# A cell's key has its own recipe, as a run's has (harness.model.plan.KEY_VERSION): recipe 1 is
+# recomputed by harness.model.migrate.cell_key_v1.
+CELL_KEY_VERSION = 2
 # The format of a suite file (this module's docstring); paths and values are checked after.
 SCHEMA = T.Table({"name": T.STR, "description": T.STR, "profile": T.STR,
                   "base": T.Table(each=T.ANY), "axes": T.Table(each=T.ANY),
@@ -96,17 +99,18 @@ def field_of(path: str) -> str:
     if not dot:
         if path in fields:
             return path
+        if retired_parameter(path):
+            raise SuiteError(unknown_parameter(path))
         raise SuiteError(f"{path}: not a setting; use a StudyConfig field or one of "
                          f"{sorted(SECTIONS)}.<name>")
     if section not in SECTIONS:
         raise SuiteError(f"{path}: unknown section {section!r}; sections: {sorted(SECTIONS)}")
-    held = {own: flat for own, flat in section_fields(section).items() if flat in fields}
-    if name in held:
-        return held[name]
+    held = [setting for setting in SECTIONS[section] if setting in fields]
     for candidate in (name, f"{section}_{name}"):
-        if candidate in held.values():
+        if candidate in held:
             return candidate
-    raise SuiteError(f"{path}: {section} has no {name!r}; it has {list(held)}")
+    shown = [setting.removeprefix(section + "_") for setting in held]
+    raise SuiteError(f"{path}: {section} has no {name!r}; it has {shown}")
 
 
 def _flatten(table: dict, prefix: str = "") -> dict:
@@ -187,7 +191,7 @@ def cell_key(config: StudyConfig, instruments: Instruments) -> str:
     files = {name: load_gateway_spec(name, config.systems_dir).files_sha256()
              for name in config.gateways}
     return versioned_key({"config": settings, "files_sha256": files,
-                          "instruments": dataclasses.asdict(instruments)})
+                          "instruments": dataclasses.asdict(instruments)}, CELL_KEY_VERSION)
 
 
 def axis_text(value: Any) -> str:

@@ -33,7 +33,7 @@ PHASE_STARTS = (("ramp_start_t_unix_s", "ramp"), ("hold_start_t_unix_s", "hold")
 
 @dataclass(frozen=True)
 class WireSource:
-    """The run's wire capture (harness.run.measure.WireWindow's check) and the ports its
+    """The run's wire capture (harness.run.wire_window.WireWindow's check) and the ports its
     packets are read by; gateway_port None when the client called the mock directly."""
     check: WireCheck
     mock_port: int

@@ -1,5 +1,5 @@
 """The counting lane: every system of a study counted once (plain relay and a streamed answer),
-instructions and system calls per request, under Valgrind and strace (harness/run/counting.py).
+instructions and system calls per request, under Valgrind and strace (harness/run/count_system.py).
 
 These figures do not depend on the CPU model or on the machine's noise, as CPU time does. A
 system Valgrind cannot run, or that did not run in the study, is kept with the reason.
@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Callable
 
 from harness.files.study_files import StudyFiles
-from harness.model.counting import LANE_CASES, Sizes
+from harness.model.count_cases import LANE_CASES, Sizes
 from harness.model.gateway_spec import GatewaySpec
 from harness.remote.machine import this_machine
-from harness.run.counting import BuildCount, count_system, write_counts
+from harness.run.count_system import BuildCount, count_system, write_counts
 
 
 def run_count_lane(specs: dict[str, GatewaySpec], versions: dict[str, str],

@@ -15,7 +15,8 @@ from harness.model.affinity import pinned
 from harness.model.config import MAX_SPAWN_RATE_PER_PROCESS, REPO_DIR
 from harness.model.dialects import DIALECTS
 from harness.model.load_settings import LoadSettings
-from harness.model.plan import MockSettings, RunSpec
+from harness.model.plan import RunSpec
+from harness.model.run_parts import MockSettings
 from harness.remote.hosts import start_on
 from harness.run.bodies import RID_SLOT, chat_body
 
@@ -70,7 +71,7 @@ def expected_load_s(spec: RunSpec) -> float:
 def write_body(spec: RunSpec, target: Target, run_dir: Path) -> Path:
     """Every request of the run sends these bytes (built from the recorded seed)."""
     return RunFiles(run_dir).write_body(chat_body(
-        target.dialect, target.model, spec.load.max_tokens, spec.load.stream,
+        target.dialect, target.model, spec.mock.mock_response_tokens, spec.load.stream,
         spec.load.request_bytes, spec.seed, rid_slot=True))
 
 
@@ -84,23 +85,13 @@ def start_locust(spec: RunSpec, target: Target, run_dir: Path, master_port: int 
         chat_path=target.chat_path, model=target.model, headers=target.headers,
         self_overhead_header=target.self_overhead_header.lower(),
         self_overhead_scale_ms=target.self_overhead_scale_ms,
-        users=spec.load.users, ramp_s=spec.load.ramp_s, hold_s=spec.load.hold_s,
-        min_hold_requests=spec.load.min_hold_requests, max_hold_s=spec.load.max_hold_s,
-        warmup_s=spec.load.warmup_s, warmup_users=spec.load.warmup_users,
-        think_time_s=spec.load.think_time_s, request_timeout_s=spec.load.request_timeout_s,
-        max_tokens=spec.load.max_tokens, stream=spec.load.stream,
         body_file=str(write_body(spec, target, run_dir)),
         content_frame=DIALECTS[target.dialect].content_frame,
         done_frame=DIALECTS[target.dialect].done_frame,
         unary_marker=DIALECTS[target.dialect].unary_marker,
-        dialect=target.dialect,
-        open_loop_rates_per_s=tuple(spec.load.open_loop_rates_per_s),
-        open_loop_step_s=spec.load.open_loop_step_s,
+        dialect=target.dialect, load=spec.load,
         open_loop_spawn_rate_per_s=MAX_SPAWN_RATE_PER_PROCESS,
-        inflight_steps=tuple(spec.load.inflight_steps),
         inflight_steps_run=len(spec.load.inflight_steps) if steps_run is None else steps_run,
-        inflight_step_s=spec.load.inflight_step_s,
-        inflight_hold_s=spec.load.inflight_hold_s,
         inflight_drain_margin_s=inflight.DRAIN_MARGIN_S,
         raw_dir=str(run.raw_dir),
         run_id=spec.run_id, rid_slot=RID_SLOT, seed=spec.seed,

@@ -38,7 +38,7 @@ from harness.model.plan import Instruments, RunSpec
 from harness.model.schema import SAMPLES
 from harness.remote import hosts
 from harness.remote.machine import host_snapshot
-from harness.run import consolidate, limits, measure
+from harness.run import consolidate, limits, wire_window
 from harness.run import load as load_stage
 from harness.run.systems import start_mock, start_system
 from harness.run.verify import pre_check, warm_up
@@ -81,7 +81,7 @@ class _Running:
     locust: object = None
     workers: list = field(default_factory=list)
     wire_window: object = None
-    baseline_stats: dict | None = None
+    mock_stats_before: dict | None = None
     mock_wait_ms: float | None = None
 
 
@@ -93,7 +93,7 @@ def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
     run_dir = StudyFiles(study_dir).run(spec.system, spec.run_index).fresh().dir
     gateway, notes = gateway.configured(spec.resilience, spec.scale)
     r = _Running(_run_manifest(spec, gateway, version, notes),
-                 WireCheck(captured=False, reason=measure.capture_not_possible(spec)
+                 WireCheck(captured=False, reason=wire_window.capture_not_possible(spec)
                            or "not captured: the run ended before its load"))
     write_manifest(run_dir, r.manifest)
     status, reason = "completed", ""
@@ -121,7 +121,7 @@ def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
                              host_after=snapshot_of(host_snapshot()),
                              hosts={name: replace(h, after=after.get(name, {}))
                                     for name, h in r.manifest.hosts.items()})
-        r.manifest = _finish(r.manifest, spec, run_dir, r.mock, r.standby, r.baseline_stats,
+        r.manifest = _finish(r.manifest, spec, run_dir, r.mock, r.standby, r.mock_stats_before,
                              status, reason, r.wire_check,
                              _port_of(r.system.target.base_url) if r.system else None,
                              r.mock_wait_ms)
@@ -166,12 +166,12 @@ def _start_providers(r: _Running, spec: RunSpec, run_dir: Path, processes: ExitS
     topology, m = spec.topology, spec.mock
     common = dict(stream_chunks=m.stream_chunks, chunk_delay_ms=m.chunk_delay_ms,
                   host=topology.host(topology.mock), cpus=spec.affinity.mock, nice=spec.nice.mock)
-    r.mock = start_mock(run_dir, m.latency_ms, m.workers, m.response_tokens,
+    r.mock = start_mock(run_dir, m.mock_latency_ms, m.mock_workers, m.mock_response_tokens,
                         **{**common, "port": spec.mock_port}, faults=m.faults,
                         fault_seed=m.fault_seed, fault_arm_file=RunFiles(run_dir).fault_arm_path)
     _stop_later(processes, r.mock.process)
     if fault_scenarios.needs_standby(m.fault_scenario):
-        r.standby = start_mock(run_dir, m.latency_ms, m.workers, m.response_tokens,
+        r.standby = start_mock(run_dir, m.mock_latency_ms, m.mock_workers, m.mock_response_tokens,
                                **{**common, "port": spec.standby_port}, name="mock-standby")
         _stop_later(processes, r.standby.process)
 
@@ -218,10 +218,10 @@ def _start_observers(r: _Running, spec: RunSpec, gateway: GatewaySpec, run_dir: 
                                          and not isinstance(p, hosts.RemoteProcess)])
     # stopped after the capture: samples describe live processes, never ones being torn down
     observers.callback(sampler.stop)
-    if not measure.capture_not_possible(spec):
+    if not wire_window.capture_not_possible(spec):
         # the floor (direct) calls the mock itself: its port is the only one
         ports = {mock.port, _port_of(target.base_url) or mock.port}
-        window = r.wire_window = measure.WireWindow(spec, run_dir, sorted(ports))
+        window = r.wire_window = wire_window.WireWindow(spec, run_dir, sorted(ports))
         sampler.watch("capture", lambda: window.pid)
         observers.callback(_finish_capture, r)   # when the run failed during its load
     sampler.start()
@@ -250,7 +250,7 @@ def _verify(r: _Running, spec: RunSpec, gateway: GatewaySpec,
                       r.mock.stats_dir, spec.load.request_timeout_s, dialect=target.dialect,
                       request_bytes=spec.load.request_bytes,
                       standby_stats_dir=r.standby.stats_dir if r.standby else None)
-    r.baseline_stats = check.pop("_snapshot")
+    r.mock_stats_before = check.pop("_snapshot")
     r.manifest = replace(r.manifest, checks=RunChecks(pre_request=PreRequestCheck(**check)))
     if check["problem"] or not check["mock_saw_it"]:
         raise ProcessError(f"pre-check failed: {check['problem'] or 'the mock never saw it'}")
@@ -266,7 +266,7 @@ def _fit_steps(r: _Running, spec: RunSpec, gateway: GatewaySpec,
         return
     roles = [inflight.RoleFiles("locust", spec.load.locust_processes, inflight.FD_MARGIN,
                                 limits.own_limit() if _locust_local(spec) else None),
-             inflight.RoleFiles("mock", spec.mock.workers, inflight.FD_MARGIN,
+             inflight.RoleFiles("mock", spec.mock.mock_workers, inflight.FD_MARGIN,
                                 r.manifest.limits.open_files_by_role.get("mock")
                                 if r.manifest.limits else None)]
     if r.system.process is not None:
@@ -349,7 +349,7 @@ def _elapsed_ms(start_ns: int | None, end_ns: int | None) -> float | None:
     return None if start_ns is None or end_ns is None else (end_ns - start_ns) / 1e6
 
 
-def _finish(manifest: RunManifest, spec: RunSpec, run_dir: Path, mock, standby, baseline_stats,
+def _finish(manifest: RunManifest, spec: RunSpec, run_dir: Path, mock, standby, mock_stats_before,
             status: str, reason: str, wire_check: WireCheck, gateway_port: int | None,
             mock_wait_ms: float | None = None) -> RunManifest:
     """Whatever happened, turn what was written into artifacts and seal the manifest."""
@@ -383,9 +383,9 @@ def _finish(manifest: RunManifest, spec: RunSpec, run_dir: Path, mock, standby, 
     manifest = replace(manifest, wire=wire_check, checks=replace(
         manifest.checks, identity=identity_check,
         identity_missing_reason="" if identity_check is not None else identity_reason))
-    if rows is not None and mock is not None and baseline_stats is not None:
+    if rows is not None and mock is not None and mock_stats_before is not None:
         final = read_stats(mock.stats_dir, timeout_s=3.0)
-        during = diff_stats(final, baseline_stats)
+        during = diff_stats(final, mock_stats_before)
         run.write_mock_stats({k: v for k, v in during.items() if k != "schema_version"})
         ok = int(((rows["status_code"] == 200) & (rows["error_kind"] == "")).sum())
         manifest = replace(

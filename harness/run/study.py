@@ -14,7 +14,7 @@ from pathlib import Path
 from harness.files.study_files import StudyFiles
 from harness.host.processes import stop_all
 from harness.model.config import StudyConfig
-from harness.model.counting import LANE_SIZES
+from harness.model.count_cases import LANE_SIZES
 from harness.model.manifests import (
     Attempt,
     PlanEntry,

@@ -117,7 +117,7 @@ def expected(cells: list[Cell]) -> tuple[int, float]:
 
 def run_suite(suite: Suite, cells: list[Cell], out_dir: str = DEFAULT_OUT_DIR, suite_id: str = "",
               progress: Callable[[str], None] = print) -> SuiteResult:
-    """Run every runnable cell as a study (with its baseline) in its own directory, one after
+    """Run every runnable cell as a study (with its floor) in its own directory, one after
     the other; the suite manifest is rewritten after each. A suite run again with the same
     suite_id keeps every run that completed with the same comparison key."""
     from harness.run.study import (

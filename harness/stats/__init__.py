@@ -13,7 +13,7 @@ Definitions (the report's methodology prints the same text, from ``DEFINITIONS``
   default linear interpolation;
 * throughput: successful requests started in the window / the window's length;
 * overhead vs mock: a latency percentile minus the mock's set latency;
-* overhead vs baseline: a latency percentile minus the same percentile of the floor system (the
+* overhead vs floor: a latency percentile minus the same percentile of the floor system (the
   one whose gateway.toml role is "floor"; mean over its completed runs) at the same user count
   (bins of ``bin_users``);
 * CPU-ms per request: the ``system`` role's ``cpu_seconds_total`` difference over the window

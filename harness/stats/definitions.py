@@ -39,7 +39,7 @@ DEFINITIONS: dict[str, str] = {
                            "default linear interpolation, in ms from send to last byte.",
     "throughput": "successful requests sent in the window divided by the window's length.",
     "overhead vs mock": "a latency percentile minus the mock's set latency (the HeimOS way).",
-    "overhead vs baseline": "a latency percentile minus the same percentile of the floor system "
+    "overhead vs floor": "a latency percentile minus the same percentile of the floor system "
                             "(gateway.toml role \"floor\": the client straight to the mock; mean "
                             "over its completed runs) at the same user count (users binned).",
     "errors": "rows of the whole run by error_kind (http, timeout, connection, other), plus the "

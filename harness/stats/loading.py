@@ -183,11 +183,11 @@ def mock_latency_ms(study: Study, run: RunManifest) -> float:
     """The mock's set latency for a run (the study's setting for a run without a manifest)."""
     if run.spec is None:
         return as_float(study.manifest.config.mock_latency_ms)
-    return as_float(run.spec.mock.latency_ms)
+    return as_float(run.spec.mock.mock_latency_ms)
 
 
 def mock_workers(study: Study, run: RunManifest) -> float:
-    n = as_float(run.spec.mock.workers if run.spec else study.manifest.config.mock_workers)
+    n = as_float(run.spec.mock.mock_workers if run.spec else study.manifest.config.mock_workers)
     return n if n > 0 else 1.0
 
 

@@ -142,7 +142,7 @@ def open_loop_capacity(steps: pd.DataFrame, floor: str | None,
             d = describe(runs[name]) if len(runs) else describe([])
             rec.update({f"{name}_n": d["n"], f"{name}_mean": d["mean"], f"{name}_sd": d["sd"]})
         stop = rec["stopped_at_rps_mean"]
-        rec["baseline_also_stopped"] = bool(system != floor and not math.isnan(floor_stop)
-                                            and not math.isnan(stop) and stop >= floor_stop)
+        rec["floor_also_stopped"] = bool(system != floor and not math.isnan(floor_stop)
+                                         and not math.isnan(stop) and stop >= floor_stop)
         out.append(rec)
     return pd.DataFrame(out)

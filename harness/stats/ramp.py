@@ -18,7 +18,7 @@ def ramp_curve(study: Study, bin_users: int = DEFAULT_BIN_USERS,
     """Per system, run and users bin along [ramp_start, hold_end): the time spent in the bin
     (the gaps from each request's send to the next, so throughput = successful / time),
     latency and overhead percentiles over the bin's successful requests; the overheads vs
-    baseline against ``floor`` (default: the study's floor system)."""
+    the floor are against ``floor`` (default: the study's floor system)."""
     floor_bins = _floor_ramp_bins(study, floor or Roles.of(study.manifest).floor, bin_users)
     out = []
     for run in study.runs:

@@ -388,7 +388,7 @@ def _offered_figures(v: RunView) -> dict:
         return {"offered_rps": math.nan}
     load, mock = v.run.spec.load, v.run.spec.mock
     think, users = as_float(load.think_time_s), as_float(load.users)
-    fastest_s = (as_float(mock.latency_ms) + (
+    fastest_s = (as_float(mock.mock_latency_ms) + (
         as_float(mock.stream_chunks) * as_float(mock.chunk_delay_ms) if load.stream else 0.0)) / 1000.0
     return {"offered_rps": (users / (think + fastest_s) if think > 0 and not math.isnan(fastest_s)
                             else math.nan)}
@@ -405,7 +405,7 @@ FIGURE_GROUPS: tuple[Callable[[RunView], dict], ...] = (
 def run_summary(study: Study, bin_users: int = DEFAULT_BIN_USERS,
                 floor: str | None = None) -> pd.DataFrame:
     """One row per run (plan order) with every per-run figure (FIGURE_GROUPS, then the label
-    classify gives it); see the package docstring. The overheads vs baseline are against
+    classify gives it); see the package docstring. The overheads vs the floor are against
     ``floor`` (default: the study's floor system)."""
     floor = floor or Roles.of(study.manifest).floor
     floor_bins = _floor_bins(study, floor, bin_users)

@@ -37,9 +37,10 @@ class Schedule:
     @classmethod
     def of(cls, settings: LoadSettings) -> "Schedule | None":
         """The run's schedule; None in closed loop (no rates)."""
-        if not settings.open_loop_rates_per_s:
+        load = settings.load
+        if not load.open_loop_rates_per_s:
             return None
-        return cls(settings.open_loop_rates_per_s, settings.open_loop_step_s, settings.warmup_s)
+        return cls(load.open_loop_rates_per_s, load.open_loop_step_s, load.warmup_s)
 
     @property
     def steps_start_t(self) -> float:

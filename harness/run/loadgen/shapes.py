@@ -65,9 +65,9 @@ class StudyShape(LoadTestShape):
     def _arm_faults(self, warmup_start):
         """The mock's fault windows count from the hold's planned start, reckoned from the
         load's real start: the same place in the hold whatever the system's start took."""
-        ramp = self.settings.ramp_s if self.ramps else 0.0
+        ramp = self.settings.load.ramp_s if self.ramps else 0.0
         producers.arm_faults(self.settings.fault_arm_file,
-                             warmup_start + self.settings.warmup_s + ramp)
+                             warmup_start + self.settings.load.warmup_s + ramp)
 
     def tick(self):
         self.users.add(self.runner)
@@ -91,8 +91,8 @@ class ClosedLoop(StudyShape):
     def step(self):
         s = self.settings
         t = self.get_run_time()
-        warmup, ramp = s.warmup_s, s.ramp_s
-        users, warm_users = s.users, s.warmup_users
+        warmup, ramp = s.load.warmup_s, s.load.ramp_s
+        users, warm_users = s.load.users, s.load.warmup_users
         spawn_rate = max(users / ramp if ramp > 0 else users, warm_users, 1.0) * SPAWN_RATE_HEADROOM
         if t < warmup:
             self._mark("warmup_start_t_unix_s")
@@ -106,8 +106,8 @@ class ClosedLoop(StudyShape):
         total = self.runner.stats.total.num_requests
         if self.requests_at_hold_start is None:
             self.requests_at_hold_start = total
-        count_met = total - self.requests_at_hold_start >= s.min_hold_requests
-        if (held < s.hold_s or not count_met) and held < s.max_hold_s:
+        count_met = total - self.requests_at_hold_start >= s.load.min_hold_requests
+        if (held < s.load.hold_s or not count_met) and held < s.load.max_hold_s:
             return users, spawn_rate
         self._mark("hold_end_t_unix_s")
         return None
@@ -132,13 +132,13 @@ class InFlight(StudyShape):
 
     def step(self):
         s = self.settings
-        t, warmup = self.get_run_time(), s.warmup_s
+        t, warmup = self.get_run_time(), s.load.warmup_s
         # the steps that fit the machine's open-file limits (harness/run/run.py checks them)
-        steps = s.inflight_steps[:s.inflight_steps_run]
-        step_s, hold_s = s.inflight_step_s, s.inflight_hold_s
+        steps = s.load.inflight_steps[:s.inflight_steps_run]
+        step_s, hold_s = s.load.inflight_step_s, s.load.inflight_hold_s
         if t < warmup:
             self._mark("warmup_start_t_unix_s")
-            return s.warmup_users, s.warmup_users
+            return s.load.warmup_users, s.load.warmup_users
         self._mark("ramp_start_t_unix_s")
         self._mark("hold_start_t_unix_s")
         now = time.time()
@@ -150,7 +150,7 @@ class InFlight(StudyShape):
                     index = len(steps)  # it failed: stop here
                 self.step_seen, self.failures_at_step = index, failures
             if index < len(steps):
-                before = steps[index - 1] if index else s.warmup_users
+                before = steps[index - 1] if index else s.load.warmup_users
                 self.drain_users = steps[index]  # the users of the step running now
                 return steps[index], max(1.0, (steps[index] - before) / hold_s)
             self.drain_end = now + (hold_s + s.inflight_drain_margin_s if steps else 0.0)
@@ -179,13 +179,13 @@ class OpenLoop(StudyShape):
         if now >= schedule.end_t:
             self._mark("hold_end_t_unix_s", schedule.end_t)
             return None
-        return self.settings.users, self.settings.open_loop_spawn_rate_per_s
+        return self.settings.load.users, self.settings.open_loop_spawn_rate_per_s
 
 
 def shape_class(settings: LoadSettings, users: UsersRecord,
                 schedule: Schedule | None) -> type[StudyShape]:
     """The run's one shape, bound to its settings: open loop with a schedule, the in-flight
     steps with steps, else the closed loop."""
-    base = OpenLoop if schedule is not None else InFlight if settings.inflight_steps else ClosedLoop
+    base = OpenLoop if schedule is not None else InFlight if settings.load.inflight_steps else ClosedLoop
     return type(base.__name__, (base,), {"abstract": False, "settings": settings,
                                          "users": users, "schedule": schedule})

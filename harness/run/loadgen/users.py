@@ -46,7 +46,7 @@ class ChatUser(FastHttpUser):
         # in one batch); held open for a fixed hold, a batch would answer and send together for
         # the rest of the run. In the in-flight lane each user starts at a random point of its
         # batch's second instead: an even stream of requests, as real traffic is.
-        if self.settings.inflight_steps:
+        if self.settings.load.inflight_steps:
             gevent.sleep(self.start_points.random() * SPAWN_BATCH_S)
 
     def context(self):
@@ -138,10 +138,10 @@ def user_class(settings: LoadSettings, ids: RequestIds, rows: RawRows,
     """The run's user class, bound to its settings (Locust makes users from the class)."""
     return type("ChatUser", (ChatUser,), {
         "abstract": False, "settings": settings, "ids": ids, "rows": rows, "schedule": schedule,
-        "wait_time": constant(settings.think_time_s),
-        "network_timeout": settings.request_timeout_s,
-        "connection_timeout": settings.request_timeout_s,
-        "stream": settings.stream,
+        "wait_time": constant(settings.load.think_time_s),
+        "network_timeout": settings.load.request_timeout_s,
+        "connection_timeout": settings.load.request_timeout_s,
+        "stream": settings.load.stream,
         "content_frame": re.compile(settings.content_frame.encode()),
         "done_frame": re.compile(settings.done_frame.encode()),
         "unary_marker": settings.unary_marker.encode(),

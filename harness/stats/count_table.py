@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.model.counting import families
+from harness.model.count_cases import families
 
 COLUMNS = ("system", "version", "case", "instructions_per_request", "reads_per_request",
            "writes_per_request", "sends_per_request", "waits_per_request",

@@ -17,7 +17,7 @@ _POLL_S = 0.05
 
 def capture_not_possible(spec: RunSpec) -> str:
     """Why this run cannot be captured, "" when it can."""
-    if spec.wire.capture_s <= 0:
+    if spec.wire.wire_capture_s <= 0:
         return "not captured: wire_capture_s = 0"
     if spec.topology.source:
         return "not captured: multi-host topology (the capture reads this machine's loopback only)"
@@ -25,14 +25,15 @@ def capture_not_possible(spec: RunSpec) -> str:
 
 
 class WireWindow:
-    """tcpdump on the loopback for ``capture_s`` seconds, starting ``offset_s`` into the hold
-    (read from the phases file Locust's shape writes), never past the planned hold's end."""
+    """tcpdump on the loopback for ``wire_capture_s`` seconds, starting ``wire_capture_offset_s``
+    into the hold (read from the phases file Locust's shape writes), never past the planned
+    hold's end."""
 
     def __init__(self, spec: RunSpec, run_dir: Path, ports: list[int], interface: str = "lo"):
         self.spec, self.run, self.interface = spec, RunFiles(run_dir), interface
         self.capture = Capture(str(self.run.pcap_path), ports, interface=interface,
-                               snaplen_bytes=spec.wire.snaplen_bytes,
-                               max_duration_s=spec.wire.capture_s + 5.0)
+                               snaplen_bytes=spec.wire.wire_snaplen_bytes,
+                               max_duration_s=spec.wire.wire_capture_s + 5.0)
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="wire-capture", daemon=True)
         self.window: tuple[float, float] | None = None
@@ -57,11 +58,12 @@ class WireWindow:
             if self._done.wait(_POLL_S):
                 self.reason = "not captured: the load ended before its hold began"
                 return
-        if self._done.wait(wire.offset_s) or self._phase("hold_end_t_unix_s") is not None:
+        offset_s = wire.wire_capture_offset_s
+        if self._done.wait(offset_s) or self._phase("hold_end_t_unix_s") is not None:
             self.reason = "not captured: the hold ended before the capture window began"
             return
-        length_s = min(wire.capture_s, max(0.0, self.spec.load.hold_s - wire.offset_s)) \
-            if not self.spec.load.open_loop_rates_per_s else wire.capture_s
+        length_s = min(wire.wire_capture_s, max(0.0, self.spec.load.hold_s - offset_s)) \
+            if not self.spec.load.open_loop_rates_per_s else wire.wire_capture_s
         try:
             self.capture.start()
         except CaptureError as exc:
@@ -91,7 +93,7 @@ class WireWindow:
             return WireCheck(captured=False, reason=self.reason or "not captured")
         r = self.result
         return WireCheck(captured=True, interface=self.interface,
-                         snaplen_bytes=self.spec.wire.snaplen_bytes,
+                         snaplen_bytes=self.spec.wire.wire_snaplen_bytes,
                          window_start_t_unix_s=self.window[0], window_end_t_unix_s=self.window[1],
                          pcap_file=PCAP, pcap_bytes=r.pcap_bytes,
                          packets_captured=r.packets_captured,

@@ -2,8 +2,8 @@
 
 import pytest
 
-from harness.model.counting import Sizes, families
-from harness.run.counting import CountError, read_dump, read_strace
+from harness.model.count_cases import Sizes, families
+from harness.run.count_system import CountError, read_dump, read_strace
 
 DUMP = """version: 1
 creator: callgrind-3.19.0
@@ -72,7 +72,7 @@ def test_sizes_are_checked_and_strace_gets_its_own():
 
 
 def test_each_case_scales_its_phases_to_about_the_same_work():
-    from harness.model.counting import GATE_CASES, CountCase
+    from harness.model.count_cases import GATE_CASES, CountCase
     refused = Sizes().of(CountCase("refused", scale=4.5))
     assert (refused.n1, refused.n2, refused.warmup, refused.syscall_n2) == (900, 4500, 50, 250)
     # Sluice's instructions a request in each case, times its requests between the phases
@@ -83,7 +83,7 @@ def test_each_case_scales_its_phases_to_about_the_same_work():
 
 
 def test_every_build_directory_has_one_length():
-    from harness.run.counting import LABEL_WIDTH, _same_length
+    from harness.run.count_system import LABEL_WIDTH, _same_length
     names = [_same_length(label) for label in ("head", "base", "base~2")]
     assert {len(n) for n in names} == {LABEL_WIDTH} and len(set(names)) == 3
 
@@ -99,7 +99,7 @@ def _record(cases: dict[str, tuple[float, float, float]]) -> dict:
 
 
 def test_the_base_counts_agree_within_the_share_or_the_floor_whichever_is_more():
-    from harness.checks.counts import DETERMINISM, DETERMINISM_FLOOR, judge
+    from harness.checks.count_verdict import DETERMINISM, DETERMINISM_FLOOR, judge
     cheap = 21_500            # a 401: the floor is the wider bound
     dear = 330_000            # a stream: the share is
     assert DETERMINISM * cheap < DETERMINISM_FLOOR < DETERMINISM * dear
@@ -113,7 +113,7 @@ def test_the_base_counts_agree_within_the_share_or_the_floor_whichever_is_more()
 
 
 def test_a_rise_over_the_limit_fails_and_a_fall_is_reported():
-    from harness.checks.counts import INSTRUCTIONS_RISE, judge
+    from harness.checks.count_verdict import INSTRUCTIONS_RISE, judge
     worse = judge(_record({"plain": (53_000 * (1 + INSTRUCTIONS_RISE) + 50, 53_000, 53_000)}))
     assert not worse.ok and worse.failed == ("plain: instructions +2.1%",)
     better = judge(_record({"plain": (50_000, 53_000, 53_000)}))

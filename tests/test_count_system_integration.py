@@ -4,11 +4,11 @@ the counting lane counts nginx and keeps the systems it cannot count."""
 import pytest
 
 from harness.files.readers import read_counts
-from harness.model.counting import CountCase, Sizes, families
+from harness.model.count_cases import CountCase, Sizes, families
 from harness.model.gateway_spec import load_gateway_spec
 from harness.run.count_lane import run_count_lane
-from harness.run.counting import count_system, tools_missing
-from harness.stats.counting import lane_frame
+from harness.run.count_system import count_system, tools_missing
+from harness.stats.count_table import lane_frame
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 TINY = Sizes(warmup=5, n1=20, n2=60, syscall_n1=20, syscall_n2=60)

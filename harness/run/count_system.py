@@ -34,7 +34,7 @@ from httptools import HttpParserError, HttpResponseParser
 
 from harness.files.store import write_json
 from harness.host.processes import ManagedProcess
-from harness.model.counting import CountCase, Sizes
+from harness.model.count_cases import CountCase, Sizes
 from harness.model.formats import COUNTS
 from harness.model.gateway_spec import GatewaySpec, render
 from harness.run.bodies import chat_body

@@ -1,6 +1,6 @@
 """The counting gate's verdict: the head build's counts per request against the base build's.
 
-Counts (harness/run/counting.py) do not move with the machine's noise, so one count per build
+Counts (harness/run/count_system.py) do not move with the machine's noise, so one count per build
 decides in every run, on any CPU model. The base is counted twice, and the two counts must
 agree within ``DETERMINISM`` or ``DETERMINISM_FLOOR`` instructions a request, whichever is more:
 the determinism guard (a disagreement is a bug of the counting, reported as such).
@@ -9,7 +9,7 @@ Per case, head against base (the mean of the base's two counts):
 
 * instructions per request: a rise over ``INSTRUCTIONS_RISE`` fails, a fall is reported;
 * system calls per request by name: every change is shown; a rise in reads, writes or sends
-  (harness.run.counting.IO_FAMILIES) over ``SYSCALL_RISE`` a request fails; waits are shown
+  (harness.model.count_cases.IO_FAMILIES) over ``SYSCALL_RISE`` a request fails; waits are shown
   apart, never judged (how often a loop waits depends on timing);
 * allocator calls per request and RSS after the last phase: shown; a rise over
   ``ALLOCATION_RISE`` / ``RSS_RISE`` fails.
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.model.counting import IO_FAMILIES, families
+from harness.model.count_cases import IO_FAMILIES, families
 
 INSTRUCTIONS_RISE = 0.02
 ALLOCATION_RISE = 0.05
