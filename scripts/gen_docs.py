@@ -91,11 +91,32 @@ def profile_comments() -> dict[str, str]:
     return out
 
 
+def section_comments() -> dict[str, str]:
+    """Each section's comment: the lines above its key in config.py's SECTIONS."""
+    lines = (REPO / "harness" / "model" / "config.py").read_text(encoding="utf-8").splitlines()
+    out: dict[str, str] = {}
+    start = next(i for i, line in enumerate(lines) if line.startswith("SECTIONS"))
+    above: list[str] = []
+    for line in lines[start + 1:]:
+        stripped = line.strip()
+        if stripped == "}":
+            break
+        if stripped.startswith("#"):
+            above.append(stripped.lstrip("# "))
+            continue
+        key = re.match(r'"(\w+)":', stripped)
+        if key:
+            out[key.group(1)] = " ".join(above)
+        above = []
+    return out
+
+
 def profiles_page() -> str:
-    from harness.model.config import SECTIONS, StudyConfig, section_fields
+    from harness.model.config import SECTIONS, StudyConfig, path_of
     from harness.model.profiles import PROFILES
     fields = {f.name: f for f in dataclasses.fields(StudyConfig)}
     about = field_comments()
+    sections = section_comments()
     out = ["# Settings and profiles\n\n", _generated("harness/model/config.py and harness/model/profiles.py"),
            "Every setting of a study is a field of `StudyConfig` (`harness/model/config.py`). "
            "`--set NAME=VALUE` (or a notebook parameter) names it by its flat name; a suite file "
@@ -104,12 +125,13 @@ def profiles_page() -> str:
            "every setting it does not name keeps its default. See "
            "[Configuration](../configuration.md) for how values are given and checked.\n\n",
            "## Settings\n\n"]
-    for section, cls in SECTIONS.items():
-        out.append(f"### `{section}` section\n\n{_cell(cls.__doc__ or '')}\n\n")
+    for section, names in SECTIONS.items():
+        out.append(f"### `{section}` section\n\n{_cell(sections.get(section, ''))}\n\n")
         out.append("| setting | default | meaning |\n|---|---|---|\n")
-        for own, flat in section_fields(section).items():
+        for flat in names:
             f = fields[flat]
-            name = f"`{section}.{own}`" + (f" (`{flat}`)" if own != flat else "")
+            path = path_of(flat)
+            name = f"`{path}`" + (f" (`{flat}`)" if path.split(".", 1)[1] != flat else "")
             default = ("computed at start" if f.default is dataclasses.MISSING else f"`{_value(f.default)}`")
             out.append(f"| {name} | {default} | {_cell(about.get(flat, ''))} |\n")
         out.append("\n")
