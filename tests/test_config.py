@@ -14,7 +14,7 @@ from harness.model.config import (
     from_profile,
     parse_overrides,
 )
-from harness.run.check import check
+from harness.run.preflight import preflight
 
 # Per declared field type, values that are not of it (as they arrive from --set, papermill or
 # a suite file); every field of StudyConfig has one of these types.
@@ -36,7 +36,7 @@ def bad_parameter_cases():
 
 def problems_of(config):
     with pytest.raises(ConfigError) as info:
-        check(config)
+        preflight(config)
     return info.value.problems
 
 
@@ -48,7 +48,7 @@ def test_profiles_all_validate(tmp_path, monkeypatch):
     # The parameters, not this machine's free disk: the disk check has its own test.
     _free_disk_bytes(monkeypatch, 10**15)
     for name in PROFILES:
-        check(from_profile(name, out_dir=str(tmp_path)))
+        preflight(from_profile(name, out_dir=str(tmp_path)))
 
 
 def test_too_little_disk_names_out_dir_and_the_sizes(tmp_path, monkeypatch):

@@ -7,10 +7,10 @@ import pytest
 from synthetic import make_study
 
 from harness import stats as A
-from harness.checks import aa, rules
 from harness.model.metrics import METRICS, Better, metric
 from harness.stats import suite_cells as S
 from harness.stats.definitions import SUMMARY_METRICS
+from harness.verdicts import aa, rules
 from report import fault_tables, tables
 from report import format as F
 from report.data import collect

@@ -14,7 +14,7 @@ from harness.model import metrics as registry
 from harness.model.config import GATEWAYS_DIR, from_profile, known_gateways
 from harness.model.gateway_spec import load_gateway_spec
 from harness.model.plan import make_plan
-from harness.run.check import check
+from harness.run.preflight import preflight
 from harness.run.run import instruments
 from harness.stats import runs
 from harness.stats.loading import load_study
@@ -80,7 +80,7 @@ def test_a_gateway_is_its_own_folder(tmp_path):
     assert spec.name == "newcomer" and spec.role == "system"
     config = from_profile("smoke", gateways=["direct", "newcomer"], gateways_dir=str(gateways),
                           out_dir=str(tmp_path / "out"))
-    check(config)
+    preflight(config)
     plan = make_plan(config, {name: load_gateway_spec(name, gateways) for name in config.gateways},
                      instruments())
     assert {r.system for r in plan} == {"direct", "newcomer"}

@@ -37,8 +37,8 @@ def notebook_parameters(config, overrides: dict) -> dict:
 def run(args: argparse.Namespace) -> int:
     # checked here so that a bad parameter is named before Jupyter starts; the notebook's
     # run_study checks again in its own process, as any study does when it starts
-    from harness.run.check import check
-    config = check(study_config(args)).config
+    from harness.run.preflight import preflight
+    config = preflight(study_config(args)).config
     import papermill
 
     from harness.files.study_files import StudyFiles

@@ -19,6 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = study_config(args)
+    from harness.run.preflight import preflight
     from harness.run.study import run_study
-    result = run_study(config)
+    result = run_study(preflight(config))
     return 0 if result.status == "completed" else 1

@@ -1,6 +1,6 @@
 """What the counting gate and lane count: the cases, the sizes, the system-call families.
 
-Definitions only (harness/run/counting.py counts; harness/checks/counts.py judges).
+Definitions only (harness/run/counting.py counts; harness/verdicts/counts.py judges).
 """
 from __future__ import annotations
 

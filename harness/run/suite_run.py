@@ -32,8 +32,8 @@ from harness.model.suite import (
     cell_key,
     field_of,
 )
-from harness.run.check import check
 from harness.run.load import expected_load_s
+from harness.run.preflight import preflight
 from harness.run.run import instruments
 
 # A run's cost beyond its planned load and its idle and cool-down seconds (the system's start
@@ -62,7 +62,7 @@ def expand(suite: Suite, out_dir: str = DEFAULT_OUT_DIR) -> list[Cell]:
             config = config_mod.from_profile(suite.profile, **settings, out_dir=out_dir,
                                              study_id=cell_id)
             config = _with_floor(config)
-            checked = check(config)  # every check its study makes before it starts
+            checked = preflight(config)  # every check its study makes before it starts
             key = cell_key(config, instruments())
         except ConfigError as exc:
             cells.append(Cell(cell_id, values, None, "", "cannot run: " + "; ".join(exc.problems)))
@@ -147,7 +147,7 @@ def run_suite(suite: Suite, cells: list[Cell], out_dir: str = DEFAULT_OUT_DIR, s
                     ", ".join(f"{k}={axis_text(v)}" for k, v in cell.values.items()) + "]"
             progress(f"{label} starting")
             config = dataclasses.replace(cell.config, out_dir=str(suite_dir), study_id=cell.cell_id)
-            result = run_study(config, progress=lambda m, label=label: progress(f"{label} {m}"))
+            result = run_study(preflight(config), progress=lambda m, label=label: progress(f"{label} {m}"))
             entries = list(manifest.cells)
             entries[i] = dataclasses.replace(entries[i], status=result.status, dir=cell.cell_id,
                                              skipped=dict(result.skipped))
