@@ -10,7 +10,6 @@ from harness.model.config import (
     PROFILES,
     ConfigError,
     StudyConfig,
-    from_notebook,
     from_profile,
     parse_overrides,
 )
@@ -154,7 +153,6 @@ def test_the_profile_default_systems_are_the_same_everywhere():
     assert {"direct", "nginx", "sluice"} <= set(everything)
     assert from_profile("smoke").gateways == everything == StudyConfig().gateways
     assert from_profile("gate").gateways == PROFILES["gate"]["gateways"]
-    assert from_notebook("standard", {}, gateways=None).gateways == everything
 
 
 @pytest.mark.parametrize("field,value", bad_parameter_cases())
@@ -182,10 +180,6 @@ def test_command_line_overrides_keep_text_fields_as_typed():
         from_profile("smoke", **parse_overrides(["think_time_s=nan"]))
 
 
-def test_notebook_parameters_named_win_and_overrides_may_be_json_text():
-    c = from_notebook("smoke", '{"users": 9, "seed": 3}', users=None, seed=4)
-    assert (c.users, c.seed) == (9, 4)
-    with pytest.raises(ConfigError, match="overrides: expected a table"):
-        from_notebook("smoke", "[1, 2]")
+def test_the_profile_is_named_by_itself_not_as_an_override():
     with pytest.raises(ConfigError, match="profile: name the preset itself"):
         from_profile("smoke", profile="gate")

@@ -273,7 +273,7 @@ def test_error_burst_study(tmp_path):
     assert set(study.requests.loc[study.requests["error_kind"] == "", "error_body_dialect"]) == {""}
     run = study.runs[0]
     assert run.checks.count_match is None and run.checks.count_note
-    html = build.build_report(study.path).read_text(encoding="utf-8")
+    html = build.build_report(study.path).path.read_text(encoding="utf-8")
     assert "When the provider fails" in html and "single run" in html
 
 
@@ -354,7 +354,7 @@ def test_failover_study_the_standby_serves_while_the_primary_fails(tmp_path):
     assert "more than once" not in _identity_problem(runs["sluice"])
     roles = set(study.samples[study.samples["run_id"] == "sluice-1"]["role"])
     assert {"mock", "standby", "system"} <= roles
-    html = build.build_report(study.path).read_text(encoding="utf-8")
+    html = build.build_report(study.path).path.read_text(encoding="utf-8")
     assert "When the provider fails" in html
 
 
