@@ -2,6 +2,7 @@
 together, every problem named at once, the topology file read once."""
 import pytest
 
+from harness.files.handoff import HandoffError, handed_off, read_handoff
 from harness.model import suite as suite_model
 from harness.model import topology as topology_mod
 from harness.model import validation
@@ -9,7 +10,7 @@ from harness.model.config import REPO_DIR, ConfigError, from_profile
 from harness.model.topology import local_topology
 from harness.run import preflight as preflight_mod
 from harness.run import suite_run as suite_run
-from harness.run.preflight import preflight
+from harness.run.preflight import Cleared, preflight
 
 # One host, this machine, with two Locust workers: the file is read, nothing remote is probed.
 ONE_HOST = """schema_version = 1
@@ -65,3 +66,16 @@ def test_the_settings_checks_are_pure_given_the_machines_facts():
     named = [p.partition(":")[0] for p in validation.problems(config, local_topology(), bare)]
     assert "cpu_affinity_load" in named and "nice_mock" in named, named
     assert validation.problems(config, local_topology(), ready) == []
+
+
+def test_the_preflight_reaches_the_notebook_as_it_was_made(tmp_path):
+    """What the notebook and suite commands hand to the notebook's kernel: the same Cleared,
+    read back, and one error line when there is none or it is something else."""
+    cleared = preflight(from_profile("smoke", gateways=("direct",), out_dir=str(tmp_path)))
+    with handed_off(cleared) as path:
+        assert read_handoff(path, Cleared) == cleared
+        with pytest.raises(HandoffError, match="holds a Cleared, not a str"):
+            read_handoff(path, str)
+    assert not path.exists()
+    with pytest.raises(HandoffError, match="lives only while the command that wrote it runs"):
+        read_handoff(path, Cleared)

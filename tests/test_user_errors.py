@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from harness.commands import COMMANDS, main
+from harness.files.handoff import HandoffError
 from harness.files.readers import ArtifactError, IntegrityError
 from harness.host.processes import ProcessError
 from harness.model import errors
@@ -117,7 +118,7 @@ def test_the_command_line_prints_no_traceback(tmp_path):
 @pytest.mark.parametrize("cls", [ConfigError, SuiteError, GatewaySpecError, TomlSchemaError,
                                  ManifestError, UnknownVersionError, TableFormatError,
                                  TopologyError, HistoryError, VerdictInputError, AAInputError,
-                                 GateInputError, ArtifactError, IntegrityError])
+                                 GateInputError, ArtifactError, IntegrityError, HandoffError])
 def test_the_family(cls):
     assert issubclass(cls, UserError)
 
