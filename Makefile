@@ -31,7 +31,8 @@ study-deps:
 	@{ command -v valgrind && command -v strace; } >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends valgrind strace; } || echo "valgrind or strace missing: the counting lane will report every system as not counted" >&2
 
 ## make study [PROFILE=standard] [GATEWAYS=all|direct,nginx,...] [SET="--set runs_per_gateway=1"]
-## (no GATEWAYS: the profile's own systems, else every system under gateways/)
+## (no GATEWAYS: the profile's own systems, else every system under gateways/): cleared once, run
+## through notebooks/head_to_head.ipynb, which writes the report.
 study: setup study-deps sluice-build
 	$(PY) -m harness notebook --profile $(PROFILE) $(if $(GATEWAYS),--gateways $(GATEWAYS)) $(SET)
 
@@ -65,22 +66,22 @@ test-sluice-pure: setup
 	SLUICE_PURE_PYTHON=1 $(PY) -m pytest -p no:cacheprovider tests/sluice
 
 ## The provider-fault lane: every system in the five core fault scenarios on the same open-loop
-## arrivals, configured as its vendor recommends, 3 runs each (notebooks/suites/faults.toml;
-## it prints its expected and its actual duration), then the suite's report. make faults SUITE=faults-extra (slow tail,
-## resets, stalled streams) or SUITE=faults-shipped (every system as shipped); an interrupted
-## lane resumes with ID=<its suite id>.
+## arrivals, configured as its vendor recommends, 3 runs each (notebooks/suites/faults.toml),
+## through notebooks/suite.ipynb as `make study` goes through its notebook; it prints its expected
+## and its actual duration, and writes the suite's report. make faults SUITE=faults-extra (slow
+## tail, resets, stalled streams) or SUITE=faults-shipped (every system as shipped); an
+## interrupted lane resumes with ID=<its suite id>.
 SUITE ?= faults
 ID    ?=
 faults: setup study-deps sluice-build
-	id=$${ID:-$(SUITE)-$$(date -u +%Y%m%dT%H%M%SZ)} && $(PY) -m harness suite notebooks/suites/$(SUITE).toml \
-	  --suite-id $$id && $(PY) -m harness report artifacts/suites/$$id
+	$(PY) -m harness suite notebooks/suites/$(SUITE).toml --suite-id $${ID:-$(SUITE)-$$(date -u +%Y%m%dT%H%M%SZ)}
 
 ## The in-flight lane: every runnable system holding 1,000 to 10,000 requests open, unary and
-## streamed, sized as its vendor documents, 3 runs each (notebooks/suites/inflight.toml; it prints
-## its expected and its actual duration), then the suite's report; ID=<suite id> resumes.
+## streamed, sized as its vendor documents, 3 runs each (notebooks/suites/inflight.toml), through
+## notebooks/suite.ipynb; it prints its expected and its actual duration, and writes the suite's
+## report; ID=<suite id> resumes.
 inflight: setup study-deps sluice-build
-	id=$${ID:-inflight-$$(date -u +%Y%m%dT%H%M%SZ)} && $(PY) -m harness suite notebooks/suites/inflight.toml \
-	  --suite-id $$id && $(PY) -m harness report artifacts/suites/$$id
+	$(PY) -m harness suite notebooks/suites/inflight.toml --suite-id $${ID:-inflight-$$(date -u +%Y%m%dT%H%M%SZ)}
 
 ## The performance gate (CI runs it after the tests): the base commit's Sluice (from
 ## baselines/gate/, built in a worktree) counted twice and this tree's once, under Valgrind and

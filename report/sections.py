@@ -71,10 +71,12 @@ def style() -> str:
 
 
 def section_style(data: ReportData) -> str:
+    """The CSS every other section uses."""
     return style()
 
 
 def section_header(data: ReportData) -> str:
+    """The study: its id, status, profile, times, systems, reference and machine."""
     m = data.study.manifest
     facts = machine_fields(m.machine)
     return render("header.html.j2", study_id=m.study_id or data.study.path.name,
@@ -86,6 +88,7 @@ def section_header(data: ReportData) -> str:
 
 
 def section_banner(data: ReportData) -> str:
+    """Behaviour or capacity, with the reasons."""
     m = data.study.manifest
     cores = cpu_count(data.study)
     systems = [{"system": r["system"], "label": r["label"].value, "runs": int(r["runs"]),
@@ -113,6 +116,7 @@ def section_banner(data: ReportData) -> str:
 
 
 def section_summary(data: ReportData) -> str:
+    """The first screen: what the study found, in sentences."""
     none, too_few = summary.undecided(data)
     return render("summary.html.j2", findings=summary.findings(data), reference=data.reference,
                   none=none, too_few=too_few, cost=summary.cost(data),
@@ -120,6 +124,7 @@ def section_summary(data: ReportData) -> str:
 
 
 def section_headline(data: ReportData) -> str:
+    """The head-to-head table and the verdict column."""
     ns = [int(x) for x in data.summary[data.summary["metric"] == "throughput_rps"]["n"]
           if int(x) >= 1] if len(data.summary) else []
     planned = data.study.manifest.config.runs_per_gateway
@@ -131,6 +136,7 @@ def section_headline(data: ReportData) -> str:
 
 
 def section_sizing(data: ReportData) -> str:
+    """What each system needs for a planned load: cores, memory, monthly cost."""
     behaviour = [] if not len(data.labels) else [
         r["system"] for _, r in data.labels.iterrows() if r["label"] is Label.BEHAVIOUR]
     concurrency = None if data.inflight.empty else inflight_tables.concurrency_table(
@@ -144,19 +150,23 @@ def section_sizing(data: ReportData) -> str:
 
 
 def section_verdicts(data: ReportData) -> str:
+    """Every metric against the reference: ratio, Welch p, verdict."""
     return render("verdicts.html.j2", verdicts=tables.verdicts(data), reference=data.reference)
 
 
 def section_stability(data: ReportData) -> str:
+    """Mean, sd, CI and CoV across runs."""
     return render("stability.html.j2", stability=tables.stability(data), floor=data.roles.floor)
 
 
 def section_runs(data: ReportData) -> str:
+    """Every run, failed ones shown as failed."""
     main, limits = tables.runs(data)
     return render("runs.html.j2", runs=main, limits=limits)
 
 
 def section_plots(data: ReportData) -> str:
+    """Throughput and overhead vs users, RSS over time, runs."""
     figs = [
         ("plot-throughput", plots.plot_throughput(data),
          "Throughput along the ramp: where a curve stops following the offered load, the system "
@@ -176,6 +186,7 @@ def section_plots(data: ReportData) -> str:
 
 
 def section_streaming(data: ReportData) -> str:
+    """The streaming lane (shown when the study streamed)."""
     stream = data.stream
     if stream.empty:
         return ""
@@ -187,6 +198,7 @@ def section_streaming(data: ReportData) -> str:
 
 
 def section_faults(data: ReportData) -> str:
+    """When the provider fails (shown when the study injected provider faults)."""
     per_window, per_run = data.fault_windows, data.fault_runs
     if per_run.empty:
         return ""
@@ -205,6 +217,7 @@ def section_faults(data: ReportData) -> str:
 
 
 def section_open_loop(data: ReportData) -> str:
+    """The open-loop lane (shown when the study ran a fixed-rate schedule)."""
     steps = data.open_loop
     if steps.empty:
         return ""
@@ -218,6 +231,7 @@ def section_open_loop(data: ReportData) -> str:
 
 
 def section_inflight(data: ReportData) -> str:
+    """The in-flight lane (shown when the study held requests open in steps)."""
     lane = data.inflight
     if lane.empty:
         return ""
@@ -233,6 +247,7 @@ def section_inflight(data: ReportData) -> str:
 
 
 def section_feature_cost(data: ReportData) -> str:
+    """The feature-cost lane (shown when the study ran system@feature entries)."""
     cost = data.feature_cost
     if cost.empty:
         return ""
@@ -243,6 +258,7 @@ def section_feature_cost(data: ReportData) -> str:
 
 
 def section_self_overhead(data: ReportData) -> str:
+    """Self-reported vs client-observed overhead."""
     rows = tables.self_overhead_rows(data)
     headers = {}
     for run in data.study.runs:   # each system's own header, as its gateway.toml declares it
@@ -254,6 +270,7 @@ def section_self_overhead(data: ReportData) -> str:
 
 
 def section_gateway_time(data: ReportData) -> str:
+    """Time inside the gateway: wire-timed request and response paths, join rates, net overhead."""
     rows = tables.gateway_time_rows(data)
     headers = sorted({(run.system, run.request.self_overhead_header) for run in data.study.runs
                       if run.request and run.request.self_overhead_header})
@@ -261,6 +278,7 @@ def section_gateway_time(data: ReportData) -> str:
 
 
 def section_counts(data: ReportData) -> str:
+    """Work per request, counted: instructions and system calls under Valgrind and strace."""
     if not len(data.counts):
         return ""
     return render("counts.html.j2", counts=tables.counts(data), **data.counts_about)
@@ -280,6 +298,7 @@ def methodology_paragraphs() -> list[Markup]:
 
 
 def section_methodology(data: ReportData) -> str:
+    """How the study was run, generated from its manifests."""
     m = data.study.manifest
     cfg = m.config.to_dict()
     machine = m.machine
@@ -334,6 +353,7 @@ def _snippet(data: ReportData) -> str:
 
 
 def section_artifacts(data: ReportData) -> str:
+    """Links to every raw artifact, and the pandas snippet that reads them."""
     base = data.study.path
     study_files = [p for p in ("manifest.json", "head_to_head.ipynb") if (base / p).is_file()]
     runs = []
@@ -383,8 +403,14 @@ def render_section(data: ReportData, name: str) -> str:
     return SECTIONS[name](data)
 
 
-def render_page(data: ReportData) -> str:
-    """The whole self-contained HTML page of a study."""
+def render_sections(data: ReportData) -> dict[str, str]:
+    """Every section's HTML, in page order."""
+    return {name: render_section(data, name) for name in SECTIONS}
+
+
+def render_page(data: ReportData, sections: dict[str, str] | None = None) -> str:
+    """The whole self-contained HTML page of a study: its ``sections`` as render_sections made
+    them (rendered here when not given)."""
+    sections = render_sections(data) if sections is None else sections
     return render("page.html.j2", title=data.study.manifest.study_id or data.study.path.name,
-                  sections=[Markup(render_section(data, name))
-                            for name in SECTIONS])
+                  sections=[Markup(html) for html in sections.values()])

@@ -5,25 +5,29 @@ the fault in each configuration, the sentences they support and their timeline.
 
     python -m harness report SUITE_DIR [--compare OTHER_SUITE_DIR]
 
-writes SUITE_DIR/report.html (and each cell's report.html when it is missing).
+writes SUITE_DIR/report.html (and each cell's report.html when it is missing). Each cell's study
+is collected once (report.suite_data): its own report and the suite's tables read the same
+figures. compare_suites is the one comparison of two suites: this report, the suite command's
+``--compare`` text and the suite notebook (which shows this report) all read it.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 from markupsafe import Markup
 
-from harness.files.study_files import SuiteFiles
 from harness.model.config import RESILIENCE
 from harness.model.dialects import ERROR_BODY_PREFIX_BYTES
 from harness.model.fault_scenarios import duration_of
 from harness.model.metrics import metric
-from harness.model.suite import CellEntry, SuiteManifest, axis_text
-from harness.stats import suite_cells as S
+from harness.model.suite import CellEntry, axis_text
+from harness.stats.across import VERDICT_ONLY
 from harness.stats.fault_lane import RECOVERY_MS, RECOVERY_SHARE
 from report import build, inflight_tables
 from report import format as F
+from report import suite_data as S
 from report.data import system_colors
 from report.fault_tables import fault_suite
 from report.grid import Cell, Part, Row, Table, cell, from_frame, table
@@ -32,7 +36,7 @@ from report.sections import render, style
 from report.summary import fault_findings
 from report.tables import suite_cells
 
-REPORT_NAME = "report.html"
+REPORT_NAME = build.REPORT_NAME
 
 
 def compare_table(comparison: pd.DataFrame) -> Table:
@@ -70,7 +74,7 @@ def side_by_side_table(comparison: pd.DataFrame, table_id: str) -> Table:
 
 
 def machines_of(pairs: list) -> dict:
-    """What a suite comparison says about its machines (harness.stats.suite_cells.cell_machines): each
+    """What a suite comparison says about its machines (report.suite_data.cell_machines): each
     suite's machines in words, and one sentence per distinct pair of different machines."""
     lines_a = list(dict.fromkeys(F.machine_line(m.a) for _, _, m in pairs))
     lines_b = list(dict.fromkeys(F.machine_line(m.b) for _, _, m in pairs))
@@ -79,23 +83,75 @@ def machines_of(pairs: list) -> dict:
     return {"a": lines_a, "b": lines_b, "different": different}
 
 
-def cells_frame(suite_dir: str | Path) -> pd.DataFrame:
-    """The per-cell table as the report shows it (for notebooks)."""
-    return suite_cells(S.suite_table(suite_dir), S.CELL_METRICS + S.LANE_METRICS, "").frame()
+@dataclass(frozen=True, eq=False)
+class SuiteComparison:
+    """Suite B against suite A where their cells' comparison keys are equal: each side's
+    machines, the cells on the same machine judged, the cells on different machines side by side
+    (each side's n, mean and sd, nothing judged), and the cells not comparable."""
+    a: str
+    b: str
+    machines: dict                   # machines_of
+    judged: pd.DataFrame             # S.compare_suites' rows on the same machine
+    side_by_side: pd.DataFrame       # its rows on different machines: axes, then each side
+    apart: pd.DataFrame
+
+
+# what a row of two cells on different machines shows: each side's figures, nothing judged
+_SIDE_BY_SIDE = {"n_ref": "n_A", "mean_ref": "mean_A", "sd_ref": "sd_A", "n": "n_B", "mean": "mean_B",
+                 "sd": "sd_B"}
+
+
+def compare_suites(a: str | Path | S.SuiteData, b: str | Path | S.SuiteData) -> SuiteComparison:
+    """Suite B against suite A (a directory, or its figures already collected)."""
+    a, b = (x if isinstance(x, S.SuiteData) else S.collect_suite(x) for x in (a, b))
+    compared, apart = S.compare_suites(a, b)
+    same = (compared["same_machine"].astype(bool) if len(compared)
+            else pd.Series(dtype=bool))
+    other = compared[~same] if len(compared) else compared
+    axes = [c for c in other.columns if c not in VERDICT_ONLY and c not in _SIDE_BY_SIDE
+            and c != "same_machine"]
+    return SuiteComparison(
+        str(a.path), str(b.path), machines_of(S.cell_machines(a, b)),
+        compared[same].drop(columns="same_machine") if len(compared) else compared,
+        other[axes + list(_SIDE_BY_SIDE)] if len(other) else other, apart)
+
+
+def comparison_text(c: SuiteComparison) -> str:
+    """The comparison as text: both suites' machines, the different-machines sentences, the
+    verdicts, the bare figures side by side, and the cells not comparable."""
+    out = [f"A ({c.a}) measured on {'; '.join(c.machines['a']) or '—'}",
+           f"B ({c.b}) measured on {'; '.join(c.machines['b']) or '—'}", *c.machines["different"],
+           ""]
+    if not len(c.judged) and not len(c.side_by_side):
+        out.append("no cell has a key in both")
+    if len(c.judged):
+        out.append(c.judged.to_string(index=False))
+    if len(c.side_by_side):
+        out.append(("\n" if len(c.judged) else "")
+                   + "on different machines (figures side by side, no verdict):\n"
+                   + c.side_by_side.rename(columns=_SIDE_BY_SIDE).to_string(index=False))
+    if len(c.apart):
+        out.append("\nnot comparable:\n" + c.apart.to_string(index=False))
+    return "\n".join(out)
+
+
+def cells_frame(suite: S.SuiteData) -> pd.DataFrame:
+    """The per-cell table as the report shows it."""
+    return suite_cells(S.suite_table(suite), S.CELL_METRICS + S.LANE_METRICS, "").frame()
 
 
 def _values(entry: CellEntry) -> str:
     return ", ".join(f"{k} = {axis_text(v)}" for k, v in entry.values.items())
 
 
-def scenario_sections(suite_dir: str | Path, manifest: SuiteManifest) -> list[dict]:
+def scenario_sections(suite: S.SuiteData) -> list[dict]:
     """Per fault scenario of the suite, in the order of its cells: its window, the sentences, the
     table (systems in the suite's order, then the resilience asked, shipped first), the plot in
     the report's system colours, and its cells without figures and why."""
-    entries = [e for e in manifest.cells if e.scenario]
+    entries = [e for e in suite.manifest.cells if e.scenario]
     if not entries:
         return []
-    rows, timelines = S.fault_table(suite_dir)
+    rows, timelines = S.fault_table(suite)
     systems = list(dict.fromkeys(rows["system"])) if len(rows) else []
     colors = system_colors(systems)
     out = []
@@ -128,11 +184,11 @@ def scenario_sections(suite_dir: str | Path, manifest: SuiteManifest) -> list[di
     return out
 
 
-def inflight_sections(suite_dir: str | Path) -> list[dict]:
+def inflight_sections(suite: S.SuiteData) -> list[dict]:
     """Per in-flight cell (unary, streamed, ...): its axis values, the sentences and where each
     system stops; the full tables are in the cell's own report."""
     out = []
-    for entry, cell_lane in S.inflight_lanes(suite_dir):
+    for entry, cell_lane in S.inflight_lanes(suite):
         order = list(dict.fromkeys(cell_lane.table["system"]))
         out.append({"cell": entry.cell_id, "values": _values(entry),
                     "sentences": inflight_tables.sentences(cell_lane, order),
@@ -140,50 +196,50 @@ def inflight_sections(suite_dir: str | Path) -> list[dict]:
     return out
 
 
-def render_suite_html(suite_dir: str | Path, compare_with: str | Path | None = None) -> str:
-    suite_dir = Path(suite_dir)
-    suite = SuiteFiles(suite_dir)
-    manifest = suite.read_manifest()
+def suite_sections(suite: S.SuiteData, comparison: SuiteComparison | None = None) -> dict[str, str]:
+    """The suite page's sections (the CSS, then the suite), its cells' reports linked where
+    they exist."""
+    manifest = suite.manifest
     cells = []
     for entry in manifest.cells:
-        study = suite_dir / entry.dir if entry.dir else None
-        if study is not None and suite.cell(entry.dir).exists() and not (study / REPORT_NAME).is_file():
-            build.build_report(study)
-        report = (f"{entry.dir}/{REPORT_NAME}" if study is not None
-                  and (study / REPORT_NAME).is_file() else "")
+        report = (f"{entry.dir}/{REPORT_NAME}" if entry.dir
+                  and (suite.path / entry.dir / REPORT_NAME).is_file() else "")
         cells.append(Row((cell(entry.cell_id),
                           cell(_values(entry)),
                           cell(entry.status), cell(entry.comparison_key[:12]),
                           cell(entry.excluded), Cell((Part(report, href=report),))),
                          "failed" if entry.excluded else "ok"))
-    comparison = apart = machines = None
-    if compare_with:
-        comparison, apart = S.compare_suites(compare_with, suite_dir)
-        machines = machines_of(S.cell_machines(compare_with, suite_dir))
     judged = elsewhere = None
-    if comparison is not None and len(comparison):
-        same = comparison["same_machine"].astype(bool)
-        judged = compare_table(comparison[same]) if same.any() else None
-        elsewhere = (side_by_side_table(comparison[~same], "suite-side-by-side-table")
-                     if (~same).any() else None)
+    if comparison is not None:
+        judged = compare_table(comparison.judged) if len(comparison.judged) else None
+        elsewhere = (side_by_side_table(comparison.side_by_side, "suite-side-by-side-table")
+                     if len(comparison.side_by_side) else None)
     cells_table = table(["cell", "axis values", "status", "comparison key", "left out because",
                          "study report"], cells, "suite-cells-table")
     body = render("suite.html.j2", m=manifest, cells=cells_table,
-                  per_cell=suite_cells(S.suite_table(suite_dir), S.CELL_METRICS + S.LANE_METRICS,
+                  per_cell=suite_cells(S.suite_table(suite), S.CELL_METRICS + S.LANE_METRICS,
                                        "suite-table"),
-                  comparison=judged, side_by_side=elsewhere, machines=machines,
+                  comparison=judged, side_by_side=elsewhere,
+                  machines=comparison.machines if comparison else None,
                   compared=comparison is not None,
-                  apart=None if apart is None else from_frame(apart, "suite-not-comparable-table",
-                                                              wide=True),
-                  other=str(compare_with), faults=scenario_sections(suite_dir, manifest),
-                  inflight=inflight_sections(suite_dir),
+                  apart=None if comparison is None else from_frame(
+                      comparison.apart, "suite-not-comparable-table", wide=True),
+                  other=comparison.a if comparison else "",
+                  faults=scenario_sections(suite), inflight=inflight_sections(suite),
                   share=f"{RECOVERY_SHARE:.0%}", slack=f"{RECOVERY_MS:g}",
                   prefix=f"{ERROR_BODY_PREFIX_BYTES // 1024} KiB")
-    return render("page.html.j2", title_prefix="Sluice suite", title=manifest.suite_id,
-                  sections=[Markup(style()), Markup(body)])
+    return {"style": style(), "suite": body}
 
 
-def build_suite_report(suite_dir: str | Path, compare_with: str | Path | None = None) -> Path:
+def build_suite_report(suite_dir: str | Path, compare_with: str | Path | None = None) -> build.Report:
+    """Collect every cell's study once, write each cell's report where it is missing (from those
+    figures), then SUITE_DIR/report.html (compared with the suite ``compare_with`` when given)."""
+    suite = S.collect_suite(suite_dir)
+    for _, data in suite.cells:
+        if not (data.study.path / REPORT_NAME).is_file():
+            build.write_report(data)
+    sections = suite_sections(suite, compare_suites(compare_with, suite) if compare_with else None)
     out = Path(suite_dir) / REPORT_NAME
-    build.write(out, render_suite_html(suite_dir, compare_with))
-    return out
+    build.write(out, render("page.html.j2", title_prefix="Sluice suite", title=suite.manifest.suite_id,
+                            sections=[Markup(html) for html in sections.values()]))
+    return build.Report(out, sections)

@@ -5,8 +5,8 @@ change, then compare with the tree after it.
     python scripts/record_tables.py record DIR OUT.pkl      # DIR: a study or a suite directory
     python scripts/record_tables.py compare DIR OUT.pkl     # exit 1 on the first difference
 
-It imports the harness of the working directory's tree (run it from the tree to record with),
-and only names both trees have."""
+It imports the harness of the working directory's tree: record with that tree's own copy of this
+script (its names), compare with this one; the tables are matched by name."""
 from __future__ import annotations
 
 import json
@@ -16,7 +16,6 @@ from pathlib import Path
 import pandas as pd
 
 from harness.stats import across
-from harness.stats import suite_cells as suite_stats
 from harness.stats.fault_lane import fault_summary, fault_timelines, system_figures
 from harness.stats.feature_cost import feature_cost
 from harness.stats.inflight_limits import lane
@@ -25,6 +24,7 @@ from harness.stats.open_loop import open_loop_capacity, open_loop_steps
 from harness.stats.ramp import ramp_curve
 from harness.stats.runs import run_summary
 from harness.stats.streaming import stream_summary
+from report import suite_data as suite_stats
 from report import tables
 from report.data import collect
 
@@ -76,13 +76,14 @@ def study_tables(study_dir: Path, prefix: str = "") -> dict[str, pd.DataFrame]:
 
 
 def suite_tables(suite_dir: Path) -> dict[str, pd.DataFrame]:
-    out = {"suite.table": suite_stats.suite_table(suite_dir)}
-    out["suite.faults.rows"], out["suite.faults.timelines"] = suite_stats.fault_table(suite_dir)
-    for entry, cell_lane in suite_stats.inflight_lanes(suite_dir):
+    suite = suite_stats.collect_suite(suite_dir)
+    out = {"suite.table": suite_stats.suite_table(suite)}
+    out["suite.faults.rows"], out["suite.faults.timelines"] = suite_stats.fault_table(suite)
+    for entry, cell_lane in suite_stats.inflight_lanes(suite):
         out.update(_lane_tables(f"suite.{entry.cell_id}.", cell_lane))
     out = {name: _plain(frame) for name, frame in out.items()}
-    for entry, study_dir in suite_stats.cell_studies(suite_dir):
-        out.update(study_tables(study_dir, prefix=f"{entry.cell_id}/"))
+    for entry, data in suite.cells:
+        out.update(study_tables(data.study.path, prefix=f"{entry.cell_id}/"))
     return out
 
 

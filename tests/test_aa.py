@@ -1,4 +1,4 @@
-"""harness.checks.aa: one system under two names must agree within the gate's limits, paired by
+"""harness.verdicts.aa: one system under two names must agree within the gate's limits, paired by
 round, or the study says its own noise is too high. Synthetic studies (tests/synthetic.py) through
 load_study and run_summary, and small run_summary-shaped tables."""
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 from synthetic import default_params, make_study
 
 from harness import stats as A
-from harness.checks import aa as AA
-from harness.checks import rules as R
 from harness.commands import main as cli
+from harness.verdicts import aa as AA
+from harness.verdicts import rules as R
 
 COPY = "nginx~aa"
 
@@ -38,7 +38,7 @@ def identical(tmp_path_factory):
 
 def test_identical_copies_pass(identical):
     _, rs = identical
-    res = AA.aa_check(rs, "nginx", COPY)
+    res = AA.judge(rs, "nginx", COPY)
     assert res.outcome == "pass" and res.passed and res.exit_code == 0
     assert res.reasons == ()
     assert [j.rule.metric for j in res.judged] == list(AA.DEFAULT_METRICS)
@@ -54,7 +54,7 @@ def test_identical_copies_pass(identical):
 
 def test_a_copy_using_8_percent_more_cpu_is_noise_too_high(tmp_path):
     _, rs = _summary(tmp_path, "shifted", _aa_params({"cpu_cores": lambda r: r.cpu_cores * 1.08}))
-    res = AA.aa_check(rs, "nginx", COPY)
+    res = AA.judge(rs, "nginx", COPY)
     assert not res.passed and res.exit_code == 1
     assert [j.rule.metric for j in res.judged if j.outside] == ["cpu_ms_per_request"]
     assert res.reasons == ("CPU time per request: the two copies differ by +8% (paired by round; "
@@ -77,7 +77,7 @@ def _rs(pairs, metric="throughput_rps", a="nginx", b=COPY):
 def test_pairing_cancels_what_both_copies_met_in_a_round():
     # the machine's speed drifts 30 % between rounds; both copies meet the same drift
     rs = _rs([(100.0, 101.0), (130.0, 131.0), (70.0, 71.0)])
-    res = AA.aa_check(rs, "nginx", COPY, (R.Rule("throughput_rps", 0.05),))
+    res = AA.judge(rs, "nginx", COPY, (R.Rule("throughput_rps", 0.05),))
     assert res.passed
     j = res.judged[0]
     assert j.ratio.ratios == pytest.approx((1.01, 131 / 130, 71 / 70))
@@ -86,15 +86,15 @@ def test_pairing_cancels_what_both_copies_met_in_a_round():
 def test_either_direction_beyond_the_limit_is_noise():
     for factor in (1.06, 0.94):
         rs = _rs([(100.0, 100.0 * factor)] * 3)
-        res = AA.aa_check(rs, "nginx", COPY, (R.Rule("throughput_rps", 0.05),))
+        res = AA.judge(rs, "nginx", COPY, (R.Rule("throughput_rps", 0.05),))
         assert not res.passed, factor
-    assert AA.aa_check(_rs([(100.0, 104.0)] * 3), "nginx", COPY,
+    assert AA.judge(_rs([(100.0, 104.0)] * 3), "nginx", COPY,
                        (R.Rule("throughput_rps", 0.05),)).passed
 
 
 def test_near_zero_overheads_use_the_floor():
     rs = _rs([(0.010, 0.013), (0.012, 0.011), (0.011, 0.012)], metric="net_overhead_p50_ms")
-    res = AA.aa_check(rs, "nginx", COPY, (R.Rule("net_overhead_p50_ms", 0.10),))
+    res = AA.judge(rs, "nginx", COPY, (R.Rule("net_overhead_p50_ms", 0.10),))
     j = res.judged[0]
     assert j.ratio.floored == (1, 2, 3)
     assert j.ratio.mean == pytest.approx((0.013 + 0.011 + 0.012) / 3 / 0.05)
@@ -103,17 +103,17 @@ def test_near_zero_overheads_use_the_floor():
 
 def test_bad_input_is_named():
     with pytest.raises(AA.AAInputError, match=r"no runs of 'nginx~aa'.*systems in it: nginx"):
-        AA.aa_check(_rs([(1.0, 2.0)] * 2)[lambda d: d.system == "nginx"], "nginx", COPY)
+        AA.judge(_rs([(1.0, 2.0)] * 2)[lambda d: d.system == "nginx"], "nginx", COPY)
     with pytest.raises(AA.AAInputError, match="at least 2"):
-        AA.aa_check(_rs([(1.0, 1.0)]), "nginx", COPY)
+        AA.judge(_rs([(1.0, 1.0)]), "nginx", COPY)
     failed = _rs([(1.0, 1.0)] * 3)
     failed.loc[3, ["status", "reason"]] = ["failed", "system exited"]
     with pytest.raises(AA.AAInputError, match=r"nginx~aa-2 \(failed: system exited\)"):
-        AA.aa_check(failed, "nginx", COPY)
+        AA.judge(failed, "nginx", COPY)
     with pytest.raises(AA.AAInputError, match="different names"):
-        AA.aa_check(_rs([(1.0, 2.0)] * 2), "nginx", "nginx")
+        AA.judge(_rs([(1.0, 2.0)] * 2), "nginx", "nginx")
     with pytest.raises(AA.AAInputError, match="no figure of nginx and nginx~aa could be paired"):
-        AA.aa_check(_rs([(math.nan, math.nan)] * 2), "nginx", COPY)
+        AA.judge(_rs([(math.nan, math.nan)] * 2), "nginx", COPY)
 
 
 def test_cli(identical, tmp_path, capsys):

@@ -19,14 +19,14 @@ from harness.model.manifests import RunManifest, StudyManifest
 from harness.model.plan import make_plan
 from harness.run import load as load_stage
 from harness.run import systems
-from harness.run.check import check
 from harness.run.load import Target
+from harness.run.preflight import preflight
 from harness.run.run import instruments
 
 
 def problems_of(config):
     with pytest.raises(ConfigError) as info:
-        check(config)
+        preflight(config)
     return info.value.problems
 
 
@@ -55,8 +55,8 @@ def test_cpu_list_is_compact():
 
 
 def test_valid_lists_pass(tmp_path, two_cpus):
-    check(from_profile("aa", out_dir=str(tmp_path), cpu_affinity_load="0",
-                          cpu_affinity_mock="1", cpu_affinity_system="0-1"))
+    preflight(from_profile("aa", out_dir=str(tmp_path), cpu_affinity_load="0",
+                              cpu_affinity_mock="1", cpu_affinity_system="0-1"))
 
 
 def test_bad_lists_name_the_field(tmp_path, two_cpus):
@@ -75,7 +75,7 @@ def test_missing_taskset_is_said_once_naming_the_fields(tmp_path, monkeypatch):
                                      cpu_affinity_mock="1"))
     assert found == ["cpu_affinity_load, cpu_affinity_mock: pinning needs taskset (Debian: util-linux), "
                      "which is not on PATH; install it or leave the setting empty"]
-    check(from_profile("aa", out_dir=str(tmp_path)))  # not pinned: taskset is not needed
+    preflight(from_profile("aa", out_dir=str(tmp_path)))  # not pinned: taskset is not needed
 
 
 def test_a_role_on_another_host_cannot_be_pinned(tmp_path, two_cpus):

@@ -5,7 +5,6 @@ import sys
 import pytest
 
 from harness.commands import COMMANDS, main, parser
-from harness.commands.notebook import notebook_parameters
 from harness.commands.options import study_config
 from harness.model.config import REPO_DIR, from_profile
 
@@ -47,19 +46,24 @@ def test_the_default_systems_are_the_profiles_from_every_entry_point(tmp_path):
     args = parser().parse_args(["notebook", "--set", f"out_dir={tmp_path}"])
     config = study_config(args)
     assert config.gateways == from_profile("standard").gateways
-    assert notebook_parameters(config, {})["gateways"] == list(config.gateways)
     gate = study_config(parser().parse_args(["study", "--profile", "gate",
                                              "--set", f"out_dir={tmp_path}"]))
     assert gate.gateways == ("nginx", "sluice~base", "sluice")
 
 
-def test_overrides_reach_the_notebook_and_named_ones_stay_explicit(tmp_path):
-    args = parser().parse_args(["notebook", "--profile", "smoke", "--gateways", "direct",
-                                "--set", "users=3", "--set", f"out_dir={tmp_path}"])
-    config = study_config(args)
-    params = notebook_parameters(config, {"users": 3, "out_dir": str(tmp_path)})
-    assert params["gateways"] == ["direct"] and params["overrides"] == {"users": 3}
-    assert params["study_id"] == config.study_id
+def test_the_notebook_is_handed_the_preflight_the_command_made(tmp_path, monkeypatch):
+    """The command parses and clears the study once; the notebook gets that result, not
+    parameters to parse and check again."""
+    from harness.commands import executing
+    handed = []
+    monkeypatch.setattr(executing, "execute", lambda notebook, executed, handoff, **parameters:
+                        handed.append((notebook, executed, handoff, parameters)) and False)
+    assert main(["notebook", "--profile", "smoke", "--gateways", "direct", "--set", "users=3",
+                 "--set", f"out_dir={tmp_path}", "--set", "study_id=nb"]) == 1
+    ((notebook, executed, cleared, parameters),) = handed
+    assert notebook == "head_to_head.ipynb" and executed == tmp_path / "nb" / "head_to_head.ipynb"
+    assert cleared.config.users == 3 and cleared.config.gateways == ("direct",)
+    assert [r.system for r in cleared.plan] == ["direct"] and parameters == {"with_report": True}
 
 
 def test_unknown_system_to_install_is_one_line(capsys):

@@ -11,12 +11,11 @@ from harness.model.config import (
     SECTIONS,
     ConfigError,
     StudyConfig,
-    from_notebook,
     from_profile,
     parse_overrides,
     path_of,
 )
-from harness.run.check import check
+from harness.run.preflight import preflight
 
 # Per declared field type, values that are not of it (as they arrive from --set, papermill or
 # a suite file); every field of StudyConfig has one of these types.
@@ -38,7 +37,7 @@ def bad_parameter_cases():
 
 def problems_of(config):
     with pytest.raises(ConfigError) as info:
-        check(config)
+        preflight(config)
     return info.value.problems
 
 
@@ -50,7 +49,7 @@ def test_profiles_all_validate(tmp_path, monkeypatch):
     # The parameters, not this machine's free disk: the disk check has its own test.
     _free_disk_bytes(monkeypatch, 10**15)
     for name in PROFILES:
-        check(from_profile(name, out_dir=str(tmp_path)))
+        preflight(from_profile(name, out_dir=str(tmp_path)))
 
 
 def test_too_little_disk_names_out_dir_and_the_sizes(tmp_path, monkeypatch):
@@ -169,7 +168,6 @@ def test_the_profile_default_systems_are_the_same_everywhere():
     assert {"direct", "nginx", "sluice"} <= set(everything)
     assert from_profile("smoke").gateways == everything == StudyConfig().gateways
     assert from_profile("gate").gateways == PROFILES["gate"]["gateways"]
-    assert from_notebook("standard", {}, gateways=None).gateways == everything
 
 
 @pytest.mark.parametrize("field,value", bad_parameter_cases())
@@ -197,10 +195,6 @@ def test_command_line_overrides_keep_text_fields_as_typed():
         from_profile("smoke", **parse_overrides(["think_time_s=nan"]))
 
 
-def test_notebook_parameters_named_win_and_overrides_may_be_json_text():
-    c = from_notebook("smoke", '{"users": 9, "seed": 3}', users=None, seed=4)
-    assert (c.users, c.seed) == (9, 4)
-    with pytest.raises(ConfigError, match="overrides: expected a table"):
-        from_notebook("smoke", "[1, 2]")
+def test_the_profile_is_named_by_itself_not_as_an_override():
     with pytest.raises(ConfigError, match="profile: name the preset itself"):
         from_profile("smoke", profile="gate")

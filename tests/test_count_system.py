@@ -99,7 +99,7 @@ def _record(cases: dict[str, tuple[float, float, float]]) -> dict:
 
 
 def test_the_base_counts_agree_within_the_share_or_the_floor_whichever_is_more():
-    from harness.checks.count_verdict import DETERMINISM, DETERMINISM_FLOOR, judge
+    from harness.verdicts.count_verdict import DETERMINISM, DETERMINISM_FLOOR, judge
     cheap = 21_500            # a 401: the floor is the wider bound
     dear = 330_000            # a stream: the share is
     assert DETERMINISM * cheap < DETERMINISM_FLOOR < DETERMINISM * dear
@@ -113,7 +113,7 @@ def test_the_base_counts_agree_within_the_share_or_the_floor_whichever_is_more()
 
 
 def test_a_rise_over_the_limit_fails_and_a_fall_is_reported():
-    from harness.checks.count_verdict import INSTRUCTIONS_RISE, judge
+    from harness.verdicts.count_verdict import INSTRUCTIONS_RISE, judge
     worse = judge(_record({"plain": (53_000 * (1 + INSTRUCTIONS_RISE) + 50, 53_000, 53_000)}))
     assert not worse.ok and worse.failed == ("plain: instructions +2.1%",)
     better = judge(_record({"plain": (50_000, 53_000, 53_000)}))

@@ -12,7 +12,7 @@ import pytest
 from harness.model import fault_scenarios
 from harness.model.config import ConfigError, from_profile
 from harness.model.plan import fault_settings
-from harness.run.check import check
+from harness.run.preflight import preflight
 from harness.stats import fault_lane as fstats
 
 T0 = 1_700_000_000.0
@@ -57,21 +57,21 @@ def test_provider_down_keeps_its_own_duration():
 
 def _problems(tmp_path, **kw):
     with pytest.raises(ConfigError) as exc:
-        check(from_profile("faults", out_dir=str(tmp_path), **kw))
+        preflight(from_profile("faults", out_dir=str(tmp_path), **kw))
     return exc.value.problems
 
 
 def test_faults_profile_validates(tmp_path):
-    check(from_profile("faults", out_dir=str(tmp_path)))
+    preflight(from_profile("faults", out_dir=str(tmp_path)))
     for name in fault_scenarios.SCENARIOS:
         if not fault_scenarios.scenario(name).needs_stream:
-            check(from_profile("faults", out_dir=str(tmp_path), fault_scenario=name))
+            preflight(from_profile("faults", out_dir=str(tmp_path), fault_scenario=name))
 
 
 def test_stream_scenario_without_streaming_is_one_line(tmp_path):
     (line,) = _problems(tmp_path, fault_scenario="stalled_streams")
     assert line.startswith("fault_scenario:") and "stream=true" in line
-    check(from_profile("faults", out_dir=str(tmp_path), fault_scenario="stalled_streams",
+    preflight(from_profile("faults", out_dir=str(tmp_path), fault_scenario="stalled_streams",
                           stream=True))
 
 
@@ -115,16 +115,17 @@ def test_overloaded_uses_the_providers_own_answer_and_failover_a_standby():
 def test_resilience_is_shipped_or_recommended_and_the_fault_profile_recommends(tmp_path):
     assert from_profile("faults").resilience == "recommended"
     assert from_profile("smoke").resilience == "shipped"
-    check(from_profile("faults", out_dir=str(tmp_path), resilience="shipped"))
+    preflight(from_profile("faults", out_dir=str(tmp_path), resilience="shipped"))
     (line,) = _problems(tmp_path, resilience="tuned")
     assert line == "resilience: one of ['shipped', 'recommended'], got 'tuned'"
 
 
 def test_a_standby_needs_a_third_fixed_port(tmp_path):
-    check(from_profile("faults", out_dir=str(tmp_path), fault_scenario="failover", base_port=65533))
+    preflight(from_profile("faults", out_dir=str(tmp_path), fault_scenario="failover",
+                               base_port=65533))
     (line,) = _problems(tmp_path, fault_scenario="failover", base_port=65534)
     assert line.startswith("base_port:") and "base_port + 2" in line
-    check(from_profile("faults", out_dir=str(tmp_path), base_port=65534))  # no standby
+    preflight(from_profile("faults", out_dir=str(tmp_path), base_port=65534))  # no standby
 
 
 def _plan(tmp_path, **kw):
@@ -254,7 +255,7 @@ def test_error_burst_study(tmp_path):
     config = from_profile("smoke", gateways=("direct", "nginx"), out_dir=str(tmp_path),
                           study_id="fb", fault_scenario="error_burst", hold_s=9.0,
                           max_hold_s=11.0, fault_start_s=3.0, fault_duration_s=3.0)
-    result = run_study(config, progress=lambda line: None)
+    result = run_study(preflight(config), progress=lambda line: None)
     assert result.status == "completed"
     study = load_study(result.study_dir)
     per_window, per_run = fstats.fault_summary(study)
@@ -273,7 +274,7 @@ def test_error_burst_study(tmp_path):
     assert set(study.requests.loc[study.requests["error_kind"] == "", "error_body_dialect"]) == {""}
     run = study.runs[0]
     assert run.checks.count_match is None and run.checks.count_note
-    html = build.build_report(study.path).read_text(encoding="utf-8")
+    html = build.build_report(study.path).path.read_text(encoding="utf-8")
     assert "When the provider fails" in html and "single run" in html
 
 
@@ -296,7 +297,7 @@ def test_open_loop_fault_study_counts_every_request_sent_during_the_fault(tmp_pa
                           open_loop_rates_per_s=(40.0,), open_loop_step_s=9.0,
                           fault_start_s=fault_start_s, fault_duration_s=4.0, runs_per_gateway=1,
                           system_env=(f"sluice:SLUICE_TEST_START_DELAY_S={SLOW_START_S:g}",))
-    result = run_study(config, progress=lambda line: None)
+    result = run_study(preflight(config), progress=lambda line: None)
     assert result.status == "completed"
     study = load_study(result.study_dir)
     runs = {r.system: r for r in study.runs}
@@ -332,7 +333,7 @@ def test_failover_study_the_standby_serves_while_the_primary_fails(tmp_path):
     config = from_profile("smoke", gateways=("direct", "sluice"), out_dir=str(tmp_path),
                           study_id="fo", fault_scenario="failover", resilience="recommended",
                           hold_s=10.0, max_hold_s=12.0, fault_start_s=3.0, fault_duration_s=4.0)
-    result = run_study(config, progress=lambda line: None)
+    result = run_study(preflight(config), progress=lambda line: None)
     assert result.status == "completed"
     study = load_study(result.study_dir)
     runs = {r.system: r for r in study.runs}
@@ -354,7 +355,7 @@ def test_failover_study_the_standby_serves_while_the_primary_fails(tmp_path):
     assert "more than once" not in _identity_problem(runs["sluice"])
     roles = set(study.samples[study.samples["run_id"] == "sluice-1"]["role"])
     assert {"mock", "standby", "system"} <= roles
-    html = build.build_report(study.path).read_text(encoding="utf-8")
+    html = build.build_report(study.path).path.read_text(encoding="utf-8")
     assert "When the provider fails" in html
 
 

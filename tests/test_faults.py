@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from harness.model.config import GATEWAYS_DIR, REPO_DIR, ConfigError, from_profile
+from harness.run.preflight import preflight
 from harness.run.study import run_study
 
 pytestmark = pytest.mark.integration
@@ -52,7 +53,7 @@ def test_gateway_killed_mid_run_fails_that_run_only(systems_dir, tmp_path):
             threading.Timer(2.5, kill_nginx).start()
 
     config = smoke(systems_dir, tmp_path, ["nginx", "direct"], hold_s=6.0, seed=1)
-    result = run_study(config, progress=progress)
+    result = run_study(preflight(config), progress=progress)
     by_system = {r.system: r for r in result.records}
     assert result.status == "completed"
     assert by_system["direct"].status == "completed"
@@ -69,7 +70,7 @@ def test_gateway_killed_mid_run_fails_that_run_only(systems_dir, tmp_path):
 def test_never_ready_ends_at_the_deadline_with_log_tail(systems_dir, tmp_path):
     config = smoke(systems_dir, tmp_path, ["never-ready"], ready_timeout_s=2.0)
     start = time.monotonic()
-    result = run_study(config, progress=lambda m: None)
+    result = run_study(preflight(config), progress=lambda m: None)
     assert time.monotonic() - start < 30
     record = result.records[0]
     assert record.status == "failed" and "not ready after 2 s" in record.reason
@@ -83,7 +84,8 @@ def test_never_ready_ends_at_the_deadline_with_log_tail(systems_dir, tmp_path):
 
 
 def test_garbage_answers_are_errors_of_that_gateway(systems_dir, tmp_path):
-    result = run_study(smoke(systems_dir, tmp_path, ["garbage"]), progress=lambda m: None)
+    result = run_study(preflight(smoke(systems_dir, tmp_path, ["garbage"])),
+                       progress=lambda m: None)
     record = result.records[0]
     assert record.status == "completed", record.reason
     rows = pd.read_parquet(record.run_dir / "requests.parquet")
@@ -96,7 +98,7 @@ def test_garbage_answers_are_errors_of_that_gateway(systems_dir, tmp_path):
 
 def test_missing_binary_is_rejected_before_anything_starts(systems_dir, tmp_path):
     with pytest.raises(ConfigError) as info:
-        run_study(smoke(systems_dir, tmp_path, ["direct", "missing-binary"]))
+        run_study(preflight(smoke(systems_dir, tmp_path, ["direct", "missing-binary"])))
     assert "missing-binary needs 'sluice-test-no-such-gateway-binary'" in str(info.value)
     assert not (tmp_path / "artifacts").exists() or not any((tmp_path / "artifacts").iterdir())
 
@@ -107,7 +109,7 @@ def test_port_in_use_is_rejected_before_anything_starts(systems_dir, tmp_path):
         taken.listen()
         port = taken.getsockname()[1]
         with pytest.raises(ConfigError, match=f"base_port: port {port} .*already in use"):
-            run_study(smoke(systems_dir, tmp_path, ["nginx"], base_port=port))
+            run_study(preflight(smoke(systems_dir, tmp_path, ["nginx"], base_port=port)))
 
 
 def test_interrupt_stops_every_process_and_marks_the_study(systems_dir, tmp_path):
@@ -141,12 +143,12 @@ def test_interrupt_stops_every_process_and_marks_the_study(systems_dir, tmp_path
 
 def test_resume_keeps_completed_runs_and_redoes_the_rest(systems_dir, tmp_path):
     config = smoke(systems_dir, tmp_path, ["direct", "nginx"], study_id="resume")
-    first = run_study(config, progress=lambda m: None)
+    first = run_study(preflight(config), progress=lambda m: None)
     assert [r.status for r in first.records] == ["completed", "completed"]
     nginx_dir = next(r.run_dir for r in first.records if r.system == "nginx")
     (nginx_dir / "requests.parquet").write_bytes(b"tampered")  # no longer matches its hash
     lines = []
-    second = run_study(config, progress=lines.append)
+    second = run_study(preflight(config), progress=lines.append)
     kept = [line for line in lines if "kept" in line]
     assert len(kept) == 1 and "direct" in kept[0]
     assert {r.system: r.status for r in second.records} == {"direct": "completed", "nginx": "completed"}

@@ -17,7 +17,7 @@ from harness.model.gateway_spec import (
     folder_of,
     load_gateway_spec,
 )
-from harness.run.check import check
+from harness.run.preflight import preflight
 from report import format as F
 from report import tables
 
@@ -59,15 +59,15 @@ def test_system_at_feature_names():
 
 def test_a_feature_a_system_lacks_fails_before_anything_starts():
     with pytest.raises(ConfigError, match="nginx@alias declares no feature 'alias'"):
-        check(from_profile("smoke", gateways=("direct", "nginx@alias")))
+        preflight(from_profile("smoke", gateways=("direct", "nginx@alias")))
     with pytest.raises(ConfigError, match="feature: nginx declares no feature"):
-        check(from_profile("smoke", gateways=("nginx",), feature="auth_budget"))
+        preflight(from_profile("smoke", gateways=("nginx",), feature="auth_budget"))
     with pytest.raises(ConfigError, match="request_bytes"):
-        check(from_profile("smoke", gateways=("direct",), request_bytes=-1))
+        preflight(from_profile("smoke", gateways=("direct",), request_bytes=-1))
 
 
 def test_plan_gives_each_entry_its_feature_and_its_own_key():
-    checked = check(from_profile("feature_cost", runs_per_gateway=1))
+    checked = preflight(from_profile("feature_cost", runs_per_gateway=1))
     plan = checked.plan
     by_system = {s.system: s for s in plan}
     assert by_system["sluice@alias"].load.feature == "alias"

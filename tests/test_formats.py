@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.checks import history
 from harness.files import readers
 from harness.files.store import parquet_version
 from harness.model import formats as F
 from harness.model.schema import MOCK_REQUESTS, REQUESTS, SAMPLES
+from harness.verdicts import history
 
 TESTS = Path(__file__).parent
 V1 = TESTS / "fixtures" / "studies" / "v1-smoke"

@@ -1,4 +1,4 @@
-"""harness.checks.gate: the head build against the base build of one study, paired by round; the
+"""harness.verdicts.gate: the head build against the base build of one study, paired by round; the
 A/A pair decides whether the verdict counts; the history records per CPU model decide nothing.
 Synthetic studies (tests/synthetic.py, through load_study and run_summary) and small
 run_summary-shaped tables."""
@@ -14,10 +14,10 @@ import pandas as pd
 import pytest
 from synthetic import default_params, make_study
 
-from harness.checks import gate as G
-from harness.checks import history as H
-from harness.checks import rules as R
 from harness.commands import main as cli
+from harness.verdicts import gate as G
+from harness.verdicts import history as H
+from harness.verdicts import rules as R
 
 BASE_COMMIT = "abc123def4567890abc123def4567890abc12345"
 RECORDED_V1 = Path(__file__).parent / "data" / "gate-record-v1.json"
@@ -59,7 +59,7 @@ def studies(tmp_path_factory):
 
 
 def test_unchanged_head_passes_and_names_machine_and_builds(studies, tmp_path):
-    res = G.check(studies["same"], tmp_path)
+    res = G.judge(studies["same"], tmp_path)
     assert res.exit_code == G.EXIT_OK and res.decided, res.text
     assert res.lines[0] == ("gate: study same on Synthetic CPU @ 2.0GHz, 2 cores, kernel "
                             "Linux 6.1.0-synthetic")
@@ -70,7 +70,7 @@ def test_unchanged_head_passes_and_names_machine_and_builds(studies, tmp_path):
 
 
 def test_a_20_percent_cpu_burn_fails_naming_the_figure(studies, tmp_path):
-    res = G.check(studies["cpu"], tmp_path)
+    res = G.judge(studies["cpu"], tmp_path)
     assert res.exit_code == G.EXIT_FAIL, res.text
     failed = [line for line in res.lines if line.startswith("FAIL")]
     assert len(failed) == 1 and failed[0].startswith(
@@ -80,7 +80,7 @@ def test_a_20_percent_cpu_burn_fails_naming_the_figure(studies, tmp_path):
 
 
 def test_a_better_head_never_fails(studies, tmp_path):
-    res = G.check(studies["better"], tmp_path)
+    res = G.judge(studies["better"], tmp_path)
     assert res.exit_code == G.EXIT_OK and "gate: ok" in res.text, res.text
 
 
@@ -95,8 +95,8 @@ def test_stored_records_decide_nothing(studies, tmp_path):
     record["figures"]["cpu_ms_per_request_ratio"]["mean"] = 0.01
     (history_dir / "gate-intel-xeon.json").write_text(json.dumps(record))
     for name, code in (("same", G.EXIT_OK), ("cpu", G.EXIT_FAIL)):
-        with_record = G.check(studies[name], history_dir)
-        without = G.check(studies[name], tmp_path / "empty")
+        with_record = G.judge(studies[name], history_dir)
+        without = G.judge(studies[name], tmp_path / "empty")
         assert with_record.exit_code == without.exit_code == code
         assert [g.outcome for g in with_record.guarded] == [g.outcome for g in without.guarded]
     assert "a record from another CPU model (Intel Xeon, 2 cores, kernel unknown): shown as " \
@@ -135,15 +135,15 @@ def test_judge_fails_only_in_the_bad_direction():
 def test_bad_input_is_named(studies, tmp_path):
     plain = make_study(tmp_path, "plain", params={"nginx": default_params()["nginx"],
                                                   "sluice": default_params()["sluice"]})
-    res = G.check(plain.path, tmp_path)
+    res = G.judge(plain.path, tmp_path)
     assert res.exit_code == 2 and "compares no two builds" in res.text
-    res = G.check(tmp_path / "nowhere", tmp_path)
+    res = G.judge(tmp_path / "nowhere", tmp_path)
     assert res.exit_code == 2 and "no study manifest" in res.text
     one = make_study(tmp_path, "one", params={k: v[:1] for k, v in _params().items()})
     m = json.loads((one.path / "manifest.json").read_text())
     m["config"]["gate_base_system"] = "sluice~base"
     (one.path / "manifest.json").write_text(json.dumps(m))
-    res = G.check(one.path, tmp_path)
+    res = G.judge(one.path, tmp_path)
     assert res.exit_code == 2 and "fewer than 2 rounds" in res.text
 
 
@@ -181,15 +181,16 @@ def test_refresh_writes_this_cpu_models_record_and_run_takes_its_base(studies, t
     assert commit == written["commit"] and "the record of Synthetic CPU @ 2.0GHz" in source
     with pytest.raises(G.GateInputError, match="give --base REF"):
         G.base_ref({}, "gate", tmp_path / "empty")
-    assert "this CPU model's record, commit 0123456789ab" in G.check(studies["same"], tmp_path).text
+    assert ("this CPU model's record, commit 0123456789ab"
+            in G.judge(studies["same"], tmp_path).text)
 
 
 def test_cli(studies, tmp_path, capsys):
-    assert cli(["gate", "check", str(studies["same"]), "--history-dir", str(tmp_path)]) == 0
+    assert cli(["gate", "judge", str(studies["same"]), "--history-dir", str(tmp_path)]) == 0
     assert "gate: ok" in capsys.readouterr().out
-    assert cli(["gate", "check", str(studies["cpu"]), "--history-dir", str(tmp_path)]) == 1
+    assert cli(["gate", "judge", str(studies["cpu"]), "--history-dir", str(tmp_path)]) == 1
     assert "FAIL CPU time per request" in capsys.readouterr().out
-    assert cli(["gate", "check", str(tmp_path / "nowhere")]) == 2
+    assert cli(["gate", "judge", str(tmp_path / "nowhere")]) == 2
     assert "gate: cannot judge" in capsys.readouterr().err
     assert cli(["gate", "run", "--head-env", "oops", "--history-dir", str(tmp_path)]) == 2
     assert "--head-env 'oops': expected NAME=VALUE" in capsys.readouterr().err
@@ -230,10 +231,10 @@ def test_a_noisy_a_a_pair_makes_small_changes_inconclusive_and_large_ones_fail(t
         m = json.loads((s.path / "manifest.json").read_text())
         m["config"].update(profile="gate", gate_base_system="sluice~base", aa_pair=["nginx", "nginx~aa"])
         (s.path / "manifest.json").write_text(json.dumps(m))
-    res = G.check(small.path, tmp_path)
+    res = G.judge(small.path, tmp_path)
     assert res.exit_code == G.EXIT_OK and not res.decided, res.text
     assert "gate: INCONCLUSIVE — undecided: CPU time per request: the A/A pair moved 10%, more than its limit" in res.text
-    res = G.check(large.path, tmp_path)
+    res = G.judge(large.path, tmp_path)
     assert res.exit_code == G.EXIT_FAIL, res.text
 
 

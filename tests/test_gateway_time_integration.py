@@ -8,6 +8,7 @@ import pytest
 
 from harness.commands import main
 from harness.model.config import from_profile
+from harness.run.preflight import preflight
 from harness.run.study import run_study
 
 pytestmark = pytest.mark.integration
@@ -18,7 +19,7 @@ def captured(tmp_path_factory):
     out = tmp_path_factory.mktemp("artifacts")
     config = from_profile("smoke", gateways=["direct", "nginx", "sluice"], out_dir=str(out),
                           hold_s=5.0, wire_capture_s=3.0, wire_capture_offset_s=1.0)
-    return run_study(config, progress=lambda line: None)
+    return run_study(preflight(config), progress=lambda line: None)
 
 
 def _run(study_dir, system):
@@ -63,7 +64,7 @@ def test_the_report_shows_the_time_inside_the_gateway(captured):
 
 def test_capture_off_leaves_the_wire_figures_missing_with_the_reason(tmp_path):
     config = from_profile("smoke", gateways=["nginx"], out_dir=str(tmp_path), wire_capture_s=0)
-    result = run_study(config, progress=lambda line: None)
+    result = run_study(preflight(config), progress=lambda line: None)
     manifest, rows = _run(result.study_dir, "nginx")
     assert manifest["status"] == "completed"
     assert manifest["wire"] == {**manifest["wire"], "captured": False,

@@ -15,7 +15,7 @@ from harness.model import inflight
 from harness.model.config import ConfigError, from_profile
 from harness.model.gateway_spec import load_gateway_spec
 from harness.model.plan import make_plan
-from harness.run.check import check
+from harness.run.preflight import preflight
 from harness.run.run import instruments
 
 
@@ -25,10 +25,10 @@ def _lane(**overrides):
 
 def test_the_profile_validates_and_holds_each_request_for_the_hold():
     config = _lane()
-    check(config)
+    preflight(config)
     assert inflight.mock_hold(config) == (10_000.0, config.stream_chunks)
     streamed = _lane(stream=True)
-    check(streamed)
+    preflight(streamed)
     latency_ms, frames = inflight.mock_hold(streamed)
     # a frame every 2.5 s from 2.5 s on: the stream lasts the hold
     assert latency_ms == 2500.0 and (frames + 1) * 2500.0 == 10_000.0
@@ -51,7 +51,7 @@ def test_the_profile_validates_and_holds_each_request_for_the_hold():
 ])
 def test_a_bad_parameter_is_refused_naming_it(overrides, parameter):
     with pytest.raises(ConfigError) as caught:
-        check(_lane(**overrides))
+        preflight(_lane(**overrides))
     assert any(p.startswith(f"{parameter}:") for p in caught.value.problems), caught.value.problems
 
 

@@ -6,6 +6,7 @@ import math
 import pytest
 
 from harness.model.config import from_profile
+from harness.run.preflight import preflight
 from harness.run.study import run_study
 from harness.stats.inflight_lane import inflight_steps
 from harness.stats.inflight_limits import slopes, summary, where_it_stops
@@ -22,7 +23,7 @@ def tiny_lane(tmp_path_factory):
                           inflight_step_s=12.0, users=200, locust_processes=1, mock_workers=1,
                           warmup_s=2.0, idle_s=1.0, cooldown_s=1.0, request_timeout_s=10.0)
     lines = []
-    result = run_study(config, progress=lines.append)
+    result = run_study(preflight(config), progress=lines.append)
     return result, lines
 
 

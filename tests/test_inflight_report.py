@@ -41,10 +41,10 @@ def test_every_run_shows_the_requests_it_held_open_at_the_client_and_the_mock():
 
 def test_a_suite_shows_each_in_flight_cell_with_its_sentences(monkeypatch):
     from harness.model.suite import CellEntry
-    from harness.stats import suite_cells as S
+    from report import suite_data as S
     from report import suite_report
     entry = CellEntry("cell-02", {"request.stream": True}, "k" * 64, "", "completed", "cell-02")
-    monkeypatch.setattr(S, "inflight_lanes", lambda suite_dir: [(entry, lane())])
+    monkeypatch.setattr(S, "inflight_lanes", lambda suite: [(entry, lane())])
     (section,) = suite_report.inflight_sections("unused")
     assert section["values"] == "request.stream = true"
     assert section["sentences"][1] == "lean holds 5,000 open requests in 130 MiB."

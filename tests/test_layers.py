@@ -19,10 +19,10 @@ BELOW = {
     "harness.remote": {"harness.model", "harness.files", "harness.host"},
     "harness.run": {"harness.model", "harness.files", "harness.host", "harness.remote", "mocks"},
     "harness.stats": {"harness.model", "harness.files"},
-    "harness.checks": {"harness.model", "harness.files", "harness.stats"},
+    "harness.verdicts": {"harness.model", "harness.files", "harness.stats"},
     "report": {"harness.model", "harness.files", "harness.stats"},
     "harness.commands": {"harness.model", "harness.files", "harness.host", "harness.remote",
-                         "harness.run", "harness.stats", "harness.checks", "report", "mocks"},
+                         "harness.run", "harness.stats", "harness.verdicts", "report", "mocks"},
     "harness": {"harness.commands"},      # harness/__main__.py
 }
 

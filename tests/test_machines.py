@@ -13,13 +13,13 @@ from synthetic_manifests import write_suite_manifest
 from test_report import _tables
 
 from harness.commands import main as cli
-from harness.stats import suite_cells as S
 from harness.stats.across import VERDICT_ONLY
 from harness.stats.machines import machine_fields, same_machine
 from report import format as F
+from report import suite_data as S
 from report.compare import compare_studies
 from report.sections import render_section
-from report.suite_report import render_suite_html
+from report.suite_report import build_suite_report
 
 EPYC = {"cpu_model": "AMD EPYC 7763 64-Core Processor", "cpu_count": 2,
         "kernel": "6.1.0-18-amd64", "os": "Linux-6.1.0-18-amd64-x86_64-with-glibc2.36"}
@@ -145,9 +145,9 @@ def _suite(root: Path, suite_id: str, study: Path) -> Path:
 @pytest.mark.parametrize("other,same", [("b", True), ("c", False)])
 def test_suites_from_different_machines_are_not_judged(studies, tmp_path, capsys, other, same):
     a, b = _suite(tmp_path, "a", studies["a"]), _suite(tmp_path, "b", studies[other])
-    compared, _ = S.compare_suites(a, b)
+    compared, _ = S.compare_suites(S.collect_suite(a), S.collect_suite(b))
     assert set(compared["same_machine"]) == {same}
-    pairs = S.cell_machines(a, b)
+    pairs = S.cell_machines(S.collect_suite(a), S.collect_suite(b))
     assert [(x, y, m.same) for x, y, m in pairs] == [("cell-01", "cell-01", same)]
     assert cli(["suite", "--compare", str(a), str(b)]) == 0
     out = capsys.readouterr().out
@@ -159,7 +159,7 @@ def test_suites_from_different_machines_are_not_judged(studies, tmp_path, capsys
     assert not set(VERDICT_ONLY) & set(compared.dropna(axis=1, how="all").columns)
     assert sentence in out and "mean_A" in out and "mean_B" in out
     assert not any(w in out.lower() for w in ("better", "worse", "no clear difference", "p_value"))
-    html = render_suite_html(b, compare_with=a)
+    html = build_suite_report(b, compare_with=a).path.read_text()
     assert sentence in html
     t = _tables(html)
     assert "suite-compare-table" not in t and len(t["suite-side-by-side-table"]) > 1

@@ -7,12 +7,12 @@ import pytest
 from synthetic import make_study
 
 from harness import stats as A
-from harness.checks import aa, rules
 from harness.model.metrics import METRICS, Better, metric
-from harness.stats import suite_cells as S
 from harness.stats.definitions import SUMMARY_METRICS
+from harness.verdicts import aa, rules
 from report import fault_tables, tables
 from report import format as F
+from report import suite_data as S
 from report.data import collect
 
 # Every list of metrics a table or a check shows: each must be in the registry.

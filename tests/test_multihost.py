@@ -17,6 +17,7 @@ import pytest
 from polling import wait_for
 
 from harness.model.config import from_profile
+from harness.run.preflight import preflight
 from harness.run.study import run_study
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -55,8 +56,8 @@ def studies(lab):
     done = subprocess.run([*hosts[0].prefix, *study_command(tmp, "multi", topology)], cwd=REPO,
                           capture_output=True, text=True, timeout=STUDY_TIMEOUT_S)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    single = run_study(from_profile("smoke", gateways=["nginx"], out_dir=str(tmp),
-                                    study_id="single", **SETTINGS), progress=lambda _: None)
+    single = run_study(preflight(from_profile("smoke", gateways=["nginx"], out_dir=str(tmp),
+                                    study_id="single", **SETTINGS)), progress=lambda _: None)
     assert single.status == "completed"
     return tmp / "multi" / "runs" / "nginx" / "1", single.study_dir / "runs" / "nginx" / "1"
 

@@ -10,6 +10,7 @@ import pytest
 
 from harness.model.config import GATEWAYS_DIR
 from harness.model.suite import load_suite
+from harness.run.preflight import preflight
 from harness.run.study import run_study
 from harness.run.suite_run import expand
 from harness.stats.loading import load_study
@@ -28,7 +29,7 @@ def test_a_new_system_is_planned_and_run_from_its_folder_alone(tmp_path):
                           f'gateways_dir = "{systems}"\n[axes]\nrequest.stream = [false]\n')
     [cell] = expand(load_suite(suite_file), out_dir=str(tmp_path / "out"))
     assert cell.excluded == "" and cell.config.gateways == ("direct", "edge")
-    result = run_study(dataclasses.replace(cell.config, runs_per_gateway=1))
+    result = run_study(preflight(dataclasses.replace(cell.config, runs_per_gateway=1)))
     assert sorted((r.system, r.status) for r in result.records) == [
         ("direct", "completed"), ("edge", "completed")], [r.reason for r in result.records]
     study = load_study(result.study_dir)

@@ -15,7 +15,7 @@ from harness import stats as A
 from harness.files.store import REQUEST_SCHEMA
 from harness.model.config import REPO_DIR, ConfigError, from_profile
 from harness.model.formats import REQUESTS_TABLE
-from harness.run.check import check
+from harness.run.preflight import preflight
 from report import tables
 from report.build import render_report_html
 
@@ -26,13 +26,13 @@ RATES, STEP_S, T0 = (100.0, 200.0, 400.0), 10.0, 1_760_000_000.0
 
 def problems(tmp_path, **overrides):
     with pytest.raises(ConfigError) as info:
-        check(from_profile("open_loop", out_dir=str(tmp_path), **overrides))
+        preflight(from_profile("open_loop", out_dir=str(tmp_path), **overrides))
     return info.value.problems
 
 
 def test_the_profile_validates_and_plans_its_slots(tmp_path):
     config = from_profile("open_loop", out_dir=str(tmp_path))
-    check(config)
+    preflight(config)
     slots = config.open_loop_rates_per_s[0] * config.warmup_s + sum(config.open_loop_rates_per_s) * 20
     assert config.planned_rows() == int(slots * 3 * 3)
 

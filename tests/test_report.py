@@ -32,7 +32,7 @@ def syn(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def report_path(syn):
-    return build.build_report(syn.path)
+    return build.build_report(syn.path).path
 
 
 @pytest.fixture(scope="module")
@@ -286,7 +286,7 @@ def test_cli_refuses_a_changed_artifact(tmp_path, capsys):
 
 def test_report_of_a_study_where_nothing_completed(tmp_path):
     s = make_study(tmp_path, params={"sluice": [RunParams(failed=True)]}, status="failed")
-    html = build.build_report(s.path).read_text()
+    html = build.build_report(s.path).path.read_text()
     assert "No system completed a run" in html and "This study is failed" in html
     assert "<strong>FAILED</strong>: system exited with code 1" in html
 
@@ -295,7 +295,7 @@ def test_report_without_the_reference_system(tmp_path):
     params = {"sluice": [RunParams(overhead_ms=o) for o in (0.4, 0.5, 0.6)],
               "direct": [RunParams(overhead_ms=o, cpu_cores=None) for o in (0.2, 0.25, 0.3)]}
     s = make_study(tmp_path, params=params)
-    html = build.build_report(s.path).read_text()
+    html = build.build_report(s.path).path.read_text()
     assert "reference for verdicts: <strong>sluice</strong>" in html   # nginx did not run
 
 
@@ -307,15 +307,29 @@ def test_notebook_is_committed_without_outputs():
             assert cell["outputs"] == [] and cell["execution_count"] is None
 
 
-def test_notebook_shows_the_same_sections_in_the_same_order():
-    nb = json.loads((REPO_DIR / "notebooks" / "report.ipynb").read_text())
-    source = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+def test_the_committed_notebook_is_the_one_generated_from_the_sections():
+    from report import notebook
+    assert notebook.NOTEBOOK.read_text() == notebook.notebook_text(), (
+        "notebooks/report.ipynb is stale: run `python -m report.notebook`")
+    source = "".join("".join(c["source"]) for c in notebook.report_notebook().cells)
     assert tuple(re.findall(r'render_section\(data, "(\w+)"\)', source)) == tuple(build.SECTIONS)
+
+
+def test_a_new_section_is_a_new_cell_of_the_notebook(monkeypatch):
+    from report import notebook, sections
+
+    def section_demo(data) -> str:
+        """A demo section."""
+        return ""
+    monkeypatch.setattr(notebook, "SECTIONS", {**sections.SECTIONS, "demo": section_demo})
+    (last,) = notebook.report_notebook().cells[-1:]
+    assert last.source == '# A demo section.\ndisplay(HTML(build.render_section(data, "demo")))'
+    assert notebook.notebook_text() != notebook.NOTEBOOK.read_text()
 
 
 @pytest.mark.integration  # starts a Jupyter kernel
 def test_papermill_smoke(syn, tmp_path):
-    out = build.build_report(syn.path, via_notebook=True, out=tmp_path / "nb.html")
+    out = build.build_report_via_notebook(syn.path, out=tmp_path / "nb.html")
     html = out.read_text(encoding="utf-8")
     assert 'id="banner"' in html and 'id="headline-table"' in html
     assert html.count("data:image/png;base64,") >= 5
@@ -343,7 +357,7 @@ def test_a_negative_reference_overhead_is_compared_as_a_difference(tmp_path):
     assert c["diff_low"] > 0 and c["diff"] == pytest.approx(c["mean"] - c["mean_ref"])
     reason = F.verdict_reason(c.to_dict() | {"metric": "overhead_vs_direct_p50_ms"})
     assert "difference +" in reason and "off 1" not in reason
-    rows = [r for r in _tables(build.build_report(s.path).read_text())["verdicts-table"]
+    rows = [r for r in _tables(build.build_report(s.path).path.read_text())["verdicts-table"]
             if r[0] == "litellm" and r[1] == F.heading("overhead_vs_direct_p50_ms")]
     assert rows and rows[0][7] == "slower"
 
@@ -396,7 +410,7 @@ def test_first_screen_holds_the_answer_at_1280x800(tmp_path):
         pytest.skip("chromium is not installed: run scripts/install-test-deps.sh")
     s = make_study(tmp_path, params=_seven_systems())
     page = tmp_path / "probe.html"
-    page.write_text(build.build_report(s.path).read_text().replace("</body>", _FIT_PROBE + "</body>"))
+    page.write_text(build.build_report(s.path).path.read_text().replace("</body>", _FIT_PROBE + "</body>"))
     with tempfile.TemporaryDirectory() as profile:
         dom = subprocess.run(_chromium_cmd(exe, profile, "--hide-scrollbars",
                                            "--window-size=1280,800", "--dump-dom", page.as_uri()),

@@ -18,7 +18,7 @@ from harness.model.config import ConfigError, from_profile
 from harness.model.gateway_spec import load_gateway_spec, render
 from harness.model.manifests import RunManifest
 from harness.model.plan import make_plan
-from harness.run.check import check
+from harness.run.preflight import preflight
 from harness.run.run import instruments
 
 
@@ -26,9 +26,9 @@ def test_the_inflight_profile_sizes_every_system_and_shipped_stays_available(tmp
     assert from_profile("inflight").scale == "sized"
     assert from_profile("smoke").scale == "shipped"
     assert from_profile("inflight", scale="shipped").scale == "shipped"
-    check(from_profile("smoke", out_dir=str(tmp_path), scale="sized"))
+    preflight(from_profile("smoke", out_dir=str(tmp_path), scale="sized"))
     with pytest.raises(ConfigError) as info:
-        check(from_profile("smoke", out_dir=str(tmp_path), scale="big"))
+        preflight(from_profile("smoke", out_dir=str(tmp_path), scale="big"))
     assert info.value.problems == ["scale: one of ['shipped', 'sized'], got 'big'"]
 
 

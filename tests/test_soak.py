@@ -1,10 +1,11 @@
 """A short, bounded soak of the in-house gateway: flat under load, back to idle after it."""
 import pytest
 
-from harness.checks.soak import soak_summary
 from harness.model.config import from_profile
+from harness.run.preflight import preflight
 from harness.run.study import run_study
 from harness.stats import load_study
+from harness.verdicts.soak import soak_summary
 
 pytestmark = pytest.mark.integration
 
@@ -12,7 +13,7 @@ pytestmark = pytest.mark.integration
 def test_sluice_soak_is_flat_and_returns_to_idle(tmp_path):
     config = from_profile("soak", hold_s=12.0, max_hold_s=20.0, cooldown_s=13.0, users=40,
                           out_dir=str(tmp_path))
-    result = run_study(config, progress=lambda m: None)
+    result = run_study(preflight(config), progress=lambda m: None)
     assert result.status == "completed" and result.records[0].status == "completed", \
         result.records[0].reason
     study = load_study(result.study_dir)

@@ -6,6 +6,7 @@ import pytest
 
 from harness import stats
 from harness.model.config import from_profile
+from harness.run.preflight import preflight
 from harness.run.study import run_study
 from report.build import render_report_html
 
@@ -18,7 +19,7 @@ def stream_study(tmp_path_factory):
     config = from_profile("smoke", gateways=["direct", "nginx", "sluice"], stream=True,
                           stream_chunks=CHUNKS, chunk_delay_ms=GAP_MS,
                           out_dir=str(tmp_path_factory.mktemp("artifacts")))
-    result = run_study(config, progress=lambda m: None)
+    result = run_study(preflight(config), progress=lambda m: None)
     assert [r.status for r in result.records] == ["completed"] * 3, [r.reason for r in result.records]
     return stats.load_study(result.study_dir)
 

@@ -9,6 +9,7 @@ from harness.commands import main
 from harness.files.store import REQUEST_SCHEMA, SAMPLE_SCHEMA, sha256_file
 from harness.model import formats as F
 from harness.model.config import ConfigError, from_profile
+from harness.run.preflight import preflight
 from harness.run.study import run_study
 
 pytestmark = pytest.mark.integration
@@ -19,7 +20,7 @@ def smoke_study(tmp_path_factory):
     out = tmp_path_factory.mktemp("artifacts")
     config = from_profile("smoke", gateways=["direct", "nginx"], out_dir=str(out), seed=7)
     lines = []
-    result = run_study(config, progress=lines.append)
+    result = run_study(preflight(config), progress=lines.append)
     return result, lines
 
 
@@ -104,4 +105,4 @@ def test_bad_parameters_fail_before_anything_starts(tmp_path, capsys):
     assert "gateways: unknown gateway 'nope'" in err and "users: must be at least 1" in err
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(ConfigError):
-        run_study(from_profile("smoke", mock_latency_ms=-1, out_dir=str(tmp_path)))
+        run_study(preflight(from_profile("smoke", mock_latency_ms=-1, out_dir=str(tmp_path))))

@@ -17,10 +17,10 @@ from harness.model.formats import SUITE_MANIFEST
 from harness.model.gateway_spec import load_gateway_spec
 from harness.model.plan import Instruments, KeyVersionError, key_version
 from harness.run import suite_run as R
-from harness.stats import suite_cells as S
 from harness.stats.outcomes import Outcome
 from report import format as F
-from report.suite_report import cells_frame
+from report import suite_data as S
+from report.suite_report import build_suite_report, cells_frame
 
 
 def write_suite(tmp_path, text, name="t.toml"):
@@ -294,7 +294,7 @@ def test_suites_are_compared_only_where_keys_match(tmp_path):
                                     ("cell-02", "k2" * 32, {"load.users": 100}, base)])
     b = _fake_suite(tmp_path, "b", [("cell-01", "k1" * 32, {"load.users": 10}, slower),
                                     ("cell-02", "k3" * 32, {"load.users": 100}, base)])
-    compared, apart = S.compare_suites(a, b)
+    compared, apart = S.compare_suites(S.collect_suite(a), S.collect_suite(b))
     assert set(compared["cell_a"]) == {"cell-01"} and set(compared["system"]) == {"direct", "nginx"}
     row = compared[(compared.system == "nginx") & (compared.metric == "overhead_vs_direct_p50_ms")].iloc[0]
     assert row.outcome is Outcome.WORSE and row["mean"] > row.mean_ref   # B against A
@@ -325,25 +325,26 @@ def test_a_suite_recorded_with_recipe_1_is_compared_with_a_newer_one(tmp_path):
     other = dataclasses.replace(config, users=config.users + 1)
     write_suite_manifest(b, [entry("cell-01", "2:" + "ab" * 32, config),
                              entry("cell-02", "2:" + "cd" * 32, other)])
-    compared, apart = S.compare_suites(a, b)
+    compared, apart = S.compare_suites(S.collect_suite(a), S.collect_suite(b))
     assert set(zip(compared["cell_a"], compared["cell_b"])) == {("cell-01", "cell-01")}
     assert list(zip(apart["suite"], apart["cell"], apart["comparison_key"])) == [
         ("b", "cell-02", "2:cdcdcdcdcd")]
-    assert [(x, y) for x, y, _ in S.cell_machines(a, b)] == [("cell-01", "cell-01")]
+    assert [(x, y) for x, y, _ in S.cell_machines(S.collect_suite(a), S.collect_suite(b))] == [("cell-01", "cell-01")]
     # a key of a recipe this harness does not know is refused
     write_suite_manifest(b, [entry("cell-01", "7:" + "ab" * 32, config)])
     with pytest.raises(KeyVersionError, match="'7' is not one this harness knows"):
-        S.compare_suites(a, b)
+        S.compare_suites(S.collect_suite(a), S.collect_suite(b))
 
 
 def test_suite_table_has_a_row_per_cell_and_system(tmp_path):
     params = {"direct": [RunParams(overhead_ms=o, cpu_cores=None) for o in (0.2, 0.25)],
               "nginx": [RunParams(overhead_ms=o) for o in (0.8, 0.9)]}
     suite_dir = _fake_suite(tmp_path, "s", [("cell-01", "k" * 64, {"load.users": 10}, params)])
-    table = S.suite_table(suite_dir)
+    suite = S.collect_suite(suite_dir)
+    table = S.suite_table(suite)
     assert list(table["system"]) == ["direct", "nginx"] and list(table["load.users"]) == ["10", "10"]
     assert table.loc[1, "runs"] == "2 of 2" and table.loc[1, "overhead_vs_direct_p50_ms_n"] == 2
-    shown = cells_frame(suite_dir)
+    shown = cells_frame(suite)
     assert "(n=2)" in shown.loc[1, F.heading("overhead_vs_direct_p50_ms")]
 
 
@@ -380,7 +381,7 @@ def test_smoke_suite_through_papermill(tmp_path):
     assert "cannot run" in text and F.heading("overhead_vs_direct_p99_ms") in text
     # a second suite with the same cells is comparable cell by cell, by key
     shutil.copytree(suite_dir, out / "copy")
-    compared, apart = S.compare_suites(suite_dir, out / "copy")
+    compared, apart = S.compare_suites(S.collect_suite(suite_dir), S.collect_suite(out / "copy"))
     assert set(compared["cell_a"]) == {c["cell_id"] for c in by_status["completed"]} and apart.empty
 
 
@@ -435,7 +436,7 @@ def _fault_suite(root):
 
 def test_fault_suite_table_per_system_and_configuration(tmp_path):
     from report import fault_tables
-    rows, timelines = S.fault_table(_fault_suite(tmp_path))
+    rows, timelines = S.fault_table(S.collect_suite(_fault_suite(tmp_path)))
     assert set(rows["scenario"]) == {"error_burst", "provider_down"}   # cell-04 has no study
     burst = rows[rows["scenario"] == "error_burst"].set_index(["cell", "system"])
     assert burst.loc[("cell-01", "sluice"), "amplification_during_mean"] == 4.0
@@ -466,7 +467,7 @@ def test_fault_suite_table_per_system_and_configuration(tmp_path):
 
 def test_fault_suite_sentences_come_from_the_figures(tmp_path):
     from report.summary import fault_findings
-    rows, _ = S.fault_table(_fault_suite(tmp_path))
+    rows, _ = S.fault_table(S.collect_suite(_fault_suite(tmp_path)))
     texts = [s.text for s in fault_findings(rows[rows["scenario"] == "error_burst"])]
     assert texts == [
         ("As shipped, highest success during the fault: sluice 100.0% (1 run: no spread); "
@@ -501,8 +502,7 @@ def test_faults_suite_report_has_one_table_per_scenario(tmp_path):
     left out with its reason."""
     import re
 
-    from report.suite_report import render_suite_html
-    html = render_suite_html(_fault_suite(tmp_path))
+    html = build_suite_report(_fault_suite(tmp_path)).path.read_text()
     assert re.findall(r'<table id="(suite-faults-[a-z_]+)"', html) == [
         "suite-faults-error_burst", "suite-faults-provider_down"]
     assert html.count('alt="error_burst: success share and amplification') == 1

@@ -12,7 +12,7 @@ from harness.model.config import ConfigError, from_profile
 from harness.model.plan import make_plan
 from harness.model.topology import Host, TopologyError, load_topology, local_topology
 from harness.remote.hosts import RemoteProcess, command_on, facts, snapshot, start_on
-from harness.run.check import check
+from harness.run.preflight import preflight
 from harness.run.run import instruments
 
 REPO = Path(__file__).resolve().parent.parent
@@ -95,8 +95,8 @@ def test_bad_topology_fails_study_validation_before_anything_starts(tmp_path, ca
     assert "topology: " in capsys.readouterr().err and not (out.exists() and any(out.iterdir()))
     path = write(tmp_path, GOOD)
     with pytest.raises(ConfigError, match="locust_processes: the topology's locust_workers"):
-        check(from_profile("smoke", gateways=["nginx"], topology=str(path), locust_processes=2,
-                              out_dir=str(out)))
+        preflight(from_profile("smoke", gateways=["nginx"], topology=str(path), locust_processes=2,
+                                  out_dir=str(out)))
 
 
 def test_the_plan_counts_the_workers_and_keys_the_placement(tmp_path):
@@ -167,4 +167,4 @@ def test_a_host_that_cannot_run_the_harness_stops_the_study_before_it_starts(tmp
                  "--set", f"topology=\"{path}\""]) == 2
     err = capsys.readouterr().err
     assert "topology: host gw: false env PYTHONPATH=" in err and "exited with 1" in err
-    assert not list(out.iterdir())
+    assert not out.exists()   # the preflight creates nothing

@@ -8,11 +8,8 @@ import sys
 
 import pytest
 
-from harness.checks.aa import AAInputError
-from harness.checks.gate import GateInputError
-from harness.checks.history import HistoryError
-from harness.checks.inputs import CheckInputError
 from harness.commands import COMMANDS, main
+from harness.files.handoff import HandoffError
 from harness.files.readers import ArtifactError, IntegrityError
 from harness.host.processes import ProcessError
 from harness.model import errors
@@ -27,6 +24,10 @@ from harness.model.toml_schema import TomlSchemaError
 from harness.model.topology import TopologyError
 from harness.run.builds import BuildError
 from harness.run.capture import CaptureError
+from harness.verdicts.aa import AAInputError
+from harness.verdicts.gate import GateInputError
+from harness.verdicts.history import HistoryError
+from harness.verdicts.inputs import VerdictInputError
 
 STUDY = REPO_DIR / "tests" / "fixtures" / "studies" / "v2-smoke"     # read only: no aa_pair, no gate
 
@@ -49,9 +50,9 @@ CASES = {
     "report-not-a-study": (["report", "{tmp}"], "no study manifest"),
     "report-compare-missing": (["report", "{tmp}/b", "--compare", "{tmp}/a"], "no study manifest"),
     "install-unknown-system": (["install", "no-such-system"], "unknown gateway 'no-such-system'"),
-    "gate-check-missing-dir": (["gate", "check", "{tmp}/none", "--history-dir", "{tmp}"],
+    "gate-judge-missing-dir": (["gate", "judge", "{tmp}/none", "--history-dir", "{tmp}"],
                                "gate: cannot judge: "),
-    "gate-check-not-a-gate-study": (["gate", "check", str(STUDY), "--history-dir", "{tmp}"],
+    "gate-judge-not-a-gate-study": (["gate", "judge", str(STUDY), "--history-dir", "{tmp}"],
                                     "compares no two builds"),
     "gate-refresh-missing-dir": (["gate", "refresh", "{tmp}/none", "--history-dir", "{tmp}"],
                                  "gate refresh: refused: "),
@@ -116,8 +117,8 @@ def test_the_command_line_prints_no_traceback(tmp_path):
 
 @pytest.mark.parametrize("cls", [ConfigError, SuiteError, GatewaySpecError, TomlSchemaError,
                                  ManifestError, UnknownVersionError, TableFormatError,
-                                 TopologyError, HistoryError, CheckInputError, AAInputError,
-                                 GateInputError, ArtifactError, IntegrityError])
+                                 TopologyError, HistoryError, VerdictInputError, AAInputError,
+                                 GateInputError, ArtifactError, IntegrityError, HandoffError])
 def test_the_family(cls):
     assert issubclass(cls, UserError)
 
@@ -125,7 +126,7 @@ def test_the_family(cls):
 @pytest.mark.parametrize("cls", [BuildError, ProcessError, CaptureError])
 def test_failures_of_the_machine_are_not_user_errors(cls):
     # A build or a process that fails is a run that failed (exit 1), not bad input; a ref
-    # that names no commit reaches the user as a ConfigError from the study's check().
+    # that names no commit reaches the user as a ConfigError from the study's preflight().
     assert not issubclass(cls, UserError)
 
 

@@ -2,17 +2,17 @@
 
     python -m harness gate                  # the same as `gate run` with no options
     python -m harness gate run [--base REF] [--head-env NAME=VALUE ...] [--set NAME=VALUE ...]
-    python -m harness gate check   GATE_DIR
+    python -m harness gate judge   GATE_DIR
     python -m harness gate refresh GATE_DIR
 
 `run` (the default) builds the base commit's system in a worktree beside this tree (the base:
 --base REF, else the newest commit accepted in any CPU model's record under baselines/gate/:
 the counts do not depend on the machine), counts the base twice and the head once (counts.json) and judges the counts;
 then it runs the short timed study (timed/) and judges its latency
-(harness/checks/gate.py): 0 ok; 1 a figure regressed or a run failed; 2 bad input. --head-env
+(harness/verdicts/gate.py): 0 ok; 1 a figure regressed or a run failed; 2 bad input. --head-env
 sets an environment variable of the head build alone (SLUICE_TEST_DELAY_MS=1,
 SLUICE_TEST_BURN_ITERATIONS=N, SLUICE_TEST_EXTRA_WRITE=1 slow it on purpose: the gate must
-fail). `check` judges an existing gate directory; `refresh` writes this CPU model's record from
+fail). `judge` judges an existing gate directory; `refresh` writes this CPU model's record from
 one that passed, deliberately (baselines/README.md).
 """
 from __future__ import annotations
@@ -23,14 +23,14 @@ import time
 
 from harness.model.config import ConfigError
 
-HELP = "the regression gate: two builds counted, then timed side by side (or check / refresh a gate)"
+HELP = "the regression gate: two builds counted, then timed side by side (or judge / refresh a gate)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     # Defaults are resolved in the actions: importing the gate here would slow every --help.
     sub = parser.add_subparsers(dest="action", metavar="ACTION")
     run_p = sub.add_parser("run", help="build the base, count both builds, time them, judge (default)")
-    check_p = sub.add_parser("check", help="judge a gate directory: head build against base build "
+    judge_p = sub.add_parser("judge", help="judge a gate directory: head build against base build "
                                            "(exit 0 ok, 1 regression, 2 bad input)")
     refresh_p = sub.add_parser("refresh", help="write this CPU model's record from a gate that passed")
     run_p.add_argument("--base", default=None, metavar="REF",
@@ -40,10 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="environment of the head build alone (e.g. SLUICE_TEST_DELAY_MS=1)")
     run_p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                        help="override a field of the gate profile's StudyConfig")
-    for p in (run_p, check_p, refresh_p):
+    for p in (run_p, judge_p, refresh_p):
         p.add_argument("--history-dir", default=None,
                        help="the gate records (default: baselines/gate)")
-    for p in (check_p, refresh_p):
+    for p in (judge_p, refresh_p):
         p.add_argument("study_dir", help="artifacts/<gate-id> (or an older gate study)")
         p.add_argument("--head", default=None, help="head entry (default: the study's gate_system)")
         p.add_argument("--base", default=None,
@@ -51,10 +51,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.checks import gate, history
+    from harness.verdicts import gate, history
     history_dir = getattr(args, "history_dir", None) or history.HISTORY_DIR
-    if args.action == "check":
-        result = gate.check(args.study_dir, history_dir, args.head, args.base)
+    if args.action == "judge":
+        result = gate.judge(args.study_dir, history_dir, args.head, args.base)
     elif args.action == "refresh":
         result = gate.refresh(args.study_dir, history_dir, args.head, args.base)
     else:
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
 def shown(result) -> int:
     """Print a verdict and return its exit code; one that could not be made is bad input,
     raised for the command line to report (exit 2)."""
-    from harness.checks import gate
+    from harness.verdicts import gate
     if result.exit_code == gate.EXIT_BAD_INPUT:
         raise gate.GateInputError(result.text)
     print(result.text)
@@ -114,10 +114,11 @@ def count_builds(gate_system: str, base_commit: str, head_env: list[str], gate_d
 def run_gate(history_dir, base: str | None, head_env: list[str], settings: list[str]) -> int:
     """Resolve the base, count both builds and judge the counts; then the short timed study,
     judged on latency alone."""
-    from harness.checks import count_verdict, gate
     from harness.model.config import REPO_DIR, from_profile, parse_overrides
     from harness.remote.machine import this_machine
+    from harness.run.preflight import preflight
     from harness.run.study import run_study
+    from harness.verdicts import count_verdict, gate
     t0 = time.monotonic()
     gate_id = time.strftime("gate-%Y%m%dT%H%M%SZ", time.gmtime())
     overrides = {**parse_overrides(settings)}
@@ -149,7 +150,7 @@ def run_gate(history_dir, base: str | None, head_env: list[str], settings: list[
         **overrides, "out_dir": str(gate_dir.relative_to(REPO_DIR)), "study_id": "timed",
         "builds": (*probe.builds, f"{probe.gate_base_system}={base}"),
         "system_env": (*probe.system_env, *(f"{probe.gate_system}:{item}" for item in head_env))})
-    result = run_study(config)
+    result = run_study(preflight(config))
     if result.status != "completed":
         print(f"gate: the timed study did not complete ({result.status})", file=sys.stderr)
         return gate.EXIT_FAIL
@@ -159,7 +160,7 @@ def run_gate(history_dir, base: str | None, head_env: list[str], settings: list[
         print("gate: FAIL — runs failed or systems could not run: " + "; ".join(
             [f"{r.run_id}: {r.reason.splitlines()[0]}" for r in failed] + skipped))
         return gate.EXIT_FAIL
-    code = shown(gate.check(result.study_dir, history_dir, timed_only=True))
+    code = shown(gate.judge(result.study_dir, history_dir, timed_only=True))
     failed_by = [what for what, bad in (("the counts", not verdict.ok), ("the timed check", code))
                  if bad]
     print(f"gate: {'FAIL on ' + ' and '.join(failed_by) if failed_by else 'ok'} — counts and "

@@ -20,7 +20,7 @@ def add_study_options(parser: argparse.ArgumentParser, profile: str = "standard"
 
 def study_config(args: argparse.Namespace, **fixed) -> StudyConfig:
     """The StudyConfig these options describe (with a study_id); ConfigError for a value that is
-    not of its setting's type. The study's check (harness/run/check.py) judges the rest."""
+    not of its setting's type. The study's preflight (harness/run/preflight.py) judges the rest."""
     overrides = config_mod.parse_overrides(args.set)
     if args.gateways is not None:
         if "gateways" in overrides:

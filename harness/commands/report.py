@@ -5,7 +5,8 @@
     python -m harness report artifacts/<study-b> --compare artifacts/<study-a>
 
 writes DIR/report.html (report/build.py for a study, report/suite_report.py for a suite, which also
-builds each cell's report when it is missing) and prints its path.
+writes each cell's report when it is missing, from the figures the suite's tables read) and prints
+its path.
 """
 from __future__ import annotations
 
@@ -45,11 +46,17 @@ def run(args: argparse.Namespace) -> int:
     from harness.files.study_files import is_suite
     if is_suite(directory):
         from report.suite_report import build_suite_report
-        print(build_suite_report(directory, args.compare))
+        print(build_suite_report(directory, args.compare).path)
         return 0
     if args.compare:
         from report.compare import build_compare
         print(build_compare(args.compare, directory, out=args.out))
+        return 0
+    if args.via_notebook:   # the notebook's own prices and load: the sizing options do not apply
+        from harness.stats.definitions import DEFAULT_BIN_USERS
+        from report.build import build_report_via_notebook
+        print(build_report_via_notebook(directory, args.reference,
+                                        args.bin_users or DEFAULT_BIN_USERS, args.out))
         return 0
     from report.build import build_report
     extra = {k: v for k, v in (("bin_users", args.bin_users),
@@ -57,6 +64,5 @@ def run(args: argparse.Namespace) -> int:
                                ("gb_hour_usd", args.gb_hour_usd),
                                ("load_rps", args.load_rps),
                                ("planned_latency_s", args.planned_latency_s)) if v is not None}
-    print(build_report(directory, via_notebook=args.via_notebook, reference=args.reference,
-                       out=args.out, **extra))
+    print(build_report(directory, reference=args.reference, out=args.out, **extra).path)
     return 0

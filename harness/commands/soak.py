@@ -4,7 +4,7 @@ and in-flight requests stay flat, and return to idle once the load stops.
     python -m harness study --profile soak --gateways sluice      # the soak study
     python -m harness soak artifacts/<study-id>                   # its verdict, per run
 
-Exit 0 when every run is flat, 1 otherwise (harness/checks/soak.py).
+Exit 0 when every run is flat, 1 otherwise (harness/verdicts/soak.py).
 """
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from harness.checks.soak import soak_summary
     from harness.stats import load_study
+    from harness.verdicts.soak import soak_summary
     table = soak_summary(load_study(args.study_dir))
     with pd.option_context("display.width", 200, "display.max_columns", 30):
         print(table.to_string(index=False))

@@ -1,5 +1,5 @@
 """Run a study in this process, without Jupyter: the same study the notebook command runs
-(check, install, plan, every run interleaved, the study manifest), without its tables.
+(its preflight, once; install, every run interleaved, the study manifest), without its report.
 
     python -m harness study --profile smoke --gateways direct,nginx
     python -m harness study --set topology=examples/topologies/two-hosts.toml
@@ -18,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = study_config(args)
+    from harness.run.preflight import preflight
     from harness.run.study import run_study
-    result = run_study(config)
+    result = run_study(preflight(study_config(args)))
     return 0 if result.status == "completed" else 1

@@ -1,6 +1,6 @@
-"""What a study's check asks of this machine before anything starts: the facts the pure checks
+"""What a study's preflight asks of this machine before anything starts: the facts the pure checks
 judge (harness/model/validation.py: HostFacts), and the probes that are checks of their own (the
-output directory, the ports). The one entry point is harness/run/check.py."""
+output directory, the ports). The one entry point is harness/run/preflight.py."""
 from __future__ import annotations
 
 import os
@@ -49,17 +49,18 @@ def hard_files_limit() -> int:
 
 
 def out_dir_problems(config: StudyConfig) -> list[str]:
-    """The output directory is writable (a probe file, removed) and has room for the planned
-    rows. Touches nothing else."""
+    """The output directory, or the nearest folder above it that exists, is writable (a probe
+    file, removed) and has room for the planned rows. Creates nothing: a suite's cells are
+    cleared before its directory is made, and a dry run makes none."""
     out = repo_path(config.out_dir)
+    there = next(p for p in (out, *out.parents) if p.exists())
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-probe-"):
+        with tempfile.NamedTemporaryFile(dir=there, prefix=".write-probe-"):
             pass
     except OSError as exc:
         return [f"out_dir: {out} is not writable ({exc.strerror or exc})"]
     needed = config.planned_rows() * BYTES_PER_PLANNED_ROW
-    free = shutil.disk_usage(out).free
+    free = shutil.disk_usage(there).free
     if free < needed:
         return [f"out_dir: {free / 1e9:.2f} GB free at {out}, the planned rows may need "
                 f"{needed / 1e9:.2f} GB"]

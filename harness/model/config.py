@@ -301,20 +301,6 @@ def unknown_parameter(name: str) -> str:
     return (f"{name}: retired; use {use}" if use else f"{name}: unknown parameter")
 
 
-def from_notebook(profile: str, overrides: dict | str, **named) -> StudyConfig:
-    """The study notebook's parameters: the named ones that are set (not None) win over
-    `overrides`, a dict of any other fields or its JSON text (as `papermill -p` passes it)."""
-    table = overrides
-    if isinstance(overrides, str):
-        try:
-            table = json.loads(overrides) if overrides.strip() else {}
-        except ValueError:
-            table = None
-    if not isinstance(table, dict):
-        raise ConfigError([f"overrides: expected a table of NAME: VALUE, got {overrides!r}"])
-    return from_profile(profile, **{**table, **{k: v for k, v in named.items() if v is not None}})
-
-
 def parse_overrides(items: list[str]) -> dict:
     """Command-line `--set NAME=VALUE` items. A value is read as JSON when it parses as JSON,
     except for a text field, which keeps what was typed unless it is a quoted JSON string

@@ -1,6 +1,6 @@
 """What the counting gate and lane count: the cases, the sizes, the system-call families.
 
-Definitions only (harness/run/count_system.py counts; harness/checks/count_verdict.py judges).
+Definitions only (harness/run/count_system.py counts; harness/verdicts/count_verdict.py judges).
 """
 from __future__ import annotations
 

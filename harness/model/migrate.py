@@ -14,7 +14,7 @@ under tests/fixtures/ and tests/data/ (tests/test_formats.py).
 * requests table 3 → 4: ``error_class`` (each failure's cause at the client) is missing in a
   version-3 file, never guessed from its error text here (harness.stats.inflight_lane falls back to
   that text only where it counts causes).
-* gate record 1 → 2: harness.checks.history.migrate (its ratios kept as head_vs_reference).
+* gate record 1 → 2: harness.verdicts.history.migrate (its ratios kept as head_vs_reference).
 * study manifest 2 → 3, run manifest 2 → 3, suite manifest 2 → 3: ``fault_lead_s`` (the fixed
   time from the mock's start to the load's, when the mock's fault epoch was set at its start)
   is gone from the config and the run spec's mock: the load arms the faults when it starts.

@@ -18,7 +18,7 @@ PROFILES: dict[str, dict] = {
     # The HeimOS protocol: 0 -> 1,000 users over 5 min 30 s, 3 runs.
     # The measured window is the 30 s held at the top, as in every other profile.
     "published": dict(ramp_s=330.0, think_time_s=0.0),
-    # The regression gate's timed check (the counts decide first: harness/checks/count_verdict.py):
+    # The regression gate's timed check (the counts decide first: harness/verdicts/count_verdict.py):
     # two builds of Sluice side by side, the base commit's (sluice~base, its ref given by
     # `python -m harness gate run` as builds=sluice~base=REF) and this tree's, with nginx as the
     # reference; two short rounds, since it only looks for a latency rise counts cannot see.

@@ -1,6 +1,6 @@
 """A suite: its file (a base configuration plus axes, expanded into cells), the comparison key
-of a cell, and the suite manifest that records the cells. Expanding and running: harness.run.
-suite; the analysis across cells: harness.stats.suite_cells.
+of a cell, and the suite manifest that records the cells. Expanding and running:
+harness.run.suite_run; the figures across cells: report.suite_data.
 
     python -m harness suite notebooks/suites/streaming.toml --dry-run     # cells, exclusions, keys
     python -m harness suite notebooks/suites/streaming.toml [--out-dir artifacts/suites] [--suite-id ID]
@@ -48,7 +48,7 @@ from harness.model.formats import SUITE_MANIFEST
 from harness.model.gateway_spec import load_gateway_spec
 from harness.model.glossary import retired_parameter
 from harness.model.manifests import dump, load
-from harness.model.plan import Instruments, RunSpec, versioned_key
+from harness.model.plan import Instruments, versioned_key
 
 DEFAULT_OUT_DIR = "artifacts/suites"
 # Set by the suite itself, never by a cell; and left out of the comparison key, with the ports
@@ -80,16 +80,6 @@ class Suite:
     exclude: tuple        # ({path: value}, reason) pairs
     path: Path
     text: str
-
-
-@dataclass(frozen=True)
-class Cell:
-    cell_id: str
-    values: dict                  # axis path -> this cell's value
-    config: StudyConfig | None    # None when the combination cannot even be built
-    comparison_key: str           # "" for a cell left out
-    excluded: str                 # "" = runnable; otherwise why it was left out
-    runs: tuple[RunSpec, ...] = ()  # its runnable systems' runs, as its check planned them
 
 
 def field_of(path: str) -> str:

@@ -1,7 +1,7 @@
 """Whether a study's settings can run, decided before anything starts: problems() names every
 bad parameter, one line each. Pure: what it needs of this machine arrives as HostFacts
-(harness/host/probes.py reads them), the topology as read once by the study's check
-(harness/run/check.py, the one entry point)."""
+(harness/host/probes.py reads them), the topology as read once by the study's preflight
+(harness/run/preflight.py, the one entry point)."""
 from __future__ import annotations
 
 import math

@@ -94,7 +94,7 @@ def _unmatched(rows: int, names) -> dict:
 
 def mock_requests(logs: dict[str, pd.DataFrame], spec: RunSpec,
                   load_start_t_unix_s: float) -> pd.DataFrame:
-    """The providers' log rows of the load (the pre-check and warm-up requests came before it),
+    """The providers' log rows of the load (the pre-request and warm-up requests came before it),
     in body-end order; ``logs``: provider (primary, standby) -> its request log."""
     log = pd.concat([frame.assign(provider=name) for name, frame in logs.items()],
                     ignore_index=True).sort_values("body_end_t_unix_ns", kind="stable")

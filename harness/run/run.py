@@ -41,7 +41,7 @@ from harness.remote.machine import host_snapshot
 from harness.run import consolidate, limits, wire_window
 from harness.run import load as load_stage
 from harness.run.systems import start_mock, start_system
-from harness.run.verify import pre_check, warm_up
+from harness.run.verify import pre_request, warm_up
 from mocks.request_log import read_request_log
 from mocks.stats import diff_stats, read_stats
 
@@ -88,7 +88,7 @@ class _Running:
 def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Path,
                 progress: Callable[[str], None] = print) -> RunRecord:
     """One run of one system: its providers, the system, the samplers and the capture, the
-    pre-check, the load; every process stopped whatever happens (an ExitStack: the observers
+    pre-request, the load; every process stopped whatever happens (an ExitStack: the observers
     first, then the processes, newest first), then the run's artifacts and manifest written."""
     run_dir = StudyFiles(study_dir).run(spec.system, spec.run_index).fresh().dir
     gateway, notes = gateway.configured(spec.resilience, spec.scale)
@@ -246,14 +246,14 @@ def _verify(r: _Running, spec: RunSpec, gateway: GatewaySpec,
     warm_up(target.base_url, target.chat_path, target.model, target.headers,
             gateway.warmup_requests, dialect=target.dialect,
             timeout_s=spec.load.request_timeout_s)
-    check = pre_check(target.base_url, target.chat_path, target.model, target.headers,
-                      r.mock.stats_dir, spec.load.request_timeout_s, dialect=target.dialect,
-                      request_bytes=spec.load.request_bytes,
-                      standby_stats_dir=r.standby.stats_dir if r.standby else None)
-    r.mock_stats_before = check.pop("_snapshot")
-    r.manifest = replace(r.manifest, checks=RunChecks(pre_request=PreRequestCheck(**check)))
-    if check["problem"] or not check["mock_saw_it"]:
-        raise ProcessError(f"pre-check failed: {check['problem'] or 'the mock never saw it'}")
+    first = pre_request(target.base_url, target.chat_path, target.model, target.headers,
+                        r.mock.stats_dir, spec.load.request_timeout_s, dialect=target.dialect,
+                        request_bytes=spec.load.request_bytes,
+                        standby_stats_dir=r.standby.stats_dir if r.standby else None)
+    r.mock_stats_before = first.pop("_snapshot")
+    r.manifest = replace(r.manifest, checks=RunChecks(pre_request=PreRequestCheck(**first)))
+    if first["problem"] or not first["mock_saw_it"]:
+        raise ProcessError(f"pre-request failed: {first['problem'] or 'the mock never saw it'}")
     progress("verified: one request reached the mock; starting load")
 
 

@@ -1,7 +1,10 @@
-"""Run a whole study: check it (harness/run/check.py), install, execute every run of its plan,
-seal the study manifest.
+"""Run a whole study its preflight cleared (harness/run/preflight.py): install, execute every
+run of its plan, seal the study manifest.
 
-The notebooks call run_study(); `python -m harness study` does the same without Jupyter.
+    run_study(preflight(config))
+
+The study notebook calls run_study() with the preflight its command handed on, a suite with each
+cell's; `python -m harness study` does the same without Jupyter.
 """
 from __future__ import annotations
 
@@ -27,8 +30,8 @@ from harness.model.topology import Topology
 from harness.remote import hosts
 from harness.remote.machine import git_commit, package_versions, this_machine
 from harness.run import builds
-from harness.run.check import check
 from harness.run.count_lane import run_count_lane
+from harness.run.preflight import Cleared
 from harness.run.run import Interrupted, RunRecord, completed_record, measure_run
 from harness.run.systems import InstallResult, install, missing_binary, read_version
 
@@ -66,12 +69,12 @@ def _study_manifest(config: StudyConfig, plan: list, topology: Topology,
         status=earlier.status, reason=earlier.reason, git_commit=earlier.git_commit)))
 
 
-def run_study(config: StudyConfig, progress=print) -> StudyResult:
-    checked = check(config)
-    config, specs, plan = checked.config, checked.specs, checked.plan
+def run_study(cleared: Cleared, progress=print) -> StudyResult:
+    """Run the study ``cleared`` describes; nothing is checked again."""
+    config, specs, plan = cleared.config, cleared.specs, cleared.plan
     study_dir = config.study_dir
     files = StudyFiles(study_dir)
-    manifest = _study_manifest(config, plan, checked.topology, files)
+    manifest = _study_manifest(config, plan, cleared.topology, files)
     files.write_manifest(manifest)
     previous = {}
     if threading.current_thread() is threading.main_thread():  # signals reach the main thread only

@@ -1,6 +1,7 @@
-"""Running a suite: its cells expanded into checked study configurations (nothing started),
-then each runnable cell run as a whole study in its own directory, the suite manifest rewritten
-after each (the suite file's format: harness.model.suite).
+"""Running a suite: its cells expanded, each cleared by its study's preflight (nothing started),
+then each cleared cell run as a whole study in its own directory, the suite manifest rewritten
+after each (the suite file's format: harness.model.suite). Each cell's preflight runs once: its
+result is what run_study takes.
 
     python -m harness suite notebooks/suites/streaming.toml --dry-run     # cells, exclusions, keys
     python -m harness suite notebooks/suites/streaming.toml [--out-dir artifacts/suites] [--suite-id ID]
@@ -21,10 +22,10 @@ from harness.files.study_files import SuiteFiles
 from harness.model import config as config_mod
 from harness.model.config import ConfigError, StudyConfig
 from harness.model.gateway_spec import GatewaySpecError, load_gateway_spec
+from harness.model.plan import RunSpec
 from harness.model.roles import FLOOR
 from harness.model.suite import (
     DEFAULT_OUT_DIR,
-    Cell,
     CellEntry,
     Suite,
     SuiteManifest,
@@ -32,8 +33,8 @@ from harness.model.suite import (
     cell_key,
     field_of,
 )
-from harness.run.check import check
 from harness.run.load import expected_load_s
+from harness.run.preflight import Cleared, preflight
 from harness.run.run import instruments
 
 # A run's cost beyond its planned load and its idle and cool-down seconds (the system's start
@@ -44,9 +45,51 @@ RUN_FIXED_S = 8.0
 LOCUST_PROCESS_START_S = 3.0
 
 
-def expand(suite: Suite, out_dir: str = DEFAULT_OUT_DIR) -> list[Cell]:
-    """Every combination of the axes, in file order; each runnable one a checked StudyConfig
-    with the floor (the system whose role is "floor") among its systems. Nothing is started."""
+@dataclass(frozen=True)
+class Cell:
+    cell_id: str
+    values: dict                  # axis path -> this cell's value
+    cleared: Cleared | None       # its study's preflight; None for a cell left out
+    comparison_key: str           # "" for a cell left out
+    excluded: str                 # "" = runnable; otherwise why it was left out
+
+    @property
+    def config(self) -> StudyConfig | None:
+        return self.cleared.config if self.cleared else None
+
+    @property
+    def runs(self) -> tuple[RunSpec, ...]:
+        """Its runnable systems' runs, as its preflight planned them."""
+        if self.cleared is None:
+            return ()
+        return tuple(r for r in self.cleared.plan if self.cleared.specs[r.system].runnable)
+
+
+@dataclass(frozen=True)
+class ClearedSuite:
+    """A suite ready to run: its directory and every cell, each runnable one cleared."""
+    suite: Suite
+    suite_dir: Path
+    cells: tuple[Cell, ...]
+
+
+def suite_dir_of(suite: Suite, out_dir: str = DEFAULT_OUT_DIR, suite_id: str = "") -> Path:
+    """<out_dir>/<suite_id>, by default <name>-<UTC timestamp>."""
+    suite_id = suite_id or f"{suite.name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    return config_mod.repo_path(out_dir) / suite_id
+
+
+def preflight_suite(suite: Suite, out_dir: str = DEFAULT_OUT_DIR, suite_id: str = "") -> ClearedSuite:
+    """The suite's cells, each cleared by its study's preflight; nothing is created."""
+    suite_dir = suite_dir_of(suite, out_dir, suite_id)
+    return ClearedSuite(suite, suite_dir, tuple(expand(suite, suite_dir)))
+
+
+def expand(suite: Suite, suite_dir: Path | None = None) -> list[Cell]:
+    """Every combination of the axes, in file order; each runnable one cleared by its study's
+    preflight, with the floor (the system whose role is "floor") among its systems, its study in
+    ``suite_dir``/<cell id> (default: suite_dir_of's). Nothing is started or created."""
+    suite_dir = suite_dir or suite_dir_of(suite)
     cells = []
     combos = itertools.product(*suite.axes.values())
     for index, combo in enumerate(combos, 1):
@@ -59,10 +102,10 @@ def expand(suite: Suite, out_dir: str = DEFAULT_OUT_DIR) -> list[Cell]:
             continue
         settings = {**suite.base, **{field_of(p): v for p, v in values.items()}}
         try:
-            config = config_mod.from_profile(suite.profile, **settings, out_dir=out_dir,
+            config = config_mod.from_profile(suite.profile, **settings, out_dir=str(suite_dir),
                                              study_id=cell_id)
             config = _with_floor(config)
-            checked = check(config)  # every check its study makes before it starts
+            cleared = preflight(config)
             key = cell_key(config, instruments())
         except ConfigError as exc:
             cells.append(Cell(cell_id, values, None, "", "cannot run: " + "; ".join(exc.problems)))
@@ -70,8 +113,7 @@ def expand(suite: Suite, out_dir: str = DEFAULT_OUT_DIR) -> list[Cell]:
         except GatewaySpecError as exc:
             cells.append(Cell(cell_id, values, None, "", f"cannot run: {exc}"))
             continue
-        runs = tuple(r for r in checked.plan if checked.specs[r.system].runnable)
-        cells.append(Cell(cell_id, values, config, key, "", runs))
+        cells.append(Cell(cell_id, values, cleared, key, ""))
     return cells
 
 
@@ -115,27 +157,25 @@ def expected(cells: list[Cell]) -> tuple[int, float]:
     return runs, total_s
 
 
-def run_suite(suite: Suite, cells: list[Cell], out_dir: str = DEFAULT_OUT_DIR, suite_id: str = "",
-              progress: Callable[[str], None] = print) -> SuiteResult:
-    """Run every runnable cell as a study (with its floor) in its own directory, one after
-    the other; the suite manifest is rewritten after each. A suite run again with the same
-    suite_id keeps every run that completed with the same comparison key."""
+def run_suite(cleared: ClearedSuite, progress: Callable[[str], None] = print) -> SuiteResult:
+    """Run every cleared cell as a study (with its floor) in its own directory, one after the
+    other; the suite manifest is rewritten after each. A suite run again in the same directory
+    keeps every run that completed with the same comparison key."""
     from harness.run.study import (
         run_study,  # here: expanding a suite must not need the runner
     )
 
-    suite_id = suite_id or f"{suite.name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
-    suite_dir = config_mod.repo_path(out_dir) / suite_id
+    suite, suite_dir, cells = cleared.suite, cleared.suite_dir, cleared.cells
     suite_dir.mkdir(parents=True, exist_ok=True)
     manifest = SuiteManifest(
-        suite_id=suite_id, name=suite.name, description=suite.description,
+        suite_id=suite_dir.name, name=suite.name, description=suite.description,
         suite_file=str(suite.path), suite_file_sha256=sha256_file(suite.path),
         suite_text=suite.text, profile=suite.profile, axes=suite.axes, status="running",
         started_t_unix_s=time.time(), cells=tuple(_cell_entry(c) for c in cells))
     _write(suite_dir, manifest)
-    runnable = [(i, c) for i, c in enumerate(cells) if c.config is not None]
+    runnable = [(i, c) for i, c in enumerate(cells) if c.cleared is not None]
     runs, expected_s = expected(cells)
-    progress(f"suite {suite_id}: {len(runnable)} cells, {runs} runs, expected at least "
+    progress(f"suite {suite_dir.name}: {len(runnable)} cells, {runs} runs, expected at least "
              f"{expected_s / 60:.0f} min (each run's load, idle and cool-down, ~{RUN_FIXED_S:g} s to "
              f"start and stop and {LOCUST_PROCESS_START_S:g} s more a Locust process; a step the "
              "system fails or that cannot fit ends its run early)")
@@ -146,8 +186,7 @@ def run_suite(suite: Suite, cells: list[Cell], out_dir: str = DEFAULT_OUT_DIR, s
             label = f"[cell {n}/{len(runnable)} {cell.cell_id} " + \
                     ", ".join(f"{k}={axis_text(v)}" for k, v in cell.values.items()) + "]"
             progress(f"{label} starting")
-            config = dataclasses.replace(cell.config, out_dir=str(suite_dir), study_id=cell.cell_id)
-            result = run_study(config, progress=lambda m, label=label: progress(f"{label} {m}"))
+            result = run_study(cell.cleared, progress=lambda m, label=label: progress(f"{label} {m}"))
             entries = list(manifest.cells)
             entries[i] = dataclasses.replace(entries[i], status=result.status, dir=cell.cell_id,
                                              skipped=dict(result.skipped))

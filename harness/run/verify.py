@@ -90,7 +90,7 @@ def mock_snapshot(stats_dir: Path, timeout_s: float = 3.0) -> dict:
     return read_stats(stats_dir, fresher_than_t_unix_s=time.time(), timeout_s=timeout_s)
 
 
-def pre_check(base_url: str, chat_path: str, model: str, headers: dict, stats_dir: Path,
+def pre_request(base_url: str, chat_path: str, model: str, headers: dict, stats_dir: Path,
               timeout_s: float, dialect: str = "openai", request_bytes: int = 0,
               standby_stats_dir: Path | None = None) -> dict:
     """One request through the system, as the load will send it (dialect, body size), must come

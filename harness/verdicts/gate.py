@@ -1,14 +1,14 @@
 """The performance regression gate: two builds of one system on one machine, as asv's
 ``continuous`` compares two commits, decided on counts and checked on time.
 
-    python -m harness gate check   GATE_DIR
+    python -m harness gate judge   GATE_DIR
     python -m harness gate refresh GATE_DIR [--history-dir baselines/gate]
 
 A gate directory (``artifacts/<gate-id>/``) holds:
 
 1. ``counts.json``: instructions, allocator calls and system calls per request of the base build
    (counted twice) and the head build (harness/run/count_system.py), judged by
-   harness/checks/count_verdict.py. These do not depend on the machine's noise, so they decide;
+   harness/verdicts/count_verdict.py. These do not depend on the machine's noise, so they decide;
 2. ``timed/``: a short side-by-side study (profile ``gate``: nginx, the base build
    ``sluice~base`` and the head build ``sluice``, interleaved round by round), run after the
    counts whatever they said. It catches what counts cannot see (a sleep, a lock, a blocking call): it fails
@@ -18,7 +18,7 @@ A gate directory (``artifacts/<gate-id>/``) holds:
 An older gate study alone (with its A/A pair) is still judged as it was: every figure of
 rules.GATED, each guarded by the A/A pair's own noise.
 
-No stored number decides a verdict. The history (harness/checks/history.py) is printed beside
+No stored number decides a verdict. The history (harness/verdicts/history.py) is printed beside
 it: this study's head / reference ratios, and the accepted record of this CPU model (or, from
 another CPU model, marked as such: never a yardstick). ``refresh`` writes this CPU model's
 record from a gate that passed, deliberately; ``check`` never writes.
@@ -34,15 +34,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.checks import aa, count_verdict, history, rules
-from harness.checks.inputs import CheckInputError, require_completed
-from harness.checks.rules import pct
 from harness.files.readers import ArtifactError, read_counts
 from harness.files.study_files import StudyFiles
 from harness.model.metrics import metric
 from harness.model.roles import Roles
 from harness.stats.loading import Study, load_study
 from harness.stats.runs import run_summary
+from harness.verdicts import aa, count_verdict, history, rules
+from harness.verdicts.inputs import VerdictInputError, require_completed
+from harness.verdicts.rules import pct
 
 EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
 MIN_ROUNDS = 2
@@ -54,7 +54,7 @@ HISTORY_METRICS = ("cpu_ms_per_request", "wire_in_gateway_p50_us", "net_overhead
                    "throughput_rps")
 
 
-class GateInputError(CheckInputError):
+class GateInputError(VerdictInputError):
     """The gate cannot judge: bad or missing input. The message says what to do (exit code 2)."""
 
 
@@ -157,7 +157,7 @@ def _judged_counts(gate_dir: Path) -> count_verdict.CountVerdict | str:
         return str(exc)
 
 
-def check(study_dir: str | Path, history_dir: str | Path = history.HISTORY_DIR,
+def judge(study_dir: str | Path, history_dir: str | Path = history.HISTORY_DIR,
           head: str | None = None, base: str | None = None, timed_only: bool = False) -> GateResult:
     """Judge a gate directory (its counts.json, then its timed study ``timed/``), or one gate
     study alone. ``timed_only``: the study is the counting gate's timed check, which fails only
@@ -173,25 +173,25 @@ def check(study_dir: str | Path, history_dir: str | Path = history.HISTORY_DIR,
                 return GateResult(EXIT_FAIL, (*verdict.lines, "gate: FAIL — on the counts"))
             return GateResult(EXIT_BAD_INPUT, (*verdict.lines, f"gate: cannot judge: {path} has no "
                                                "timed study (timed/): the gate stopped before it"))
-        timed = check(path / "timed", history_dir, head, base, timed_only=True)
+        timed = judge(path / "timed", history_dir, head, base, timed_only=True)
         if not verdict.ok:
             return GateResult(EXIT_FAIL, (*verdict.lines, *timed.lines, "gate: FAIL — on the counts"),
                               timed.guarded, timed.decided)
         return GateResult(timed.exit_code, (*verdict.lines, *timed.lines), timed.guarded, timed.decided)
-    return _check_study(path, Path(history_dir), head, base, timed_only)
+    return _judge_study(path, Path(history_dir), head, base, timed_only)
 
 
-def _check_study(study_dir: Path, history_dir: Path, head: str | None, base: str | None,
+def _judge_study(study_dir: Path, history_dir: Path, head: str | None, base: str | None,
                  timed_only: bool) -> GateResult:
     try:
         study, rs = _load(study_dir)
         sid = study.manifest.study_id or study.path.name
         b = builds_of(study, head, base)
         _require(rs, b, sid)
-        self_check = None
+        aa_verdict = None
         if Roles.of(study.manifest).aa_pair:
             try:
-                self_check = aa.aa_check(rs, *aa.pair(study.manifest))
+                aa_verdict = aa.judge(rs, *aa.pair(study.manifest))
             except aa.AAInputError as exc:
                 raise GateInputError(f"its A/A pair: {exc}") from None
         judged = rules.judge_all(rs, b.head, b.base, TIMED_RULES if timed_only else rules.GATED)
@@ -205,9 +205,9 @@ def _check_study(study_dir: Path, history_dir: Path, head: str | None, base: str
              f"gate: head {b.head} ({short(b.head_commit)}, {b.head_version}) against base "
              f"{b.base} ({short(b.base_commit)}, {b.base_version}), side by side, paired by round"]
     aa_by_metric = {}
-    if self_check is not None:
-        lines += self_check.lines()
-        aa_by_metric = {j.rule.metric: j for j in self_check.judged}
+    if aa_verdict is not None:
+        lines += aa_verdict.lines()
+        aa_by_metric = {j.rule.metric: j for j in aa_verdict.judged}
     guarded = tuple(rules.guard(j, aa_by_metric.get(j.rule.metric)) for j in judged)
     lines += [rules.guarded_line(g) for g in guarded]
     lines += [rules.tail_line(t) for t in rules.tails(rs, b.head, b.base)]

@@ -11,12 +11,12 @@ from harness.model.metrics import metric
 from harness.stats.definitions import OVERHEAD_EPSILON_MS
 
 
-class CheckInputError(UserError, RuntimeError):
-    """The check cannot be made from this input (exit code 2)."""
+class VerdictInputError(UserError, RuntimeError):
+    """No verdict can be made from this input (exit code 2)."""
 
 
 def require_completed(rs: pd.DataFrame, systems: Sequence[tuple[str, str]],
-                      error: type[CheckInputError], where: str, missing_hint: str,
+                      error: type[VerdictInputError], where: str, missing_hint: str,
                       failed_hint: str, min_runs: int = 1) -> None:
     """Raise ``error`` unless every system ((what it is to the check, its name) pairs; the
     first may be "") ran, every one of its runs completed and it has at least ``min_runs``

@@ -28,10 +28,10 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from harness.checks.inputs import floor_of
 from harness.model.metrics import metric
 from harness.stats.across import describe
 from harness.stats.definitions import OVERHEAD_EPSILON_MS
+from harness.verdicts.inputs import floor_of
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 A record says which build was accepted on which machine, and what it measured there: its figures
 over the base build it was compared with, and over the reference (nginx) in the same study. It
-decides no verdict: the gate compares two builds measured side by side (harness/checks/gate.py).
+decides no verdict: the gate compares two builds measured side by side (harness/verdicts/gate.py).
 It gives ``python -m harness gate run`` its default base (the accepted commit), and the report
 shows it as history. A ratio measured on one CPU model is never a yardstick on another.
 
@@ -23,11 +23,11 @@ import time
 from pathlib import Path
 from typing import Mapping
 
-from harness.checks import rules
 from harness.files.atomic import write_atomic
 from harness.model.config import REPO_DIR
 from harness.model.errors import UserError
 from harness.model.formats import GATE_RECORD, UnknownVersionError
+from harness.verdicts import rules
 
 GATE_RECORD_VERSION = GATE_RECORD.version
 HISTORY_DIR = REPO_DIR / "baselines" / "gate"

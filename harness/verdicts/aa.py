@@ -10,7 +10,7 @@ builds, cannot be trusted on this machine right now.
 
 exits 0 when the check passes, 1 when the noise is too high, 2 on bad input.
 
-It judges by the gate's own rules (harness/checks/rules.py): per round, the second copy's figure
+It judges by the gate's own rules (harness/verdicts/rules.py): per round, the second copy's figure
 over the first's; over the rounds, the mean of those ratios must be within the figure's limit of
 1 (CPU-ms per request, throughput, peak RSS: 5 %; wire in-gateway p50, net overhead p50: 10 %),
 in either direction. A figure neither copy measured is reported and not judged; tails are
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from harness.checks import rules
-from harness.checks.inputs import CheckInputError, require_completed
 from harness.model.roles import Roles
+from harness.verdicts import rules
+from harness.verdicts.inputs import VerdictInputError, require_completed
 
 PASS = "pass"
 NOISE_TOO_HIGH = "noise too high on this machine right now"
@@ -36,7 +36,7 @@ DEFAULT_METRICS: tuple[str, ...] = tuple(r.metric for r in rules.GATED)
 EXIT_PASS, EXIT_NOISE, EXIT_BAD_INPUT = 0, 1, 2
 
 
-class AAInputError(CheckInputError):
+class AAInputError(VerdictInputError):
     """The A/A check cannot be made from this input (exit code 2)."""
 
 
@@ -72,7 +72,7 @@ class AAResult:
         return "\n".join(self.lines())
 
 
-def check_input(rs: pd.DataFrame, a: str, b: str) -> None:
+def require_pair(rs: pd.DataFrame, a: str, b: str) -> None:
     """Raise AAInputError unless both copies ran, completed, in at least MIN_ROUNDS rounds."""
     if a == b:
         raise AAInputError(f"the two copies must have different names, got {a!r} twice")
@@ -85,12 +85,13 @@ def check_input(rs: pd.DataFrame, a: str, b: str) -> None:
                            f"A/A check pairs them by round and needs at least {MIN_ROUNDS}")
 
 
-def aa_check(run_summary_df: pd.DataFrame, a: str, b: str,
-             checked: tuple[rules.Rule, ...] = rules.GATED) -> AAResult:
-    """The A/A check over a run_summary table (raises AAInputError on bad input)."""
+def judge(run_summary_df: pd.DataFrame, a: str, b: str,
+          by: tuple[rules.Rule, ...] = rules.GATED) -> AAResult:
+    """The A/A verdict over a run_summary table, judged ``by`` these rules (raises AAInputError
+    on bad input)."""
     rs = run_summary_df
-    check_input(rs, a, b)
-    judged = rules.judge_all(rs, b, a, checked)
+    require_pair(rs, a, b)
+    judged = rules.judge_all(rs, b, a, by)
     if not any(not j.missing for j in judged):
         raise AAInputError(f"no figure of {a} and {b} could be paired: "
                            + "; ".join(f"{j.rule.label}: {j.missing}" for j in judged))

@@ -1,9 +1,11 @@
-"""The one check before a study starts: every problem of its settings, its systems and this
-machine named at once (ConfigError, one line each naming the parameter), before any process
-starts; then the plan. The pure checks are harness/model/validation.py's, the probes of this
-machine harness/host/probes.py's; the topology file is read here, once, and handed to both
-and to the plan. An entry built from another commit gets its worktree here (git only), its
-spec read from there."""
+"""A study's preflight, the one check before it starts: every problem of its settings, its
+systems and this machine named at once (ConfigError, one line each naming the parameter), before
+any process starts; then the plan. It runs once per study and its result, Cleared, is what
+run_study takes: a command that runs the study in a notebook hands it on (harness/files/handoff.py)
+rather than checking again. The pure checks are harness/model/validation.py's, the probes of
+this machine harness/host/probes.py's; the topology file is read here, once, and handed to both
+and to the plan. An entry built from another commit gets its worktree here (git only), its spec
+read from there."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,15 +26,16 @@ from harness.run.systems import missing_binary
 
 
 @dataclass(frozen=True)
-class Checked:
-    """A study that passed its check: what running it needs, decided without starting anything."""
+class Cleared:
+    """A study that passed its preflight: what running it needs, decided without starting
+    anything."""
     config: StudyConfig               # with its study_id
     specs: dict[str, GatewaySpec]     # study entry -> its system's spec
     plan: list[RunSpec]
     topology: Topology
 
 
-def check(config: StudyConfig) -> Checked:
+def preflight(config: StudyConfig) -> Cleared:
     """Every check a study makes before it starts; ConfigError lists every problem found."""
     topology, problems = read_topology(config.topology_path)
     problems += validation.problems(config, topology, probes.host_facts())
@@ -47,7 +50,7 @@ def check(config: StudyConfig) -> Checked:
     if problems:
         raise ConfigError(problems)
     config = config.with_study_id()
-    return Checked(config, specs, make_plan(config, specs, instruments(), commits, topology), topology)
+    return Cleared(config, specs, make_plan(config, specs, instruments(), commits, topology), topology)
 
 
 def _systems(config: StudyConfig) -> tuple[dict[str, GatewaySpec], dict[str, str], list[str]]:
