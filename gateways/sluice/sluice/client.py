@@ -522,9 +522,9 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
                 self.busy = True
                 self.queued_bytes -= len(r.body)  # type: ignore[union-attr]  # a Request: a refusal returned above
                 t = perf_counter()
-                if r.t0 < t:  # type: ignore[union-attr]
+                if r.t0 < t:  # type: ignore[union-attr]  # (as above)
                     r.t0 = t  # type: ignore[union-attr]  # time spent queued behind earlier responses is not ours
-                self._handle(r)  # type: ignore[arg-type]
+                self._handle(r)  # type: ignore[arg-type]  # (as above)
             if len(queue) < self.app.max_pipelined:
                 self._resume(PAUSE_QUEUE_FULL)
             if self.paused_for & PAUSE_QUEUED_BYTES and not self.holds_too_much():

@@ -246,14 +246,14 @@ class App:
                 # a client gone mid-exchange (499) may have left the provider generating:
                 # it pays the whole reservation, the most its request could cost
                 completion = 0 if status >= 400 and status != 499 else max(0, req.reserved - prompt)
-            # (None together with prompt)
+            # (completion is None only with prompt, and then both were set just above)
             self.keys.settle(key, req.reserved, prompt + completion)  # type: ignore[operator]
             req.reserved = 0
             key.prompt_tokens += prompt
-            key.completion_tokens += completion  # type: ignore[operator]
+            key.completion_tokens += completion  # type: ignore[operator]  # (as above)
         elif key is not None and prompt is not None:
             key.prompt_tokens += prompt
-            key.completion_tokens += completion  # type: ignore[operator]
+            key.completion_tokens += completion  # type: ignore[operator]  # prompt is not None: neither is it
         if self.access_log is not None:
             self._log_access(conn, req, status, key, retry_state)
 
@@ -265,8 +265,8 @@ class App:
             key.name if key is not None else "-", perf_counter() - req.t0, req.overhead_us, req.stream,
             retry_state.attempts if retry_state is not None else 1,
             retry_state.fallback if retry_state is not None else None))
-        if len(self.access_log.entries) >= 4096:  # type: ignore[union-attr]
-            self.access_log.flush()  # type: ignore[union-attr]
+        if len(self.access_log.entries) >= 4096:  # type: ignore[union-attr]  # (as above)
+            self.access_log.flush()  # type: ignore[union-attr]  # (as above)
 
     # ------------------------------------------------------------ housekeeping
     def start(self, sock):

@@ -462,7 +462,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         # type: () -> None
         """The provider's response is complete: final writes, accounting, connection reuse."""
         client = self.client  # type: ClientConn  # type: ignore[assignment]  # the exchange's: it ends here
-        req = self.req  # type: Request  # type: ignore[assignment]
+        req = self.req  # type: Request  # type: ignore[assignment]  # (as the client)
         mode = self.mode
         if mode == DISCARD:  # a failed attempt, read to its end: the connection can be reused
             self._return_connection()
@@ -519,7 +519,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
             self.fail_midstream()
             return
         client = self.client  # type: ClientConn  # type: ignore[assignment]  # connection_lost checked
-        req = self.req  # type: Request  # type: ignore[assignment]
+        req = self.req  # type: Request  # type: ignore[assignment]  # (as the client)
         self.client = None
         self.req = None
         if self.head_done and self.mode == DISCARD:
