@@ -7,7 +7,7 @@ GATEWAYS ?=
 SET      ?=
 STUDY    ?=
 
-.PHONY: study study-deps faults inflight test test-fast test-deps test-sluice-pure sluice-build report gate lint setup clean-venv
+.PHONY: study study-deps faults inflight test test-fast test-deps test-sluice-pure sluice-build report gate lint typecheck setup clean-venv
 
 setup: $(VENV)/.installed
 
@@ -60,6 +60,11 @@ lint: setup
 .PHONY: docs
 docs: setup
 	$(PY) -m mkdocs build --strict
+
+## Sluice's package under mypy, strict (gateways/sluice/mypy.ini): the compiled modules carry
+## their types in type comments, which Cython does not read.
+typecheck: setup
+	cd gateways/sluice && $(abspath $(PY)) -m mypy --config-file mypy.ini
 
 ## Sluice's tests once more on its pure-Python modules (CI runs it after `make test`).
 test-sluice-pure: setup

@@ -6,6 +6,9 @@ written as Cython (``_bytescan.pyx``), with its pure-Python reference in ``bytes
 directory is searched first when it holds a build of exactly these sources;
 ``SLUICE_PURE_PYTHON=1`` leaves it out (every module, the byte layer included, runs as Python),
 so one checkout runs either way. ``compiled`` says which mode this process runs.
+
+The package is type-checked (``mypy.ini``); the compiled modules give their types in type comments
+(``# type:``), not annotations, which Cython would type their C code by.
 """
 import os
 
@@ -18,7 +21,7 @@ EXTENSION_MODULES = ("_bytescan",)   # written in Cython (.pyx): their reference
 BUILT_MODULES = COMPILED_MODULES + EXTENSION_MODULES
 
 
-def _sources_digest(src):
+def _sources_digest(src: str) -> str:
     """What a build was made from: the compiled modules' .py and .pxd files, and the .pyx files."""
     import hashlib
     h = hashlib.sha256()
@@ -29,7 +32,7 @@ def _sources_digest(src):
     return h.hexdigest()
 
 
-def _use_compiled():
+def _use_compiled() -> bool:
     """Put the compiled modules first on the package path, when they are built and current."""
     if os.environ.get("SLUICE_PURE_PYTHON") == "1":
         return False

@@ -6,11 +6,17 @@ malformed request) get a line too, so that key guessing leaves a trace; but a fl
 must not fill the disk, so each source address gets at most REFUSAL_LINES_PER_ADDRESS lines a
 REFUSAL_WINDOW_S window. The refusals left out are counted, and the count written as one line
 per address when the window ends."""
+from __future__ import annotations
+
 import os
 import sys
 import time
+from typing import TYPE_CHECKING, cast
 
 from orjson import JSONDecodeError, dumps, loads
+
+if TYPE_CHECKING:
+    from sluice.request import Request
 
 REFUSAL_LINES_PER_ADDRESS = 10
 REFUSAL_WINDOW_S = 10.0
@@ -18,21 +24,32 @@ REFUSAL_WINDOW_S = 10.0
 # than this are counted together, under the address "*"
 MAX_REFUSAL_ADDRESSES = 4096
 
+# The entries, by their length. (time, address, refusals left out in the window that ended):
+WindowEntry = tuple[float, str, int]
+# (time, address, method, path, status, model, key, seconds, overhead us, the refusal's message
+# or the error body that holds it):
+RefusalEntry = tuple[float, str, str, str, int, str, str, float, float, str | bytes]
+# (time, address, method, path, status, model, key, seconds, overhead us, streamed, attempts,
+# the fallback model that answered or None):
+RequestEntry = tuple[float, str, str, str, int, str, str, float, float, bool, int, str | None]
+Entry = WindowEntry | RefusalEntry | RequestEntry
 
-def _reason(reason):
+
+def _reason(reason: str | bytes) -> str | None:
     """The message of a refusal: given, or read from Sluice's error body (either dialect)."""
     if isinstance(reason, str):
         return reason
     try:
-        return loads(reason)["error"]["message"]
+        message: str = loads(reason)["error"]["message"]  # Sluice's own error body
+        return message
     except (JSONDecodeError, KeyError, TypeError):
         return None
 
 
 class AccessLog:
-    def __init__(self, target):
-        self.entries = []
-        self.refusals = {}  # source address -> [lines written, refusals not logged] in this window
+    def __init__(self, target: str) -> None:
+        self.entries: list[Entry] = []
+        self.refusals: dict[str, list[int]] = {}  # source address -> [lines written, refusals not logged] in this window
         self.window_start = time.monotonic()
         if target == "-":
             self.fd = sys.stderr.fileno()
@@ -41,7 +58,7 @@ class AccessLog:
             self.fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             self.owned = True
 
-    def refusal(self, peer, r, status, reason):
+    def refusal(self, peer: str, r: Request | None, status: int, reason: str | bytes) -> None:
         """A request refused by Sluice (``r``: None when its head was not read), ``reason``: the
         message (or the error body that holds it, read only when the line is written)."""
         now = time.monotonic()
@@ -58,6 +75,7 @@ class AccessLog:
             seen[1] += 1
             return
         seen[0] += 1
+        entry: RefusalEntry
         if r is None:
             entry = (time.time(), peer, "-", "-", status, "-", "-", 0.0, 0.0, reason)
         else:
@@ -66,7 +84,7 @@ class AccessLog:
                      time.perf_counter() - r.t0, r.overhead_us, reason)
         self.entries.append(entry)
 
-    def _end_window(self, now):
+    def _end_window(self, now: float) -> None:
         """The counts of the refusals left out in the window that ends, one entry per address."""
         at = time.time()
         for peer, (_, not_logged) in self.refusals.items():
@@ -75,7 +93,7 @@ class AccessLog:
         self.refusals = {}
         self.window_start = now
 
-    def flush(self):
+    def flush(self) -> None:
         if self.refusals and time.monotonic() - self.window_start >= REFUSAL_WINDOW_S:
             self._end_window(time.monotonic())
         entries = self.entries
@@ -85,8 +103,9 @@ class AccessLog:
         out = []
         for entry in entries:
             ts = entry[0]
-            line = {"ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + (".%03dZ" % int(ts % 1 * 1000)),
-                    "client": entry[1]}
+            line: dict[str, object] = {
+                "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + (".%03dZ" % int(ts % 1 * 1000)),
+                "client": entry[1]}
             if len(entry) == 3:  # refusals not logged in a window
                 line["refusals_not_logged"] = entry[2]
                 line["window_s"] = REFUSAL_WINDOW_S
@@ -94,10 +113,12 @@ class AccessLog:
                 _, _, method, path, status, model, key, dur, ov = entry[:9]
                 line.update({"method": method, "path": path, "status": status, "model": model,
                              "key": key, "duration_ms": round(dur * 1000, 3), "overhead_us": int(ov)})
+                # (cast: mypy tells tuples apart by their length only up to 8 items)
                 if len(entry) == 10:  # a refusal
-                    line["refused"] = _reason(entry[9])
+                    line["refused"] = _reason(cast(RefusalEntry, entry)[9])
                 else:
-                    line.update({"stream": entry[9], "attempts": entry[10], "fallback": entry[11]})
+                    request = cast(RequestEntry, entry)
+                    line.update({"stream": request[9], "attempts": request[10], "fallback": request[11]})
             out.append(dumps(line))
             out.append(b"\n")
         data = b"".join(out)
@@ -108,7 +129,7 @@ class AccessLog:
         except OSError:
             pass
 
-    def close(self):
+    def close(self) -> None:
         self._end_window(time.monotonic())
         self.flush()
         if self.owned:

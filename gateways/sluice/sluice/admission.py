@@ -3,6 +3,7 @@ model and route, the key's limits, the body its provider gets, the key's token b
 step that refuses the request answers it (in the client's dialect); an admitted one goes to
 dispatch."""
 import sys
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -11,6 +12,12 @@ from sluice.bytescan import scan_keys
 from sluice.chat_body import ChatBody
 from sluice.http import error_body
 
+if TYPE_CHECKING:
+    from sluice.client import ClientConn  # noqa: F401 (type comments)
+    from sluice.keys import KeyRecord  # noqa: F401 (type comments)
+    from sluice.request import Request, Route  # noqa: F401 (type comments)
+    from sluice.server import App  # noqa: F401 (type comments)
+
 loads = orjson.loads
 JSONDecodeError = orjson.JSONDecodeError
 
@@ -18,6 +25,7 @@ _body_refusal_logged = False  # the first body refused is logged (per worker), t
 
 
 def chat(app, conn, r):
+    # type: (App, ClientConn, Request) -> None
     """POST /v1/chat/completions or /v1/messages."""
     if not _authenticate(app, conn, r):
         return
@@ -33,7 +41,8 @@ def chat(app, conn, r):
             return
     budget = key is not None and key.budget != 0
     body = ChatBody(r.body)
-    if not _read_body(app, conn, r, body, budget) or not _route(app, conn, r, body.model):
+    # (a body read has its model)
+    if not _read_body(app, conn, r, body, budget) or not _route(app, conn, r, body.model):  # type: ignore[arg-type]
         return
     if key is not None and not _model_allowed(app, conn, r, key):
         return
@@ -57,6 +66,7 @@ def chat(app, conn, r):
 
 
 def reject(app, conn, r, status, message, extra=b""):
+    # type: (App, ClientConn, Request, int, str, bytes) -> None
     """Refused by Sluice before any provider was involved."""
     m = app.metrics
     m.count_request(r.model_label, status)
@@ -65,6 +75,7 @@ def reject(app, conn, r, status, message, extra=b""):
 
 
 def _authenticate(app, conn, r):
+    # type: (App, ClientConn, Request) -> bool
     """The key the request presents, when auth is on or a key is presented (``r.key``)."""
     token = r.token
     if token is not None or app.require_auth:
@@ -77,6 +88,7 @@ def _authenticate(app, conn, r):
 
 
 def _read_body(app, conn, r, body, budget):
+    # type: (App, ClientConn, Request, ChatBody, bool) -> bool
     """The body's model (and, for a key with a budget, its output limits): read from its bytes
     when validate_json is off and they make it certain, else from the body parsed."""
     found = scan_keys(body.data)
@@ -90,6 +102,7 @@ def _read_body(app, conn, r, body, budget):
 
 
 def _refuse_body(app, conn, r, message):
+    # type: (App, ClientConn, Request, str) -> None
     """A body Sluice cannot read: 400 in the client's dialect, and one line on stderr the first
     time, so that a client sending such bodies cannot fill the log."""
     global _body_refusal_logged
@@ -101,6 +114,7 @@ def _refuse_body(app, conn, r, message):
 
 
 def _route(app, conn, r, model):
+    # type: (App, ClientConn, Request, str) -> bool
     route = app.routes.get(model)
     if route is None:
         reject(app, conn, r, 404, f"model {model[:200]!r} not found")
@@ -112,6 +126,7 @@ def _route(app, conn, r, model):
 
 
 def _within_rpm(app, conn, r, key):
+    # type: (App, ClientConn, Request, KeyRecord) -> bool
     """The key's requests per minute allow one more."""
     wait = app.keys.take_request(key, r.t0)
     if wait:
@@ -122,6 +137,7 @@ def _within_rpm(app, conn, r, key):
 
 
 def _model_allowed(app, conn, r, key):
+    # type: (App, ClientConn, Request, KeyRecord) -> bool
     model = r.client_model
     if model not in key.allowed:
         reject(app, conn, r, 403, f"key {key.name!r} may not use model {model!r}")
@@ -130,6 +146,7 @@ def _model_allowed(app, conn, r, key):
 
 
 def _target(r):
+    # type: (Request) -> Route
     """The Route the first attempt goes to: the route's own, or a deployment its policy picks."""
     route = r.route
     if route.policy is None:
@@ -139,6 +156,7 @@ def _target(r):
 
 
 def _body_for_provider(conn, r, body, target):
+    # type: (ClientConn, Request, ChatBody, Route) -> bool
     """``body.data`` as ``target``'s provider takes it: translated, or the model patched."""
     if target.provider.dialect != r.dialect:
         from sluice import translate  # loaded on first use: workers that never translate stay smaller
@@ -154,7 +172,8 @@ def _body_for_provider(conn, r, body, target):
             reject(conn.app, conn, r, 400, f"cannot translate request: {e}")
             return False
     elif target.upstream != body.model:
-        patched = rewrite.patch_model(body.data, body.parsed, body.model, body.model_span, target)
+        # (a body read has its model)
+        patched = rewrite.patch_model(body.data, body.parsed, body.model, body.model_span, target)  # type: ignore[arg-type]
         if patched is None:
             reject(conn.app, conn, r, 400, "request body is nested too deeply to rewrite its model")
             return False
@@ -163,13 +182,15 @@ def _body_for_provider(conn, r, body, target):
 
 
 def _reserve_budget(app, conn, r, body):
+    # type: (App, ClientConn, Request, ChatBody) -> bool
     """Tokens reserved from the key's budget: the prompt's estimate (its bytes, and its content
     parts by kind) and the most the answers may take (the largest output limit, written in when
     the client set none, times ``n``)."""
     estimate = chat_body.prompt_tokens(body, r.body, app.part_tokens) + chat_body.most_tokens(body)
-    wait = app.keys.reserve(r.key, estimate)
+    wait = app.keys.reserve(r.key, estimate)  # type: ignore[arg-type]  # a budget is a key's
     if wait:
-        reject(app, conn, r, 429, f"token budget of key {r.key.name!r} exhausted",
+        # (a budget is a key's)
+        reject(app, conn, r, 429, f"token budget of key {r.key.name!r} exhausted",  # type: ignore[union-attr]
                b"retry-after: %d\r\n" % wait)
         return False
     r.reserved = estimate

@@ -6,6 +6,8 @@ beside ``http_parser.py``. The twins are used when Sluice runs compiled (build.p
 kinds of module); ``SLUICE_PURE_PYTHON=1`` runs these. ``tests/sluice/test_sluice_bytescan.py``
 proves that both give the same answers, on random, JSON-shaped and hostile bytes.
 """
+from __future__ import annotations
+
 import re
 from types import SimpleNamespace
 
@@ -15,7 +17,7 @@ _DECIDED = (b"model", b"max_tokens", b"max_completion_tokens", b"n", b"stream")
 _FOLDS = {ord("k"): rb"(?:[kK]|\xe2\x84\xaa)", ord("s"): rb"(?:[sS]|\xc5\xbf)"}
 
 
-def _folded(word):
+def _folded(word: bytes) -> bytes:
     return b"".join(_FOLDS.get(c) or (b"[%c%c]" % (c, c - 32) if 97 <= c <= 122 else bytes([c]))
                     for c in word)
 
@@ -37,24 +39,24 @@ _USAGE = re.compile(rb'"(prompt_tokens|completion_tokens|input_tokens|output_tok
                     rb'|cache_creation_input_tokens|cache_read_input_tokens)"\s*:\s*(\d{1,12})(?!\d)')
 
 
-def scan_keys(data):
+def scan_keys(data: bytes) -> list[bytes] | None:
     """The decided keys spelled literally in ``data``, in order and as often as they occur (the
     regex's non-overlapping matches), or None when an escape could spell one, or a key (a string
     then a colon) spells one in another case."""
     if data.find(b"\\u") >= 0 and _LETTER_ESCAPE.search(data) is not None:
         return None
-    found = _KEYS.findall(data)
+    found: list[bytes] = _KEYS.findall(data)
     return None if b"" in found else found
 
 
-def first_model_span(data):
+def first_model_span(data: bytes) -> tuple[int, int] | None:
     """(start, end) of the model's value when ``"model"`` is the body's first key and its value
     a string without escapes, else None."""
     m = _FIRST_MODEL.match(data)
     return None if m is None else m.span(1)
 
 
-def top_level_count(data, at):
+def top_level_count(data: bytes, at: int) -> int | None:
     """The count (1 .. 10^12 - 1) at ``at`` (0 <= at <= len(data)) when it is surely the value of
     a member of the top-level object, else None. In valid JSON a quote with no backslash before
     it, whose string is followed by ':', starts a key; that key is at the top level when no
@@ -74,14 +76,15 @@ def top_level_count(data, at):
     return None
 
 
-def usage_counts(data, start):
+def usage_counts(data: bytes, start: int) -> list[tuple[bytes, bytes]]:
     """The (name, digits) pairs of the usage counts spelled in ``data`` from ``start`` on: the
     prompt and completion counts of both dialects, OpenAI's ``cached_tokens`` and Anthropic's
     ``cache_creation_input_tokens`` and ``cache_read_input_tokens``."""
-    return _USAGE.findall(data, start)
+    found: list[tuple[bytes, bytes]] = _USAGE.findall(data, start)
+    return found
 
 
-def known_head_body_start(data, prefix, suffix):
+def known_head_body_start(data: bytes, prefix: bytes, suffix: bytes) -> int:
     """Where the body starts when ``data`` is exactly one request with a known head: ``prefix``,
     a Content-Length's digits, ``suffix`` (from the CRLF after them to the blank line) and as
     many bytes as the digits say; else -1."""

@@ -4,10 +4,14 @@ the bytes when they make the answer certain (validate_json = false), else from t
 once with orjson; and the model's cap written into a body that sets no output limit."""
 import json
 import re
+from typing import TYPE_CHECKING
 
 import orjson
 
 from sluice.bytescan import first_model_span, top_level_count
+
+if TYPE_CHECKING:
+    from sluice.translate.common import JSONObject  # noqa: F401 (type comments)
 
 loads = orjson.loads
 dumps = orjson.dumps
@@ -38,17 +42,19 @@ class ChatBody:
                  "unchecked")
 
     def __init__(self, data):
+        # type: (bytes) -> None
         self.data = data          # the body as the provider will get it
-        self.parsed = None        # the client's body parsed, when it had to be
-        self.model = None         # the model the client asked for
-        self.model_span = None    # where its value is in ``data``, when found without parsing
-        self.output_limit = None  # the largest output limit the body sets, when it sets one
+        self.parsed = None  # type: JSONObject | None  # the client's body parsed, when it had to be
+        self.model = None  # type: str | None  # the model the client asked for
+        self.model_span = None  # type: tuple[int, int] | None  # where its value is in ``data``, when found without parsing
+        self.output_limit = None  # type: int | None  # the largest output limit the body sets, when it sets one
         self.max_tokens_set = False  # max_tokens among them: the one limit Anthropic reads
         self.choices = 1          # ``n``: how many answers it asks for
         self.unchecked = False    # parsed, but not checked for repeated keys yet (``check_repeats``)
 
 
 def read_fast(body, found, limits):
+    # type: (ChatBody, list[bytes], bool) -> bool
     """Read ``body`` from its bytes, without parsing, when they make it certain (True); else
     False and it is parsed. Certain: no decided key spelled with an escape (``found`` is not
     None) and each spelled once, so none is repeated; the model the first key; and, when the
@@ -82,6 +88,7 @@ def read_fast(body, found, limits):
 
 
 def read_parsed(body, found, limits):
+    # type: (ChatBody, list[bytes] | None, bool) -> str | None
     """Read ``body`` parsed (orjson, once). Returns why it is refused (a 400), or None. Whether
     a key is repeated is left to ``check_repeats``, once the key's limits allow the request."""
     try:
@@ -100,6 +107,7 @@ def read_parsed(body, found, limits):
 
 
 def check_repeats(body):
+    # type: (ChatBody) -> str | None
     """Why a parsed body whose bytes show a decided key twice, an escape that could spell one, or
     a key that folds onto one, is refused: a repeated decided key, one in another case, or over
     MAX_REPEAT_CHECK_BYTES to check; else None."""
@@ -110,10 +118,12 @@ def check_repeats(body):
 
 
 def _spelled_twice(found):
+    # type: (list[bytes]) -> bool
     return len(found) > 1 and len(set(found)) < len(found)
 
 
 def _repeated_key(data):
+    # type: (bytes) -> str | None
     """Why the top-level object is refused when it repeats a decided key or spells one in another
     case (keys unescaped), else None. A second parse, keeping every object's pairs: only for the
     bodies whose bytes show a decided key twice, an escape that could spell one, or a key that
@@ -122,7 +132,7 @@ def _repeated_key(data):
         pairs = json.loads(data, object_pairs_hook=list)  # every object as its (key, value) list
     except (ValueError, RecursionError):  # what orjson took but Python's parser does not
         return "request body cannot be checked for repeated keys"
-    seen = set()
+    seen = set()  # type: set[str]
     for key, _ in pairs:
         folded = key.lower().replace("\u017f", "s")  # str.lower folds U+212A to k already
         if folded in DECIDED_KEYS:
@@ -136,6 +146,7 @@ def _repeated_key(data):
 
 
 def _read_limits(body, obj):
+    # type: (ChatBody, JSONObject) -> str | None
     """The output limits of both dialects and ``n``, from the top level. Returns why they are
     refused, or None."""
     limit = None
@@ -158,11 +169,13 @@ def _read_limits(body, obj):
 
 
 def needs_output_cap(body, dialect):
+    # type: (ChatBody, str) -> bool
     """The body sets no output limit its own dialect reads (Anthropic reads only max_tokens)."""
     return body.output_limit is None or (dialect == "anthropic" and not body.max_tokens_set)
 
 
 def write_output_cap(body, dialect, cap):
+    # type: (ChatBody, str, int) -> None
     """``cap`` written into a body that ``needs_output_cap``, as its first key, so the provider
     stops where the reservation does (and so does any other attempt)."""
     key = "max_tokens" if dialect == "anthropic" else "max_completion_tokens"
@@ -180,6 +193,7 @@ def write_output_cap(body, dialect, cap):
 
 
 def prompt_tokens(body, data, part_tokens):
+    # type: (ChatBody, bytes, dict[bytes, int]) -> int
     """The prompt's tokens as reserved: the client's body ``data`` at TEXT_BYTES_PER_TOKEN, plus
     ``part_tokens[kind]`` for each content part of a kind the provider counts apart."""
     tokens = len(data) // TEXT_BYTES_PER_TOKEN
@@ -191,6 +205,7 @@ def prompt_tokens(body, data, part_tokens):
 
 
 def streams_without_usage(body):
+    # type: (ChatBody) -> bool
     """An OpenAI body that streams (``stream`` true) without asking for the usage chunk
     (``stream_options.include_usage``). Parsed only when it spells ``"stream"``."""
     data = body.data
@@ -209,6 +224,7 @@ def streams_without_usage(body):
 
 
 def asking_usage(data):
+    # type: (bytes) -> bytes
     """An OpenAI streamed body (``streams_without_usage``) that asks for the usage chunk:
     ``stream_options`` added as its first key, or set in the body parsed when it has one (a
     second one would be a repeated key)."""
@@ -225,6 +241,8 @@ def asking_usage(data):
 
 
 def most_tokens(body):
+    # type: (ChatBody) -> int
     """The most output tokens the body can cost: its largest limit for each of ``n`` answers."""
-    limit = min(body.output_limit, MAX_TOKENS_RESERVED)
+    # (a budget's body has its output limit: written in by write_output_cap when it set none)
+    limit = min(body.output_limit, MAX_TOKENS_RESERVED)  # type: int  # type: ignore[type-var, assignment]
     return min(limit * min(body.choices, MAX_TOKENS_RESERVED), MAX_TOKENS_RESERVED)

@@ -7,12 +7,23 @@ is handed to the App synchronously (``App.handle``), and answered in order: by S
 (``paused_for``), and resumes when none is left.
 """
 from time import perf_counter
+from typing import TYPE_CHECKING
 
 from httptools import HttpParserError, HttpParserUpgrade, HttpRequestParser
 
 from sluice import dispatch, framing, known_head, request
 from sluice.http import error_body, linger, response
 from sluice.request import Request
+
+if TYPE_CHECKING:
+    import asyncio  # noqa: F401 (type comments)
+
+    from sluice.framing import ChunkedFraming  # noqa: F401 (type comments)
+    from sluice.known_head import KnownHead  # noqa: F401 (type comments)
+    from sluice.pool import Pool  # noqa: F401 (type comments)
+    from sluice.request import HeaderDigest  # noqa: F401 (type comments)
+    from sluice.server import App  # noqa: F401 (type comments)
+    from sluice.upstream import UpstreamConn  # noqa: F401 (type comments)
 
 CHAT_PATHS = (b"/v1/chat/completions", b"/v1/messages")
 
@@ -42,56 +53,58 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
     )
 
     def __init__(self, app):
+        # type: (App) -> None
         self.app = app
-        self.transport = None
-        self.incoming = None      # the request whose message is being read
-        self.queue = []  # read, not answered yet (and a refusal, a tuple); a list: max_pipelined at most
+        self.transport = None  # type: asyncio.Transport  # type: ignore[assignment]  # set by connection_made, the first call
+        self.incoming = None  # type: Request | None  # the request whose message is being read
+        self.queue = []  # type: list[Request | tuple[int, str, str]]  # read, not answered yet (and a refusal, a tuple); a list: max_pipelined at most
         self.busy = False
         self.closed = False
-        self.active = None        # the request being answered
-        self.upstream = None      # its provider connection
-        self.waiting_on = None    # the pool it waits for a connection from
+        self.active = None  # type: Request | None  # the request being answered
+        self.upstream = None  # type: UpstreamConn | None  # its provider connection
+        self.waiting_on = None  # type: Pool | None  # the pool it waits for a connection from
         self.wait_since = 0.0
         self.eof = False
         self.paused_for = 0
         self.draining_queue = False
         self.bad = False
         self.peer = "-"
-        self.backlog = None   # bytes read but not parsed yet (parsing stopped between parts)
+        self.backlog = None  # type: bytes | None  # bytes read but not parsed yet (parsing stopped between parts)
         self.read_tail = b""  # the last bytes of a read that ended inside a head or a chunked body
         self.head_bytes = 0   # bytes of the head being received
         self.head_began = 0.0  # when its first bytes arrived
         self.final = False    # a request that closes the connection was read: nothing after it is
         self.burst = 0        # requests completed from the current read
         self.feeding = False
-        self.chunked = None   # the chunked body being read: its framing (see framing.py)
+        self.chunked = None  # type: ChunkedFraming | None  # the chunked body being read: its framing (see framing.py)
         self.queued_bytes = 0  # body bytes of the queued requests
         self.held_bytes = 0   # body bytes of this connection's requests counted in App.body_bytes_held
         self.key_known = False  # the last request head's key is a configured one
 
     # ------------------------------------------------------------ transport
     def connection_made(self, transport):
+        # type: (asyncio.Transport) -> None
         self.transport = transport
         app = self.app   # over max_client_connections it never gets here (Server.accept)
         # Headers go straight into a dict: a C-level callback, no Python frame per header.
         # (A repeated header keeps its last value.)
-        self.headers = {}
+        self.headers = {}  # type: dict[bytes, bytes]
         self.on_header = self.headers.__setitem__
         # URL pieces and body pieces are collected the same way (list.append)
-        self.url_parts = []
+        self.url_parts = []  # type: list[bytes]
         self.on_url = self.url_parts.append
-        self.head_pieces = []  # the bytes of the head being parsed (read again for Transfer-Encoding)
-        self.body_parts = []
+        self.head_pieces = []  # type: list[bytes]  # the bytes of the head being parsed (read again for Transfer-Encoding)
+        self.body_parts = []  # type: list[bytes]
         self.on_body = self.body_parts.append
-        self.last_headers = None
-        self.last_digest = None
+        self.last_headers = None  # type: dict[bytes, bytes] | None
+        self.last_digest = None  # type: HeaderDigest | None
         # non-empty while the parser waits for a new message: llhttp clears it (a C-level call)
         # at a message's first byte, on_message_complete refills it
         self.between_messages = [True]
         self.on_message_begin = self.between_messages.clear
-        self.known_head = None  # the previous request's head, to take the next one without the parser
+        self.known_head = None  # type: KnownHead | None  # the previous request's head, to take the next one without the parser
         self.completed = 0
-        self.last_parsed = None
+        self.last_parsed = None  # type: Request | None
         self.parser = HttpRequestParser(self)
         self.last_active = perf_counter()
         app.clients.add(self)
@@ -102,6 +115,7 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
             self.close()
 
     def connection_lost(self, exc):
+        # type: (Exception | None) -> None
         self.closed = True
         app = self.app
         app.clients.discard(self)
@@ -126,12 +140,14 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
             app.request_finished(self, r, 499, relayed[0], relayed[1])
 
     def eof_received(self):
+        # type: () -> None
         # Like nginx: a client that closes its side is gone; this is how a disconnect
         # mid-request is noticed at all when nothing is being written to it.
         self.eof = True
         return None
 
     def pause_writing(self):
+        # type: () -> None
         # the client does not keep up: stop reading its next requests and stop reading the provider
         self._pause(PAUSE_WRITE)
         up = self.upstream
@@ -140,6 +156,7 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
             up.transport.pause_reading()
 
     def resume_writing(self):
+        # type: () -> None
         up = self.upstream
         if up is not None and up.paused and up.transport is not None:
             up.paused = False
@@ -148,11 +165,13 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
         self._resume(PAUSE_WRITE)
 
     def _pause(self, reason):
+        # type: (int) -> None
         if not self.paused_for and not self.closed:
             self.transport.pause_reading()
         self.paused_for |= reason
 
     def _resume(self, reason):
+        # type: (int) -> None
         if self.paused_for & reason:
             self.paused_for &= ~reason
             if not self.paused_for and not self.closed:
@@ -167,28 +186,35 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
                 self.transport.resume_reading()
 
     def _end_burst(self):
+        # type: () -> None
         self._resume(PAUSE_BURST)
 
     def pause_reading_for_upstream(self):
+        # type: () -> None
         self._pause(PAUSE_UPSTREAM)
 
     def resume_reading_for_upstream(self):
+        # type: () -> None
         self._resume(PAUSE_UPSTREAM)
 
     def write(self, data):
+        # type: (bytes) -> None
         if not self.closed:
             self.transport.write(data)
 
     def writelines(self, parts):
+        # type: (list[bytes]) -> None
         if not self.closed:
             self.transport.writelines(parts)
 
     def close(self):
+        # type: () -> None
         if not self.closed:
             self.closed = True
             self.transport.close()
 
     def close_after_response(self):
+        # type: () -> None
         """Close once the last response is out, without losing it to a reset: see linger."""
         if not self.closed:
             self.closed = True
@@ -199,6 +225,7 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
 
     # ------------------------------------------------------------ parsing
     def data_received(self, data):
+        # type: (bytes) -> None
         t = self.t_rx = self.last_active = perf_counter()
         if self.closed or self.bad or self.final:
             return
@@ -218,12 +245,14 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
         completed = self.completed
         self._parse(data)
         if at_start and self.completed == completed + 1 and self.between_messages and not self.closed:
-            head = known_head.learn(self.last_parsed, data, self.last_digest.expect_continue)
+            # (a request completed: both set)
+            head = known_head.learn(self.last_parsed, data, self.last_digest.expect_continue)  # type: ignore[arg-type, union-attr]
             if head is not None:
                 self.known_head = head
         self.last_parsed = None  # an idle connection must not keep its last request's body
 
     def _parse(self, data):
+        # type: (bytes) -> None
         """Feed the parser one part at a time: a head up to its CRLF CRLF, a body up to its
         length (or, chunked, up to a CRLF CRLF). So every head and trailer section is measured
         before it is parsed (framing.py), at most a couple of requests complete per part, and
@@ -277,6 +306,7 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
             self.feeding = False
 
     def _body_progress(self, r):
+        # type: (Request) -> None
         """A body longer than one read: keep one piece per read, count it, enforce the limits."""
         received = r.body_received
         if not r.add_body_piece(self.body_parts, self.app.max_body):
@@ -287,6 +317,7 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
             self._pause(PAUSE_QUEUED_BYTES)  # read the rest in its turn
 
     def dialect(self, r=None):
+        # type: (Request | None) -> str
         """The client's dialect as far as the request shows it (for protocol-level errors)."""
         if r is None:
             r = self.incoming
@@ -299,11 +330,13 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
         return "anthropic" if url.startswith(b"/v1/messages") else "openai"
 
     def timed_out(self, message):
+        # type: (str) -> None
         """A request that did not arrive in time: 408 (after the responses owed), then close."""
         self.t_rx = perf_counter()
         self._bad_request(408, message)
 
     def _bad_request(self, status, message, r=None):
+        # type: (int, str, Request | None) -> None
         """Unusable input: answer after the responses already owed, then close."""
         dialect = self.dialect(r)
         if self.app.access_log is not None:  # (the request as far as it was read)
@@ -324,6 +357,7 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
             self.queue.append((status, message, dialect))
 
     def _error_and_close(self, status, message, dialect):
+        # type: (int, str, str) -> None
         body = error_body(dialect, status, message)
         # Sluice's own 503 here is momentary: too many bodies held by the worker
         extra = b"retry-after: 1\r\n" if status == 503 else b""
@@ -333,6 +367,7 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
         self.close_after_response()
 
     def on_headers_complete(self):
+        # type: () -> None
         # t0 for an early refusal and the body deadline; reset when the request is complete
         r = self.incoming = Request(self.t_rx)
         self.head_bytes = 0
@@ -351,9 +386,10 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
                 raise HttpParserError("too many headers")
             self.last_headers = dict(h)
             self.last_digest = d = request.digest_headers(h, app.forward_policy)
-            self.key_known = bool(d.token) and app.keys.lookup(d.token) is not None
+            # (not None: bool(d.token))
+            self.key_known = bool(d.token) and app.keys.lookup(d.token) is not None  # type: ignore[arg-type]
         h.clear()
-        d = self.last_digest
+        d = self.last_digest  # type: ignore[assignment]  # set with last_headers
         r.token = d.token
         r.forward_headers = d.forward_headers
         r.has_anthropic_version = d.has_anthropic_version
@@ -388,7 +424,8 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
             self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_message_complete(self):
-        r = self.incoming
+        # type: () -> None
+        r = self.incoming  # type: Request  # type: ignore[assignment]  # made by on_headers_complete, before llhttp completes the message
         self.incoming = None
         self.between_messages.append(True)
         if self.final or self.bad:
@@ -436,10 +473,12 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
 
     @staticmethod
     def _chat_path(url):
+        # type: (bytes) -> bool
         q = url.find(b"?")
         return (url if q < 0 else url[:q]) in CHAT_PATHS
 
     def hold(self, r, n):
+        # type: (Request, int) -> bool
         """``n`` more body bytes of ``r`` held by the worker: False when that is over
         max_held_body_bytes (``r`` is then refused: 503, close)."""
         app = self.app
@@ -453,6 +492,7 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
         return True
 
     def release(self, r):
+        # type: (Request) -> None
         """``r``'s body is no longer held (answered, or dropped). Once the connection is closed,
         connection_lost releases all it held."""
         n = r.held
@@ -462,12 +502,14 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
             self.app.body_bytes_held -= n
 
     def _handle(self, r):
+        # type: (Request) -> None
         try:
             self.app.handle(self, r)
         except Exception:
             self.app.internal_error(self, r)
 
     def _next(self):
+        # type: () -> None
         """Answer the queued requests in order, while no answer is in progress."""
         self.draining_queue = True
         try:
@@ -478,11 +520,11 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
                     self._error_and_close(*r)
                     return
                 self.busy = True
-                self.queued_bytes -= len(r.body)
+                self.queued_bytes -= len(r.body)  # type: ignore[union-attr]  # a Request: a refusal returned above
                 t = perf_counter()
-                if r.t0 < t:
-                    r.t0 = t  # time spent queued behind earlier responses is not ours
-                self._handle(r)
+                if r.t0 < t:  # type: ignore[union-attr]  # (as above)
+                    r.t0 = t  # type: ignore[union-attr]  # time spent queued behind earlier responses is not ours
+                self._handle(r)  # type: ignore[arg-type]  # (as above)
             if len(queue) < self.app.max_pipelined:
                 self._resume(PAUSE_QUEUE_FULL)
             if self.paused_for & PAUSE_QUEUED_BYTES and not self.holds_too_much():
@@ -494,6 +536,7 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
 
     # ------------------------------------------------------------ responses
     def respond(self, r, status, body, extra=b"", content_type=b"application/json", overhead_us=None):
+        # type: (Request, int, bytes, bytes, bytes, float | None) -> None
         """A response produced by Sluice itself (no provider involved)."""
         keep = r.keep_alive and not self.app.stopping and not self.bad
         if overhead_us is None:
@@ -510,6 +553,7 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
         self.done(keep)
 
     def done(self, keep_alive):
+        # type: (bool) -> None
         """The current response is fully written."""
         if self.active is not None:
             self.release(self.active)
@@ -529,6 +573,7 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
             self._next()
 
     def holds_too_much(self):
+        # type: () -> bool
         """Whether the bodies read ahead of their turn are over max_queued_bytes_per_connection."""
         queued = self.queued_bytes
         if self.busy and self.incoming is not None:
@@ -536,16 +581,19 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
         return queued > self.app.max_queued
 
     def body_held(self):
+        # type: () -> bool
         """A body arriving that Sluice stopped reading until its turn: no deadline runs for it."""
         return self.incoming is not None and self.paused_for & PAUSE_QUEUED_BYTES != 0
 
     def exchange_done(self, r, status, prompt, completion):
+        # type: (Request, int, int | None, int | None) -> None
         """The provider's response was relayed in full."""
         self.upstream = None
         self.app.request_finished(self, r, status, prompt, completion)
         self.done(r.keep_alive)
 
     def abort_response(self, r, status):
+        # type: (Request, int) -> None
         """The response head is out but the provider failed: the client must see a broken response."""
         self.upstream = None
         self.app.request_finished(self, r, status, None, None)

@@ -4,15 +4,19 @@ Kept free of heavy imports: the supervising process loads it before anything els
 See README.md for the reference of every key. The checks every table uses are in
 config_checks.py, the [server] table in config_server.py.
 """
+from __future__ import annotations
+
 import os
 import sys
 import tomllib
+from collections.abc import Collection
 
-from sluice.config_checks import DIALECTS, ConfigError, _bool, _check_keys, _check_table, _from_env, _has_ctl, _num, _str  # noqa: F401
+from sluice.config_checks import DIALECTS, Table, _bool, _check_keys, _check_table, _from_env, _has_ctl, _num, _str  # noqa: F401
+from sluice.config_checks import ConfigError as ConfigError  # what load() raises: named here too
 from sluice.config_server import ServerConfig, parse_listen  # noqa: F401
 
 
-def _shown(url):
+def _shown(url: str) -> str:
     """``url`` as a message may show it: what precedes an "@" in its authority (credentials) hidden."""
     scheme, sep, rest = url.partition("://")
     if not sep:
@@ -23,7 +27,7 @@ def _shown(url):
     return scheme + sep + authority + slash + path
 
 
-def split_url(url):
+def split_url(url: str) -> tuple[str, str, int | None, str]:
     """(scheme, host, port or None, path) of an http(s) URL; no urllib import (memory)."""
     scheme, sep, rest = url.partition("://")
     if not sep:
@@ -35,18 +39,19 @@ def split_url(url):
     if "@" in hostport:
         raise ConfigError(f"credentials in a provider URL are not supported (give the provider's key "
                           f"with api_key_env): {_shown(url)!r}")
-    port = None
+    digits = None
     if hostport.startswith("["):
         host, _, tail = hostport[1:].partition("]")
         if tail.startswith(":"):
-            port = tail[1:]
+            digits = tail[1:]
     else:
-        host, _, port = hostport.partition(":")
-        port = port or None
-    if port is not None:
-        if not port.isdigit() or not 0 < int(port) < 65536:
+        host, _, digits = hostport.partition(":")
+        digits = digits or None
+    port = None
+    if digits is not None:
+        if not digits.isdigit() or not 0 < int(digits) < 65536:
             raise ConfigError(f"invalid port in URL {_shown(url)!r}")
-        port = int(port)
+        port = int(digits)
     return scheme.lower(), host, port, path
 
 
@@ -55,9 +60,9 @@ class ProviderConfig:
             "connect_timeout_s", "response_timeout_s", "stream_idle_timeout_s",
             "pool_idle_timeout_s", "tls_verify", "ca_file", "anthropic_version", "headers")
 
-    def __init__(self, name, t):
+    def __init__(self, name: str, table: object) -> None:
         w = f"[providers.{name}]"
-        _check_table(t, self.KEYS, w)
+        t = _check_table(table, self.KEYS, w)
         self.name = name
         self.base_url = _str(t, "base_url", "", w)
         try:
@@ -105,10 +110,10 @@ class ProviderConfig:
         for k, v in headers.items():
             if _has_ctl(k + v) or not k or ":" in k or " " in k:
                 raise ConfigError(f"{w}.headers: invalid header {k!r}")
-        self.headers = headers
+        self.headers: dict[str, str] = headers
 
     @property
-    def chat_path(self):
+    def chat_path(self) -> str:
         return self.path_prefix + ("/messages" if self.dialect == "anthropic" else "/chat/completions")
 
 
@@ -119,7 +124,7 @@ RETRY_CLASSES = ("5xx", "429", "overloaded", "connect", "timeout", "reset")
 DEFAULT_RETRY_ON = ("5xx", "429", "overloaded", "connect")
 
 
-def _classes(table, key, default, where):
+def _classes(table: Table, key: str, default: Collection[str], where: str) -> frozenset[str]:
     value = table.get(key, default)
     if not isinstance(value, (list, tuple)) or not all(v in RETRY_CLASSES for v in value):
         raise ConfigError(f"{where}.{key} must be a list of {', '.join(RETRY_CLASSES)}")
@@ -131,9 +136,9 @@ class RetryConfig:
             "retry_after_max_ms", "retry_after_send", "deadline_s", "overload_backoff_min_ms",
             "overload_backoff_max_ms")
 
-    def __init__(self, t, where):
+    def __init__(self, table: object, where: str) -> None:
         w = where + ".retry"
-        _check_table(t, self.KEYS, w)
+        t = _check_table(table, self.KEYS, w)
         # attempts end with deadline_s and the retry budget; this optional cap on a model's
         # attempts is 0 (none) by default
         self.max_attempts = _num(t, "max_attempts", 0, w, 0, integer=True, maximum=100)
@@ -160,9 +165,9 @@ class OutlierConfig:
     KEYS = ("min_requests", "failure_margin", "window_s", "max_ejection_percent", "ejection_s",
             "max_ejection_s", "probe_share")
 
-    def __init__(self, t, where):
+    def __init__(self, table: object, where: str) -> None:
         w = where + ".outlier"
-        _check_table(t, self.KEYS, w)
+        t = _check_table(table, self.KEYS, w)
         self.min_requests = _num(t, "min_requests", 10, w, 0, integer=True,
                                  maximum=1000000)  # 0 = never eject
         self.failure_margin = float(_num(t, "failure_margin", 0.3, w, 0.01, maximum=1))
@@ -184,9 +189,9 @@ class RetryBudgetConfig:
     flow in every second; at most ``capacity`` tokens (it starts full)."""
     KEYS = ("capacity", "deposit_per_success", "min_retries_per_s", "fallbacks")
 
-    def __init__(self, t):
+    def __init__(self, table: object) -> None:
         w = "[retry_budget]"
-        _check_table(t, self.KEYS, w)
+        t = _check_table(table, self.KEYS, w)
         self.capacity = float(_num(t, "capacity", 100, w, 1, maximum=1e6))
         self.deposit_per_success = float(_num(t, "deposit_per_success", 0.5, w, 0.0, maximum=10))
         self.min_retries_per_s = float(_num(t, "min_retries_per_s", 10, w, 0.0, maximum=1e6))
@@ -202,9 +207,9 @@ class PromptEstimateConfig:
     bytes, by kind (the part's "type"): tokens per part, on top of the body's bytes / 4."""
     KEYS = ("image_tokens", "document_tokens", "audio_tokens")
 
-    def __init__(self, t):
+    def __init__(self, table: object) -> None:
         w = "[prompt_estimate]"
-        _check_table(t, self.KEYS, w)
+        t = _check_table(table, self.KEYS, w)
         # Anthropic: an image is scaled to at most ~1.15 megapixels, about 1,600 tokens
         # (width x height / 750); OpenAI gpt-4o, high detail: 85 + 170 per 512 px tile, at most 1,445
         image = _num(t, "image_tokens", 1600, w, 0, integer=True, maximum=MAX_PART_TOKENS)
@@ -224,9 +229,9 @@ class TokenWeightsConfig:
     """What one token of each kind of a provider's usage costs a key's token budget."""
     KEYS = ("prompt", "completion", "cache_write", "cache_read")
 
-    def __init__(self, t):
+    def __init__(self, table: object) -> None:
         w = "[token_weights]"
-        _check_table(t, self.KEYS, w)
+        t = _check_table(table, self.KEYS, w)
         # (prompt, completion, cache_write, cache_read) in thousandths, as usage.weighed takes them
         self.weights = tuple(round(_num(t, k, 1.0, w, 0.0, maximum=1000) * 1000) for k in self.KEYS)
 
@@ -234,7 +239,7 @@ class TokenWeightsConfig:
 class DeploymentConfig:
     KEYS = ("provider", "weight", "upstream_model")
 
-    def __init__(self, t, where, providers, upstream_model):
+    def __init__(self, t: object, where: str, providers: Collection[str], upstream_model: str) -> None:
         if not isinstance(t, dict):
             raise ConfigError(f"{where}.deployments entries must be tables")
         _check_keys(t, self.KEYS, where + ".deployments")
@@ -246,7 +251,7 @@ class DeploymentConfig:
         _check_upstream(self.upstream_model, where + ".deployments")
 
 
-def _check_upstream(name, where):
+def _check_upstream(name: str, where: str) -> None:
     # patched into JSON bodies as bytes: nothing that needs escaping
     if _has_ctl(name) or '"' in name or "\\" in name:
         raise ConfigError(f"{where}.upstream_model must not contain quotes, backslashes or control characters")
@@ -256,9 +261,9 @@ class ModelConfig:
     KEYS = ("provider", "upstream_model", "aliases", "max_output_tokens", "deployments", "retry",
             "fallbacks", "fallback_on", "outlier", "request_timeout_s")
 
-    def __init__(self, name, t, providers, request_timeout_s=600.0):
+    def __init__(self, name: str, table: object, providers: Collection[str], request_timeout_s: float = 600.0) -> None:
         w = f"[models.{name}]"
-        _check_table(t, self.KEYS, w)
+        t = _check_table(table, self.KEYS, w)
         self.name = name
         self.upstream_model = _str(t, "upstream_model", name, w) or name
         _check_upstream(self.upstream_model, w)
@@ -284,7 +289,7 @@ class ModelConfig:
             raise ConfigError(f"{w}.fallbacks must be a list of model names")
         if name in fallbacks:
             raise ConfigError(f"{w}.fallbacks must not name the model itself")
-        self.fallbacks = fallbacks
+        self.fallbacks: list[str] = fallbacks
         self.fallback_on = _classes(t, "fallback_on", DEFAULT_RETRY_ON, w)
         self.outlier = OutlierConfig(t.get("outlier", {}), w)
         # the resilience machinery runs for a model only when it asks for some of it
@@ -292,7 +297,7 @@ class ModelConfig:
         aliases = t.get("aliases", [])
         if not isinstance(aliases, list) or not all(isinstance(a, str) and a for a in aliases):
             raise ConfigError(f"{w}.aliases must be a list of non-empty strings")
-        self.aliases = aliases
+        self.aliases: list[str] = aliases
         self.max_output_tokens = _num(t, "max_output_tokens", 4096, w, 1, integer=True)
         self.request_timeout_s = float(_num(t, "request_timeout_s", request_timeout_s, w, 0.1,
                                             maximum=86400))
@@ -302,15 +307,15 @@ class KeyConfig:
     KEYS = ("key", "key_env", "key_sha256", "models", "rpm", "token_budget", "budget_period_s",
             "max_in_flight")
 
-    def __init__(self, name, t, default_max_in_flight=0):
+    def __init__(self, name: str, table: object, default_max_in_flight: int = 0) -> None:
         w = f"[keys.{name}]"
-        _check_table(t, self.KEYS, w)
+        t = _check_table(table, self.KEYS, w)
         self.name = name
         given = [k for k in ("key", "key_env", "key_sha256") if k in t]
         if len(given) != 1:
             raise ConfigError(f"{w} needs exactly one of key, key_env, key_sha256")
-        self.key = None
-        self.key_sha256 = None
+        self.key: str | None = None
+        self.key_sha256: str | None = None
         if "key" in t:
             self.key = _str(t, "key", "", w)
         elif "key_env" in t:
@@ -325,7 +330,7 @@ class KeyConfig:
         models = t.get("models", ["*"])
         if not isinstance(models, list) or not all(isinstance(m, str) for m in models):
             raise ConfigError(f"{w}.models must be a list of model names")
-        self.models = models
+        self.models: list[str] = models
         self.rpm = _num(t, "rpm", 0, w, 0, integer=True)
         self.token_budget = _num(t, "token_budget", 0, w, 0, integer=True)
         self.budget_period_s = _num(t, "budget_period_s", 0, w, 0, integer=True)
@@ -333,15 +338,16 @@ class KeyConfig:
         self.max_in_flight = _num(t, "max_in_flight", default_max_in_flight, w, 0, integer=True,
                                   maximum=1000000)
 
-    def digest(self):
+    def digest(self) -> str:
         if self.key_sha256:
             return self.key_sha256
         import hashlib  # only when some key is given as a digest (keeps workers small)
+        assert self.key is not None  # exactly one of the two is given (__init__)
         return hashlib.sha256(self.key.encode()).hexdigest()
 
 
 class Config:
-    def __init__(self, data, path=None, raw=None):
+    def __init__(self, data: object, path: str | None = None, raw: bytes | None = None) -> None:
         self.raw = raw  # the file's bytes: workers are given these, never the file again
         if not isinstance(data, dict):
             raise ConfigError("config must be a TOML table")
@@ -353,13 +359,13 @@ class Config:
         providers = data.get("providers", {})
         if not providers:
             raise ConfigError("at least one [providers.NAME] table is required")
-        self.providers = {n: ProviderConfig(n, t) for n, t in providers.items()}
+        self.providers: dict[str, ProviderConfig] = {n: ProviderConfig(n, t) for n, t in providers.items()}
         models = data.get("models", {})
         if not models:
             raise ConfigError("at least one [models.NAME] table is required")
-        self.models = {n: ModelConfig(n, t, self.providers, self.server.request_timeout_s)
-                       for n, t in models.items()}
-        seen = {}
+        self.models: dict[str, ModelConfig] = {
+            n: ModelConfig(n, t, self.providers, self.server.request_timeout_s) for n, t in models.items()}
+        seen: dict[str, str] = {}  # model name or alias -> its model
         for m in self.models.values():
             for alias in [m.name] + m.aliases:
                 if alias in seen and seen[alias] != m.name:
@@ -373,18 +379,18 @@ class Config:
         self.retry_budget = RetryBudgetConfig(data.get("retry_budget", {}))
         self.prompt_estimate = PromptEstimateConfig(data.get("prompt_estimate", {}))
         self.token_weights = TokenWeightsConfig(data.get("token_weights", {})).weights
-        self.keys = {n: KeyConfig(n, t, self.server.key_max_in_flight)
-                     for n, t in data.get("keys", {}).items()}
-        digests = {}
+        self.keys: dict[str, KeyConfig] = {n: KeyConfig(n, t, self.server.key_max_in_flight)
+                                           for n, t in data.get("keys", {}).items()}
+        digests: dict[str | None, str] = {}  # secret -> its key
         any_digest = any(k.key_sha256 for k in self.keys.values())
         for k in self.keys.values():
             d = k.digest() if any_digest else k.key
             if d in digests:
                 raise ConfigError(f"keys {digests[d]!r} and {k.name!r} have the same secret")
             digests[d] = k.name
-            for m in k.models:
-                if m != "*" and m not in seen:
-                    raise ConfigError(f"[keys.{k.name}].models: unknown model {m!r}")
+            for model in k.models:
+                if model != "*" and model not in seen:
+                    raise ConfigError(f"[keys.{k.name}].models: unknown model {model!r}")
         self.warnings = list(self.server.warnings)
         if self.server.require_auth is False and self.keys:
             self.warnings.append(
@@ -396,7 +402,7 @@ class Config:
             raise ConfigError("[server].require_auth = true but no [keys.NAME] is configured")
 
 
-def load(path, fd=None):
+def load(path: str, fd: int | None = None) -> Config:
     """The config at ``path``; from ``fd`` instead when given (a worker reads the bytes its
     supervisor loaded, so an edited file cannot change one worker's view of the layout)."""
     try:

@@ -1,6 +1,10 @@
 """The checks every configuration table uses: types, bounds, known keys."""
+from __future__ import annotations
+
 import math
 import os
+from collections.abc import Iterable
+from typing import Any, Literal, overload
 
 DIALECTS = ("openai", "anthropic")
 
@@ -9,7 +13,18 @@ class ConfigError(ValueError):
     pass
 
 
-def _num(table, key, default, where, minimum=0.0, integer=False, maximum=None):
+# A TOML table as tomllib reads it: its values are checked (types, bounds) as they are taken
+Table = dict[str, Any]
+
+
+@overload
+def _num(table: Table, key: str, default: float, where: str, minimum: float = 0.0, *,
+         integer: Literal[True], maximum: float | None = None) -> int: ...
+@overload
+def _num(table: Table, key: str, default: float, where: str, minimum: float = 0.0,
+         integer: Literal[False] = False, maximum: float | None = None) -> float: ...
+def _num(table: Table, key: str, default: float, where: str, minimum: float = 0.0, integer: bool = False,
+         maximum: float | None = None) -> float:
     """A number at ``key`` within [minimum, maximum] (no maximum: unbounded above)."""
     value = table.get(key, default)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -26,39 +41,40 @@ def _num(table, key, default, where, minimum=0.0, integer=False, maximum=None):
     return value
 
 
-def _bool(table, key, default, where):
+def _bool(table: Table, key: str, default: bool, where: str) -> bool:
     value = table.get(key, default)
     if not isinstance(value, bool):
         raise ConfigError(f"{where}.{key} must be true or false, got {value!r}")
     return value
 
 
-def _str(table, key, default, where):
+def _str(table: Table, key: str, default: str, where: str) -> str:
     value = table.get(key, default)
     if not isinstance(value, str):
         raise ConfigError(f"{where}.{key} must be a string, got {value!r}")
     return value
 
 
-def _has_ctl(text):
+def _has_ctl(text: str) -> bool:
     """Control characters (CR, LF, NUL...) would split or corrupt what Sluice writes."""
     return any(c < " " or c == "\x7f" for c in text)
 
 
-def _check_keys(table, allowed, where):
+def _check_keys(table: Iterable[str], allowed: Iterable[str], where: str) -> None:
     unknown = sorted(set(table) - set(allowed))
     if unknown:
         raise ConfigError(f"unknown key(s) in {where}: {', '.join(unknown)}")
 
 
-def _check_table(table, allowed, where):
-    """A sub-table: a table, with none but the ``allowed`` keys."""
+def _check_table(table: object, allowed: Iterable[str], where: str) -> Table:
+    """A sub-table: a table, with none but the ``allowed`` keys (returned as one)."""
     if not isinstance(table, dict):
         raise ConfigError(f"{where} must be a table")
     _check_keys(table, allowed, where)
+    return table
 
 
-def _from_env(table, key, where):
+def _from_env(table: Table, key: str, where: str) -> str:
     """The value of the environment variable that ``table[key]`` names."""
     env = _str(table, key, "", where)
     if env not in os.environ:

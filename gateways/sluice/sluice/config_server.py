@@ -1,8 +1,12 @@
 """The [server] table: listening, workers, client limits and timeouts, what is forwarded."""
-from sluice.config_checks import ConfigError, _bool, _check_keys, _has_ctl, _num, _str
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sluice.config_checks import ConfigError, Table, _bool, _check_keys, _has_ctl, _num, _str
 
 
-def _names(table, key, default, where):
+def _names(table: Table, key: str, default: Sequence[str], where: str) -> tuple[str, ...]:
     """A list of header names, lowercased; a trailing ``*`` makes a prefix."""
     value = table.get(key, default)
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
@@ -36,12 +40,12 @@ class ServerConfig:
             "forward_response_headers", "metrics_per_key", "max_sse_frame_bytes", "request_timeout_s",
             "client_send_timeout_s", "key_max_in_flight", "max_held_body_bytes")
 
-    def __init__(self, t):
+    def __init__(self, t: Table) -> None:
         w = "[server]"
         _check_keys(t, self.KEYS, w)
         self.listen = _str(t, "listen", "127.0.0.1:8080", w)
         self.host, self.port = parse_listen(self.listen)
-        self.warnings = []  # accepted, but probably not meant: said at start (config.load)
+        self.warnings: list[str] = []  # accepted, but probably not meant: said at start (config.load)
         if not self.listen.rpartition(":")[0].strip("[]"):
             self.warnings.append(
                 f"{w}.listen = {self.listen!r} names no host: Sluice listens on every address "
@@ -58,7 +62,7 @@ class ServerConfig:
         self.access_log_flush_s = float(_num(t, "access_log_flush_s", 1.0, w, 0.05))
         self.metrics = _bool(t, "metrics", True, w)
         self.debug_endpoints = _bool(t, "debug_endpoints", False, w)
-        self.require_auth = t.get("require_auth")  # None = "if any key is configured"
+        self.require_auth: bool | None = t.get("require_auth")  # None = "if any key is configured"
         if self.require_auth is not None and not isinstance(self.require_auth, bool):
             raise ConfigError("[server].require_auth must be true or false")
         self.max_pipelined = _num(t, "max_pipelined", 16, w, 1, integer=True, maximum=1024)
@@ -99,12 +103,12 @@ class ServerConfig:
         self.forward_response_headers = _names(t, "forward_response_headers", DEFAULT_RESPONSE_HEADERS, w)
 
 
-def parse_listen(text):
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
+def parse_listen(text: str) -> tuple[str, int]:
+    host, sep, digits = text.rpartition(":")
+    if not sep or not digits.isdigit():
         raise ConfigError(f"[server].listen must be HOST:PORT, got {text!r}")
     host = host.strip("[]") or "0.0.0.0"
-    port = int(port)
+    port = int(digits)
     if not 0 <= port <= 65535:
         raise ConfigError(f"[server].listen port out of range: {port}")
     return host, port

@@ -10,21 +10,31 @@ total time, and a client that takes none of the response bytes waiting for it.
 - ``client_send_timeout_s``, nginx's ``send_timeout``: while response bytes wait in a client's
   transport, their amount must change within this time, else the connection is aborted.
 """
+from __future__ import annotations
+
 import fcntl
 import socket
 import struct
 import termios
+from typing import TYPE_CHECKING
 
 from sluice.http import error_body
 
+if TYPE_CHECKING:
+    import asyncio
+
+    from sluice.client import ClientConn
+    from sluice.request import Request
+    from sluice.server import App
+
 
 class Deadlines:
-    def __init__(self, send_timeout):
+    def __init__(self, send_timeout: float) -> None:
         self.send_timeout = send_timeout
-        self.waiting = {}  # client -> (bytes waiting for it, when that amount was first seen)
+        self.waiting: dict[ClientConn, tuple[int, float]] = {}  # client -> (bytes waiting for it, when that amount was first seen)
 
-    def sweep(self, app, now):
-        waiting = {}
+    def sweep(self, app: App, now: float) -> None:
+        waiting: dict[ClientConn, tuple[int, float]] = {}
         for c in list(app.clients):
             r = c.active
             if (r is not None and not c.closed and r.payload is not None
@@ -45,7 +55,7 @@ class Deadlines:
         self.waiting = waiting
 
 
-def request_expired(app, c, r):
+def request_expired(app: App, c: ClientConn, r: Request) -> None:
     """``r`` ran past its model's request_timeout_s: answered 504, or its response ended."""
     # imported here, at a timeout: the compiled dispatch, imported as this module loads, would
     # load the compiled modules it cimports, server among them, which imports this module's
@@ -66,16 +76,17 @@ def request_expired(app, c, r):
     app.request_finished(c, r, 504, None, None)
 
 
-def unsent_bytes(transport):
+def unsent_bytes(transport: asyncio.Transport) -> int:
     """Bytes the kernel still holds for the client (written, not yet taken by it)."""
     try:
         fd = transport.get_extra_info("socket").fileno()
-        return struct.unpack("i", fcntl.ioctl(fd, termios.TIOCOUTQ, b"\0\0\0\0"))[0]
+        unsent: int = struct.unpack("i", fcntl.ioctl(fd, termios.TIOCOUTQ, b"\0\0\0\0"))[0]
+        return unsent
     except (AttributeError, OSError, ValueError):
         return 0
 
 
-def reset(c):
+def reset(c: ClientConn) -> None:
     """Close ``c`` with a reset: a plain close (or abort) leaves the bytes the client never took
     in the kernel, the FIN queued behind them, and the connection open on the client's side."""
     c.closed = True

@@ -3,10 +3,18 @@ pooled connection now, or a wait for one; another attempt (resilience) or the er
 attempt fails before its response head reached the client."""
 import os
 from time import perf_counter
+from typing import TYPE_CHECKING
 
 from sluice import rewrite
 from sluice.http import error_body
 from sluice.resilience import attempt_sending, on_failure
+
+if TYPE_CHECKING:
+    from sluice.client import ClientConn  # noqa: F401 (type comments)
+    from sluice.pool import Pool, Provider  # noqa: F401 (type comments)
+    from sluice.request import Request  # noqa: F401 (type comments)
+    from sluice.server import App  # noqa: F401 (type comments)
+    from sluice.upstream import UpstreamConn  # noqa: F401 (type comments)
 
 # Only for the performance gate's own test: a Sluice slowed on purpose, by this many
 # milliseconds before each request goes upstream, must be caught by the gate. Never set in use.
@@ -21,12 +29,14 @@ TEST_EXTRA_WRITE_FD = (os.open(os.devnull, os.O_WRONLY)
 
 
 def _burn_cpu(seconds):
+    # type: (float) -> None
     end = perf_counter() + seconds
     while perf_counter() < end:
         pass
 
 
 def _burn_iterations(n):
+    # type: (int) -> int
     x = 0
     for i in range(n):
         x ^= i
@@ -34,6 +44,7 @@ def _burn_iterations(n):
 
 
 def send_first(app, conn, r, provider, body):
+    # type: (App, ClientConn, Request, Provider, bytes) -> None
     """The request is admitted: from now on it is in flight until ``App.request_finished``."""
     payload = rewrite.payload(r, provider, body)
     r.body_bytes = len(r.body)
@@ -57,6 +68,7 @@ def send_first(app, conn, r, provider, body):
 
 
 def send(conn, r, pool):
+    # type: (ClientConn, Request, Pool) -> None
     """The first attempt: on an idle pooled connection, else once the pool has one."""
     up = pool.acquire()
     if up is not None:
@@ -69,25 +81,29 @@ def send(conn, r, pool):
 
 
 def _start(conn, r, up):
+    # type: (ClientConn, Request, UpstreamConn) -> None
     conn.upstream = up
-    up.start(conn, r, r.payload)
+    up.start(conn, r, r.payload)  # type: ignore[arg-type]  # set by send_first
 
 
 def _wait(conn, pool, now):
+    # type: (ClientConn, Pool, float) -> None
     conn.waiting_on = pool
     conn.wait_since = now
     pool.wait(conn)
 
 
 def start_exchange(conn, up):
+    # type: (ClientConn, UpstreamConn) -> None
     """The pool has a connection for the request ``conn`` was waiting with."""
     conn.waiting_on = None
-    r = conn.active
+    r = conn.active  # type: Request  # type: ignore[assignment]  # the request it waited with
     r.t_resume = perf_counter()
     _start(conn, r, up)
 
 
 def attempt_failed(conn, status, message, kind=""):
+    # type: (ClientConn, int, str, str) -> None
     """The attempt failed before any of its response reached the client: another attempt when
     the model's policy allows one for this ``kind`` of failure, else the error."""
     r = conn.active
@@ -98,7 +114,7 @@ def attempt_failed(conn, status, message, kind=""):
     if r.deployment is not None and kind:
         delay = on_failure(conn.app, r, kind, -1.0, perf_counter())
         if delay >= 0:
-            r.retry_state.delay = delay
+            r.retry_state.delay = delay  # type: ignore[union-attr]  # made by on_failure
             resend(conn, r)
             return
     # the overhead is our own time only: the request path before waiting on the provider
@@ -108,6 +124,7 @@ def attempt_failed(conn, status, message, kind=""):
 
 
 def cancel(conn):
+    # type: (ClientConn) -> None
     """The provider side of the request ``conn`` answers stops: its connection is aborted (never
     reused), or its wait for one forgotten."""
     up = conn.upstream
@@ -123,9 +140,10 @@ def cancel(conn):
 
 
 def resend(conn, r):
+    # type: (ClientConn, Request) -> None
     """Another attempt for ``r`` (resilience), after ``r.retry_state.delay`` seconds."""
     conn.upstream = None
-    delay = r.retry_state.delay
+    delay = r.retry_state.delay  # type: ignore[union-attr]  # made by on_failure, which decided this attempt
     if delay > 0:
         conn.app.loop.call_later(delay, resend_now, conn, r)
     else:
@@ -133,9 +151,11 @@ def resend(conn, r):
 
 
 def resend_now(conn, r):
+    # type: (ClientConn, Request) -> None
     if conn.closed or conn.active is not r:
         return  # the client went away meanwhile (its request was accounted for then)
-    pool = r.deployment.provider.pool
+    # (another attempt: a model with a policy has its deployment)
+    pool = r.deployment.provider.pool  # type: ignore[union-attr]
     now = perf_counter()
     attempt_sending(conn.app, r, now)
     r.t_resume = now

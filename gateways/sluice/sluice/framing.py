@@ -7,6 +7,11 @@ llhttp reports a header or trailer field only once it is complete, and keeps a g
 itself: so sizes are counted here, before the bytes are parsed.
 """
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sluice.client import ClientConn  # noqa: F401 (type comments)
+    from sluice.request import HeaderDigest, Request  # noqa: F401 (type comments)
 
 HEX_DIGITS = re.compile(rb"[0-9A-Fa-f]*")
 MAX_SIZE_DIGITS = 15  # a longer chunk size is over any body limit (413), or 2^64 (the parser refuses it)
@@ -16,6 +21,7 @@ MAX_CHUNKS = 65536
 
 
 def part_end(conn, data, pos):
+    # type: (ClientConn, bytes, int) -> int
     """Where the head (or chunked body) part that starts at ``pos`` ends: after its CRLF CRLF,
     or the end of the read."""
     end = -1
@@ -31,6 +37,7 @@ def part_end(conn, data, pos):
 
 
 def count_head_bytes(conn, data, pos, end):
+    # type: (ClientConn, bytes, int, int) -> bool
     """The head grows by ``data[pos:end]``: False when it is over the limit (refused)."""
     size = conn.head_bytes + end - pos
     if size > conn.app.max_head:
@@ -46,6 +53,7 @@ def count_head_bytes(conn, data, pos, end):
 
 
 def host_ok(conn, data, pos, end):
+    # type: (ClientConn, bytes, int, int) -> bool
     """The head that ``data[pos:end]`` completes has one Host field, or none in an HTTP/1.0
     request: else it is refused with 400 (RFC 9112 3.2). Read from its bytes, before the parser:
     the header dict keeps one value per spelling."""
@@ -66,6 +74,7 @@ def host_ok(conn, data, pos, end):
 
 
 def head_too_large(conn, data, pos):
+    # type: (ClientConn, bytes, int) -> None
     # still on the request line (no CRLF yet) and it is longer than a URL may be: 414
     app = conn.app
     line = data.find(b"\r\n", pos)
@@ -78,9 +87,11 @@ def head_too_large(conn, data, pos):
 
 
 def refuse_unknown_coding(conn, digest):
+    # type: (ClientConn, HeaderDigest) -> bool
     """True (and the request refused with 501) unless its Transfer-Encoding names exactly one
     coding, chunked, on one header line: RFC 9112 6.1, a coding the server does not understand."""
-    codings = [c.strip() for c in digest.transfer_encoding.split(b",") if c.strip()]
+    # (called when it has one)
+    codings = [c.strip() for c in digest.transfer_encoding.split(b",") if c.strip()]  # type: ignore[union-attr]
     # "gzip" then "chunked" on two lines with the same spelling: one dict entry, two codings
     if len(codings) == 1 and codings[0].lower() == b"chunked" and (
             b"".join(conn.head_pieces).lower().count(b"\ntransfer-encoding:") == 1):
@@ -96,6 +107,7 @@ class ChunkedFraming:
                  "trailer_fields", "chunks")
 
     def __init__(self):
+        # type: () -> None
         self.data_left = 0         # bytes of the current chunk and its CRLF still to come
         self.size_digits = b""     # the chunk-size line's hex digits so far (no leading zeros)
         self.on_digits = True      # still on those digits (not on a chunk extension)
@@ -105,6 +117,7 @@ class ChunkedFraming:
         self.chunks = 0
 
     def trailer_share(self, data, pos, end):
+        # type: (bytes, int, int) -> int
         """How many of the body's next bytes, ``data[pos:end]``, belong to its trailer section.
         Stops at the chunk over MAX_CHUNKS (the body is refused)."""
         i = pos
@@ -117,7 +130,8 @@ class ChunkedFraming:
             lf = data.find(b"\n", i, end)
             stop = end if lf < 0 else lf
             if self.on_digits:
-                digits_end = HEX_DIGITS.match(data, i, stop).end()
+                # ([...]*: it always matches)
+                digits_end = HEX_DIGITS.match(data, i, stop).end()  # type: ignore[union-attr]
                 digits = data[i:digits_end]
                 if not self.size_digits:
                     digits = digits.lstrip(b"0")
@@ -140,6 +154,7 @@ class ChunkedFraming:
 
 
 def count_trailer_bytes(conn, data, pos, end):
+    # type: (ClientConn, bytes, int, int) -> bool
     """The chunked body being read grows by ``data[pos:end]``: False when it now has more than
     MAX_CHUNKS chunks, or its trailer section is over max_header_bytes (refused before the
     parser holds it)."""
@@ -159,9 +174,10 @@ def count_trailer_bytes(conn, data, pos, end):
 
 
 def drop_trailer_fields(conn, r):
+    # type: (ClientConn, Request) -> bool
     """The trailer fields the parser reported (into ``conn.headers``) are counted and dropped,
     never forwarded: False when there are more than max_headers of them (refused)."""
-    f = conn.chunked
+    f = conn.chunked  # type: ChunkedFraming  # type: ignore[assignment]  # fields after a head: a chunked body's trailers
     f.trailer_fields += len(conn.headers)
     conn.headers.clear()
     if f.trailer_fields > conn.app.max_headers:

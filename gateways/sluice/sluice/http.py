@@ -1,8 +1,13 @@
 """Byte-level HTTP/1.1 helpers: response heads, errors in each client dialect, and what the
 upstream side reads in a provider's response head."""
 import re
+from typing import TYPE_CHECKING
 
 import orjson
+
+if TYPE_CHECKING:
+    import asyncio  # noqa: F401 (type comments)
+    from collections.abc import Sequence  # noqa: F401 (type comments)
 
 LINGER_S = 2.0  # after a last response, what the client still sends is read and dropped this long
 
@@ -19,6 +24,7 @@ STATUS_LINES = {code: b"HTTP/1.1 %d %s\r\n" % (code, reason) for code, reason in
 
 
 def status_line(code):
+    # type: (int) -> bytes
     line = STATUS_LINES.get(code)
     if line is None:
         line = b"HTTP/1.1 %d Unknown\r\n" % code
@@ -46,6 +52,7 @@ _ANTHROPIC_TYPES = {
 
 
 def error_body(dialect, status, message, code=None):
+    # type: (str, int, str, str | None) -> bytes
     if dialect == "anthropic":
         etype = _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
         return orjson.dumps({"type": "error", "error": {"type": etype, "message": message}})
@@ -56,6 +63,7 @@ def error_body(dialect, status, message, code=None):
 
 
 def response(status, body, content_type=b"application/json", extra=b"", close=False):
+    # type: (int, bytes, bytes, bytes, bool) -> bytes
     """A complete response with Content-Length; ``extra`` is raw header lines."""
     return b"".join((
         status_line(status),
@@ -67,6 +75,7 @@ def response(status, body, content_type=b"application/json", extra=b"", close=Fa
 
 
 def linger(transport, loop):
+    # type: (asyncio.Transport, asyncio.AbstractEventLoop) -> None
     """Half-close after a last response, then drop what the client still sends until it closes
     or LINGER_S passes (as nginx's lingering close): closing with unread bytes would send a
     reset, and the client could lose the response."""
@@ -88,6 +97,7 @@ HOP_BY_HOP = ("connection", "keep-alive", "proxy-connection", "proxy-authenticat
 
 
 def response_filter(names):
+    # type: (Sequence[str]) -> re.Pattern[bytes]
     """A regex matching the provider response header lines not to relay (on the lowercased head):
     every line whose name is not allowed, or is hop-by-hop. The framing headers are always kept."""
     exact = [n for n in names if not n.endswith("*")] + ["content-length", "transfer-encoding"]
@@ -102,6 +112,7 @@ def response_filter(names):
 
 
 def without_connection_options(head, low, i):
+    # type: (bytes, bytes, int) -> bytes | None
     """``head`` without the fields its Connection header lines (the first at ``i`` in ``low``, its
     lowercased copy) name: hop-by-hop, never relayed (RFC 9110 7.6.1). None when they name none
     but close and keep-alive (the common case: nothing to drop)."""
@@ -118,21 +129,25 @@ def without_connection_options(head, low, i):
 
 
 def chunk(data):
+    # type: (bytes) -> bytes
     """``data`` as one chunk of a chunked body."""
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
 def content_length_at(head, i):
+    # type: (bytes, int) -> int
     """The Content-Length value of the header line at ``i`` (llhttp checked it is a number)."""
     return int(head[head.find(b":", i) + 1:head.find(b"\r", i)])
 
 
 def says_close(low, i):
+    # type: (bytes, int) -> bool
     """Whether the Connection header at ``i`` of a lowercased head says close."""
     return low.find(b"close", i, low.find(b"\n", i + 1)) >= 0
 
 
 def drop_lines(head, low, drop_re, m):
+    # type: (bytes, bytes, re.Pattern[bytes], re.Match[bytes] | None) -> bytes
     """``head`` without the lines ``drop_re`` finds in its lowercased copy ``low`` (``m``: the
     first match)."""
     out = []
@@ -146,6 +161,7 @@ def drop_lines(head, low, drop_re, m):
 
 
 def chunked_last(low, i):
+    # type: (bytes, int) -> bool
     """Whether chunked is the last coding of the Transfer-Encoding header at ``i`` of a lowercased
     head (else a response's body runs to the close, RFC 9112 6.3)."""
     value = low[low.find(b":", i) + 1:low.find(b"\r", i)]

@@ -1,16 +1,23 @@
 """What a worker tells about itself: gauges, the Prometheus text of /metrics (summed over the
 workers' snapshots) and the JSON of /debug/state. Called at most once a second and per scrape,
 never per request."""
+from __future__ import annotations
+
 import asyncio
 import os
 from time import perf_counter
+from typing import TYPE_CHECKING
 
 from orjson import JSONDecodeError, loads
 
 from sluice.metrics import Metrics, render
 
+if TYPE_CHECKING:
+    from sluice.metrics import Gauges, Snapshot
+    from sluice.server import App
 
-def _rss():
+
+def _rss() -> int:
     try:
         with open("/proc/self/statm", "rb") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -18,39 +25,40 @@ def _rss():
         return 0
 
 
-def gauges(app):
-    g = {
-        "sluice_client_connections": [[[], len(app.clients)]],
-        "sluice_asyncio_tasks": [[[], len(asyncio.all_tasks(app.loop))]],
-        "sluice_workers": [[[], 1]],
-        "sluice_resident_memory_bytes": [[[], _rss()]],
-        "sluice_request_body_bytes_held": [[[], app.body_bytes_held]],
+def gauges(app: App) -> Gauges:
+    g: Gauges = {
+        "sluice_client_connections": [([], len(app.clients))],
+        "sluice_asyncio_tasks": [([], len(asyncio.all_tasks(app.loop)))],
+        "sluice_workers": [([], 1)],
+        "sluice_resident_memory_bytes": [([], _rss())],
+        "sluice_request_body_bytes_held": [([], app.body_bytes_held)],
     }
-    conns = []
+    conns: list[tuple[list[str], int]] = []
     for name, p in app.providers.items():
         idle, busy, connecting = p.pool.counts()
-        conns += [[["provider", name, "state", "idle"], idle], [["provider", name, "state", "busy"], busy],
-                  [["provider", name, "state", "connecting"], connecting]]
+        conns += [(["provider", name, "state", "idle"], idle), (["provider", name, "state", "busy"], busy),
+                  (["provider", name, "state", "connecting"], connecting)]
     g["sluice_upstream_connections"] = conns
     if app.policies:
         now = perf_counter()
         g["sluice_ejected_deployments"] = [
-            [["model", policy.name, "provider", d.name], 1 if d.ejected_until > now else 0]
+            (["model", policy.name, "provider", d.name], 1 if d.ejected_until > now else 0)
             for policy in app.policies if policy.single is None for d in policy.deployments]
     if app.metrics_per_key and (app.n_workers == 1 or app.worker == 0):
-        reserved, spent = [], []
+        reserved: list[tuple[list[str], int]] = []
+        spent: list[tuple[list[str], int]] = []
         for rec in app.keys.records:
             if rec.budget:
                 s, rv = app.keys.budget_state(rec)
-                spent.append([["key", rec.name], s])
-                reserved.append([["key", rec.name], rv])
+                spent.append((["key", rec.name], s))
+                reserved.append((["key", rec.name], rv))
         if reserved:
             g["sluice_key_tokens_reserved"] = reserved
             g["sluice_key_tokens_spent"] = spent
     return g
 
 
-def sync_tokens(app):
+def sync_tokens(app: App) -> None:
     """Token counts are kept on the key records (cheaper per request); metrics read them here."""
     t = app.metrics.tokens
     for rec in app.keys.records:
@@ -59,11 +67,11 @@ def sync_tokens(app):
             t[(rec.name, "completion")] = rec.completion_tokens
 
 
-def render_metrics(app):
+def render_metrics(app: App) -> bytes:
     sync_tokens(app)
     live = gauges(app)
     if app.n_workers > 1:
-        snaps = []
+        snaps: list[Snapshot] = []
         for w in range(app.n_workers):
             if w == app.worker:
                 continue
@@ -82,8 +90,8 @@ def render_metrics(app):
     return render(m, merged_gauges)
 
 
-def debug_state(app):
-    up = {}
+def debug_state(app: App) -> dict[str, object]:
+    up: dict[str, dict[str, int]] = {}
     for name, p in app.providers.items():
         idle, busy, connecting = p.pool.counts()
         up[name] = {"idle": idle, "busy": busy, "connecting": connecting,

@@ -37,14 +37,22 @@ worker counted and spent (``release_worker``).
 import math
 import time
 from time import perf_counter
+from typing import TYPE_CHECKING
 
 from sluice.shared import SLOT_FIELDS
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence  # noqa: F401 (type comments)
+
+    from sluice.config import KeyConfig  # noqa: F401 (type comments)
+    from sluice.shared import Shared  # noqa: F401 (type comments)
 
 WINDOW = 60.0
 INF = float("inf")
 
 
 def _period_index(rec, wall):
+    # type: (KeyRecord, float) -> int
     """The budget period ``wall`` (Unix seconds) falls in; 0 for a budget that never resets."""
     return int(wall // rec.period_s) if rec.period_s else 0
 
@@ -58,12 +66,13 @@ class KeyRecord:
                  "prompt_tokens", "completion_tokens", "max_in_flight", "in_flight")
 
     def __init__(self, cfg, index, base):
+        # type: (KeyConfig, int, int) -> None
         self.name = cfg.name
         self.index = index
         self.base = base  # this worker's slot
         self.all_models = "*" in cfg.models
         self.models = frozenset(m for m in cfg.models if m != "*")
-        self.allowed = frozenset()  # every name (aliases included) it may call: set by the App
+        self.allowed = frozenset()  # type: frozenset[str]  # every name (aliases included) it may call: set by the App
         self.rpm = cfg.rpm
         self.budget = cfg.token_budget
         self.period_s = cfg.budget_period_s  # the budget's period, 0: it never resets
@@ -76,18 +85,20 @@ class KeyRecord:
         self.in_flight = 0  # this worker's
 
     def allows(self, requested, canonical):
+        # type: (str, str) -> bool
         return self.all_models or canonical in self.models or requested in self.models
 
 
 class KeyStore:
     def __init__(self, key_cfgs, shared, worker, n_workers):
+        # type: (dict[str, KeyConfig], Shared, int, int) -> None
         self.shared = shared
         self.slots = shared.q
         self.worker = worker
         self.n_workers = n_workers
-        self.records = []
-        self.by_token = {}
-        self.by_digest = {}
+        self.records = []  # type: list[KeyRecord]
+        self.by_token = {}  # type: dict[bytes, KeyRecord]
+        self.by_digest = {}  # type: dict[str | None, KeyRecord]
         for i, kc in enumerate(key_cfgs.values()):
             rec = KeyRecord(kc, i, (i * n_workers + worker) * SLOT_FIELDS)
             self.records.append(rec)
@@ -103,6 +114,7 @@ class KeyStore:
             rec.budget_period_index, rec.spent = q[b + 3], q[b + 4]
 
     def lookup(self, token):
+        # type: (bytes) -> KeyRecord | None
         rec = self.by_token.get(token)
         if rec is None and self.by_digest and token:
             import hashlib  # only with key_sha256 keys
@@ -113,6 +125,7 @@ class KeyStore:
 
     # -- requests in flight --
     def in_flight_full(self, rec):
+        # type: (KeyRecord) -> bool
         """Whether ``rec`` has max_in_flight requests in flight already, summed over workers."""
         total = rec.in_flight
         n = self.n_workers
@@ -126,15 +139,18 @@ class KeyStore:
         return total >= rec.max_in_flight
 
     def start_request(self, rec):
+        # type: (KeyRecord) -> None
         rec.in_flight += 1
         self.slots[rec.base + 7] = rec.in_flight
 
     def end_request(self, rec):
+        # type: (KeyRecord) -> None
         rec.in_flight -= 1
         self.slots[rec.base + 7] = rec.in_flight
 
     # -- requests per minute --
     def take_request(self, rec, now):
+        # type: (KeyRecord, float) -> int
         """Count one request at ``now`` (perf_counter); return 0 when allowed, else seconds to wait."""
         if rec.rpm_lease and now < rec.rpm_until:
             rec.rpm_lease -= 1
@@ -179,6 +195,7 @@ class KeyStore:
         return 0
 
     def _publish_rpm(self, rec):
+        # type: (KeyRecord) -> None
         q = self.slots
         b = rec.base
         q[b] = rec.rpm_window
@@ -188,6 +205,7 @@ class KeyStore:
 
     @staticmethod
     def _rpm_retry(limit, cur, prev, elapsed):
+        # type: (int, int, int, float) -> int
         rest = WINDOW - elapsed
         need = limit - 1 - cur  # room the decaying previous window must leave
         if need >= 0 and prev > 0:
@@ -200,11 +218,13 @@ class KeyStore:
 
     # -- token budget --
     def budget_state(self, rec, wall=None):
+        # type: (KeyRecord, float | None) -> tuple[int, int]
         """(spent in the current period, reserved in flight), summed over workers; leases excluded."""
         spent, reserved, _ = self._budget_totals(rec, time.time() if wall is None else wall)
         return spent, reserved
 
     def _budget_totals(self, rec, wall):
+        # type: (KeyRecord, float) -> tuple[int, int, int]
         """(spent, reserved, other workers' leases): this worker's own numbers, the others' published."""
         q = self.slots
         period_index = _period_index(rec, wall)
@@ -221,6 +241,7 @@ class KeyStore:
         return spent, reserved, leased
 
     def _roll_period(self, rec, period_index, wall):
+        # type: (KeyRecord, int, float) -> None
         rec.budget_until = (perf_counter() + (period_index + 1) * rec.period_s - wall) if rec.period_s else INF
         if rec.budget_period_index != period_index:
             rec.budget_period_index = period_index
@@ -229,6 +250,7 @@ class KeyStore:
             self._publish_budget(rec)
 
     def reserve(self, rec, tokens):
+        # type: (KeyRecord, int) -> int
         """Reserve ``tokens``; return 0 when granted, else seconds to wait."""
         if rec.budget_lease >= tokens and perf_counter() < rec.budget_until:
             rec.budget_lease -= tokens
@@ -254,6 +276,7 @@ class KeyStore:
         return 0
 
     def _publish_budget(self, rec):
+        # type: (KeyRecord) -> None
         q = self.slots
         b = rec.base
         q[b + 3] = rec.budget_period_index
@@ -263,6 +286,7 @@ class KeyStore:
         q[b + 9] = rec.budget_lease
 
     def settle(self, rec, reserved, actual):
+        # type: (KeyRecord, int, int) -> None
         actual = max(0, int(actual))
         rec.reserved -= reserved
         if perf_counter() >= rec.budget_until:
@@ -282,6 +306,7 @@ class KeyStore:
             self.slots[rec.base + 9] = rec.budget_lease
 
     def state(self, rec):
+        # type: (KeyRecord) -> dict[str, int]
         """This key over every worker, for /debug/state: requests in the current rpm window and in
         the one before (exact), leases still unused, and tokens spent and reserved (other
         workers' as they last published them, at most a second ago)."""
@@ -311,6 +336,7 @@ class KeyStore:
                 "tokens_leased": tokens_leased}
 
     def return_leases(self):
+        # type: () -> None
         """Give unused leases back and publish this worker's numbers (called once a second)."""
         for rec in self.records:
             if rec.rpm_lease:
@@ -323,6 +349,7 @@ class KeyStore:
 
 
 def release_worker(slots, periods_s, n_workers, worker, wall):
+    # type: (memoryview[int], Sequence[int], int, int, float) -> None
     """Make a dead worker's slots true, in the supervisor, before the worker is restarted (nothing
     writes them meanwhile). ``periods_s``: each key's budget period (0: none); ``wall``: now, Unix
     seconds. Its counted requests and spent tokens stay. What it had reserved becomes spent in

@@ -9,14 +9,24 @@ supervisor makes its slots true (``keys.release_worker``) and restarts it. The s
 forwards SIGTERM/SIGINT to the workers and never exits before they have (SIGKILL after the grace
 period). Workers watch their parent and stop if it disappears.
 """
+from __future__ import annotations
+
 import os
 import signal
 import socket
 import sys
 import time
+from typing import TYPE_CHECKING, Any
 
 from sluice import __version__, compiled
 from sluice.config import ConfigError, load
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from sluice.config import Config
+    from sluice.server import App
+    from sluice.shared import Shared
 
 RUN_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "run.py")
 # what the supervisor waits for: a worker's death, or the signal to stop
@@ -28,16 +38,16 @@ RESTART_BACKOFF_MAX_S = 30.0
 STOP_MARGIN_S = 2.0
 
 
-def _mode():
+def _mode() -> str:
     return "compiled" if compiled else "pure-python"
 
 
-def log(msg):
+def log(msg: str) -> None:
     sys.stderr.write(f"sluice[{os.getpid()}]: {msg}\n")
     sys.stderr.flush()
 
 
-def make_socket(host, port, backlog, reuseport, listen=True):
+def make_socket(host: str, port: int, backlog: int, reuseport: bool, listen: bool = True) -> socket.socket:
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     family, stype, proto, _, addr = infos[0]
     sock = socket.socket(family, stype, proto)
@@ -59,22 +69,25 @@ class Supervisor:
     """The main process with workers = N > 1: starts, watches and restarts workers 0..N-1 and
     serves nothing, so that no worker's death can take the shared memory or the others with it."""
 
-    def __init__(self, cfg, shared, port):
+    def __init__(self, cfg: Config, shared: Shared, port: int) -> None:
         self.cfg = cfg
         self.shared = shared
         self.port = port
-        self.procs = {}       # worker index -> pid
-        self.deaths = {}      # worker index -> recent death times
-        self.respawn_at = {}  # worker index -> monotonic time
+        self.procs: dict[int, int] = {}             # worker index -> pid
+        self.deaths: dict[int, list[float]] = {}    # worker index -> recent death times
+        self.respawn_at: dict[int, float] = {}      # worker index -> monotonic time
         # the configuration as this process loaded it, for every worker it starts or restarts
+        assert cfg.raw is not None and cfg.path is not None  # a config that load() read
         self.config_fd = os.memfd_create("sluice-config", 0)
         os.write(self.config_fd, cfg.raw)
+        self.config_path = os.path.abspath(cfg.path)
 
-    def spawn(self, index, ready_fd=None):
+    def spawn(self, index: int, ready_fd: int | None = None) -> None:
         fd = self.shared.fd
+        assert fd is not None  # the memory is shared: a memfd
         os.set_inheritable(fd, True)
         os.set_inheritable(self.config_fd, True)
-        argv = [sys.executable, RUN_PY, "--config", os.path.abspath(self.cfg.path),
+        argv = [sys.executable, RUN_PY, "--config", self.config_path,
                 "--config-fd", str(self.config_fd),
                 "--worker-index", str(index), "--shm-fd", str(fd),
                 "--parent-pid", str(os.getpid()), "--port", str(self.port)]
@@ -83,7 +96,7 @@ class Supervisor:
         # the supervisor blocks the signals it waits for; a worker handles them itself
         self.procs[index] = os.posix_spawn(sys.executable, argv, os.environ, setsigmask=())
 
-    def start(self):
+    def start(self) -> bool:
         """Every worker, once each listens; False when one exited before it did."""
         n = self.cfg.server.workers
         ready_r, ready_w = os.pipe()
@@ -101,7 +114,7 @@ class Supervisor:
         os.close(ready_r)
         return got == n
 
-    def _reap(self):
+    def _reap(self) -> list[tuple[int, int, int]]:
         dead = []
         for index, pid in list(self.procs.items()):
             try:
@@ -113,7 +126,7 @@ class Supervisor:
                 dead.append((index, pid, status))
         return dead
 
-    def check(self):
+    def check(self) -> None:
         """Reap the workers that died, make their state true, restart them when their backoff ends."""
         from sluice.keys import release_worker
         now = time.monotonic()
@@ -136,7 +149,7 @@ class Supervisor:
                     log(f"cannot restart worker {index}: {e}; trying again in {RESTART_BACKOFF_MAX_S:g}s")
                     self.respawn_at[index] = now + RESTART_BACKOFF_MAX_S
 
-    def run(self):
+    def run(self) -> None:
         """Until SIGTERM or SIGINT: each is forwarded as SIGTERM, then the workers are waited for."""
         while True:
             if self.respawn_at:  # woken for the first restart due, unless a signal comes first
@@ -149,7 +162,7 @@ class Supervisor:
             self.check()
         self.stop(self.cfg.server.shutdown_grace_s + STOP_MARGIN_S)
 
-    def stop(self, wait_s):
+    def stop(self, wait_s: float) -> None:
         for pid in self.procs.values():
             try:
                 os.kill(pid, signal.SIGTERM)
@@ -173,7 +186,8 @@ class Supervisor:
         self.procs.clear()
 
 
-def _serve(cfg, shared, sock, worker, n_workers, parent_pid=None):
+def _serve(cfg: Config, shared: Shared, sock: socket.socket, worker: int, n_workers: int,
+           parent_pid: int | None = None) -> tuple[asyncio.AbstractEventLoop, App]:
     import asyncio
 
     import uvloop
@@ -189,7 +203,7 @@ def _serve(cfg, shared, sock, worker, n_workers, parent_pid=None):
     return loop, app
 
 
-def raise_open_files(cfg):
+def raise_open_files(cfg: Config) -> None:
     """The soft open-file limit raised to the hard one (as nginx's worker_rlimit_nofile lets an
     operator do): each open request holds a client and a provider descriptor. Logged, with a
     warning when the configured connection caps could need more. Workers inherit it."""
@@ -215,7 +229,7 @@ def raise_open_files(cfg):
 TEST_START_DELAY_S = float(os.environ.get("SLUICE_TEST_START_DELAY_S", "0") or 0)
 
 
-def run_main(cfg):
+def run_main(cfg: Config) -> int:
     from sluice.shared import Shared, snapshot_bytes
 
     if TEST_START_DELAY_S > 0:
@@ -252,7 +266,7 @@ def run_main(cfg):
     return 0
 
 
-def run_worker(cfg, index, shm_fd, parent_pid, port, ready_fd):
+def run_worker(cfg: Config, index: int, shm_fd: int, parent_pid: int, port: int, ready_fd: int | None) -> int:
     from sluice.shared import Shared, snapshot_bytes
 
     s = cfg.server
@@ -283,10 +297,11 @@ USAGE = """usage: sluice --config FILE [--check] [--version]
 """
 
 
-def parse_args(argv):
-    """A few flags, parsed by hand: argparse costs each worker memory for nothing."""
-    opts = {"config": None, "check": False, "worker-index": None, "shm-fd": None,
-            "parent-pid": None, "port": None, "config-fd": None, "ready-fd": None}
+def parse_args(argv: list[str]) -> dict[str, Any]:
+    """A few flags, parsed by hand: argparse costs each worker memory for nothing. Their values
+    by name: the config's path (str), check (bool), the others int, or None when not given."""
+    opts: dict[str, Any] = {"config": None, "check": False, "worker-index": None, "shm-fd": None,
+                            "parent-pid": None, "port": None, "config-fd": None, "ready-fd": None}
     it = iter(argv)
     for arg in it:
         if arg in ("-h", "--help"):
@@ -303,10 +318,11 @@ def parse_args(argv):
             sys.stderr.write(f"sluice: unknown argument {arg!r}\n{USAGE}")
             raise SystemExit(2)
         if not eq:
-            value = next(it, None)
-            if value is None:
+            given = next(it, None)
+            if given is None:
                 sys.stderr.write(f"sluice: {name} needs a value\n")
                 raise SystemExit(2)
+            value = given
         opts[name[2:]] = value if name == "--config" else _int(name, value)
     if not opts["config"]:
         sys.stderr.write(f"sluice: --config is required\n{USAGE}")
@@ -314,7 +330,7 @@ def parse_args(argv):
     return opts
 
 
-def _int(name, value):
+def _int(name: str, value: str) -> int:
     try:
         return int(value)
     except ValueError:
@@ -322,7 +338,7 @@ def _int(name, value):
         raise SystemExit(2) from None
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     opts = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         cfg = load(opts["config"], opts["config-fd"])

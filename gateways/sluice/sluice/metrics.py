@@ -5,8 +5,20 @@ worker's live values with the other workers' latest snapshots (published about
 once a second through shared memory) and prints the Prometheus text format.
 """
 from bisect import bisect_left
+from typing import TYPE_CHECKING
 
 import orjson
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence  # noqa: F401 (type comments)
+    from typing import Any
+
+    # gauges by metric name: a series of ([label name, label value, ...], value) points
+    Gauges = dict[str, list[tuple[list[str], int]]]
+    # ... summed over the workers: by the labels, as a tuple
+    GaugeSums = dict[str, dict[tuple[str, ...], int]]
+    # a worker's snapshot as another worker decodes it (JSON, as ``Metrics.snapshot`` writes it)
+    Snapshot = dict[str, Any]
 
 OVERHEAD_BUCKETS = (0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
                     0.01, 0.025, 0.05, 0.1)
@@ -18,18 +30,22 @@ class Histogram:
     __slots__ = ("bounds", "counts", "sum")
 
     def __init__(self, bounds):
+        # type: (tuple[float, ...]) -> None
         self.bounds = bounds
         self.counts = [0] * (len(bounds) + 1)
         self.sum = 0.0
 
     def observe(self, v):
+        # type: (float) -> None
         self.counts[bisect_left(self.bounds, v)] += 1
         self.sum += v
 
     def dump(self):
+        # type: () -> list[list[int] | float]
         return [self.counts, self.sum]
 
     def add(self, dumped):
+        # type: (Sequence[Any]) -> None
         counts, total = dumped
         mine = self.counts
         for i, c in enumerate(counts[:len(mine)]):
@@ -39,34 +55,38 @@ class Histogram:
 
 class Metrics:
     def __init__(self):
-        self.requests = {}          # (model, status) -> count
+        # type: () -> None
+        self.requests = {}  # type: dict[tuple[str, int], int]  # (model, status) -> count
         self.in_flight = 0
         self.overhead = Histogram(OVERHEAD_BUCKETS)
-        self.upstream_latency = {}  # provider -> Histogram (request sent -> response head)
+        self.upstream_latency = {}  # type: dict[str, Histogram]  # provider -> Histogram (request sent -> response head)
         self.stream_relay = Histogram(LATENCY_BUCKETS)  # response head -> end of stream
-        self.upstream_errors = {}   # (provider, kind) -> count
-        self.upstream_connects = {}  # provider -> count
+        self.upstream_errors = {}  # type: dict[tuple[str, str], int]  # (provider, kind) -> count
+        self.upstream_connects = {}  # type: dict[str, int]  # provider -> count
         self.client_disconnects = 0  # client gone before its response was complete
         self.connections_refused = 0  # over max_client_connections
-        self.tokens = {}            # (key, kind) -> count
+        self.tokens = {}  # type: dict[tuple[str, str], int]  # (key, kind) -> count
         self.changes = 0            # bumped on every request, to skip idle snapshots
-        self.retries = {}           # failure class -> retries made
+        self.retries = {}  # type: dict[str, int]  # failure class -> retries made
         self.retry_budget_exhausted = 0  # retries refused by the retry budget
-        self.fallbacks = {}         # (from model, to model) -> count
-        self.ejections = {}         # (model, provider) -> deployments ejected
+        self.fallbacks = {}  # type: dict[tuple[str, str], int]  # (from model, to model) -> count
+        self.ejections = {}  # type: dict[tuple[str, str], int]  # (model, provider) -> deployments ejected
         self.retries_in_flight = 0  # requests waiting (backoff, Retry-After) before another attempt
 
     def count_request(self, model, status):
+        # type: (str, int) -> None
         k = (model, status)
         r = self.requests
         r[k] = r.get(k, 0) + 1
         self.changes += 1
 
     def upstream_error(self, provider, kind):
+        # type: (str, str) -> None
         k = (provider, kind)
         self.upstream_errors[k] = self.upstream_errors.get(k, 0) + 1
 
     def latency_hist(self, provider):
+        # type: (str) -> Histogram
         h = self.upstream_latency.get(provider)
         if h is None:
             h = self.upstream_latency[provider] = Histogram(LATENCY_BUCKETS)
@@ -74,6 +94,7 @@ class Metrics:
 
     # -- snapshots for the other workers --
     def snapshot(self, gauges):
+        # type: (Gauges) -> bytes
         return orjson.dumps({
             "requests": [[m, s, n] for (m, s), n in self.requests.items()],
             "in_flight": self.in_flight,
@@ -95,10 +116,11 @@ class Metrics:
 
     @staticmethod
     def merged(live, live_gauges, snapshots):
+        # type: (Metrics, Gauges, Sequence[Snapshot]) -> tuple[Metrics, GaugeSums]
         """A fresh Metrics (plus gauges) summing ``live`` and decoded snapshots."""
         m = Metrics()
-        gauges = {}
-        sources = [(live_snapshot_dict(live), live_gauges)]
+        gauges = {}  # type: GaugeSums
+        sources = [(live_snapshot_dict(live), live_gauges)]  # type: list[tuple[Snapshot, Gauges]]
         for s in snapshots:
             sources.append((s, s.get("gauges", {})))
         for s, g in sources:
@@ -134,14 +156,17 @@ class Metrics:
 
 
 def live_snapshot_dict(m):
-    return orjson.loads(m.snapshot({}))
+    # type: (Metrics) -> Snapshot
+    return orjson.loads(m.snapshot({}))  # type: ignore[no-any-return]  # the JSON snapshot() writes
 
 
 def _esc(v):
+    # type: (object) -> str
     return str(v).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
 def _hist_lines(out, name, h, labels=""):
+    # type: (list[str], str, Histogram, str) -> None
     cum = 0
     sep = "," if labels else ""
     for bound, c in zip(h.bounds, h.counts):
@@ -191,12 +216,14 @@ HELP = {  # the metrics every scrape has: name -> (type, help text)
 
 
 def _header(out, name):
+    # type: (list[str], str) -> None
     kind, text = HELP[name] if name in HELP else ("gauge", GAUGE_HELP.get(name, name))
     out.append(f"# HELP {name} {text}")
     out.append(f"# TYPE {name} {kind}")
 
 
 def _labeled(out, name, series, *label_names):
+    # type: (list[str], str, dict[Any, int], *str) -> None
     """A metric with one line per labelled value of ``series`` (sorted); with one label, its
     keys are the label's values."""
     _header(out, name)
@@ -207,12 +234,14 @@ def _labeled(out, name, series, *label_names):
 
 
 def _single(out, name, value):
+    # type: (list[str], str, int) -> None
     _header(out, name)
     out.append(f"{name} {value}")
 
 
 def render(m, gauges):
-    out = []
+    # type: (Metrics, GaugeSums) -> bytes
+    out = []  # type: list[str]
     _header(out, "sluice_requests_total")
     for (model, status), n in sorted(m.requests.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
         out.append(f'sluice_requests_total{{model="{_esc(model)}",status="{status}"}} {n}')

@@ -4,14 +4,23 @@ collection in constant time: a provider may drop thousands at once."""
 import asyncio
 from collections import OrderedDict
 from time import perf_counter
+from typing import TYPE_CHECKING
 
 from sluice import dispatch
 from sluice.upstream import UpstreamConn
 
-_last_connect_log = {}
+if TYPE_CHECKING:
+    import ssl  # noqa: F401 (type comments)
+
+    from sluice.client import ClientConn  # noqa: F401 (type comments)
+    from sluice.config import ProviderConfig  # noqa: F401 (type comments)
+    from sluice.server import App  # noqa: F401 (type comments)
+
+_last_connect_log = {}  # type: dict[str, float]
 
 
 def _log_connect_error(provider, error):
+    # type: (Provider, str) -> None
     """At most one line a second per provider."""
     import sys
     import time
@@ -26,13 +35,14 @@ class Provider:
     timeouts, its pool."""
 
     def __init__(self, cfg, app):
+        # type: (ProviderConfig, App) -> None
         self.cfg = cfg
         self.name = cfg.name
         self.response_filter = app.response_filter
         self.dialect = cfg.dialect
         self.host = cfg.host
         self.port = cfg.port
-        self.ssl = None
+        self.ssl = None  # type: ssl.SSLContext | None
         if cfg.scheme == "https":
             import ssl
             ctx = ssl.create_default_context(cafile=cfg.ca_file or None)
@@ -59,14 +69,16 @@ class Provider:
         self.latency = app.metrics.latency_hist(cfg.name)
 
 
-class Waiters(OrderedDict):
+class Waiters(OrderedDict["ClientConn", None]):
     """The client connections waiting for a connection, oldest first (as a deque, but any one
     leaves in constant time)."""
 
     def append(self, client):
+        # type: (ClientConn) -> None
         self[client] = None
 
     def popleft(self):
+        # type: () -> ClientConn
         return self.popitem(False)[0]
 
 
@@ -74,6 +86,7 @@ class Pool:
     """Keep-alive connections to one provider: the idle ones, a busy set, waiters."""
 
     def __init__(self, provider, app):
+        # type: (Provider, App) -> None
         self.provider = provider
         self.app = app
         self.loop = app.loop
@@ -83,17 +96,19 @@ class Pool:
         # first, the oldest times out first. A parked connection has its idle_since set; one that
         # closes while parked is uncounted at once (idle_since back to 0) and its place here is
         # dropped when reached from either end: no search of the list.
-        self.idle = []
+        self.idle = []  # type: list[UpstreamConn]
         self.parked = 0
-        self.busy = set()
+        self.busy = set()  # type: set[UpstreamConn]
         self.connecting = 0
         self.waiters = Waiters()  # bounded
-        self.tasks = set()
+        self.tasks = set()  # type: set[asyncio.Task[None]]
 
     def counts(self):
+        # type: () -> tuple[int, int, int]
         return self.parked, len(self.busy), self.connecting
 
     def acquire(self):
+        # type: () -> UpstreamConn | None
         idle = self.idle
         while idle:
             c = idle.pop()
@@ -106,6 +121,7 @@ class Pool:
         return None
 
     def wait(self, client):
+        # type: (ClientConn) -> None
         """``client`` needs a connection: it gets one through dispatch.start_exchange, or
         dispatch.attempt_failed; a 503 at once when every connection is taken and
         ``max_waiters`` wait beyond those the connections being opened will serve."""
@@ -120,22 +136,26 @@ class Pool:
             self.connect()
 
     def forget(self, client):
+        # type: (ClientConn) -> None
         self.waiters.pop(client, None)
 
     def connect(self):
+        # type: () -> None
         self.connecting += 1
         task = self.loop.create_task(self._connect())
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
     async def _connect(self):
+        # type: () -> None
         p = self.provider
         conn = UpstreamConn(self)
-        kind = None
+        kind = None  # type: str | None
         error = ""
         try:
             await asyncio.wait_for(self.loop.create_connection(
-                lambda: conn, p.host, p.port, ssl=p.ssl,
+                # (a protocol by its methods, as uvloop takes it)
+                lambda: conn, p.host, p.port, ssl=p.ssl,  # type: ignore[type-var]
                 server_hostname=p.host if p.ssl else None), p.connect_timeout)
         except asyncio.TimeoutError:
             kind = "connect_timeout"
@@ -155,6 +175,7 @@ class Pool:
         self.give(conn)
 
     def _connect_failed(self, kind, error):
+        # type: (str, str) -> None
         """The oldest live waiter gets the failure (the others wait for the next connection)."""
         p = self.provider
         while self.waiters:
@@ -174,13 +195,14 @@ class Pool:
                 break
 
     def give(self, conn):
+        # type: (UpstreamConn) -> None
         """A free connection: hand it to the oldest live waiter, or park it idle."""
         if not conn.alive:
             self.discard(conn)
             return
         if conn.paused:  # paused for a slow client that is gone now
             conn.paused = False
-            conn.transport.resume_reading()
+            conn.transport.resume_reading()  # type: ignore[union-attr]  # pooled: connected
         waiters = self.waiters
         while waiters:
             client = waiters.popleft()
@@ -201,10 +223,12 @@ class Pool:
         self.parked += 1
 
     def release(self, conn):
+        # type: (UpstreamConn) -> None
         self.busy.discard(conn)
         self.give(conn)
 
     def discard(self, conn):
+        # type: (UpstreamConn) -> None
         self.busy.discard(conn)
         if conn.idle_since:
             conn.idle_since = 0.0
@@ -213,6 +237,7 @@ class Pool:
             self.connect()
 
     def sweep(self, now):
+        # type: (float) -> None
         p = self.provider
         for conn in list(self.busy):
             conn.check_timeout(now)
@@ -242,6 +267,7 @@ class Pool:
                                                      f"became free within {p.response_timeout:g}s")
 
     def close(self):
+        # type: () -> None
         for conn in self.idle + list(self.busy):
             conn.close()
         for t in list(self.tasks):

@@ -12,23 +12,31 @@ cannot fill the log. The lines left out are counted in the next one.
 
 Pure Python: it runs only for error statuses and misbehaving providers.
 """
+from __future__ import annotations
+
 import sys
 import time
 from time import perf_counter
+from typing import TYPE_CHECKING
 
 from orjson import dumps
 
 from sluice.http import error_body, response
+
+if TYPE_CHECKING:
+    from sluice.client import ClientConn
+    from sluice.request import Request
+    from sluice.upstream import UpstreamConn
 
 MAX_LOGGED_BODY_BYTES = 1024
 LOG_INTERVAL_S = 10.0
 
 # (provider, event) -> [monotonic time of its last line, events left out since]; bounded by the
 # providers times the events (statuses are three digits)
-_logged = {}
+_logged: dict[tuple[str, str], list[float]] = {}
 
 
-def log(provider, event, detail=""):
+def log(provider: str, event: str, detail: str = "") -> None:
     """One line about ``provider``: ``event`` (what it did), ``detail`` (text, written escaped as a
     JSON string so that a provider's bytes cannot start lines of their own)."""
     now = time.monotonic()
@@ -43,7 +51,7 @@ def log(provider, event, detail=""):
     sys.stderr.write(f"sluice: provider {provider} {event}{more}{detail}\n")
 
 
-def start(u, head, low):
+def start(u: UpstreamConn, head: bytes, low: bytes) -> None:
     """An error status answered ``u``'s request: its body is kept (up to MAX_LOGGED_BODY_BYTES) as
     it is read, its Retry-After line kept for the client."""
     u.buffered = []
@@ -52,14 +60,15 @@ def start(u, head, low):
     u.retry_after_line = head[i + 1:head.find(b"\r\n", i + 1) + 2] if i >= 0 else b""
 
 
-def keep(u, body):
+def keep(u: UpstreamConn, body: bytes) -> None:
     room = MAX_LOGGED_BODY_BYTES - u.buffered_bytes
     if room > 0:
+        assert u.buffered is not None  # made by start
         u.buffered.append(body if len(body) <= room else body[:room])
     u.buffered_bytes += len(body)
 
 
-def _message(name, status):
+def _message(name: str, status: int) -> str:
     if status == 429:
         return f"provider {name} is rate limiting requests"
     if status == 503 or status == 529:
@@ -69,10 +78,11 @@ def _message(name, status):
     return f"provider {name} refused the request (status {status})"
 
 
-def write(u, client, req):
+def write(u: UpstreamConn, client: ClientConn, req: Request) -> None:
     """The provider's error body is logged, and the client gets Sluice's in its dialect."""
     status = u.status
     name = u.provider.name
+    assert u.buffered is not None  # made by start
     kept = b"".join(u.buffered).decode("utf-8", "replace")
     u.buffered = None
     if u.buffered_bytes > MAX_LOGGED_BODY_BYTES:

@@ -2,8 +2,14 @@
 headers, the overhead header, the framing), and sent together with the body bytes of the read
 that completed it, nothing past the response's end."""
 import re
+from typing import TYPE_CHECKING
 
 from sluice.http import content_length_at, drop_lines, without_connection_options
+
+if TYPE_CHECKING:
+    from sluice.client import ClientConn  # noqa: F401 (type comments)
+    from sluice.request import Request  # noqa: F401 (type comments)
+    from sluice.upstream import UpstreamConn  # noqa: F401 (type comments)
 
 _FRAMING = (b"transfer-encoding:", b"content-length:")
 _BLANK_LINES = (b"\r\n\r\n", b"\n\n", b"\r\r")  # the ends of an SSE event
@@ -12,6 +18,7 @@ _NO_CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*\]')
 
 
 def relay_head(u, req, head, low, length_at, rest, reframe, now):
+    # type: (UpstreamConn, Request, bytes, bytes, int, bytes, bool, float) -> None
     """The head of ``u``'s response as the client gets it, kept until the read is parsed
     (``u.pending_head``, see ``write_head``)."""
     app = u.app
@@ -49,13 +56,15 @@ def relay_head(u, req, head, low, length_at, rest, reframe, now):
 
 
 def _without_framing(head):
+    # type: (bytes) -> bytes
     return b"\r\n".join([ln for ln in head.split(b"\r\n") if not ln.lower().startswith(_FRAMING)])
 
 
 def write_head(u, client, past_end):
+    # type: (UpstreamConn, ClientConn, bool) -> None
     """The relayed head and the body bytes of its read, written once the read is parsed (one
     send for both): nothing past the response's end goes out (``past_end``: bytes followed it)."""
-    head, extra, rest, low, length_at = u.pending_head
+    head, extra, rest, low, length_at = u.pending_head  # type: ignore[misc]  # made by relay_head
     u.pending_head = None
     if u.body_left < 0 or u.strip_usage:  # re-framed (see relay_head)
         u.body_left = -1  # the parser's pieces are exact: nothing past the response's end is relayed
@@ -74,6 +83,7 @@ def write_head(u, client, past_end):
 
 
 def reframed(u, done):
+    # type: (UpstreamConn, bool) -> bytes
     """The body pieces the parser took from the last read, framed by Sluice (``done``: with the
     body's end). Chunk extensions and trailers never pass: llhttp parses and drops them. This
     costs one copy of the body per read; filtering the provider's own framing instead would mean
@@ -95,6 +105,7 @@ def reframed(u, done):
 
 
 def _without_usage_chunk(u, body, done):
+    # type: (UpstreamConn, bytes, bool) -> bytes
     """The whole events of ``u``'s stream so far (all of it once ``done``) without the usage
     chunk Sluice asked for (``choices`` empty, ``usage`` an object); an event not ended yet is
     held until its end comes, or until it is over max_sse_frame_bytes (no usage chunk is that
@@ -121,6 +132,7 @@ def _without_usage_chunk(u, body, done):
 
 
 def _events_end(data, before):
+    # type: (bytes, int) -> int
     """Where the last event ending before ``before`` ends (0: none): after its blank line."""
     end = 0
     for sep in _BLANK_LINES:
@@ -131,6 +143,7 @@ def _events_end(data, before):
 
 
 def _event_stop(data, at):
+    # type: (bytes, int) -> int
     """Where the event holding ``at`` ends: after its blank line, or at the data's end."""
     stop = len(data)
     for sep in _BLANK_LINES:

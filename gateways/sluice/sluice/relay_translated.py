@@ -3,6 +3,7 @@ translated event by event, anything else buffered whole and translated at its en
 translation itself is in sluice.translate, loaded on first use: workers that never translate
 stay smaller."""
 from time import perf_counter
+from typing import TYPE_CHECKING
 
 import orjson
 from httptools import HttpParserError
@@ -11,6 +12,12 @@ from sluice import provider_errors
 from sluice.dialects import ANTHROPIC_TO_OPENAI
 from sluice.http import chunk, error_body, response
 from sluice.usage import believed, openai_usage, weighed
+
+if TYPE_CHECKING:
+    from sluice.client import ClientConn  # noqa: F401 (type comments)
+    from sluice.request import Request  # noqa: F401 (type comments)
+    from sluice.upstream import UpstreamConn  # noqa: F401 (type comments)
+    from sluice.usage import Charged, Weights  # noqa: F401 (type comments)
 
 MAX_BUFFERED_BODY = 64 * 1024 * 1024
 
@@ -21,6 +28,7 @@ _STREAM_FAILED_OPENAI = (b'data: {"error":{"message":"provider stream failed","t
 
 
 def start_stream(u, client, req):
+    # type: (UpstreamConn, ClientConn, Request) -> None
     """A 200 event stream answering a streamed request: the translators are made and the
     client's head goes out now."""
     from sluice import translate
@@ -47,6 +55,7 @@ def start_stream(u, client, req):
 
 
 def start_buffered(u, head, low):
+    # type: (UpstreamConn, bytes, bytes) -> None
     """Any other response below 400 (a unary answer): buffered, its Retry-After kept."""
     u.buffered = []
     u.buffered_bytes = 0
@@ -55,6 +64,7 @@ def start_buffered(u, head, low):
 
 
 def relay_stream(u, client, body):
+    # type: (UpstreamConn, ClientConn, bytes) -> None
     """Body bytes of a translated stream: the events they complete, translated, go out."""
     try:
         events = u.sse_parser.feed(body)
@@ -76,32 +86,37 @@ def relay_stream(u, client, body):
 
 
 def buffer(u, body):
+    # type: (UpstreamConn, bytes) -> None
     u.buffered_bytes += len(body)
     if u.buffered_bytes > MAX_BUFFERED_BODY:
         raise HttpParserError("provider response too large to translate")
-    u.buffered.append(body)
+    u.buffered.append(body)  # type: ignore[union-attr]  # made by start_buffered
 
 
 def stream_usage(u):
+    # type: (UpstreamConn) -> Charged
     """(prompt side, completion) charged for the stream's final usage, or (None, None) if it
     reported none (yet) or none believable: the whole reservation is charged."""
     prompt, completion, cache_write, cache_read, seen = u.stream_translator.usage()
     if not seen:
         return None, None
-    return _charged(u.req, u.app.token_weights, prompt, completion, cache_write, cache_read)
+    # (in an exchange)
+    return _charged(u.req, u.app.token_weights, prompt, completion, cache_write, cache_read)  # type: ignore[arg-type]
 
 
 def _charged(req, weights, prompt, completion, cache_write, cache_read):
+    # type: (Request, Weights, object, object, object, object) -> Charged
     """What the provider's billed counts cost (see usage.weighed), or (None, None) when they
     cannot be true."""
     if not believed(prompt, completion, cache_write, cache_read):
         return None, None
     if req.translation == ANTHROPIC_TO_OPENAI:  # an OpenAI provider: cached tokens are in prompt_tokens
-        return openai_usage(weights, prompt, completion, cache_read)
-    return weighed(weights, prompt, completion, cache_write, cache_read)
+        return openai_usage(weights, prompt, completion, cache_read)  # type: ignore[arg-type]  # believed: ints
+    return weighed(weights, prompt, completion, cache_write, cache_read)  # type: ignore[arg-type]  # believed: ints
 
 
 def finish_stream(u, client):
+    # type: (UpstreamConn, ClientConn) -> Charged
     """The provider's stream ended: the translated stream is closed. Returns its usage."""
     out = u.stream_translator.finish()
     if u.chunked_to_client:
@@ -112,22 +127,24 @@ def finish_stream(u, client):
 
 
 def stream_failed(u, client, req):
+    # type: (UpstreamConn, ClientConn, Request) -> None
     """The provider failed mid-stream: the client gets an error event before the close."""
     event = _STREAM_FAILED_ANTHROPIC if req.dialect == "anthropic" else _STREAM_FAILED_OPENAI
     client.write(chunk(event) if u.chunked_to_client else event)
 
 
 def write_buffered(u, client, req):
+    # type: (UpstreamConn, ClientConn, Request) -> tuple[int | None, int | None]
     """The buffered response, translated (or its error in the client's dialect), in one write.
     Returns its usage."""
-    body = b"".join(u.buffered)
+    body = b"".join(u.buffered)  # type: ignore[arg-type]  # made by start_buffered
     u.buffered = None
     status = u.status
     prompt = completion = None
     if status == 204 or status == 304:  # nothing to translate, and these never carry a body
         status = u.status = 502
         payload = error_body(req.dialect, 502, f"provider {u.provider.name} returned a response "
-                                               "that could not be translated")
+                                               "that could not be translated")  # type: bytes | None
     elif status == 200:
         payload, prompt, completion = _translated_answer(req, body, u.app.token_weights)
         if payload is None:
@@ -146,11 +163,13 @@ def write_buffered(u, client, req):
     if status != 200 and u.retry_after_line:
         extra += u.retry_after_line
     u.client_head_sent = True
-    client.write(response(status, payload, extra=extra, close=not keep))
+    # (None was replaced above)
+    client.write(response(status, payload, extra=extra, close=not keep))  # type: ignore[arg-type]
     return prompt, completion
 
 
 def _translated_answer(req, body, weights):
+    # type: (Request, bytes, Weights) -> tuple[bytes | None, int | None, int | None]
     """(the translated body, or None when it cannot be translated; prompt side; completion
     charged, or None when the provider's usage is missing or cannot be true)."""
     from sluice import translate

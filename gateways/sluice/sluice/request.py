@@ -1,7 +1,16 @@
 """The request model: one client request, the route its model resolves to, and the digest of
 its headers (what Sluice consumes, what it forwards)."""
+from typing import TYPE_CHECKING
 
 from sluice.dialects import SAME_DIALECT
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence  # noqa: F401 (type comments)
+
+    from sluice.config import ModelConfig  # noqa: F401 (type comments)
+    from sluice.keys import KeyRecord  # noqa: F401 (type comments)
+    from sluice.pool import Provider  # noqa: F401 (type comments)
+    from sluice.resilience import Deployment, Policy, RetryState  # noqa: F401 (type comments)
 
 # request headers Sluice consumes instead of forwarding
 (H_DROP, H_AUTHORIZATION, H_X_API_KEY, H_EXPECT, H_ANTHROPIC_VERSION, H_CONTENT_LENGTH,
@@ -27,10 +36,11 @@ class Request:
     )
 
     def __init__(self, t0):
+        # type: (float) -> None
         self.t0 = t0
         self.method = b""
         self.url = b""
-        self.token = None
+        self.token = None  # type: bytes | None
         self.forward_headers = b""   # the client's header lines that go to the provider
         self.has_anthropic_version = False
         self.http11 = True
@@ -38,7 +48,7 @@ class Request:
         self.content_length = -1
         self.body = b""
         self.body_left = -1          # Content-Length body bytes still to come
-        self.body_pieces = None      # body pieces of earlier reads (a body longer than one read)
+        self.body_pieces = None  # type: list[bytes] | None  # body pieces of earlier reads (a body longer than one read)
         self.body_received = 0       # body bytes received so far
         self.body_bytes = 0          # the body's length once admitted (the body may be dropped then)
         self.held = 0                # body bytes counted as held by the worker (ClientConn.hold)
@@ -52,17 +62,18 @@ class Request:
         # a budget's streamed OpenAI request whose client did not ask for usage: Sluice asks
         # a same-dialect provider for it and takes its usage chunk out of the client's stream
         self.strip_usage = False
-        self.key = None
+        self.key = None  # type: KeyRecord | None
         self.reserved = 0            # tokens reserved from the key's budget
-        self.route = None
+        self.route = None  # type: Route  # type: ignore[assignment]  # set by admission before it is read
         self.model_label = "-"
         self.dialect = "openai"
-        self.payload = None          # set when the request goes towards a provider (counted in flight)
-        self.client_model = None
-        self.deployment = None       # the deployment answering, when the model has a resilience Policy
-        self.retry_state = None      # attempts so far (resilience.RetryState), made at the first failure
+        self.payload = None  # type: bytes | None  # set when the request goes towards a provider (counted in flight)
+        self.client_model = None  # type: str  # type: ignore[assignment]  # set by admission before it is read
+        self.deployment = None  # type: Deployment | None  # the deployment answering, when the model has a resilience Policy
+        self.retry_state = None  # type: RetryState | None  # attempts so far (resilience.RetryState), made at the first failure
 
     def with_head(self, t0):
+        # type: (float) -> Request
         """A new request, at ``t0``, with what this one's head said (but its Content-Length)."""
         r = Request(t0)
         r.method = self.method
@@ -75,6 +86,7 @@ class Request:
         return r
 
     def add_body_piece(self, parts, max_body):
+        # type: (list[bytes], int) -> bool
         """The body pieces ``parts`` of one read (emptied), kept as one piece: a body longer than
         one read. False when the body is now over ``max_body`` bytes (the piece is not kept)."""
         piece = parts[0] if len(parts) == 1 else b"".join(parts)
@@ -89,6 +101,7 @@ class Request:
         return True
 
     def take_body(self, parts):
+        # type: (list[bytes]) -> None
         """The complete body: the pieces of earlier reads and ``parts``, this read's (emptied)."""
         if self.body_pieces is not None:
             self.body = b"".join(self.body_pieces + parts) if parts else b"".join(self.body_pieces)
@@ -106,24 +119,28 @@ class Route:
                  "policy")
 
     def __init__(self, model_cfg, provider, upstream=None):
+        # type: (ModelConfig, Provider, str | None) -> None
         self.name = model_cfg.name
         self.model_cfg = model_cfg
         self.provider = provider
         self.upstream = model_cfg.upstream_model if upstream is None else upstream
         self.upstream_bytes = self.upstream.encode()
         self.max_output = model_cfg.max_output_tokens
-        self.policy = None  # a resilience.Policy when the model configures retries, fallbacks...
+        self.policy = None  # type: Policy | None  # a resilience.Policy when the model configures retries, fallbacks...
 
 
 class HeaderPolicy:
     """Which client headers go to providers: the configured names and name prefixes."""
 
     def __init__(self, names):
+        # type: (Sequence[str]) -> None
         self.names = frozenset(n.encode() for n in names if not n.endswith("*"))
         self.prefixes = tuple(n[:-1].encode() for n in names if n.endswith("*"))
 
     def allows(self, low):
-        return low in self.names or (self.prefixes and low.startswith(self.prefixes))
+        # type: (bytes) -> bool
+        # (pure Python answers a falsy () when no prefix is configured: callers read its truth)
+        return low in self.names or (self.prefixes and low.startswith(self.prefixes))  # type: ignore[return-value]
 
 
 class HeaderDigest:
@@ -132,22 +149,24 @@ class HeaderDigest:
                  "odd_content_length", "upgrade", "transfer_encoding")
 
     def __init__(self):
-        self.token = None                 # the key presented (Bearer or x-api-key), b"" when malformed
+        # type: () -> None
+        self.token = None  # type: bytes | None  # the key presented (Bearer or x-api-key), b"" when malformed
         self.forward_headers = b""        # the header lines the policy lets through
         self.expect_continue = False
         self.has_anthropic_version = False
-        self.odd_content_length = None    # a Content-Length spelled in an unusual case
+        self.odd_content_length = None  # type: bytes | None  # a Content-Length spelled in an unusual case
         self.upgrade = False              # an Upgrade header
-        self.transfer_encoding = None     # its value (the values of each spelling, joined by commas)
+        self.transfer_encoding = None  # type: bytes | None  # its value (the values of each spelling, joined by commas)
 
 
 def digest_headers(headers, policy):
+    # type: (dict[bytes, bytes], HeaderPolicy) -> HeaderDigest
     """Digest a request's headers (a dict of name to value, as the client spelled them). A name
     the policy lets through is forwarded once, with its last value, however it is spelled; none
     that Connection names (hop-by-hop, RFC 9110 7.6.1)."""
     d = HeaderDigest()
-    forward = {}
-    named = None
+    forward = {}  # type: dict[bytes, bytes]
+    named = None  # type: bytes | None
     for name, value in headers.items():
         low = name.lower()
         h = CONSUMED_HEADERS.get(low)

@@ -12,8 +12,18 @@ to wait before the next attempt (which may go to another deployment or a fallbac
 State is per worker process (as the connection pools are): budgets, recent records and
 ejections are each worker's own view.
 """
+from __future__ import annotations
+
 import random
+from collections.abc import Iterable
 from time import perf_counter
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sluice.config import ModelConfig, RetryBudgetConfig, RetryConfig
+    from sluice.metrics import Metrics
+    from sluice.request import Request, Route
+    from sluice.server import App
 
 # failure classes (config.RETRY_CLASSES); "timeout" and "reset" may have been acted on
 UNSAFE = ("timeout", "reset")
@@ -23,7 +33,7 @@ RETRY_AFTER_JITTER = 0.2
 MAX_DOUBLINGS = 30
 
 
-def classify(status):
+def classify(status: int) -> str | None:
     """The retry class of an error status, or None (not a provider fault: relayed, no retry)."""
     if status == 429:
         return "429"
@@ -34,7 +44,7 @@ def classify(status):
     return None
 
 
-def _expand(classes):
+def _expand(classes: Iterable[str]) -> frozenset[str]:
     """'5xx' covers the overloaded statuses (503, 529) too."""
     s = set(classes)
     if "5xx" in s:
@@ -42,7 +52,7 @@ def _expand(classes):
     return frozenset(s)
 
 
-def parse_retry_after(head, low):
+def parse_retry_after(head: bytes, low: bytes) -> float:
     """Seconds from a Retry-After header in delta-seconds form (or retry-after-ms), else -1."""
     i = low.find(b"\nretry-after-ms:")
     if i >= 0:
@@ -66,7 +76,7 @@ class Deployment:
     __slots__ = ("target", "provider", "name", "upstream", "weight", "n", "bad", "prev_n",
                  "prev_bad", "since", "ejected_until", "ejections", "back_at")
 
-    def __init__(self, target, weight):
+    def __init__(self, target: Route, weight: float) -> None:
         self.target = target        # a request.Route bound to this provider and upstream model
         self.provider = target.provider
         self.name = target.provider.name
@@ -77,12 +87,12 @@ class Deployment:
         self.back_at = 0.0          # when it came back from its last ejection; 0: not probing
         self.forget(0.0)
 
-    def forget(self, now):
+    def forget(self, now: float) -> None:
         self.n = self.bad = 0           # attempts and failures in this window
         self.prev_n = self.prev_bad = 0  # ... and in the one before
         self.since = now
 
-    def record(self, failed, now, window_s):
+    def record(self, failed: bool, now: float, window_s: float) -> None:
         if now - self.since >= window_s:
             if now - self.since >= 2 * window_s:
                 self.prev_n = self.prev_bad = 0
@@ -98,13 +108,13 @@ class Deployment:
 class Policy:
     """What one model does about faults."""
 
-    def __init__(self, model_cfg, targets):
+    def __init__(self, model_cfg: ModelConfig, targets: list[Route]) -> None:
         self.name = model_cfg.name
         self.deployments = [Deployment(t, d.weight) for t, d in zip(targets, model_cfg.deployments)]
         self.single = self.deployments[0] if len(self.deployments) == 1 else None
         self.retry = r = model_cfg.retry
         self.retry_on = _expand(r.on) if r is not None else frozenset()
-        self.fallbacks = []  # Routes, filled in once every route exists
+        self.fallbacks: list[Route] = []  # Routes, filled in once every route exists
         self.fallback_on = _expand(model_cfg.fallback_on)
         self.retry_after_send = r.retry_after_send if r is not None else False
         o = model_cfg.outlier
@@ -118,7 +128,7 @@ class Policy:
         self.max_ejection_s = o.max_ejection_s
         self.probe_share = o.probe_share
 
-    def pick(self, now, avoid=None):
+    def pick(self, now: float, avoid: Deployment | None = None) -> Deployment:
         """A deployment by weight among the admitted ones (not ``avoid`` if another is admitted;
         weight-0 deployments only when no weighted one is). One back from an ejection counts
         ``probe_share`` of its weight; when every weighted one is, the weight-0 ones take the
@@ -126,8 +136,8 @@ class Policy:
         single = self.single
         if single is not None:
             return single
-        weighted = []
-        standby = []
+        weighted: list[Deployment] = []
+        standby: list[Deployment] = []
         for d in self.deployments:
             if d.ejected_until:
                 if d.ejected_until > now:
@@ -158,14 +168,14 @@ class Policy:
                 return d
         return pool[-1]
 
-    def success(self, d, now):
+    def success(self, d: Deployment, now: float) -> None:
         if self.single is None:
             d.record(False, now, self.window_s)
             if d.back_at and now - d.back_at >= self.ejection_s:
                 d.back_at = 0.0     # healthy for a whole ejection time: its weight again
                 d.ejections = 0
 
-    def failure(self, failed, now, metrics):
+    def failure(self, failed: Deployment, now: float, metrics: Metrics) -> None:
         """Passive health: eject a deployment whose recent failure share exceeds its admitted
         peers' by ``failure_margin`` (over ``min_requests`` recent attempts at least), while
         fewer than ``max_ejected`` are ejected, for ``ejection_s`` times its ejections in a row
@@ -205,7 +215,7 @@ class Policy:
         k = (self.name, failed.name)
         metrics.ejections[k] = metrics.ejections.get(k, 0) + 1
 
-    def ejected(self, now):
+    def ejected(self, now: float) -> list[Deployment]:
         return [d for d in self.deployments if d.ejected_until > now]
 
 
@@ -217,7 +227,7 @@ class RetryBudget:
     ``min_retries_per_s`` flow in every second, up to ``capacity``. When nothing succeeds,
     retries fall to ``min_retries_per_s`` once the bucket is empty."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg: RetryBudgetConfig) -> None:
         self.capacity = cfg.capacity
         self.deposit = cfg.deposit_per_success
         self.per_s = cfg.min_retries_per_s
@@ -225,23 +235,23 @@ class RetryBudget:
         self.tokens = cfg.capacity
         self.t = perf_counter()
 
-    def _refill(self, now):
+    def _refill(self, now: float) -> None:
         if now > self.t:
             if self.per_s:
                 tokens = self.tokens + (now - self.t) * self.per_s
                 self.tokens = tokens if tokens < self.capacity else self.capacity
             self.t = now
 
-    def allows(self, now):
+    def allows(self, now: float) -> bool:
         self._refill(now)
         return self.tokens >= 1.0
 
-    def withdraw(self, now):
+    def withdraw(self, now: float) -> None:
         """A retry was decided (``allows`` said a token is there): one token."""
         self._refill(now)
         self.tokens -= 1.0
 
-    def succeeded(self):
+    def succeeded(self) -> None:
         tokens = self.tokens + self.deposit
         self.tokens = tokens if tokens < self.capacity else self.capacity
 
@@ -251,66 +261,78 @@ class RetryState:
     __slots__ = ("primary", "model_attempts", "attempts", "fallbacks_tried", "waiting", "delay",
                  "fallback")
 
-    def __init__(self, primary):
+    def __init__(self, primary: Policy) -> None:
         self.primary = primary      # the Policy of the model the client asked for
         self.model_attempts = 1     # attempts on the current model
         self.attempts = 1           # attempts in all
         self.fallbacks_tried = 0    # fallbacks of the primary used so far
         self.waiting = False        # counted in metrics.retries_in_flight (waiting to be sent)
         self.delay = 0.0            # before the next attempt
-        self.fallback = None        # the fallback model name now answering
+        self.fallback: str | None = None        # the fallback model name now answering
 
 
-def _budget(app, now):
+def _budget(app: App, now: float) -> bool:
     """Whether one more retry fits the budget (a token is there now)."""
     return app.retry_budget.allows(now)
 
 
-def _take(app, now):
+def _take(app: App, now: float) -> None:
     """A retry or fallback is decided: it pays its token now."""
     app.retry_budget.withdraw(now)
 
 
-def attempt_answered(app, req, status, now):
+def attempt_answered(app: App, req: Request, status: int, now: float) -> None:
     """A response head below 429 answered an attempt of ``req``: its deployment is healthy (but
     when the provider refused Sluice's credentials, 401 or 403: that deployment fails), and a
     success (2xx, 3xx) deposits into the retry budget."""
+    policy, deployment = _attempt(req)
     if status == 401 or status == 403:
-        req.route.policy.failure(req.deployment, now, app.metrics)
+        policy.failure(deployment, now, app.metrics)
         return
-    req.route.policy.success(req.deployment, now)
+    policy.success(deployment, now)
     if status < 400:
         app.retry_budget.succeeded()
 
 
-def attempt_sending(app, r, now):
+def attempt_sending(app: App, r: Request, now: float) -> None:
     """The attempt decided by ``on_failure`` is being sent now: it waits no more."""
     state = r.retry_state
+    assert state is not None  # made by on_failure
     if state.waiting:
         state.waiting = False
         app.metrics.retries_in_flight -= 1
 
 
-def _past_deadline(req, r, delay, now):
+def _past_deadline(req: Request, r: RetryConfig, delay: float, now: float) -> bool:
     return now + delay > req.t0 + r.deadline_s
 
 
-def attempt_replaced(app, req, status, head, low, now):
+def attempt_replaced(app: App, req: Request, status: int, head: bytes, low: bytes, now: float) -> bool:
     """An error status (429 or more) answered an attempt of ``req``: True when another attempt
     replaces it (nothing of it is relayed; ``req.retry_state.delay`` says when). A status that is
     not a provider fault leaves the deployment healthy."""
     cls = classify(status)
     if cls is None:
-        req.route.policy.success(req.deployment, now)
+        policy, deployment = _attempt(req)
+        policy.success(deployment, now)
         return False
     delay = on_failure(app, req, cls, parse_retry_after(head, low), now)
     if delay < 0:
         return False
+    assert req.retry_state is not None  # made by on_failure
     req.retry_state.delay = delay
     return True
 
 
-def _retarget(req, target):
+def _attempt(req: Request) -> tuple[Policy, Deployment]:
+    """The Policy and the Deployment of ``req``'s attempt: a request has a deployment (and its
+    attempts come here) only when its model has a policy (App._build_routes)."""
+    policy, deployment = req.route.policy, req.deployment
+    assert policy is not None and deployment is not None
+    return policy, deployment
+
+
+def _retarget(req: Request, target: Route) -> bool:
     # imported at first use, on a failure: the compiled rewrite, imported as this module loads,
     # would load the compiled modules it cimports, dispatch among them, which imports this
     # module's names before they exist
@@ -318,13 +340,13 @@ def _retarget(req, target):
     return retarget(req, target)
 
 
-def on_failure(app, req, cls, retry_after, now):
+def on_failure(app: App, req: Request, cls: str, retry_after: float, now: float) -> float:
     """An attempt of ``req`` failed with ``cls`` before anything reached the client. Returns the
     seconds to wait before the next attempt (req.deployment, req.route and req.payload are set
     for it), or -1 when the failure is to be relayed."""
-    policy = req.route.policy
+    policy, deployment = _attempt(req)
     if cls != "429":  # a 429 is the provider's rate limit, not a sign of a failing deployment
-        policy.failure(req.deployment, now, app.metrics)
+        policy.failure(deployment, now, app.metrics)
     state = req.retry_state
     if state is None:
         state = req.retry_state = RetryState(policy)
@@ -332,7 +354,7 @@ def on_failure(app, req, cls, retry_after, now):
     r = policy.retry
     if r is not None and (not r.max_attempts or state.model_attempts < r.max_attempts) and \
             cls in policy.retry_on and (not unsafe or r.retry_after_send):
-        delay = _retry(app, req, state, cls, retry_after, now)
+        delay = _retry(app, req, policy, r, state, cls, retry_after, now)
         if delay != -2.0:
             return delay
     primary = state.primary
@@ -341,10 +363,11 @@ def on_failure(app, req, cls, retry_after, now):
     return -1.0
 
 
-def _retry(app, req, state, cls, retry_after, now):
-    """Another attempt on the same model: the seconds to wait before it, -1 when the failure is
-    to be relayed, -2 when no retry was made and a fallback may still be tried."""
-    r = req.route.policy.retry
+def _retry(app: App, req: Request, policy: Policy, r: RetryConfig, state: RetryState, cls: str,
+           retry_after: float, now: float) -> float:
+    """Another attempt on the same model (``policy``'s, retried as ``r`` says): the seconds to
+    wait before it, -1 when the failure is to be relayed, -2 when no retry was made and a
+    fallback may still be tried."""
     m = app.metrics
     delay = -1.0
     doublings = state.model_attempts - 1 if state.model_attempts <= MAX_DOUBLINGS else MAX_DOUBLINGS
@@ -368,7 +391,7 @@ def _retry(app, req, state, cls, retry_after, now):
     if delay < 0:
         return -2.0
     failed = req.deployment
-    following = req.route.policy.pick(now, failed)
+    following = policy.pick(now, failed)
     if following is failed and cls == "429" and _can_fall_back(req, state, cls):
         return -2.0  # rate limited and no other deployment: a fallback at once, not a wait
     if not _budget(app, now):
@@ -391,19 +414,19 @@ def _retry(app, req, state, cls, retry_after, now):
     return delay
 
 
-def _can_fall_back(req, state, cls):
+def _can_fall_back(req: Request, state: RetryState, cls: str) -> bool:
     primary = state.primary
     return cls in primary.fallback_on and any(
         _key_may_use(req, to) for to in primary.fallbacks[state.fallbacks_tried:])
 
 
-def _key_may_use(req, to):
+def _key_may_use(req: Request, to: Route) -> bool:
     """The request's key may call fallback ``to``: a fallback is no way around its model list."""
     key = req.key
     return key is None or to.name in key.allowed
 
 
-def _fall_back(app, req, state, now):
+def _fall_back(app: App, req: Request, state: RetryState, now: float) -> float:
     """The next fallback model of the primary that can take ``req``: 0 (no wait), or -1."""
     m = app.metrics
     primary = state.primary
@@ -415,6 +438,7 @@ def _fall_back(app, req, state, now):
         state.fallbacks_tried += 1
         if not _key_may_use(req, to):
             continue
+        assert to.policy is not None  # a fallback model has one (App._build_routes)
         deployment = to.policy.pick(now)
         if _retarget(req, deployment.target):
             if app.retry_budget.fallbacks:

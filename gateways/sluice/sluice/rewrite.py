@@ -1,12 +1,18 @@
 """The request as a provider gets it: the body with only the model's bytes patched (an alias),
 or translated into the provider's dialect; the provider's request head in front of it."""
 import re
+from typing import TYPE_CHECKING
 
 import orjson
 
 from sluice.bytescan import first_model_span
 from sluice.chat_body import asking_usage
 from sluice.dialects import ANTHROPIC_TO_OPENAI, OPENAI_TO_ANTHROPIC, SAME_DIALECT
+
+if TYPE_CHECKING:
+    from sluice.pool import Provider  # noqa: F401 (type comments)
+    from sluice.request import Request, Route  # noqa: F401 (type comments)
+    from sluice.translate.common import JSONObject  # noqa: F401 (type comments)
 
 loads = orjson.loads
 dumps = orjson.dumps
@@ -15,6 +21,7 @@ ANY_MODEL = re.compile(rb'"model"\s*:\s*"([^"\\]*)"')
 
 
 def patch_model(body, obj, model, span, route):
+    # type: (bytes, JSONObject | None, str, tuple[int, int] | None, Route) -> bytes | None
     """Replace only the model value's bytes; re-serialize only if it cannot be located safely.
     None when the body is nested too deeply to serialize again."""
     if span is None:
@@ -27,7 +34,7 @@ def patch_model(body, obj, model, span, route):
             if len(found) == 1 and body.count(b'"model"') == 1:
                 span = found[0].span(1)
             else:
-                obj["model"] = route.upstream
+                obj["model"] = route.upstream  # type: ignore[index]  # parsed: its span was not read
                 try:
                     return dumps(obj)
                 except orjson.JSONEncodeError:  # deeper than orjson serializes
@@ -37,6 +44,7 @@ def patch_model(body, obj, model, span, route):
 
 
 def translated_body(r, target, obj):
+    # type: (Request, Route, JSONObject) -> bytes
     """The request body in ``target``'s provider dialect; ``r`` learns how to translate the
     answer back. Raises what the translation refuses."""
     from sluice import translate  # loaded on first use: workers that never translate stay smaller
@@ -51,6 +59,7 @@ def translated_body(r, target, obj):
 
 
 def payload(r, provider, body):
+    # type: (Request, Provider, bytes) -> bytes
     """The request as sent to ``provider``: its head and ``body`` (kept for another attempt)."""
     forward = r.forward_headers
     if r.translation != SAME_DIALECT:
@@ -67,6 +76,7 @@ def payload(r, provider, body):
 
 
 def retarget(r, target):
+    # type: (Request, Route) -> bool
     """Make ``r`` ready for another attempt at ``target`` (a deployment's Route): its body
     translated or its model patched for that provider. False when it cannot be."""
     provider = target.provider
@@ -79,7 +89,7 @@ def retarget(r, target):
         if provider.dialect != r.dialect:
             body = translated_body(r, target, loads(body))
         elif target.upstream != model:
-            body = patch_model(body, loads(body), model, None, target)
+            body = patch_model(body, loads(body), model, None, target)  # type: ignore[assignment]  # None: refused below
             if body is None:
                 return False
     except Exception:  # what the first attempt's checks let through but this target refuses

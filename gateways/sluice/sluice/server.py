@@ -11,6 +11,7 @@ import sys
 import time
 from hmac import compare_digest
 from time import perf_counter
+from typing import TYPE_CHECKING
 
 from orjson import dumps
 
@@ -24,6 +25,16 @@ from sluice.metrics import Metrics
 from sluice.pool import Provider
 from sluice.request import HeaderPolicy, Route
 from sluice.resilience import Policy, RetryBudget
+
+if TYPE_CHECKING:
+    import asyncio  # noqa: F401 (type comments)
+    import socket  # noqa: F401 (type comments)
+
+    from sluice.config import Config  # noqa: F401 (type comments)
+    from sluice.keys import KeyRecord  # noqa: F401 (type comments)
+    from sluice.request import Request  # noqa: F401 (type comments)
+    from sluice.resilience import RetryState  # noqa: F401 (type comments)
+    from sluice.shared import Shared  # noqa: F401 (type comments)
 
 TICK = 0.1
 # paths answered by Sluice itself, with GET
@@ -42,6 +53,7 @@ class App:
     """Everything one worker process serves with."""
 
     def __init__(self, cfg, loop, shared, worker=0, n_workers=1):
+        # type: (Config, asyncio.AbstractEventLoop, Shared, int, int) -> None
         self.cfg = cfg
         self.loop = loop
         self.worker = worker
@@ -72,12 +84,12 @@ class App:
         self.max_sse_frame = s.max_sse_frame_bytes
         self.metrics_per_key = s.metrics_per_key
         self.metrics = Metrics()
-        self.clients = set()
+        self.clients = set()  # type: set[ClientConn]
         self.accepting = 0  # accepted in this loop iteration, not in clients yet
         self.refusals_lingering = 0
         self.stopping = False
-        self.server = None
-        self.parent_pid = None  # the supervisor's, with workers = N > 1
+        self.server = None  # type: asyncio.Server | None
+        self.parent_pid = None  # type: int | None  # the supervisor's, with workers = N > 1
         self.access_log = AccessLog(s.access_log) if s.access_log else None
         self.response_filter = response_filter(s.forward_response_headers)
         self.providers = {n: Provider(p, self) for n, p in cfg.providers.items()}
@@ -99,10 +111,11 @@ class App:
         self._snapshot_changes = -1
 
     def _build_routes(self, cfg):
+        # type: (Config) -> None
         """A Route per model name and alias; a resilience Policy for the models that need one."""
-        self.routes = {}
-        self.policies = []
-        by_model = {}
+        self.routes = {}  # type: dict[str, Route]
+        self.policies = []  # type: list[Policy]
+        by_model = {}  # type: dict[str, Route]
         fallback_targets = {f for m in cfg.models.values() for f in m.fallbacks}
         for m in cfg.models.values():
             route = Route(m, self.providers[m.provider])
@@ -115,9 +128,11 @@ class App:
                 self.routes[name] = route
         for m in cfg.models.values():
             if m.fallbacks:
-                by_model[m.name].policy.fallbacks = [by_model[f] for f in m.fallbacks]
+                # (a model with fallbacks has a policy)
+                by_model[m.name].policy.fallbacks = [by_model[f] for f in m.fallbacks]  # type: ignore[union-attr]
 
     def _list_models(self):
+        # type: () -> None
         """The bodies of GET /v1/models (OpenAI's, Anthropic's): every model and alias, and for
         each key those it may call (the same bytes for a key that may call all)."""
         self.models_all = self._models_bodies(list(self.routes))
@@ -127,6 +142,7 @@ class App:
             for rec in self.keys.records]
 
     def _models_bodies(self, names):
+        # type: (list[str]) -> tuple[bytes, bytes]
         return (dumps({"object": "list", "data": [
                     {"id": n, "object": "model", "created": 0, "owned_by": self.routes[n].provider.name}
                     for n in names]}),
@@ -137,6 +153,7 @@ class App:
 
     # ------------------------------------------------------------ routing
     def handle(self, conn, r):
+        # type: (ClientConn, Request) -> None
         conn.active = r
         url = r.url
         q = url.find(b"?")
@@ -179,6 +196,7 @@ class App:
         return conn.respond(r, 404, error_body(dialect, 404, f"no route for {path.decode('latin-1')}"))
 
     def internal_error(self, conn, r):
+        # type: (ClientConn, Request) -> None
         """A bug met while handling ``r``: a 500 in the client's dialect (or, once a response head
         went out, a closed connection), counted, the reservation and the in-flight count released."""
         import traceback
@@ -194,7 +212,7 @@ class App:
         else:
             self.metrics.count_request(r.model_label, 500)
             if r.reserved:
-                self.keys.settle(r.key, r.reserved, 0)
+                self.keys.settle(r.key, r.reserved, 0)  # type: ignore[arg-type]  # a reservation is a key's
                 r.reserved = 0
         if head_sent or conn.closed:
             conn.active = None
@@ -208,6 +226,7 @@ class App:
 
     # ------------------------------------------------------------ accounting
     def request_finished(self, conn, req, status, prompt, completion):
+        # type: (ClientConn, Request, int, int | None, int | None) -> None
         """Every chat request that was sent towards a provider ends here exactly once."""
         m = self.metrics
         m.in_flight -= 1
@@ -227,33 +246,38 @@ class App:
                 # a client gone mid-exchange (499) may have left the provider generating:
                 # it pays the whole reservation, the most its request could cost
                 completion = 0 if status >= 400 and status != 499 else max(0, req.reserved - prompt)
-            self.keys.settle(key, req.reserved, prompt + completion)
+            # (completion is None only with prompt, and then both were set just above)
+            self.keys.settle(key, req.reserved, prompt + completion)  # type: ignore[operator]
             req.reserved = 0
             key.prompt_tokens += prompt
-            key.completion_tokens += completion
+            key.completion_tokens += completion  # type: ignore[operator]  # (as above)
         elif key is not None and prompt is not None:
             key.prompt_tokens += prompt
-            key.completion_tokens += completion
+            key.completion_tokens += completion  # type: ignore[operator]  # prompt is not None: neither is it
         if self.access_log is not None:
             self._log_access(conn, req, status, key, retry_state)
 
     def _log_access(self, conn, req, status, key, retry_state):
+        # type: (ClientConn, Request, int, KeyRecord | None, RetryState | None) -> None
         now = time.time()
-        self.access_log.entries.append((
+        self.access_log.entries.append((  # type: ignore[union-attr]  # called when there is one
             now, conn.peer, req.method.decode(), req.url.decode("latin-1"), status, req.model_label,
             key.name if key is not None else "-", perf_counter() - req.t0, req.overhead_us, req.stream,
             retry_state.attempts if retry_state is not None else 1,
             retry_state.fallback if retry_state is not None else None))
-        if len(self.access_log.entries) >= 4096:
-            self.access_log.flush()
+        if len(self.access_log.entries) >= 4096:  # type: ignore[union-attr]  # (as above)
+            self.access_log.flush()  # type: ignore[union-attr]  # (as above)
 
     # ------------------------------------------------------------ housekeeping
     def start(self, sock):
+        # type: (socket.socket) -> None
         self.server = self.loop.run_until_complete(self.loop.create_server(
-            self.accept, sock=sock, backlog=self.cfg.server.backlog))
+            # (protocols by their methods, as uvloop takes them)
+            self.accept, sock=sock, backlog=self.cfg.server.backlog))  # type: ignore[arg-type]
         self.loop.call_later(TICK, self._tick)
 
     def accept(self):
+        # type: () -> ClientConn | Refusal
         """The protocol of a connection just accepted: a ClientConn, or over max_client_connections
         a Refusal. Those accepted in one loop iteration join ``clients`` only later (connection_made
         runs from the ready queue), so they are counted apart until then."""
@@ -265,9 +289,11 @@ class App:
         return ClientConn(self)
 
     def _accepted(self):
+        # type: () -> None
         self.accepting = 0
 
     def _tick(self):
+        # type: () -> None
         now = perf_counter()
         for p in self.providers.values():
             p.pool.sweep(now)
@@ -281,6 +307,7 @@ class App:
             self.loop.call_later(TICK, self._tick)
 
     def _slow_tick(self, now):
+        # type: (float) -> None
         self._sweep_clients(now)
         self.deadlines.sweep(self, now)
         self.keys.return_leases()
@@ -292,6 +319,7 @@ class App:
             self.stop()  # the supervisor is gone: do not outlive it
 
     def _sweep_clients(self, now):
+        # type: (float) -> None
         """Client deadlines: a body, a head, an idle keep-alive connection."""
         limit = now - self.idle_timeout
         head_limit = now - self.header_timeout
@@ -317,6 +345,7 @@ class App:
                     c.close()
 
     def stop(self):
+        # type: () -> None
         """Graceful stop: no new connections, finish what is in flight (bounded by shutdown_grace_s)."""
         if self.stopping:
             return
@@ -329,6 +358,7 @@ class App:
                 c.close()
 
     def _done_stopping(self, now):
+        # type: (float) -> bool
         if not self.stopping:
             return False
         busy = any(c.busy for c in self.clients)
@@ -356,14 +386,16 @@ class Refusal:  # an asyncio protocol (uvloop needs only the methods)
     __slots__ = ("app", "lingering")
 
     def __init__(self, app):
+        # type: (App) -> None
         self.app = app
         self.lingering = False
 
     def connection_made(self, transport):
+        # type: (asyncio.Transport) -> None
         app = self.app
         if len(app.clients) < app.max_clients:
             conn = ClientConn(app)
-            transport.set_protocol(conn)
+            transport.set_protocol(conn)  # type: ignore[arg-type]  # a protocol by its methods
             conn.connection_made(transport)
             return
         app.metrics.connections_refused += 1
@@ -376,16 +408,20 @@ class Refusal:  # an asyncio protocol (uvloop needs only the methods)
             transport.close()
 
     def data_received(self, data):
+        # type: (bytes) -> None
         pass
 
     def eof_received(self):
+        # type: () -> None
         return None  # the client is done: the transport closes
 
     def connection_lost(self, exc):
+        # type: (Exception | None) -> None
         if self.lingering:
             self.app.refusals_lingering -= 1
 
 
 def install_signals(loop, app):
+    # type: (asyncio.AbstractEventLoop, App) -> None
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, app.stop)

@@ -6,16 +6,22 @@ aggregation. Every worker writes only its own slots, so no lock is needed; reade
 sum over workers (see keys.py for the small overshoot this allows). With several
 workers the supervisor owns the memfd, so the memory outlives any worker.
 """
+from __future__ import annotations
+
 import mmap
 import os
 import struct
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sluice.config import Config
 
 SLOT_FIELDS = 10
 SNAPSHOT_BYTES = 256 * 1024
 _HDR = struct.Struct("<QQ")  # sequence, length
 
 
-def snapshot_bytes(cfg):
+def snapshot_bytes(cfg: Config) -> int:
     """Room for one worker's snapshot: it grows with the labels the config allows (models with
     every status, providers with every error kind, keys with their token counts)."""
     # a model label can carry every status a provider may relay (about 500, 40 bytes each)
@@ -23,14 +29,14 @@ def snapshot_bytes(cfg):
     return (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
 
 
-def _size(n_keys, n_workers, snap):
+def _size(n_keys: int, n_workers: int, snap: int) -> tuple[int, int]:
     key_bytes = max(1, n_keys) * n_workers * SLOT_FIELDS * 8
     key_bytes = (key_bytes + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
     return key_bytes, key_bytes + n_workers * snap
 
 
 class Shared:
-    def __init__(self, n_keys, n_workers, snap=SNAPSHOT_BYTES, fd=None):
+    def __init__(self, n_keys: int, n_workers: int, snap: int = SNAPSHOT_BYTES, fd: int | None = None) -> None:
         self.n_workers = n_workers
         self.snap = snap
         self.key_bytes, size = _size(n_keys, n_workers, snap)
@@ -45,7 +51,7 @@ class Shared:
         self.q = memoryview(self.mm)[:self.key_bytes].cast("q")
 
     # -- per-worker metrics snapshots (seqlock) --
-    def write_snapshot(self, worker, data):
+    def write_snapshot(self, worker: int, data: bytes) -> None:
         off = self.key_bytes + worker * self.snap
         if len(data) > self.snap - _HDR.size:
             data = b""  # too large to publish (readers skip it); its counters stay in this worker
@@ -54,7 +60,7 @@ class Shared:
         self.mm[off + 16:off + 16 + len(data)] = data
         _HDR.pack_into(self.mm, off, seq + 2, len(data))
 
-    def read_snapshot(self, worker):
+    def read_snapshot(self, worker: int) -> bytes | None:
         off = self.key_bytes + worker * self.snap
         for _ in range(5):
             seq, length = _HDR.unpack_from(self.mm, off)
@@ -66,7 +72,7 @@ class Shared:
                 return data if length else None
         return None
 
-    def clear_snapshot(self, worker):
+    def clear_snapshot(self, worker: int) -> None:
         off = self.key_bytes + worker * self.snap
         seq, _ = _HDR.unpack_from(self.mm, off)
         _HDR.pack_into(self.mm, off, seq + (2 if seq % 2 == 0 else 1), 0)

@@ -16,6 +16,7 @@ module drives the exchange.
 """
 from functools import partial
 from time import perf_counter
+from typing import TYPE_CHECKING
 
 from httptools import HttpParserError, HttpResponseParser
 
@@ -24,6 +25,15 @@ from sluice.dialects import SAME_DIALECT
 from sluice.http import chunked_last, content_length_at, says_close
 from sluice.resilience import attempt_answered, attempt_replaced
 from sluice.usage import UsageScan
+
+if TYPE_CHECKING:
+    import asyncio  # noqa: F401 (type comments)
+
+    from sluice.client import ClientConn  # noqa: F401 (type comments)
+    from sluice.pool import Pool, Provider  # noqa: F401 (type comments)
+    from sluice.request import Request  # noqa: F401 (type comments)
+    from sluice.translate import SSEParser  # noqa: F401 (type comments)
+    from sluice.translate.common import StreamTranslator  # noqa: F401 (type comments)
 
 # relay modes of an exchange
 RAW = 0                 # same dialect, a Content-Length body (or none): upstream bytes go straight to the client
@@ -37,6 +47,7 @@ MAX_HEAD = 64 * 1024
 
 
 def _log_response_error(provider, e, event):
+    # type: (Provider, HttpParserError, str) -> None
     """A response Sluice cannot take: one line about the provider, ``event`` saying what it sent
     (see provider_errors.log); a bug in our own callback, surfaced as a parser error: its
     traceback."""
@@ -61,72 +72,89 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         "messages_begun", "body_left", "pending_head", "at_event_end", "connection_at",
         "strip_usage", "held",
     )
+    if TYPE_CHECKING:  # set by the relay modules and provider_errors
+        at_event_end: bool
+        buffered: list[bytes] | None
+        buffered_bytes: int
+        chunked_to_client: bool
+        retry_after_line: bytes
+        sse_parser: SSEParser
+        stream_translator: StreamTranslator
 
     def __init__(self, pool):
+        # type: (Pool) -> None
         self.pool = pool
         self.provider = pool.provider
         self.app = pool.app
-        self.transport = None
+        self.transport = None  # type: asyncio.Transport | None
         # body pieces are collected by a C-level callback and handled after each feed
         # (in the common relay mode they are simply dropped: the raw bytes went out already)
-        self.body_parts = []
+        self.body_parts = []  # type: list[bytes]
         self.on_body = self.body_parts.append
         # emptied by llhttp (a C-level call) when a response is complete
         self.response_open = [True]
         self.on_message_complete = self.response_open.clear
         # one entry per response begun: a second one means bytes followed the response's end
-        self.messages_begun = []
+        self.messages_begun = []  # type: list[bool]
         self.on_message_begin = partial(self.messages_begun.append, True)
-        self.pending_head = None
+        self.pending_head = None  # type: tuple[bytes, bytes, bytes, bytes, int] | None
         self.parser = HttpResponseParser(self)
         self.alive = False
         self.paused = False
         self.idle_since = 0.0
-        self.client = None
-        self.req = None
+        self.client = None  # type: ClientConn | None
+        self.req = None  # type: Request | None
         self.no_reuse = False
-        self.usage_scan = None
+        self.usage_scan = None  # type: UsageScan | None
         self.strip_usage = False
         self.held = b""
 
     # ------------------------------------------------------------ transport
     def connection_made(self, transport):
+        # type: (asyncio.Transport) -> None
         self.transport = transport
         self.alive = True
 
     def connection_lost(self, exc):
+        # type: (Exception | None) -> None
         self.alive = False
         self.pool.discard(self)
         if self.client is not None:
             self._lost_during_exchange()
 
     def eof_received(self):
+        # type: () -> None
         # the transport closes, connection_lost follows: meanwhile no request may be written to it
         self.alive = False
         return None
 
     def pause_writing(self):
+        # type: () -> None
         c = self.client
         if c is not None:
             c.pause_reading_for_upstream()
 
     def resume_writing(self):
+        # type: () -> None
         c = self.client
         if c is not None:
             c.resume_reading_for_upstream()
 
     def close(self):
+        # type: () -> None
         self.alive = False
         if self.transport is not None:
             self.transport.close()
 
     def abort(self):
+        # type: () -> None
         self.alive = False
         if self.transport is not None:
             self.transport.abort()
 
     # ------------------------------------------------------------ exchange
     def start(self, client, req, payload):
+        # type: (ClientConn, Request, bytes) -> None
         self.client = client
         self.req = req
         self.mode = RAW
@@ -144,12 +172,13 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         self.usage_scan = (UsageScan(self.app.token_weights)
                            if req.reserved > 0 and req.translation == SAME_DIALECT else None)
         self.strip_usage = False
-        self.transport.write(payload)
+        self.transport.write(payload)  # type: ignore[union-attr]  # a pooled connection is connected
         now = perf_counter()
         self.t_sent = self.last_rx = now
         req.own_time += now - req.t_resume
 
     def check_timeout(self, now):
+        # type: (float) -> None
         if self.client is None:
             return
         p = self.provider
@@ -173,6 +202,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
 
     # ------------------------------------------------------------ reads
     def data_received(self, data):
+        # type: (bytes) -> None
         if self.client is None:
             # nothing was asked: a stray byte on an idle connection makes it unusable
             self.abort()
@@ -188,15 +218,16 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
             self._internal_error()
 
     def _body_read(self, data):
+        # type: (bytes) -> None
         """A read after the response head: relayed as it is (RAW), or its body pieces handed on."""
-        client = self.client
+        client = self.client  # type: ClientConn  # type: ignore[assignment]  # in an exchange: data_received checked
         left = self.body_left
         if left >= 0:  # Content-Length: nothing past its end is the response
             if len(data) > left:
                 data = data[:left]
                 self.no_reuse = True
                 provider_errors.log(self.provider.name, "sent bytes after its response")
-            self.body_left = left - len(data)
+            self.body_left = left - len(data)  # type: int
         try:
             self.parser.feed_data(data)
         except HttpParserError as e:
@@ -224,8 +255,9 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
             self._finish()
 
     def _head_read(self, data):
+        # type: (bytes) -> None
         """A read before the response head was parsed: part of the head, the head, or more."""
-        client = self.client
+        client = self.client  # type: ClientConn  # type: ignore[assignment]  # in an exchange: data_received checked
         self.this_read = data
         past_end = False  # bytes that follow the response's end in this read
         try:
@@ -262,6 +294,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
             self._finish()
 
     def _keep_head_part(self, data):
+        # type: (bytes) -> None
         """A read that ended inside the response head: kept until the head is complete."""
         head = self.head_so_far + data if self.head_so_far else data
         head = head[self.head_start:]
@@ -273,6 +306,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         self.head_so_far = head
 
     def _internal_error(self):
+        # type: () -> None
         import sys
         import traceback
         sys.stderr.write("sluice: error in upstream response handling:\n")
@@ -286,6 +320,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
 
     # ------------------------------------------------------------ the response head
     def on_headers_complete(self):
+        # type: () -> None
         """The parser's callback: the response head is complete; the relay mode is chosen."""
         if self.head_done:  # a second response head: bytes after the response's end
             raise HttpParserError("bytes after the response")
@@ -307,7 +342,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
             self.response_open.append(True)
         self.head_done = True
         self.status = status
-        req = self.req
+        req = self.req  # type: Request  # type: ignore[assignment]  # in an exchange: llhttp parses only its response
         head = buf[self.head_start:end + 2]
         low = head.lower()
         length_at = self._read_framing(head, low, status)
@@ -342,12 +377,13 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
             self.body_left = content_length_at(low, length_at) - body_here
         if status == 200 and self.event_stream and req.stream:
             self.mode = TRANSLATE_STREAM
-            relay_translated.start_stream(self, self.client, req)
+            relay_translated.start_stream(self, self.client, req)  # type: ignore[arg-type]  # in an exchange
         else:
             self.mode = TRANSLATE_BUFFERED
             relay_translated.start_buffered(self, head, low)
 
     def _read_framing(self, head, low, status):
+        # type: (bytes, bytes, int) -> int
         """What the head says about the body and the connection. Returns where its
         Content-Length line is (-1: none)."""
         # bytes.find, not ``in``: CPython 3.11's bytes ``in`` first tries the operand as an int and
@@ -374,6 +410,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
 
     # ------------------------------------------------------------ bodies
     def _relay_bodies(self):
+        # type: () -> bool
         """``_bodies``, for a read: False when the exchange failed instead."""
         try:
             self._bodies()
@@ -384,6 +421,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         return True
 
     def _bodies(self):
+        # type: () -> None
         """Body pieces of the last feed, for the modes that do not relay raw bytes."""
         parts = self.body_parts
         if not parts:
@@ -405,6 +443,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
             relay_translated.buffer(self, body)
 
     def relayed_usage(self):
+        # type: () -> tuple[int, int] | None
         """(prompt, completion) charged for the final usage the provider reported, or None when
         it was not seen: a client that leaves then pays its whole reservation."""
         req = self.req
@@ -415,13 +454,15 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
             prompt, completion = relay_translated.stream_usage(self)
         elif (self.mode == RAW or self.mode == REFRAME) and self.usage_scan is not None:
             prompt, completion = self.usage_scan.tokens()
-        return None if prompt is None else (prompt, completion)
+        # (the two are None together)
+        return None if prompt is None else (prompt, completion)  # type: ignore[return-value]
 
     # ------------------------------------------------------------ endings
     def _finish(self):
+        # type: () -> None
         """The provider's response is complete: final writes, accounting, connection reuse."""
-        client = self.client
-        req = self.req
+        client = self.client  # type: ClientConn  # type: ignore[assignment]  # the exchange's: it ends here
+        req = self.req  # type: Request  # type: ignore[assignment]  # (as the client)
         mode = self.mode
         if mode == DISCARD:  # a failed attempt, read to its end: the connection can be reused
             self._return_connection()
@@ -443,6 +484,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         client.exchange_done(req, self.status, prompt, completion)
 
     def _return_connection(self):
+        # type: () -> None
         """The exchange is over: the connection is pooled again, or closed if it cannot be reused.
         Pooled only when its parser read exactly one response, to its end, without an error: then
         llhttp is back at its start, as a fresh parser would be."""
@@ -455,6 +497,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
             self.pool.discard(self)
 
     def _abandon(self):
+        # type: () -> None
         """The exchange failed: the connection is aborted and leaves the pool."""
         self.client = None
         self.req = None
@@ -462,10 +505,12 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         self.pool.discard(self)
 
     def _lost_during_exchange(self):
+        # type: () -> None
         """The provider closed the connection while a request was using it."""
         if self.head_done and self.close_delimited:  # EOF ends a close-delimited body
             if self.mode == REFRAME:  # (every read's body pieces were handled already)
-                self.client.write(relay_same_dialect.reframed(self, True))
+                # (connection_lost checked)
+                self.client.write(relay_same_dialect.reframed(self, True))  # type: ignore[union-attr]
             self._finish()
             return
         if self.client_head_sent:
@@ -473,8 +518,8 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
             provider_errors.log(self.provider.name, "closed the connection mid-response")
             self.fail_midstream()
             return
-        client = self.client
-        req = self.req
+        client = self.client  # type: ClientConn  # type: ignore[assignment]  # connection_lost checked
+        req = self.req  # type: Request  # type: ignore[assignment]  # (as the client)
         self.client = None
         self.req = None
         if self.head_done and self.mode == DISCARD:
@@ -487,23 +532,26 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
                                                  "connection before answering", "reset")
 
     def fail(self, status, message, kind=""):
+        # type: (int, str, str) -> None
         """Give up on this exchange before anything was sent to the client."""
         client = self.client
         req = self.req
         self._abandon()
         if client is not None:
             if self.head_done and self.mode == DISCARD:  # the next attempt was decided already
-                dispatch.resend(client, req)
+                # (an exchange's client and request are set together)
+                dispatch.resend(client, req)  # type: ignore[arg-type]
             else:
                 dispatch.attempt_failed(client, status, message, kind)
 
     def fail_midstream(self):
+        # type: () -> None
         """Give up after the response head went out: tell the client if we can, then close."""
         if not self.client_head_sent:
             self.fail(502, f"provider {self.provider.name} sent a broken response")
             return
         client = self.client
-        req = self.req
+        req = self.req  # type: Request  # type: ignore[assignment]  # set with the client, checked below
         self._abandon()
         if client is None:
             return

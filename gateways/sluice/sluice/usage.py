@@ -1,7 +1,15 @@
 """Token usage read from the relayed bytes of a same-dialect response, for token budgets: the
 counts of the "usage" objects, found by a byte scan, never by parsing the JSON; and what a
 provider's usage costs a key (``weighed``)."""
+from typing import TYPE_CHECKING
+
 from sluice.bytescan import usage_counts
+
+if TYPE_CHECKING:
+    # what one token of each kind costs, in thousandths: prompt, completion, cache_write, cache_read
+    Weights = tuple[int, ...]
+    # (prompt side, completion) charged, or (None, None): not known, the reservation is charged
+    Charged = tuple[int, int] | tuple[None, None]
 
 # usage_counts reads at most 12 digits: a larger count is not believed (the reservation is charged)
 MAX_USAGE = 10 ** 12
@@ -12,6 +20,7 @@ _DELTA = b"message_delta"
 
 
 def believed(*counts):
+    # type: (*object) -> bool
     """Whether usage counts as a provider reported them can be true (integers, 0 to 10^12)."""
     for c in counts:
         if type(c) is not int or not 0 <= c <= MAX_USAGE:
@@ -20,6 +29,7 @@ def believed(*counts):
 
 
 def weighed(weights, prompt, completion, cache_write, cache_read):
+    # type: (Weights, int, int, int, int) -> tuple[int, int]
     """(prompt side, completion) charged for billed counts: each times its kind's weight
     (``[token_weights]``, in thousandths: prompt, completion, cache_write, cache_read), rounded
     up. ``prompt`` excludes the cached counts; the prompt side includes them. Integers only: a
@@ -30,6 +40,7 @@ def weighed(weights, prompt, completion, cache_write, cache_read):
 
 
 def openai_usage(weights, prompt, completion, cached):
+    # type: (Weights, int, int, int) -> tuple[int, int]
     """OpenAI's usage charged: its ``cached_tokens`` are part of ``prompt_tokens``, billed as
     cache reads."""
     cached = min(cached, prompt)
@@ -41,7 +52,8 @@ class UsageScan:
     __slots__ = ("counts", "tail", "weights", "final", "provisional", "edge")
 
     def __init__(self, weights):
-        self.counts = {}            # b"prompt_tokens" (...) -> the last count seen
+        # type: (Weights) -> None
+        self.counts = {}  # type: dict[bytes, int]  # b"prompt_tokens" (...) -> the last count seen
         self.tail = b""             # the end of the last read: a usage object may go on in the next
         self.weights = weights      # the weights per kind of token (see ``weighed``)
         self.final = False          # the usage that ends the response was seen
@@ -51,6 +63,7 @@ class UsageScan:
         self.edge = b""             # the last bytes of the last read: the event's name may go on
 
     def feed(self, data):
+        # type: (bytes) -> None
         """Body bytes as the provider sent them (never Sluice's chunk framing)."""
         if self.provisional:
             j = data.find(_DELTA)
@@ -68,6 +81,7 @@ class UsageScan:
         self._scan(data)
 
     def _scan(self, data):
+        # type: (bytes) -> None
         """Token counts live in "usage" objects: look only there (and across chunk edges)."""
         tail = self.tail
         if len(tail) > 8:  # the previous chunk ended inside a usage object: scan across the edge
@@ -100,6 +114,7 @@ class UsageScan:
             self.tail = data[-8:]
 
     def tokens(self):
+        # type: () -> Charged
         """(prompt side, completion) charged for the final usage in either dialect (see
         ``weighed``), or (None, None) when it was not seen: the reservation is charged."""
         if not self.final:

@@ -1,9 +1,12 @@
 """An Anthropic client, an OpenAI provider: the Messages request translated to a Chat
 Completions request, and the answer back (a unary response, or its stream event by event)."""
+from __future__ import annotations
+
 import orjson
 
 from sluice.translate.common import (
     FINISH_TO_STOP,
+    JSONObject,
     StreamTranslator,
     TranslationError,
     anthropic_event,
@@ -17,16 +20,16 @@ from sluice.translate.common import (
 
 
 # ------------------------------------------------------------------ the request
-def anthropic_request_to_openai(req, upstream_model):
+def anthropic_request_to_openai(req: JSONObject, upstream_model: str) -> tuple[JSONObject, bool]:
     """Returns (openai_request_dict, stream)."""
     messages = check_messages(req)
-    out = []
+    out: list[JSONObject] = []
     system = req.get("system")
     if system:
         out.append({"role": "system", "content": text_of(system)})
     for msg in messages:
         _add_message(out, msg)
-    body = {"model": upstream_model, "messages": out}
+    body: JSONObject = {"model": upstream_model, "messages": out}
     if "max_tokens" in req:
         body["max_tokens"] = req["max_tokens"]
     for k in ("temperature", "top_p"):
@@ -45,7 +48,7 @@ def anthropic_request_to_openai(req, upstream_model):
     return body, stream
 
 
-def _add_message(out, msg):
+def _add_message(out: list[JSONObject], msg: object) -> None:
     """One Anthropic message as OpenAI messages: tool results first (one message each), then
     the message itself."""
     if not isinstance(msg, dict) or msg.get("role") not in ("user", "assistant"):
@@ -57,8 +60,8 @@ def _add_message(out, msg):
         return
     if not isinstance(content, list):
         raise TranslationError("message content must be a string or a list of blocks")
-    parts = []
-    tool_calls = []
+    parts: list[JSONObject] = []
+    tool_calls: list[JSONObject] = []
     for block in content:
         if not isinstance(block, dict):
             raise TranslationError("content blocks must be objects")
@@ -78,7 +81,7 @@ def _add_message(out, msg):
             raise TranslationError(f"content block type {kind!r} is not supported by this provider")
     if role == "assistant":
         if parts or tool_calls:
-            m = {"role": "assistant",
+            m: JSONObject = {"role": "assistant",
                  "content": "".join(p["text"] for p in parts if p["type"] == "text") or None}
             if tool_calls:
                 m["tool_calls"] = tool_calls
@@ -90,7 +93,7 @@ def _add_message(out, msg):
             out.append({"role": "user", "content": parts})
 
 
-def _image(block):
+def _image(block: JSONObject) -> JSONObject:
     src = block.get("source") or {}
     if src.get("type") == "base64":
         url = f"data:{src.get('media_type', 'image/png')};base64,{src.get('data', '')}"
@@ -101,7 +104,7 @@ def _image(block):
     return {"type": "image_url", "image_url": {"url": url}}
 
 
-def _add_tools(body, req):
+def _add_tools(body: JSONObject, req: JSONObject) -> None:
     """The tools and tool_choice, as OpenAI says them."""
     tools = req.get("tools")
     if tools:
@@ -124,11 +127,11 @@ def _add_tools(body, req):
 
 
 # ------------------------------------------------------------------ the answer
-def openai_response_to_anthropic(resp, model):
+def openai_response_to_anthropic(resp: JSONObject, model: str) -> JSONObject:
     choices = resp.get("choices") or [{}]
     choice = choices[0] or {}
     msg = choice.get("message") or {}
-    content = []
+    content: list[JSONObject] = []
     text = msg.get("content")
     if isinstance(text, list):
         text = text_of(text)
@@ -157,22 +160,22 @@ def openai_response_to_anthropic(resp, model):
 class OpenAIToAnthropicStream(StreamTranslator):
     """OpenAI chat.completion.chunk events -> Anthropic message stream events."""
 
-    def __init__(self, model):
+    def __init__(self, model: str) -> None:
         self.model = model
         self.started = False
         self.done = False
-        self.block = None        # index of the open Anthropic content block
-        self.block_kind = None   # "text" or ("tool", openai tool index)
+        self.block: int | None = None        # index of the open Anthropic content block
+        self.block_kind: str | tuple[str, int] | None = None   # "text" or ("tool", openai tool index)
         self.next_index = 0
-        self.tools = {}          # openai tool_call index -> anthropic block index
-        self.finish_reason = None
+        self.tools: dict[int, int | None] = {}          # openai tool_call index -> anthropic block index
+        self.finish_reason: str | None = None
         self.input_tokens = 0
         self.output_tokens = 0
         self.cache_write = 0
         self.cache_read = 0     # prompt_tokens_details.cached_tokens: part of prompt_tokens
         self.usage_seen = False
 
-    def _start(self, out, rid):
+    def _start(self, out: list[bytes], rid: str | None) -> None:
         self.started = True
         mid = rid if rid and rid.startswith("msg_") else "msg_" + (rid or random_hex())
         out.append(anthropic_event(b"message_start", {"type": "message_start", "message": {
@@ -180,14 +183,14 @@ class OpenAIToAnthropicStream(StreamTranslator):
             "stop_reason": None, "stop_sequence": None,
             "usage": {"input_tokens": 0, "output_tokens": 0}}}))
 
-    def _close_block(self, out):
+    def _close_block(self, out: list[bytes]) -> None:
         if self.block is not None:
             out.append(anthropic_event(b"content_block_stop",
                                        {"type": "content_block_stop", "index": self.block}))
             self.block = None
             self.block_kind = None
 
-    def _open(self, out, kind, content_block):
+    def _open(self, out: list[bytes], kind: str | tuple[str, int], content_block: JSONObject) -> None:
         self._close_block(out)
         self.block = self.next_index
         self.next_index += 1
@@ -195,8 +198,8 @@ class OpenAIToAnthropicStream(StreamTranslator):
         out.append(anthropic_event(b"content_block_start", {
             "type": "content_block_start", "index": self.block, "content_block": content_block}))
 
-    def feed(self, events):
-        out = []
+    def feed(self, events: list[tuple[bytes | None, bytes]]) -> bytes:
+        out: list[bytes] = []
         for _event, data in events:
             if self.done:
                 break
@@ -228,7 +231,7 @@ class OpenAIToAnthropicStream(StreamTranslator):
                 self._choice(out, choice)
         return b"".join(out)
 
-    def _choice(self, out, choice):
+    def _choice(self, out: list[bytes], choice: JSONObject) -> None:
         """One choice of a chunk: text and tool-call deltas, its finish reason."""
         delta = choice.get("delta") or {}
         text = delta.get("content")
@@ -255,7 +258,7 @@ class OpenAIToAnthropicStream(StreamTranslator):
         if fr:
             self.finish_reason = fr
 
-    def _finish(self, out):
+    def _finish(self, out: list[bytes]) -> None:
         if self.done:
             return
         if not self.started:

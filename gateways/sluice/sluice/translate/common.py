@@ -1,40 +1,49 @@
 """What both translation directions share: the refusal, content text, stop reasons, ids, SSE
 event encoding, the stream translators' common end, and provider error messages."""
+from __future__ import annotations
+
 import os
+from abc import ABC, abstractmethod
+from typing import Any
 
 import orjson
 
 loads = orjson.loads
 dumps = orjson.dumps
 
+# A JSON object as orjson parses it: a client's or a provider's, so its values are checked (or
+# their wrong shapes caught) where they are read
+JSONObject = dict[str, Any]
+
 
 class TranslationError(ValueError):
     """The request cannot be expressed in the provider's dialect (answered with 400)."""
 
 
-def random_hex():
+def random_hex() -> str:
     return os.urandom(12).hex()
 
 
-def new_id(prefix):
+def new_id(prefix: str) -> str:
     return prefix + random_hex()
 
 
-# OpenAI finish_reason <-> Anthropic stop_reason
-FINISH_TO_STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
+# OpenAI finish_reason <-> Anthropic stop_reason (looked up with what a provider sent: None when
+# it sent none)
+FINISH_TO_STOP: dict[str | None, str] = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
                   "function_call": "tool_use", "content_filter": "refusal"}
-STOP_TO_FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
+STOP_TO_FINISH: dict[str | None, str] = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
                   "tool_use": "tool_calls", "refusal": "content_filter", "pause_turn": "stop"}
 
 
-def text_of(content):
+def text_of(content: object) -> str:
     """Text of an Anthropic/OpenAI content value (string or list of text parts)."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        parts = []
+        parts: list[str] = []
         for b in content:
             if isinstance(b, dict) and b.get("type") == "text":
                 parts.append(b.get("text", ""))
@@ -44,7 +53,7 @@ def text_of(content):
     raise TranslationError("content must be a string or a list of content blocks")
 
 
-def check_messages(req):
+def check_messages(req: object) -> list[Any]:
     """The request's messages list; refused unless the body is an object with one."""
     if not isinstance(req, dict):
         raise TranslationError("request body must be a JSON object")
@@ -54,30 +63,44 @@ def check_messages(req):
     return messages
 
 
-def anthropic_event(kind, obj):
+def anthropic_event(kind: bytes, obj: JSONObject) -> bytes:
     return b"event: " + kind + b"\ndata: " + dumps(obj) + b"\n\n"
 
 
-def openai_event(obj):
+def openai_event(obj: JSONObject) -> bytes:
     return b"data: " + dumps(obj) + b"\n\n"
 
 
-class StreamTranslator:
+class StreamTranslator(ABC):
     """What both stream directions share: closing the stream and the token counts seen."""
 
-    def finish(self):
+    input_tokens: int
+    output_tokens: int
+    cache_write: int
+    cache_read: int
+    usage_seen: bool
+
+    @abstractmethod
+    def feed(self, events: list[tuple[bytes | None, bytes]]) -> bytes:
+        """The provider's events (the SSE parser's (event, data) pairs), translated."""
+
+    @abstractmethod
+    def _finish(self, out: list[bytes]) -> None:
+        """The events that end the translated stream, appended to ``out``."""
+
+    def finish(self) -> bytes:
         """Called at the end of the upstream body (the provider may omit its terminator)."""
-        out = []
+        out: list[bytes] = []
         self._finish(out)
         return b"".join(out)
 
-    def usage(self):
+    def usage(self) -> tuple[int, int, int, int, bool]:
         """The provider's billed counts, in its dialect's sense (OpenAI's cache reads are part of
         its prompt), and whether its final usage was seen."""
         return self.input_tokens, self.output_tokens, self.cache_write, self.cache_read, self.usage_seen
 
 
-def upstream_error_message(body):
+def upstream_error_message(body: bytes) -> str:
     """The message of a provider error body in either dialect (or its text)."""
     try:
         obj = loads(body)

@@ -1,11 +1,15 @@
 """An OpenAI client, an Anthropic provider: the Chat Completions request translated to a
 Messages request, and the answer back (a unary response, or its stream event by event)."""
+from __future__ import annotations
+
 import time
+from typing import Any
 
 import orjson
 
 from sluice.translate.common import (
     STOP_TO_FINISH,
+    JSONObject,
     StreamTranslator,
     TranslationError,
     check_messages,
@@ -19,7 +23,8 @@ from sluice.translate.common import (
 
 
 # ------------------------------------------------------------------ the request
-def openai_request_to_anthropic(req, upstream_model, default_max_tokens):
+def openai_request_to_anthropic(req: JSONObject, upstream_model: str, default_max_tokens: int,
+                                ) -> tuple[JSONObject, bool, bool]:
     """Returns (anthropic_request_dict, stream, include_usage)."""
     messages = check_messages(req)
     n = req.get("n", 1)
@@ -27,7 +32,7 @@ def openai_request_to_anthropic(req, upstream_model, default_max_tokens):
         raise TranslationError("n > 1 is not supported by this provider")
     system, out = _messages(messages)
     max_tokens = req.get("max_completion_tokens") or req.get("max_tokens") or default_max_tokens
-    body = {"model": upstream_model, "max_tokens": max_tokens, "messages": out}
+    body: JSONObject = {"model": upstream_model, "max_tokens": max_tokens, "messages": out}
     if system:
         body["system"] = "\n\n".join(s for s in system if s)
     if "temperature" in req and req["temperature"] is not None:
@@ -48,13 +53,13 @@ def openai_request_to_anthropic(req, upstream_model, default_max_tokens):
     return body, stream, include_usage
 
 
-def _messages(messages):
+def _messages(messages: list[Any]) -> tuple[list[str], list[JSONObject]]:
     """(the system texts, the Anthropic messages): consecutive messages of one role merged, tool
     results in user messages."""
-    system = []
-    out = []
+    system: list[str] = []
+    out: list[JSONObject] = []
 
-    def push(role, blocks):
+    def push(role: str, blocks: list[JSONObject]) -> None:
         if not blocks:
             return
         if out and out[-1]["role"] == role:
@@ -80,9 +85,9 @@ def _messages(messages):
     return system, out
 
 
-def _tool_uses(msg):
+def _tool_uses(msg: JSONObject) -> list[JSONObject]:
     """The tool calls of an assistant message, as tool_use blocks."""
-    blocks = []
+    blocks: list[JSONObject] = []
     for tc in msg.get("tool_calls") or ():
         fn = tc.get("function") or {}
         try:
@@ -94,14 +99,14 @@ def _tool_uses(msg):
     return blocks
 
 
-def _content_blocks(content):
+def _content_blocks(content: object) -> list[JSONObject]:
     if content is None:
         return []
     if isinstance(content, str):
         return [{"type": "text", "text": content}] if content else []
     if not isinstance(content, list):
         raise TranslationError("message content must be a string or a list of parts")
-    blocks = []
+    blocks: list[JSONObject] = []
     for p in content:
         if not isinstance(p, dict):
             raise TranslationError("content parts must be objects")
@@ -115,7 +120,7 @@ def _content_blocks(content):
     return blocks
 
 
-def _image(part):
+def _image(part: JSONObject) -> JSONObject:
     url = (part.get("image_url") or {}).get("url", "")
     if url.startswith("data:"):
         head, _, data = url.partition(",")
@@ -124,11 +129,11 @@ def _image(part):
     return {"type": "image", "source": {"type": "url", "url": url}}
 
 
-def _add_tools(body, req):
+def _add_tools(body: JSONObject, req: JSONObject) -> None:
     """The tools and tool_choice, as Anthropic says them."""
     tools = req.get("tools")
     if tools:
-        conv = []
+        conv: list[JSONObject] = []
         for t in tools:
             fn = t.get("function") or {}
             conv.append({"name": fn.get("name", ""), "description": fn.get("description", ""),
@@ -148,9 +153,9 @@ def _add_tools(body, req):
 
 
 # ------------------------------------------------------------------ the answer
-def anthropic_response_to_openai(resp, model):
-    texts = []
-    tool_calls = []
+def anthropic_response_to_openai(resp: JSONObject, model: str) -> JSONObject:
+    texts: list[str] = []
+    tool_calls: list[JSONObject] = []
     for block in resp.get("content") or ():
         kind = block.get("type")
         if kind == "text":
@@ -158,7 +163,7 @@ def anthropic_response_to_openai(resp, model):
         elif kind == "tool_use":
             tool_calls.append({"id": block.get("id", ""), "type": "function", "function": {
                 "name": block.get("name", ""), "arguments": dumps(block.get("input", {})).decode()}})
-    msg = {"role": "assistant", "content": "".join(texts) if texts or not tool_calls else None}
+    msg: JSONObject = {"role": "assistant", "content": "".join(texts) if texts or not tool_calls else None}
     if tool_calls:
         msg["tool_calls"] = tool_calls
     usage = resp.get("usage") or {}
@@ -177,13 +182,13 @@ def anthropic_response_to_openai(resp, model):
 class AnthropicToOpenAIStream(StreamTranslator):
     """Anthropic message stream events -> OpenAI chat.completion.chunk events."""
 
-    def __init__(self, model, include_usage):
+    def __init__(self, model: str, include_usage: bool) -> None:
         self.model = model
         self.include_usage = include_usage
         self.id = "chatcmpl-" + random_hex()
         self.created = int(time.time())
-        self.tools = {}   # anthropic block index -> openai tool index
-        self.finish_reason = None
+        self.tools: dict[int, int] = {}   # anthropic block index -> openai tool index
+        self.finish_reason: str | None = None
         self.input_tokens = 0
         self.output_tokens = 0
         self.cache_write = 0    # cache_creation_input_tokens: not part of input_tokens
@@ -192,13 +197,13 @@ class AnthropicToOpenAIStream(StreamTranslator):
         self.done = False
         self.started = False
 
-    def _chunk(self, delta, finish=None):
+    def _chunk(self, delta: JSONObject, finish: str | None = None) -> bytes:
         return openai_event({"id": self.id, "object": "chat.completion.chunk", "created": self.created,
                              "model": self.model,
                              "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
 
-    def feed(self, events):
-        out = []
+    def feed(self, events: list[tuple[bytes | None, bytes]]) -> bytes:
+        out: list[bytes] = []
         for event, data in events:
             if self.done:
                 break
@@ -227,7 +232,7 @@ class AnthropicToOpenAIStream(StreamTranslator):
                 self.done = True
         return b"".join(out)
 
-    def _message_start(self, out, obj):
+    def _message_start(self, out: list[bytes], obj: JSONObject) -> None:
         msg = obj.get("message") or {}
         if msg.get("id"):
             self.id = "chatcmpl-" + msg["id"]
@@ -238,7 +243,7 @@ class AnthropicToOpenAIStream(StreamTranslator):
         self.started = True
         out.append(self._chunk({"role": "assistant", "content": ""}))
 
-    def _block_start(self, out, obj):
+    def _block_start(self, out: list[bytes], obj: JSONObject) -> None:
         cb = obj.get("content_block") or {}
         if cb.get("type") == "tool_use":
             ti = len(self.tools)
@@ -249,7 +254,7 @@ class AnthropicToOpenAIStream(StreamTranslator):
         elif cb.get("type") == "text" and cb.get("text"):
             out.append(self._chunk({"content": cb["text"]}))
 
-    def _block_delta(self, out, obj):
+    def _block_delta(self, out: list[bytes], obj: JSONObject) -> None:
         d = obj.get("delta") or {}
         dk = d.get("type")
         if dk == "text_delta":
@@ -259,7 +264,7 @@ class AnthropicToOpenAIStream(StreamTranslator):
             out.append(self._chunk({"tool_calls": [{
                 "index": ti, "function": {"arguments": d.get("partial_json", "")}}]}))
 
-    def _message_delta(self, obj):
+    def _message_delta(self, obj: JSONObject) -> None:
         d = obj.get("delta") or {}
         if d.get("stop_reason"):
             self.finish_reason = STOP_TO_FINISH.get(d["stop_reason"], "stop")
@@ -271,14 +276,14 @@ class AnthropicToOpenAIStream(StreamTranslator):
                 self.input_tokens = usage["input_tokens"]
             self._cache_counts(usage)
 
-    def _cache_counts(self, usage):
+    def _cache_counts(self, usage: JSONObject) -> None:
         """The cache counts of a usage object (message_delta's, when it has them, are cumulative)."""
         if "cache_creation_input_tokens" in usage:
             self.cache_write = usage["cache_creation_input_tokens"] or 0
         if "cache_read_input_tokens" in usage:
             self.cache_read = usage["cache_read_input_tokens"] or 0
 
-    def _finish(self, out):
+    def _finish(self, out: list[bytes]) -> None:
         if self.done:
             return
         if not self.started:

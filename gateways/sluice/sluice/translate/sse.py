@@ -2,6 +2,7 @@
 
 Linear in the bytes fed: each read is scanned once, and only the unfinished line is kept
 between reads (as pieces, never re-joined per read). Lines end with CRLF, LF or a lone CR."""
+from __future__ import annotations
 
 
 class FrameTooLarge(ValueError):
@@ -12,22 +13,22 @@ class SSEParser:
     """Feed bytes, get the (event, data) pairs of the events they complete."""
     __slots__ = ("max_frame", "partial", "partial_len", "frame_len", "event", "datas", "after_cr")
 
-    def __init__(self, max_frame=1 << 20):
+    def __init__(self, max_frame: int = 1 << 20) -> None:
         self.max_frame = max_frame
-        self.partial = []       # pieces of the line not ended yet
+        self.partial: list[bytes] = []       # pieces of the line not ended yet
         self.partial_len = 0
         self.frame_len = 0      # bytes of the event's finished lines
-        self.event = None
-        self.datas = []
+        self.event: bytes | None = None
+        self.datas: list[bytes] = []
         self.after_cr = False   # the last read ended with CR: an LF starting the next one ends nothing
 
-    def feed(self, data):
+    def feed(self, data: bytes) -> list[tuple[bytes | None, bytes]]:
         if self.after_cr and data[:1] == b"\n":
             data = data[1:]
         self.after_cr = data[-1:] == b"\r"
         if data.find(b"\r") >= 0:  # one line ending for the scan below
             data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        events = []
+        events: list[tuple[bytes | None, bytes]] = []
         start = 0
         find = data.find
         while True:
@@ -59,7 +60,7 @@ class SSEParser:
                 raise FrameTooLarge(f"an SSE event over {self.max_frame} bytes")
         return events
 
-    def _field(self, line):
+    def _field(self, line: bytes) -> None:
         self.frame_len += len(line) + 1
         if self.frame_len > self.max_frame:
             raise FrameTooLarge(f"an SSE event over {self.max_frame} bytes")
