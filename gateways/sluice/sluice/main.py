@@ -18,7 +18,10 @@ import time
 from sluice import __version__, compiled
 from sluice.config import ConfigError, load
 
-RUN_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "run.py")
+# A worker runs this very package, installed or from a source folder: the folder that holds it
+# goes first on the worker's path.
+WORKER = ("import sys; sys.path.insert(0, %r); from sluice.main import main; raise SystemExit(main())"
+          % os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # what the supervisor waits for: a worker's death, or the signal to stop
 SUPERVISOR_SIGNALS = {signal.SIGCHLD, signal.SIGTERM, signal.SIGINT}
 # a worker restarted this many seconds after its death, doubled for each death in the last minute
@@ -74,7 +77,7 @@ class Supervisor:
         fd = self.shared.fd
         os.set_inheritable(fd, True)
         os.set_inheritable(self.config_fd, True)
-        argv = [sys.executable, RUN_PY, "--config", os.path.abspath(self.cfg.path),
+        argv = [sys.executable, "-c", WORKER, "--config", os.path.abspath(self.cfg.path),
                 "--config-fd", str(self.config_fd),
                 "--worker-index", str(index), "--shm-fd", str(fd),
                 "--parent-pid", str(os.getpid()), "--port", str(self.port)]
