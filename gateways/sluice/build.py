@@ -10,8 +10,10 @@ with SLUICE_PURE_PYTHON=1). Without a C compiler it says so and builds nothing, 
 installs as pure Python. Both ways share build/ (C files, objects, modules): the second build of
 the same sources compiles nothing.
 
-In place: idempotent (an unchanged build is not redone); needs Cython and a C compiler, and
-without them says so and exits 1 (Sluice still runs).
+In place (also ``pip install -e``): each module renamed into place, so a running Sluice keeps the
+one it has mapped, the digest last. ``python build.py`` is idempotent (an unchanged build is not
+redone); it needs Cython and a C compiler, and without them says so and exits 1 (Sluice still
+runs).
 """
 import os
 import shutil
@@ -40,7 +42,8 @@ def extensions():
 
 
 def command():
-    """setuptools' build_ext, building into <build_lib>/sluice/_compiled/ with its SOURCES."""
+    """setuptools' build_ext, building into <build_lib>/sluice/_compiled/ with its SOURCES; with
+    --inplace (``python build.py``, ``pip install -e``) into sluice/_compiled/ beside the sources."""
     from setuptools.command.build_ext import build_ext
     from setuptools.errors import CCompilerError, ExecError, PlatformError
 
@@ -57,36 +60,64 @@ def command():
             stamp = os.path.join(out, "SOURCES")
             if os.path.exists(stamp):
                 os.unlink(stamp)          # no stamp until every module is built again
+            inplace, self.inplace = self.inplace, False   # the copy in place waits for the stamp
             try:
                 super().run()
             except (CCompilerError, ExecError, PlatformError) as e:   # no compiler, no headers
                 shutil.rmtree(out, ignore_errors=True)
                 print(f"sluice: cannot compile ({e}); Sluice runs as pure Python", file=sys.stderr)
                 return
+            finally:
+                self.inplace = inplace
             wanted = {self.get_ext_filename(m) for m in BUILT_MODULES}
             for name in os.listdir(out):  # a module no longer compiled must not shadow its .py
                 if name not in wanted:
                     os.unlink(os.path.join(out, name))
             with open(stamp, "w") as f:
                 f.write(_sources_digest(PKG) + "\n")
+            if self.inplace:
+                self.copy_extensions_to_source()
 
         def get_ext_fullpath(self, ext_name):
             head, name = os.path.split(super().get_ext_fullpath(ext_name))
             return os.path.join(head, "_compiled", name)
 
+        def copy_extensions_to_source(self):
+            built = os.path.join(self.build_lib, "sluice", "_compiled")
+            os.makedirs(OUT, exist_ok=True)
+            stamp = os.path.join(OUT, "SOURCES")
+            if os.path.exists(stamp):
+                os.unlink(stamp)  # no process loads the build while it is being replaced
+            wanted = {self.get_ext_filename(m) for m in BUILT_MODULES}
+            for name in wanted:
+                # a new file renamed into place: a running Sluice keeps the module it has mapped
+                tmp = os.path.join(OUT, f".{name}.new")
+                shutil.copy2(os.path.join(built, name), tmp)
+                os.replace(tmp, os.path.join(OUT, name))
+            for name in os.listdir(OUT):  # a module no longer compiled must not shadow its .py
+                if name not in wanted:
+                    os.unlink(os.path.join(OUT, name))
+            shutil.copy2(os.path.join(built, "SOURCES"), stamp + ".new")
+            os.replace(stamp + ".new", stamp)
+
     return BuildCompiled
 
 
-def main():
-    digest = _sources_digest(PKG)
+def _built(digest):
+    """The build in sluice/_compiled/ is of these sources, for this interpreter."""
     from importlib.machinery import EXTENSION_SUFFIXES
-    suffix = EXTENSION_SUFFIXES[0]
     try:
         with open(os.path.join(OUT, "SOURCES")) as f:
             current = f.read().strip() == digest
     except OSError:
-        current = False
-    if current and all(os.path.exists(os.path.join(OUT, m + suffix)) for m in BUILT_MODULES):
+        return False
+    return current and all(os.path.exists(os.path.join(OUT, m + EXTENSION_SUFFIXES[0]))
+                           for m in BUILT_MODULES)
+
+
+def main():
+    digest = _sources_digest(PKG)
+    if _built(digest):
         print(f"sluice: compiled modules up to date ({OUT})")
         return 0
     try:
@@ -98,30 +129,10 @@ def main():
     os.chdir(HERE)  # module names follow the paths: sluice/<m>.py -> sluice.<m>
     # setuptools reads pyproject.toml here, as the package's build does; older ones call that beta
     warnings.filterwarnings("ignore", message=r"Support for `\[tool.setuptools\]`")
-    dist = setup(ext_modules=extensions(), cmdclass={"build_ext": command()},
-                 script_name="build.py", script_args=["-q", "build_ext"])
-    built = os.path.join(dist.get_command_obj("build_ext").build_lib, "sluice", "_compiled")
-    try:
-        with open(os.path.join(built, "SOURCES")) as f:
-            if f.read().strip() != digest:
-                raise OSError("built from other sources")
-    except OSError:
+    setup(ext_modules=extensions(), cmdclass={"build_ext": command()},
+          script_name="build.py", script_args=["-q", "build_ext", "--inplace"])
+    if not _built(digest):
         return 1                          # the command said why
-    os.makedirs(OUT, exist_ok=True)
-    stamp = os.path.join(OUT, "SOURCES")
-    if os.path.exists(stamp):
-        os.unlink(stamp)  # no process loads the build while it is being replaced
-    for m in BUILT_MODULES:
-        # a new file renamed into place: a running Sluice keeps the module it has mapped
-        tmp = os.path.join(OUT, f".{m}{suffix}.new")
-        shutil.copy2(os.path.join(built, m + suffix), tmp)
-        os.replace(tmp, os.path.join(OUT, m + suffix))
-    for name in os.listdir(OUT):  # a module no longer compiled must not shadow its .py
-        if name.endswith(suffix) and name[:-len(suffix)] not in BUILT_MODULES:
-            os.unlink(os.path.join(OUT, name))
-    with open(stamp + ".new", "w") as f:
-        f.write(digest + "\n")
-    os.replace(stamp + ".new", stamp)
     print(f"sluice: compiled {', '.join(BUILT_MODULES)} into {OUT}")
     return 0
 
