@@ -7,7 +7,7 @@ GATEWAYS ?=
 SET      ?=
 STUDY    ?=
 
-.PHONY: study study-deps faults inflight test test-fast test-deps test-sluice-pure sluice-build report gate lint typecheck setup clean-venv
+.PHONY: study study-deps faults inflight test test-fast test-deps test-sluice test-sluice-pure sluice-build cc report gate lint typecheck docs setup clean-venv
 
 setup: $(VENV)/.installed
 
@@ -18,10 +18,15 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 	$(PY) -m pip install -q -c requirements.lock --config-settings editable_mode=compat -e '.[test]'
 	touch $@
 
-## Sluice's compiled hot path (Cython + gcc, one source with the .py modules; idempotent, instant
-## when current). Without a compiler Sluice runs its pure-Python modules, and says so.
-sluice-build: setup
+## A C compiler for Sluice's compiled hot path (Debian's gcc, when missing and run as root).
+cc:
 	@command -v gcc >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq --no-install-recommends gcc; }
+
+## Sluice's compiled hot path in its source folder, for its tests (Cython + gcc, one source with
+## the .py modules; idempotent, instant when current). The study installs Sluice as a package
+## instead (gateways/sluice/gateway.toml), compiled by the same build. Without a compiler
+## Sluice runs its pure-Python modules, and says so.
+sluice-build: setup cc
 	$(PY) gateways/sluice/build.py
 
 ## What the study itself needs from Debian: tcpdump for the wire timing, valgrind and strace for
@@ -33,16 +38,16 @@ study-deps:
 ## make study [PROFILE=standard] [GATEWAYS=all|direct,nginx,...] [SET="--set runs_per_gateway=1"]
 ## (no GATEWAYS: the profile's own systems, else every system under gateways/): cleared once, run
 ## through notebooks/head_to_head.ipynb, which writes the report.
-study: setup study-deps sluice-build
+study: setup study-deps cc
 	$(PY) -m harness notebook --profile $(PROFILE) $(if $(GATEWAYS),--gateways $(GATEWAYS)) $(SET)
 
 ## What the tests start: Debian's nginx and chromium, and every pinned competitor (into .cache/).
 ## Idempotent: a second run installs nothing.
-test-deps: setup
+test-deps: setup cc
 	bash scripts/install-test-deps.sh
 	$(PY) -m harness install all
 
-## Everything, the real processes included (what CI runs).
+## Everything, the real processes included, Sluice's own tests too (what CI runs).
 test: setup test-deps sluice-build
 	$(PY) -m pytest -p no:cacheprovider
 
@@ -57,7 +62,6 @@ lint: setup
 ## The docs (mkdocs.yml, docs/) built into site/ (git-ignored), warnings as errors: a dead link or
 ## anchor, or a page missing from the navigation, fails. scripts/gen_docs.py writes the pages that
 ## come from the code; tests/test_docs.py says when one is stale.
-.PHONY: docs
 docs: setup
 	$(PY) -m mkdocs build --strict
 
@@ -66,9 +70,13 @@ docs: setup
 typecheck: setup
 	cd gateways/sluice && $(abspath $(PY)) -m mypy --config-file mypy.ini
 
+## Sluice's own tests, from its folder (gateways/sluice/tests, with its pyproject.toml).
+test-sluice: setup sluice-build
+	cd gateways/sluice && $(abspath $(PY)) -m pytest -p no:cacheprovider
+
 ## Sluice's tests once more on its pure-Python modules (CI runs it after `make test`).
 test-sluice-pure: setup
-	SLUICE_PURE_PYTHON=1 $(PY) -m pytest -p no:cacheprovider tests/sluice
+	cd gateways/sluice && SLUICE_PURE_PYTHON=1 $(abspath $(PY)) -m pytest -p no:cacheprovider
 
 ## The provider-fault lane: every system in the five core fault scenarios on the same open-loop
 ## arrivals, configured as its vendor recommends, 3 runs each (notebooks/suites/faults.toml),
@@ -78,21 +86,21 @@ test-sluice-pure: setup
 ## interrupted lane resumes with ID=<its suite id>.
 SUITE ?= faults
 ID    ?=
-faults: setup study-deps sluice-build
+faults: setup study-deps cc
 	$(PY) -m harness suite notebooks/suites/$(SUITE).toml --suite-id $${ID:-$(SUITE)-$$(date -u +%Y%m%dT%H%M%SZ)}
 
 ## The in-flight lane: every runnable system holding 1,000 to 10,000 requests open, unary and
 ## streamed, sized as its vendor documents, 3 runs each (notebooks/suites/inflight.toml), through
 ## notebooks/suite.ipynb; it prints its expected and its actual duration, and writes the suite's
 ## report; ID=<suite id> resumes.
-inflight: setup study-deps sluice-build
+inflight: setup study-deps cc
 	$(PY) -m harness suite notebooks/suites/inflight.toml --suite-id $${ID:-inflight-$$(date -u +%Y%m%dT%H%M%SZ)}
 
 ## The performance gate (CI runs it after the tests): the base commit's Sluice (from
 ## baselines/gate/, built in a worktree) counted twice and this tree's once, under Valgrind and
 ## strace (instructions, allocations, system calls per request decide), then a short timed
 ## check beside them for what counts cannot see (baselines/README.md). About 6 minutes.
-gate: setup sluice-build
+gate: setup cc
 	bash scripts/install-test-deps.sh
 	$(PY) -m harness gate run
 

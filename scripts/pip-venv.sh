@@ -3,13 +3,20 @@
 # the pins and the Python) so that a second run installs nothing.
 #
 # The caller sets NAME, HERE and FINGERPRINT_FILES, defines installed() (is the install whole?)
-# and post_install() (verify it, build extras), then calls: pip_venv_main "$@"
+# and post_install() (verify it, build extras), may define its own pip_install() (what goes into
+# the venv), then calls: pip_venv_main "$@"
 #   install.sh CACHE_DIR [PYTHON]          install (does nothing if already installed)
 #   install.sh --check CACHE_DIR [PYTHON]  exit 0 iff installed from the current pins
 set -euo pipefail
 
 die() { echo "[$NAME] install FAILED: $*" >&2; exit 1; }
 run() { echo "[$NAME] + $*" >&2; "$@" || die "command failed (exit $?): $*"; }
+
+# What goes into the venv: requirements.txt, every package pinned by its hash.
+pip_install() {
+    run nice -n 19 "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-input \
+        --require-hashes --no-deps -r "$HERE/requirements.txt"
+}
 
 pip_venv_main() {
     local check=0
@@ -31,8 +38,7 @@ pip_venv_main() {
     rm -f "$stamp"
     rm -rf "$VENV"
     run nice -n 19 "$PY" -m venv "$VENV"
-    run nice -n 19 "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-input \
-        --require-hashes --no-deps -r "$HERE/requirements.txt"
+    pip_install
     post_install
     echo "$want" > "$stamp"
     echo "[$NAME] installed in $CACHE in $(( $(date +%s) - start )) s"

@@ -1,6 +1,4 @@
-"""Suite-wide guards: no test may leave a process behind. And the lanes: Sluice's own tests
-(tests/sluice) start it as a real process, all but its in-process unit tests, so they are
-integration tests too (`make test-fast` leaves them out)."""
+"""Suite-wide guards: no test may leave a process behind."""
 import os
 import signal
 
@@ -39,13 +37,3 @@ def no_orphans():
         except OSError:
             pass
     pytest.fail(f"processes left behind by this test: {described}")
-
-
-SLUICE_UNIT_TESTS = ("test_sluice_units.py", "test_sluice_declarations.py",
-                     "test_sluice_resilience_config.py")
-
-
-def pytest_collection_modifyitems(items):
-    for item in items:
-        if item.path.parent.name == "sluice" and item.path.name not in SLUICE_UNIT_TESTS:
-            item.add_marker(pytest.mark.integration)

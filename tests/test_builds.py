@@ -40,6 +40,9 @@ def test_one_worktree_per_commit_reused_while_whole(worktrees):
     assert (again.gateways_dir / "sluice" / "gateway.toml").read_text() != "changed"
     spec = load_gateway_spec("sluice~base", again.gateways_dir)
     assert spec.directory == (again.gateways_dir / "sluice").resolve()
+    # its installs are its own: never over this tree's, from other sources
+    assert spec.cache_dir == (again.path / ".cache" / "gateways" / "sluice").resolve()
+    assert load_gateway_spec("sluice").cache_dir == REPO_DIR / ".cache" / "gateways" / "sluice"
 
 
 def test_a_failing_build_names_its_command_and_log(tmp_path):

@@ -8,6 +8,7 @@ from harness.model.count_cases import CountCase, Sizes, families
 from harness.model.gateway_spec import load_gateway_spec
 from harness.run.count_lane import run_count_lane
 from harness.run.count_system import count_system, tools_missing
+from harness.run.systems import install
 from harness.stats.count_table import lane_frame
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -22,6 +23,8 @@ def counted(tmp_path_factory):
         pytest.fail(tools_missing())
     spec = load_gateway_spec("sluice")
     work = tmp_path_factory.mktemp("count")
+    installed = install(spec, work / "install.log")   # as a study does: instant when current
+    assert installed.ok, installed.message
     plain = count_system(spec, CASES, work, "head", sizes=TINY, progress=lambda _: None)
     extra = count_system(spec, CASES[:1], work, "write", sizes=TINY, progress=lambda _: None,
                          extra_env={"SLUICE_TEST_EXTRA_WRITE": "1"})

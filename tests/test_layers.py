@@ -1,6 +1,7 @@
 """Imports run one way: each folder of harness/ (and report/, mocks/) imports only the layers
 below it, as the layers table of docs/architecture.md states. The table here is that table; a new arrow
-against it fails with the file and the import."""
+against it fails with the file and the import. And Sluice (gateways/sluice: its package, its
+tests, its tools) imports nothing of the study."""
 from __future__ import annotations
 
 import ast
@@ -96,6 +97,32 @@ def test_the_check_sees_an_arrow_against_the_layers(tmp_path):
     wrong = arrows_against_the_layers(tmp_path)
     assert wrong == ["harness/stats/_layer_probe.py:1: harness.stats imports harness.run.study "
                      "(harness.run is not below harness.stats)"]
+
+
+STUDY = ("harness", "mocks", "report")
+
+
+def study_imports(folder: Path) -> list[str]:
+    """Every import of the study (harness/, mocks/, report/) in a folder's Python files, its
+    build products left out."""
+    wrong = []
+    for path in sorted(folder.rglob("*.py")):
+        if path.relative_to(folder).parts[0] == "build":
+            continue
+        for line, module in imported(path, folder):
+            if module.split(".")[0] in STUDY:
+                wrong.append(f"{path.relative_to(folder)}:{line}: imports {module}")
+    return wrong
+
+
+def test_sluice_knows_nothing_of_the_study():
+    assert study_imports(REPO_DIR / "gateways" / "sluice") == []
+
+
+def test_the_check_sees_sluice_import_the_study(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_probe.py").write_text("import os\nfrom mocks import server\n")
+    assert study_imports(tmp_path) == ["tests/test_probe.py:2: imports mocks.server"]
 
 
 def test_the_docs_state_the_same_layers():

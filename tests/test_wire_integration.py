@@ -25,7 +25,7 @@ REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 NGINX = "/usr/sbin/nginx"
 TCPDUMP = shutil.which("tcpdump") or "/usr/bin/tcpdump"
-SLUICE_RUN = os.path.join(REPO_DIR, "gateways", "sluice", "run.py")
+SLUICE_DIR = os.path.join(REPO_DIR, "gateways", "sluice")   # its package, run from source
 
 pytestmark = [
     pytest.mark.timeout(180),
@@ -110,11 +110,12 @@ def nginx(tmp_path, mock):
 
 def _sluice(tmp_path, mock_port, delay_ms):
     port = _free_port()
-    conf = _render(os.path.join(REPO_DIR, "gateways", "sluice", "sluice.toml.tmpl"),
+    conf = _render(os.path.join(SLUICE_DIR, "sluice.toml.tmpl"),
                    tmp_path / f"sluice-{delay_ms}.toml", listen_host="127.0.0.1", port=port, workers=1,
                    upstream_url=f"http://127.0.0.1:{mock_port}")
-    env = dict(os.environ, SLUICE_MOCK_API_KEY="sk-mock", SLUICE_TEST_DELAY_MS=str(delay_ms))
-    proc = subprocess.Popen([sys.executable, SLUICE_RUN, "--config", str(conf)], env=env,
+    env = dict(os.environ, SLUICE_MOCK_API_KEY="sk-mock", SLUICE_TEST_DELAY_MS=str(delay_ms),
+               PYTHONPATH=SLUICE_DIR)
+    proc = subprocess.Popen([sys.executable, "-m", "sluice", "--config", str(conf)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_http(port, proc, "sluice")

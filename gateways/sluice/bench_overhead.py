@@ -329,8 +329,9 @@ def start_sluice(config_text, port, directory, sluice_dir=HERE):
     cfg = os.path.join(directory, "sluice.toml")
     with open(cfg, "w") as f:
         f.write(config_text)
-    env = dict(os.environ, BENCH_KEY="sk-provider")
-    sl = subprocess.Popen([PY, os.path.join(sluice_dir, "run.py"), "--config", cfg], env=env)
+    path = os.pathsep.join(p for p in (sluice_dir, os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, BENCH_KEY="sk-provider", PYTHONPATH=path)
+    sl = subprocess.Popen([PY, "-m", "sluice", "--config", cfg], env=env)
     try:
         wait_http(port)
     except RuntimeError:

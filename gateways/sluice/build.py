@@ -1,23 +1,29 @@
-"""Compile Sluice's hot modules with Cython: ``python gateways/sluice/build.py``.
+"""Sluice's compiled hot path: one build, run in place (``python gateways/sluice/build.py``) or
+as part of the package's build (setup.py: ``pip install ./gateways/sluice``).
 
 The same .py files run as plain Python; compiled, the .pxd files beside them type the classes,
-attributes and calls of the request path. The byte layer (``_bytescan.pyx``) is Cython only:
-its pure-Python reference is ``bytescan.py``, which runs when it is not built. The extension modules go to sluice/_compiled/ with a
-digest of the sources they were built from: ``sluice`` loads them only while that digest
-matches (and never with SLUICE_PURE_PYTHON=1). Idempotent: an unchanged build is not redone.
-Needs Cython and a C compiler; without them it says so and exits 1 (Sluice still runs).
+attributes and calls of the request path. The byte layer (``_bytescan.pyx``) is Cython only: its
+pure-Python reference is ``bytescan.py``, which runs when it is not built. ``BuildCompiled``
+(setuptools' build_ext) puts the extension modules in sluice/_compiled/ with a digest of the
+sources they were built from: ``sluice`` loads them only while that digest matches (and never
+with SLUICE_PURE_PYTHON=1). Without a C compiler it says so and builds nothing, so the package
+installs as pure Python. Both ways share build/ (C files, objects, modules): the second build of
+the same sources compiles nothing.
+
+In place (also ``pip install -e``): each module renamed into place, so a running Sluice keeps the
+one it has mapped, the digest last. ``python build.py`` is idempotent (an unchanged build is not
+redone); it needs Cython and a C compiler, and without them says so and exits 1 (Sluice still
+runs).
 """
 import os
 import shutil
 import sys
-import tempfile
+import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PKG = os.path.join(HERE, "sluice")
 OUT = os.path.join(PKG, "_compiled")
-BUILD = os.path.join(HERE, "build")
 
-sys.path.insert(0, HERE)
 os.environ["SLUICE_PURE_PYTHON"] = "1"  # this process only reads the package's metadata
 from sluice import BUILT_MODULES, COMPILED_MODULES, EXTENSION_MODULES, _sources_digest  # noqa: E402
 
@@ -28,55 +34,105 @@ DIRECTIVES = {
 }
 
 
-def main():
-    digest = _sources_digest(PKG)
+def extensions():
+    """The modules to compile, named as they are imported (their paths relative to this folder)."""
+    from setuptools import Extension
+    return ([Extension(f"sluice.{m}", [f"sluice/{m}.py"]) for m in COMPILED_MODULES]
+            + [Extension(f"sluice.{m}", [f"sluice/{m}.pyx"]) for m in EXTENSION_MODULES])
+
+
+def command():
+    """setuptools' build_ext, building into <build_lib>/sluice/_compiled/ with its SOURCES; with
+    --inplace (``python build.py``, ``pip install -e``) into sluice/_compiled/ beside the sources."""
+    from setuptools.command.build_ext import build_ext
+    from setuptools.errors import CCompilerError, ExecError, PlatformError
+
+    class BuildCompiled(build_ext):
+        def run(self):
+            from Cython.Build import cythonize
+            # the C files replace the sources of setuptools' own extension objects, which carry
+            # what it set on them
+            for ext, c in zip(self.extensions, cythonize(self.extensions, quiet=True,
+                                                         compiler_directives=DIRECTIVES,
+                                                         build_dir=os.path.join(HERE, "build", "c"))):
+                ext.sources = c.sources
+            out = os.path.join(self.build_lib, "sluice", "_compiled")
+            stamp = os.path.join(out, "SOURCES")
+            if os.path.exists(stamp):
+                os.unlink(stamp)          # no stamp until every module is built again
+            inplace, self.inplace = self.inplace, False   # the copy in place waits for the stamp
+            try:
+                super().run()
+            except (CCompilerError, ExecError, PlatformError) as e:   # no compiler, no headers
+                shutil.rmtree(out, ignore_errors=True)
+                print(f"sluice: cannot compile ({e}); Sluice runs as pure Python", file=sys.stderr)
+                return
+            finally:
+                self.inplace = inplace
+            wanted = {self.get_ext_filename(m) for m in BUILT_MODULES}
+            for name in os.listdir(out):  # a module no longer compiled must not shadow its .py
+                if name not in wanted:
+                    os.unlink(os.path.join(out, name))
+            with open(stamp, "w") as f:
+                f.write(_sources_digest(PKG) + "\n")
+            if self.inplace:
+                self.copy_extensions_to_source()
+
+        def get_ext_fullpath(self, ext_name):
+            head, name = os.path.split(super().get_ext_fullpath(ext_name))
+            return os.path.join(head, "_compiled", name)
+
+        def copy_extensions_to_source(self):
+            built = os.path.join(self.build_lib, "sluice", "_compiled")
+            os.makedirs(OUT, exist_ok=True)
+            stamp = os.path.join(OUT, "SOURCES")
+            if os.path.exists(stamp):
+                os.unlink(stamp)  # no process loads the build while it is being replaced
+            wanted = {self.get_ext_filename(m) for m in BUILT_MODULES}
+            for name in wanted:
+                # a new file renamed into place: a running Sluice keeps the module it has mapped
+                tmp = os.path.join(OUT, f".{name}.new")
+                shutil.copy2(os.path.join(built, name), tmp)
+                os.replace(tmp, os.path.join(OUT, name))
+            for name in os.listdir(OUT):  # a module no longer compiled must not shadow its .py
+                if name not in wanted:
+                    os.unlink(os.path.join(OUT, name))
+            shutil.copy2(os.path.join(built, "SOURCES"), stamp + ".new")
+            os.replace(stamp + ".new", stamp)
+
+    return BuildCompiled
+
+
+def _built(digest):
+    """The build in sluice/_compiled/ is of these sources, for this interpreter."""
     from importlib.machinery import EXTENSION_SUFFIXES
-    suffix = EXTENSION_SUFFIXES[0]
     try:
         with open(os.path.join(OUT, "SOURCES")) as f:
             current = f.read().strip() == digest
     except OSError:
-        current = False
-    if current and all(os.path.exists(os.path.join(OUT, m + suffix)) for m in BUILT_MODULES):
+        return False
+    return current and all(os.path.exists(os.path.join(OUT, m + EXTENSION_SUFFIXES[0]))
+                           for m in BUILT_MODULES)
+
+
+def main():
+    digest = _sources_digest(PKG)
+    if _built(digest):
         print(f"sluice: compiled modules up to date ({OUT})")
         return 0
     try:
-        from Cython.Build import cythonize
-        from setuptools import Extension, setup
+        import Cython  # noqa: F401
+        from setuptools import setup
     except ImportError as e:
         print(f"sluice: cannot compile ({e}); Sluice runs as pure Python", file=sys.stderr)
         return 1
-    exts = [Extension(f"sluice.{m}", [os.path.join("sluice", m + ".py")]) for m in COMPILED_MODULES]
-    exts += [Extension(f"sluice.{m}", [os.path.join("sluice", m + ".pyx")]) for m in EXTENSION_MODULES]
     os.chdir(HERE)  # module names follow the paths: sluice/<m>.py -> sluice.<m>
-    modules = cythonize(exts, compiler_directives=DIRECTIVES, build_dir=os.path.join(BUILD, "c"),
-                        quiet=True)
-    lib = tempfile.mkdtemp(prefix="sluice-build-")
-    try:
-        try:
-            setup(name="sluice-compiled", ext_modules=modules, script_name="build.py",
-                  script_args=["-q", "build_ext", "--build-lib", lib,
-                               "--build-temp", os.path.join(BUILD, "temp")])
-        except (Exception, SystemExit) as e:  # no compiler, no Python headers
-            print(f"sluice: cannot compile ({e}); Sluice runs as pure Python", file=sys.stderr)
-            return 1
-        os.makedirs(OUT, exist_ok=True)
-        stamp = os.path.join(OUT, "SOURCES")
-        if os.path.exists(stamp):
-            os.unlink(stamp)  # no process loads the build while it is being replaced
-        for m in BUILT_MODULES:
-            # a new file renamed into place: a running Sluice keeps the module it has mapped
-            tmp = os.path.join(OUT, f".{m}{suffix}.new")
-            shutil.copy2(os.path.join(lib, "sluice", m + suffix), tmp)
-            os.replace(tmp, os.path.join(OUT, m + suffix))
-        for name in os.listdir(OUT):  # a module no longer compiled must not shadow its .py
-            if name.endswith(suffix) and name[:-len(suffix)] not in BUILT_MODULES:
-                os.unlink(os.path.join(OUT, name))
-    finally:
-        shutil.rmtree(lib, ignore_errors=True)
-    with open(stamp + ".new", "w") as f:
-        f.write(digest + "\n")
-    os.replace(stamp + ".new", stamp)
+    # setuptools reads pyproject.toml here, as the package's build does; older ones call that beta
+    warnings.filterwarnings("ignore", message=r"Support for `\[tool.setuptools\]`")
+    setup(ext_modules=extensions(), cmdclass={"build_ext": command()},
+          script_name="build.py", script_args=["-q", "build_ext", "--inplace"])
+    if not _built(digest):
+        return 1                          # the command said why
     print(f"sluice: compiled {', '.join(BUILT_MODULES)} into {OUT}")
     return 0
 

@@ -1,5 +1,5 @@
 """The hostile side of soak_hostile.py: raw-socket attacks on Sluice, the kinds the hostile tests
-send one at a time (tests/sluice/test_sluice_hostile_*.py), and a lying provider.
+send one at a time (gateways/sluice/tests/test_sluice_hostile_*.py), and a lying provider.
 
 Each attack opens one connection, does its harm, and waits for Sluice to answer or close,
 at most its deadline plus ``overrun_cap_s``. It returns an ``Outcome``: the status of the

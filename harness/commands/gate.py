@@ -83,15 +83,20 @@ def count_builds(gate_system: str, base_commit: str, head_env: list[str], gate_d
     from harness.model.gateway_spec import folder_of, load_gateway_spec
     from harness.remote.machine import this_machine
     from harness.run import builds, count_system
-    from harness.run.systems import read_version
+    from harness.run.systems import install, read_version
     sizes = sizes or Sizes()
     files = StudyFiles(gate_dir)   # laid out as a study's counting lane
     name = folder_of(gate_system)
     tree = builds.checkout(base_commit)
     base_spec = load_gateway_spec(name, tree.gateways_dir)
-    print(f"gate: building the base ({tree.commit[:12]}) in {tree.path}", flush=True)
-    builds.build(base_spec, gate_dir / "base.build.log")
     head_spec = load_gateway_spec(name)
+    # each build installed and built as its own gateway.toml says, as a study does
+    for label, spec in (("base", base_spec), ("head", head_spec)):
+        print(f"gate: installing and building the {label} from {spec.directory}", flush=True)
+        installed = install(spec, gate_dir / f"{label}.install.log")
+        if not installed.ok:
+            raise builds.BuildError(installed.message)
+        builds.build(spec, gate_dir / f"{label}.build.log")
     env = dict(item.split("=", 1) for item in head_env)
     from harness.host.processes import free_port
     ports = (free_port(), 0)   # the same for every count: a port reaches hashed keys

@@ -117,8 +117,9 @@ class StudyConfig:
                                          # "" = no build comparison in this study
     builds: tuple[str, ...] = ()         # "ENTRY=REF" items: that study entry runs its system's
                                          # folder as committed at git REF (a worktree under
-                                         # .cache/builds/, built as its own gateway.toml's [build]
-                                         # says); every other entry runs from this working tree
+                                         # .cache/builds/, installed and built as its own
+                                         # gateway.toml says, into its own .cache/); every other
+                                         # entry runs from this working tree
     system_env: tuple[str, ...] = ()     # "ENTRY:NAME=VALUE" items: extra environment of one
                                          # entry's process (e.g. "sluice:SLUICE_TEST_DELAY_MS=1"
                                          # slows the head build alone); no commas in VALUE

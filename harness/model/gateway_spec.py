@@ -254,7 +254,11 @@ class GatewaySpec:
 
     @property
     def cache_dir(self) -> Path:
-        return REPO_DIR / ".cache" / "gateways" / self.directory.name
+        """Where its installs go: .cache/gateways/<folder> of the git checkout its folder is in
+        (this repository's for a folder outside any), so that a build of another commit (a
+        worktree under .cache/builds/) installs from its own sources into its own place."""
+        tree = self.directory.parent.parent
+        return (tree if (tree / ".git").exists() else REPO_DIR) / ".cache" / "gateways" / self.directory.name
 
 
 def folder_of(system: str) -> str:

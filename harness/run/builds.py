@@ -4,7 +4,8 @@
 ``.cache/builds/<commit>/`` (made once, reused; a broken one is made again).
 ``build(spec, log)`` runs the ``[build]`` command the spec's own gateway.toml declares, with
 ``{{gateway_dir}}`` pointing into that worktree, so both builds are compiled the same way, each
-from its own sources. A folder whose gateway.toml declares no ``[build]`` runs as committed.
+from its own sources. A folder whose gateway.toml declares no ``[build]`` runs as committed (or
+as its ``[install]`` built it: a worktree's ``{{cache_dir}}`` is its own).
 """
 from __future__ import annotations
 

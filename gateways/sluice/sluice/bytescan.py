@@ -3,7 +3,7 @@
 Each function has a twin of the same name, arguments and answer in ``_bytescan.pyx``: C loops
 over the buffer instead of regexes and bytes methods, as aiohttp's ``_http_parser.pyx`` stands
 beside ``http_parser.py``. The twins are used when Sluice runs compiled (build.py builds both
-kinds of module); ``SLUICE_PURE_PYTHON=1`` runs these. ``tests/sluice/test_sluice_bytescan.py``
+kinds of module); ``SLUICE_PURE_PYTHON=1`` runs these. ``tests/test_sluice_bytescan.py``
 proves that both give the same answers, on random, JSON-shaped and hostile bytes.
 """
 from __future__ import annotations

@@ -28,7 +28,10 @@ if TYPE_CHECKING:
     from sluice.server import App
     from sluice.shared import Shared
 
-RUN_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "run.py")
+# A worker runs this very package, installed or from a source folder: the folder that holds it
+# goes first on the worker's path.
+WORKER = ("import sys; sys.path.insert(0, %r); from sluice.main import main; raise SystemExit(main())"
+          % os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # what the supervisor waits for: a worker's death, or the signal to stop
 SUPERVISOR_SIGNALS = {signal.SIGCHLD, signal.SIGTERM, signal.SIGINT}
 # a worker restarted this many seconds after its death, doubled for each death in the last minute
@@ -87,7 +90,7 @@ class Supervisor:
         assert fd is not None  # the memory is shared: a memfd
         os.set_inheritable(fd, True)
         os.set_inheritable(self.config_fd, True)
-        argv = [sys.executable, RUN_PY, "--config", self.config_path,
+        argv = [sys.executable, "-c", WORKER, "--config", self.config_path,
                 "--config-fd", str(self.config_fd),
                 "--worker-index", str(index), "--shm-fd", str(fd),
                 "--parent-pid", str(os.getpid()), "--port", str(self.port)]
