@@ -1,6 +1,5 @@
-"""Suite-wide guards: no test may leave a process behind. And the lanes: Sluice's own tests
-(tests/sluice) start it as a real process, all but its in-process unit tests, so they are
-integration tests too (`make test-fast` leaves them out)."""
+"""Suite-wide: no test may leave a process behind. Tiers are marked per module (``pytestmark``:
+``integration``, and ``slow`` for the longest of those; pyproject.toml declares them)."""
 import os
 import signal
 
@@ -40,12 +39,3 @@ def no_orphans():
             pass
     pytest.fail(f"processes left behind by this test: {described}")
 
-
-SLUICE_UNIT_TESTS = ("test_sluice_units.py", "test_sluice_declarations.py",
-                     "test_sluice_resilience_config.py")
-
-
-def pytest_collection_modifyitems(items):
-    for item in items:
-        if item.path.parent.name == "sluice" and item.path.name not in SLUICE_UNIT_TESTS:
-            item.add_marker(pytest.mark.integration)
