@@ -6,6 +6,7 @@ import signal
 import psutil
 import pytest
 from polling import wait_for
+from smoke_study import run_smoke_study
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -39,3 +40,8 @@ def no_orphans():
             pass
     pytest.fail(f"processes left behind by this test: {described}")
 
+
+@pytest.fixture(scope="session")
+def smoke_study(tmp_path_factory):
+    """One smoke study for every test that only reads one (tests/smoke_study.py)."""
+    return run_smoke_study(tmp_path_factory.mktemp("smoke-study"))
