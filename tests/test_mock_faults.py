@@ -306,18 +306,22 @@ def test_faults_wait_for_the_arm_file_then_count_from_its_epoch(tmp_path):
         epoch = time.time() + 0.3
         (tmp_path / "arm.tmp").write_text(json.dumps({"epoch_unix_s": epoch}))
         (tmp_path / "arm.tmp").replace(arm)
-        seen = []
+        seen = []   # (sent after, answered by: seconds after the epoch, status)
         while time.time() < epoch + 2.0:
-            seen.append((time.time() - epoch, _status_on_new_connection(m)))
+            sent = time.time() - epoch
+            status = _status_on_new_connection(m)
+            seen.append((sent, time.time() - epoch, status))
             time.sleep(0.01)
         stats = read_stats(m.stats_dir, fresher_than_t_unix_s=time.time())
     finally:
         assert m.stop() == 0
     assert set(before) == {200}
-    # every worker faulted exactly inside [epoch + 0.5, epoch + 1.5) (the client's clock is
-    # a little before the mock's body time, so leave a few ms either side)
-    assert all(status == 200 for t, status in seen if t < 0.49 or t > 1.51)
-    assert all(status == 503 for t, status in seen if 0.51 < t < 1.49)
+    # every worker faulted exactly inside [epoch + 0.5, epoch + 1.5): the mock's body time is
+    # between a request's send and its answer, however long a loaded machine made that
+    outside = [status for sent, answered, status in seen if answered < 0.5 or sent >= 1.5]
+    inside = [status for sent, answered, status in seen if sent >= 0.5 and answered < 1.5]
+    assert len(outside) >= 10 and set(outside) == {200}, seen
+    assert len(inside) >= 10 and set(inside) == {503}, seen
     assert stats["config"]["fault_epoch_unix_s"] == pytest.approx(epoch)
 
 
@@ -336,17 +340,19 @@ def test_down_window_refuses_connects_on_every_worker_then_accepts(tmp_path):
     try:
         keep = m.client()
         call(keep, "POST", OPENAI, BODY)  # a keep-alive connection open before the window
-        seen = []  # (seconds after the epoch, "ok" | "refused"), one entry per probe
+        # (seconds after the epoch when the probe began and when it ended, "ok" | "refused")
+        seen = []
         # Probe until the window has ended and a connect succeeded again (bounded: a loaded
         # machine may reopen the listeners late, which is allowed, never early).
         while time.time() < epoch + 8.0:
+            began = time.time() - epoch
             try:
                 socket.create_connection(("127.0.0.1", m.port), timeout=1).close()
                 r = "ok"
             except ConnectionRefusedError:
                 r = "refused"
-            seen.append((time.time() - epoch, r))
-            if r == "ok" and seen[-1][0] > 2.0 and any(x == "refused" for _, x in seen):
+            seen.append((began, time.time() - epoch, r))
+            if r == "ok" and seen[-1][0] > 2.0 and any(x == "refused" for _, _, x in seen):
                 break
             time.sleep(0.005)
         with pytest.raises((ConnectionError, OSError)):  # it was closed at the start of the window
@@ -367,17 +373,17 @@ def test_down_window_refuses_connects_on_every_worker_then_accepts(tmp_path):
         stats = read_stats(m.stats_dir, fresher_than_t_unix_s=time.time())
     finally:
         assert m.stop() == 0
-    runs = [r for i, (_, r) in enumerate(seen) if i == 0 or seen[i - 1][1] != r]
+    runs = [r for i, (_, _, r) in enumerate(seen) if i == 0 or seen[i - 1][2] != r]
     assert runs[0] == "ok" and "refused" in runs and runs[-1] == "ok" and got == 200
     # Refusals only inside the window: never before its start; after its end only while a
-    # worker is still reopening.
-    refused_s = [t for t, r in seen if r == "refused"]
-    assert min(refused_s) >= 0.99, refused_s[:3]
+    # worker is still reopening. A refusal came between its probe's beginning and end.
+    refused = [(began, ended) for began, ended, r in seen if r == "refused"]
+    assert min(ended for _, ended in refused) >= 0.99, refused[:3]
     windows = stats["down_windows"]
     assert sorted(w["pid"] for w in windows) == sorted(m.workers)
     for w in windows:
         assert w["start_t_unix_s"] >= epoch + 0.99 and w["end_t_unix_s"] >= epoch + 1.99
-    assert max(refused_s) <= max(w["end_t_unix_s"] for w in windows) - epoch + 0.05
+    assert max(began for began, _ in refused) <= max(w["end_t_unix_s"] for w in windows) - epoch + 0.05
 
 
 def test_two_mocks_side_by_side(tmp_path):
