@@ -9,7 +9,7 @@ import pytest
 from harness.model.config import from_profile
 from harness.stats import fault_lane as fstats
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]   # ~150 s: three studies, one slow to start
 
 
 def test_error_burst_study(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 from harness import stats as A
 from harness.model.config import REPO_DIR
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]   # ~90 s: seven systems through papermill
 
 
 def test_feature_cost_lane_runs_through_papermill(tmp_path):
