@@ -7,7 +7,7 @@ GATEWAYS ?=
 SET      ?=
 STUDY    ?=
 
-.PHONY: study study-deps faults inflight test test-fast test-deps test-sluice test-sluice-pure sluice-build cc report gate lint typecheck docs setup clean-venv
+.PHONY: study study-deps faults inflight test test-fast test-integration test-deps test-sluice test-sluice-pure sluice-build cc report gate lint typecheck docs setup clean-venv
 
 setup: $(VENV)/.installed
 
@@ -47,13 +47,20 @@ test-deps: setup cc
 	bash scripts/install-test-deps.sh
 	$(PY) -m harness install all
 
-## Everything, the real processes included, Sluice's own tests too (what CI runs).
+## Everything, the real processes included, Sluice's own tests too (what CI runs), and the 25
+## slowest tests.
 test: setup test-deps sluice-build
-	$(PY) -m pytest -p no:cacheprovider
+	$(PY) -m pytest -p no:cacheprovider --durations=25
 
-## The unit tests only (no real gateways, no Locust; under a minute, on both cores): the inner loop.
+## The unit tests only (no real process: neither tier below; under a minute, on both cores): the
+## inner loop.
 test-fast: setup sluice-build
-	$(PY) -m pytest -p no:cacheprovider -m "not integration" -n 2
+	$(PY) -m pytest -p no:cacheprovider -m "not integration and not slow" -n 2
+
+## The integration tier: the real processes at tiny scale, each module marked `integration`,
+## without the `slow` ones (`make test` runs those too; `pytest -m slow` alone).
+test-integration: setup test-deps sluice-build
+	$(PY) -m pytest -p no:cacheprovider -m "integration and not slow"
 
 ## What a linter says (ruff: pyflakes, bugbear, imports sorted; [tool.ruff] in pyproject.toml).
 lint: setup

@@ -1,10 +1,12 @@
-"""Suite-wide guards: no test may leave a process behind."""
+"""Suite-wide: no test may leave a process behind. Tiers are marked per module (``pytestmark``:
+``integration``, and ``slow`` for the longest of those; pyproject.toml declares them)."""
 import os
 import signal
 
 import psutil
 import pytest
 from polling import wait_for
+from smoke_study import run_smoke_study
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -37,3 +39,9 @@ def no_orphans():
         except OSError:
             pass
     pytest.fail(f"processes left behind by this test: {described}")
+
+
+@pytest.fixture(scope="session")
+def smoke_study(tmp_path_factory):
+    """One smoke study for every test that only reads one (tests/smoke_study.py)."""
+    return run_smoke_study(tmp_path_factory.mktemp("smoke-study"))

@@ -24,9 +24,13 @@ manifests) and synthetic_files.py (how every synthetic file is written).
 """
 from __future__ import annotations
 
+import atexit
+import copy
 import hashlib
 import math
 import random
+import shutil
+import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -335,18 +339,12 @@ def sample_row(run_id, system, t, role, pids, rss, pct, total, load):
             "num_fds": 12 * max(pids, 1), "load_avg_1m": float(load)}
 
 
-def make_study(root: str | Path, study_id: str = "synthetic-study",
-               params: dict[str, list[RunParams]] | None = None, seed: int = 7,
-               status: str = "completed", schema_version: int | None = None,
-               without_columns: tuple[str, ...] = (),
-               machine: dict[str, Any] | None = None) -> SyntheticStudy:
-    """Write ``root/study_id`` and return its path with the expected figures per run;
-    ``machine`` replaces the manifest's machine facts (default: a 2-core synthetic host)."""
-    params = params if params is not None else _default_params()
+def _write_runs(runs_dir: Path, params: dict[str, list[RunParams]], seed: int,
+                schema_version: int | None, without_columns: tuple[str, ...]) -> tuple:
+    """Write every run of the study under ``runs_dir``: (plan, expected, run manifests, the
+    study manifest's run entries)."""
     systems = list(params)
     runs_per = max(len(v) for v in params.values())
-    path = Path(root) / study_id
-    (path / "runs").mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
 
     # the interleaved plan: each round runs every system once, in a seeded order
@@ -374,7 +372,7 @@ def make_study(root: str | Path, study_id: str = "synthetic-study",
         p = params[s][n - 1]
         t0 = BASE_T + 60.0 * i
         rdf, sdf, mock, exp = _run(s, n, p, t0, rng, direct_mean)
-        run_dir = path / "runs" / s / str(n)        # as harness/run/run.py: run_dir_for names it
+        run_dir = runs_dir / s / str(n)        # as harness/run/run.py: run_dir_for names it
         (run_dir / "raw").mkdir(parents=True, exist_ok=True)
         rdf = rdf.assign(**UNARY_DEFAULTS, chunk_gaps_ms=[[] for _ in range(len(rdf))])
         sdf = sdf.assign(inflight_requests=math.nan, host="synthetic-host")
@@ -450,7 +448,45 @@ def make_study(root: str | Path, study_id: str = "synthetic-study",
         entries.append({"run_id": item["run_id"], "system": s, "run_index": n,
                         "status": rm.status, "reason": rm.reason,
                         "dir": f"runs/{s}/{n}"})
+    return plan, expected, manifests, entries
 
+
+# Each distinct set of runs is written once a process and copied from then on: building one
+# (rows, samples, Parquet, CSV, hashes) is most of the unit tests' time, and many tests ask for
+# the same. The study's own manifest, which names its folder, is written for each.
+_RUNS: dict[str, tuple[Path, tuple]] = {}
+_cache_dir: Path | None = None
+
+
+def _runs_written_once(params: dict[str, list[RunParams]], seed: int,
+                       schema_version: int | None, without_columns: tuple[str, ...]
+                       ) -> tuple[Path, tuple]:
+    global _cache_dir
+    key = repr((params, seed, schema_version, without_columns))
+    if key not in _RUNS:
+        if _cache_dir is None:
+            _cache_dir = Path(tempfile.mkdtemp(prefix="synthetic-runs-"))
+            atexit.register(shutil.rmtree, _cache_dir, True)
+        runs_dir = _cache_dir / str(len(_RUNS))
+        _RUNS[key] = (runs_dir, _write_runs(runs_dir, params, seed, schema_version,
+                                            without_columns))
+    return _RUNS[key]
+
+
+def make_study(root: str | Path, study_id: str = "synthetic-study",
+               params: dict[str, list[RunParams]] | None = None, seed: int = 7,
+               status: str = "completed", schema_version: int | None = None,
+               without_columns: tuple[str, ...] = (),
+               machine: dict[str, Any] | None = None) -> SyntheticStudy:
+    """Write ``root/study_id`` and return its path with the expected figures per run;
+    ``machine`` replaces the manifest's machine facts (default: a 2-core synthetic host)."""
+    params = params if params is not None else _default_params()
+    systems = list(params)
+    runs_per = max(len(v) for v in params.values())
+    path = Path(root) / study_id
+    runs_dir, written = _runs_written_once(params, seed, schema_version, without_columns)
+    shutil.copytree(runs_dir, path / "runs", dirs_exist_ok=True)
+    plan, expected, manifests, entries = copy.deepcopy(written)
     manifest = {
         "study_id": study_id, "status": status,
         "reason": "" if status == "completed" else "interrupted by the test",

@@ -2,11 +2,11 @@
 it, check the mock saw them, stop it, and check that none of its processes is left."""
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+from polling import wait_for
 
 from harness.host.processes import log_tail
 from harness.model.gateway_spec import load_gateway_spec
@@ -76,7 +76,8 @@ def check_system(name: str, work_dir: Path, install_missing: bool = False,
             pids = pids or system.process.tree()
             system.process.stop()
         mock.process.stop()
-    time.sleep(0.2)
+    # a worker may outlive its stopped parent for a moment: wait for the tree, bounded
+    wait_for(lambda: not any(_alive(p) for p in pids), 5.0)
     left = [p.pid for p in pids if _alive(p)]
     if left:
         errors.append(f"processes left after stop: {left}")

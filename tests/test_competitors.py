@@ -9,7 +9,6 @@ it, except under CI, where a missing install is a failure.
 import json
 import os
 import re
-import tomllib
 
 import pytest
 from system_smoke import check_system
@@ -18,18 +17,8 @@ from harness.model.config import GATEWAYS_DIR
 from harness.model.gateway_spec import load_gateway_spec
 from harness.run.systems import is_installed
 
+pytestmark = pytest.mark.integration
 STREAM_NOT_SSE = "stream: not an OpenAI SSE stream"
-
-
-def _declared_competitors() -> list[str]:
-    """Every folder under gateways/ whose gateway.toml declares kind = "competitor", read from
-    the file itself (not through the loader under test): a new competitor is tested here the
-    moment its folder exists."""
-    return sorted(d.name for d in GATEWAYS_DIR.iterdir() if (d / "gateway.toml").is_file()
-                  and tomllib.loads((d / "gateway.toml").read_text())["kind"] == "competitor")
-
-
-COMPETITORS = _declared_competitors()
 
 
 def _pinned_pip(name: str) -> str:
@@ -55,40 +44,11 @@ def _assert_clean_stop(result):
     assert not [e for e in result.errors if e.startswith("processes left")], result.errors
 
 
-# --- declarations (no processes) -------------------------------------------------------------
-
-def test_competitors_are_found():
-    assert COMPETITORS, f"no gateway.toml under {GATEWAYS_DIR} declares kind = 'competitor'"
-
-
-@pytest.mark.parametrize("name", COMPETITORS)
-def test_declared_as_competitor_with_reasons(name):
-    spec = load_gateway_spec(name)
-    assert spec.kind == "competitor"
-    assert spec.version_command and spec.version_pattern
-    assert spec.install_check and spec.install_command
-    assert (GATEWAYS_DIR / name / "WHY.md").is_file()
-    assert (GATEWAYS_DIR / name / "install.sh").is_file()
-
-
-def test_bifrost_is_listed_as_not_runnable_with_the_error_and_command():
-    spec = load_gateway_spec("bifrost")
-    assert not spec.runnable
-    assert "403" in spec.not_runnable_reason
-    assert "go install github.com/maximhq/bifrost/transports/bifrost-http@" \
-        in spec.not_runnable_command
-    pin = (GATEWAYS_DIR / "bifrost" / "module.txt").read_text().strip()
-    assert pin.split("@")[1] in spec.not_runnable_command
-
-
-# --- real processes ---------------------------------------------------------------------------
-
 # The competitors that serve both requests cleanly; the others' known faults are tested below,
 # each with its own finding.
 CLEAN = ("tensorzero", "litellm")
 
 
-@pytest.mark.integration
 @pytest.mark.parametrize("name", CLEAN)
 def test_serves_unary_and_stream(name, tmp_path):
     r = _smoke(name, tmp_path)
@@ -97,7 +57,6 @@ def test_serves_unary_and_stream(name, tmp_path):
     assert r.version == _pinned_pip(name)
 
 
-@pytest.mark.integration
 def test_portkey_stream_failure_is_reported_not_hidden(tmp_path):
     """Portkey 1.15.2 answers streams with HTTP 500 (TypeError: immutable in updateHeaders).
     That must show up as an error of the run, never as a pass."""
@@ -114,7 +73,6 @@ def test_portkey_stream_failure_is_reported_not_hidden(tmp_path):
         assert r.stream_status == 500, r.errors
 
 
-@pytest.mark.integration
 def test_mlflow_serves_unary_and_stream(tmp_path):
     """MLflow's gateway ends its streams without `data: [DONE]` (it drops the provider's
     terminator and writes none): reported by the harness's SSE check, nothing else may fail."""
@@ -125,7 +83,6 @@ def test_mlflow_serves_unary_and_stream(tmp_path):
     assert not other, (other, r.log_tail)
 
 
-@pytest.mark.integration
 def test_bifrost_smoke_says_not_runnable(tmp_path):
     r = check_system("bifrost", tmp_path)
     assert not r.ok

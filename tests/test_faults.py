@@ -18,7 +18,7 @@ from harness.model.config import GATEWAYS_DIR, REPO_DIR, ConfigError, from_profi
 from harness.run.preflight import preflight
 from harness.run.study import run_study
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]   # ~80 s: six studies, each with a fault
 FIXTURES = REPO_DIR / "tests" / "fixtures" / "gateways"
 
 

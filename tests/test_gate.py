@@ -258,3 +258,32 @@ def test_a_mean_past_the_limit_fails_only_when_significant_over_the_rounds():
     thr = next(r for r in R.GATED if r.metric == "throughput_rps")
     low = R.judge(thr, R.PairedRatio(thr.metric, "h", "b", (1, 2, 3), (0.8, 0.81, 0.79), 0.8, 0.01), _rs([]))
     assert R.guard(low, None).outcome == R.FAIL
+
+
+def _timed(metric, *ratios):
+    rule = next(r for r in G.TIMED_RULES if r.metric == metric)
+    mean = sum(ratios) / len(ratios)
+    ratio = R.PairedRatio(metric, "sluice", "sluice~base", tuple(range(1, len(ratios) + 1)),
+                          ratios, mean, float(pd.Series(ratios).std()))
+    return R.judge(rule, ratio, _rs([]))
+
+
+def test_the_timed_check_fails_a_figure_only_when_every_round_is_past_its_limit():
+    net = "net_overhead_p50_ms"
+    # a sleep in the request path: every round past +25 %, however far apart the rounds are
+    assert G.every_round(_timed(net, 1.84, 1.26)).outcome == R.FAIL
+    assert G.every_round(_timed(net, 3.1, 2.2, 1.3)).outcome == R.FAIL
+    # one noisy round carries a mean of +55 %: not every round, so not a regression
+    assert G.every_round(_timed(net, 2.0, 1.1)).outcome == R.OK
+    assert G.every_round(_timed(net, 1.26, 1.25)).outcome == R.OK       # at the limit is within it
+    assert G.every_round(_timed(net, 0.5, 0.6)).outcome == R.OK         # better never fails
+    failed = G.every_round(_timed("wire_in_gateway_p50_us", 4.0, 3.5))
+    assert failed.outcome == R.FAIL
+    line = G.every_round_line(failed)
+    assert line.startswith("FAIL in-gateway time p50 (wire) (sluice/sluice~base): 3.750 ± 0.354 "
+                           "over 2 rounds (4.000, 3.500), +275%, limit 25%"), line
+    assert line.endswith("; 2 of 2 rounds worse than that (it fails when every round is)")
+    assert "1 of 2 rounds worse" in G.every_round_line(G.every_round(_timed(net, 2.0, 1.1)))
+    missing = R.judge(R.Rule(net, 0.25), R.PairedRatio(net, "sluice", "sluice~base", (), (),
+                                                       math.nan, math.nan), _rs([]))
+    assert G.every_round(missing).outcome == R.NOT_MEASURED

@@ -1,6 +1,7 @@
-"""A real tiny study with the wire capture on: every successful row matched once at the mock,
-the wire joins both connections, the report shows the time inside the gateway; with the
-capture off the wire figures are missing with the reason."""
+"""A real tiny study with the wire capture on (the session's shared smoke study:
+tests/smoke_study.py): every successful row matched once at the mock, the wire joins both
+connections, the report shows the time inside the gateway; with the capture off the wire
+figures are missing with the reason."""
 import json
 
 import pandas as pd
@@ -14,50 +15,43 @@ from harness.run.study import run_study
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def captured(tmp_path_factory):
-    out = tmp_path_factory.mktemp("artifacts")
-    config = from_profile("smoke", gateways=["direct", "nginx", "sluice"], out_dir=str(out),
-                          hold_s=5.0, wire_capture_s=3.0, wire_capture_offset_s=1.0)
-    return run_study(preflight(config), progress=lambda line: None)
-
-
 def _run(study_dir, system):
     d = study_dir / "runs" / system / "1"
     return json.loads((d / "manifest.json").read_text()), pd.read_parquet(d / "requests.parquet")
 
 
 @pytest.mark.parametrize("system", ["direct", "nginx", "sluice"])
-def test_every_successful_row_matches_one_mock_row(captured, system):
-    manifest, rows = _run(captured.study_dir, system)
+def test_every_successful_row_matches_one_mock_row(smoke_study, system):
+    manifest, rows = _run(smoke_study.study_dir, system)
     assert manifest["status"] == "completed", manifest["reason"]
     identity = manifest["checks"]["identity"]
     assert identity["match_rate"] == 1.0 and identity["client_without_mock"] == 0
     assert identity["mock_without_client"] == 0 and identity["ids_seen_more_than_once"] == 0
     ok = rows[rows["error_kind"] == ""]
     assert ok["request_id"].is_unique and ok["net_overhead_ms"].notna().all()
-    assert (captured.study_dir / "runs" / system / "1" / "mock_requests.parquet").is_file()
+    assert (smoke_study.study_dir / "runs" / system / "1" / "mock_requests.parquet").is_file()
 
 
 @pytest.mark.parametrize("system", ["nginx", "sluice"])
-def test_the_wire_joins_both_connections(captured, system):
-    manifest, rows = _run(captured.study_dir, system)
+def test_the_wire_joins_both_connections(smoke_study, system):
+    manifest, rows = _run(smoke_study.study_dir, system)
     wire = manifest["wire"]
     assert wire["captured"] and wire["join_rate"] >= 0.95, wire
-    assert wire["cpu_s"] is not None and (captured.study_dir / "runs" / system / "1" / "wire.pcap").is_file()
+    assert wire["cpu_s"] is not None and (smoke_study.study_dir / "runs" / system / "1" / "wire.pcap").is_file()
     timed = rows["wire_in_gateway_us"].dropna()
     assert len(timed) >= 10 and (timed > 0).all()
 
 
-def test_the_floor_has_only_the_mock_wire_time(captured):
-    manifest, rows = _run(captured.study_dir, "direct")
+def test_the_floor_has_only_the_mock_wire_time(smoke_study):
+    manifest, rows = _run(smoke_study.study_dir, "direct")
     assert manifest["wire"]["captured"]
     assert rows["wire_mock_us"].notna().any() and rows["wire_in_gateway_us"].isna().all()
 
 
-def test_the_report_shows_the_time_inside_the_gateway(captured):
-    assert main(["report", str(captured.study_dir)]) == 0
-    html = (captured.study_dir / "report.html").read_text()
+def test_the_report_shows_the_time_inside_the_gateway(smoke_study, tmp_path):
+    out = tmp_path / "report.html"     # beside it: the shared study is only read
+    assert main(["report", str(smoke_study.study_dir), "-o", str(out)]) == 0
+    html = out.read_text()
     assert 'id="gateway-time"' in html and "in-gateway time p50 (wire)" in html
     assert "x-gateway-overhead-us" in html
 

@@ -12,7 +12,7 @@ from harness.stats.inflight_lane import inflight_steps
 from harness.stats.inflight_limits import slopes, summary, where_it_stops
 from harness.stats.loading import load_study
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]   # ~90 s: two systems holding 100, then 200 requests open
 
 
 @pytest.fixture(scope="module")

@@ -285,7 +285,8 @@ def test_client_gone_is_incomplete_not_counted(mock):
 
     with raw_request(json.dumps(dict(BODY, stream=True)).encode()) as s:
         assert b"x-mock-request-id" in s.recv(65536).lower()  # head (and role frame) arrived
-    with raw_request(json.dumps(BODY).encode(), b"x-mock-latency-ms: 300\r\n"):
+    # a hold far longer than the client stays: it leaves during it even on a loaded machine
+    with raw_request(json.dumps(BODY).encode(), b"x-mock-latency-ms: 1500\r\n"):
         time.sleep(0.05)  # the request is read; leave during the hold
     d = {}
 

@@ -1,13 +1,11 @@
 """The mock's provider faults (mocks/faults.py) before any traffic: the schedule and its
-validation (in process and on the command line), the x-mock-fault header, the seeded plan's
-exact shares and windows, the providers' error bodies, and the fault figures merged across
-workers.  What each fault does on the wire: test_mock_faults.py.
+validation, the x-mock-fault header, the seeded plan's exact shares and windows, the providers'
+error bodies, and the fault figures merged across workers.  What each fault does on the wire,
+and the mock refusing a bad schedule at start: test_mock_faults.py.
 """
 import json
-import subprocess
 
 import pytest
-from mock_helpers import PY, REPO_DIR
 
 from mocks.faults import (
     BLOCK,
@@ -47,16 +45,6 @@ def test_schedule_errors_name_the_key(spec, key):
     with pytest.raises(FaultError) as e:
         parse_schedule(spec)
     assert str(e.value).startswith(key) and "\n" not in str(e.value)
-
-
-@pytest.mark.integration  # a real mock process
-def test_cli_rejects_a_bad_schedule_in_one_line(tmp_path):
-    bad = tmp_path / "faults.json"
-    bad.write_text('[{"kind": "status", "status": 503, "shares": 0.2}]')
-    for arg, key in ((str(bad), "faults[0].shares"), (str(tmp_path / "missing.json"), "cannot read")):
-        p = subprocess.run([PY, "-m", "mocks.server", "--port", "1", "--faults", arg], cwd=REPO_DIR,
-                           capture_output=True, text=True, timeout=30)
-        assert p.returncode == 2 and key in p.stderr.strip().splitlines()[-1], p.stderr
 
 
 def test_header_syntax():
@@ -152,3 +140,10 @@ def test_merge_and_diff_carry_faults_and_windows():
         {"pid": 1, "fault_index": 1, "start_t_unix_s": 9.0, "end_t_unix_s": 10.0}]), w2])
     d = diff_stats(later, merged)
     assert d["faults"] == {"reset": 3} and [w["fault_index"] for w in d["down_windows"]] == [1]
+
+
+def test_the_arm_file_and_a_fixed_epoch_are_refused_together(tmp_path):
+    from mocks.server import _parse_args
+    with pytest.raises(SystemExit):
+        _parse_args(["--port", "1", "--faults", "[]", "--fault-arm-file", str(tmp_path / "a"),
+                     "--fault-epoch-unix-s", "1"])

@@ -15,18 +15,15 @@ import numpy as np
 import pandas as pd
 import pytest
 from polling import wait_for
-
-from harness.model.config import from_profile
-from harness.run.preflight import preflight
-from harness.run.study import run_study
+from smoke_study import SETTINGS
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 REPO = Path(__file__).resolve().parent.parent
 WHY = netns.unavailable()
 # A paced closed loop: 4 users with 0.1 s think time offer ~25 req/s whatever the layout, so
-# one-host and multi-host runs must agree; 6 s of hold gives 6 one-second bins of spread.
-SETTINGS = {"hold_s": 6.0, "max_hold_s": 12.0, "seed": 3}
+# one-host and multi-host runs must agree: the one-host run is the session's smoke study's
+# nginx, with the same settings (6 s of hold gives 6 one-second bins of spread).
 STUDY_TIMEOUT_S = 240
 
 
@@ -51,15 +48,13 @@ def lab(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def studies(lab):
+def studies(lab, smoke_study):
     hosts, topology, tmp = lab
     done = subprocess.run([*hosts[0].prefix, *study_command(tmp, "multi", topology)], cwd=REPO,
                           capture_output=True, text=True, timeout=STUDY_TIMEOUT_S)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    single = run_study(preflight(from_profile("smoke", gateways=["nginx"], out_dir=str(tmp),
-                                    study_id="single", **SETTINGS)), progress=lambda _: None)
-    assert single.status == "completed"
-    return tmp / "multi" / "runs" / "nginx" / "1", single.study_dir / "runs" / "nginx" / "1"
+    assert smoke_study.result.status == "completed"
+    return tmp / "multi" / "runs" / "nginx" / "1", smoke_study.run_dir("nginx")
 
 
 def test_every_request_is_verified_at_the_mock(studies):

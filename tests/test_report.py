@@ -1,14 +1,12 @@
-"""The HTML report: its numbers against a recomputation from the raw Parquet files, its
-structure, a real browser rendering it, and the papermill path through notebooks/report.ipynb."""
+"""The HTML report: its numbers against a recomputation from the raw Parquet files and its
+structure (a real browser rendering it and the papermill path through notebooks/report.ipynb:
+test_report_integration.py)."""
 from __future__ import annotations
 
 import json
 import math
 import os
 import re
-import shutil
-import subprocess
-import tempfile
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -226,50 +224,6 @@ def _hrefs(html: str) -> list[str]:
     return p.out
 
 
-def _chromium() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-def _chromium_cmd(exe: str, profile: str, *extra: str) -> list[str]:
-    return [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            f"--user-data-dir={profile}", *extra]
-
-
-@pytest.mark.integration  # starts a browser
-def test_report_renders_in_headless_chromium(report_path, tmp_path):
-    exe = _chromium()
-    if exe is None:
-        pytest.skip("chromium is not installed: run scripts/install-test-deps.sh")
-    url = report_path.resolve().as_uri()
-    shot = tmp_path / "report.png"
-    with tempfile.TemporaryDirectory() as profile:
-        done = subprocess.run(_chromium_cmd(exe, profile, f"--screenshot={shot}",
-                                            "--window-size=1400,3000", url),
-                              capture_output=True, text=True, timeout=90)
-    assert shot.is_file(), done.stderr[-2000:]
-    from PIL import Image
-    img = Image.open(shot).convert("RGB")
-    assert img.size == (1400, 3000)
-    small = np.asarray(img.resize((350, 750)))
-    non_white = (small.min(axis=2) < 240).mean()
-    colors = len(np.unique(small.reshape(-1, 3), axis=0))
-    assert non_white > 0.05 and colors > 200, (non_white, colors)
-    # the banner's yellow is on the first screen
-    top = np.asarray(img.crop((0, 0, 1400, 900)))
-    yellow = ((top[..., 0] > 250) & (top[..., 1] > 240) & (top[..., 2] < 210)).mean()
-    assert yellow > 0.05, yellow
-
-    with tempfile.TemporaryDirectory() as profile:
-        dom = subprocess.run(_chromium_cmd(exe, profile, "--dump-dom", url),
-                             capture_output=True, text=True, timeout=90).stdout
-    assert 'id="banner"' in dom and "Behaviour, not capacity." in dom
-    assert 'id="headline-table"' in dom
-    assert dom.count('class="plot"') >= 5
-    rows = _headline(dom)
-    assert set(rows) == {"direct", "nginx", "sluice", "litellm"}
-
-
 def test_cli_builds_the_report(syn, tmp_path, capsys):
     out = tmp_path / "cli.html"
     assert cli(["report", str(syn.path), "-o", str(out)]) == 0
@@ -315,30 +269,6 @@ def test_the_committed_notebook_is_the_one_generated_from_the_sections():
     assert tuple(re.findall(r'render_section\(data, "(\w+)"\)', source)) == tuple(build.SECTIONS)
 
 
-def test_a_new_section_is_a_new_cell_of_the_notebook(monkeypatch):
-    from report import notebook, sections
-
-    def section_demo(data) -> str:
-        """A demo section."""
-        return ""
-    monkeypatch.setattr(notebook, "SECTIONS", {**sections.SECTIONS, "demo": section_demo})
-    (last,) = notebook.report_notebook().cells[-1:]
-    assert last.source == '# A demo section.\ndisplay(HTML(build.render_section(data, "demo")))'
-    assert notebook.notebook_text() != notebook.NOTEBOOK.read_text()
-
-
-@pytest.mark.integration  # starts a Jupyter kernel
-def test_papermill_smoke(syn, tmp_path):
-    out = build.build_report_via_notebook(syn.path, out=tmp_path / "nb.html")
-    html = out.read_text(encoding="utf-8")
-    assert 'id="banner"' in html and 'id="headline-table"' in html
-    assert html.count("data:image/png;base64,") >= 5
-    assert "render_section" not in html          # exported without code cells
-    assert "<script src=" not in html             # no CDN scripts: self-contained
-    table = _headline(html)
-    assert table["nginx"]["throughput (req/s)"] == _fmt(_recompute(syn.path)["nginx"]["throughput"], 1)
-
-
 def test_a_negative_reference_overhead_is_compared_as_a_difference(tmp_path):
     """The reference's overhead vs direct is below zero (nginx faster than the floor's mean):
     the ratio is undefined, yet LiteLLM's seconds of overhead must read as slower."""
@@ -371,54 +301,6 @@ def test_cov_of_a_near_zero_quantity_is_left_out():
     assert math.isnan(describe([-0.3, 0.1, 0.4], near_zero=True)["cov"])
     assert not describe([-0.3, 0.1, 0.4], near_zero=True)["unstable"]
     assert describe([5.0, 6.0, 7.0], near_zero=True)["cov"] == pytest.approx(1 / 6)
-
-
-_FIT_PROBE = """<script>
-window.addEventListener('load', () => {
-  const bottom = id => document.getElementById(id).getBoundingClientRect().bottom;
-  document.body.setAttribute('data-fit', JSON.stringify({
-    width: innerWidth, scroll: document.documentElement.scrollWidth,
-    summary: bottom('summary'), headline: bottom('headline-table'),
-    headline_right: document.getElementById('headline-table').getBoundingClientRect().right}));
-});
-</script>"""
-
-
-def _seven_systems() -> dict[str, list[RunParams]]:
-    """Every runnable system of a standard study, three runs each, LiteLLM far off the rest."""
-    def runs(overheads, cpu, rss_mib, rate=180):
-        return [RunParams(overhead_ms=o, span_ms=10.0, cpu_cores=cpu, hold_rate=rate,
-                          rss_idle=rss_mib // 2 * 2**20, rss_steady=rss_mib * 2**20,
-                          rss_peak=rss_mib * 2**20, rss_recovered=rss_mib // 2 * 2**20)
-                for o in overheads]
-    return {"direct": [RunParams(overhead_ms=o, span_ms=10.0, cpu_cores=None)
-                       for o in (0.20, 0.25, 0.30)],
-            "nginx": runs((0.78, 0.80, 0.82), 0.20, 48),
-            "sluice": runs((0.45, 0.50, 0.55), 0.32, 36),
-            "tensorzero": runs((0.9, 1.0, 1.1), 0.8, 90),
-            "portkey": runs((2.0, 2.2, 2.4), 3.0, 400),
-            "mlflow": runs((40.0, 45.0, 50.0), 1.5, 600, rate=60),
-            "litellm": runs((3000.0, 3150.0, 3300.0), 1.4, 1200, rate=60)}
-
-
-@pytest.mark.integration  # starts a browser
-def test_first_screen_holds_the_answer_at_1280x800(tmp_path):
-    """At 1,280 × 800 the summary and the whole head-to-head table of a seven-system study are
-    on the first screen, and nothing makes the page scroll sideways."""
-    exe = _chromium()
-    if exe is None:
-        pytest.skip("chromium is not installed: run scripts/install-test-deps.sh")
-    s = make_study(tmp_path, params=_seven_systems())
-    page = tmp_path / "probe.html"
-    page.write_text(build.build_report(s.path).path.read_text().replace("</body>", _FIT_PROBE + "</body>"))
-    with tempfile.TemporaryDirectory() as profile:
-        dom = subprocess.run(_chromium_cmd(exe, profile, "--hide-scrollbars",
-                                           "--window-size=1280,800", "--dump-dom", page.as_uri()),
-                             capture_output=True, text=True, timeout=90, check=False).stdout
-    fit = json.loads(re.search(r'data-fit="([^"]*)"', dom).group(1).replace("&quot;", '"'))
-    assert fit["width"] == 1280 and fit["scroll"] <= fit["width"], fit
-    assert fit["headline_right"] <= fit["width"], fit
-    assert fit["summary"] <= 800 and fit["headline"] <= 800, fit
 
 
 def test_sizing_from_cpu_time_and_memory_at_given_prices(syn, tmp_path):
@@ -503,3 +385,15 @@ def test_who_kept_up_with_the_offered_load():
     assert kept_up(SimpleNamespace(rs=rs.assign(offered_rps=np.nan), study=data.study)) == ""
     everyone = rs[rs["system"] == "nginx"]
     assert kept_up(SimpleNamespace(rs=everyone, study=data.study)).endswith("every system kept up.")
+
+
+def test_a_new_section_is_a_new_cell_of_the_notebook(monkeypatch):
+    from report import notebook, sections
+
+    def section_demo(data) -> str:
+        """A demo section."""
+        return ""
+    monkeypatch.setattr(notebook, "SECTIONS", {**sections.SECTIONS, "demo": section_demo})
+    (last,) = notebook.report_notebook().cells[-1:]
+    assert last.source == '# A demo section.\ndisplay(HTML(build.render_section(data, "demo")))'
+    assert notebook.notebook_text() != notebook.NOTEBOOK.read_text()

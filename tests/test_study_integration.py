@@ -1,9 +1,11 @@
-"""A real tiny study: the mock, nginx and Locust as native processes, artifacts checked."""
+"""A real tiny study: the mock, the systems and Locust as native processes, artifacts checked
+(the session's shared smoke study: tests/smoke_study.py)."""
 import json
 
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from smoke_study import SETTINGS, SYSTEMS
 
 from harness.commands import main
 from harness.files.store import REQUEST_SCHEMA, SAMPLE_SCHEMA, sha256_file
@@ -15,41 +17,26 @@ from harness.run.study import run_study
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def smoke_study(tmp_path_factory):
-    out = tmp_path_factory.mktemp("artifacts")
-    config = from_profile("smoke", gateways=["direct", "nginx"], out_dir=str(out), seed=7)
-    lines = []
-    result = run_study(preflight(config), progress=lines.append)
-    return result, lines
-
-
-def run_dir(result, system):
-    return result.study_dir / "runs" / system / "1"
-
-
 def test_study_completes_with_every_run(smoke_study):
-    result, lines = smoke_study
-    assert result.status == "completed", lines
-    assert [r.status for r in result.records] == ["completed", "completed"], \
+    result = smoke_study.result
+    assert result.status == "completed", smoke_study.lines
+    assert [r.status for r in result.records] == ["completed"] * len(SYSTEMS), \
         [r.reason for r in result.records]
     manifest = json.loads((result.study_dir / "manifest.json").read_text())
     assert manifest["schema_version"] == F.STUDY_MANIFEST.version and manifest["status"] == "completed"
-    assert manifest["config"]["seed"] == 7 and len(manifest["plan"]) == 2
+    assert manifest["config"]["seed"] == SETTINGS["seed"] and len(manifest["plan"]) == len(SYSTEMS)
     assert manifest["systems"]["nginx"]["version"][0].isdigit()
     assert manifest["machine"]["cpu_count"] >= 1 and manifest["machine"]["kernel"]
 
 
 def test_progress_names_system_run_users_and_requests(smoke_study):
-    _, lines = smoke_study
-    text = "\n".join(lines)
+    text = "\n".join(smoke_study.lines)
     assert "nginx run 1" in text and "users" in text and "requests" in text and "remaining" in text
 
 
-@pytest.mark.parametrize("system", ["direct", "nginx"])
+@pytest.mark.parametrize("system", SYSTEMS)
 def test_raw_rows_match_the_mock_count(smoke_study, system):
-    result, _ = smoke_study
-    d = run_dir(result, system)
+    d = smoke_study.run_dir(system)
     manifest = json.loads((d / "manifest.json").read_text())
     rows = pd.read_parquet(d / "requests.parquet")
     ok = rows[(rows.status_code == 200) & (rows.error_kind == "")]
@@ -66,8 +53,7 @@ def test_raw_rows_match_the_mock_count(smoke_study, system):
 
 
 def test_parquet_schemas_and_hashes(smoke_study):
-    result, _ = smoke_study
-    d = run_dir(result, "nginx")
+    d = smoke_study.run_dir("nginx")
     assert pq.read_schema(d / "requests.parquet").remove_metadata() == REQUEST_SCHEMA
     assert pq.read_schema(d / "samples.parquet").remove_metadata() == SAMPLE_SCHEMA
     assert pq.read_metadata(d / "requests.parquet").metadata[b"schema_version"] == str(F.REQUESTS_TABLE.version).encode()
@@ -78,20 +64,18 @@ def test_parquet_schemas_and_hashes(smoke_study):
 
 
 def test_samples_cover_each_role(smoke_study):
-    result, _ = smoke_study
-    samples = pd.read_parquet(run_dir(result, "nginx") / "samples.parquet")
-    # `capture`: tcpdump during the wire capture (the smoke hold leaves it a 1-second window)
+    samples = pd.read_parquet(smoke_study.run_dir("nginx") / "samples.parquet")
+    # `capture`: tcpdump during the wire capture
     assert set(samples.role) == {"system", "mock", "locust", "machine", "capture"}
     system = samples[samples.role == "system"]
     assert system.rss_bytes.max() > 1_000_000 and system.pid_count.max() >= 2  # master + worker
     assert system.cpu_seconds_total.is_monotonic_increasing
-    direct = pd.read_parquet(run_dir(result, "direct") / "samples.parquet")
+    direct = pd.read_parquet(smoke_study.run_dir("direct") / "samples.parquet")
     assert "system" not in set(direct.role)  # nothing runs between client and mock
 
 
 def test_phases_are_ordered(smoke_study):
-    result, _ = smoke_study
-    phases = json.loads((run_dir(result, "nginx") / "manifest.json").read_text())["phases"]
+    phases = json.loads((smoke_study.run_dir("nginx") / "manifest.json").read_text())["phases"]
     order = ["warmup_start_t_unix_s", "ramp_start_t_unix_s", "hold_start_t_unix_s",
              "hold_end_t_unix_s", "load_end_t_unix_s"]
     assert [phases[k] for k in order] == sorted(phases[k] for k in order)

@@ -1,7 +1,6 @@
-"""Suites of cells: paths, expansion, exclusions, comparison keys, comparing two suites, and the
-smoke suite for real through papermill."""
+"""Suites of cells: paths, expansion, exclusions, comparison keys, comparing two suites (the
+smoke suite for real through papermill: test_suite_integration.py)."""
 import dataclasses
-import json
 import os
 import shutil
 
@@ -13,7 +12,6 @@ from harness.commands import main
 from harness.model import migrate
 from harness.model import suite as M
 from harness.model.config import REPO_DIR, StudyConfig
-from harness.model.formats import SUITE_MANIFEST
 from harness.model.gateway_spec import load_gateway_spec
 from harness.model.plan import Instruments, KeyVersionError, key_version
 from harness.run import suite_run as R
@@ -346,43 +344,6 @@ def test_suite_table_has_a_row_per_cell_and_system(tmp_path):
     assert table.loc[1, "runs"] == "2 of 2" and table.loc[1, "overhead_vs_direct_p50_ms_n"] == 2
     shown = cells_frame(suite)
     assert "(n=2)" in shown.loc[1, F.heading("overhead_vs_direct_p50_ms")]
-
-
-@pytest.mark.integration
-def test_smoke_suite_through_papermill(tmp_path):
-    import nbformat  # a 1.8 s import: only the tests that read notebooks pay it
-    import papermill
-    out = tmp_path / "suites"
-    executed = tmp_path / "suite.ipynb"
-    papermill.execute_notebook(
-        str(REPO_DIR / "notebooks" / "suite.ipynb"), str(executed), kernel_name="python3",
-        cwd=str(REPO_DIR / "notebooks"), progress_bar=False,
-        parameters={"suite_file": "notebooks/suites/smoke.toml", "out_dir": str(out),
-                    "suite_id": "smoke-test"})
-    suite_dir = out / "smoke-test"
-    manifest = json.loads((suite_dir / "manifest.json").read_text())
-    assert manifest["schema_version"] == SUITE_MANIFEST.version and manifest["status"] == "completed"
-    by_status = {}
-    for cell in manifest["cells"]:
-        by_status.setdefault(cell["status"], []).append(cell)
-    assert len(by_status["completed"]) == 2 and len(by_status["excluded"]) == 2
-    assert all("request_timeout_s: must exceed the mock latency" in c["excluded"]
-               for c in by_status["excluded"])
-    for cell in by_status["completed"]:
-        study = json.loads((suite_dir / cell["dir"] / "manifest.json").read_text())
-        assert study["status"] == "completed" and study["config"]["gateways"] == ["direct", "nginx"]
-        assert [r["status"] for r in study["runs"]] == ["completed", "completed"]
-        assert study["config"]["stream"] == cell["values"]["request.stream"]
-    report = (suite_dir / "report.html").read_text()
-    assert 'id="suite-cells-table"' in report and 'id="suite-table"' in report
-    assert "cell-01/report.html" in report and F.heading("ttft_overhead_p50_ms") in report
-    nb = nbformat.read(executed, as_version=4)
-    text = json.dumps([c.get("outputs") for c in nb.cells if c.cell_type == "code"])
-    assert "cannot run" in text and F.heading("overhead_vs_direct_p99_ms") in text
-    # a second suite with the same cells is comparable cell by cell, by key
-    shutil.copytree(suite_dir, out / "copy")
-    compared, apart = S.compare_suites(S.collect_suite(suite_dir), S.collect_suite(out / "copy"))
-    assert set(compared["cell_a"]) == {c["cell_id"] for c in by_status["completed"]} and apart.empty
 
 
 # --- the provider-fault lane across a suite ---------------------------------------------------------

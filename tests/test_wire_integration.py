@@ -189,7 +189,9 @@ def test_nginx_wire_times(tmp_path, mock, nginx):
 
 def test_sluice_test_delay_shows_on_the_request_path(tmp_path, mock):
     """A Sluice slowed by SLUICE_TEST_DELAY_MS=2 shows its wire request path rising by
-    about 2 ms over the same run without the delay."""
+    1 to 2 ms over the same run without the delay: the event loop's timers count whole
+    milliseconds of a clock read once a loop turn, so another event waking the loop first can
+    fire a 2 ms timer up to 1 ms early."""
     mock_port = mock[0]
     p50 = {}
     for delay_ms in (0, 2):
@@ -207,4 +209,4 @@ def test_sluice_test_delay_shows_on_the_request_path(tmp_path, mock):
               f"response_path {w['response_path_us']}")
     rise_ms = (p50[2] - p50[0]) / 1000.0
     print(f"request path p50 rise with SLUICE_TEST_DELAY_MS=2: {rise_ms:.3f} ms")
-    assert 1.5 <= rise_ms <= 4.0  # generous: Sluice's own timer (uvloop, whole ms) sets the rest
+    assert 1.0 <= rise_ms <= 4.0  # the top generous: a loaded machine fires a timer late

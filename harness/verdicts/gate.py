@@ -11,9 +11,9 @@ A gate directory (``artifacts/<gate-id>/``) holds:
    harness/verdicts/count_verdict.py. These do not depend on the machine's noise, so they decide;
 2. ``timed/``: a short side-by-side study (profile ``gate``: nginx, the base build
    ``sluice~base`` and the head build ``sluice``, interleaved round by round), run after the
-   counts whatever they said. It catches what counts cannot see (a sleep, a lock, a blocking call): it fails
-   only on a significant rise over 25 % of the latency figures (``TIMED_RULES``; one-sided
-   t-test of the rounds' log ratios, p <= 0.05); its other figures are information.
+   counts whatever they said. It catches what counts cannot see (a sleep, a lock, a blocking call): a
+   latency figure (``TIMED_RULES``) fails when every round's head / base ratio is over 25 %
+   worse (``every_round``); its other figures are information.
 
 An older gate study alone (with its A/A pair) is still judged as it was: every figure of
 rules.GATED, each guarded by the A/A pair's own noise.
@@ -47,7 +47,7 @@ from harness.verdicts.rules import pct
 EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
 MIN_ROUNDS = 2
 # The counting gate's timed check: only what counts cannot see (a sleep, a lock, a blocking
-# call) shows as latency; it fails on a significant rise over 25 %.
+# call) shows as latency; a figure fails when every round is over 25 % worse (every_round).
 TIMED_RULES = (rules.Rule("net_overhead_p50_ms", 0.25), rules.Rule("wire_in_gateway_p50_us", 0.25))
 # Shown as history beside the verdict: the head over the reference in the same study.
 HISTORY_METRICS = ("cpu_ms_per_request", "wire_in_gateway_p50_us", "net_overhead_p50_ms",
@@ -149,6 +149,33 @@ def _history_lines(study: Study, rs: pd.DataFrame, head: str, history_dir: Path)
     return out
 
 
+def _worse_rounds(j: rules.Judged) -> list[bool]:
+    """Per round: its ratio worse than the rule's limit, in the figure's bad direction."""
+    limit = j.rule.max_change
+    return [r - 1 > limit if j.rule.lower_is_better else 1 - r > limit for r in j.ratio.ratios]
+
+
+def every_round(j: rules.Judged) -> rules.Guarded:
+    """The timed check's rule: a figure fails when every round's ratio is worse than its limit.
+    On two shared cores one round of a latency figure moves by tens of percent, so one round
+    past the limit (or a mean it pulls there) is noise, and two rounds are too few for a t-test
+    to call even a steady rise significant; a sleep, a lock or a blocking call in the request
+    path is paid in every round."""
+    if j.missing:
+        return rules.Guarded(j, math.nan, math.nan, rules.NOT_MEASURED)
+    return rules.Guarded(j, math.nan, j.rule.max_change,
+                         rules.FAIL if all(_worse_rounds(j)) else rules.OK)
+
+
+def every_round_line(g: rules.Guarded) -> str:
+    """The figure's line, with how many of its rounds were worse than the limit."""
+    if g.outcome == rules.NOT_MEASURED:
+        return rules.guarded_line(g)
+    text = rules.guarded_line(g).replace("; no A/A figure guards it", "")
+    return (f"{text}; {sum(_worse_rounds(g.judged))} of {g.judged.ratio.n} rounds worse than "
+            "that (it fails when every round is)")
+
+
 def _judged_counts(gate_dir: Path) -> count_verdict.CountVerdict | str:
     """The verdict on a gate directory's counts.json, or why it cannot be read."""
     try:
@@ -161,8 +188,8 @@ def judge(study_dir: str | Path, history_dir: str | Path = history.HISTORY_DIR,
           head: str | None = None, base: str | None = None, timed_only: bool = False) -> GateResult:
     """Judge a gate directory (its counts.json, then its timed study ``timed/``), or one gate
     study alone. ``timed_only``: the study is the counting gate's timed check, which fails only
-    on a significant latency rise (``TIMED_RULES``) and shows the other figures as information.
-    Never writes anything."""
+    on a latency figure (``TIMED_RULES``) worse in every round (``every_round``) and shows the
+    other figures as information. Never writes anything."""
     path = Path(study_dir)
     if StudyFiles(path).counts_path.is_file():
         verdict = _judged_counts(path)
@@ -208,8 +235,12 @@ def _judge_study(study_dir: Path, history_dir: Path, head: str | None, base: str
     if aa_verdict is not None:
         lines += aa_verdict.lines()
         aa_by_metric = {j.rule.metric: j for j in aa_verdict.judged}
-    guarded = tuple(rules.guard(j, aa_by_metric.get(j.rule.metric)) for j in judged)
-    lines += [rules.guarded_line(g) for g in guarded]
+    if timed_only:
+        guarded = tuple(every_round(j) for j in judged)
+        lines += [every_round_line(g) for g in guarded]
+    else:
+        guarded = tuple(rules.guard(j, aa_by_metric.get(j.rule.metric)) for j in judged)
+        lines += [rules.guarded_line(g) for g in guarded]
     lines += [rules.tail_line(t) for t in rules.tails(rs, b.head, b.base)]
     failed = [g for g in guarded if g.outcome == rules.FAIL]
     undecided = [g for g in guarded if g.outcome == rules.UNDECIDED]
@@ -218,7 +249,6 @@ def _judge_study(study_dir: Path, history_dir: Path, head: str | None, base: str
                 for j in rules.judge_all(rs, b.head, b.base) if j.rule.metric not in
                 {r.metric for r in TIMED_RULES}]
         lines += [f"information: {rules.guarded_line(g)}" for g in info]
-        undecided = []        # the counts decided; a noisy timing is information here
     if failed:
         lines.append(f"gate: FAIL — {len(failed)} of {sum(g.outcome != rules.NOT_MEASURED for g in guarded)} "
                      "judged figures regressed: " + ", ".join(g.judged.rule.label for g in failed))
