@@ -7,8 +7,8 @@ import pytest
 
 from harness.model.config import REPO_DIR
 from harness.model.formats import SUITE_MANIFEST
-from harness.stats import suite_cells as S
 from report import format as F
+from report import suite_data as S
 
 pytestmark = pytest.mark.integration
 
