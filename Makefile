@@ -60,8 +60,9 @@ test-sluice-pure: setup
 ## The provider-fault lane: every system in the five core fault scenarios on the same open-loop
 ## arrivals, configured as its vendor recommends, 3 runs each (notebooks/suites/faults.toml;
 ## it prints its expected and its actual duration), then the suite's report. make faults SUITE=faults-extra (slow tail,
-## resets, stalled streams) or SUITE=faults-shipped (every system as shipped); an interrupted
-## lane resumes with ID=<its suite id>.
+## resets, stalled streams, mid-stream errors, stream cuts; Retry-After, every deployment rate-limited,
+## no response, a non-retriable error, flapping) or SUITE=faults-shipped (every system as shipped);
+## an interrupted lane resumes with ID=<its suite id>.
 SUITE ?= faults
 ID    ?=
 faults: setup study-deps sluice-build
