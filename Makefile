@@ -89,8 +89,9 @@ test-sluice-pure: setup
 ## arrivals, configured as its vendor recommends, 3 runs each (notebooks/suites/faults.toml),
 ## through notebooks/suite.ipynb as `make study` goes through its notebook; it prints its expected
 ## and its actual duration, and writes the suite's report. make faults SUITE=faults-extra (slow
-## tail, resets, stalled streams) or SUITE=faults-shipped (every system as shipped); an
-## interrupted lane resumes with ID=<its suite id>.
+## tail, resets, stalled streams, mid-stream errors, stream cuts; Retry-After, every deployment
+## rate-limited, no response, a non-retriable error, flapping) or SUITE=faults-shipped (every
+## system as shipped); an interrupted lane resumes with ID=<its suite id>.
 SUITE ?= faults
 ID    ?=
 faults: setup study-deps cc

@@ -7,4 +7,4 @@ Run it with ``python -m mocks.server --port N`` (its modules, one job each: the
 ``report``.
 """
 
-__version__ = "1.2.0"
+__version__ = "1.3.0"

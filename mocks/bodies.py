@@ -7,6 +7,7 @@ rendered once with orjson and cached; per request only the request id and the
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import orjson
@@ -82,6 +83,7 @@ class Renderer:
 
     def __init__(self, max_entries: int = 4096):
         self._cache: dict = {}
+        self._chars: dict = {}  # its own: a lookup per request, kept to a tuple key and a get
         self._max = max_entries
 
     def _get(self, key, build):
@@ -91,6 +93,17 @@ class Renderer:
                 self._cache.clear()
             parts = self._cache[key] = build(*key[1:])
         return parts
+
+    def content_chars(self, out_tokens: int, chunks: int) -> tuple[int, ...]:
+        """Characters of content sent once k content frames went out, k = 0..chunks (the
+        request log's ``content_chars_sent``); a unary answer's is ``content_chars(n, 1)[1]``."""
+        key = (out_tokens, chunks)
+        chars = self._chars.get(key)
+        if chars is None:
+            if len(self._chars) >= self._max:
+                self._chars.clear()
+            chars = self._chars[key] = _content_chars(out_tokens, chunks)
+        return chars
 
     # ------------------------------------------------------------------ OpenAI
     def openai_unary(self, rid: bytes, model: str, out_tokens: int, in_tokens: int) -> bytes:
@@ -124,6 +137,10 @@ class Renderer:
         first = b"".join((b'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_',
                           rid, b'",', start_tail, after_start))
         return first, deltas, last
+
+
+def _content_chars(out_tokens: int, chunks: int) -> tuple[int, ...]:
+    return tuple(itertools.accumulate((len(piece) for piece in content_pieces(out_tokens, chunks)), initial=0))
 
 
 def _openai_usage(in_tokens: int, out_tokens: int) -> dict:

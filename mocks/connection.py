@@ -1,7 +1,8 @@
 """The mock's sockets: the listening socket, the listener that ``down`` faults close and
 reopen, and the per-connection handler that notes what the request log needs (the peer's
-port, when request bytes last arrived) and lets a stalled response wait for the client to
-leave; with the byte counts of a request head and a response as written.
+port, when request bytes last arrived, when and by whom the connection was closed) and
+lets a response wait for the client to leave; with the byte counts of a request head and a
+response as written.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import time
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
+
+from mocks.request_log import CLIENT_CLOSED, MOCK_CLOSED
 
 _mono = time.monotonic_ns
 
@@ -38,12 +41,16 @@ def make_socket(host: str, port: int, reuseport: bool, backlog: int) -> socket.s
 
 
 class Connection(RequestHandler):
-    """aiohttp's connection handler, noting its peer's port and when request bytes last
-    arrived (the request log's ``arrival_lag_ns`` starts there); a stalled response
-    waits on ``lost_waiter`` for the client to leave."""
+    """aiohttp's connection handler, noting its peer's port, when request bytes last
+    arrived (the request log's ``arrival_lag_ns`` starts there) and when the connection was
+    lost (``lost_ns``; ``closed_by_mock`` when the mock closed it itself); a response
+    waiting between frames, or for the client to leave, waits on ``lost_waiter``, which a
+    lost connection completes."""
 
     rx_ns = 0
     peer_port = 0
+    lost_ns = 0
+    closed_by_mock = False
     lost_waiter = None
 
     def connection_made(self, transport) -> None:
@@ -56,11 +63,23 @@ class Connection(RequestHandler):
         self.rx_ns = _mono()
         super().data_received(data)
 
+    def force_close(self) -> None:
+        # aiohttp calls it for the mock (shutdown, a down window) and from connection_lost
+        if not self.lost_ns:
+            self.closed_by_mock = True
+        super().force_close()
+
     def connection_lost(self, exc) -> None:
+        self.lost_ns = _mono()
         waiter = self.lost_waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
         super().connection_lost(exc)
+
+    def client_left_ns(self) -> int:
+        """When the client's close reached the mock (monotonic ns); 0 while the connection is
+        open or when the mock closed it."""
+        return 0 if self.closed_by_mock else self.lost_ns
 
 
 class ConnectionServer(web.Server):
@@ -68,6 +87,15 @@ class ConnectionServer(web.Server):
 
     def __call__(self) -> RequestHandler:
         return Connection(self, loop=self._loop, **self._kwargs)
+
+
+def gone(proto) -> tuple[str, int]:
+    """A response the socket refused: how it ended (``client_closed``, or ``mock_closed`` when
+    the mock closed the connection itself) and when the client's close reached the mock
+    (monotonic ns; 0 for ``mock_closed``; now, when its connection_lost has not run yet)."""
+    if proto is not None and proto.closed_by_mock:
+        return MOCK_CLOSED, 0
+    return CLIENT_CLOSED, (proto.lost_ns if proto is not None and proto.lost_ns else _mono())
 
 
 def head_bytes(request: BaseRequest) -> int:

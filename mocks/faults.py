@@ -12,6 +12,10 @@ Schedule (``--faults``: a JSON list, inline or in a file): one object per fault:
      {"kind": "reset", "share": 0.05},
      {"kind": "stall", "after_frames": 3, "stall_s": 5, "share": 0.1},
      {"kind": "malformed", "share": 0.02},
+     {"kind": "mid_stream_error", "after_frames": 3, "mode": "split", "share": 0.2},
+     {"kind": "stream_cut", "share": 0.2},
+     {"kind": "no_response", "share": 0.2, "start_s": 10, "duration_s": 10},
+     {"kind": "non_retriable", "share": 0.2},
      {"kind": "down", "start_s": 40, "duration_s": 10}]
 
 Keys of every kind: ``kind``; ``start_s`` (default 0) and ``duration_s`` (default: until
@@ -44,12 +48,41 @@ body arrived inside ``[start, start + duration)``.  Kind-specific keys:
 ``malformed``  a 200 whose body is not valid JSON: the unary body cut in half (with a
                matching Content-Length), or content frame ``after_frames`` (default 0) of a
                stream with its JSON cut in half (the other frames are normal).
+``mid_stream_error``  streams only: after the normal hold, the opening frame and
+               ``after_frames`` content frames (default half of them) on the normal frame
+               schedule, then, by ``mode``: ``event`` (default) the dialect's error event
+               and the end of the body (a whole chunked body): OpenAI ``data: {"error":
+               {"message", "type", "param", "code"}}`` with no ``event:`` line (what the
+               official SDK raises ``APIError`` for), Anthropic ``event: error`` with
+               ``{"type": "error", "error": {"type", "message"}}``; ``reset`` a TCP RST, as
+               ``reset``; ``split`` one or the other, a seeded exact half each over every
+               100 faulted streams.  ``status`` (400-599) picks the error's kind as for
+               ``status`` (default: OpenAI 500 ``server_error``, Anthropic 529
+               ``overloaded_error``, the examples each provider documents).
+``stream_cut`` streams only: as ``mid_stream_error`` up to the cut (``after_frames``,
+               default half), then the body ends cleanly at the HTTP level (its last chunk
+               sent) without the closing frames: no finish frame or ``[DONE]`` (OpenAI), no
+               ``content_block_stop``/``message_delta``/``message_stop`` (Anthropic).
+``no_response``  the request is read whole and never answered: no head, no byte, until the
+               client closes its connection or the mock stops (its shutdown grace bounds it)
+               or a ``down`` window closes the connection.
+``non_retriable``  ``hold_ms`` (wait before the error, default 0): 400 with the dialect's
+               context-length error, also for stream requests: OpenAI ``{"error":
+               {"message", "type": "invalid_request_error", "param": "messages", "code":
+               "context_length_exceeded"}}``, Anthropic ``invalid_request_error`` "prompt is
+               too long: ...".
 ``down``       ``duration_s`` required, no ``share``: every worker closes its listener and
                its open connections at the start (connects are refused) and listens again
                at the end.  ``down`` windows may not overlap.
 
 Unknown keys, keys of another kind and bad values are rejected with a one-line error
-naming the key (``faults[i].key``).
+naming the key (``faults[i].key``).  A stream-only kind (``mid_stream_error``, ``stream_cut``)
+leaves a unary request it picks alone: answered normally and logged without a fault (the
+lane runs those scenarios with streamed requests only).
+
+Retry-After and flapping need no kind of their own: ``status`` 429 with ``retry_after_s``
+sends ``Retry-After``, and windows of ``status`` 503 placed 2 s on, 2 s off alternate
+healthy and failing (``harness.model.fault_scenarios`` renders such bursts).
 
 Which request gets a fault: specs are tried in list order, the first that picks a request
 wins.  Each spec numbers the requests it is asked about (per worker, from 0); in every
@@ -60,7 +93,9 @@ run is reproducible from ``--fault-seed`` and the share is exact over any 100 re
 Per-request header (tests): ``x-mock-fault: KIND[=VALUE][;key=value]...`` with the kind's
 keys above (no ``share``/``start_s``/``duration_s``, no ``down``); ``status=503`` and
 ``slow=2000`` (ms) are shorthands.  E.g. ``status=429;retry_after_s=2``, ``overloaded``, ``reset``,
-``reset;after_bytes=10``, ``stall;after_frames=2;stall_s=1``, ``malformed``.  The header
+``reset;after_bytes=10``, ``stall;after_frames=2;stall_s=1``, ``malformed``,
+``mid_stream_error;after_frames=3;mode=reset``, ``stream_cut``, ``no_response``,
+``non_retriable``.  The header
 takes precedence over the schedule; an invalid one is a 400.
 """
 
@@ -73,7 +108,8 @@ import random
 
 import orjson
 
-KINDS = ("status", "overloaded", "slow", "reset", "stall", "malformed", "down")  # down last: no header
+KINDS = ("status", "overloaded", "slow", "reset", "stall", "malformed", "mid_stream_error", "stream_cut",
+         "no_response", "non_retriable", "down")  # down last: no header
 _COMMON = ("kind", "share", "start_s", "duration_s")
 _KEYS = {
     "status": _COMMON + ("status", "retry_after_s", "hold_ms"),
@@ -82,8 +118,14 @@ _KEYS = {
     "reset": _COMMON + ("after_bytes", "after_frames"),
     "stall": _COMMON + ("after_bytes", "after_frames", "stall_s"),
     "malformed": _COMMON + ("after_frames",),
+    "mid_stream_error": _COMMON + ("after_frames", "mode", "status"),
+    "stream_cut": _COMMON + ("after_frames",),
+    "no_response": _COMMON,
+    "non_retriable": _COMMON + ("hold_ms",),
     "down": ("kind", "start_s", "duration_s"),
 }
+STREAM_ONLY = ("mid_stream_error", "stream_cut")
+MODES = ("event", "reset", "split")  # mid_stream_error's; split: a seeded half each
 _REQUIRED = {"status": ("status",), "slow": ("hold_ms",), "down": ("duration_s",)}
 _SHORTHAND = {"status": "status", "slow": "hold_ms"}  # header: KIND=VALUE sets this key
 OVERLOADED_STATUS = {"openai": 503, "anthropic": 529}  # each provider's "overloaded", by dialect
@@ -100,12 +142,38 @@ class FaultError(ValueError):
     """A schedule or header that cannot be used; the message names the key."""
 
 
+class ExactShare:
+    """Yes for ``share`` of the calls, exactly per block of ``BLOCK`` (a seeded random set of
+    ``floor(100·share·(b+1)) − floor(100·share·b)`` in block b): reproducible from ``key``."""
+
+    __slots__ = ("share", "key", "_asked", "_block", "_chosen")
+
+    def __init__(self, share: float, key: str):
+        self.share = share
+        self.key = key
+        self._asked = 0
+        self._block = -1
+        self._chosen: frozenset = frozenset()
+
+    def next(self) -> bool:
+        asked = self._asked
+        self._asked = asked + 1
+        block, position = divmod(asked, BLOCK)
+        if block != self._block:
+            self._block = block
+            scaled = self.share * BLOCK
+            chosen_count = math.floor(scaled * (block + 1) + 1e-9) - math.floor(scaled * block + 1e-9)
+            chooser = random.Random(f"{self.key}:{block}")  # str seeds are stable across runs
+            self._chosen = frozenset(chooser.sample(range(BLOCK), chosen_count))
+        return position in self._chosen
+
+
 class Fault:
     """One validated fault spec; times in monotonic ns once :meth:`place` ran."""
 
     __slots__ = ("index", "kind", "share", "start_s", "duration_s", "status", "retry_after_s",
-                 "hold_ns", "after_bytes", "after_frames", "stall_s", "label",
-                 "start_ns", "end_ns", "_seed", "_asked", "_block", "_chosen")
+                 "hold_ns", "after_bytes", "after_frames", "stall_s", "mode", "label",
+                 "start_ns", "end_ns", "_picks", "_resets")
 
     def __init__(self, index: int, spec: dict):
         self.index = index
@@ -113,7 +181,7 @@ class Fault:
         self.share = spec.get("share", 1.0)
         self.start_s = spec.get("start_s", 0.0)
         self.duration_s = spec.get("duration_s")
-        self.status = spec.get("status", 0)
+        self.status = spec.get("status")    # None: the kind's own (mid_stream_error)
         retry = spec.get("retry_after_s")
         if retry is None and self.status == 429:
             retry = DEFAULT_429_RETRY_AFTER_S
@@ -122,39 +190,39 @@ class Fault:
         self.after_bytes = spec.get("after_bytes")    # None: the kind's default
         self.after_frames = spec.get("after_frames")
         self.stall_s = spec.get("stall_s", DEFAULT_STALL_S)
+        self.mode = spec.get("mode", "event") if self.kind == "mid_stream_error" else None
         self.label = f"status:{self.status}" if self.kind == "status" else self.kind
         self.start_ns = 0
         self.end_ns = 0
-        self._seed = 0
-        self._asked = 0
-        self._block = -1
-        self._chosen: frozenset = frozenset()
+        self._seed(0)
+
+    def _seed(self, seed: int) -> None:
+        self._picks = ExactShare(self.share, f"{seed}:{self.index}")
+        self._resets = ExactShare(0.5, f"{seed}:{self.index}:mode")
 
     def place(self, epoch_mono_ns: int, seed: int) -> None:
         self.start_ns = epoch_mono_ns + int(self.start_s * 1e9)
         self.end_ns = (self.start_ns + int(self.duration_s * 1e9) if self.duration_s is not None
                        else 1 << 62)
-        self._seed = seed
+        self._seed(seed)
 
     def picks(self) -> bool:
         """Whether the next request asked about gets this fault (exact share per block)."""
-        asked = self._asked
-        self._asked = asked + 1
-        block, position = divmod(asked, BLOCK)
-        if block != self._block:
-            self._block = block
-            scaled = self.share * BLOCK
-            chosen_count = math.floor(scaled * (block + 1) + 1e-9) - math.floor(scaled * block + 1e-9)
-            chooser = random.Random(f"{self._seed}:{self.index}:{block}")  # str seeds are stable across runs
-            self._chosen = frozenset(chooser.sample(range(BLOCK), chosen_count))
-        return position in self._chosen
+        return self._picks.next()
+
+    def resets(self) -> bool:
+        """mid_stream_error: whether the next faulted stream is reset (else it gets the error
+        event); ``split`` draws a seeded exact half over every 100 faulted streams."""
+        if self.mode == "split":
+            return self._resets.next()
+        return self.mode == "reset"
 
     def record(self) -> dict:
         """The spec as given (defaults filled in), for the stats file."""
         record = {"kind": self.kind, "start_s": self.start_s, "duration_s": self.duration_s}
         if self.kind != "down":
             record["share"] = self.share
-        for key in ("status", "retry_after_s", "after_bytes", "after_frames"):
+        for key in ("status", "retry_after_s", "after_bytes", "after_frames", "mode"):
             if key in _KEYS[self.kind] and getattr(self, key) is not None:
                 record[key] = getattr(self, key)
         if "hold_ms" in _KEYS[self.kind]:
@@ -186,6 +254,10 @@ def _check_value(where: str, key: str, value):
         return value
     if key == "status":
         return _number(where, value, 400, 599, integer=True)
+    if key == "mode":
+        if value not in MODES:
+            raise FaultError(f"{where}: must be one of {', '.join(MODES)} (got {value!r})")
+        return value
     if key == "retry_after_s":
         return _number(where, value, 0, 86_400, integer=True)
     if key == "hold_ms":
@@ -283,6 +355,9 @@ def parse_header(value: str) -> Fault:
         if not eq or key in _COMMON:
             raise FaultError(f"{part!r}: expected key=value with a key of kind {kind!r} "
                              f"({', '.join(_KEYS[kind][4:])})")
+        if key == "mode":
+            spec[key] = raw.strip()
+            continue
         try:
             spec[key] = float(raw) if any(c in raw for c in ".eE") else int(raw)
         except ValueError:
@@ -335,6 +410,43 @@ def anthropic_error_body(status: int, request_id: str, retry_after_s=None) -> by
         status, ("api_error" if status >= 500 else "invalid_request_error", f"The server answered {status}."))
     return orjson.dumps({"type": "error", "error": {"type": kind,
                                                      "message": message.format(retry=_retry_text(retry_after_s))},
+                         "request_id": "req_" + request_id})
+
+
+MID_STREAM_ERROR_STATUS = {"openai": 500, "anthropic": 529}  # mid_stream_error without a status
+NON_RETRIABLE_STATUS = 400
+OPENAI_CONTEXT_LENGTH_MESSAGE = (
+    "This model's maximum context length is 128000 tokens. However, your messages resulted in "
+    "131072 tokens. Please reduce the length of the messages.")
+ANTHROPIC_CONTEXT_LENGTH_MESSAGE = "prompt is too long: 210000 tokens > 200000 maximum"
+
+
+def openai_error_event(status: int) -> bytes:
+    """The frame an OpenAI stream fails with: ``data: {"error": {...}}`` and no ``event:``
+    line (the official SDK raises ``APIError`` on a data object with an ``error``)."""
+    return b"data: " + openai_error_body(status) + b"\n\n"
+
+
+def anthropic_error_event(status: int) -> bytes:
+    """The event an Anthropic stream fails with: ``event: error`` and ``{"type": "error",
+    "error": {"type", "message"}}`` (its documented example: ``overloaded_error``)."""
+    kind, message = _ANTHROPIC_ERRORS.get(
+        status, ("api_error" if status >= 500 else "invalid_request_error", f"The server answered {status}."))
+    return (b"event: error\ndata: " + orjson.dumps(
+        {"type": "error", "error": {"type": kind, "message": message.format(retry=_retry_text(None))}})
+        + b"\n\n")
+
+
+def openai_context_length_body() -> bytes:
+    """OpenAI's 400 for a prompt beyond the model's context window."""
+    return orjson.dumps({"error": {"message": OPENAI_CONTEXT_LENGTH_MESSAGE, "type": "invalid_request_error",
+                                   "param": "messages", "code": "context_length_exceeded"}})
+
+
+def anthropic_context_length_body(request_id: str) -> bytes:
+    """Anthropic's 400 for a prompt beyond the model's context window."""
+    return orjson.dumps({"type": "error", "error": {"type": "invalid_request_error",
+                                                     "message": ANTHROPIC_CONTEXT_LENGTH_MESSAGE},
                          "request_id": "req_" + request_id})
 
 

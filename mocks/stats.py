@@ -25,7 +25,7 @@ Definitions (the same in every worker file, merge and diff):
     ``{bucket_start_us: n}`` with 10 µs buckets, sparse; keys are decimal strings
     sorted numerically (JSON keys are strings).
 ``errors``
-    400 responses.  ``by_path`` counts every request by path (unknown paths under
+    400 responses (a ``non_retriable`` fault's too).  ``by_path`` counts every request by path (unknown paths under
     ``"<other>"``), ``by_status`` every response head by status code (499: cancelled
     by shutdown before its head).
 ``log_dropped``
@@ -33,9 +33,12 @@ Definitions (the same in every worker file, merge and diff):
 ``faults``
     ``{label: n}``: generation requests answered with an injected fault (``mocks.faults``;
     labels as in the request log's ``fault`` column: ``status:<code>``, ``overloaded``,
-    ``slow``, ``reset``, ``stall``, ``malformed``).  A status or overloaded fault is counted
-    in ``by_status`` and has no hold sample; a reset or stall is ``incomplete``; a slow or malformed answer
-    is in ``count`` like any other 200.
+    ``slow``, ``reset``, ``stall``, ``malformed``, ``mid_stream_error:event``,
+    ``mid_stream_error:reset``, ``stream_cut``, ``no_response``, ``non_retriable``).  A
+    status, overloaded or non_retriable fault is counted in ``by_status`` and has no hold
+    sample; a reset, stall, mid_stream_error or stream_cut is ``incomplete``; a no_response is
+    ``incomplete`` with no hold sample (``by_status`` 499: no head); a slow or malformed
+    answer is in ``count`` like any other 200.
 ``down_windows``
     ``[{pid, fault_index, start_t_unix_s, end_t_unix_s}]``: when each worker actually
     closed and reopened its listener for a ``down`` fault (refused connects never reach

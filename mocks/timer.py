@@ -37,7 +37,8 @@ class _Itimerspec(ctypes.Structure):
 
 
 class PreciseTimer:
-    """``wait_until(deadline_ns)`` returns an awaitable that completes at the deadline."""
+    """``wait_until(deadline_ns)`` returns a Future that completes at the deadline (its
+    owner may complete it earlier: the timer then leaves it alone)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop | None = None, force_fallback: bool = False):
         self._loop = loop or asyncio.get_running_loop()
@@ -108,8 +109,8 @@ class PreciseTimer:
         else:
             self._armed_ns = None
 
-    def wait_until(self, deadline_ns: int):
-        """Awaitable done at ``deadline_ns`` (``time.monotonic_ns()`` clock)."""
+    def wait_until(self, deadline_ns: int) -> asyncio.Future:
+        """A Future done at ``deadline_ns`` (``time.monotonic_ns()`` clock)."""
         if self._fd < 0:
             return self._fallback(deadline_ns)
         fut = self._loop.create_future()
@@ -120,11 +121,20 @@ class PreciseTimer:
         return fut
 
     # ------------------------------------------------------------------ fallback path
-    async def _fallback(self, deadline_ns: int) -> None:
-        while True:
+    def _fallback(self, deadline_ns: int):
+        loop = self._loop
+        fut = loop.create_future()
+
+        def check() -> None:
+            if fut.done():  # completed early by its owner (a lost connection)
+                return
             left_ns = deadline_ns - time.monotonic_ns()
             if left_ns <= 0:
+                fut.set_result(None)
                 return
             # whole milliseconds, rounded up; an early wake-up (the loop's cached clock
             # can be stale) goes round again for the rest
-            await asyncio.sleep((left_ns + 999_999) // 1_000_000 / 1000.0)
+            loop.call_later((left_ns + 999_999) // 1_000_000 / 1000.0, check)
+
+        check()
+        return fut

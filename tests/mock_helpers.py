@@ -1,5 +1,6 @@
 """Driving the real mock (python -m mocks.server) from the tests: start and stop it on a free
-127.0.0.1 port, send requests and streams, read SSE events, wait for processes to go."""
+127.0.0.1 port, send requests and streams (also over a raw socket), read SSE events, wait for
+its request log's lines and for processes to go."""
 import http.client
 import json
 import os
@@ -13,10 +14,14 @@ import time
 import psutil
 from polling import wait_for
 
+from mocks.request_log import read_request_log
+
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 PY = sys.executable
 BODY = {"model": "gpt-test", "messages": [{"role": "user", "content": "Hello there, mock."}]}
+OPENAI = "/v1/chat/completions"
+ANTHROPIC = "/v1/messages"
 
 
 def _free_port() -> int:
@@ -111,6 +116,58 @@ def sse_events(lines):
             out.append((t if event else ts, event, line[6:]))
             event = None
     return out
+
+
+def sse_data(lines):
+    return [d for _, _, d in sse_events(lines)]
+
+
+def raw_request(port, path=OPENAI, body=None, headers=b"", timeout_s=10.0):
+    """One request over a raw socket: (bytes received, how it ended: "eof" or "reset"),
+    with the time of the last received bytes and of the end, relative to the send."""
+    data = json.dumps(body or BODY).encode()
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
+    got, end, t_last = b"", "eof", 0.0
+    t0 = time.monotonic()
+    try:
+        s.sendall(b"POST %s HTTP/1.1\r\nHost: mock\r\nContent-Type: application/json\r\n%s"
+                  b"Content-Length: %d\r\n\r\n%s" % (path.encode(), headers, len(data), data))
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except ConnectionResetError:
+                end = "reset"
+                break
+            if not chunk:
+                break
+            got += chunk
+            t_last = time.monotonic() - t0
+    finally:
+        s.close()
+    return got, end, t_last, time.monotonic() - t0
+
+
+def split_head(raw):
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    hdrs = {k.lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:])}
+    return int(lines[0].split()[1]), hdrs, body
+
+
+def log_by_request_id(stats_dir):
+    log = read_request_log(stats_dir)
+    return {r.request_id: r for r in log.itertuples() if r.request_id}
+
+
+def wait_logged(stats_dir, request_ids, timeout_s=5.0):
+    """The mock flushes its log every 0.25 s: wait until these ids are in it."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        rows = log_by_request_id(stats_dir)
+        if all(r in rows for r in request_ids):
+            return rows
+        time.sleep(0.05)
+    raise AssertionError(f"not logged within {timeout_s} s: {set(request_ids) - set(rows)}")
 
 
 def alive(pid):

@@ -75,7 +75,8 @@ def _fault_run_rows(run_id: str, system: str, p: FaultRun, hs: float):
         "worker_pid": 1, "status_code": 200, "fault": "", "body_end_t_unix_ns": body_end,
         "hold_set_ns": hold_ns, "hold_applied_ns": hold_ns, "head_written_t_unix_ns": body_end + hold_ns,
         "last_frame_written_t_unix_ns": body_end + hold_ns, "bytes_in": 400, "bytes_out": 300,
-        "arrival_lag_ns": 0, "write_ns": 0, "peer_port": 40000})
+        "arrival_lag_ns": 0, "write_ns": 0, "peer_port": 40000, "content_chars_sent": 90,
+        "frames_sent": 0, "client_closed_t_unix_ns": 0, "ended": "complete"})
     st = np.arange(hs - 5.0, hs + FAULT_HOLD_S + 5.0, 1.0) + 0.25
     samples = pd.DataFrame([sample_row(run_id, system, x, "system", 3,
                                        p.rss_peak if abs(x - (hs + 15.25)) < 1e-6 else 30 * 2**20,

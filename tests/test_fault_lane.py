@@ -112,6 +112,56 @@ def test_overloaded_uses_the_providers_own_answer_and_failover_a_standby():
     assert not any(fault_scenarios.needs_standby(n) for n in ("", "error_burst", "provider_down"))
 
 
+def test_the_scenarios_users_report_breaking():
+    """retry_after, all_rate_limited, mid_stream_error, stream_cut, no_response, non_retriable
+    and flapping: each the mock's spec, its window, and what runs beside it."""
+    def only(name):
+        (spec,) = fault_scenarios.render(name, 10.0, fault_scenarios.duration_of(name, 0.0))
+        return spec
+    assert only("retry_after") == {"kind": "status", "status": 429, "retry_after_s": 2, "share": 0.2,
+                                   "start_s": 10.0, "duration_s": 30.0}
+    assert only("all_rate_limited") == {"kind": "status", "status": 429, "retry_after_s": 3, "share": 1.0,
+                                        "start_s": 10.0, "duration_s": 30.0}
+    assert only("mid_stream_error") == {"kind": "mid_stream_error", "after_frames": 3, "mode": "split",
+                                        "share": 0.2, "start_s": 10.0, "duration_s": 30.0}
+    assert only("stream_cut")["kind"] == "stream_cut" and only("non_retriable")["kind"] == "non_retriable"
+    # no_response: a request faulted at the window's end still meets the 30-s client timeout
+    # inside faults-extra's 50-s step (window from 10 s)
+    assert only("no_response") == {"kind": "no_response", "share": 0.2, "start_s": 10.0, "duration_s": 10.0}
+    assert 10.0 + fault_scenarios.duration_of("no_response", 0.0) + 30.0 <= 50.0
+    streamed = {n for n in fault_scenarios.SCENARIOS if fault_scenarios.scenario(n).needs_stream}
+    assert streamed == {"stalled_streams", "mid_stream_error", "stream_cut"}
+    # the standby: healthy beside flapping and failover, rate-limited with the primary
+    assert {n for n in fault_scenarios.SCENARIOS if fault_scenarios.needs_standby(n)} == {
+        "failover", "flapping", "all_rate_limited"}
+    assert [n for n in fault_scenarios.SCENARIOS if fault_scenarios.faults_standby(n)] == ["all_rate_limited"]
+    assert not fault_scenarios.faults_standby("")
+
+
+def test_flapping_alternates_two_seconds_failing_and_two_healthy():
+    sched = fault_scenarios.render("flapping", 10.0, 30.0)
+    assert [(s["start_s"], s["duration_s"]) for s in sched] == [(10.0 + 4 * i, 2.0) for i in range(8)]
+    assert all(s["kind"] == "status" and s["status"] == 503 and s["share"] == 1.0 for s in sched)
+
+
+def test_the_extra_suite_runs_each_scenario_once_streamed_or_unary_as_it_needs():
+    """faults-extra: every scenario in one cell, the streamed ones with stream = true, the
+    unary ones without; the other combinations left out with a reason."""
+    from harness.model.config import REPO_DIR
+    from harness.model.suite import load_suite
+    from harness.run.suite_run import expand
+    cells = expand(load_suite(REPO_DIR / "notebooks" / "suites" / "faults-extra.toml"))
+    runnable = {(c.values["fault_scenario"], c.values["request.stream"]) for c in cells if not c.excluded}
+    assert runnable == {("slow_tail", True), ("resets", True), ("stalled_streams", True),
+                        ("mid_stream_error", True), ("stream_cut", True), ("retry_after", False),
+                        ("all_rate_limited", False), ("no_response", False), ("non_retriable", False),
+                        ("flapping", False)}
+    assert all(c.excluded.startswith("excluded by the suite: ") for c in cells if c.excluded)
+    for c in cells:
+        if not c.excluded:
+            assert c.config.stream == c.values["request.stream"] and "direct" in c.config.gateways
+
+
 def test_resilience_is_shipped_or_recommended_and_the_fault_profile_recommends(tmp_path):
     assert from_profile("faults").resilience == "recommended"
     assert from_profile("smoke").resilience == "shipped"

@@ -39,6 +39,12 @@ def test_error_burst_study(tmp_path):
     assert set(study.requests.loc[study.requests["error_kind"] == "", "error_body_dialect"]) == {""}
     run = study.runs[0]
     assert run.checks.count_match is None and run.checks.count_note
+    # the mock's log, consolidated: what it sent and how each answer ended
+    mock = pd.read_parquet(study.run_dirs["nginx-1"] / "mock_requests.parquet")
+    answered = mock[mock["ended"] == "complete"]
+    assert len(answered) >= 0.95 * len(mock) and (answered["frames_sent"] == 0).all()
+    assert (answered.loc[answered["status_code"] == 200, "content_chars_sent"] > 0).all()
+    assert (answered.loc[answered["fault"] == "status:500", "content_chars_sent"] == 0).all()
     html = build.build_report(study.path).path.read_text(encoding="utf-8")
     assert "When the provider fails" in html and "single run" in html
 

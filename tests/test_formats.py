@@ -35,8 +35,11 @@ RECORDED = {
     F.REQUESTS_TABLE: (_table(REQUESTS), {1: V1_RUN / "requests.parquet", 2: V2_RUN / "requests.parquet",
                                           3: TESTS / "data" / "requests-v3.parquet"}),
     F.SAMPLES_TABLE: (_table(SAMPLES), {1: V1_RUN / "samples.parquet", 2: V2_RUN / "samples.parquet"}),
+    # version 3: a real mock's log (unary, stream and a 429), written just before the content
+    # and ending columns existed
     F.MOCK_REQUESTS_TABLE: (lambda path: readers.read_mock_requests(path.parent),
-                            {2: V2_RUN / "mock_requests.parquet"}),
+                            {2: V2_RUN / "mock_requests.parquet",
+                             3: TESTS / "data" / "mock-requests-v3" / "mock_requests.parquet"}),
     F.MOCK_STATS: (readers.read_mock_stats, {1: V1_RUN / "mock_stats.json", 2: V2_RUN / "mock_stats.json"}),
     F.FAULT_SCHEDULE: (readers.read_fault_schedule, {2: TESTS / "data" / "faults-v2.json"}),
     F.SUITE_MANIFEST: (lambda path: readers.read_suite_manifest(path.parent),
@@ -87,6 +90,19 @@ def test_older_tables_come_up_to_the_current_columns():
             assert list(frame.columns) == table.names and version == _stamp(path)
     mock = readers.read_mock_requests(V2_RUN)
     assert list(mock.columns) == MOCK_REQUESTS.names and set(mock["provider"]) == {"primary"}
+
+
+def test_older_mock_requests_have_what_the_mock_sent_missing_never_invented():
+    """Versions 2 and 3 predate content_chars_sent, frames_sent, client_closed_t_unix_ns and
+    ended: they load as missing (not 0, not "complete"), and the reader says so."""
+    new = ("content_chars_sent", "frames_sent", "client_closed_t_unix_ns", "ended")
+    for version, path in RECORDED[F.MOCK_REQUESTS_TABLE][1].items():
+        frame, found, missing = readers.read_table(path, MOCK_REQUESTS)
+        assert found == version and len(frame) > 0 and set(new) <= set(missing)
+        assert list(frame.columns) == MOCK_REQUESTS.names
+        for name in new:
+            assert frame[name].isna().all(), (version, name)
+        assert (frame["status_code"] > 0).all()  # the columns it had are kept
 
 
 def test_a_mock_requests_file_of_an_unknown_version_is_refused(tmp_path):

@@ -19,7 +19,8 @@ def _mock_row(rid, body_end_ns, hold_ms=60.0, over_us=100, lag_us=50, write_us=3
             "hold_set_ns": int(hold_ms * MS), "hold_applied_ns": hold_applied,
             "head_written_t_unix_ns": head, "last_frame_written_t_unix_ns": head + int(frames_ms * MS),
             "bytes_in": 300, "bytes_out": 600, "arrival_lag_ns": lag_us * 1000, "write_ns": write_us * 1000,
-            "peer_port": 40000}
+            "peer_port": 40000, "content_chars_sent": 90, "frames_sent": 0, "client_closed_t_unix_ns": 0,
+            "ended": "complete"}
 
 
 def _mock(rows):

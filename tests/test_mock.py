@@ -46,7 +46,7 @@ def conn(mock):
 # ----------------------------------------------------------------------------- shapes
 
 def test_version_and_stats_import_is_light():
-    assert __version__ == "1.2.0"
+    assert __version__ == "1.3.0"
     code = ("import sys, mocks.stats, mocks.worker_stats, mocks.request_log, mocks.faults, mocks.protocol, "
             "mocks.gc_control; assert 'aiohttp' not in sys.modules, 'aiohttp imported'")
     subprocess.run([PY, "-c", code], cwd=REPO_DIR, check=True, timeout=30)

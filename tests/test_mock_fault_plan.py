@@ -1,7 +1,7 @@
 """The mock's provider faults (mocks/faults.py) before any traffic: the schedule and its
-validation, the x-mock-fault header, the seeded plan's exact shares and windows, the providers'
-error bodies, and the fault figures merged across workers.  What each fault does on the wire,
-and the mock refusing a bad schedule at start: test_mock_faults.py.
+validation (in process and on the command line), the x-mock-fault header, the seeded plan's
+exact shares and windows, mid_stream_error's seeded split, the providers' error bodies and
+events, and the fault figures merged across workers.  What each fault does on the wire: test_mock_faults.py.
 """
 import json
 
@@ -12,9 +12,13 @@ from mocks.faults import (
     OVERLOADED_STATUS,
     FaultError,
     FaultPlan,
+    anthropic_context_length_body,
     anthropic_error_body,
+    anthropic_error_event,
     broken_frame,
+    openai_context_length_body,
     openai_error_body,
+    openai_error_event,
     parse_header,
     parse_schedule,
 )
@@ -38,6 +42,12 @@ pytestmark = pytest.mark.timeout(60)
     ('[{"kind": "stall", "after_frames": 1.5}]', "faults[0].after_frames"),
     ('[{"kind": "slow", "hold_ms": "2000"}]', "faults[0].hold_ms"),
     ('[{"kind": "reset", "duration_s": 0}]', "faults[0].duration_s"),
+    ('[{"kind": "mid_stream_error", "mode": "half"}]', "faults[0].mode"),
+    ('[{"kind": "mid_stream_error", "mode": 1}]', "faults[0].mode"),
+    ('[{"kind": "mid_stream_error", "status": 200}]', "faults[0].status"),
+    ('[{"kind": "stream_cut", "mode": "reset"}]', "faults[0].mode"),
+    ('[{"kind": "no_response", "hold_ms": 5}]', "faults[0].hold_ms"),
+    ('[{"kind": "non_retriable", "status": 413}]', "faults[0].status"),
     ('{"kind": "reset"}', "faults:"),
     ('[{"kind": "reset"', "faults:"),
 ])
@@ -76,6 +86,60 @@ def test_overloaded_kind_takes_only_a_hold():
     with pytest.raises(FaultError, match=r"faults\[0\]\.status: unknown key"):
         parse_schedule('[{"kind": "overloaded", "status": 529}]')
     assert OVERLOADED_STATUS == {"openai": 503, "anthropic": 529}
+
+
+def test_the_stream_and_answer_kinds_and_their_keys():
+    f = parse_header("mid_stream_error;after_frames=3;mode=reset")
+    assert (f.kind, f.after_frames, f.mode, f.status, f.label) == ("mid_stream_error", 3, "reset", None,
+                                                                   "mid_stream_error")
+    assert parse_header("mid_stream_error").mode == "event" and parse_header("mid_stream_error;status=429").status == 429
+    assert parse_header("stream_cut;after_frames=1").after_frames == 1
+    assert parse_header("no_response").label == "no_response"
+    assert parse_header("non_retriable;hold_ms=5").hold_ns == 5_000_000
+    for bad in ("mid_stream_error;mode=both", "mid_stream_error=3", "stream_cut;after_bytes=2",
+                "no_response;after_frames=1", "non_retriable;retry_after_s=1"):
+        with pytest.raises(FaultError):
+            parse_header(bad)
+    (m, c, n, r) = parse_schedule(json.dumps([
+        {"kind": "mid_stream_error", "after_frames": 3, "mode": "split", "share": 0.2},
+        {"kind": "stream_cut", "share": 0.2}, {"kind": "no_response", "duration_s": 10},
+        {"kind": "non_retriable"}]))
+    assert m.record() == {"kind": "mid_stream_error", "start_s": 0.0, "duration_s": None, "share": 0.2,
+                          "after_frames": 3, "mode": "split"}
+    assert c.record() == {"kind": "stream_cut", "start_s": 0.0, "duration_s": None, "share": 0.2}
+    assert n.record() == {"kind": "no_response", "start_s": 0.0, "duration_s": 10.0, "share": 1.0}
+    assert r.record()["hold_ms"] == 0.0 and r.retry_after_s is None
+
+
+def test_split_mode_is_an_exact_seeded_half():
+    def modes(seed, mode="split", n=4 * BLOCK):
+        (f,) = parse_schedule(json.dumps([{"kind": "mid_stream_error", "mode": mode}]))
+        FaultPlan([f], seed, 0.0, 0.0, 0)
+        return [f.resets() for _ in range(n)]
+    got = modes(3)
+    for b in range(4):
+        assert sum(got[b * BLOCK:(b + 1) * BLOCK]) == BLOCK // 2  # exact in every 100
+    assert got == modes(3) and got != modes(4)
+    assert not any(modes(3, "event", 50)) and all(modes(3, "reset", 50))
+
+
+def test_stream_error_events_and_context_length_bodies_are_the_providers_shapes():
+    frame = openai_error_event(500)
+    assert frame.startswith(b"data: {") and frame.endswith(b"\n\n") and b"event:" not in frame
+    e = json.loads(frame[6:])["error"]  # what the openai SDK raises APIError for
+    assert set(e) == {"message", "type", "param", "code"} and e["type"] == "server_error" and e["message"]
+    assert json.loads(openai_error_event(429)[6:])["error"]["code"] == "rate_limit_exceeded"
+    event = anthropic_error_event(529)
+    name, data = event.split(b"\n", 1)
+    assert name == b"event: error" and data.startswith(b"data: ") and event.endswith(b"\n\n")
+    assert json.loads(data[6:]) == {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    assert json.loads(anthropic_error_event(429).split(b"data: ")[1])["error"]["type"] == "rate_limit_error"
+    e = json.loads(openai_context_length_body())["error"]
+    assert (e["type"], e["param"], e["code"]) == ("invalid_request_error", "messages", "context_length_exceeded")
+    assert "maximum context length" in e["message"]
+    a = json.loads(anthropic_context_length_body("1-2"))
+    assert a["type"] == "error" and a["request_id"] == "req_1-2"
+    assert a["error"]["type"] == "invalid_request_error" and a["error"]["message"].startswith("prompt is too long")
 
 
 def _picked(plan, n):

@@ -11,7 +11,21 @@ import subprocess
 import time
 
 import pytest
-from mock_helpers import BODY, PY, REPO_DIR, Mock, call, sse_events, stream
+from mock_helpers import (
+    ANTHROPIC,
+    BODY,
+    OPENAI,
+    PY,
+    REPO_DIR,
+    Mock,
+    call,
+    raw_request,
+    split_head,
+    sse_data,
+    sse_events,
+    stream,
+    wait_logged,
+)
 
 from mocks.faults import BLOCK, FaultPlan, parse_schedule
 from mocks.request_log import read_request_log
@@ -19,63 +33,7 @@ from mocks.stats import diff_stats, read_stats
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
-OPENAI = "/v1/chat/completions"
-ANTHROPIC = "/v1/messages"
 CHUNKS, DELAY_MS, LATENCY_MS = 4, 30, 20
-
-
-# ----------------------------------------------------------------------------- helpers
-
-def raw_request(port, path=OPENAI, body=None, headers=b"", timeout_s=10.0):
-    """One request over a raw socket: (bytes received, how it ended: "eof" or "reset"),
-    with the time of the last received bytes and of the end, relative to the send."""
-    data = json.dumps(body or BODY).encode()
-    s = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
-    got, end, t_last = b"", "eof", 0.0
-    t0 = time.monotonic()
-    try:
-        s.sendall(b"POST %s HTTP/1.1\r\nHost: mock\r\nContent-Type: application/json\r\n%s"
-                  b"Content-Length: %d\r\n\r\n%s" % (path.encode(), headers, len(data), data))
-        while True:
-            try:
-                chunk = s.recv(65536)
-            except ConnectionResetError:
-                end = "reset"
-                break
-            if not chunk:
-                break
-            got += chunk
-            t_last = time.monotonic() - t0
-    finally:
-        s.close()
-    return got, end, t_last, time.monotonic() - t0
-
-
-def split_head(raw):
-    head, _, body = raw.partition(b"\r\n\r\n")
-    lines = head.decode().split("\r\n")
-    hdrs = {k.lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:])}
-    return int(lines[0].split()[1]), hdrs, body
-
-
-def sse_data(lines):
-    return [d for _, _, d in sse_events(lines)]
-
-
-def log_by_request_id(stats_dir):
-    log = read_request_log(stats_dir)
-    return {r.request_id: r for r in log.itertuples() if r.request_id}
-
-
-def wait_logged(stats_dir, request_ids, timeout_s=5.0):
-    """The mock flushes its log every 0.25 s: wait until these ids are in it."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        rows = log_by_request_id(stats_dir)
-        if all(r in rows for r in request_ids):
-            return rows
-        time.sleep(0.05)
-    raise AssertionError(f"not logged within {timeout_s} s: {set(request_ids) - set(rows)}")
 
 
 @pytest.fixture(scope="module")

@@ -117,7 +117,7 @@ def test_request_log_two_workers_merged(tmp_path):
 def test_request_log_buffer_cap_and_write_failure_counted(tmp_path):
     log = RequestLog(str(tmp_path), pid=7, max_buffered=3)
     for i in range(5):
-        log.record(f"r{i}", f"7-{i}", "/p", 200, "", 1, 0, 0, 2, 2, 10, 20, 0, 0, 1)
+        log.record(f"r{i}", f"7-{i}", "/p", 200, "", 1, 0, 0, 2, 2, 10, 20, 0, 0, 1, 5, 0, 0, "complete")
     assert log.dropped == 2
     log.flush()
     df = read_request_log(str(tmp_path))
@@ -126,7 +126,7 @@ def test_request_log_buffer_cap_and_write_failure_counted(tmp_path):
     with open(log.path, "ab") as f:
         f.write(b"r9,7-9,/p")
     assert len(read_request_log(str(tmp_path))) == 3
-    log.record("r3", "7-3", "/p", 200, "", 1, 0, 0, 2, 2, 10, 20, 0, 0, 1)
+    log.record("r3", "7-3", "/p", 200, "", 1, 0, 0, 2, 2, 10, 20, 0, 0, 1, 5, 0, 0, "complete")
     os.close(log._fd)  # the disk "fails": the buffered line is dropped and counted
     with pytest.raises(OSError):
         log.flush()

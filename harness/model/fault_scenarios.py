@@ -28,12 +28,39 @@ Scenarios (shares are of the generation requests whose body reached the mock in 
                      ``/v1/chat/completions``), while a standby (a second mock with the same
                      settings, never faulted) stays healthy; a system configured with the
                      standby can fail over to it.
+``retry_after``      20% answered 429 with ``Retry-After: 2`` for 30 s (the dialect's rate-limit
+                     body): whether a retry waits what it was told.
+``all_rate_limited`` every deployment rate-limited: the primary and the standby (faulted too,
+                     with the same schedule) answer every generation request 429 with
+                     ``Retry-After: 3`` for 30 s; what the client is told when nothing is left.
+``mid_stream_error`` 20% of streams, after 3 content frames, fail: half (a seeded exact half
+                     per 100) with the dialect's error event and the body's end (OpenAI: an
+                     ``{"error": ...}`` object in a ``data:`` event, which the official SDK
+                     raises as ``APIError``; Anthropic: ``event: error``,
+                     ``overloaded_error``), half with a TCP RST; for 30 s; needs ``stream = true``.
+``stream_cut``       20% of streams end cleanly at the HTTP level (a whole chunked body) after
+                     half their content frames, without ``[DONE]`` / ``message_stop``: a client
+                     that trusts the transport sees a short answer as a success; for 30 s;
+                     needs ``stream = true``.
+``no_response``      20% of requests are read whole and never answered (no head, no byte) until
+                     the client leaves, for 10 s: a request faulted at the window's end still
+                     meets the lane's 30-s client timeout inside the hold (window from 10 s to
+                     20 s + 30 s, of the 50-s step).
+``non_retriable``    20% answered 400 with the dialect's context-length error (OpenAI
+                     ``context_length_exceeded``; Anthropic ``invalid_request_error`` "prompt is
+                     too long") for 30 s: a request no retry can save (one attempt is right).
+``flapping``         the primary alternates 2 s healthy and 2 s answering every generation request
+                     503 (bursts, starting failing), for 30 s, while a healthy standby runs.
 
 A scenario that ``needs_standby`` runs with that second mock: the harness starts it beside the
 primary (same host, its own port: ``base_port`` + 2 when ports are fixed), gives templates its
 address (``{{standby_url}}``, ``{{standby_host}}``, ``{{standby_port}}``; without a standby they
 are the primary's), samples it as the ``standby`` role and keeps its request log beside the
-primary's (the ``provider`` column of mock_requests.parquet).
+primary's (the ``provider`` column of mock_requests.parquet). The standby is healthy unless the
+scenario ``faults_standby``: then it gets the primary's schedule, seed and arm file.
+
+What each fault does on the wire, and how the mock's request log records it (its ``fault`` and
+``ended`` columns): mocks.faults and mocks.request_log.
 
 Importing this module starts nothing.
 """
@@ -53,7 +80,8 @@ class Scenario:
     specs: tuple[dict, ...]         # the mock's fault specs without their window
     duration_s: float               # the window's length when fault_duration_s is 0
     needs_stream: bool = False
-    needs_standby: bool = False     # a second, healthy provider runs beside the faulted one
+    needs_standby: bool = False     # a second provider runs beside the faulted one ...
+    faults_standby: bool = False    # ... healthy, unless this: then it gets the same schedule
     burst_s: float = 0.0            # > 0: each spec on for burst_s in every burst_period_s
     burst_period_s: float = 0.0
 
@@ -71,6 +99,18 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("provider_down", ({"kind": "down"},), 10.0),
     Scenario("failover", ({"kind": "status", "status": 503, "share": 1.0},), 30.0,
              needs_standby=True),
+    Scenario("retry_after", ({"kind": "status", "status": 429, "retry_after_s": 2,
+                              "share": 0.2},), 30.0),
+    Scenario("all_rate_limited", ({"kind": "status", "status": 429, "retry_after_s": 3,
+                                   "share": 1.0},), 30.0,
+             needs_standby=True, faults_standby=True),
+    Scenario("mid_stream_error", ({"kind": "mid_stream_error", "after_frames": 3, "mode": "split",
+                                   "share": 0.2},), 30.0, needs_stream=True),
+    Scenario("stream_cut", ({"kind": "stream_cut", "share": 0.2},), 30.0, needs_stream=True),
+    Scenario("no_response", ({"kind": "no_response", "share": 0.2},), 10.0),
+    Scenario("non_retriable", ({"kind": "non_retriable", "share": 0.2},), 30.0),
+    Scenario("flapping", ({"kind": "status", "status": 503, "share": 1.0},), 30.0,
+             needs_standby=True, burst_s=2.0, burst_period_s=4.0),
 )}
 
 
@@ -85,6 +125,11 @@ def scenario(name: str) -> Scenario:
 def needs_standby(name: str) -> bool:
     """Whether a run with this scenario ("" = none) starts the standby provider."""
     return bool(name) and scenario(name).needs_standby
+
+
+def faults_standby(name: str) -> bool:
+    """Whether the standby of a run with this scenario gets the primary's schedule."""
+    return bool(name) and scenario(name).faults_standby
 
 
 def duration_of(name: str, fault_duration_s: float) -> float:

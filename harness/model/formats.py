@@ -55,9 +55,10 @@ SAMPLES_TABLE = Format(
     "samples table", "samples.parquet", 2, (1, 2),
     "1: may lack inflight_requests and host; 2: every column")
 MOCK_REQUESTS_TABLE = Format(
-    "mock requests table", "mock_requests.parquet", 3, (2, 3),
+    "mock requests table", "mock_requests.parquet", 4, (2, 3, 4),
     "before 2: no file (the raw logs under mock-stats/ are read instead); 2: may lack "
-    "provider (always the primary then); 3: every column")
+    "provider (always the primary then); 3: no content_chars_sent, frames_sent, "
+    "client_closed_t_unix_ns, ended (missing); 4: every column")
 MOCK_STATS = Format(
     "mock stats", "mock_stats.json", 2, (1, 2), "1 and 2: the same keys")
 FAULT_SCHEDULE = Format(

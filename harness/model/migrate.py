@@ -14,6 +14,9 @@ under tests/fixtures/ and tests/data/ (tests/test_formats.py).
 * requests table 3 → 4: ``error_class`` (each failure's cause at the client) is missing in a
   version-3 file, never guessed from its error text here (harness.stats.inflight_lane falls back to
   that text only where it counts causes).
+* mock requests table 3 → 4: ``content_chars_sent``, ``frames_sent``,
+  ``client_closed_t_unix_ns`` and ``ended`` (what the mock sent and how each response ended)
+  are missing in an older file, never guessed from its status or bytes.
 * gate record 1 → 2: harness.verdicts.history.migrate (its ratios kept as head_vs_reference).
 * study manifest 2 → 3, run manifest 2 → 3, suite manifest 2 → 3: ``fault_lead_s`` (the fixed
   time from the mock's start to the load's, when the mock's fault epoch was set at its start)
@@ -61,6 +64,8 @@ V1_ROLES_BY_FOLDER = {"direct": "floor", "nginx": "hop"}
 ANY = None   # the version predates the column list: any column may be absent
 # The columns the requests table gained with version 4: no older file has them.
 REQUESTS_V4_COLUMNS = ("error_class",)
+# The columns the mock requests table gained with version 4 (what the mock sent, how it ended).
+MOCK_REQUESTS_V4_COLUMNS = ("content_chars_sent", "frames_sent", "client_closed_t_unix_ns", "ended")
 # table -> version -> the columns a file of that version may lack.
 LACKED = {
     "requests": {1: ANY, 2: ("request_id", "mock_service_ms", "net_overhead_ms",
@@ -69,7 +74,7 @@ LACKED = {
                              *REQUESTS_V4_COLUMNS),
                  3: REQUESTS_V4_COLUMNS},
     "samples": {1: ANY},
-    "mock_requests": {2: ("provider",)},
+    "mock_requests": {2: ("provider", *MOCK_REQUESTS_V4_COLUMNS), 3: MOCK_REQUESTS_V4_COLUMNS},
 }
 # Columns whose value before they existed is known, not missing: (table, column) -> that value.
 # Before the standby provider, every mock row came from the one mock.

@@ -202,8 +202,13 @@ MOCK_REQUESTS = Table("mock_requests", "mock_requests.parquet", (
     _c("mock_seq", "string", "", "the mock's own `<pid>-<seq>` (its `x-mock-request-id`)"),
     _c("path", "string", "", "the route the mock served"),
     _c("worker_pid", "int64", "", "the mock worker that served it"),
-    _c("status_code", "int64", "", "the status the mock answered"),
-    _c("fault", "string", "", "the injected fault, `\"\"` for none"),
+    _c("status_code", "int64", "",
+       "the status of the head the mock wrote; 499: no head went out, or the client left before "
+       "the whole answer"),
+    _c("fault", "string", "",
+       "the injected fault (mocks/faults.py): `status:<code>`, `overloaded`, `slow`, `reset`, "
+       "`stall`, `malformed`, `mid_stream_error:event`, `mid_stream_error:reset`, `stream_cut`, "
+       "`no_response`, `non_retriable`; `\"\"` for none"),
     _c("body_end_t_unix_ns", "int64", "ns since the Unix epoch",
        "the whole request body read: the hold starts"),
     _c("hold_set_ns", "int64", "ns", "the hold asked for (setting or `x-mock-latency-ms`)"),
@@ -217,6 +222,29 @@ MOCK_REQUESTS = Table("mock_requests", "mock_requests.parquet", (
     _c("arrival_lag_ns", "int64", "ns", "request's last bytes received → body read"),
     _c("write_ns", "int64", "ns", "head write started → head handed to the socket"),
     _c("peer_port", "int64", "", "the client's (the system's) source port"),
+    _c("content_chars_sent", "int64", "characters",
+       "assistant content handed to the socket in whole, valid JSON (a unary body sent whole; "
+       "each content frame of a stream): what a client can assemble, whatever it re-chunks or "
+       "translates; 0 for an error answer, a cut unary body, a malformed one; missing before "
+       "version 4"),
+    _c("frames_sent", "int64", "frames",
+       "content frames handed to the socket (the frames the client's `chunks` counts; the "
+       "opening, closing and error frames are not counted); 0 for a unary answer; missing "
+       "before version 4"),
+    _c("client_closed_t_unix_ns", "int64", "ns since the Unix epoch",
+       "when the client's (the system's) close of its connection reached the mock, before the "
+       "response ended (noticed between frames: the stream stops writing at once); 0 when the "
+       "client did not leave first; missing before version 4"),
+    _c("ended", "string", "",
+       "how the response ended: `complete` (every byte went out, whatever the status), "
+       "`client_closed` (the client closed first), `fault_reset` (the mock reset the connection "
+       "mid-body: `reset`, `mid_stream_error:reset`), `fault_closed` (the mock closed it "
+       "mid-body after a `stall`), `fault_cut` (`stream_cut`: a whole chunked body without the "
+       "dialect's terminal event), `fault_error_event` (`mid_stream_error:event`: the dialect's "
+       "error event, then the body's end), `never_answered` (`no_response`: no head ever went "
+       "out; `client_closed_t_unix_ns` says when the client gave up, 0 when the mock stopped "
+       "first), `mock_closed` (the mock's shutdown or a `down` window closed it first); "
+       "missing before version 4"),
 ))
 
 TABLES = {t.name: t for t in (REQUESTS, SAMPLES, MOCK_REQUESTS)}

@@ -161,18 +161,21 @@ def _stop_later(stack: ExitStack, started):
 
 
 def _start_providers(r: _Running, spec: RunSpec, run_dir: Path, processes: ExitStack) -> None:
-    """The mock, and for a scenario that needs one a standby (the same provider, never
-    faulted). The mock's faults wait for their arm file, which the load writes when it starts."""
+    """The mock, and for a scenario that needs one a standby (the same provider, faulted only
+    when the scenario faults it too). The faults wait for their arm file, which the load
+    writes when it starts."""
     topology, m = spec.topology, spec.mock
     common = dict(stream_chunks=m.stream_chunks, chunk_delay_ms=m.chunk_delay_ms,
                   host=topology.host(topology.mock), cpus=spec.affinity.mock, nice=spec.nice.mock)
+    faults = dict(faults=m.faults, fault_seed=m.fault_seed,
+                  fault_arm_file=RunFiles(run_dir).fault_arm_path)
     r.mock = start_mock(run_dir, m.mock_latency_ms, m.mock_workers, m.mock_response_tokens,
-                        **{**common, "port": spec.mock_port}, faults=m.faults,
-                        fault_seed=m.fault_seed, fault_arm_file=RunFiles(run_dir).fault_arm_path)
+                        **{**common, "port": spec.mock_port}, **faults)
     _stop_later(processes, r.mock.process)
     if fault_scenarios.needs_standby(m.fault_scenario):
         r.standby = start_mock(run_dir, m.mock_latency_ms, m.mock_workers, m.mock_response_tokens,
-                               **{**common, "port": spec.standby_port}, name="mock-standby")
+                               **{**common, "port": spec.standby_port}, name="mock-standby",
+                               **(faults if fault_scenarios.faults_standby(m.fault_scenario) else {}))
         _stop_later(processes, r.standby.process)
 
 
