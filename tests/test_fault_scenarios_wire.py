@@ -19,7 +19,7 @@ from harness.files.study_files import RunFiles
 from harness.model import fault_scenarios
 from harness.model.config import from_profile
 from harness.run import run as run_mod
-from harness.run.check import check
+from harness.run.preflight import preflight
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.integration]
 
@@ -69,7 +69,7 @@ def test_flapping_fails_two_seconds_then_serves_two(tmp_path):
 def _providers(tmp_path, scenario):
     """A one-system faults study with ``scenario``: its plan's first run and a run directory."""
     config = from_profile("faults", gateways=("direct",), fault_scenario=scenario, out_dir=str(tmp_path / "out"))
-    spec = check(config).plan[0]
+    spec = preflight(config).plan[0]
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     return spec, run_dir
