@@ -27,7 +27,7 @@ def test_a_new_system_is_planned_and_run_from_its_folder_alone(tmp_path):
     suite_file = tmp_path / "every.toml"
     suite_file.write_text(f'name = "every"\nprofile = "smoke"\n[base]\ngateways = ["all"]\n'
                           f'gateways_dir = "{systems}"\n[axes]\nrequest.stream = [false]\n')
-    [cell] = expand(load_suite(suite_file), out_dir=str(tmp_path / "out"))
+    [cell] = expand(load_suite(suite_file), suite_dir=tmp_path / "out")
     assert cell.excluded == "" and cell.config.gateways == ("direct", "edge")
     result = run_study(preflight(dataclasses.replace(cell.config, runs_per_gateway=1)))
     assert sorted((r.system, r.status) for r in result.records) == [

@@ -25,7 +25,7 @@ def syn(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def report_path(syn):
-    return build.build_report(syn.path)
+    return build.build_report(syn.path).path
 
 
 def _chromium() -> str | None:
