@@ -48,9 +48,10 @@ test-deps: setup cc
 	$(PY) -m harness install all
 
 ## Everything, the real processes included, Sluice's own tests too (what CI runs), and the 25
-## slowest tests.
+## slowest tests. On both cores, a test file a worker (its module's fixtures start once): most
+## of the integration tier waits on real processes' clocks, not on the CPU.
 test: setup test-deps sluice-build
-	$(PY) -m pytest -p no:cacheprovider --durations=25
+	$(PY) -m pytest -p no:cacheprovider -n 2 --dist loadfile --durations=25
 
 ## The unit tests only (no real process: neither tier below; under a minute, on both cores): the
 ## inner loop.
@@ -60,7 +61,7 @@ test-fast: setup sluice-build
 ## The integration tier: the real processes at tiny scale, each module marked `integration`,
 ## without the `slow` ones (`make test` runs those too; `pytest -m slow` alone).
 test-integration: setup test-deps sluice-build
-	$(PY) -m pytest -p no:cacheprovider -m "integration and not slow"
+	$(PY) -m pytest -p no:cacheprovider -m "integration and not slow" -n 2 --dist loadfile
 
 ## What a linter says (ruff: pyflakes, bugbear, imports sorted; [tool.ruff] in pyproject.toml).
 lint: setup
@@ -79,11 +80,11 @@ typecheck: setup
 
 ## Sluice's own tests, from its folder (gateways/sluice/tests, with its pyproject.toml).
 test-sluice: setup sluice-build
-	cd gateways/sluice && $(abspath $(PY)) -m pytest -p no:cacheprovider
+	cd gateways/sluice && $(abspath $(PY)) -m pytest -p no:cacheprovider -n 2 --dist loadfile
 
 ## Sluice's tests once more on its pure-Python modules (CI runs it after `make test`).
 test-sluice-pure: setup
-	cd gateways/sluice && SLUICE_PURE_PYTHON=1 $(abspath $(PY)) -m pytest -p no:cacheprovider
+	cd gateways/sluice && SLUICE_PURE_PYTHON=1 $(abspath $(PY)) -m pytest -p no:cacheprovider -n 2 --dist loadfile
 
 ## The provider-fault lane: every system in the five core fault scenarios on the same open-loop
 ## arrivals, configured as its vendor recommends, 3 runs each (notebooks/suites/faults.toml),

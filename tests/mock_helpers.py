@@ -14,6 +14,7 @@ import time
 import psutil
 from polling import wait_for
 
+from harness.host.processes import free_port
 from mocks.request_log import read_request_log
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -24,11 +25,6 @@ OPENAI = "/v1/chat/completions"
 ANTHROPIC = "/v1/messages"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 class Mock:
     """A running ``python -m mocks.server``; stop() sends SIGTERM and waits."""
@@ -36,7 +32,7 @@ class Mock:
     def __init__(self, stats_dir, *args, workers=1):
         self.stats_dir = str(stats_dir)
         for _attempt in range(3):
-            self.port = _free_port()
+            self.port = free_port()
             cmd = [PY, "-m", "mocks.server", "--host", "127.0.0.1", "--port", str(self.port),
                    "--workers", str(workers), "--stats-dir", self.stats_dir, *args]
             self.proc = subprocess.Popen(cmd, cwd=REPO_DIR, stdout=subprocess.PIPE, text=True)

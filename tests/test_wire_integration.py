@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from wire_summary import summarize
 
+from harness.host.processes import free_port
 from harness.model.gateway_spec import render
 from harness.run.capture import Capture, CaptureError
 from harness.run.wire import wire_times
@@ -34,11 +34,6 @@ pytestmark = [
                        reason="needs tcpdump (scripts/install-test-deps.sh) and root to capture"),
 ]
 
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_http(port, proc, what, timeout_s=30.0, path="/health"):
@@ -79,7 +74,7 @@ def _render(template_path, out_path, **values):
 @pytest.fixture
 def mock(tmp_path):
     stats_dir = tmp_path / "mock-stats"
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "mocks.server", "--port", str(port), "--latency-ms", "5",
                              "--stats-dir", str(stats_dir)], cwd=REPO_DIR, stdout=subprocess.DEVNULL)
     try:
@@ -95,7 +90,7 @@ def nginx(tmp_path, mock):
         pytest.skip("nginx not installed (scripts/install-test-deps.sh)")
     run_dir = tmp_path / "nginx"
     run_dir.mkdir()
-    port = _free_port()
+    port = free_port()
     conf = _render(os.path.join(REPO_DIR, "gateways", "nginx", "nginx.conf.tmpl"), run_dir / "nginx.conf",
                    workers=1, run_dir=run_dir, upstream_host="127.0.0.1", upstream_port=mock[0],
                    listen_host="127.0.0.1", port=port)
@@ -109,7 +104,7 @@ def nginx(tmp_path, mock):
 
 
 def _sluice(tmp_path, mock_port, delay_ms):
-    port = _free_port()
+    port = free_port()
     conf = _render(os.path.join(SLUICE_DIR, "sluice.toml.tmpl"),
                    tmp_path / f"sluice-{delay_ms}.toml", listen_host="127.0.0.1", port=port, workers=1,
                    upstream_url=f"http://127.0.0.1:{mock_port}")

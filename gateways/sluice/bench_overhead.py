@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -73,9 +74,16 @@ UNARY_ANSWER = json.dumps({
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on, for a process started next: at random below the kernel's
+    ephemeral range, where no outgoing connection's source port can take it first."""
+    while True:
+        port = random.SystemRandom().randrange(10000, 32768)   # never the seeded global one
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 # ------------------------------------------------------------------ fast upstream

@@ -17,8 +17,9 @@ from sluice_stub import Stub, wait_until
 
 
 def pytest_configure(config):
-    # before the test modules import sluice, so that they get the build too
-    if not PURE:
+    # before the test modules import sluice, so that they get the build too; under
+    # pytest-xdist once, in the controller, before its workers start
+    if not PURE and "PYTEST_XDIST_WORKER" not in os.environ:
         done = subprocess.run([sys.executable, os.path.join(SLUICE_DIR, "build.py")],
                               capture_output=True, text=True)
         if done.returncode != 0:

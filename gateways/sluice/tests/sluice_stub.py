@@ -22,18 +22,11 @@ Every request is recorded (path, headers, raw body) in ``Stub.requests``.
 import asyncio
 import json
 import random
-import socket
 import threading
 import time
 
 from aiohttp import web
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
+from bench_overhead import free_port  # noqa: F401  (one picker for Sluice's tests and benchmarks)
 
 TOOL_ARGS = {"city": "Paris", "unit": "celsius"}
 TOOL_CALL_ID = "call_stub1"       # the OpenAI dialect's tool call id
