@@ -81,6 +81,21 @@ def abandon_phase_s(config) -> float:
     return ABANDON_PHASE_S if abandons(config) else 0.0
 
 
+def added_p99_ms(before: dict, after: dict, hold_s: float) -> float | None:
+    """The p99 beyond the hold of the answers counted between two of Locust's response-time
+    histograms (rounded ms -> count); None when there were none."""
+    counts = sorted((ms, n - before.get(ms, 0)) for ms, n in after.items() if n > before.get(ms, 0))
+    total = sum(n for _, n in counts)
+    if not total:
+        return None
+    seen = 0
+    for ms, n in counts:
+        seen += n
+        if seen >= 0.99 * total:
+            return ms - hold_s * 1000.0
+    return counts[-1][0] - hold_s * 1000.0
+
+
 def needed_step_s(config: StudyConfig) -> float:
     """A step spawns its new users over one hold, settles, holds MEASURED_HOLDS holds, then (a
     run that leaves streams) its abandon phase."""

@@ -188,23 +188,8 @@ class InFlight(StudyShape):
         measured window began (Locust's own histogram, in ms)."""
         if self.times_at_window is None:
             return False
-        p99_ms = added_p99_ms(self.times_at_window, self.times_at_wave or self._answers(), hold_s)
+        p99_ms = inflight.added_p99_ms(self.times_at_window, self.times_at_wave or self._answers(), hold_s)
         return p99_ms is not None and p99_ms > inflight.STOP_ADDED_P99_S * 1000.0
-
-
-def added_p99_ms(before: dict, after: dict, hold_s: float) -> float | None:
-    """The p99 beyond the hold of the answers counted between two of Locust's response-time
-    histograms (rounded ms -> count); None when there were none."""
-    counts = sorted((ms, n - before.get(ms, 0)) for ms, n in after.items() if n > before.get(ms, 0))
-    total = sum(n for _, n in counts)
-    if not total:
-        return None
-    seen = 0
-    for ms, n in counts:
-        seen += n
-        if seen >= 0.99 * total:
-            return ms - hold_s * 1000.0
-    return counts[-1][0] - hold_s * 1000.0
 
 
 class OpenLoop(StudyShape):
