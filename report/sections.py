@@ -20,6 +20,7 @@ from harness.stats.fault_lane import (
     RECOVERY_MS,
     RECOVERY_SHARE,
 )
+from harness.stats.inflight_abandon import ABANDON_DEFINITIONS
 from harness.stats.inflight_lane import INFLIGHT_DEFINITIONS
 from harness.stats.inflight_limits import planned_open
 from harness.stats.loading import cpu_count, mock_latency_ms
@@ -240,6 +241,8 @@ def section_inflight(data: ReportData) -> str:
     return render("inflight.html.j2", sentences=inflight_tables.sentences(lane, order),
                   stops=inflight_tables.stops_table(lane, order),
                   per_step=inflight_tables.steps_table(lane, order), per_run=inflight_tables.runs_table(lane),
+                  abandon=inflight_tables.abandon_table(lane, order),
+                  abandon_definitions=list(ABANDON_DEFINITIONS.items()),
                   plot=plots.plot_inflight(data, lane.steps), hold_s=f"{lane.hold_s:g}",
                   stream=lane.stream, frame_ms=f"{first.spec.mock.chunk_delay_ms:g}",
                   steps=", ".join(f"{t:,}" for t in sorted(lane.table["target_open"].unique())),

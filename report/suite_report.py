@@ -184,6 +184,13 @@ def scenario_sections(suite: S.SuiteData) -> list[dict]:
     return out
 
 
+def inflight_per_open(suite: S.SuiteData) -> Table | None:
+    """Memory per open unary request beside per open stream, from the suite's in-flight cells."""
+    lanes = [cell_lane for _, cell_lane in S.inflight_lanes(suite)]
+    order = list(dict.fromkeys(s for cell_lane in lanes for s in cell_lane.table["system"]))
+    return inflight_tables.per_open_table(lanes, order)
+
+
 def inflight_sections(suite: S.SuiteData) -> list[dict]:
     """Per in-flight cell (unary, streamed, ...): its axis values, the sentences and where each
     system stops; the full tables are in the cell's own report."""
@@ -226,6 +233,7 @@ def suite_sections(suite: S.SuiteData, comparison: SuiteComparison | None = None
                       comparison.apart, "suite-not-comparable-table", wide=True),
                   other=comparison.a if comparison else "",
                   faults=scenario_sections(suite), inflight=inflight_sections(suite),
+                  per_open=inflight_per_open(suite),
                   share=f"{RECOVERY_SHARE:.0%}", slack=f"{RECOVERY_MS:g}",
                   prefix=f"{ERROR_BODY_PREFIX_BYTES // 1024} KiB")
     return {"style": style(), "suite": body}

@@ -54,7 +54,9 @@ UNARY_DEFAULTS = {"ttfb_ms": math.nan, "ttft_ms": math.nan, "chunks": 0, "stream
                   "wire_request_path_us": math.nan, "wire_response_path_us": math.nan,
                   "wire_in_gateway_us": math.nan, "wire_mock_us": math.nan,
                   # error bodies: not judged in synthetic runs
-                  "error_body_dialect": ""}
+                  "error_body_dialect": "",
+                  # no client leaves a stream in a synthetic run
+                  "abandoned_t_unix_s": math.nan}
 
 
 @dataclass(frozen=True)

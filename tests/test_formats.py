@@ -11,7 +11,7 @@ import pytest
 from harness.files import readers
 from harness.files.store import parquet_version
 from harness.model import formats as F
-from harness.model.schema import MOCK_REQUESTS, REQUESTS, SAMPLES
+from harness.model.schema import MOCK_REQUESTS, PROBES, REQUESTS, SAMPLES
 from harness.verdicts import history
 
 TESTS = Path(__file__).parent
@@ -33,13 +33,16 @@ RECORDED = {
                                                  3: V3_RUN / "manifest.json"}),
     # version 3: the direct run of a real smoke study, written just before error_class existed
     F.REQUESTS_TABLE: (_table(REQUESTS), {1: V1_RUN / "requests.parquet", 2: V2_RUN / "requests.parquet",
-                                          3: TESTS / "data" / "requests-v3.parquet"}),
+                                          3: TESTS / "data" / "requests-v3.parquet",
+                                          4: TESTS / "data" / "requests-v4.parquet"}),
     F.SAMPLES_TABLE: (_table(SAMPLES), {1: V1_RUN / "samples.parquet", 2: V2_RUN / "samples.parquet"}),
     # version 3: a real mock's log (unary, stream and a 429), written just before the content
     # and ending columns existed
     F.MOCK_REQUESTS_TABLE: (lambda path: readers.read_mock_requests(path.parent),
                             {2: V2_RUN / "mock_requests.parquet",
                              3: TESTS / "data" / "mock-requests-v3" / "mock_requests.parquet"}),
+    # version 1 is the first: no older file to read
+    F.PROBES_TABLE: (_table(PROBES), {}),
     F.MOCK_STATS: (readers.read_mock_stats, {1: V1_RUN / "mock_stats.json", 2: V2_RUN / "mock_stats.json"}),
     F.FAULT_SCHEDULE: (readers.read_fault_schedule, {2: TESTS / "data" / "faults-v2.json"}),
     F.SUITE_MANIFEST: (lambda path: readers.read_suite_manifest(path.parent),

@@ -26,21 +26,27 @@ settings = producers.read_load_settings(sys.argv[1])
 counts = json.loads(sys.argv[2])  # {"failures": {clock time: count from then}, "requests": ...}
 shape = shapes.shape_class(settings, shapes.UsersRecord(settings.raw_dir),
                            schedule.Schedule.of(settings))()
-total = types.SimpleNamespace(num_failures=0, num_requests=0)
-shape.runner = types.SimpleNamespace(stats=types.SimpleNamespace(total=total), user_count=0)
+total = types.SimpleNamespace(num_failures=0, num_requests=0, response_times={})
+sent = []
+shape.runner = types.SimpleNamespace(stats=types.SimpleNamespace(total=total), user_count=0,
+                                     send_message=lambda kind, data: sent.append([t, kind, data]))
 shape.get_run_time = lambda: clock[0] - 1000.0
 out = []
 for t in [1000.0 + 0.5 * k for k in range(80)]:
     clock[0] = t
     for name, at in counts.items():
         for since, n in at.items():
-            if t >= float(since):
-                setattr(total, "num_" + name, n)
+            if t >= float(since):  # "answers": Locust's response-time histogram (ms -> count)
+                if name == "answers":
+                    total.response_times = {int(ms): c for ms, c in n.items()}
+                else:
+                    setattr(total, "num_" + name, n)
     out.append(shape.tick())
     if out[-1] is None:
         break
 shape.users.close()
-print(json.dumps({"ticks": out, "phases": shape.phases, "shape": type(shape).__name__}))
+print(json.dumps({"ticks": out, "phases": shape.phases, "shape": type(shape).__name__,
+                  "sent": sent}))
 """
 
 
@@ -125,6 +131,31 @@ def test_a_step_with_a_failed_request_is_the_last(tmp_path):
     assert users[-11:-1] == [200] * 10                      # its users drained, not a step above
     phases = out["phases"]
     assert phases["hold_end_t_unix_s"] - phases["hold_start_t_unix_s"] == 25.0
+
+
+def test_a_step_that_added_over_the_limit_at_p99_is_the_last(tmp_path):
+    # the second step's window (from 1,018 s) sees 100 answers, 2 of them 1.5 s beyond the hold
+    answers = {"1017.0": {"4000": 100}, "1021.0": {"4000": 198, "5500": 2}}
+    out = _drive(tmp_path, {"answers": answers}, inflight_steps_run=3, **INFLIGHT)
+    users = _users(out)
+    assert 200 in users and 400 not in users and users[-1] is None
+    phases = out["phases"]
+    assert phases["hold_end_t_unix_s"] - phases["hold_start_t_unix_s"] == 25.0
+    slow_enough = {"1017.0": {"4000": 100}, "1021.0": {"4000": 198, "4900": 2}}
+    assert 400 in _users(_drive(tmp_path, {"answers": slow_enough}, inflight_steps_run=3,
+                                **INFLIGHT))
+
+
+def test_each_streamed_step_ends_with_its_abandon_wave(tmp_path):
+    out = _drive(tmp_path, inflight_steps_run=3, stream=True, inflight_abandon_share=0.25,
+                 **{**INFLIGHT, "inflight_step_s": 13.0})
+    start = out["phases"]["hold_start_t_unix_s"]
+    # each step's wave when its abandon phase (the last 3 s) begins; its users back at its end
+    assert [(t - start, kind, data["step"], data["share"], data["resume_t"] - start)
+            for t, kind, data in out["sent"]] == [
+        (10.0, "abandon", 1, 0.25, 13.0), (23.0, "abandon", 2, 0.25, 26.0),
+        (36.0, "abandon", 3, 0.25, 39.0)]
+    assert _drive(tmp_path, inflight_steps_run=3, **INFLIGHT)["sent"] == []   # unary: none
 
 
 def test_steps_that_do_not_fit_the_machines_limits_are_never_run(tmp_path):

@@ -16,6 +16,7 @@ from harness.files.atomic import write_atomic
 from harness.files.producers import USERS_FILE
 from harness.files.readers import (
     ArtifactError,
+    empty_frame,
     read_counts,
     read_fault_schedule,
     read_mock_requests,
@@ -37,7 +38,7 @@ from harness.model.formats import COUNTS, FAULT_SCHEDULE, MOCK_STATS
 from harness.model.load_settings import LoadSettings
 from harness.model.manifests import RunManifest, StudyManifest
 from harness.model.plan import RunSpec
-from harness.model.schema import MOCK_REQUESTS, REQUESTS, SAMPLES, Table
+from harness.model.schema import MOCK_REQUESTS, PROBES, REQUESTS, SAMPLES, Table
 from harness.model.suite import SuiteManifest
 
 MANIFEST = "manifest.json"
@@ -110,6 +111,10 @@ class RunFiles:
         """This machine's samples (host None), or those a sampler on ``host`` writes."""
         return self.raw_dir / ("samples.csv" if host is None else f"samples-{host}.csv")
 
+    def raw_probes(self) -> Path:
+        """The in-flight lane's health probe rows while the load runs."""
+        return self.raw_dir / "probes.csv"
+
     def named(self, name: str) -> Path:
         """A file of the run by its name relative to the run directory (one the run manifest
         names, or a system's configuration rendered for the run)."""
@@ -155,6 +160,9 @@ class RunFiles:
 
     def write_mock_requests(self, frame: pd.DataFrame) -> None:
         write_table(self.dir / MOCK_REQUESTS.file, frame, MOCK_REQUESTS)
+
+    def write_probes(self, frame: pd.DataFrame) -> None:
+        write_table(self.dir / PROBES.file, frame, PROBES)
 
     def write_mock_stats(self, stats: dict) -> None:
         write_json(self.dir / MOCK_STATS.file, stats, MOCK_STATS)
@@ -259,6 +267,14 @@ class RunFiles:
 
     def read_table(self, table: Table) -> tuple[pd.DataFrame, int, tuple[str, ...]]:
         return read_table(self.dir / table.file, table)
+
+    def read_raw_probes(self) -> pd.DataFrame:
+        return read_raw_csv([self.raw_probes()], PROBES)
+
+    def read_probes(self) -> pd.DataFrame:
+        """The health probe's rows (empty for a run that probed nothing)."""
+        path = self.dir / PROBES.file
+        return read_table(path, PROBES)[0] if path.is_file() else empty_frame(PROBES)
 
     def read_mock_stats(self) -> dict:
         path = self.dir / MOCK_STATS.file

@@ -68,7 +68,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     # what each request is: streamed or not, the feature it calls, its body's size
     "request": ("stream", "feature", "request_bytes"),
     # the in-flight lane's steps of requests held open
-    "inflight": ("inflight_steps", "inflight_step_s", "inflight_hold_s"),
+    "inflight": ("inflight_steps", "inflight_step_s", "inflight_hold_s", "inflight_abandon_share"),
     # the mock provider's answers
     "mock": ("mock_latency_ms", "mock_workers", "mock_response_tokens", "stream_chunks",
              "chunk_delay_ms"),
@@ -171,6 +171,9 @@ class StudyConfig:
     inflight_hold_s: float = 10.0        # in-flight lane: the mock holds each request this long
                                          # (a stream: one frame every chunk_delay_ms throughout);
                                          # replaces mock_latency_ms and stream_chunks there
+    inflight_abandon_share: float = 0.0  # in-flight lane, streamed: the share of the open streams
+                                         # the client closes mid-stream after each step's
+                                         # measured hold (chosen by the run's seed); 0 = none
     open_files_limit: int = 0            # soft open-file limit (RLIMIT_NOFILE) every started
                                          # process gets (0 = the hard limit; never above it, never
                                          # lowered); recorded in each run manifest

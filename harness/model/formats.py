@@ -48,9 +48,10 @@ RUN_MANIFEST = Format(
     "4: the spec's parts hold their settings' names, the spec its system's files and the "
     "instruments (key recipe 3); the floor's and the hop's kind is control")
 REQUESTS_TABLE = Format(
-    "requests table", "requests.parquet", 4, (1, 2, 3, 4),
+    "requests table", "requests.parquet", 5, (1, 2, 3, 4, 5),
     "1: before streaming and open-loop columns; 2: may lack the identity, wire and error-body "
-    "columns (added while 2 was current); 3: no error_class; 4: every column")
+    "columns (added while 2 was current); 3: no error_class; 4: no abandoned_t_unix_s; 5: every "
+    "column")
 SAMPLES_TABLE = Format(
     "samples table", "samples.parquet", 2, (1, 2),
     "1: may lack inflight_requests and host; 2: every column")
@@ -66,6 +67,8 @@ FAULT_SCHEDULE = Format(
 SUITE_MANIFEST = Format(
     "suite manifest", "manifest.json", 3, (2, 3),
     "2: the suite file, its axes and one entry per cell; 3: no fault_lead_s in the cells' configs")
+PROBES_TABLE = Format(
+    "probes table", "probes.parquet", 1, (1,), "1: every column")
 GATE_RECORD = Format(
     "gate record", "<profile>-<cpu-model>.json", 2, (1, 2),
     "1: baselines/gate.json, one for every machine, ratios to the reference; 2: one per CPU "
@@ -78,6 +81,6 @@ COUNTS = Format(
 
 # The Parquet tables by schema table name (harness.model.schema.TABLES).
 TABLE_FORMATS = {"requests": REQUESTS_TABLE, "samples": SAMPLES_TABLE,
-                 "mock_requests": MOCK_REQUESTS_TABLE}
-FORMATS = (STUDY_MANIFEST, RUN_MANIFEST, REQUESTS_TABLE, SAMPLES_TABLE, MOCK_REQUESTS_TABLE,
+                 "mock_requests": MOCK_REQUESTS_TABLE, "probes": PROBES_TABLE}
+FORMATS = (STUDY_MANIFEST, RUN_MANIFEST, REQUESTS_TABLE, SAMPLES_TABLE, MOCK_REQUESTS_TABLE, PROBES_TABLE,
            MOCK_STATS, FAULT_SCHEDULE, SUITE_MANIFEST, GATE_RECORD, COUNTS)

@@ -47,6 +47,14 @@ CONNECTIONS_PER_OPEN = {"locust": 1, "mock": 1, "system": 2}
 # The loopback's ephemeral port range: every open connection to one address and port takes one.
 PORT_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
+# The abandon phase: the clients' closes at its start, then the seconds the system has to let go
+# of what they held (its descriptors are read from 1 s after the closes to the phase's end).
+ABANDON_PHASE_S = 3.0
+# A run stops above a step whose added p99 (the load generator's running figure over the step's
+# measured hold) is beyond this: well above the instruments' own 100-700 ms, so they never stop a
+# run; whether a step was held is judged after the runs, against direct.
+STOP_ADDED_P99_S = 1.0
+
 # The hold must be long next to a gateway's own time, and a stream must carry frames.
 MIN_HOLD_S = 1.0
 MIN_FRAME_MS = 10.0
@@ -63,9 +71,36 @@ def mock_hold(config: StudyConfig) -> tuple[float, int]:
     return config.chunk_delay_ms, frames
 
 
+def abandons(config) -> bool:
+    """Whether the run leaves streams mid-way (``config``: a StudyConfig or a LoadShape)."""
+    return bool(config.stream and config.inflight_abandon_share > 0)
+
+
+def abandon_phase_s(config) -> float:
+    """The abandon phase at each step's end (0 when the run leaves no stream)."""
+    return ABANDON_PHASE_S if abandons(config) else 0.0
+
+
+def added_p99_ms(before: dict, after: dict, hold_s: float) -> float | None:
+    """The p99 beyond the hold of the answers counted between two of Locust's response-time
+    histograms (rounded ms -> count); None when there were none."""
+    counts = sorted((ms, n - before.get(ms, 0)) for ms, n in after.items() if n > before.get(ms, 0))
+    total = sum(n for _, n in counts)
+    if not total:
+        return None
+    seen = 0
+    for ms, n in counts:
+        seen += n
+        if seen >= 0.99 * total:
+            return ms - hold_s * 1000.0
+    return counts[-1][0] - hold_s * 1000.0
+
+
 def needed_step_s(config: StudyConfig) -> float:
-    """A step spawns its new users over one hold, settles, then holds MEASURED_HOLDS holds."""
-    return config.inflight_hold_s + SETTLE_S + MEASURED_HOLDS * config.inflight_hold_s
+    """A step spawns its new users over one hold, settles, holds MEASURED_HOLDS holds, then (a
+    run that leaves streams) its abandon phase."""
+    return (config.inflight_hold_s + SETTLE_S + MEASURED_HOLDS * config.inflight_hold_s
+            + abandon_phase_s(config))
 
 
 def load_s(steps: int, step_s: float, hold_s: float) -> float:
@@ -88,6 +123,9 @@ def problems(config: StudyConfig, processes: int, port_range: tuple[int, int] | 
                    f"got {config.chunk_delay_ms:g}")
     if config.open_loop_rates_per_s:
         out.append("open_loop_rates_per_s: the in-flight lane is closed loop; leave it empty")
+    if not 0 <= config.inflight_abandon_share < 1:
+        out.append(f"inflight_abandon_share: a share of the open streams, from 0 up to (not "
+                   f"including) 1, got {config.inflight_abandon_share:g}")
     if config.think_time_s != 0:
         out.append(f"think_time_s: each user keeps one request open; set it to 0, got {config.think_time_s:g}")
     if config.users < top:
@@ -100,7 +138,8 @@ def problems(config: StudyConfig, processes: int, port_range: tuple[int, int] | 
     if config.inflight_step_s < needed_step_s(config):
         out.append(f"inflight_step_s: a step needs at least {needed_step_s(config):.0f} s (its "
                    f"users spawned over one hold, {SETTLE_S:g} s to settle, {MEASURED_HOLDS} "
-                   f"measured hold), got {config.inflight_step_s:g}")
+                   f"measured hold{', the abandon phase' if abandons(config) else ''}), got "
+                   f"{config.inflight_step_s:g}")
     return out + _machine_problems(config, top, port_range, hard_files_limit)
 
 

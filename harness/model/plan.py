@@ -194,4 +194,6 @@ def lane_load(config: StudyConfig) -> dict:
         unset.update(open_loop_step_s=0.0)
     if not config.inflight_steps:
         unset.update(inflight_step_s=0.0, inflight_hold_s=0.0)
+    if not (config.inflight_steps and config.stream):  # only a stream is left mid-way
+        unset.update(inflight_abandon_share=0.0)
     return unset

@@ -55,16 +55,18 @@ PROFILES: dict[str, dict] = {
                       open_loop_rates_per_s=(100.0, 200.0, 400.0, 800.0, 1200.0, 1600.0, 2400.0)),
     # The in-flight lane: requests held open like real LLM calls (10 s each at the mock; a stream
     # sends a frame every 2.5 s throughout: at 250 ms, and at 1 s from 5,000 open, the load
-    # generator, not the systems, stopped first), 1,000 to 10,000 at once, each step 22 s (its new users spawned over one hold, 2 s to
-    # settle, one measured hold; one more hold after the last, so its requests are answered);
-    # a system that fails a step is not run above it, and a step whose descriptors do not fit the
+    # generator, not the systems, stopped first), 1,000 to 10,000 at once, each step 25 s (its new users spawned over one hold, 2 s to
+    # settle, one measured hold, then the abandon phase: streamed, a quarter of the open streams
+    # left by their client; one more hold after the last, so its requests are answered); a
+    # system that fails a step, or adds over 1 s to it, is not run above it, and a step whose descriptors do not fit the
     # machine's limits is not run. Each system sized for the step as its vendor documents
     # (scale="sized": [scale] in its gateway.toml). Four Locust processes (Locust's master/worker
     # mode) and two mock workers hold 10,000 open streams; direct at each step proves it. Every
     # runnable system (gateways=all).
     "inflight": dict(users=10000, warmup_users=10, warmup_s=5.0, ramp_s=0.0, hold_s=0.0,
                      think_time_s=0.0, inflight_steps=(1000, 2500, 5000, 10000),
-                     inflight_step_s=22.0, inflight_hold_s=10.0, chunk_delay_ms=2500.0,
+                     inflight_step_s=25.0, inflight_hold_s=10.0, chunk_delay_ms=2500.0,
+                     inflight_abandon_share=0.25,
                      request_timeout_s=60.0, locust_processes=4, mock_workers=2,
                      wire_capture_s=0.0, idle_s=2.0, cooldown_s=3.0, scale="sized"),
     # The provider-fault lane: the same arrivals for every system (open loop: 100 req/s for 60 s,

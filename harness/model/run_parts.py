@@ -37,6 +37,7 @@ class LoadShape:
     inflight_steps: tuple[int, ...] = ()            # the in-flight lane's open requests per step
     inflight_step_s: float = 0.0                    # 0 outside that lane
     inflight_hold_s: float = 0.0                    # the mock's hold there (0 outside it)
+    inflight_abandon_share: float = 0.0             # streams the client leaves each step (0: none)
 
 
 @dataclass(frozen=True)

@@ -159,6 +159,9 @@ REQUESTS = Table("requests", "requests.parquet", (
        "a failed request's cause, classified at the client from the transport's own error "
        "(harness/model/failures.py defines each): "
        + ", ".join(f"`{c}`" for c in FAILURE_CLASSES) + "; `\"\"` for a success"),
+    _c("abandoned_t_unix_s", "float64", "s since the Unix epoch",
+       "in-flight lane: when the client closed this stream mid-way (its abandon phase; the row "
+       "is neither a success nor a failure); NaN when the client did not leave"),
 ))
 
 SAMPLES = Table("samples", "samples.parquet", (
@@ -247,7 +250,17 @@ MOCK_REQUESTS = Table("mock_requests", "mock_requests.parquet", (
        "missing before version 4"),
 ))
 
-TABLES = {t.name: t for t in (REQUESTS, SAMPLES, MOCK_REQUESTS)}
+# The in-flight lane's health probe during a streamed run that leaves streams: one row a probe.
+PROBES = Table("probes", "probes.parquet", (
+    _c("run_id", "string", "", "the run", raw=False),
+    _c("system", "string", "", "the run's system under test", raw=False),
+    _c("t_unix_s", "float64", "s since the Unix epoch", "when the probe was sent"),
+    _c("latency_ms", "float64", "ms", "until its whole answer (or its error)"),
+    _c("status_code", "int32", "", "its answer's status; 0 when none came"),
+    _c("error", "string", "", "why it got no answer; `\"\"` when it did"),
+))
+
+TABLES = {t.name: t for t in (REQUESTS, SAMPLES, MOCK_REQUESTS, PROBES)}
 
 
 def missing_value(column: Column):

@@ -35,11 +35,12 @@ from harness.model.manifests import (
     from_plain,
 )
 from harness.model.plan import Instruments, RunSpec
-from harness.model.schema import SAMPLES
+from harness.model.schema import PROBES, SAMPLES
 from harness.remote import hosts
 from harness.remote.machine import host_snapshot
 from harness.run import consolidate, limits, wire_window
 from harness.run import load as load_stage
+from harness.run.health_probe import HealthProbe
 from harness.run.systems import start_mock, start_system
 from harness.run.verify import pre_request, warm_up
 from mocks.request_log import read_request_log
@@ -305,6 +306,9 @@ def _drive_load(r: _Running, spec: RunSpec, run_dir: Path,
                                        steps_run=fit.steps_run if fit else None)
     r.manifest = replace(r.manifest, limits=limits.with_role(r.manifest.limits, "locust", r.locust))
     system = r.system
+    # the abandon phase's health probe: from the load's start, so each wave has seconds before it
+    probe = (HealthProbe(system.ready_url, RunFiles(run_dir).raw_probes()).start()
+             if inflight.abandons(spec.load) and system.ready_url else None)
     try:
         r.workers = load_stage.start_workers(spec, run_dir, master_port) if master_port else []
         load_stage.wait_locust(
@@ -315,6 +319,8 @@ def _drive_load(r: _Running, spec: RunSpec, run_dir: Path,
         for worker in r.workers:
             worker.stop()
         _finish_capture(r)  # never past the load
+        if probe is not None:
+            probe.stop()
     r.mock_wait_ms = _elapsed_ms(mock_wait_at_start, _mock_wait_ns(r.mock, topology))
     result = load_stage.collect(r.locust, run_dir, load_started)
     r.manifest = replace(
@@ -447,6 +453,9 @@ def _write_samples(run_dir: Path, spec: RunSpec) -> None:
     run = RunFiles(run_dir)
     run.write_samples(stored_frame(SAMPLES, run.read_raw_samples(), run_id=spec.run_id,
                                    system=spec.system))
+    if run.raw_probes().is_file():
+        run.write_probes(stored_frame(PROBES, run.read_raw_probes(), run_id=spec.run_id,
+                                      system=spec.system))
 
 
 def _locust_version() -> str:

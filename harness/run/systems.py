@@ -152,6 +152,7 @@ class StartedSystem:
     process: ManagedProcess | None      # None: the client calls the upstream itself
     target: Target
     ready_s: float
+    ready_url: str = ""                 # its health check (gateway.toml's [ready] path)
 
 
 def run_values(spec: GatewaySpec, run_dir: Path, port: int, listen_host: str, upstream_url: str,
@@ -211,11 +212,11 @@ def start_system(spec: GatewaySpec, run_dir: Path, upstream_url: str, upstream_p
             proc = ManagedProcess("system", argv, run.log("system"), cwd=run_dir,
                                   env={**environment, **env}, stop_signal=spec.stop_signal,
                                   stop_timeout_s=spec.stop_timeout_s)
+    ready_url = target.base_url.rstrip("/") + render(spec.ready_path, values)
     try:
-        ready_s = wait_ready(proc, target.base_url.rstrip("/") + render(spec.ready_path, values),
-                             spec.ready_status, ready_timeout_s, f"{spec.name}")
+        ready_s = wait_ready(proc, ready_url, spec.ready_status, ready_timeout_s, f"{spec.name}")
     except Exception:
         if proc is not None:
             proc.stop()
         raise
-    return StartedSystem(proc, target, ready_s)
+    return StartedSystem(proc, target, ready_s, ready_url)

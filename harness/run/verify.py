@@ -37,6 +37,13 @@ def send_chat(base_url: str, chat_path: str, model: str, headers: dict, stream: 
         return Reply(0, {}, b"", f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}")
 
 
+# The check before the load asks the mock for no hold (its per-request override headers), so it
+# costs no run its hold (10 s in the in-flight lane); a system that does not forward a client's
+# headers gets the run's hold, as before. (The warm-up keeps the hold: held at once, its requests
+# reach every worker of a multi-worker system.)
+NO_HOLD_HEADERS = {"x-mock-latency-ms": "0", "x-mock-chunk-delay-ms": "0"}
+
+
 def warm_up(base_url: str, chat_path: str, model: str, headers: dict, count: int,
             dialect: str = "openai", timeout_s: float = 30.0) -> None:
     """``count`` unmeasured chat requests, sent at once, so that each worker of a multi-worker
@@ -98,8 +105,8 @@ def pre_request(base_url: str, chat_path: str, model: str, headers: dict, stats_
     system may spread its requests over both). ``_snapshot``: the mock's stats after it."""
     dirs = [stats_dir, *([standby_stats_dir] if standby_stats_dir is not None else [])]
     before = [mock_snapshot(d) for d in dirs]
-    reply = send_chat(base_url, chat_path, model, headers, timeout_s=timeout_s, dialect=dialect,
-                      request_bytes=request_bytes)
+    reply = send_chat(base_url, chat_path, model, {**headers, **NO_HOLD_HEADERS},
+                      timeout_s=timeout_s, dialect=dialect, request_bytes=request_bytes)
     after = [mock_snapshot(d) for d in dirs]
     seen = sum(a["count"] - b["count"] for a, b in zip(after, before))
     return {"status": reply.status, "problem": reply_problem(reply, stream=False, dialect=dialect),

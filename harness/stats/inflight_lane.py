@@ -16,8 +16,9 @@ import numpy as np
 import pandas as pd
 
 from harness.model.failures import FAILURE_CLASS_MEANINGS, FAILURE_CLASSES
-from harness.model.inflight import MEASURED_HOLDS
+from harness.model.inflight import MEASURED_HOLDS, abandon_phase_s
 from harness.model.manifests import RunManifest
+from harness.stats.inflight_abandon import wave_figures
 from harness.stats.loading import Study
 from harness.stats.rows import percentile, successful
 
@@ -84,15 +85,17 @@ def open_counts(starts_s: np.ndarray, ends_s: np.ndarray, times_s: np.ndarray) -
 
 
 def step_windows(hold_start: float, hold_end: float, steps: tuple[int, ...], step_s: float,
-                 hold_s: float) -> list[dict]:
-    """Each step's target, its measured window [start, end) and whether the load reached its end."""
+                 hold_s: float, phase_s: float = 0.0) -> list[dict]:
+    """Each step's target, its measured window [start, end) (before its abandon phase of
+    ``phase_s``), when the step ends, and whether the load reached its end."""
     out = []
     for index, target in enumerate(steps, 1):
-        end = hold_start + index * step_s
-        ran = not math.isnan(hold_end) and end <= hold_end + STOP_TOLERANCE_S
+        step_end = hold_start + index * step_s
+        end = step_end - phase_s
+        ran = not math.isnan(hold_end) and step_end <= hold_end + STOP_TOLERANCE_S
         out.append({"step_index": index, "target_open": int(target), "ran": ran,
                     "window_start_t_unix_s": end - MEASURED_HOLDS * hold_s,
-                    "window_end_t_unix_s": end})
+                    "window_end_t_unix_s": end, "step_end_t_unix_s": step_end})
     return out
 
 
@@ -148,18 +151,24 @@ def _cpu_s(samples: pd.DataFrame, start: float, end: float) -> float:
 
 
 def step_figures(rows: pd.DataFrame, mock_rows: pd.DataFrame, samples: pd.DataFrame,
-                 window: dict, hold_ms: float, stream: bool) -> dict:
+                 window: dict, hold_ms: float, stream: bool,
+                 wave: tuple[pd.DataFrame, float] | None = None) -> dict:
     """One step of one run: the figures of the module docstring over its measured window.
-    ``rows`` and ``mock_rows`` are the run's (any time); ``samples`` the run's 1-s samples."""
+    ``rows`` and ``mock_rows`` are the run's (any time); ``samples`` the run's 1-s samples;
+    ``wave``: (the health probe's rows, the system's descriptors at idle) in a run that leaves
+    streams, whose abandon figures (harness.stats.inflight_abandon) are added."""
     start, end = window["window_start_t_unix_s"], window["window_end_t_unix_s"]
     grid = np.arange(start, end, COUNT_EVERY_S)
     row_start = rows["start_t_unix_s"].to_numpy(float)
-    row_end = row_start + rows["latency_ms"].to_numpy(float) / 1e3
+    row_end = row_start + rows["latency_ms"].to_numpy(float) / 1e3  # an abandoned one: its close
     client_open = open_counts(row_start, row_end, grid)
     m_start = mock_rows["body_end_t_unix_ns"].to_numpy(float) / 1e9
     m_end = mock_rows["last_frame_written_t_unix_ns"].to_numpy(float) / 1e9
     mock_open = open_counts(m_start, m_end, grid)
-    in_window = rows[(row_start >= start) & (row_start < end)]
+    left = (rows["abandoned_t_unix_s"].notna().to_numpy() if "abandoned_t_unix_s" in rows
+            else np.zeros(len(rows), bool))
+    # a stream its client left is neither a success nor a failure: its time is the client's
+    in_window = rows[(row_start >= start) & (row_start < end) & ~left]
     ok = successful(in_window)
     done = successful(rows[(row_end >= start) & (row_end < end)])
     received = mock_rows[(m_start >= start) & (m_start < end)]
@@ -187,6 +196,10 @@ def step_figures(rows: pd.DataFrame, mock_rows: pd.DataFrame, samples: pd.DataFr
     figures["open_agree"] = bool(abs(figures["client_open_mean"] - figures["mock_open_mean"])
                                  <= AGREE_SHARE * window["target_open"])
     figures["held"] = is_held(figures)
+    if wave is not None and "step_end_t_unix_s" in window:
+        figures.update(wave_figures(rows, mock_rows, samples, wave[0], window,
+                                    window["step_end_t_unix_s"], wave[1], figures["open_fds"],
+                                    figures["client_open_mean"], figures["rss_mib"]))
     return figures
 
 
@@ -214,7 +227,7 @@ def is_inflight(run: RunManifest) -> bool:
 
 
 def run_steps(run: RunManifest, rows: pd.DataFrame, mock_rows: pd.DataFrame,
-              samples: pd.DataFrame) -> list[dict]:
+              samples: pd.DataFrame, probes: pd.DataFrame | None = None) -> list[dict]:
     """Every step of one in-flight run; a step the load did not reach has only its target. A run
     that failed during its steps (the system exited, the load broke) ran every step that ended
     before it failed; the step it failed in is measured up to then and carries the reason."""
@@ -227,9 +240,12 @@ def run_steps(run: RunManifest, rows: pd.DataFrame, mock_rows: pd.DataFrame,
             "status": run.status, "stream": bool(load.stream),
             "open_files_limit": _files_limit(run), "run_failed": "", "unfit": ""}
     fit = run.steps_fit
+    phase_s = abandon_phase_s(load)
+    wave = (probes if probes is not None else pd.DataFrame(),
+            idle_fds(samples, run.phases.t("warmup_start"))) if phase_s else None
     out = []
     for window in step_windows(run.phases.t("hold_start"), stop, load.inflight_steps,
-                               load.inflight_step_s, load.inflight_hold_s):
+                               load.inflight_step_s, load.inflight_hold_s, phase_s):
         step_start = window["window_end_t_unix_s"] - load.inflight_step_s
         if fit is not None and window["step_index"] > fit.steps_run:
             # never run: its descriptors would not fit the machine's limits (checked before)
@@ -243,8 +259,14 @@ def run_steps(run: RunManifest, rows: pd.DataFrame, mock_rows: pd.DataFrame,
             out.append({**head, **window, "held": False})
         else:
             out.append({**head, **step_figures(rows, mock_rows, samples, window, hold_ms,
-                                               load.stream)})
+                                               load.stream, wave)})
     return out
+
+
+def idle_fds(samples: pd.DataFrame, load_start: float) -> float:
+    """The system's descriptors before the load began (mean of its samples then)."""
+    s = samples[(samples["role"] == "system") & (samples["t_unix_s"] < load_start)]
+    return float(s["num_fds"].mean()) if len(s) else math.nan
 
 
 def _files_limit(run: RunManifest) -> float:
@@ -260,5 +282,6 @@ def inflight_steps(study: Study) -> pd.DataFrame:
             continue
         rows = study.requests[study.requests["run_id"] == run.run_id]
         samples = study.samples[study.samples["run_id"] == run.run_id]
-        out += run_steps(run, rows, study.mock_requests(run.run_id), samples)
+        out += run_steps(run, rows, study.mock_requests(run.run_id), samples,
+                         study.probes(run.run_id))
     return pd.DataFrame(out)

@@ -10,7 +10,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from harness.model.inflight import STOP_ADDED_P99_S
 from harness.stats.across import describe
+from harness.stats.inflight_abandon import ABANDON_FIGURES
 from harness.stats.inflight_lane import (
     ERROR_CAUSES,
     HELD_ADDED_P99_MS,
@@ -28,7 +30,7 @@ STEP_FIGURES = ("client_open_mean", "client_open_max", "mock_open_mean", "mock_o
                 "requests_per_connection", "added_p50_ms", "added_p99_ms",
                 "added_over_floor_p99_ms", "cpu_ms_per_request",
                 "cpu_ms_per_frame", "system_cpu_percent", "failed",
-                *(f"errors_{c}" for c in ERROR_CAUSES))
+                *(f"errors_{c}" for c in ERROR_CAUSES), *ABANDON_FIGURES)
 # What stopped a system, judged from the step's evidence in this order.
 CPU_BUSY_PERCENT = 90.0          # of the cores the system may use
 FILES_NEAR_LIMIT_SHARE = 0.95    # descriptors at this share of the open-file limit
@@ -37,7 +39,7 @@ POOL_SHARE = 0.9                 # the mock saw at most this share of what the c
 ENDED = ("completed", "failed")
 INSTRUMENTS = "instruments' limit"
 CLIENT_LIMIT = "the load generator's own limit (not the system's)"
-NOT_RUN = "not run: failed the step below"
+NOT_RUN = f"not run: failed the step below, or added over {STOP_ADDED_P99_S:g} s to it"
 PARTLY_RUN = "not run in every run: a step below failed in some"
 DEFAULT_PLANNED_RPS = 1000.0
 DEFAULT_PLANNED_LATENCY_S = 10.0
@@ -324,6 +326,7 @@ class Lane:
     slopes: dict[str, Slope]
     hold_s: float
     stream: bool
+    floor: str = ""              # the instruments' floor (direct): its figures beside each system's
 
     @property
     def empty(self) -> bool:
@@ -334,7 +337,7 @@ def lane(study, floor: str, cores: float) -> Lane:
     """The lane of ``study`` (a harness.stats.loading.Study); empty when it has no in-flight run."""
     steps = inflight_steps(study)
     if steps.empty:
-        return Lane(steps, pd.DataFrame(), pd.DataFrame(), {}, math.nan, False)
+        return Lane(steps, pd.DataFrame(), pd.DataFrame(), {}, math.nan, False, floor)
     runs = [r for r in study.runs if is_inflight(r)]
     hold_s = float(runs[0].spec.load.inflight_hold_s)
     steps = judged(steps, floor, hold_s)
@@ -342,4 +345,4 @@ def lane(study, floor: str, cores: float) -> Lane:
     stops = with_own_words(where_it_stops(table, cores), steps, runs)
     stops["configuration"] = [configuration([r for r in runs if r.system == system])
                               for system in stops["system"]]
-    return Lane(steps, table, stops, slopes(steps), hold_s, bool(runs[0].spec.load.stream))
+    return Lane(steps, table, stops, slopes(steps), hold_s, bool(runs[0].spec.load.stream), floor)

@@ -43,6 +43,10 @@ class Study:
             self._mock_rows[run_id] = RunFiles(self.run_dirs[run_id]).read_mock_requests()
         return self._mock_rows[run_id]
 
+    def probes(self, run_id: str) -> pd.DataFrame:
+        """The in-flight lane's health probe rows of a run (empty when it probed nothing)."""
+        return RunFiles(self.run_dirs[run_id]).read_probes()
+
     def has_mock_requests(self, run_id: str) -> bool:
         """Whether the run stored the providers' table (older artifact versions did not)."""
         return run_id in self.run_dirs and RunFiles(self.run_dirs[run_id]).has_mock_requests_table()

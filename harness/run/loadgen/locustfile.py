@@ -8,7 +8,8 @@ import socket
 from locust import events
 
 from harness.files import producers
-from harness.run.loadgen import request_ids, rows, schedule, shapes, users
+from harness.model.inflight import abandons
+from harness.run.loadgen import abandon, request_ids, rows, schedule, shapes, users
 
 SETTINGS = producers.read_load_settings(os.environ["SLUICE_LOAD_FILE"])
 # The topology's name for this host (harness/run/load.py sets it); pids are unique only per host.
@@ -19,7 +20,9 @@ CPU_WARNINGS = rows.CpuWarnings(SETTINGS.raw_dir, HOSTNAME)
 IDS = request_ids.RequestIds(SETTINGS)
 SCHEDULE = schedule.Schedule.of(SETTINGS)
 USERS = shapes.UsersRecord(SETTINGS.raw_dir)
-ChatUser = users.user_class(SETTINGS, IDS, ROWS, SCHEDULE)
+# the in-flight lane's open streams, in a streamed run that leaves some
+STREAMS = abandon.Streams(SETTINGS.seed) if abandons(SETTINGS.load) else None
+ChatUser = users.user_class(SETTINGS, IDS, ROWS, SCHEDULE, STREAMS)
 StudyShape = shapes.shape_class(SETTINGS, USERS, SCHEDULE)
 
 events.request.add_listener(ROWS.on_request)
@@ -31,6 +34,9 @@ def on_init(environment, **kwargs):
     ROWS.runner = environment.runner
     ROWS.open()
     IDS.begin()
+    if STREAMS is not None and environment.runner is not None:
+        # the shape (Locust's master, or the one local process) tells every process when
+        environment.runner.register_message(abandon.MESSAGE, STREAMS.on_message)
 
 
 @events.cpu_warning.add_listener

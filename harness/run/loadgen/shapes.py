@@ -12,7 +12,9 @@ import time
 from locust import LoadTestShape
 
 from harness.files import producers
+from harness.model import inflight
 from harness.model.load_settings import LoadSettings
+from harness.run.loadgen import abandon
 from harness.run.loadgen.schedule import Schedule
 
 # The spawn rate asked for, over the ramp's own rate: spawning keeps up with the ramp's target.
@@ -116,9 +118,12 @@ class ClosedLoop(StudyShape):
 class InFlight(StudyShape):
     """The in-flight lane: warm-up, then each step's users (each keeps one request open) for
     step_s, its new users spawned evenly over one hold; the steps are the measured window.
-    A step that ended with any failed request is the last: the steps above it are not run.
-    After the last step run the users hold one more hold (the drain), so the requests of its
-    window are answered; hold_end marks where the load stopped."""
+    A step that ended with any failed request, or whose added p99 over its measured hold was
+    beyond inflight.STOP_ADDED_P99_S, is the last: the steps above it are not run. In a streamed
+    run that leaves streams, each step's abandon phase begins with the message that closes its
+    share of the open streams (harness.run.loadgen.abandon). After the last step run the users
+    hold one more hold (the drain), so the requests of its window are answered; hold_end marks
+    where the load stopped."""
 
     abstract = True
     ramps = False
@@ -127,8 +132,14 @@ class InFlight(StudyShape):
         super().__init__()
         self.step_seen = None        # the in-flight step the last tick was in
         self.failures_at_step = 0    # failed requests when that step began
+        self.times_at_window = None  # the answers' times (Locust's histogram) when its window began
+        self.times_at_wave = None    # and when its abandon wave was sent (the window's end)
+        self.waves = set()           # the steps whose abandon wave was sent
         self.drain_end = None        # when the in-flight drain after the last step ends
         self.drain_users = 0
+
+    def _answers(self) -> dict:
+        return dict(self.runner.stats.total.response_times)
 
     def step(self):
         s = self.settings
@@ -136,6 +147,7 @@ class InFlight(StudyShape):
         # the steps that fit the machine's open-file limits (harness/run/run.py checks them)
         steps = s.load.inflight_steps[:s.inflight_steps_run]
         step_s, hold_s = s.load.inflight_step_s, s.load.inflight_hold_s
+        phase_s = inflight.abandon_phase_s(s.load)
         if t < warmup:
             self._mark("warmup_start_t_unix_s")
             return s.load.warmup_users, s.load.warmup_users
@@ -143,13 +155,25 @@ class InFlight(StudyShape):
         self._mark("hold_start_t_unix_s")
         now = time.time()
         if self.drain_end is None:
-            index = int((now - self.phases["hold_start_t_unix_s"]) // step_s)
+            since = now - self.phases["hold_start_t_unix_s"]
+            index = int(since // step_s)
+            into = since - index * step_s
             failures = self.runner.stats.total.num_failures
             if self.step_seen != index:  # a step has ended (or the first begins)
-                if self.step_seen is not None and failures > self.failures_at_step:
-                    index = len(steps)  # it failed: stop here
+                if self.step_seen is not None and (failures > self.failures_at_step
+                                                   or self._too_slow(hold_s)):
+                    index = len(steps)  # it failed, or added too much: stop here
                 self.step_seen, self.failures_at_step = index, failures
+                self.times_at_window = self.times_at_wave = None
             if index < len(steps):
+                if self.times_at_window is None and into >= step_s - phase_s - hold_s:
+                    self.times_at_window = self._answers()
+                if phase_s and index not in self.waves and into >= step_s - phase_s:
+                    self.waves.add(index)
+                    self.times_at_wave = self._answers()  # the answers it cut short come after
+                    self.runner.send_message(abandon.MESSAGE, {
+                        "step": index + 1, "share": s.load.inflight_abandon_share,
+                        "resume_t": self.phases["hold_start_t_unix_s"] + (index + 1) * step_s})
                 before = steps[index - 1] if index else s.load.warmup_users
                 self.drain_users = steps[index]  # the users of the step running now
                 return steps[index], max(1.0, (steps[index] - before) / hold_s)
@@ -158,6 +182,14 @@ class InFlight(StudyShape):
             return self.drain_users, 1.0
         self._mark("hold_end_t_unix_s")
         return None
+
+    def _too_slow(self, hold_s: float) -> bool:
+        """The step that just ended added beyond STOP_ADDED_P99_S at p99: its answers since its
+        measured window began (Locust's own histogram, in ms)."""
+        if self.times_at_window is None:
+            return False
+        p99_ms = inflight.added_p99_ms(self.times_at_window, self.times_at_wave or self._answers(), hold_s)
+        return p99_ms is not None and p99_ms > inflight.STOP_ADDED_P99_S * 1000.0
 
 
 class OpenLoop(StudyShape):

@@ -12,6 +12,7 @@ from locust import FastHttpUser, constant, task
 
 from harness.model.dialects import ERROR_BODY_PREFIX_BYTES, error_body_dialect
 from harness.model.load_settings import LoadSettings
+from harness.run.loadgen.abandon import Streams
 from harness.run.loadgen.request_ids import RequestIds
 from harness.run.loadgen.rows import RawRows
 from harness.run.loadgen.schedule import Schedule
@@ -35,6 +36,7 @@ class ChatUser(FastHttpUser):
     ids: RequestIds
     rows: RawRows
     schedule: Schedule | None = None
+    streams: Streams | None = None  # the in-flight lane's open streams, when it leaves some
     stream = False
     content_frame: re.Pattern      # the client dialect's SSE frame that carries text
     done_frame: re.Pattern         # and the one that ends the stream
@@ -106,7 +108,9 @@ class ChatUser(FastHttpUser):
                     pass
                 resp.failure(f"HTTP {resp.status_code}")
                 return
-            arrivals, size = [], 0
+            arrivals, size, broken = [], 0, None
+            if self.streams is not None:
+                self.streams.open(self, resp)
             try:
                 while True:
                     line = resp._response.readline(b"\n")
@@ -118,9 +122,15 @@ class ChatUser(FastHttpUser):
                             timing["done"] = True
                         elif self.content_frame.search(line):
                             arrivals.append(time.perf_counter())
-            except Exception as exc:  # a stream cut short is that system's error
-                resp.request_meta["context"]["transport_error"] = exc
-                resp.failure(f"stream broken after {len(arrivals)} frames: {type(exc).__name__}")
+            except Exception as exc:
+                broken = exc
+            left = self.streams.close(self) if self.streams is not None else None
+            if left is not None:  # the client left it (the abandon wave): not the system's doing
+                resp.request_meta["context"]["abandoned_t_unix_s"] = left[0]
+                resp.success()
+            elif broken is not None:  # a stream cut short is that system's error
+                resp.request_meta["context"]["transport_error"] = broken
+                resp.failure(f"stream broken after {len(arrivals)} frames: {type(broken).__name__}")
             end = time.perf_counter()
             resp.request_meta["response_time"] = (end - start) * 1000.0
             resp.request_meta["response_length"] = size
@@ -129,15 +139,18 @@ class ChatUser(FastHttpUser):
                 timing["ttft_ms"] = round((arrivals[0] - start) * 1000.0, 3)
                 timing["chunk_gaps_ms"] = " ".join(f"{(b - a) * 1000.0:.3f}"
                                                    for a, b in zip(arrivals, arrivals[1:]))
-            else:
+            elif left is None:
                 resp.failure("stream carried no content frame")
+        if left is not None:  # it waits for the next step before it sends again
+            gevent.sleep(max(0.0, left[1] - time.time()))
 
 
 def user_class(settings: LoadSettings, ids: RequestIds, rows: RawRows,
-               schedule: Schedule | None) -> type[ChatUser]:
+               schedule: Schedule | None, streams: Streams | None = None) -> type[ChatUser]:
     """The run's user class, bound to its settings (Locust makes users from the class)."""
     return type("ChatUser", (ChatUser,), {
         "abstract": False, "settings": settings, "ids": ids, "rows": rows, "schedule": schedule,
+        "streams": streams,
         "wait_time": constant(settings.load.think_time_s),
         "network_timeout": settings.load.request_timeout_s,
         "connection_timeout": settings.load.request_timeout_s,
