@@ -302,7 +302,9 @@ def publish(study_dir: Path, lanes: dict[str, Path | str], stale: dict[str, str]
     suites = [Lane(k, suite_data.collect_suite(v)) if isinstance(v, Path) else Lane(k, None, v)
               for k, v in lanes.items()]
     out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".published-", dir=out.parent))
+    tmp.chmod(0o755)     # mkdtemp's 0700 would become the published folder's
     try:
         frames = {"headline": headline(data, PUBLISHED_METRICS, stale).frame(),
                   "summary": data.summary, "runs": data.rs, "counts": data.counts}

@@ -211,3 +211,36 @@ def test_the_publication_reader_refuses_a_version_it_does_not_know(published, tm
     path.write_text(json.dumps({**data, "schema_version": 99}))
     with pytest.raises(readers.ArtifactError, match="publication schema_version 99"):
         readers.read_publication(path)
+
+
+def _fault_suite(artifacts: Path) -> Path:
+    """A complete fault suite of one synthetic cell under artifacts/suites/."""
+    from synthetic_faults import FaultRun, make_fault_study
+    from synthetic_manifests import write_suite_manifest
+
+    from harness.model.config import from_profile
+    root = artifacts / "suites" / "faults-t"
+    make_fault_study(root, "cell-01", {"direct": [FaultRun()], "nginx": [FaultRun(dialect="other")],
+                                       "sluice": [FaultRun(attempts=2, fail_every=0)]})
+    config = from_profile("faults", fault_scenario="error_burst").to_dict()
+    write_suite_manifest(root, [{"cell_id": "cell-01", "comparison_key": "k" * 8, "excluded": "",
+                                 "values": {"fault_scenario": "error_burst"}, "config": config,
+                                 "status": "completed", "dir": "cell-01"}],
+                         profile="faults", started_t_unix_s=1.0, ended_t_unix_s=2.0)
+    return root
+
+
+def test_a_complete_fault_suite_gets_its_section_and_table(tmp_path):
+    artifacts = tmp_path / "artifacts"
+    study = _complete(artifacts)
+    suite = _fault_suite(artifacts)
+    lanes = P.newest_complete_suites(artifacts)
+    assert lanes["faults"] == suite and lanes["inflight"].startswith("not run")
+    pub = P.publish(study, lanes, {}, artifacts / P.PUBLISHED)
+    assert pub["lanes"]["faults"]["suite_id"] == "faults-t"
+    page = (artifacts / P.PUBLISHED / P.PAGE).read_text()
+    section = page[page.index('id="published-faults"'):page.index('id="published-inflight"')]
+    assert "Suite <code>faults-t</code>" in section and "error_burst" in section
+    assert "kernel unknown" in section     # the cells' machine, as their manifests say
+    assert len(readers.read_published_table(artifacts / P.PUBLISHED / "faults.parquet")) > 0
+    assert (artifacts / P.PUBLISHED / "manifests" / "faults" / "manifest.json").is_file()
