@@ -215,8 +215,9 @@ def page_sections(data: ReportData, stale: dict[str, str], lanes: list[Lane],
     m = data.study.manifest
     out = {"style": S.style(),
            "publication": render("published.html.j2", about=provenance(m, "study", m.study_id),
-                                 stale=sorted(stale.items()), lanes=lane_sentences(data, lanes)),
+                                 stale=sorted(stale.items())),
            "headline": S.headline_html(data, PUBLISHED_METRICS, stale),
+           "lanes": render("published_lanes.html.j2", lanes=lane_sentences(data, lanes)),
            "counts": S.section_counts(data)}
     out.update({f"lane-{lane.kind}": lane_html(lane) for lane in lanes})
     out.update({name: S.render_section(data, name) for name in AFTER_LANES})
