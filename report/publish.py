@@ -63,7 +63,10 @@ PANDAS_LINE = 'pd.read_parquet("artifacts/published/{name}")'
 
 
 class PublishError(UserError, RuntimeError):
-    """Nothing that can be published: each candidate with what it lacks."""
+    """Nothing that can be published: each candidate with what it lacks, a line each."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
 
 
 # --- what is complete ----------------------------------------------------------------------------

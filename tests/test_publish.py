@@ -3,6 +3,7 @@
 produces, and the README's Results block agrees with artifacts/published/."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -137,7 +138,8 @@ def test_an_incomplete_study_is_refused_with_what_it_lacks(tmp_path):
     path = make_study(tmp_path, "half", status="interrupted").path
     with pytest.raises(P.PublishError) as info:
         P.newest_complete_study(tmp_path, profile="synthetic")
-    text = "\n".join(info.value.lines())
+    assert len(info.value.lines()) == 1
+    text = info.value.lines()[0]
     assert "half" in text and "status interrupted" in text
     assert "counting lane did not run" in text
     manifest = json.loads((path / "manifest.json").read_text())
@@ -173,6 +175,8 @@ def test_a_key_the_tree_no_longer_produces_is_stale_with_the_reason(tmp_path):
     specs = {s: load_gateway_spec(s, gateways) for s in config.gateways}
     recorded = {r.system: r for r in make_plan(config, specs, instruments()) if r.run_index == 1}
     assert stale_systems(config, recorded) == {}
+    more = dataclasses.replace(config, users=config.users + 1)
+    assert stale_systems(more, recorded)["nginx"] == "settings: load.users"
     template = next(p for p in (gateways / "nginx").glob("*.tmpl"))
     template.write_text(template.read_text() + "\n# changed\n")
     stale = stale_systems(config, recorded)

@@ -70,8 +70,15 @@ def why_different(then: RunSpec, now: RunSpec) -> str:
         if value and value != new:
             parts.append(f"{name.removesuffix('_version')} {value} → {new}")
     a, b = then.to_dict(), now.to_dict()
-    settings = sorted(k for k in a.keys() | b.keys()
-                      if k not in NOT_IN_RUN_KEY and k not in _APART and a.get(k) != b.get(k))
+    settings = []
+    for k in sorted(a.keys() | b.keys()):
+        if k in NOT_IN_RUN_KEY or k in _APART or a.get(k) == b.get(k):
+            continue
+        x, y = a.get(k), b.get(k)
+        if isinstance(x, dict) and isinstance(y, dict):   # a part: name its settings
+            settings += [f"{k}.{n}" for n in sorted(x.keys() | y.keys()) if x.get(n) != y.get(n)]
+        else:
+            settings.append(k)
     if settings:
         parts.append(f"settings: {', '.join(settings)}")
     if then.ready_timeout_s != now.ready_timeout_s:
