@@ -7,7 +7,7 @@ GATEWAYS ?=
 SET      ?=
 STUDY    ?=
 
-.PHONY: study study-deps faults inflight test test-fast test-integration test-deps test-sluice test-sluice-pure sluice-build cc report gate lint typecheck docs setup clean-venv
+.PHONY: study study-deps publish faults inflight test test-fast test-integration test-deps test-sluice test-sluice-pure sluice-build cc report gate lint typecheck docs setup clean-venv
 
 setup: $(VENV)/.installed
 
@@ -112,6 +112,13 @@ inflight: setup study-deps cc
 gate: setup cc
 	bash scripts/install-test-deps.sh
 	$(PY) -m harness gate run
+
+## The study's answer committed in the repository: artifacts/published/ (one self-contained page,
+## the tables as Parquet, the manifests, the raw files' SHA-256) from the newest complete standard
+## study and fault and in-flight suites, and the README's Results block from it
+## (docs/publishing.md). `python -m harness publish --check` says which rows went stale.
+publish: setup
+	$(PY) -m harness publish
 
 ## make report STUDY=artifacts/<study-id>
 report: setup

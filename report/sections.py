@@ -126,13 +126,21 @@ def section_summary(data: ReportData) -> str:
 
 def section_headline(data: ReportData) -> str:
     """The head-to-head table and the verdict column."""
+    return headline_html(data)
+
+
+def headline_html(data: ReportData, metrics: tuple[str, ...] = tables.HEADLINE_METRICS,
+                  stale: dict[str, str] | None = None) -> str:
+    """The head-to-head section with ``metrics`` (the publication's own), rows whose key went
+    stale marked (tables.headline)."""
     ns = [int(x) for x in data.summary[data.summary["metric"] == "throughput_rps"]["n"]
           if int(x) >= 1] if len(data.summary) else []
     planned = data.study.manifest.config.runs_per_gateway
     n_typ = max(set(ns), key=ns.count) if ns else int(planned or 3)
     k = float(stats.t.ppf(0.975, n_typ - 1)) if n_typ >= 2 else math.nan
     mock_ms = sorted({x for x in data.rs.get("mock_latency_ms", pd.Series(dtype=float)).dropna()})
-    return render("headline.html.j2", headline=tables.headline(data), reference=data.reference,
+    return render("headline.html.j2", headline=tables.headline(data, metrics, stale),
+                  reference=data.reference,
                   n=n_typ, k=k, mock_ms=[f"{x:g}" for x in mock_ms] or ["?"])
 
 

@@ -21,6 +21,11 @@ from report.grid import Cell, Part, Row, Table, cell, number, table
 # The tail (p95) lives in the verdicts and stability tables: the headline fits 1,280 px.
 HEADLINE_METRICS = ("throughput_rps", "overhead_vs_mock_p50_ms", "net_overhead_p50_ms",
                     "wire_in_gateway_p50_us", "cpu_ms_per_request", "rss_peak_bytes", "errors_total")
+# The published head-to-head (report/publish.py): the net overhead's median and tail, which take
+# the mock's own time per request out, in place of the client-observed median.
+PUBLISHED_METRICS = ("throughput_rps", "net_overhead_p50_ms", "net_overhead_p99_ms",
+                     "wire_in_gateway_p50_us", "cpu_ms_per_request", "rss_peak_bytes",
+                     "errors_total")
 # the headline's verdicts: throughput, and the overhead figure each system's verdict uses
 # (harness.stats.across.overhead_figure: wire, else net, else client-observed)
 OVERHEAD = "overhead"
@@ -126,26 +131,32 @@ def verdict_anchor(system: str, name: str) -> str:
     return f"verdict-{system}-{name}"
 
 
-def headline(data: ReportData) -> Table:
-    """One row per system: each headline figure 'mean ± sd' over completed runs (n, the CI and
+def headline(data: ReportData, metrics: tuple[str, ...] = HEADLINE_METRICS,
+             stale: dict[str, str] | None = None) -> Table:
+    """One row per system: each of ``metrics`` 'mean ± sd' over completed runs (n, the CI and
     the CoV in its tooltip; flagged when unstable), the result label and the verdicts against
-    the reference. Narrow enough for a 1,280 px screen: detail goes to tooltips."""
+    the reference. Narrow enough for a 1,280 px screen: detail goes to tooltips. ``stale``:
+    system -> why the tree would no longer run what it measured (a published row)."""
+    stale = stale or {}
     ref, rs, summary = data.reference, data.rs, data.summary
     systems_meta = data.study.manifest.systems
     comp = (data.comparison.set_index(["system", "metric"]) if data.comparison is not None
             else None)
     labels = data.labels.set_index("system") if len(data.labels) else None
     counted = len(data.counts) > 0
-    headings = [cell(F.heading(m)) for m in HEADLINE_METRICS]
+    headings = [cell(F.heading(m)) for m in metrics]
+    count_at = metrics.index("cpu_ms_per_request") + 1
     if counted:   # beside CPU time, the count that does not depend on the machine's noise
-        headings.insert(_COUNT_AT, cell("instr./req (counted)"))
+        headings.insert(count_at, cell("instr./req (counted)"))
     columns = [cell("system"), cell("runs done"), *headings, cell("result"), cell(f"vs {ref}")]
     rows = []
     for system in data.study.systems:
         meta = systems_meta.get(system)
         # kind and version in the tooltip: one line a system keeps the table on the first screen
-        name = Cell((Part(system, strong=True),),
-                    title=f"{meta.kind if meta else ''} · {_version(data, system)}")
+        title = f"{meta.kind if meta else ''} · {_version(data, system)}"
+        name = (Cell((Part(system, strong=True), Part(" stale", "tag stale")),
+                     title=f"{title} · stale: {stale[system]}") if system in stale
+                else Cell((Part(system, strong=True),), title=title))
         sub = rs[rs["system"] == system] if len(rs) else rs
         if not len(sub):
             why = (meta.not_runnable_reason if meta else "") or "no runs"
@@ -159,7 +170,7 @@ def headline(data: ReportData) -> Table:
             continue
         n_done = int((sub["status"] == "completed").sum())
         figures = []
-        for m in HEADLINE_METRICS:
+        for m in metrics:
             d = _summary_of(summary, system, m)
             unstable = bool(d and d["unstable"]) and m != "errors_total"
             figures.append(Cell((Part(F.mean_sd(d, m, n=False, compact=True) if d else F.DASH),
@@ -167,7 +178,7 @@ def headline(data: ReportData) -> Table:
                                 "n unstable" if unstable else "n",
                                 title=F.spread(d, m) if d else ""))
         if counted:
-            figures.insert(_COUNT_AT, _counted_cell(data, system))
+            figures.insert(count_at, _counted_cell(data, system))
         if system == ref:
             verdicts = Cell((Part("reference"),), "verdict")
         elif comp is not None:
@@ -183,9 +194,6 @@ def headline(data: ReportData) -> Table:
         rows.append(Row((name, number(f"{n_done}/{len(sub)}"), *figures, _label_tag(label),
                          verdicts), id=f"headline-{system}"))
     return Table(tuple(columns), tuple(rows), "headline-table")
-
-
-_COUNT_AT = HEADLINE_METRICS.index("cpu_ms_per_request") + 1
 
 
 def _counted_cell(data: ReportData, system: str) -> Cell:

@@ -48,6 +48,8 @@ RECORDED = {
     F.SUITE_MANIFEST: (lambda path: readers.read_suite_manifest(path.parent),
                        {2: TESTS / "fixtures" / "suites" / "v2-smoke" / "manifest.json"}),
     F.COUNTS: (readers.read_counts, {1: TESTS / "data" / "counts-v1.json"}),
+    # version 1: a synthetic study's publication (tests/test_publish.py), with a fault suite
+    F.PUBLICATION: (readers.read_publication, {1: TESTS / "data" / "publication-v1.json"}),
     F.GATE_RECORD: (history.read_record, {1: TESTS / "data" / "gate-record-v1.json",
                                           2: TESTS / "data" / "gate-record-v2.json"}),
 }

@@ -15,7 +15,7 @@ import sys
 from harness.model.errors import UserError
 
 # In the order `--help` lists them.
-COMMANDS = ("notebook", "study", "suite", "report", "install", "gate", "aa", "soak", "mock")
+COMMANDS = ("notebook", "study", "suite", "report", "publish", "install", "gate", "aa", "soak", "mock")
 
 
 def parser() -> argparse.ArgumentParser:

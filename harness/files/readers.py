@@ -14,6 +14,7 @@ from harness.model.formats import (
     COUNTS,
     FAULT_SCHEDULE,
     MOCK_STATS,
+    PUBLICATION,
     TABLE_FORMATS,
     Format,
     UnknownVersionError,
@@ -72,6 +73,25 @@ def read_counts(path: Path) -> dict:
     if not isinstance(data.get("builds"), list):
         raise ArtifactError(f"{path}: a counts file without its builds")
     return data
+
+
+def read_publication(path: Path) -> dict:
+    """artifacts/published/publication.json: what a publication holds and where it came from
+    (report/publish.py)."""
+    data, _ = _json(path, PUBLICATION)
+    if not isinstance(data.get("standard"), dict) or not isinstance(data.get("lanes"), dict):
+        raise ArtifactError(f"{path}: a publication without its standard study or its lanes")
+    return data
+
+
+def read_published_table(path: Path) -> pd.DataFrame:
+    """One of the publication's Parquet tables (artifacts/published/*.parquet), its version
+    the publication's."""
+    try:
+        PUBLICATION.check(parquet_version(path), f"{path} (Parquet metadata)")
+        return pd.read_parquet(path)
+    except UnknownVersionError as exc:
+        raise ArtifactError(str(exc)) from None
 
 
 def read_fault_schedule(path: Path) -> dict:

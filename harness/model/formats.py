@@ -79,8 +79,13 @@ COUNTS = Format(
     "1: per build (head, base, base~2, or a system), per case: instructions, allocator calls and "
     "system calls by name per request, RSS, statuses; the sizes and the machine")
 
+PUBLICATION = Format(
+    "publication", "publication.json", 1, (1,),
+    "1: the standard study (its systems, keys, stale marks and raw files' SHA-256 and sizes), "
+    "the fault and in-flight suites or why not, the tables written beside it")
+
 # The Parquet tables by schema table name (harness.model.schema.TABLES).
 TABLE_FORMATS = {"requests": REQUESTS_TABLE, "samples": SAMPLES_TABLE,
                  "mock_requests": MOCK_REQUESTS_TABLE, "probes": PROBES_TABLE}
 FORMATS = (STUDY_MANIFEST, RUN_MANIFEST, REQUESTS_TABLE, SAMPLES_TABLE, MOCK_REQUESTS_TABLE, PROBES_TABLE,
-           MOCK_STATS, FAULT_SCHEDULE, SUITE_MANIFEST, GATE_RECORD, COUNTS)
+           MOCK_STATS, FAULT_SCHEDULE, SUITE_MANIFEST, GATE_RECORD, COUNTS, PUBLICATION)

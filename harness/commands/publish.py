@@ -1,0 +1,87 @@
+"""Publish the study's answer into the repository, or check what is published.
+
+    python -m harness publish [--study artifacts/<study-id>] [--profile standard]
+    python -m harness publish --check
+
+writes artifacts/published/ (the one committed part of artifacts/) from the newest complete
+study of the profile (every runnable system's runs done, its counting lane run with every system
+counted or its reason) and the newest complete fault and in-flight suites under
+artifacts/suites/, marks the rows whose comparison key the tree would no longer produce, then
+rewrites the README's Results block from it (report/publish.py). A study that is not complete is
+refused with what it lacks.
+
+--check only reads and prints: each published system's comparison key against what the tree
+would run now, the stale ones with the reason. It exits 0 whatever it finds (re-running a study
+is not a CI job); the next publish writes the marks.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+HELP = "publish the newest complete study into artifacts/published/, or --check it"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--check", action="store_true",
+                        help="only read the publication and print its stale rows, with the reason")
+    parser.add_argument("--study", default=None, metavar="DIR",
+                        help="publish this study (it must be complete) instead of the newest one")
+    parser.add_argument("--profile", default="standard",
+                        help="the profile of the study to publish (default: standard)")
+    parser.add_argument("--artifacts", default=None, metavar="DIR",
+                        help="where the studies and suites are (default: artifacts/)")
+    parser.add_argument("--out", default=None, metavar="DIR",
+                        help="the publication (default: artifacts/published/)")
+    parser.add_argument("--readme", default=None, metavar="FILE",
+                        help="the README whose Results block is rewritten (default: README.md)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.files.study_files import StudyFiles
+    from harness.run.staleness import stale_systems
+    from report import publish as P
+    from report.format import size
+
+    artifacts = Path(args.artifacts) if args.artifacts else P.ARTIFACTS_DIR
+    out = Path(args.out) if args.out else artifacts / P.PUBLISHED
+    if args.check:
+        return check(out, stale_systems)
+    study = Path(args.study) if args.study else P.newest_complete_study(artifacts, args.profile)
+    lanes = P.newest_complete_suites(artifacts)
+    stale = stale_systems(StudyFiles(study).read_manifest().config, P.recorded_specs(study))
+    readme = Path(args.readme) if args.readme else P.README
+    pub = P.publish(study, lanes, stale, out, readme)
+    print(f"published study {pub['standard']['study_id']} into {out} "
+          f"({size(P.size_of(out))}); README Results block rewritten: {readme}")
+    for kind in P.LANES:
+        lane = pub["lanes"][kind]
+        print(f"  {P.LANE_NAMES[kind]}: " + (f"suite {lane['suite_id']}" if "suite_id" in lane
+                                             else lane["not_run"]))
+    for system, why in stale.items():
+        print(f"  stale: {system}: {why}")
+    if P.size_of(out) > P.MAX_BYTES:
+        print(f"warning: {out} weighs more than {size(P.MAX_BYTES)}")
+    return 0
+
+
+def check(out: Path, stale_systems) -> int:
+    """Print each published system's key against the tree's; always 0."""
+    from harness.model.formats import PUBLICATION
+    from report import publish as P
+
+    if not (out / PUBLICATION.file).is_file():
+        print(f"nothing published in {out}")
+        return 0
+    pub, manifest, specs = P.published_specs(out)
+    stale = stale_systems(manifest.config, specs)
+    print(f"published study {pub['standard']['study_id']} against this tree:")
+    for row in pub["standard"]["systems"]:
+        name = row["system"]
+        if name in stale:
+            print(f"  {name}: stale: {stale[name]}")
+        elif name in specs:
+            print(f"  {name}: current")
+        else:
+            print(f"  {name}: no run ({row['not_runnable_reason'] or 'not run'})")
+    return 0

@@ -1,0 +1,250 @@
+"""The publication: `python -m harness publish` writes artifacts/published/ from a complete study
+(refusing one that is not, with what it lacks), marks the rows whose key the tree no longer
+produces, and the README's Results block agrees with artifacts/published/."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from synthetic import make_study
+
+from harness.commands import main
+from harness.files import readers
+from harness.files.store import write_json
+from harness.model.config import REPO_DIR, StudyConfig
+from harness.model.formats import COUNTS, PUBLICATION
+from harness.model.gateway_spec import load_gateway_spec
+from harness.model.plan import make_plan
+from harness.run.run import instruments
+from harness.run.staleness import stale_systems
+from report import publish as P
+
+PLAIN = {"direct": 1_000.0, "nginx": 21_000.0, "sluice": 54_000.0}
+BIFROST = "its upstream binary does not start on this CPU (the reason a test gives)"
+
+
+def _counts(study: Path, systems, not_counted: dict[str, str]) -> None:
+    """counts.json as the counting lane writes it: each system counted, or its reason."""
+    builds = []
+    for s in systems:
+        if s in not_counted:
+            builds.append({"label": s, "system": s, "version": "", "failed": not_counted[s],
+                           "cases": []})
+            continue
+        builds.append({"label": s, "system": s, "version": "1", "sizes": {"requests": 100},
+                       "cases": [{"case": c, "instructions_per_request": PLAIN.get(s, 1e5) * k,
+                                  "allocations_per_request": 10.0,
+                                  "syscalls_per_request": {"read": 2.0, "write": 2.0},
+                                  "rss_bytes": 2**24, "statuses": {"200": 100}, "missing": ""}
+                                 for c, k in (("plain", 1), ("stream", 2))]})
+    write_json(study / COUNTS.file, {"purpose": "lane", "valgrind": "valgrind-3.19.0",
+                                     "machine": {"cpu_model": "Synthetic CPU"}, "builds": builds},
+               COUNTS)
+
+
+def _complete(root: Path, study_id: str = "s1") -> Path:
+    """A complete synthetic study: every run done (litellm's second failed: a finding), Bifrost
+    kept with its reason, the counting lane run (litellm not counted, with its reason)."""
+    path = make_study(root, study_id).path
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["systems"]["bifrost"] = {"kind": "competitor", "version": "", "role": "system",
+                                      "runnable": False, "not_runnable_reason": BIFROST}
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    _counts(path, manifest["systems"], {"litellm": "not ready after 300 s under callgrind",
+                                        "bifrost": f"not run in this study: {BIFROST}"})
+    return path
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory):
+    root = tmp_path_factory.mktemp("publish")
+    artifacts = root / "artifacts"
+    study = _complete(artifacts)
+    readme = root / "README.md"
+    readme.write_text(f"# x\n\n## Results\n\n{P.README_START}\n{P.NOTHING_PUBLISHED}\n"
+                      f"{P.README_END}\n\n## After\n")
+    stale = {"litellm": "files changed: gateway.toml"}
+    out = artifacts / P.PUBLISHED
+    pub = P.publish(study, P.newest_complete_suites(artifacts), stale, out, readme)
+    return {"root": root, "study": study, "out": out, "readme": readme, "pub": pub}
+
+
+def test_a_complete_study_is_published_with_its_page_tables_manifests_and_hashes(published):
+    out, pub, study = published["out"], published["pub"], published["study"]
+    page = (out / P.PAGE).read_text()
+    # the answer first: the head-to-head table before any other table
+    assert page[:page.index('id="headline-table"')].count("<table") <= 1
+    assert page.index('id="headline-table"') < page.index('id="counts-table"')
+    for heading in ("net overhead p50", "net overhead p99", "instr./req (counted)"):
+        assert heading in page
+    # self-contained: no fetch from the network
+    assert "http://" not in page.replace("http://www.w3.org", "") and "https://" not in page
+    assert "<script src" not in page and "<link" not in page
+    # each section names its study, machine and commit; a lane not run says so
+    assert "s1" in page and "Synthetic CPU @ 2.0GHz, 2 cores" in page
+    assert "0123456789ab" in page
+    assert "Fault lane: not run" in page and "In-flight lane: not run" in page
+    assert BIFROST in page and "not ready after 300 s under callgrind" in page
+    # the tables, read with the documented line and through their reader
+    headline = readers.read_published_table(out / "headline.parquet")
+    assert list(headline["system"]) == ["direct", "nginx", "sluice", "litellm stale",
+                                       "bifrost"]
+    assert {"summary.parquet", "runs.parquet", "counts.parquet"} <= set(pub["tables"])
+    for name in pub["tables"]:
+        assert len(readers.read_published_table(out / name)) > 0
+    # the manifests, and every raw file's size and SHA-256
+    assert (out / "manifests" / "study" / "manifest.json").is_file()
+    assert (out / "manifests" / "study" / "counts.json").is_file()
+    assert (out / "manifests" / "study" / "runs" / "nginx" / "1" / "manifest.json").is_file()
+    raw = {f["path"]: f for f in pub["standard"]["raw_files"]}
+    assert set(raw) == {p.relative_to(study).as_posix() for p in study.rglob("*") if p.is_file()}
+    one = study / "runs" / "nginx" / "1" / "requests.parquet"
+    assert raw["runs/nginx/1/requests.parquet"]["size_bytes"] == one.stat().st_size
+    systems = {s["system"]: s for s in pub["standard"]["systems"]}
+    assert systems["bifrost"]["not_runnable_reason"] == BIFROST
+    assert systems["sluice"]["instructions_per_request"] == {"plain": 54_000.0, "stream": 108_000.0}
+    assert systems["litellm"]["instructions_per_request"] == {"plain": None, "stream": None}
+    assert P.size_of(out) <= P.MAX_BYTES
+
+
+def test_a_stale_row_is_marked_on_the_page_and_in_the_readme(published):
+    page = (published["out"] / P.PAGE).read_text()
+    assert 'id="stale"' in page and "files changed: gateway.toml" in page
+    head = page[page.index('id="headline-litellm"'):]
+    assert "tag stale" in head[:head.index("</tr>")]
+    assert "stale" not in page[page.index('id="headline-nginx"'):].split("</tr>")[0]
+    assert "litellm (files changed: gateway.toml)" in P.readme_block(published["out"])
+
+
+def test_the_readme_block_is_written_from_the_publication(published):
+    block = P.readme_block_in(published["readme"])
+    assert block == P.readme_block(published["out"])
+    assert len(block.splitlines()) <= P.README_LINES
+    assert "| sluice |" in block and "Synthetic CPU @ 2.0GHz" in block
+    assert "artifacts/published/index.html" in block or "published/index.html" in block
+    assert published["readme"].read_text().endswith(f"{P.README_END}\n\n## After\n")
+
+
+def test_the_repository_readme_agrees_with_artifacts_published():
+    """The README's Results block is what artifacts/published/ says (nothing published yet:
+    exactly the sentence that says so)."""
+    assert P.readme_block_in(REPO_DIR / "README.md") == P.readme_block(REPO_DIR / "artifacts" / P.PUBLISHED)
+
+
+def test_an_incomplete_study_is_refused_with_what_it_lacks(tmp_path):
+    path = make_study(tmp_path, "half", status="interrupted").path
+    with pytest.raises(P.PublishError) as info:
+        P.newest_complete_study(tmp_path, profile="synthetic")
+    assert len(info.value.lines()) == 1
+    text = info.value.lines()[0]
+    assert "half" in text and "status interrupted" in text
+    assert "counting lane did not run" in text
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["runs"] = [r for r in manifest["runs"] if r["run_id"] != "sluice-3"]
+    manifest["status"] = "completed"
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    assert P.study_problems(path) == ["sluice: 2 of 3 runs done",
+                                      "its counting lane did not run (no counts.json)"]
+    with pytest.raises(P.PublishError, match="sluice: 2 of 3 runs done"):
+        P.publish(path, {}, {}, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_newest_complete_study_is_taken(tmp_path):
+    _complete(tmp_path, "older")
+    newer = make_study(tmp_path, "newer").path      # no counting lane: not complete
+    manifest = json.loads((newer / "manifest.json").read_text())
+    manifest["started_t_unix_s"] += 1000.0
+    (newer / "manifest.json").write_text(json.dumps(manifest))
+    assert P.newest_complete_study(tmp_path, profile="synthetic") == tmp_path / "older"
+
+
+def _gateways(tmp_path: Path) -> Path:
+    root = tmp_path / "gateways"
+    for name in ("direct", "nginx"):
+        shutil.copytree(REPO_DIR / "gateways" / name, root / name)
+    return root
+
+
+def test_a_key_the_tree_no_longer_produces_is_stale_with_the_reason(tmp_path):
+    gateways = _gateways(tmp_path)
+    config = StudyConfig(gateways=("direct", "nginx"), profile="smoke", gateways_dir=str(gateways))
+    specs = {s: load_gateway_spec(s, gateways) for s in config.gateways}
+    recorded = {r.system: r for r in make_plan(config, specs, instruments()) if r.run_index == 1}
+    assert stale_systems(config, recorded) == {}
+    more = dataclasses.replace(config, users=config.users + 1)
+    assert stale_systems(more, recorded)["nginx"] == "settings: load.users"
+    template = next(p for p in (gateways / "nginx").glob("*.tmpl"))
+    template.write_text(template.read_text() + "\n# changed\n")
+    stale = stale_systems(config, recorded)
+    assert list(stale) == ["nginx"]
+    assert stale["nginx"] == f"files changed: {template.name}"
+    shutil.rmtree(gateways / "nginx")
+    assert "cannot be read now" in stale_systems(config, recorded)["nginx"]
+
+
+def test_sluices_key_covers_its_package_sources():
+    """A change to any of Sluice's sources makes its published row stale."""
+    spec = load_gateway_spec("sluice")
+    declared = set(spec.declared_files())
+    sources = {p.relative_to(spec.directory).as_posix()
+               for pattern in ("sluice/*.py", "sluice/*.pxd", "sluice/*.pyx")
+               for p in spec.directory.glob(pattern)}
+    assert sources and {"pyproject.toml", "setup.py"} | sources <= declared
+
+
+def test_publish_check_prints_the_stale_rows_and_exits_0(published, capsys):
+    code = main(["publish", "--check", "--out", str(published["out"])])
+    printed = capsys.readouterr().out
+    assert code == 0
+    # the synthetic runs' keys are no tree's: every system run is stale, with a reason
+    for system in ("direct", "nginx", "sluice", "litellm"):
+        assert f"  {system}: stale: " in printed
+    assert f"  bifrost: no run ({BIFROST})" in printed
+    assert main(["publish", "--check", "--out", str(published["root"] / "none")]) == 0
+    assert "nothing published" in capsys.readouterr().out
+
+
+def test_the_publication_reader_refuses_a_version_it_does_not_know(published, tmp_path):
+    data = json.loads((published["out"] / PUBLICATION.file).read_text())
+    assert data["schema_version"] == PUBLICATION.version
+    path = tmp_path / PUBLICATION.file
+    path.write_text(json.dumps({**data, "schema_version": 99}))
+    with pytest.raises(readers.ArtifactError, match="publication schema_version 99"):
+        readers.read_publication(path)
+
+
+def _fault_suite(artifacts: Path) -> Path:
+    """A complete fault suite of one synthetic cell under artifacts/suites/."""
+    from synthetic_faults import FaultRun, make_fault_study
+    from synthetic_manifests import write_suite_manifest
+
+    from harness.model.config import from_profile
+    root = artifacts / "suites" / "faults-t"
+    make_fault_study(root, "cell-01", {"direct": [FaultRun()], "nginx": [FaultRun(dialect="other")],
+                                       "sluice": [FaultRun(attempts=2, fail_every=0)]})
+    config = from_profile("faults", fault_scenario="error_burst").to_dict()
+    write_suite_manifest(root, [{"cell_id": "cell-01", "comparison_key": "k" * 8, "excluded": "",
+                                 "values": {"fault_scenario": "error_burst"}, "config": config,
+                                 "status": "completed", "dir": "cell-01"}],
+                         profile="faults", started_t_unix_s=1.0, ended_t_unix_s=2.0)
+    return root
+
+
+def test_a_complete_fault_suite_gets_its_section_and_table(tmp_path):
+    artifacts = tmp_path / "artifacts"
+    study = _complete(artifacts)
+    suite = _fault_suite(artifacts)
+    lanes = P.newest_complete_suites(artifacts)
+    assert lanes["faults"] == suite and lanes["inflight"].startswith("not run")
+    pub = P.publish(study, lanes, {}, artifacts / P.PUBLISHED)
+    assert pub["lanes"]["faults"]["suite_id"] == "faults-t"
+    page = (artifacts / P.PUBLISHED / P.PAGE).read_text()
+    section = page[page.index('id="published-faults"'):page.index('id="published-inflight"')]
+    assert "Suite <code>faults-t</code>" in section and "error_burst" in section
+    assert "kernel unknown" in section     # the cells' machine, as their manifests say
+    assert len(readers.read_published_table(artifacts / P.PUBLISHED / "faults.parquet")) > 0
+    assert (artifacts / P.PUBLISHED / "manifests" / "faults" / "manifest.json").is_file()
