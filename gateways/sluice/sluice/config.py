@@ -145,7 +145,8 @@ class RetryConfig:
         self.deadline_s = float(_num(t, "deadline_s", 10.0, w, 0.1, maximum=3600))
         # an overloaded deployment (503, 529) is never retried at once: a full-jitter backoff
         # between these, doubling its ceiling with each attempt
-        self.overload_backoff_min_s = _num(t, "overload_backoff_min_ms", 250, w, 1) / 1000
+        self.overload_backoff_min_s = _num(t, "overload_backoff_min_ms", 250, w, 1,
+                                           maximum=60000) / 1000
         self.overload_backoff_max_s = _num(t, "overload_backoff_max_ms", 2000, w, 1,
                                            maximum=60000) / 1000
         if self.overload_backoff_min_s > self.overload_backoff_max_s:
