@@ -11,7 +11,7 @@ import sys
 import tomllib
 from collections.abc import Collection
 
-from sluice.config_checks import DIALECTS, Table, _bool, _check_keys, _check_table, _from_env, _has_ctl, _num, _str  # noqa: F401
+from sluice.config_checks import DIALECTS, Table, _bool, _check_keys, _check_table, _extra_headers, _from_env, _has_ctl, _num, _str  # noqa: F401
 from sluice.config_checks import ConfigError as ConfigError  # what load() raises: named here too
 from sluice.config_server import ServerConfig, parse_listen  # noqa: F401
 
@@ -103,14 +103,7 @@ class ProviderConfig:
         self.anthropic_version = _str(t, "anthropic_version", "2023-06-01", w)
         if _has_ctl(self.anthropic_version):
             raise ConfigError(f"{w}.anthropic_version must not contain control characters")
-        headers = t.get("headers", {})
-        if not isinstance(headers, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
-            raise ConfigError(f"{w}.headers must be a table of strings")
-        for k, v in headers.items():
-            if _has_ctl(k + v) or not k or ":" in k or " " in k:
-                raise ConfigError(f"{w}.headers: invalid header {k!r}")
-        self.headers: dict[str, str] = headers
+        self.headers = _extra_headers(t, "headers", w)
 
     @property
     def chat_path(self) -> str:
@@ -152,7 +145,8 @@ class RetryConfig:
         self.deadline_s = float(_num(t, "deadline_s", 10.0, w, 0.1, maximum=3600))
         # an overloaded deployment (503, 529) is never retried at once: a full-jitter backoff
         # between these, doubling its ceiling with each attempt
-        self.overload_backoff_min_s = _num(t, "overload_backoff_min_ms", 250, w, 1) / 1000
+        self.overload_backoff_min_s = _num(t, "overload_backoff_min_ms", 250, w, 1,
+                                           maximum=60000) / 1000
         self.overload_backoff_max_s = _num(t, "overload_backoff_max_ms", 2000, w, 1,
                                            maximum=60000) / 1000
         if self.overload_backoff_min_s > self.overload_backoff_max_s:

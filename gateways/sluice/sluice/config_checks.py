@@ -74,6 +74,29 @@ def _check_table(table: object, allowed: Iterable[str], where: str) -> Table:
     return table
 
 
+# what Sluice writes on every provider request itself: the framing (host, length), the provider's
+# key, what the connection is; a config header beside one would reach the provider as a duplicate
+OWN_REQUEST_HEADERS = frozenset(("host", "content-length", "transfer-encoding", "authorization",
+                                 "x-api-key", "anthropic-version", "connection", "keep-alive",
+                                 "proxy-connection", "te", "trailer", "upgrade", "expect"))
+
+
+def _extra_headers(table: Table, key: str, where: str) -> dict[str, str]:
+    """A table of extra request headers: names and values without control characters, none
+    of the headers Sluice writes itself."""
+    headers = table.get(key, {})
+    if not isinstance(headers, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+        raise ConfigError(f"{where}.{key} must be a table of strings")
+    for k, v in headers.items():
+        if _has_ctl(k + v) or not k or ":" in k or " " in k:
+            raise ConfigError(f"{where}.{key}: invalid header {k!r}")
+        if k.lower() in OWN_REQUEST_HEADERS:
+            raise ConfigError(f"{where}.{key}: {k!r} is written by Sluice itself (the provider's "
+                              f"key goes in api_key or api_key_env, its version in anthropic_version)")
+    return headers
+
+
 def _from_env(table: Table, key: str, where: str) -> str:
     """The value of the environment variable that ``table[key]`` names."""
     env = _str(table, key, "", where)

@@ -1,6 +1,7 @@
 """Helpers for Sluice's tests: run Sluice as a real subprocess, talk HTTP to it."""
 import http.client
 import json
+import math
 import os
 import re
 import shutil
@@ -25,6 +26,8 @@ METRICS_TOKEN_LINE = 'metrics_token = "sk-test-metrics"'
 # the whole suite runs against the compiled modules, or with SLUICE_PURE_PYTHON=1 against the
 # pure-Python ones: every Sluice the tests start inherits it
 PURE = os.environ.get("SLUICE_PURE_PYTHON") == "1"
+# a worker renders /metrics at most once a second and serves that render meanwhile (server.py)
+METRICS_CACHE_S = 1.0
 
 
 def sluice_env(extra=None):
@@ -42,6 +45,7 @@ class Sluice:
         self.log_path = self.path + ".log"
         self.env = sluice_env(env)
         self.proc = None
+        self.scraped_at = -math.inf   # when metrics() last had its answer (time.monotonic)
 
     def start(self, timeout=15):
         self.log = open(self.log_path, "wb")
@@ -83,11 +87,17 @@ class Sluice:
         return json.loads(body)
 
     def metrics(self):
-        """/metrics, with the config's metrics_token when it sets one."""
+        """/metrics, with the config's metrics_token when it sets one, as rendered after every
+        request before this call: a worker renders it at most once a second (METRICS_CACHE_S),
+        so a scrape comes more than that after this helper's last one."""
         with open(self.path) as f:
             token = re.search(r'^metrics_token = "(.*)"', f.read(), re.M)
         headers = {"authorization": f"Bearer {token.group(1)}"} if token else {}
+        wait_s = self.scraped_at + METRICS_CACHE_S + 0.05 - time.monotonic()
+        if wait_s > 0:
+            time.sleep(wait_s)
         status, _, body = request(self.port, "GET", "/metrics", headers=headers)
+        self.scraped_at = time.monotonic()
         assert status == 200
         return body.decode()
 

@@ -233,7 +233,8 @@ def test_anthropic_client_to_openai_provider_unary(sluice, stub):
     assert msg["type"] == "message" and msg["role"] == "assistant" and msg["model"] == "fast"
     assert msg["content"] == [{"type": "text", "text": "Hello from stub"}]
     assert msg["stop_reason"] == "end_turn"
-    assert msg["usage"] == {"input_tokens": 11, "output_tokens": 5}
+    assert msg["usage"] == {"input_tokens": 11, "cache_creation_input_tokens": 0,
+                            "cache_read_input_tokens": 0, "output_tokens": 5}
     sent = json.loads(stub.requests[-1]["body"])
     assert sent["model"] == "mock-model"
     assert sent["messages"] == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
@@ -281,7 +282,8 @@ def test_openai_client_to_anthropic_provider(sluice, stub):
     assert doc["object"] == "chat.completion" and doc["model"] == "claude-alias"
     assert doc["choices"][0]["message"]["content"] == "Hello from stub"
     assert doc["choices"][0]["finish_reason"] == "stop"
-    assert doc["usage"] == {"prompt_tokens": 13, "completion_tokens": 4, "total_tokens": 17}
+    assert doc["usage"] == {"prompt_tokens": 13, "completion_tokens": 4, "total_tokens": 17,
+                            "prompt_tokens_details": {"cached_tokens": 0}}
     sent = stub.requests[-1]
     assert sent["path"] == "/v1/messages"
     assert sent["headers"]["x-api-key"] == "sk-ant-provider"
@@ -302,7 +304,8 @@ def test_openai_client_to_anthropic_provider_stream(sluice):
     text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
     assert text == "tok0 tok1 tok2 "
     assert chunks[-2]["choices"][0]["finish_reason"] == "stop"
-    assert chunks[-1]["usage"] == {"prompt_tokens": 13, "completion_tokens": 3, "total_tokens": 16}
+    assert chunks[-1]["usage"] == {"prompt_tokens": 13, "completion_tokens": 3, "total_tokens": 16,
+                                   "prompt_tokens_details": {"cached_tokens": 0}}
 
 
 def test_anthropic_passthrough_with_alias(sluice, stub):

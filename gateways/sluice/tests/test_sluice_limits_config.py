@@ -2,9 +2,10 @@
 and says so at start when a setting is accepted but probably not meant: a real Sluice started on
 each, a real client where it serves."""
 import re
+import subprocess
 
 import pytest
-from sluice_helpers import ENV, MSG, Sluice, chat, request, server_config
+from sluice_helpers import ENV, MSG, SLUICE_CMD, Sluice, base_config, chat, request, server_config, sluice_env
 from sluice_stub import free_port
 
 pytestmark = pytest.mark.integration
@@ -78,3 +79,26 @@ def test_a_listen_without_host_and_auth_off_with_keys_are_warned_about(stub, tmp
         assert "warning: [server]" not in gw.output()
     finally:
         gw.stop()
+
+
+@pytest.mark.parametrize("name", ["Transfer-Encoding", "content-length", "HOST", "Authorization",
+                                  "x-api-key", "anthropic-version", "Connection", "upgrade", "Expect"])
+def test_provider_headers_that_sluice_writes_itself_are_refused_by_check(stub, tmp_path, name):
+    # Sluice frames the request (host, length), authenticates it (api_key) and owns the
+    # connection: a second value beside its own would reach the provider as a duplicate
+    # (request smuggling with the framing ones, the wrong account with the key ones)
+    text = base_config(stub.url).replace("{port}", "0").replace(
+        "[providers.anth]\n", f'[providers.anth]\nheaders = {{ "x-ok" = "1", "{name}" = "v" }}\n', 1)
+    path = tmp_path / "headers.toml"
+    path.write_text(text)
+    out = subprocess.run([*SLUICE_CMD, "--config", str(path), "--check"], capture_output=True,
+                         text=True, timeout=60, env=sluice_env(ENV))
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert f"[providers.anth].headers: {name!r} is written by Sluice itself" in lines[0], lines[0]
+    # an ordinary extra header is accepted
+    path.write_text(text.replace(f', "{name}" = "v"', ""))
+    out = subprocess.run([*SLUICE_CMD, "--config", str(path), "--check"], capture_output=True,
+                         text=True, timeout=60, env=sluice_env(ENV))
+    assert out.returncode == 0, out.stderr

@@ -10,6 +10,7 @@ from sluice.translate.common import (
     StreamTranslator,
     TranslationError,
     anthropic_event,
+    anthropic_usage_of,
     check_messages,
     dumps,
     loads,
@@ -17,6 +18,10 @@ from sluice.translate.common import (
     random_hex,
     text_of,
 )
+
+# text and tool calls a translated stream holds back behind an open tool call (see
+# OpenAIToAnthropicStream.live_tool): more fails the stream
+MAX_HELD_BYTES = 8 << 20
 
 
 # ------------------------------------------------------------------ the request
@@ -146,14 +151,15 @@ def openai_response_to_anthropic(resp: JSONObject, model: str) -> JSONObject:
         content.append({"type": "tool_use", "id": tc.get("id") or new_id("toolu_"),
                         "name": fn.get("name", ""), "input": args})
     usage = resp.get("usage") or {}
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else 0
     rid = resp.get("id") or ""
     return {
         "id": rid if rid.startswith("msg_") else "msg_" + (rid or random_hex()),
         "type": "message", "role": "assistant", "model": model, "content": content,
         "stop_reason": FINISH_TO_STOP.get(choice.get("finish_reason"), "end_turn"),
         "stop_sequence": None,
-        "usage": {"input_tokens": usage.get("prompt_tokens", 0),
-                  "output_tokens": usage.get("completion_tokens", 0)},
+        "usage": anthropic_usage_of(usage.get("prompt_tokens"), cached, usage.get("completion_tokens")),
     }
 
 
@@ -167,7 +173,14 @@ class OpenAIToAnthropicStream(StreamTranslator):
         self.block: int | None = None        # index of the open Anthropic content block
         self.block_kind: str | tuple[str, int] | None = None   # "text" or ("tool", openai tool index)
         self.next_index = 0
-        self.tools: dict[int, int | None] = {}          # openai tool_call index -> anthropic block index
+        # The tool call whose block is open (its OpenAI index): it stays open to the end, since
+        # OpenAI may send more of its arguments after another call began, and an Anthropic
+        # block once stopped takes no more. What comes meanwhile (other calls, text) is held,
+        # in order, and written as whole blocks at the end.
+        self.live_tool: int | None = None
+        self.held: list[JSONObject] = []
+        self.held_tools: dict[int, JSONObject] = {}     # openai tool_call index -> its held block
+        self.held_bytes = 0
         self.finish_reason: str | None = None
         self.input_tokens = 0
         self.output_tokens = 0
@@ -235,7 +248,13 @@ class OpenAIToAnthropicStream(StreamTranslator):
         """One choice of a chunk: text and tool-call deltas, its finish reason."""
         delta = choice.get("delta") or {}
         text = delta.get("content")
-        if text:
+        if text and self.live_tool is not None:
+            if self.held and self.held[-1]["type"] == "text":
+                self.held[-1]["parts"].append(text)
+            else:
+                self.held.append({"type": "text", "parts": [text]})
+            self._hold(len(text))
+        elif text:
             if self.block_kind != "text":
                 self._open(out, "text", {"type": "text", "text": ""})
             out.append(anthropic_event(b"content_block_delta", {
@@ -244,19 +263,49 @@ class OpenAIToAnthropicStream(StreamTranslator):
         for tc in delta.get("tool_calls") or ():
             ti = tc.get("index", 0)
             fn = tc.get("function") or {}
-            if ti not in self.tools:
-                self._open(out, ("tool", ti), {
-                    "type": "tool_use", "id": tc.get("id") or new_id("toolu_"),
-                    "name": fn.get("name", ""), "input": {}})
-                self.tools[ti] = self.block
             args = fn.get("arguments")
-            if args:
+            if ti != self.live_tool and ti not in self.held_tools:
+                block = {"type": "tool_use", "id": tc.get("id") or new_id("toolu_"),
+                         "name": fn.get("name", ""), "input": {}}
+                if self.live_tool is None:
+                    self._open(out, ("tool", ti), block)
+                    self.live_tool = ti
+                else:
+                    self.held_tools[ti] = block = dict(block, parts=[])
+                    self.held.append(block)
+            if not args:
+                continue
+            if ti == self.live_tool:
                 out.append(anthropic_event(b"content_block_delta", {
-                    "type": "content_block_delta", "index": self.tools[ti],
+                    "type": "content_block_delta", "index": self.block,
                     "delta": {"type": "input_json_delta", "partial_json": args}}))
+            else:
+                self.held_tools[ti]["parts"].append(args)
+                self._hold(len(args))
         fr = choice.get("finish_reason")
         if fr:
             self.finish_reason = fr
+
+    def _hold(self, n: int) -> None:
+        self.held_bytes += n
+        if self.held_bytes > MAX_HELD_BYTES:  # a provider's nonsense: the stream fails
+            raise ValueError(f"over {MAX_HELD_BYTES} bytes of tool calls and text held behind an open tool call")
+
+    def _write_held(self, out: list[bytes]) -> None:
+        """The blocks held behind the open tool call, each whole (start, its delta, stop)."""
+        for held in self.held:
+            text = "".join(held.pop("parts"))
+            if held["type"] == "text":
+                self._open(out, "text", {"type": "text", "text": ""})
+                delta = {"type": "text_delta", "text": text}
+            else:
+                self._open(out, "tool", held)
+                delta = {"type": "input_json_delta", "partial_json": text}
+            if text:
+                out.append(anthropic_event(b"content_block_delta", {
+                    "type": "content_block_delta", "index": self.block, "delta": delta}))
+        self._close_block(out)
+        self.held = []
 
     def _finish(self, out: list[bytes]) -> None:
         if self.done:
@@ -264,9 +313,10 @@ class OpenAIToAnthropicStream(StreamTranslator):
         if not self.started:
             self._start(out, None)
         self._close_block(out)
+        self._write_held(out)
         out.append(anthropic_event(b"message_delta", {
             "type": "message_delta",
             "delta": {"stop_reason": FINISH_TO_STOP.get(self.finish_reason, "end_turn"), "stop_sequence": None},
-            "usage": {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens}}))
+            "usage": anthropic_usage_of(self.input_tokens, self.cache_read, self.output_tokens)}))
         out.append(anthropic_event(b"message_stop", {"type": "message_stop"}))
         self.done = True

@@ -36,6 +36,31 @@ STOP_TO_FINISH: dict[str | None, str] = {"end_turn": "stop", "stop_sequence": "s
                   "tool_use": "tool_calls", "refusal": "content_filter", "pause_turn": "stop"}
 
 
+def count(value: object) -> int:
+    """A provider's token count as a client is told it: 0 for anything but a count (what is
+    charged is decided apart, on the provider's own values)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def openai_usage_of(uncached: object, cache_write: object, cache_read: object,
+                    completion: object) -> JSONObject:
+    """Anthropic's counts as OpenAI says them: prompt_tokens are every prompt token, those read
+    from the cache among them (``prompt_tokens_details.cached_tokens``); OpenAI has no word
+    for a cache write, which Anthropic bills as prompt tokens."""
+    prompt = count(uncached) + count(cache_write) + count(cache_read)
+    return {"prompt_tokens": prompt, "completion_tokens": count(completion),
+            "total_tokens": prompt + count(completion),
+            "prompt_tokens_details": {"cached_tokens": count(cache_read)}}
+
+
+def anthropic_usage_of(prompt: object, cached: object, completion: object) -> JSONObject:
+    """OpenAI's counts as Anthropic says them: input_tokens leave out the cache's reads, given
+    as cache_read_input_tokens (OpenAI writes to its cache at no charge: none written)."""
+    read = min(count(cached), count(prompt))
+    return {"input_tokens": count(prompt) - read, "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": read, "output_tokens": count(completion)}
+
+
 def text_of(content: object) -> str:
     """Text of an Anthropic/OpenAI content value (string or list of text parts)."""
     if content is None:

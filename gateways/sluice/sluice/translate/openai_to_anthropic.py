@@ -17,6 +17,7 @@ from sluice.translate.common import (
     loads,
     new_id,
     openai_event,
+    openai_usage_of,
     random_hex,
     text_of,
 )
@@ -148,8 +149,14 @@ def _add_tools(body: JSONObject, req: JSONObject) -> None:
         body["tool_choice"] = {"type": "none"}
     elif isinstance(tc, dict) and tc.get("type") == "function":
         body["tool_choice"] = {"type": "tool", "name": (tc.get("function") or {}).get("name", "")}
-    if req.get("parallel_tool_calls") is False and "tool_choice" in body:
-        body["tool_choice"]["disable_parallel_tool_use"] = True
+    if req.get("parallel_tool_calls") is False:
+        # Anthropic says it in tool_choice ("auto" when the client chose none; a tool_choice
+        # without tools is refused there); its "none" calls no tool, and takes no such field
+        choice = body.get("tool_choice")
+        if choice is None and "tools" in body:
+            choice = body["tool_choice"] = {"type": "auto"}
+        if choice is not None and choice["type"] != "none":
+            choice["disable_parallel_tool_use"] = True
 
 
 # ------------------------------------------------------------------ the answer
@@ -167,15 +174,14 @@ def anthropic_response_to_openai(resp: JSONObject, model: str) -> JSONObject:
     if tool_calls:
         msg["tool_calls"] = tool_calls
     usage = resp.get("usage") or {}
-    pin = usage.get("input_tokens", 0) or 0
-    pout = usage.get("output_tokens", 0) or 0
     rid = resp.get("id") or random_hex()
     return {
         "id": "chatcmpl-" + rid, "object": "chat.completion", "created": int(time.time()),
         "model": model,
         "choices": [{"index": 0, "message": msg,
                      "finish_reason": STOP_TO_FINISH.get(resp.get("stop_reason"), "stop")}],
-        "usage": {"prompt_tokens": pin, "completion_tokens": pout, "total_tokens": pin + pout},
+        "usage": openai_usage_of(usage.get("input_tokens"), usage.get("cache_creation_input_tokens"),
+                                 usage.get("cache_read_input_tokens"), usage.get("output_tokens")),
     }
 
 
@@ -294,7 +300,7 @@ class AnthropicToOpenAIStream(StreamTranslator):
             out.append(openai_event({
                 "id": self.id, "object": "chat.completion.chunk", "created": self.created,
                 "model": self.model, "choices": [],
-                "usage": {"prompt_tokens": self.input_tokens, "completion_tokens": self.output_tokens,
-                          "total_tokens": self.input_tokens + self.output_tokens}}))
+                "usage": openai_usage_of(self.input_tokens, self.cache_write, self.cache_read,
+                                         self.output_tokens)}))
         out.append(b"data: [DONE]\n\n")
         self.done = True
