@@ -32,7 +32,7 @@ class Request:
         "upgrade", "own_time", "t_resume", "overhead_us", "translation", "stream", "include_usage",
         "strip_usage",
         "key", "reserved", "route", "model_label", "dialect", "payload", "client_model",
-        "deployment", "retry_state", "body_bytes", "held",
+        "deployment", "retry_state", "body_bytes", "held", "sent", "lost_attempts",
     )
 
     def __init__(self, t0):
@@ -71,6 +71,10 @@ class Request:
         self.client_model = None  # type: str  # type: ignore[assignment]  # set by admission before it is read
         self.deployment = None  # type: Deployment | None  # the deployment answering, when the model has a resilience Policy
         self.retry_state = None  # type: RetryState | None  # attempts so far (resilience.RetryState), made at the first failure
+        # the attempt under way was written to a provider that has not said (by an error status)
+        # that it did not act on it: given up on, it may have been billed
+        self.sent = False
+        self.lost_attempts = 0       # earlier attempts given up on after they were sent
 
     def with_head(self, t0):
         # type: (float) -> Request

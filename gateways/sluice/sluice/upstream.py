@@ -173,6 +173,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
                            if req.reserved > 0 and req.translation == SAME_DIALECT else None)
         self.strip_usage = False
         self.transport.write(payload)  # type: ignore[union-attr]  # a pooled connection is connected
+        req.sent = True
         now = perf_counter()
         self.t_sent = self.last_rx = now
         req.own_time += now - req.t_resume
@@ -343,6 +344,8 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         self.head_done = True
         self.status = status
         req = self.req  # type: Request  # type: ignore[assignment]  # in an exchange: llhttp parses only its response
+        if status >= 400:
+            req.sent = False  # the provider says it did not act on the request
         head = buf[self.head_start:end + 2]
         low = head.lower()
         length_at = self._read_framing(head, low, status)
