@@ -395,6 +395,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         self.event_stream = find(b"text/event-stream") >= 0
         if self.usage_scan is not None:
             self.usage_scan.provisional = self.event_stream and self.provider.dialect == "anthropic"
+            self.usage_scan.unary = not self.event_stream
         # llhttp refuses Content-Length with Transfer-Encoding: one of them frames the body
         length_at = find(b"\ncontent-length:")
         framed = length_at >= 0 or status == 204 or status == 304  # 204 and 304 never have a body
@@ -474,6 +475,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         prompt = completion = None
         if mode == RAW or mode == REFRAME:  # (a re-framed body's end went out with its last piece)
             if self.usage_scan is not None:
+                self.usage_scan.end()
                 prompt, completion = self.usage_scan.tokens()
         elif mode == TRANSLATE_STREAM:
             prompt, completion = relay_translated.finish_stream(self, client)
