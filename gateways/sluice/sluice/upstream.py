@@ -107,7 +107,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         self.no_reuse = False
         self.usage_scan = None  # type: UsageScan | None
         self.strip_usage = False
-        self.held = b""
+        self.held = bytearray()  # an event of a stream whose usage chunk is taken out, not ended yet
 
     # ------------------------------------------------------------ transport
     def connection_made(self, transport):
