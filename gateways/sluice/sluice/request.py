@@ -33,6 +33,7 @@ class Request:
         "strip_usage",
         "key", "reserved", "route", "model_label", "dialect", "payload", "client_model",
         "deployment", "retry_state", "body_bytes", "held", "sent", "lost_attempts",
+        "discard_body",
     )
 
     def __init__(self, t0):
@@ -52,6 +53,7 @@ class Request:
         self.body_received = 0       # body bytes received so far
         self.body_bytes = 0          # the body's length once admitted (the body may be dropped then)
         self.held = 0                # body bytes counted as held by the worker (ClientConn.hold)
+        self.discard_body = False    # no answer reads the body: dropped as it arrives, never held
         self.upgrade = False
         self.own_time = 0.0          # seconds of our own work before waiting on the provider
         self.t_resume = t0
