@@ -59,6 +59,7 @@ cdef class UpstreamConn:
     cpdef relayed_usage(self)
     cpdef _finish(self)
     cpdef _return_connection(self)
+    cpdef release_buffered(self)
     cpdef _abandon(self)
     cpdef _lost_during_exchange(self)
     cpdef fail(self, int status, message, kind=*)

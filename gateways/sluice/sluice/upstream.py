@@ -107,6 +107,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         self.no_reuse = False
         self.usage_scan = None  # type: UsageScan | None
         self.strip_usage = False
+        self.buffered_bytes = 0
         self.held = bytearray()  # an event of a stream whose usage chunk is taken out, not ended yet
 
     # ------------------------------------------------------------ transport
@@ -118,6 +119,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
     def connection_lost(self, exc):
         # type: (Exception | None) -> None
         self.alive = False
+        self.release_buffered()
         self.pool.discard(self)
         if self.client is not None:
             self._lost_during_exchange()
@@ -149,6 +151,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
     def abort(self):
         # type: () -> None
         self.alive = False
+        self.release_buffered()
         if self.transport is not None:
             self.transport.abort()
 
@@ -495,11 +498,20 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         llhttp is back at its start, as a fresh parser would be."""
         self.client = None
         self.req = None
+        self.release_buffered()
         if self.alive and not self.no_reuse and not self.close_delimited and len(self.messages_begun) == 1:
             self.pool.release(self)
         else:
             self.close()
             self.pool.discard(self)
+
+    def release_buffered(self):
+        # type: () -> None
+        """The bytes of a response buffered to be translated are no longer held by the worker."""
+        if self.buffered_bytes:
+            self.app.body_bytes_held -= self.buffered_bytes
+            self.buffered_bytes = 0
+            self.buffered = None
 
     def _abandon(self):
         # type: () -> None
