@@ -308,6 +308,13 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
     def _body_progress(self, r):
         # type: (Request) -> None
         """A body longer than one read: keep one piece per read, count it, enforce the limits."""
+        if r.discard_body:
+            for piece in self.body_parts:
+                r.body_received += len(piece)
+            self.body_parts.clear()
+            if r.body_received > self.app.max_body:
+                self._bad_request(413, f"request body exceeds {self.app.max_body} bytes")
+            return
         received = r.body_received
         if not r.add_body_piece(self.body_parts, self.app.max_body):
             self._bad_request(413, f"request body exceeds {self.app.max_body} bytes")
@@ -422,6 +429,9 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
             raise HttpParserError("no key")
         elif d.expect_continue and not self.busy:
             self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        # a body no answer reads (a path that takes none; a key that gets 401) is dropped as it
+        # arrives: a keyless client cannot fill max_held_body_bytes, which the tenants share
+        r.discard_body = (not self.key_known and (app.require_auth or bool(d.token))) or not self._chat_path(r.url)
 
     def on_message_complete(self):
         # type: () -> None
@@ -437,6 +447,8 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
             if not framing.drop_trailer_fields(self, r):
                 return
             self.chunked = None
+        if r.discard_body:
+            self.body_parts.clear()
         r.take_body(self.body_parts)
         if not self.hold(r, len(r.body) - r.held):
             return

@@ -143,6 +143,9 @@ def resend(conn, r):
     # type: (ClientConn, Request) -> None
     """Another attempt for ``r`` (resilience), after ``r.retry_state.delay`` seconds."""
     conn.upstream = None
+    if r.sent:  # the attempt given up on may have been acted on: the key pays for it
+        r.sent = False
+        r.lost_attempts += 1
     delay = r.retry_state.delay  # type: ignore[union-attr]  # made by on_failure, which decided this attempt
     if delay > 0:
         conn.app.loop.call_later(delay, resend_now, conn, r)

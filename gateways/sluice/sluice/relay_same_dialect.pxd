@@ -17,9 +17,8 @@ cpdef bytes _without_framing(bytes head)
 @cython.locals(length_at=Py_ssize_t, bodiless=bint)
 cpdef write_head(UpstreamConn u, ClientConn client, bint past_end)
 cpdef bytes reframed(UpstreamConn u, bint done)
-@cython.locals(held=bytes, events=bytes, end=Py_ssize_t, at=Py_ssize_t, start=Py_ssize_t, stop=Py_ssize_t)
+@cython.locals(held=bytearray, edge=bytes, look=bytes, events=bytes, end=Py_ssize_t, at=Py_ssize_t,
+               start=Py_ssize_t, stop=Py_ssize_t)
 cpdef bytes _without_usage_chunk(UpstreamConn u, bytes body, bint done)
-@cython.locals(end=Py_ssize_t, i=Py_ssize_t, sep=bytes)
-cpdef Py_ssize_t _events_end(bytes data, Py_ssize_t before) except -1
 @cython.locals(stop=Py_ssize_t, i=Py_ssize_t, sep=bytes)
 cpdef Py_ssize_t _event_stop(bytes data, Py_ssize_t at) except -1

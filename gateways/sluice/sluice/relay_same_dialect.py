@@ -110,14 +110,29 @@ def _without_usage_chunk(u, body, done):
     chunk Sluice asked for (``choices`` empty, ``usage`` an object); an event not ended yet is
     held until its end comes, or until it is over max_sse_frame_bytes (no usage chunk is that
     large: it goes on, and a provider cannot make Sluice hold more)."""
-    held = u.held + body if u.held else body
-    # a read mostly ends with an event: then every event is whole, and no separator is looked for
-    # through the events (two of the three never occur in a stream, and each look reads it all)
-    end = len(held) if held.endswith(_BLANK_LINES) else _events_end(held, len(held))
-    if done or len(held) - end > u.app.max_sse_frame:
-        end = len(held)
-    u.held = held[end:]
-    events = held[:end]
+    held = u.held  # the start of an event not ended yet: no event ends in it
+    # where the last event ending in this read ends, looked for in this read only (and across its
+    # edge with the held bytes): an event trickled in small reads is looked through once, not
+    # once a read. A read mostly ends with an event: then no separator is looked for (two of the
+    # three never occur in a stream, and each look reads it all)
+    edge = bytes(held[len(held) - 3:]) if held else b""
+    look = edge + body if edge else body
+    end = len(look) if look.endswith(_BLANK_LINES) else _events_end(look, len(look))
+    end -= len(edge)
+    if end > 0:
+        if held:
+            held += body[:end]
+            events = bytes(held)
+            held.clear()
+        else:
+            events = body[:end] if end < len(body) else body
+        held += body[end:]
+    else:
+        events = b""
+        held += body
+    if done or len(held) > u.app.max_sse_frame:
+        events += held
+        held.clear()
     m = _USAGE_OBJECT.search(events)
     while m is not None:
         at = m.start()
@@ -133,7 +148,8 @@ def _without_usage_chunk(u, body, done):
 
 def _events_end(data, before):
     # type: (bytes, int) -> int
-    """Where the last event ending before ``before`` ends (0: none): after its blank line."""
+    """Where the last event ending before ``before`` ends (0: none): after its blank line. (A
+    Python call when compiled, too: a test counts the bytes it looks through.)"""
     end = 0
     for sep in _BLANK_LINES:
         i = data.rfind(sep, 0, before)

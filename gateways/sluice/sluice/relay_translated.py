@@ -87,9 +87,17 @@ def relay_stream(u, client, body):
 
 def buffer(u, body):
     # type: (UpstreamConn, bytes) -> None
-    u.buffered_bytes += len(body)
+    """A piece of a response translated at its end: held by the worker (max_held_body_bytes,
+    with the request bodies) until the exchange ends (UpstreamConn.release_buffered)."""
+    n = len(body)
+    app = u.app
+    u.buffered_bytes += n
+    app.body_bytes_held += n
     if u.buffered_bytes > MAX_BUFFERED_BODY:
         raise HttpParserError("provider response too large to translate")
+    if app.body_bytes_held > app.max_held_body:
+        raise HttpParserError(f"request bodies and buffered responses held by this worker exceed "
+                              f"{app.max_held_body} bytes")
     u.buffered.append(body)  # type: ignore[union-attr]  # made by start_buffered
 
 

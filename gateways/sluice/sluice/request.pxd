@@ -16,8 +16,8 @@ cdef class Request:
     cdef public bytes method, url, forward_headers, body, payload
     cdef public object token, body_pieces, reserved, client_model
     cdef public bint has_anthropic_version, http11, keep_alive, upgrade, stream, include_usage
-    cdef public bint strip_usage
-    cdef public Py_ssize_t content_length, body_left, body_received, body_bytes, held
+    cdef public bint strip_usage, sent, discard_body
+    cdef public Py_ssize_t content_length, body_left, body_received, body_bytes, held, lost_attempts
     cdef public int translation
     cdef public KeyRecord key
     cdef public Route route

@@ -32,7 +32,8 @@ class Request:
         "upgrade", "own_time", "t_resume", "overhead_us", "translation", "stream", "include_usage",
         "strip_usage",
         "key", "reserved", "route", "model_label", "dialect", "payload", "client_model",
-        "deployment", "retry_state", "body_bytes", "held",
+        "deployment", "retry_state", "body_bytes", "held", "sent", "lost_attempts",
+        "discard_body",
     )
 
     def __init__(self, t0):
@@ -52,6 +53,7 @@ class Request:
         self.body_received = 0       # body bytes received so far
         self.body_bytes = 0          # the body's length once admitted (the body may be dropped then)
         self.held = 0                # body bytes counted as held by the worker (ClientConn.hold)
+        self.discard_body = False    # no answer reads the body: dropped as it arrives, never held
         self.upgrade = False
         self.own_time = 0.0          # seconds of our own work before waiting on the provider
         self.t_resume = t0
@@ -71,6 +73,10 @@ class Request:
         self.client_model = None  # type: str  # type: ignore[assignment]  # set by admission before it is read
         self.deployment = None  # type: Deployment | None  # the deployment answering, when the model has a resilience Policy
         self.retry_state = None  # type: RetryState | None  # attempts so far (resilience.RetryState), made at the first failure
+        # the attempt under way was written to a provider that has not said (by an error status)
+        # that it did not act on it: given up on, it may have been billed
+        self.sent = False
+        self.lost_attempts = 0       # earlier attempts given up on after they were sent
 
     def with_head(self, t0):
         # type: (float) -> Request

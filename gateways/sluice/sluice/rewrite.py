@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from sluice.bytescan import first_model_span
+from sluice.bytescan import first_model_span, scan_keys
 from sluice.chat_body import asking_usage
 from sluice.dialects import ANTHROPIC_TO_OPENAI, OPENAI_TO_ANTHROPIC, SAME_DIALECT
 
@@ -26,11 +26,15 @@ def patch_model(body, obj, model, span, route):
     None when the body is nested too deeply to serialize again."""
     if span is None:
         model_bytes = model.encode()
-        first = first_model_span(body)
+        # located in the bytes only when "model" is spelled once, literally: with an escape, the
+        # key the parser read may not be the one spelled literally (which may be a nested one)
+        keys = scan_keys(body)
+        literal = keys is not None and keys.count(b"model") == 1
+        first = first_model_span(body) if literal else None
         if first is not None and body[first[0]:first[1]] == model_bytes:
             span = first
         else:
-            found = [m for m in ANY_MODEL.finditer(body) if m.group(1) == model_bytes]
+            found = [m for m in ANY_MODEL.finditer(body) if m.group(1) == model_bytes] if literal else []
             if len(found) == 1 and body.count(b'"model"') == 1:
                 span = found[0].span(1)
             else:

@@ -240,16 +240,21 @@ class App:
         if key is not None and key.max_in_flight:
             self.keys.end_request(key)
         if key is not None and req.reserved:
+            estimate = req.body_bytes // 4
             if prompt is None:  # the provider reported nothing (believable)
-                prompt = req.body_bytes // 4
-                # a client gone mid-exchange (499) may have left the provider generating:
-                # it pays the whole reservation, the most its request could cost
-                completion = 0 if status >= 400 and status != 499 else max(0, req.reserved - prompt)
+                prompt = estimate
+                # a client gone mid-exchange (499), or a request given up on once sent, may
+                # have left the provider generating: it pays the whole reservation, the most
+                # its request could cost; an error status from the provider costs the prompt
+                completion = (max(0, req.reserved - prompt)
+                              if status < 400 or status == 499 or req.sent else 0)
+            # each earlier attempt given up on once sent costs a whole reservation too
+            lost = req.lost_attempts
             # (completion is None only with prompt, and then both were set just above)
-            self.keys.settle(key, req.reserved, prompt + completion)  # type: ignore[operator]
+            self.keys.settle(key, req.reserved, prompt + completion + lost * req.reserved)  # type: ignore[operator]
+            key.prompt_tokens += prompt + lost * estimate
+            key.completion_tokens += completion + lost * max(0, req.reserved - estimate)  # type: ignore[operator]  # (as above)
             req.reserved = 0
-            key.prompt_tokens += prompt
-            key.completion_tokens += completion  # type: ignore[operator]  # (as above)
         elif key is not None and prompt is not None:
             key.prompt_tokens += prompt
             key.completion_tokens += completion  # type: ignore[operator]  # prompt is not None: neither is it

@@ -34,7 +34,7 @@ cdef class UpstreamConn:
     cdef public double t_rx, t_sent, t_head, last_rx
     cdef public bint event_stream, chunked_to_client, close_delimited, client_head_sent, no_reuse
     cdef public bint at_event_end, strip_usage
-    cdef public bytes held
+    cdef public bytearray held
     cdef public object sse_parser, stream_translator
     cdef public UsageScan usage_scan
     cdef public tuple pending_head
@@ -59,6 +59,7 @@ cdef class UpstreamConn:
     cpdef relayed_usage(self)
     cpdef _finish(self)
     cpdef _return_connection(self)
+    cpdef release_buffered(self)
     cpdef _abandon(self)
     cpdef _lost_during_exchange(self)
     cpdef fail(self, int status, message, kind=*)

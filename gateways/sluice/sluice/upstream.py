@@ -107,7 +107,8 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         self.no_reuse = False
         self.usage_scan = None  # type: UsageScan | None
         self.strip_usage = False
-        self.held = b""
+        self.buffered_bytes = 0
+        self.held = bytearray()  # an event of a stream whose usage chunk is taken out, not ended yet
 
     # ------------------------------------------------------------ transport
     def connection_made(self, transport):
@@ -118,6 +119,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
     def connection_lost(self, exc):
         # type: (Exception | None) -> None
         self.alive = False
+        self.release_buffered()
         self.pool.discard(self)
         if self.client is not None:
             self._lost_during_exchange()
@@ -149,6 +151,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
     def abort(self):
         # type: () -> None
         self.alive = False
+        self.release_buffered()
         if self.transport is not None:
             self.transport.abort()
 
@@ -173,6 +176,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
                            if req.reserved > 0 and req.translation == SAME_DIALECT else None)
         self.strip_usage = False
         self.transport.write(payload)  # type: ignore[union-attr]  # a pooled connection is connected
+        req.sent = True
         now = perf_counter()
         self.t_sent = self.last_rx = now
         req.own_time += now - req.t_resume
@@ -343,6 +347,8 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         self.head_done = True
         self.status = status
         req = self.req  # type: Request  # type: ignore[assignment]  # in an exchange: llhttp parses only its response
+        if status >= 400:
+            req.sent = False  # the provider says it did not act on the request
         head = buf[self.head_start:end + 2]
         low = head.lower()
         length_at = self._read_framing(head, low, status)
@@ -392,6 +398,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         self.event_stream = find(b"text/event-stream") >= 0
         if self.usage_scan is not None:
             self.usage_scan.provisional = self.event_stream and self.provider.dialect == "anthropic"
+            self.usage_scan.unary = not self.event_stream
         # llhttp refuses Content-Length with Transfer-Encoding: one of them frames the body
         length_at = find(b"\ncontent-length:")
         framed = length_at >= 0 or status == 204 or status == 304  # 204 and 304 never have a body
@@ -471,6 +478,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         prompt = completion = None
         if mode == RAW or mode == REFRAME:  # (a re-framed body's end went out with its last piece)
             if self.usage_scan is not None:
+                self.usage_scan.end()
                 prompt, completion = self.usage_scan.tokens()
         elif mode == TRANSLATE_STREAM:
             prompt, completion = relay_translated.finish_stream(self, client)
@@ -490,11 +498,20 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         llhttp is back at its start, as a fresh parser would be."""
         self.client = None
         self.req = None
+        self.release_buffered()
         if self.alive and not self.no_reuse and not self.close_delimited and len(self.messages_begun) == 1:
             self.pool.release(self)
         else:
             self.close()
             self.pool.discard(self)
+
+    def release_buffered(self):
+        # type: () -> None
+        """The bytes of a response buffered to be translated are no longer held by the worker."""
+        if self.buffered_bytes:
+            self.app.body_bytes_held -= self.buffered_bytes
+            self.buffered_bytes = 0
+            self.buffered = None
 
     def _abandon(self):
         # type: () -> None

@@ -1,6 +1,7 @@
 """Token usage read from the relayed bytes of a same-dialect response, for token budgets: the
 counts of the "usage" objects, found by a byte scan, never by parsing the JSON; and what a
 provider's usage costs a key (``weighed``)."""
+import re
 from typing import TYPE_CHECKING
 
 from sluice.bytescan import usage_counts
@@ -17,6 +18,13 @@ MAX_USAGE = 10 ** 12
 _COMPLETION = (b"completion_tokens", b"output_tokens")
 # Anthropic's stream reports its final usage in this event, after message_start's provisional one
 _DELTA = b"message_delta"
+# the end of a unary body kept to read its usage from, once the body is whole: the usage object
+# (and what a provider puts after it) fits; a body whose usage is not in it is charged the
+# reservation
+UNARY_TAIL = 16384
+_USAGE_KEY = re.compile(rb'"usage"\s*:\s*\{')
+# a JSON string or a bracket: read from outside any string, the brackets' depth
+_STRING_OR_BRACKET = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\]]')
 
 
 def believed(*counts):
@@ -47,9 +55,37 @@ def openai_usage(weights, prompt, completion, cached):
     return weighed(weights, prompt - cached, completion, 0, cached)
 
 
+def top_level_usage(tail):
+    # type: (bytes) -> tuple[int, int] | None
+    """(start, end) of the usage object ending a unary body's ``tail`` when it is the body's own
+    (its last "usage" key, at the top level: after its object only the body's closing brace
+    closes anything), else None. In JSON a literal ``"usage"`` followed by a colon is a key,
+    never inside a string (quotes there are escaped): from it on, strings are read whole."""
+    i = tail.rfind(b'"usage"')
+    m = _USAGE_KEY.match(tail, i) if i >= 0 else None
+    if m is None:
+        return None
+    depth = 0
+    end = -1
+    for t in _STRING_OR_BRACKET.finditer(tail, m.end() - 1):
+        c = tail[t.start()]
+        if c == 34:  # a string
+            continue
+        if c == 123 or c == 91:
+            depth += 1
+            continue
+        depth -= 1
+        if depth == 0 and end < 0:
+            end = t.end()  # the usage object's close
+        elif depth < 0:  # the object holding it closes: the body's, when nothing follows
+            return (i, end) if c == 125 and end >= 0 and not tail[t.end():].strip() else None
+    return None
+
+
 class UsageScan:
-    """The usage counts of one response, scanned read by read (and across the reads' edges)."""
-    __slots__ = ("counts", "tail", "weights", "final", "provisional", "edge")
+    """The usage counts of one response, scanned read by read (and across the reads' edges); of
+    a unary body, read once it is whole (``end``)."""
+    __slots__ = ("counts", "tail", "weights", "final", "provisional", "edge", "unary")
 
     def __init__(self, weights):
         # type: (Weights) -> None
@@ -61,10 +97,21 @@ class UsageScan:
         # say output_tokens 1 (set at the response head)
         self.provisional = False
         self.edge = b""             # the last bytes of the last read: the event's name may go on
+        # not an event stream (set at the response head): only the end of the body is kept (in
+        # ``tail``), its usage read once it is whole; a tool call's input before it is JSON a
+        # client can shape, and may hold a usage object of its own
+        self.unary = False
 
     def feed(self, data):
         # type: (bytes) -> None
         """Body bytes as the provider sent them (never Sluice's chunk framing)."""
+        if self.unary:
+            if len(data) >= UNARY_TAIL:
+                self.tail = data[len(data) - UNARY_TAIL:]
+            else:
+                tail = self.tail + data
+                self.tail = tail if len(tail) <= UNARY_TAIL else tail[len(tail) - UNARY_TAIL:]
+            return
         if self.provisional:
             j = data.find(_DELTA)
             if j >= 0:
@@ -112,6 +159,22 @@ class UsageScan:
             self.tail = buf[i:] if len(buf) - i < 4096 else b""
         else:
             self.tail = data[-8:]
+
+    def end(self):
+        # type: () -> None
+        """The body is whole: a unary body's usage is read from its end. (Never called for a body
+        cut before its end: its usage stays unknown, the reservation is charged.)"""
+        if not self.unary:
+            return
+        tail = self.tail
+        span = top_level_usage(tail)
+        if span is None:
+            return
+        counts = self.counts
+        for name, value in usage_counts(tail[:span[1]], span[0]):
+            counts[name] = int(value)
+            if name in _COMPLETION:
+                self.final = True
 
     def tokens(self):
         # type: () -> Charged

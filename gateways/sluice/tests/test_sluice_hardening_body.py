@@ -159,6 +159,18 @@ def test_a_repeat_inside_a_nested_object_is_not_refused(gw, stub):
     assert stub.requests[-1]["body"] == body
 
 
+def test_an_escaped_top_level_model_is_the_one_the_alias_rewrites(gw, stub):
+    # the alias "fast" is served as mock-model: the top-level model, spelled with an escape, is
+    # the one the provider reads, never a nested "model" spelled literally (a model a cost
+    # alias maps away from would be served)
+    body = b'{"mod\\u0065l":"fast","metadata":{"model":"fast"},"messages":[{"role":"user","content":"x"}]}'
+    status, obj = _post(gw, body)
+    assert status == 200, obj
+    sent = json.loads(stub.requests[-1]["body"])
+    assert sent["model"] == "mock-model"
+    assert sent["metadata"] == json.loads(body)["metadata"]
+
+
 # ------------------------------------------------------------------ bad input is a 400
 def test_invalid_json_on_a_translated_route_is_a_400(fast_gw, stub):
     sent = len(stub.requests)

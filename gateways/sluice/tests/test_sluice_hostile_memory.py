@@ -159,3 +159,30 @@ def test_restarted_worker_keeps_counted_usage_and_the_loaded_config(make_sluice,
     assert tokens_spent(gw, "budget") == spent
     for _ in range(10):
         assert chat(gw.port, {"model": "fast", "messages": MSG}, key="sk-late")[0] == 401
+
+
+# ------------------------------------------------------------------ keyless bodies
+SENT = 43000  # of a body said to be 60000 bytes long, then stalled: three nearly fill 131072
+
+
+def test_keyless_bodies_cannot_fill_the_held_body_cap(make_sluice, stub):
+    # bodies that no answer reads (a path that takes none, a request without a valid key, which
+    # gets 401) are dropped as they arrive: stalled, they cannot get a tenant's request 503
+    gw = make_sluice(server_config(stub.url, "max_held_body_bytes = 131072"), env=ENV)
+    stalled = []
+    try:
+        for path, auth in ((b"/health", b""), (b"/metrics", b""),
+                           (b"/v1/chat/completions", b"authorization: Bearer sk-nobody\r\n")):
+            s = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
+            s.sendall(b"POST " + path + b" HTTP/1.1\r\nhost: x\r\n" + auth
+                      + b"content-type: application/json\r\ncontent-length: 60000\r\n\r\n" + b" " * SENT)
+            stalled.append(s)
+        # (before the fix, Sluice held them all by now; after it, none is held: not waited for)
+        wait_until(lambda: gw.state()["body_bytes_held"] >= 3 * SENT, 2.0)
+        status, _, body = chat(gw.port, {"model": "mock-model",
+                                         "messages": [{"role": "user", "content": "x" * 3000}]})
+        assert status == 200, body[:300]
+        assert gw.state()["body_bytes_held"] == 0
+    finally:
+        for s in stalled:
+            s.close()

@@ -213,6 +213,33 @@ def test_usage_scanner_on_a_stream_that_says_usage_null_in_every_chunk():
     scan.feed(last)
     assert scan.tokens() == (123, 45)
 
+def test_a_unary_body_s_usage_is_its_last_top_level_one():
+    """A tool call's input before the real usage may hold a usage object: cut anywhere, only the
+    body's own (the last, at the top level) counts; a body whose last usage is nested, or that
+    was not read whole, has none (the reservation is charged)."""
+    import json
+
+    from sluice.usage import UsageScan
+    fake = {"input_tokens": 900, "output_tokens": 0}
+    body = json.dumps({"content": [{"type": "tool_use", "input": {"usage": fake, "pad": "x" * 5000}}],
+                       "usage": {"input_tokens": 900, "output_tokens": 60000}}).encode()
+    for cut in range(0, len(body), 97):
+        scan = UsageScan((1000, 1000, 1000, 1000))
+        scan.unary = True
+        scan.feed(body[:cut])
+        scan.feed(body[cut:])
+        assert scan.tokens() == (None, None), cut  # not whole yet
+        scan.end()
+        assert scan.tokens() == (900, 60000), cut
+    nested_last = json.dumps({"usage": {"input_tokens": 9, "output_tokens": 9},
+                              "content": [{"input": {"usage": fake}}]}).encode()
+    scan = UsageScan((1000, 1000, 1000, 1000))
+    scan.unary = True
+    scan.feed(nested_last)
+    scan.end()
+    assert scan.tokens() == (None, None)
+
+
 def test_rpm_leases_never_let_workers_exceed_the_limit():
     """With room to spare a worker claims a lease; the others count it as used."""
     (w0, rec0), (w1, rec1) = _workers(_K("a", rpm=100), 2)
