@@ -26,6 +26,22 @@ ANTHROPIC = "/v1/messages"
 
 
 
+# A fault epoch given on a mock's command line lies this far ahead, so that the mock is up
+# before it however loaded the machine (a 2-core machine at load 12 took over 2.5 s).
+START_MARGIN_S = 5.0
+
+
+def fault_epoch() -> float:
+    return time.time() + START_MARGIN_S
+
+
+def wait_for_epoch(epoch: float, lead_s: float) -> None:
+    """Once the mock is up: fail if it came up after ``epoch``, else sleep until ``lead_s``
+    before it (the requests the test sends before the epoch start there)."""
+    assert time.time() < epoch - lead_s, f"the mock was not up {lead_s} s before its fault epoch"
+    time.sleep(max(0.0, epoch - lead_s - time.time()))
+
+
 class Mock:
     """A running ``python -m mocks.server``; stop() sends SIGTERM and waits."""
 

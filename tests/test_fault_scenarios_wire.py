@@ -12,7 +12,7 @@ from contextlib import ExitStack
 from types import SimpleNamespace
 
 import pytest
-from mock_helpers import BODY, OPENAI, Mock, call
+from mock_helpers import BODY, OPENAI, Mock, call, fault_epoch, wait_for_epoch
 from polling import wait_for
 
 from harness.files.study_files import RunFiles
@@ -44,10 +44,11 @@ def test_retry_after_answers_a_fifth_429_with_retry_after_2(tmp_path):
 
 
 def test_flapping_fails_two_seconds_then_serves_two(tmp_path):
-    epoch = time.time() + 1.0
+    epoch = fault_epoch()
     m = Mock(tmp_path, "--latency-ms", "0", "--faults", _schedule("flapping", 0.0, 8.0),
              "--fault-epoch-unix-s", repr(epoch))
     try:
+        wait_for_epoch(epoch, 1.0)
         c = m.client()
         seen = []  # (sent, answered) in seconds after the epoch, status; paced: time ends the loop
         while time.time() < epoch + 4.5 and len(seen) < 5000:

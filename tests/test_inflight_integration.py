@@ -55,9 +55,11 @@ def test_each_step_is_held_with_the_client_and_the_mock_agreeing(tiny_lane):
     assert set(stops["system"]) == {"direct", "nginx"}
     nginx = slopes(steps).get("nginx")   # both steps held open, no failure (above): two points
     assert nginx is not None and nginx.points == 2
-    # nginx keeps its upstream connections open: far fewer than requests
+    # a connection carries one request at a time: nginx held each step's requests open on as many
+    # upstream connections (the step's requests and the mock's connections are counted over
+    # windows of different clocks, so they are not compared with each other)
     ngx = steps[steps["system"] == "nginx"]
-    assert (ngx["upstream_connections"] <= ngx["requests"]).all()
+    assert (ngx["upstream_connections"] >= 0.9 * ngx["target_open"]).all()
     assert not math.isnan(ngx["rss_mib"].iloc[0])
 
 

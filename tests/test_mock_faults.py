@@ -19,11 +19,13 @@ from mock_helpers import (
     REPO_DIR,
     Mock,
     call,
+    fault_epoch,
     raw_request,
     split_head,
     sse_data,
     sse_events,
     stream,
+    wait_for_epoch,
     wait_logged,
 )
 
@@ -225,11 +227,12 @@ def test_schedule_share_exact_and_matches_the_seeded_plan(tmp_path):
 
 
 def test_window_start_and_end_are_respected(tmp_path):
-    epoch = time.time() + 1.5  # after the mock is up
+    epoch = fault_epoch()
     schedule = [{"kind": "status", "status": 503, "share": 0.5, "start_s": 1.0, "duration_s": 1.0}]
     m = Mock(tmp_path, "--latency-ms", "0", "--faults", json.dumps(schedule),
              "--fault-epoch-unix-s", repr(epoch))
     try:
+        wait_for_epoch(epoch, 0.5)
         c = m.client()
         i = 0
         # paced, so the time bound ends the loop, not the count (an idle machine answered
@@ -292,10 +295,11 @@ def _status_on_new_connection(m) -> int:
 
 
 def test_down_window_refuses_connects_on_every_worker_then_accepts(tmp_path):
-    epoch = time.time() + 1.5
+    epoch = fault_epoch()
     m = Mock(tmp_path, "--latency-ms", "0", "--faults", '[{"kind": "down", "start_s": 1.0, "duration_s": 1.0}]',
              "--fault-epoch-unix-s", repr(epoch), workers=2)
     try:
+        wait_for_epoch(epoch, 0.5)
         keep = m.client()
         call(keep, "POST", OPENAI, BODY)  # a keep-alive connection open before the window
         # (seconds after the epoch when the probe began and when it ended, "ok" | "refused")

@@ -30,16 +30,10 @@ class ProcessError(RuntimeError):
     """A process that could not start, exited early or never became ready."""
 
 
-PORTS_FROM = 10000   # free_port's ports lie between this and the kernel's ephemeral range
+# free_port's ports: below Linux's default ephemeral range (ip_local_port_range, 32768-60999)
+PORTS = range(10000, 32768)
 _port_draws = random.SystemRandom()   # never the seeded global generator: two processes seeded
                                       # alike would draw the same ports
-
-
-def _ephemeral_low() -> int:
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768     # Linux's default
 
 
 def free_port() -> int:
@@ -48,16 +42,15 @@ def free_port() -> int:
     Drawn at random below the kernel's ephemeral range: a port from that range (what binding
     port 0 gives) may become any outgoing connection's source port before the process it is
     handed to binds it. Below it only another picker can take it, one chance in ~20,000."""
-    low = _ephemeral_low()
     for _ in range(1000):
-        port = _port_draws.randrange(PORTS_FROM, max(low, PORTS_FROM + 1000))
+        port = _port_draws.choice(PORTS)
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
             return port
-    raise OSError(f"no free port below {low}")
+    raise OSError(f"no free port in {PORTS.start}-{PORTS.stop - 1}")
 
 
 def port_in_use(port: int) -> bool:
