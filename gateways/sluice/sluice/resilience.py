@@ -10,7 +10,9 @@ to wait before the next attempt (which may go to another deployment or a fallbac
 -1: relay the failure as it is.
 
 State is per worker process (as the connection pools are): budgets, recent records and
-ejections are each worker's own view.
+ejections are each worker's own view. A deployment's Retry-After is the exception: every worker
+publishes the ones it is given (shared.py), and none retries that deployment before the longest
+still running has elapsed.
 """
 from __future__ import annotations
 
@@ -74,7 +76,8 @@ class Deployment:
     """One provider serving a model: a weight, its recent attempts and failures, an ejection
     deadline."""
     __slots__ = ("target", "provider", "name", "upstream", "weight", "n", "bad", "prev_n",
-                 "prev_bad", "since", "ejected_until", "ejections", "back_at")
+                 "prev_bad", "since", "ejected_until", "ejections", "back_at", "retry_after",
+                 "retry_after_at", "retry_after_n", "retry_after_own")
 
     def __init__(self, target: Route, weight: float) -> None:
         self.target = target        # a request.Route bound to this provider and upstream model
@@ -85,7 +88,24 @@ class Deployment:
         self.ejected_until = 0.0    # perf_counter deadline, 0 when admitted
         self.ejections = 0          # ejections in a row, none ended by a healthy probation
         self.back_at = 0.0          # when it came back from its last ejection; 0: not probing
+        # the workers' Retry-After deadlines for it: a row of the shared memory (share_retry_after)
+        self.retry_after: memoryview[float] | list[float] = [0.0]
+        self.retry_after_at = 0     # its row: [retry_after_at, retry_after_at + workers)
+        self.retry_after_n = 1      # workers
+        self.retry_after_own = 0    # this worker's place in it
         self.forget(0.0)
+
+    def asked_to_wait(self, seconds: float, now: float) -> None:
+        """The deployment answered 429 with Retry-After ``seconds``: published to every worker."""
+        until = now + seconds
+        if until > self.retry_after[self.retry_after_own]:
+            self.retry_after[self.retry_after_own] = until
+
+    def wait_left(self, now: float) -> float:
+        """Seconds until every Retry-After any worker was given for this deployment has elapsed."""
+        at = self.retry_after_at
+        until = max(self.retry_after[at:at + self.retry_after_n])
+        return until - now if until > now else 0.0
 
     def forget(self, now: float) -> None:
         self.n = self.bad = 0           # attempts and failures in this window
@@ -219,6 +239,24 @@ class Policy:
         return [d for d in self.deployments if d.ejected_until > now]
 
 
+def share_retry_after(app: App, policies: Iterable[Policy]) -> None:
+    """Each deployment's row of Retry-After deadlines in the shared memory: the rows in the config's
+    order of models and deployments, as every worker reads it (shared.deployment_slots)."""
+    rows: dict[str, int] = {}
+    at = 0
+    for m in app.cfg.models.values():
+        rows[m.name] = at
+        at += len(m.deployments)
+    shared = app.shared.retry_after
+    n = app.n_workers
+    for p in policies:
+        for i, d in enumerate(p.deployments):
+            d.retry_after = shared
+            d.retry_after_n = n
+            d.retry_after_at = (rows[p.name] + i) * n
+            d.retry_after_own = d.retry_after_at + app.worker
+
+
 class RetryBudget:
     """The retry budget of a worker, a token bucket (the shape of the AWS SDKs' retry quota and
     Finagle's RetryBudget): a retry or fallback withdraws a token when it is decided (a request
@@ -259,7 +297,7 @@ class RetryBudget:
 class RetryState:
     """A request's attempts, made when its first attempt fails."""
     __slots__ = ("primary", "model_attempts", "attempts", "fallbacks_tried", "waiting", "delay",
-                 "fallback")
+                 "fallback", "retry_after")
 
     def __init__(self, primary: Policy) -> None:
         self.primary = primary      # the Policy of the model the client asked for
@@ -269,6 +307,7 @@ class RetryState:
         self.waiting = False        # counted in metrics.retries_in_flight (waiting to be sent)
         self.delay = 0.0            # before the next attempt
         self.fallback: str | None = None        # the fallback model name now answering
+        self.retry_after = -1.0     # the shortest Retry-After its attempts were given (-1: none)
 
 
 def _budget(app: App, now: float) -> bool:
@@ -294,6 +333,13 @@ def attempt_answered(app: App, req: Request, status: int, now: float) -> None:
         app.retry_budget.succeeded()
 
 
+def attempt_unusable(app: App, req: Request, now: float) -> None:
+    """A 200 answered an attempt of ``req`` (counted healthy at its head) but could not be used
+    (it could not be translated): a failure of its deployment all the same."""
+    policy, deployment = _attempt(req)
+    policy.failure(deployment, now, app.metrics)
+
+
 def attempt_sending(app: App, r: Request, now: float) -> None:
     """The attempt decided by ``on_failure`` is being sent now: it waits no more."""
     state = r.retry_state
@@ -304,6 +350,8 @@ def attempt_sending(app: App, r: Request, now: float) -> None:
 
 
 def _past_deadline(req: Request, r: RetryConfig, delay: float, now: float) -> bool:
+    """Whether an attempt ``delay`` seconds from now would start past the request's deadline
+    (every attempt, whichever deployment it goes to)."""
     return now + delay > req.t0 + r.deadline_s
 
 
@@ -350,6 +398,11 @@ def on_failure(app: App, req: Request, cls: str, retry_after: float, now: float)
     state = req.retry_state
     if state is None:
         state = req.retry_state = RetryState(policy)
+    if retry_after >= 0:
+        if cls == "429":
+            deployment.asked_to_wait(retry_after, now)
+        if state.retry_after < 0 or retry_after < state.retry_after:
+            state.retry_after = retry_after
     unsafe = cls in UNSAFE
     r = policy.retry
     if r is not None and (not r.max_attempts or state.model_attempts < r.max_attempts) and \
@@ -394,15 +447,23 @@ def _retry(app: App, req: Request, policy: Policy, r: RetryConfig, state: RetryS
     following = policy.pick(now, failed)
     if following is failed and cls == "429" and _can_fall_back(req, state, cls):
         return -2.0  # rate limited and no other deployment: a fallback at once, not a wait
+    if following is not failed and state.model_attempts < len(policy.deployments):
+        # another deployment, while some have not been tried: the failed one's backoff is not its
+        # own; once each had its attempt, the backoff holds whichever comes next, so deployments
+        # failing fast cannot take a request round and round, spending the retry budget
+        delay = 0.0
+    wait = following.wait_left(now)  # a Retry-After it gave any worker is honoured
+    if wait > delay:
+        if r.honour_retry_after and wait > r.retry_after_max_s:
+            return -2.0  # longer than we wait: not retried here (a fallback may take it)
+        delay = wait * (1.0 + RETRY_AFTER_JITTER * random.random())
+    if _past_deadline(req, r, delay, now):
+        return -2.0  # the deadline would pass first: the failure now (or a fallback)
     if not _budget(app, now):
         m.retry_budget_exhausted += 1
         return -1.0 if app.retry_budget.fallbacks else -2.0
     if following is not failed and not _retarget(req, following.target):
         return -2.0
-    if following is not failed:
-        delay = 0.0  # another deployment: the failed one's backoff is not its own
-    elif _past_deadline(req, r, delay, now):
-        return -2.0  # the deadline would pass while waiting: the failure now (or a fallback)
     _take(app, now)
     if delay > 0:
         state.waiting = True

@@ -24,7 +24,7 @@ from sluice.keys import KeyStore
 from sluice.metrics import Metrics
 from sluice.pool import Provider
 from sluice.request import HeaderPolicy, Route
-from sluice.resilience import Policy, RetryBudget
+from sluice.resilience import Policy, RetryBudget, share_retry_after
 
 if TYPE_CHECKING:
     import asyncio  # noqa: F401 (type comments)
@@ -97,6 +97,7 @@ class App:
         self.part_tokens = cfg.prompt_estimate.part_tokens
         self.token_weights = cfg.token_weights
         self._build_routes(cfg)
+        share_retry_after(self, self.policies)
         self.keys = KeyStore(cfg.keys, shared, worker, n_workers)
         for rec in self.keys.records:  # model names and aliases each key may call
             rec.allowed = frozenset(n for n, r in self.routes.items() if rec.allows(n, r.name))
