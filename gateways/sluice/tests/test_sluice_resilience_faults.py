@@ -357,3 +357,116 @@ def test_a_retry_after_is_honoured_by_every_worker(limited, stubs):
     assert [r[0] for r in results] == [429] * 10
     assert all(r["t_s"] - first >= 2.0 for r in a.requests[1:])
     assert all(float(r[1].get("retry-after", "0")) >= 1 for r in results)
+
+
+# ----------------------------------------------------------------- an outage held and released
+
+OUTAGE = """
+[server]
+listen = "127.0.0.1:{port}"
+workers = 1
+access_log = "ACCESS"
+access_log_flush_s = 0.05
+metrics = true
+
+[providers.late]
+base_url = "L/v1"
+connect_timeout_s = 2
+
+[providers.never]
+base_url = "http://127.0.0.1:NEVER/v1"
+connect_timeout_s = 2
+
+[models.late]
+provider = "late"
+retry = { on = ["5xx", "connect"], deadline_s = 25 }
+
+[models.never]
+provider = "never"
+retry = { on = ["5xx", "connect"], deadline_s = 1 }
+"""
+
+
+def _access_lines(path, model):
+    try:
+        with open(path) as f:
+            lines = [json.loads(ln) for ln in f if ln.strip()]
+    except FileNotFoundError:
+        return []
+    return [ln for ln in lines if ln.get("model") == model]
+
+
+def _held(gw, model):
+    return metric_sum(gw, 'sluice_requests_held{model="%s"}' % model)
+
+
+def test_an_outage_is_held_probed_and_released(tmp_path):
+    """The provider refuses connections while 30 requests arrive: they are held (in /metrics),
+    probed one at a time with the oldest of them, and once the provider listens every one is
+    answered, each sent to it once, with few attempts beyond one a request (the failed probes)."""
+    from sluice_stub import Stub, free_port, wait_until
+    late = Stub()  # its port is known, nothing listens on it yet
+    access = str(tmp_path / "access.log")
+    text = (OUTAGE.replace("L/v1", late.url + "/v1").replace("ACCESS", access)
+            .replace("NEVER", str(free_port())))
+    gw = Sluice(text, str(tmp_path)).start()
+    results = []
+    try:
+        def one():
+            results.append(post_model_timeout(gw, "late"))
+        threads = [threading.Thread(target=one) for _ in range(30)]
+        for t in threads:
+            t.start()
+        assert wait_until(lambda: _held(gw, "late") == 30, timeout=20)
+        late.start()
+        for t in threads:
+            t.join()
+        assert [r[0] for r in results] == [200] * 30
+        assert len(late.requests) == 30          # each sent to the provider once
+        assert wait_until(lambda: len(_access_lines(access, "late")) == 30, timeout=5)
+        lines = _access_lines(access, "late")
+        assert all(ln["held_ms"] > 0 for ln in lines)
+        # one attempt a request, and the probes that found the provider still refusing (one at
+        # a time, their gap doubling from 100 ms up to 2 s while the 30 arrived)
+        assert sum(ln["attempts"] for ln in lines) <= 30 + 15
+        assert _held(gw, "late") == 0
+    finally:
+        gw.stop()
+        late.stop()
+
+
+def post_model_timeout(gw, model):
+    from sluice_helpers import chat
+    return chat(gw.port, {"model": model, "messages": MSG}, key=None, timeout=40)
+
+
+def test_a_held_request_is_answered_at_its_deadline(tmp_path):
+    """A provider that never comes back: the held request is answered 503 at its deadline (1 s),
+    well within the client's timeout, not after retries that each found it refusing."""
+    from sluice_stub import free_port
+    text = (OUTAGE.replace("L/v1", "http://127.0.0.1:%d/v1" % free_port())
+            .replace("ACCESS", str(tmp_path / "access.log")).replace("NEVER", str(free_port())))
+    gw = Sluice(text, str(tmp_path)).start()
+    try:
+        status, _, data = post_model(gw, "never")
+        assert status == 503, data
+        assert "deadline" in json.loads(data)["error"]["message"]
+    finally:
+        gw.stop()
+
+
+def test_outage_config_bounds():
+    from sluice.config import Config, ConfigError
+    base = {"providers": {"p": {"base_url": "http://127.0.0.1:1/v1"}}, "models": {"m": {"provider": "p"}}}
+    for outage, key in [({"max_held_requests": -1}, "max_held_requests"),
+                        ({"max_held_requests": 2_000_000}, "max_held_requests"),
+                        ({"probe_backoff_min_ms": 0}, "probe_backoff_min_ms"),
+                        ({"probe_backoff_min_ms": 500, "probe_backoff_max_ms": 400}, "probe_backoff_min_ms"),
+                        ({"release_rate_per_s": 0}, "release_rate_per_s"),
+                        ({"release_doubling_ms": 0}, "release_doubling_ms"),
+                        ({"hold": True}, "hold")]:
+        with pytest.raises(ConfigError, match=key):
+            Config(dict(base, outage=outage))
+    o = Config(base).outage
+    assert (o.max_held_requests, o.probe_backoff_min_s, o.probe_backoff_max_s, o.release_rate_per_s,
+            o.release_doubling_s) == (1000, 0.1, 2.0, 10, 0.1)
