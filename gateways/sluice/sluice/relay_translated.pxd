@@ -3,7 +3,6 @@ cimport cython
 
 from sluice.client cimport ClientConn
 from sluice.http cimport chunk, error_body
-from sluice.relay_same_dialect cimport stream_failed_event
 from sluice.request cimport Request
 from sluice.upstream cimport UpstreamConn
 from sluice.usage cimport openai_usage, weighed
