@@ -200,7 +200,13 @@ class Policy:
                 d.ejected_until = 0.0
                 d.forget(now)
                 d.back_at = now
-            if d is avoid or d.down:
+            if d.down:
+                if d.probe_sent or now < d.probe_at:
+                    continue
+                # its gap is over: it may take requests again (refusing, it is down for twice as
+                # long; a model all of whose deployments are down probes with held requests)
+                d.down = False
+            if d is avoid:
                 continue
             if d.weight > 0:
                 weighted.append(d)
@@ -363,7 +369,7 @@ def attempt_answered(app: App, req: Request, status: int, now: float) -> None:
     when the provider refused Sluice's credentials, 401 or 403: that deployment fails), and a
     success (2xx, 3xx) deposits into the retry budget."""
     policy, deployment = _attempt(req)
-    if deployment.down:
+    if deployment.probe_gap:  # down since it was last heard from
         _up(app, policy, deployment)
     if status == 401 or status == 403:
         policy.failure(deployment, now, app.metrics)
@@ -402,7 +408,7 @@ def attempt_replaced(app: App, req: Request, status: int, head: bytes, low: byte
     cls = classify(status)
     if cls is None:
         policy, deployment = _attempt(req)
-        if deployment.down:
+        if deployment.probe_gap:
             _up(app, policy, deployment)
         policy.success(deployment, now)
         return False
@@ -448,12 +454,12 @@ def on_failure(app: App, req: Request, cls: str, retry_after: float, now: float)
     probe = state.probing
     state.probing = False
     if cls == "connect":
-        _refused(app, deployment, probe, now)
+        _refused(app, deployment, now)
         if policy.holds and policy.outage(now) and not _can_fall_back(req, state, cls) and \
                 _may_hold(app, req, policy, now):
             state.probing = probe  # a failed probe goes back to the head of the held requests
             return HELD
-    elif deployment.down:
+    elif deployment.down or deployment.probe_gap:
         _up(app, policy, deployment)  # it took the connection
     unsafe = cls in UNSAFE
     r = policy.retry
@@ -584,18 +590,20 @@ class Outage:
         self.held = 0
 
 
-def _refused(app: App, d: Deployment, probe: bool, now: float) -> None:
-    """``d`` refused a connection: down, probed from now on; after a failed ``probe``, the gap
-    to the next one doubles."""
+def _refused(app: App, d: Deployment, now: float) -> None:
+    """``d`` refused a connection: down until its gap is over (then probed); a refusal after the
+    gap (a probe's) doubles it, one of an attempt made before leaves it."""
     cfg = app.outage.cfg
-    if probe:
-        d.probe_sent = 0.0
+    if not d.probe_gap:  # down since it was last heard from
+        d.probe_gap = cfg.probe_backoff_min_s
+    elif now >= d.probe_at:
         gap = d.probe_gap * 2
         d.probe_gap = gap if gap < cfg.probe_backoff_max_s else cfg.probe_backoff_max_s
-        d.probe_at = now + d.probe_gap
-    elif not d.down:
-        d.probe_gap = cfg.probe_backoff_min_s
-        d.probe_at = now + d.probe_gap
+    else:
+        d.down = True
+        return
+    d.probe_sent = 0.0
+    d.probe_at = now + d.probe_gap
     d.down = True
 
 
@@ -603,6 +611,7 @@ def _up(app: App, policy: Policy, d: Deployment) -> None:
     """``d`` answered (or took a connection): no longer down; held requests are released."""
     d.down = False
     d.probe_sent = 0.0
+    d.probe_gap = 0.0
     if policy.held:
         _schedule(app, policy, 0.0)
 

@@ -470,3 +470,35 @@ def test_outage_config_bounds():
     o = Config(base).outage
     assert (o.max_held_requests, o.probe_backoff_min_s, o.probe_backoff_max_s, o.release_rate_per_s,
             o.release_doubling_s) == (1000, 0.1, 2.0, 10, 0.1)
+
+
+def test_a_deployment_back_from_refusing_takes_requests_again(tmp_path):
+    """One of two deployments refuses connections: its requests go to the other; once it
+    listens again, it takes requests again after its gap (never left out for good)."""
+    from sluice_stub import Stub, free_port
+    late, other = Stub(), Stub().start()
+    text = (OUTAGE.replace("L/v1", late.url + "/v1").replace("ACCESS", str(tmp_path / "access.log"))
+            .replace("NEVER", str(free_port())) + """
+[providers.other]
+base_url = "O/v1"
+
+[models.pair]
+deployments = [{ provider = "late", weight = 1 }, { provider = "other", weight = 1 }]
+outlier = { min_requests = 0 }
+retry = { on = ["5xx", "connect"], deadline_s = 25 }
+""".replace("O/v1", other.url + "/v1"))
+    gw = Sluice(text, str(tmp_path)).start()
+    try:
+        for _ in range(10):
+            assert post_model(gw, "pair")[0] == 200
+        assert len(other.requests) == 10
+        late.start()
+        for _ in range(200):
+            assert post_model(gw, "pair")[0] == 200
+            if late.requests:
+                break
+        assert late.requests
+    finally:
+        gw.stop()
+        late.stop()
+        other.stop()
