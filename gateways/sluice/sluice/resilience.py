@@ -11,8 +11,8 @@ to wait before the next attempt (which may go to another deployment or a fallbac
 
 State is per worker process (as the connection pools are): budgets, recent records and
 ejections are each worker's own view. A deployment's Retry-After is the exception: every worker
-publishes the ones it is given (shared.py), and none retries that deployment before the longest
-still running has elapsed.
+publishes the ones it is given (shared.py), and no worker retries a 429 on that deployment before
+the longest still running has elapsed.
 """
 from __future__ import annotations
 
@@ -106,8 +106,8 @@ class Deployment:
         self.retry_after_at = 0     # its row: [retry_after_at, retry_after_at + workers)
         self.retry_after_n = 1      # workers
         self.retry_after_own = 0    # this worker's place in it
-        # refusing connections: only probes go to it (see hold); when the probe in flight was
-        # sent (0: none), when the next may go, and the gap before the one after
+        # refusing connections: no request goes to it before probe_at (see hold); when a held
+        # request sent as its probe left (0: none), and the gap since it was last heard from
         self.down = False
         self.probe_sent = 0.0
         self.probe_at = 0.0
