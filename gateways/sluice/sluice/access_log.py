@@ -30,8 +30,8 @@ WindowEntry = tuple[float, str, int]
 # or the error body that holds it):
 RefusalEntry = tuple[float, str, str, str, int, str, str, float, float, str | bytes]
 # (time, address, method, path, status, model, key, seconds, overhead us, streamed, attempts,
-# the fallback model that answered or None):
-RequestEntry = tuple[float, str, str, str, int, str, str, float, float, bool, int, str | None]
+# the fallback model that answered or None, seconds held through an outage):
+RequestEntry = tuple[float, str, str, str, int, str, str, float, float, bool, int, str | None, float]
 Entry = WindowEntry | RefusalEntry | RequestEntry
 
 
@@ -118,7 +118,8 @@ class AccessLog:
                     line["refused"] = _reason(cast(RefusalEntry, entry)[9])
                 else:
                     request = cast(RequestEntry, entry)
-                    line.update({"stream": request[9], "attempts": request[10], "fallback": request[11]})
+                    line.update({"stream": request[9], "attempts": request[10], "fallback": request[11],
+                                 "held_ms": round(request[12] * 1000, 3)})
             out.append(dumps(line))
             out.append(b"\n")
         data = b"".join(out)

@@ -193,6 +193,29 @@ class RetryBudgetConfig:
         self.fallbacks = _bool(t, "fallbacks", True, w)
 
 
+class OutageConfig:
+    """Riding out an outage: while every deployment of a model refuses connections (or is
+    ejected), its requests are held, up to ``max_held_requests`` a worker and each until its
+    retry deadline, while one probe at a time per deployment (the oldest held request itself)
+    tests the provider, ``probe_backoff_min_ms`` apart at first, the gap doubling up to
+    ``probe_backoff_max_ms``. Once a probe is answered the held requests go, ``release_rate_per_s``
+    a second at first, the rate doubling every ``release_doubling_ms``."""
+    KEYS = ("max_held_requests", "probe_backoff_min_ms", "probe_backoff_max_ms",
+            "release_rate_per_s", "release_doubling_ms")
+
+    def __init__(self, table: object) -> None:
+        w = "[outage]"
+        t = _check_table(table, self.KEYS, w)
+        self.max_held_requests = _num(t, "max_held_requests", 1000, w, 0, integer=True,
+                                      maximum=1_000_000)  # 0: nothing is held
+        self.probe_backoff_min_s = _num(t, "probe_backoff_min_ms", 100, w, 1, maximum=60000) / 1000
+        self.probe_backoff_max_s = _num(t, "probe_backoff_max_ms", 2000, w, 1, maximum=600000) / 1000
+        if self.probe_backoff_min_s > self.probe_backoff_max_s:
+            raise ConfigError(f"{w}.probe_backoff_min_ms must be <= probe_backoff_max_ms")
+        self.release_rate_per_s = float(_num(t, "release_rate_per_s", 10, w, 1, maximum=1e6))
+        self.release_doubling_s = _num(t, "release_doubling_ms", 100, w, 1, maximum=60000) / 1000
+
+
 MAX_PART_TOKENS = 10_000_000  # a weight above any provider's context window is a typo
 
 
@@ -345,8 +368,8 @@ class Config:
         self.raw = raw  # the file's bytes: workers are given these, never the file again
         if not isinstance(data, dict):
             raise ConfigError("config must be a TOML table")
-        _check_keys(data, ("server", "providers", "models", "keys", "retry_budget", "prompt_estimate",
-                           "token_weights"),
+        _check_keys(data, ("server", "providers", "models", "keys", "retry_budget", "outage",
+                           "prompt_estimate", "token_weights"),
                     "the top level")
         self.path = path
         self.server = ServerConfig(data.get("server", {}))
@@ -371,6 +394,7 @@ class Config:
                 if f not in self.models:
                     raise ConfigError(f"[models.{m.name}].fallbacks: unknown model {f!r}")
         self.retry_budget = RetryBudgetConfig(data.get("retry_budget", {}))
+        self.outage = OutageConfig(data.get("outage", {}))
         self.prompt_estimate = PromptEstimateConfig(data.get("prompt_estimate", {}))
         self.token_weights = TokenWeightsConfig(data.get("token_weights", {})).weights
         self.keys: dict[str, KeyConfig] = {n: KeyConfig(n, t, self.server.key_max_in_flight)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from sluice import rewrite
 from sluice.http import error_body
-from sluice.resilience import attempt_sending, on_failure
+from sluice.resilience import HELD, attempt_sending, hold, hold_first, on_failure
 
 if TYPE_CHECKING:
     from sluice.client import ClientConn  # noqa: F401 (type comments)
@@ -61,6 +61,9 @@ def send_first(app, conn, r, provider, body):
         _burn_iterations(TEST_BURN_ITERATIONS)
     if TEST_EXTRA_WRITE_FD >= 0:
         os.write(TEST_EXTRA_WRITE_FD, b"x")
+    d = r.deployment
+    if d is not None and d.down and hold_first(app, conn, r):
+        return  # its model's providers all refuse connections: it waits for them (resilience)
     if TEST_DELAY_S:
         app.loop.call_later(TEST_DELAY_S, send, conn, r, provider.pool)
     else:
@@ -117,6 +120,15 @@ def attempt_failed(conn, status, message, kind=""):
             r.retry_state.delay = delay  # type: ignore[union-attr]  # made by on_failure
             resend(conn, r)
             return
+        if delay == HELD:
+            hold(conn.app, conn, r)
+            return
+    give_up(conn, r, status, message)
+
+
+def give_up(conn, r, status, message):
+    # type: (ClientConn, Request, int, str) -> None
+    """No attempt answered ``r``: the client gets the error."""
     # the overhead is our own time only: the request path before waiting on the provider
     conn.respond(r, status, error_body(r.dialect, status, message), b"", b"application/json",
                  r.own_time * 1e6)

@@ -44,6 +44,8 @@ def gauges(app: App) -> Gauges:
         g["sluice_ejected_deployments"] = [
             (["model", policy.name, "provider", d.name], 1 if d.ejected_until > now else 0)
             for policy in app.policies if policy.single is None for d in policy.deployments]
+        g["sluice_requests_held"] = [(["model", policy.name], len(policy.held))
+                                     for policy in app.policies if policy.holds]
     if app.metrics_per_key and (app.n_workers == 1 or app.worker == 0):
         reserved: list[tuple[list[str], int]] = []
         spent: list[tuple[list[str], int]] = []

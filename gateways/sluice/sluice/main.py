@@ -233,14 +233,14 @@ TEST_START_DELAY_S = float(os.environ.get("SLUICE_TEST_START_DELAY_S", "0") or 0
 
 
 def run_main(cfg: Config) -> int:
-    from sluice.shared import Shared, snapshot_bytes
+    from sluice.shared import Shared, deployment_slots, snapshot_bytes
 
     if TEST_START_DELAY_S > 0:
         time.sleep(TEST_START_DELAY_S)
     s = cfg.server
     n = s.workers
     raise_open_files(cfg)
-    shared = Shared(len(cfg.keys), n, snapshot_bytes(cfg))
+    shared = Shared(len(cfg.keys), n, snapshot_bytes(cfg), n_deployments=deployment_slots(cfg))
     try:
         # with workers, bound without listening: it holds the port (a restarted worker binds it
         # again) and learns it when the config says 0, yet the kernel gives it no connection
@@ -270,12 +270,13 @@ def run_main(cfg: Config) -> int:
 
 
 def run_worker(cfg: Config, index: int, shm_fd: int, parent_pid: int, port: int, ready_fd: int | None) -> int:
-    from sluice.shared import Shared, snapshot_bytes
+    from sluice.shared import Shared, deployment_slots, snapshot_bytes
 
     s = cfg.server
     if os.getppid() != parent_pid:
         return 0
-    shared = Shared(len(cfg.keys), s.workers, snapshot_bytes(cfg), fd=shm_fd)
+    shared = Shared(len(cfg.keys), s.workers, snapshot_bytes(cfg), fd=shm_fd,
+                    n_deployments=deployment_slots(cfg))
     try:
         sock = make_socket(s.host, port, s.backlog, reuseport=True)
     except OSError as e:

@@ -189,6 +189,7 @@ GAUGE_HELP = {
     "sluice_key_tokens_reserved": "Tokens reserved by in-flight requests, by virtual key.",
     "sluice_key_tokens_spent": "Tokens spent in the current budget period, by virtual key.",
     "sluice_ejected_deployments": "Deployments ejected by passive health now (1) or admitted (0), by model and provider.",
+    "sluice_requests_held": "Requests held through an outage of their model's providers (waiting for a probe to succeed, or to be released), by model.",
 }
 
 

@@ -14,12 +14,13 @@ Pure Python: it runs only for error statuses and misbehaving providers.
 """
 from __future__ import annotations
 
+import math
 import sys
 import time
 from time import perf_counter
 from typing import TYPE_CHECKING
 
-from orjson import dumps
+from orjson import dumps, loads
 
 from sluice.http import error_body, response
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
 MAX_LOGGED_BODY_BYTES = 1024
 LOG_INTERVAL_S = 10.0
+MAX_WORD = 64  # the longest provider error type or code passed on to the client
 
 # (provider, event) -> [monotonic time of its last line, events left out since]; bounded by the
 # providers times the events (statuses are three digits)
@@ -78,6 +80,50 @@ def _message(name: str, status: int) -> str:
     return f"provider {name} refused the request (status {status})"
 
 
+def _word(obj: object, name: str) -> str | None:
+    """A field of a provider's error object, when it is a short identifier (a type or a code such
+    as ``context_length_exceeded``, never free text a provider could fill with its account)."""
+    v = obj.get(name) if isinstance(obj, dict) else None
+    if isinstance(v, str) and 0 < len(v) <= MAX_WORD and v.replace("_", "").isalnum() and v.isascii():
+        return v
+    return None
+
+
+def _refusal_body(dialect: str, provider_dialect: str, status: int, message: str,
+                  kept: str) -> bytes | None:
+    """The client's error body for a provider's refusal of its request (a 4xx: too long a context,
+    a content filter), in the client's dialect with the provider's error type and code kept: the
+    type as it is when both speak the same dialect, the word in the message otherwise. None when
+    the provider's body names neither."""
+    try:
+        obj = loads(kept)
+    except ValueError:
+        return None
+    err = obj.get("error") if isinstance(obj, dict) else None
+    etype, code = _word(err, "type"), _word(err, "code")
+    if etype is None and code is None:
+        return None
+    message = f"{message}: {code or etype}"
+    same = dialect == provider_dialect
+    if dialect == "anthropic":
+        body = loads(error_body(dialect, status, message))
+        if same and etype is not None:
+            body["error"]["type"] = etype
+        return dumps(body)
+    body = loads(error_body(dialect, status, message, code if same else None))
+    if same and etype is not None:
+        body["error"]["type"] = etype
+    return dumps(body)
+
+
+def _retry_after_kept(u: UpstreamConn, req: Request) -> None:
+    """A 429 relayed after attempts that were given a Retry-After says to wait at least the
+    shortest of them, even when this one gave none."""
+    state = req.retry_state
+    if state is not None and state.retry_after >= 0 and not u.retry_after_line:
+        u.retry_after_line = b"retry-after: %d\r\n" % math.ceil(state.retry_after)
+
+
 def write(u: UpstreamConn, client: ClientConn, req: Request) -> None:
     """The provider's error body is logged, and the client gets Sluice's in its dialect."""
     status = u.status
@@ -98,6 +144,19 @@ def write(u: UpstreamConn, client: ClientConn, req: Request) -> None:
     else:
         seen = 503 if status == 529 and req.dialect == "openai" else status  # OpenAI has no 529
         message = _message(name, status)
+        if 400 <= status < 500 and status != 429:  # the client's request was refused: say why
+            body = _refusal_body(req.dialect, u.provider.dialect, seen, message, kept)
+            if body is not None:
+                u.status = seen
+                u.client_head_sent = True
+                overhead = (req.own_time + (perf_counter() - u.t_rx)) * 1e6
+                req.overhead_us = overhead
+                keep_alive = req.keep_alive and not app.stopping
+                req.keep_alive = keep_alive
+                extra = b"x-gateway-overhead-us: %d\r\n" % overhead if app.overhead_header else b""
+                client.write(response(seen, body, extra=extra + u.retry_after_line,
+                                      close=not keep_alive))
+                return
     overhead = (req.own_time + (perf_counter() - u.t_rx)) * 1e6
     req.overhead_us = overhead
     keep_alive = req.keep_alive and not app.stopping
@@ -105,5 +164,7 @@ def write(u: UpstreamConn, client: ClientConn, req: Request) -> None:
     extra = b"x-gateway-overhead-us: %d\r\n" % overhead if app.overhead_header else b""
     u.status = seen
     u.client_head_sent = True
+    if status == 429:
+        _retry_after_kept(u, req)
     client.write(response(seen, error_body(req.dialect, seen, message, code),
                           extra=extra + u.retry_after_line, close=not keep_alive))

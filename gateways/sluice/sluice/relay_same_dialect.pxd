@@ -8,6 +8,7 @@ from sluice.upstream cimport UpstreamConn
 
 cdef tuple _FRAMING, _BLANK_LINES
 cdef object _USAGE_OBJECT, _NO_CHOICES
+cdef bytes STREAM_FAILED_ANTHROPIC, STREAM_FAILED_OPENAI
 
 
 @cython.locals(us=double, kept=bytes, named=bytes)
@@ -17,6 +18,11 @@ cpdef bytes _without_framing(bytes head)
 @cython.locals(length_at=Py_ssize_t, bodiless=bint)
 cpdef write_head(UpstreamConn u, ClientConn client, bint past_end)
 cpdef bytes reframed(UpstreamConn u, bint done)
+@cython.locals(parts=list, end=Py_ssize_t, tail=bytes, look=bytes, held=bytes)
+cpdef bytes _whole_events(UpstreamConn u, bytes body, bint done)
+@cython.locals(sep=bytes, start=Py_ssize_t, last=bytes)
+cpdef bint _ends_stream(bytes events) except -1
+cpdef bytes stream_failed_event(str dialect)
 @cython.locals(held=bytearray, edge=bytes, look=bytes, events=bytes, end=Py_ssize_t, at=Py_ssize_t,
                start=Py_ssize_t, stop=Py_ssize_t)
 cpdef bytes _without_usage_chunk(UpstreamConn u, bytes body, bint done)

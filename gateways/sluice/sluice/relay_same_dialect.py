@@ -15,6 +15,10 @@ _FRAMING = (b"transfer-encoding:", b"content-length:")
 _BLANK_LINES = (b"\r\n\r\n", b"\n\n", b"\r\r")  # the ends of an SSE event
 _USAGE_OBJECT = re.compile(rb'"usage"\s*:\s*\{')
 _NO_CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*\]')
+STREAM_FAILED_ANTHROPIC = (b'event: error\ndata: {"type":"error","error":{"type":"api_error",'
+                           b'"message":"provider stream failed"}}\n\n')
+STREAM_FAILED_OPENAI = (b'data: {"error":{"message":"provider stream failed","type":"api_error",'
+                        b'"param":null,"code":null}}\n\n')
 
 
 def relay_head(u, req, head, low, length_at, rest, reframe, now):
@@ -95,13 +99,81 @@ def reframed(u, done):
         u.usage_scan.feed(body)
     if u.strip_usage:
         body = _without_usage_chunk(u, body, done)
+    elif u.event_stream and u.status == 200:
+        body = _whole_events(u, body, done)
     if body and u.event_stream:  # whether a failure could still add a whole event (see fail_midstream)
         u.at_event_end = body.endswith((b"\n\n", b"\r\n\r\n", b"\r\r"))
+        if u.at_event_end:
+            u.stream_complete = _ends_stream(body)
+    if done and u.event_stream and u.status == 200 and not u.stream_complete:
+        # the provider ended its body without its stream's last event: a truncated answer, which
+        # the client is told of rather than given as a clean end
+        body += stream_failed_event(u.req.dialect)  # type: ignore[union-attr]  # in an exchange
     if not u.chunked_to_client:  # an HTTP/1.0 client: the body up to the close
         return body
     if done:
         return b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body) if body else b"0\r\n\r\n"
     return b"%x\r\n%s\r\n" % (len(body), body) if body else b""
+
+
+def _whole_events(u, body, done):
+    # type: (UpstreamConn, bytes, bool) -> bytes
+    """The whole events of ``u``'s stream so far (all of it once ``done``): the start of an event
+    is held until its end comes, so that a failure can still end the client's stream with a whole
+    error event. Past max_sse_frame_bytes it goes on (a provider cannot make Sluice hold more).
+    Held pieces are joined once, and only the new bytes are searched: a large event trickled in
+    small reads costs about what it costs in one."""
+    parts = u.held_parts
+    if not parts:
+        if done or body.endswith(_BLANK_LINES):  # the usual read: whole events only
+            return body
+        end = _events_end(body, len(body))
+        if len(body) - end > u.app.max_sse_frame:
+            return body
+        parts.append(body[end:])
+        u.held_size = len(body) - end
+        return body[:end]
+    if done or body.endswith(_BLANK_LINES):
+        end = len(body)
+    else:  # an event's end in this read, or across its start (a separator's first bytes held)
+        tail = parts[-1][-3:]
+        look = tail + body
+        end = _events_end(look, len(look)) - len(tail)
+        if end <= 0:
+            parts.append(body)
+            u.held_size += len(body)
+            if u.held_size <= u.app.max_sse_frame:
+                return b""
+            body = b""
+            end = 0
+    parts.append(body[:end])
+    held = b"".join(parts)
+    parts.clear()
+    u.held_size = 0
+    if end < len(body):
+        parts.append(body[end:])
+        u.held_size = len(body) - end
+    return held
+
+
+def _ends_stream(events):
+    # type: (bytes) -> bool
+    """Whether the last of these whole events ends its stream: OpenAI's ``data: [DONE]``,
+    Anthropic's ``message_stop``, or either dialect's error event (only the last event is read)."""
+    sep = b"\n\n" if events.endswith(b"\n\n") else b"\r\n\r\n" if events.endswith(b"\r\n\r\n") else b"\r\r"
+    start = events.rfind(sep, 0, len(events) - len(sep)) + len(sep)
+    if start < len(sep):
+        start = 0
+    last = events[start:start + 40]
+    return (last.find(b"[DONE]") >= 0 or last.find(b"message_stop") >= 0
+            or last.find(b"error") >= 0)
+
+
+def stream_failed_event(dialect):
+    # type: (str) -> bytes
+    """The event that tells a client in ``dialect`` its stream failed: OpenAI's SDK raises an
+    APIError for an error object in a ``data:`` event, Anthropic's for ``event: error``."""
+    return STREAM_FAILED_ANTHROPIC if dialect == "anthropic" else STREAM_FAILED_OPENAI
 
 
 def _without_usage_chunk(u, body, done):

@@ -11,6 +11,8 @@ from httptools import HttpParserError
 from sluice import provider_errors
 from sluice.dialects import ANTHROPIC_TO_OPENAI
 from sluice.http import chunk, error_body, response
+from sluice.relay_same_dialect import stream_failed_event
+from sluice.resilience import attempt_unusable
 from sluice.usage import believed, openai_usage, weighed
 
 if TYPE_CHECKING:
@@ -20,11 +22,6 @@ if TYPE_CHECKING:
     from sluice.usage import Charged, Weights  # noqa: F401 (type comments)
 
 MAX_BUFFERED_BODY = 64 * 1024 * 1024
-
-_STREAM_FAILED_ANTHROPIC = (b'event: error\ndata: {"type":"error","error":{"type":"api_error",'
-                            b'"message":"provider stream failed"}}\n\n')
-_STREAM_FAILED_OPENAI = (b'data: {"error":{"message":"provider stream failed","type":"api_error",'
-                         b'"param":null,"code":null}}\n\n')
 
 
 def start_stream(u, client, req):
@@ -125,8 +122,10 @@ def _charged(req, weights, prompt, completion, cache_write, cache_read):
 
 def finish_stream(u, client):
     # type: (UpstreamConn, ClientConn) -> Charged
-    """The provider's stream ended: the translated stream is closed. Returns its usage."""
-    out = u.stream_translator.finish()
+    """The provider's stream ended: the translated stream is closed (with an error event when
+    the provider's ended without its last event: a truncated answer). Returns its usage."""
+    t = u.stream_translator
+    out = t.finish() if t.done else stream_failed_event(u.req.dialect)  # type: ignore[union-attr]  # in an exchange
     if u.chunked_to_client:
         client.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(out), out) if out else b"0\r\n\r\n")
     elif out:
@@ -136,9 +135,10 @@ def finish_stream(u, client):
 
 def stream_failed(u, client, req):
     # type: (UpstreamConn, ClientConn, Request) -> None
-    """The provider failed mid-stream: the client gets an error event before the close."""
-    event = _STREAM_FAILED_ANTHROPIC if req.dialect == "anthropic" else _STREAM_FAILED_OPENAI
-    client.write(chunk(event) if u.chunked_to_client else event)
+    """The provider failed mid-stream: the client gets an error event and the stream's end (a
+    whole response: its SDK raises the error, nothing looks truncated), then the close."""
+    event = stream_failed_event(req.dialect)
+    client.write(chunk(event) + b"0\r\n\r\n" if u.chunked_to_client else event)
 
 
 def write_buffered(u, client, req):
@@ -157,6 +157,8 @@ def write_buffered(u, client, req):
         payload, prompt, completion = _translated_answer(req, body, u.app.token_weights)
         if payload is None:
             provider_errors.log(u.provider.name, "sent an answer that could not be translated")
+            if req.deployment is not None:  # a failure of its deployment, though a 200
+                attempt_unusable(u.app, req, perf_counter())
             status = u.status = 502
             payload = error_body(req.dialect, 502, f"provider {u.provider.name} returned a "
                                                    "response that could not be translated")

@@ -10,17 +10,24 @@ to wait before the next attempt (which may go to another deployment or a fallbac
 -1: relay the failure as it is.
 
 State is per worker process (as the connection pools are): budgets, recent records and
-ejections are each worker's own view.
+ejections are each worker's own view. A deployment's Retry-After is the exception: every worker
+publishes the ones it is given (shared.py), and no worker retries a 429 on that deployment before
+the longest still running has elapsed.
 """
 from __future__ import annotations
 
 import random
+from collections import deque
 from collections.abc import Iterable
+from math import log
 from time import perf_counter
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sluice.config import ModelConfig, RetryBudgetConfig, RetryConfig
+    from asyncio import TimerHandle
+
+    from sluice.client import ClientConn
+    from sluice.config import ModelConfig, OutageConfig, RetryBudgetConfig, RetryConfig
     from sluice.metrics import Metrics
     from sluice.request import Request, Route
     from sluice.server import App
@@ -31,6 +38,13 @@ UNSAFE = ("timeout", "reset")
 RETRY_AFTER_JITTER = 0.2
 # a backoff's ceiling doubles with each attempt up to this many times (then its maximum holds)
 MAX_DOUBLINGS = 30
+# on_failure's answer for a request held through an outage (hold() takes it)
+HELD = -3.0
+# a probe that neither failed to connect nor was answered this long after its connect timeout
+# has connected: the provider is taking connections again
+PROBE_GRACE_S = 0.5
+# held requests are released in ticks this far apart (the rate decides how many a tick)
+RELEASE_TICK_S = 0.01
 
 
 def classify(status: int) -> str | None:
@@ -74,7 +88,9 @@ class Deployment:
     """One provider serving a model: a weight, its recent attempts and failures, an ejection
     deadline."""
     __slots__ = ("target", "provider", "name", "upstream", "weight", "n", "bad", "prev_n",
-                 "prev_bad", "since", "ejected_until", "ejections", "back_at")
+                 "prev_bad", "since", "ejected_until", "ejections", "back_at", "retry_after",
+                 "retry_after_at", "retry_after_n", "retry_after_own", "down", "probe_sent",
+                 "probe_at", "probe_gap")
 
     def __init__(self, target: Route, weight: float) -> None:
         self.target = target        # a request.Route bound to this provider and upstream model
@@ -85,7 +101,30 @@ class Deployment:
         self.ejected_until = 0.0    # perf_counter deadline, 0 when admitted
         self.ejections = 0          # ejections in a row, none ended by a healthy probation
         self.back_at = 0.0          # when it came back from its last ejection; 0: not probing
+        # the workers' Retry-After deadlines for it: a row of the shared memory (share_retry_after)
+        self.retry_after: memoryview[float] | list[float] = [0.0]
+        self.retry_after_at = 0     # its row: [retry_after_at, retry_after_at + workers)
+        self.retry_after_n = 1      # workers
+        self.retry_after_own = 0    # this worker's place in it
+        # refusing connections: no request goes to it before probe_at (see hold); when a held
+        # request sent as its probe left (0: none), and the gap since it was last heard from
+        self.down = False
+        self.probe_sent = 0.0
+        self.probe_at = 0.0
+        self.probe_gap = 0.0
         self.forget(0.0)
+
+    def asked_to_wait(self, seconds: float, now: float) -> None:
+        """The deployment answered 429 with Retry-After ``seconds``: published to every worker."""
+        until = now + seconds
+        if until > self.retry_after[self.retry_after_own]:
+            self.retry_after[self.retry_after_own] = until
+
+    def wait_left(self, now: float) -> float:
+        """Seconds until every Retry-After any worker was given for this deployment has elapsed."""
+        at = self.retry_after_at
+        until = max(self.retry_after[at:at + self.retry_after_n])
+        return until - now if until > now else 0.0
 
     def forget(self, now: float) -> None:
         self.n = self.bad = 0           # attempts and failures in this window
@@ -127,6 +166,21 @@ class Policy:
         self.ejection_s = o.ejection_s
         self.max_ejection_s = o.max_ejection_s
         self.probe_share = o.probe_share
+        # an outage (every deployment refusing connections or ejected) holds its requests when
+        # failed connections are retried (see hold)
+        self.holds = r is not None and "connect" in self.retry_on
+        self.held: deque[tuple[ClientConn, Request]] = deque()
+        self.timer: TimerHandle | None = None
+        self.timer_at = 0.0
+        self.release_from = 0.0     # when the held requests began to be released (0: not)
+        self.released = 0
+
+    def outage(self, now: float) -> bool:
+        """Every deployment refuses connections or is ejected."""
+        for d in self.deployments:
+            if not d.down and d.ejected_until <= now:
+                return False
+        return True
 
     def pick(self, now: float, avoid: Deployment | None = None) -> Deployment:
         """A deployment by weight among the admitted ones (not ``avoid`` if another is admitted;
@@ -146,6 +200,12 @@ class Policy:
                 d.ejected_until = 0.0
                 d.forget(now)
                 d.back_at = now
+            if d.down:
+                if d.probe_sent or now < d.probe_at:
+                    continue
+                # its gap is over: it may take requests again (refusing, it is down for twice as
+                # long; a model all of whose deployments are down probes with held requests)
+                d.down = False
             if d is avoid:
                 continue
             if d.weight > 0:
@@ -219,6 +279,24 @@ class Policy:
         return [d for d in self.deployments if d.ejected_until > now]
 
 
+def share_retry_after(app: App, policies: Iterable[Policy]) -> None:
+    """Each deployment's row of Retry-After deadlines in the shared memory: the rows in the config's
+    order of models and deployments, as every worker reads it (shared.deployment_slots)."""
+    rows: dict[str, int] = {}
+    at = 0
+    for m in app.cfg.models.values():
+        rows[m.name] = at
+        at += len(m.deployments)
+    shared = app.shared.retry_after
+    n = app.n_workers
+    for p in policies:
+        for i, d in enumerate(p.deployments):
+            d.retry_after = shared
+            d.retry_after_n = n
+            d.retry_after_at = (rows[p.name] + i) * n
+            d.retry_after_own = d.retry_after_at + app.worker
+
+
 class RetryBudget:
     """The retry budget of a worker, a token bucket (the shape of the AWS SDKs' retry quota and
     Finagle's RetryBudget): a retry or fallback withdraws a token when it is decided (a request
@@ -259,7 +337,7 @@ class RetryBudget:
 class RetryState:
     """A request's attempts, made when its first attempt fails."""
     __slots__ = ("primary", "model_attempts", "attempts", "fallbacks_tried", "waiting", "delay",
-                 "fallback")
+                 "fallback", "retry_after", "held_at", "held_s", "probing", "unsent")
 
     def __init__(self, primary: Policy) -> None:
         self.primary = primary      # the Policy of the model the client asked for
@@ -269,6 +347,11 @@ class RetryState:
         self.waiting = False        # counted in metrics.retries_in_flight (waiting to be sent)
         self.delay = 0.0            # before the next attempt
         self.fallback: str | None = None        # the fallback model name now answering
+        self.retry_after = -1.0     # the shortest Retry-After its attempts were given (-1: none)
+        self.held_at = 0.0          # when it was last held through an outage (0: not held now)
+        self.held_s = 0.0           # seconds held in all (the access log's held_ms)
+        self.probing = False        # its attempt now is its deployment's probe
+        self.unsent = False         # held before its first attempt: none was made yet
 
 
 def _budget(app: App, now: float) -> bool:
@@ -286,12 +369,21 @@ def attempt_answered(app: App, req: Request, status: int, now: float) -> None:
     when the provider refused Sluice's credentials, 401 or 403: that deployment fails), and a
     success (2xx, 3xx) deposits into the retry budget."""
     policy, deployment = _attempt(req)
+    if deployment.probe_gap:  # down since it was last heard from
+        _up(app, policy, deployment)
     if status == 401 or status == 403:
         policy.failure(deployment, now, app.metrics)
         return
     policy.success(deployment, now)
     if status < 400:
         app.retry_budget.succeeded()
+
+
+def attempt_unusable(app: App, req: Request, now: float) -> None:
+    """A 200 answered an attempt of ``req`` (counted healthy at its head) but could not be used
+    (it could not be translated): a failure of its deployment all the same."""
+    policy, deployment = _attempt(req)
+    policy.failure(deployment, now, app.metrics)
 
 
 def attempt_sending(app: App, r: Request, now: float) -> None:
@@ -304,6 +396,8 @@ def attempt_sending(app: App, r: Request, now: float) -> None:
 
 
 def _past_deadline(req: Request, r: RetryConfig, delay: float, now: float) -> bool:
+    """Whether an attempt ``delay`` seconds from now would start past the request's deadline
+    (every attempt, whichever deployment it goes to)."""
     return now + delay > req.t0 + r.deadline_s
 
 
@@ -314,6 +408,8 @@ def attempt_replaced(app: App, req: Request, status: int, head: bytes, low: byte
     cls = classify(status)
     if cls is None:
         policy, deployment = _attempt(req)
+        if deployment.probe_gap:
+            _up(app, policy, deployment)
         policy.success(deployment, now)
         return False
     delay = on_failure(app, req, cls, parse_retry_after(head, low), now)
@@ -350,6 +446,21 @@ def on_failure(app: App, req: Request, cls: str, retry_after: float, now: float)
     state = req.retry_state
     if state is None:
         state = req.retry_state = RetryState(policy)
+    if retry_after >= 0:
+        if cls == "429":
+            deployment.asked_to_wait(retry_after, now)
+        if state.retry_after < 0 or retry_after < state.retry_after:
+            state.retry_after = retry_after
+    probe = state.probing
+    state.probing = False
+    if cls == "connect":
+        _refused(app, deployment, now)
+        if policy.holds and policy.outage(now) and not _can_fall_back(req, state, cls) and \
+                _may_hold(app, req, policy, now):
+            state.probing = probe  # a failed probe goes back to the head of the held requests
+            return HELD
+    elif deployment.down or deployment.probe_gap:
+        _up(app, policy, deployment)  # it took the connection
     unsafe = cls in UNSAFE
     r = policy.retry
     if r is not None and (not r.max_attempts or state.model_attempts < r.max_attempts) and \
@@ -394,15 +505,24 @@ def _retry(app: App, req: Request, policy: Policy, r: RetryConfig, state: RetryS
     following = policy.pick(now, failed)
     if following is failed and cls == "429" and _can_fall_back(req, state, cls):
         return -2.0  # rate limited and no other deployment: a fallback at once, not a wait
+    if following is not failed and state.model_attempts < len(policy.deployments):
+        # another deployment, while some have not been tried: the failed one's backoff is not its
+        # own; once each had its attempt, the backoff holds whichever comes next, so deployments
+        # failing fast cannot take a request round and round, spending the retry budget
+        delay = 0.0
+    # a rate limit's Retry-After, given to any worker, is honoured by every retry of a 429
+    wait = following.wait_left(now) if cls == "429" else 0.0
+    if wait > delay:
+        if r.honour_retry_after and wait > r.retry_after_max_s:
+            return -2.0  # longer than we wait: not retried here (a fallback may take it)
+        delay = wait * (1.0 + RETRY_AFTER_JITTER * random.random())
+    if _past_deadline(req, r, delay, now):
+        return -2.0  # the deadline would pass first: the failure now (or a fallback)
     if not _budget(app, now):
         m.retry_budget_exhausted += 1
         return -1.0 if app.retry_budget.fallbacks else -2.0
     if following is not failed and not _retarget(req, following.target):
         return -2.0
-    if following is not failed:
-        delay = 0.0  # another deployment: the failed one's backoff is not its own
-    elif _past_deadline(req, r, delay, now):
-        return -2.0  # the deadline would pass while waiting: the failure now (or a fallback)
     _take(app, now)
     if delay > 0:
         state.waiting = True
@@ -452,3 +572,189 @@ def _fall_back(app: App, req: Request, state: RetryState, now: float) -> float:
             state.attempts += 1
             return 0.0
     return -1.0
+
+
+# ------------------------------------------------------------------ outages: hold, probe, release
+# While every deployment of a model refuses connections (or is ejected), its requests wait here
+# rather than each retrying on its own: one probe at a time per deployment, the oldest held
+# request itself (never a synthetic, billed one), with a doubling gap; once a probe is answered
+# the held requests go, paced (the rate doubling every release_doubling_ms), so that a provider
+# back from an outage is not met by all of them at once. A held request waits at most until its
+# retry deadline, and a worker holds at most [outage].max_held_requests.
+
+class Outage:
+    """A worker's held requests, over its models."""
+
+    def __init__(self, cfg: OutageConfig) -> None:
+        self.cfg = cfg
+        self.held = 0
+
+
+def _refused(app: App, d: Deployment, now: float) -> None:
+    """``d`` refused a connection: down until its gap is over (then probed); a refusal after the
+    gap (a probe's) doubles it, one of an attempt made before leaves it."""
+    cfg = app.outage.cfg
+    if not d.probe_gap:  # down since it was last heard from
+        d.probe_gap = cfg.probe_backoff_min_s
+    elif now >= d.probe_at:
+        gap = d.probe_gap * 2
+        d.probe_gap = gap if gap < cfg.probe_backoff_max_s else cfg.probe_backoff_max_s
+    else:
+        d.down = True
+        return
+    d.probe_sent = 0.0
+    d.probe_at = now + d.probe_gap
+    d.down = True
+
+
+def _up(app: App, policy: Policy, d: Deployment) -> None:
+    """``d`` answered (or took a connection): no longer down; held requests are released."""
+    d.down = False
+    d.probe_sent = 0.0
+    d.probe_gap = 0.0
+    if policy.held:
+        _schedule(app, policy, 0.0)
+
+
+def _deadline(req: Request, policy: Policy) -> float:
+    r = policy.retry
+    assert r is not None  # a policy that holds retries
+    return req.t0 + r.deadline_s
+
+
+def _may_hold(app: App, req: Request, policy: Policy, now: float) -> bool:
+    return app.outage.held < app.outage.cfg.max_held_requests and now < _deadline(req, policy)
+
+
+def hold(app: App, conn: ClientConn, req: Request) -> None:
+    """``req`` waits for its model's outage to end (on_failure answered HELD): the oldest
+    first, a failed probe back at the head."""
+    policy = req.route.policy
+    state = req.retry_state
+    assert policy is not None and state is not None  # made by on_failure
+    _hold(app, policy, conn, req, state, perf_counter())
+
+
+def hold_first(app: App, conn: ClientConn, req: Request) -> bool:
+    """A new request whose deployment was picked while refusing connections: held, before any
+    attempt, when its model is in an outage and may hold it (else False: it is sent)."""
+    policy = req.route.policy
+    assert policy is not None  # it has a deployment
+    now = perf_counter()
+    if not (policy.holds and policy.outage(now) and _may_hold(app, req, policy, now)):
+        return False
+    state = req.retry_state = RetryState(policy)
+    state.unsent = True
+    _hold(app, policy, conn, req, state, now)
+    return True
+
+
+def _hold(app: App, policy: Policy, conn: ClientConn, req: Request, state: RetryState,
+          now: float) -> None:
+    if state.probing:
+        state.probing = False
+        policy.held.appendleft((conn, req))
+    else:
+        policy.held.append((conn, req))
+    state.held_at = now
+    app.outage.held += 1
+    _schedule(app, policy, 0.0)
+
+
+def _schedule(app: App, policy: Policy, delay: float) -> None:
+    """``_tick`` of ``policy`` in ``delay`` seconds, unless one comes sooner."""
+    at = perf_counter() + delay
+    if policy.timer is not None:
+        if policy.timer_at <= at:
+            return
+        policy.timer.cancel()
+    policy.timer_at = at
+    policy.timer = app.loop.call_later(delay, _tick, app, policy)
+
+
+def _unheld(app: App, state: RetryState, now: float) -> None:
+    app.outage.held -= 1
+    state.held_s += now - state.held_at
+    state.held_at = 0.0
+
+
+def _tick(app: App, policy: Policy) -> None:
+    """Held requests past their deadline are answered; in an outage, due probes go; after it,
+    the held requests are released at the pace allowed so far."""
+    policy.timer = None
+    now = perf_counter()
+    held = policy.held
+    while held:  # the oldest first: one deadline_s a model, so they expire in order
+        conn, req = held[0]
+        gone = conn.closed or conn.active is not req
+        if not gone and now < _deadline(req, policy):
+            break
+        held.popleft()
+        state = req.retry_state
+        assert state is not None  # every held request has one
+        _unheld(app, state, now)
+        if not gone:
+            from sluice.dispatch import give_up
+            give_up(conn, req, 503, f"model {policy.name}: its providers refused connections "
+                                    "until the request's deadline")
+    if not held:
+        policy.release_from = 0.0
+        return
+    cfg = app.outage.cfg
+    if policy.outage(now):
+        policy.release_from = 0.0
+        nxt = _deadline(held[0][1], policy) - now
+        for d in policy.deployments:
+            if not d.down or not held:
+                continue
+            if d.probe_sent:
+                if now - d.probe_sent > d.provider.connect_timeout + PROBE_GRACE_S:
+                    _up(app, policy, d)  # connected, and waiting for its answer
+                    return
+                continue
+            if now >= d.probe_at:
+                _send(app, policy, d, now, probe=True)
+            elif d.probe_at - now < nxt:
+                nxt = d.probe_at - now
+        if held:
+            _schedule(app, policy, nxt if nxt > 0.001 else 0.001)
+        return
+    if not policy.release_from:
+        policy.release_from = now
+        policy.released = 0
+    doublings = (now - policy.release_from) / cfg.release_doubling_s
+    allowed = 1 + cfg.release_rate_per_s * cfg.release_doubling_s / log(2) * (
+        2 ** (doublings if doublings < 60 else 60) - 1)
+    while held and policy.released < allowed:
+        d = policy.pick(now)
+        if d.down:  # refusing again (a released request found out): an outage again
+            break
+        policy.released += 1
+        _send(app, policy, d, now, probe=False)
+    if held:
+        _schedule(app, policy, RELEASE_TICK_S)
+
+
+def _send(app: App, policy: Policy, d: Deployment, now: float, probe: bool) -> None:
+    """The oldest held request goes to ``d`` (as its probe, or released)."""
+    from sluice.dispatch import give_up, resend
+    conn, req = policy.held.popleft()
+    state = req.retry_state
+    assert state is not None  # every held request has one
+    _unheld(app, state, now)
+    if conn.closed or conn.active is not req:
+        return
+    if req.deployment is not d and not _retarget(req, d.target):
+        give_up(conn, req, 502, f"model {policy.name}: no provider could take the request")
+        return
+    req.deployment = d
+    if probe:
+        state.probing = True
+        d.probe_sent = now
+    if state.unsent:  # its first attempt
+        state.unsent = False
+    else:
+        state.model_attempts += 1
+        state.attempts += 1
+    state.delay = 0.0
+    resend(conn, req)

@@ -12,7 +12,7 @@ from sluice.request cimport HeaderPolicy, Request
 
 @cython.final
 cdef class App:
-    cdef public object cfg, loop, shared, metrics_token, server, parent_pid, access_log
+    cdef public object cfg, loop, shared, metrics_token, server, parent_pid, access_log, outage
     cdef public object response_filter
     cdef public Py_ssize_t worker, n_workers
     cdef public Py_ssize_t max_body, max_pipelined, max_url, max_head, max_headers, max_clients

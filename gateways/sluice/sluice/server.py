@@ -24,7 +24,7 @@ from sluice.keys import KeyStore
 from sluice.metrics import Metrics
 from sluice.pool import Provider
 from sluice.request import HeaderPolicy, Route
-from sluice.resilience import Policy, RetryBudget
+from sluice.resilience import Outage, Policy, RetryBudget, share_retry_after
 
 if TYPE_CHECKING:
     import asyncio  # noqa: F401 (type comments)
@@ -95,9 +95,11 @@ class App:
         self.response_filter = response_filter(s.forward_response_headers)
         self.providers = {n: Provider(p, self) for n, p in cfg.providers.items()}
         self.retry_budget = RetryBudget(cfg.retry_budget)
+        self.outage = Outage(cfg.outage)
         self.part_tokens = cfg.prompt_estimate.part_tokens
         self.token_weights = cfg.token_weights
         self._build_routes(cfg)
+        share_retry_after(self, self.policies)
         self.keys = KeyStore(cfg.keys, shared, worker, n_workers)
         for rec in self.keys.records:  # model names and aliases each key may call
             rec.allowed = frozenset(n for n, r in self.routes.items() if rec.allows(n, r.name))
@@ -268,7 +270,8 @@ class App:
             now, conn.peer, req.method.decode(), req.url.decode("latin-1"), status, req.model_label,
             key.name if key is not None else "-", perf_counter() - req.t0, req.overhead_us, req.stream,
             retry_state.attempts if retry_state is not None else 1,
-            retry_state.fallback if retry_state is not None else None))
+            retry_state.fallback if retry_state is not None else None,
+            retry_state.held_s if retry_state is not None else 0.0))
         if len(self.access_log.entries) >= 4096:  # type: ignore[union-attr]  # (as above)
             self.access_log.flush()  # type: ignore[union-attr]  # (as above)
 

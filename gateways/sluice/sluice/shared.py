@@ -1,10 +1,12 @@
 """Memory shared by the worker processes (a memfd mapped by each of them).
 
-Layout: one 10-int64 slot per (virtual key, worker) for rate-limit windows,
-token budgets and requests in flight (fields in keys.py), then one snapshot area per worker for /metrics
-aggregation. Every worker writes only its own slots, so no lock is needed; readers
-sum over workers (see keys.py for the small overshoot this allows). With several
-workers the supervisor owns the memfd, so the memory outlives any worker.
+Layout: one 10-int64 slot per (virtual key, worker) for rate-limit windows, token budgets and
+requests in flight (fields in keys.py), then one snapshot area per worker for /metrics aggregation,
+then one float64 per (model deployment, worker): until when (perf_counter, a clock every process on
+the host shares) the deployment asked, by Retry-After, not to be retried (resilience.py). Every
+worker writes only its own slots, so no lock is needed; readers sum (or take the latest) over
+workers (see keys.py for the small overshoot this allows). With several workers the supervisor owns
+the memfd, so the memory outlives any worker.
 """
 from __future__ import annotations
 
@@ -29,17 +31,23 @@ def snapshot_bytes(cfg: Config) -> int:
     return (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
 
 
-def _size(n_keys: int, n_workers: int, snap: int) -> tuple[int, int]:
+def deployment_slots(cfg: Config) -> int:
+    """The model deployments of ``cfg``, each with its row of Retry-After deadlines."""
+    return sum(len(m.deployments) for m in cfg.models.values())
+
+
+def _size(n_keys: int, n_workers: int, snap: int, n_deployments: int) -> tuple[int, int]:
     key_bytes = max(1, n_keys) * n_workers * SLOT_FIELDS * 8
     key_bytes = (key_bytes + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
-    return key_bytes, key_bytes + n_workers * snap
+    return key_bytes, key_bytes + n_workers * snap + max(1, n_deployments) * n_workers * 8
 
 
 class Shared:
-    def __init__(self, n_keys: int, n_workers: int, snap: int = SNAPSHOT_BYTES, fd: int | None = None) -> None:
+    def __init__(self, n_keys: int, n_workers: int, snap: int = SNAPSHOT_BYTES, fd: int | None = None,
+                 n_deployments: int = 0) -> None:
         self.n_workers = n_workers
         self.snap = snap
-        self.key_bytes, size = _size(n_keys, n_workers, snap)
+        self.key_bytes, size = _size(n_keys, n_workers, snap, n_deployments)
         self.fd = fd
         if fd is None and n_workers > 1:
             self.fd = fd = os.memfd_create("sluice-shared", 0)
@@ -49,6 +57,8 @@ class Shared:
         else:
             self.mm = mmap.mmap(fd, size)
         self.q = memoryview(self.mm)[:self.key_bytes].cast("q")
+        # Retry-After deadlines: row d, column worker (see resilience.share_retry_after)
+        self.retry_after = memoryview(self.mm)[self.key_bytes + n_workers * snap:size].cast("d")
 
     # -- per-worker metrics snapshots (seqlock) --
     def write_snapshot(self, worker: int, data: bytes) -> None:

@@ -33,8 +33,10 @@ cdef class UpstreamConn:
     cdef public Py_ssize_t head_start, bytes_read, buffered_bytes, body_left, connection_at
     cdef public double t_rx, t_sent, t_head, last_rx
     cdef public bint event_stream, chunked_to_client, close_delimited, client_head_sent, no_reuse
-    cdef public bint at_event_end, strip_usage
+    cdef public bint at_event_end, strip_usage, stream_complete
     cdef public bytearray held
+    cdef public list held_parts
+    cdef public Py_ssize_t held_size
     cdef public object sse_parser, stream_translator
     cdef public UsageScan usage_scan
     cdef public tuple pending_head

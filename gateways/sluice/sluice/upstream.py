@@ -70,7 +70,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         "buffered_bytes", "sse_parser", "stream_translator", "usage_scan", "client_head_sent",
         "no_reuse", "retry_after_line", "on_body", "body_parts", "on_message_begin",
         "messages_begun", "body_left", "pending_head", "at_event_end", "connection_at",
-        "strip_usage", "held",
+        "strip_usage", "held", "held_parts", "held_size", "stream_complete",
     )
     if TYPE_CHECKING:  # set by the relay modules and provider_errors
         at_event_end: bool
@@ -109,6 +109,9 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         self.strip_usage = False
         self.buffered_bytes = 0
         self.held = bytearray()  # an event of a stream whose usage chunk is taken out, not ended yet
+        self.held_parts = []  # type: list[bytes]  # the start of an SSE event not ended yet
+        self.held_size = 0
+        self.stream_complete = False
 
     # ------------------------------------------------------------ transport
     def connection_made(self, transport):
@@ -175,6 +178,9 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         self.usage_scan = (UsageScan(self.app.token_weights)
                            if req.reserved > 0 and req.translation == SAME_DIALECT else None)
         self.strip_usage = False
+        self.held_parts.clear()
+        self.held_size = 0
+        self.stream_complete = False
         self.transport.write(payload)  # type: ignore[union-attr]  # a pooled connection is connected
         req.sent = True
         now = perf_counter()
@@ -278,7 +284,9 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
                     return
                 self.pending_head = None
                 self.app.metrics.upstream_error(self.provider.name, "bad_response")
-                self.fail(502, f"provider {self.provider.name} sent an invalid HTTP response")
+                # a provider fault like a 5xx; after a head, it may have acted on the request
+                self.fail(502, f"provider {self.provider.name} sent an invalid HTTP response",
+                          "reset" if self.head_done else "5xx")
                 return
         if self.client is None:
             return
@@ -305,7 +313,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         self.head_start = 0
         if len(head) > MAX_HEAD:
             provider_errors.log(self.provider.name, "sent a response head over %d bytes" % MAX_HEAD)
-            self.fail(502, "provider response head too large")
+            self.fail(502, "provider response head too large", "5xx")
             return
         self.head_so_far = head
 
@@ -564,8 +572,8 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
     def fail_midstream(self):
         # type: () -> None
         """Give up after the response head went out: tell the client if we can, then close."""
-        if not self.client_head_sent:
-            self.fail(502, f"provider {self.provider.name} sent a broken response")
+        if not self.client_head_sent:  # it answered, then broke: it may have acted on the request
+            self.fail(502, f"provider {self.provider.name} sent a broken response", "reset")
             return
         client = self.client
         req = self.req  # type: Request  # type: ignore[assignment]  # set with the client, checked below

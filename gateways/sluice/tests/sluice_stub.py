@@ -17,7 +17,7 @@ Per stub (for the resilience tests): ``plan``, a list of statuses answered to th
 in turn (0: a normal answer, -1: close without answering); ``fail_status``, answered to every
 request once the plan is used up; ``fail_share``, the share of the other requests answered 500
 (at random); ``retry_after``, a Retry-After value sent with error statuses.
-Every request is recorded (path, headers, raw body) in ``Stub.requests``.
+Every request is recorded (path, headers, raw body, monotonic arrival time) in ``Stub.requests``.
 """
 import asyncio
 import json
@@ -104,7 +104,8 @@ class Stub:
     # -------------------------------------------------------------- helpers
     async def _common(self, request):
         raw = await request.read()
-        self.requests.append({"path": request.path, "headers": dict(request.headers), "body": raw})
+        self.requests.append({"path": request.path, "headers": dict(request.headers), "body": raw,
+                              "t_s": time.monotonic()})
         h = request.headers
         if h.get("x-test-close") == "1":
             request.transport.close()

@@ -104,6 +104,7 @@ class StreamTranslator(ABC):
     cache_write: int
     cache_read: int
     usage_seen: bool
+    done: bool      # the provider's last event (or its error) was seen, or the stream was closed
 
     @abstractmethod
     def feed(self, events: list[tuple[bytes | None, bytes]]) -> bytes:
