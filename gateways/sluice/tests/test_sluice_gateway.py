@@ -54,7 +54,13 @@ def test_unary_relay_and_alias_patches_only_the_model(sluice, stub):
     assert int(headers["x-gateway-overhead-us"]) >= 0
     sent = stub.requests[-1]
     assert sent["path"] == "/v1/chat/completions"
-    assert sent["body"] == body.replace(b'"model":"fast"', b'"model":"mock-model"', 1)
+    # "model" spelled twice: the bytes cannot tell which one the parser read, so the body is
+    # written again from the parsed object (the same JSON, the escapes decoded)
+    assert json.loads(sent["body"]) == json.loads(body.replace(b'"model":"fast"', b'"model":"mock-model"', 1))
+    # spelled once, the model alone is patched in the bytes
+    once = body.replace(b'{"model":"not-me"}', b'{"mode":"not-me"}')
+    assert chat(sluice.port, once)[0] == 200
+    assert stub.requests[-1]["body"] == once.replace(b'"model":"fast"', b'"model":"mock-model"', 1)
     # the provider sees the provider's key, never the client's virtual key
     assert sent["headers"]["Authorization"] == "Bearer sk-provider-secret"
     assert KEY not in json.dumps(sent["headers"])
