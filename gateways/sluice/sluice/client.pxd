@@ -14,6 +14,7 @@ from sluice.upstream cimport UpstreamConn
 cdef int PAUSE_QUEUE_FULL, PAUSE_UPSTREAM, PAUSE_BAD, PAUSE_WRITE, PAUSE_FINAL, PAUSE_BURST
 cdef int PAUSE_QUEUED_BYTES
 cdef tuple CHAT_PATHS
+cdef Py_ssize_t CACHED_HEAD_BYTES
 
 
 @cython.final

@@ -41,6 +41,11 @@ PAUSE_QUEUED_BYTES = 64  # max_queued_bytes_per_connection of bodies wait behind
 # from its head and the connection closed; a smaller body is read first and the connection kept
 KEYLESS_BODY_READ_BYTES = 65536
 
+# A head up to this size is remembered for the connection's next request (its header dict, its
+# digest, the known head): SDK heads are well under 1 KiB. A larger one is not, or an idle
+# keep-alive connection would hold about three copies of a head up to max_header_bytes.
+CACHED_HEAD_BYTES = 4096
+
 class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
     __slots__ = (
         "app", "transport", "parser", "incoming", "queue", "busy", "closed", "active", "upstream",
@@ -244,9 +249,10 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
                 return
         completed = self.completed
         self._parse(data)
-        if at_start and self.completed == completed + 1 and self.between_messages and not self.closed:
-            # (a request completed: both set)
-            head = known_head.learn(self.last_parsed, data, self.last_digest.expect_continue)  # type: ignore[arg-type, union-attr]
+        if (at_start and self.completed == completed + 1 and self.between_messages and not self.closed
+                and self.last_digest is not None):  # (None: a head too large to remember)
+            # (a request completed: set)
+            head = known_head.learn(self.last_parsed, data, self.last_digest.expect_continue)  # type: ignore[arg-type]
             if head is not None:
                 self.known_head = head
         self.last_parsed = None  # an idle connection must not keep its last request's body
@@ -377,7 +383,6 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
         # type: () -> None
         # t0 for an early refusal and the body deadline; reset when the request is complete
         r = self.incoming = Request(self.t_rx)
-        self.head_bytes = 0
         u = self.url_parts
         r.url = u[0] if len(u) == 1 else b"".join(u)
         u.clear()
@@ -391,12 +396,19 @@ class ClientConn:  # an asyncio protocol (uvloop needs only the methods)
             if len(h) > app.max_headers:
                 self._bad_request(431, f"more than {app.max_headers} request header fields")
                 raise HttpParserError("too many headers")
-            self.last_headers = dict(h)
-            self.last_digest = d = request.digest_headers(h, app.forward_policy)
+            d = request.digest_headers(h, app.forward_policy)
+            if self.head_bytes <= CACHED_HEAD_BYTES:
+                self.last_headers = dict(h)
+                self.last_digest = d
+            else:  # not kept for the next request (nor is the known head: data_received)
+                self.last_headers = None
+                self.last_digest = None
             # (not None: bool(d.token))
             self.key_known = bool(d.token) and app.keys.lookup(d.token) is not None  # type: ignore[arg-type]
+        else:
+            d = self.last_digest  # type: ignore[assignment]  # set with last_headers
+        self.head_bytes = 0
         h.clear()
-        d = self.last_digest  # type: ignore[assignment]  # set with last_headers
         r.token = d.token
         r.forward_headers = d.forward_headers
         r.has_anthropic_version = d.has_anthropic_version
