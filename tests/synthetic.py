@@ -54,7 +54,9 @@ UNARY_DEFAULTS = {"ttfb_ms": math.nan, "ttft_ms": math.nan, "chunks": 0, "stream
                   "wire_request_path_us": math.nan, "wire_response_path_us": math.nan,
                   "wire_in_gateway_us": math.nan, "wire_mock_us": math.nan,
                   # error bodies: not judged in synthetic runs
-                  "error_body_dialect": ""}
+                  "error_body_dialect": "",
+                  # content: not assembled nor joined in synthetic runs (no truncation judged)
+                  "content_chars": math.nan, "content_chars_sent": math.nan}
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,10 @@ under tests/fixtures/ and tests/data/ (tests/test_formats.py).
 * requests table 3 → 4: ``error_class`` (each failure's cause at the client) is missing in a
   version-3 file, never guessed from its error text here (harness.stats.inflight_lane falls back to
   that text only where it counts causes).
+* requests table 4 → 5: ``content_chars`` and ``content_chars_sent``
+  (what the client assembled and what the provider sent) are missing in an older file, and its
+  ``error_kind`` never says ``truncated``: a silent truncation there is not measured, never
+  guessed.
 * mock requests table 3 → 4: ``content_chars_sent``, ``frames_sent``,
   ``client_closed_t_unix_ns`` and ``ended`` (what the mock sent and how each response ended)
   are missing in an older file, never guessed from its status or bytes.
@@ -64,6 +68,8 @@ V1_ROLES_BY_FOLDER = {"direct": "floor", "nginx": "hop"}
 ANY = None   # the version predates the column list: any column may be absent
 # The columns the requests table gained with version 4: no older file has them.
 REQUESTS_V4_COLUMNS = ("error_class",)
+# The columns it gained with version 5 (what the client assembled, what the provider sent).
+REQUESTS_V5_COLUMNS = ("content_chars", "content_chars_sent")
 # The columns the mock requests table gained with version 4 (what the mock sent, how it ended).
 MOCK_REQUESTS_V4_COLUMNS = ("content_chars_sent", "frames_sent", "client_closed_t_unix_ns", "ended")
 # table -> version -> the columns a file of that version may lack.
@@ -71,8 +77,8 @@ LACKED = {
     "requests": {1: ANY, 2: ("request_id", "mock_service_ms", "net_overhead_ms",
                              "wire_request_path_us", "wire_response_path_us",
                              "wire_in_gateway_us", "wire_mock_us", "error_body_dialect",
-                             *REQUESTS_V4_COLUMNS),
-                 3: REQUESTS_V4_COLUMNS},
+                             *REQUESTS_V4_COLUMNS, *REQUESTS_V5_COLUMNS),
+                 3: (*REQUESTS_V4_COLUMNS, *REQUESTS_V5_COLUMNS), 4: REQUESTS_V5_COLUMNS},
     "samples": {1: ANY},
     "mock_requests": {2: ("provider", *MOCK_REQUESTS_V4_COLUMNS), 3: MOCK_REQUESTS_V4_COLUMNS},
 }

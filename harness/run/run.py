@@ -376,7 +376,8 @@ def _finish(manifest: RunManifest, spec: RunSpec, run_dir: Path, mock, standby, 
     identity_check = None
     try:
         done = consolidate.consolidate(run_dir, spec.run_id, spec.system,
-                                       _phase_dict(manifest.phases), mock_rows, capture)
+                                       _phase_dict(manifest.phases), mock_rows, capture,
+                                       stream=spec.load.stream)
         rows, identity_check, wire_check = done.rows, done.identity, done.wire
         _write_samples(run_dir, spec)
     except Exception as exc:  # keep the raw files; say why the tables are missing

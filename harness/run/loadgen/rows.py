@@ -98,6 +98,8 @@ class RawRows:
         if transport is not None and transport is not exception:  # what "HTTP 0" stood for
             error = f"{error} ({type(transport).__name__}: {transport})"[:ERROR_TEXT_MAX_CHARS]
         error_class = failure_class(transport, status) if transport is not None else ""
+        if kind and context.get("stream_error_event"):
+            error_class = "error_event"
         runner = self.runner
         timing = context.get("stream") or {}
         slot = context.get("slot") or ("", "", "", "")
@@ -116,7 +118,7 @@ class RawRows:
             "request_id": context.get("request_id", ""),
             # a failure the task did not judge (a stream cut short, no response) had no error body
             "error_body_dialect": context.get("error_body_dialect", "none") if kind else "",
-            "error_class": error_class})
+            "error_class": error_class, "content_chars": context.get("content_chars", "")})
         self.maybe_flush(time.monotonic())
 
     def on_quitting(self) -> None:
