@@ -14,8 +14,8 @@ under tests/fixtures/ and tests/data/ (tests/test_formats.py).
 * requests table 3 → 4: ``error_class`` (each failure's cause at the client) is missing in a
   version-3 file, never guessed from its error text here (harness.stats.inflight_lane falls back to
   that text only where it counts causes).
-* requests table 4 → 5: ``content_chars`` and ``content_chars_sent``
-  (what the client assembled and what the provider sent) are missing in an older file, and its
+* requests table 4 → 5: ``content_chars``, ``retry_after_s`` and
+  ``content_chars_sent`` (what the client assembled and was told, what the provider sent) are missing in an older file, and its
   ``error_kind`` never says ``truncated``: a silent truncation there is not measured, never
   guessed.
 * mock requests table 3 → 4: ``content_chars_sent``, ``frames_sent``,
@@ -69,7 +69,7 @@ ANY = None   # the version predates the column list: any column may be absent
 # The columns the requests table gained with version 4: no older file has them.
 REQUESTS_V4_COLUMNS = ("error_class",)
 # The columns it gained with version 5 (what the client assembled, what the provider sent).
-REQUESTS_V5_COLUMNS = ("content_chars", "content_chars_sent")
+REQUESTS_V5_COLUMNS = ("content_chars", "retry_after_s", "content_chars_sent")
 # The columns the mock requests table gained with version 4 (what the mock sent, how it ended).
 MOCK_REQUESTS_V4_COLUMNS = ("content_chars_sent", "frames_sent", "client_closed_t_unix_ns", "ended")
 # table -> version -> the columns a file of that version may lack.

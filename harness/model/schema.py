@@ -166,6 +166,9 @@ REQUESTS = Table("requests", "requests.parquet", (
        "the assistant content the client assembled: a stream's content deltas, a unary "
        "answer's message content (the unit of the provider's `content_chars_sent`, which "
        "survives re-chunking and translation); NaN when no answer was read"),
+    _c("retry_after_s", "float64", "s",
+       "the answer's `Retry-After` header, in seconds (an HTTP date: seconds from the answer "
+       "until then); NaN when it carried none"),
     _c("content_chars_sent", "float64", "characters",
        "the provider's `content_chars_sent` on the attempt that answered (the one whose "
        "`x-mock-request-id` came back, else the last attempt that was not an error); NaN when "

@@ -91,8 +91,7 @@ def request_outcomes(client: pd.DataFrame, generation: pd.DataFrame, lo: float,
                      hi: float) -> pd.DataFrame:
     """OUTCOME_COLUMNS for each client request sent in [lo, hi); ``generation``: the run's
     generation rows of every provider (harness.stats.fault_lane.generation_rows)."""
-    sent_t = _sent_t(client)
-    sent = client[(sent_t >= lo) & (sent_t < hi)]
+    sent = sent_in(client, lo, hi)
     ids = sent["request_id"].astype("string").fillna("")
     attempts = generation[generation["request_id"].astype("string").fillna("") != ""]
     attempts = attempts.assign(failed=attempt_failed(attempts).to_numpy(),
@@ -113,6 +112,12 @@ def request_outcomes(client: pd.DataFrame, generation: pd.DataFrame, lo: float,
         "first_attempt_failed": joined["first_attempt_failed"].astype("boolean").to_numpy(),
         "attempts_after_window": joined["attempts_after_window"].fillna(0).to_numpy(dtype="float64"),
     }, columns=list(OUTCOME_COLUMNS))
+
+
+def sent_in(client: pd.DataFrame, lo: float, hi: float) -> pd.DataFrame:
+    """The client rows due in [lo, hi) (by _sent_t)."""
+    sent_t = _sent_t(client)
+    return client[(sent_t >= lo) & (sent_t < hi)]
 
 
 def _sent_t(client: pd.DataFrame) -> pd.Series:
