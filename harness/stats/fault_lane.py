@@ -32,10 +32,10 @@ import numpy as np
 import pandas as pd
 
 from harness.model.dialects import ERROR_BODY_CLASSES, GENERATION_PATHS
-from harness.model.manifests import RunManifest
-from harness.stats.across import describe
 from harness.model.fault_scenarios import SCENARIOS
+from harness.model.manifests import RunManifest
 from harness.stats import fault_scenarios as FS
+from harness.stats.across import describe
 from harness.stats.fault_requests import request_figures, request_outcomes, sent_in, tts_curve
 from harness.stats.loading import Study, mock_latency_ms
 from harness.stats.rows import is_success, percentile
