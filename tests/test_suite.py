@@ -486,3 +486,26 @@ def test_faults_suite_report_has_one_table_per_scenario(tmp_path):
     assert "Scenario <code>stalled_streams</code>" in html
     assert "cell-04 (fault_scenario = stalled_streams, resilience = shipped): excluded by the suite" in html
     assert "1 run: no spread" in html and "not run" in html
+
+
+def test_a_faults_suite_answers_first_with_one_table_and_the_runs_lost(tmp_path):
+    """The first screen: scenario x system, each row on the frontier or dominated by whom (the
+    floor quoted, not ranked), a system that did not run lost with its reason, and the excluded
+    cell not counted as lost."""
+    from report.fault_first_screen import first_screen, runs_lost
+    root = _fault_suite(tmp_path)
+    suite = S.collect_suite(root)
+    rows, _ = S.fault_table(suite)
+    shown = first_screen(rows).frame()
+    burst = shown[shown["scenario"] == "error_burst"]
+    marks = {(r["system"], i): r["frontier"] for i, r in enumerate(burst.to_dict("records"))}
+    assert "floor: quoted, not ranked" in {m for (s, _), m in marks.items() if s == "direct"}
+    assert {m for (s, _), m in marks.items() if s in ("nginx", "sluice")} == {"frontier"}
+    assert list(shown.columns[2:7]) == [F.heading(m) for m in (
+        "success_share", "excess_amplification", "tts_p99_ms", "silent_truncations",
+        "early_retry_share")]
+    lost = runs_lost(rows, suite.manifest.cells)
+    assert any(line.startswith("bifrost in error_burst: not runnable here") for line in lost)
+    assert not any("cell-04" in line or "stalled_streams" in line for line in lost)
+    html = build_suite_report(root).path.read_text()
+    assert html.index('id="suite-first-screen"') < html.index('id="suite-faults"')
