@@ -104,3 +104,13 @@ def test_an_attempt_that_ended_without_a_whole_answer_failed_whatever_its_status
     # before the column: the injected faults known to cut an answer (reset, stall, malformed)
     assert attempt_failed(older).tolist() == [False, False, False, False, True, True, False,
                                               False, True, True]
+
+
+def test_a_retry_after_header_is_kept_in_seconds():
+    import email.utils
+    import time
+
+    from harness.run.loadgen.rows import retry_after_s
+    assert retry_after_s("3") == 3.0 and retry_after_s(None) == "" and retry_after_s("soon") == ""
+    in_ten = email.utils.formatdate(time.time() + 10, usegmt=True)
+    assert 0.0 < retry_after_s(in_ten) <= 10.0   # seconds until that date, never negative
