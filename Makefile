@@ -92,18 +92,20 @@ test-sluice-pure: setup
 ## and its actual duration, and writes the suite's report. make faults SUITE=faults-extra (slow
 ## tail, resets, stalled streams, mid-stream errors, stream cuts; Retry-After, every deployment
 ## rate-limited, no response, a non-retriable error, flapping) or SUITE=faults-shipped (every
-## system as shipped); an interrupted lane resumes with ID=<its suite id>.
+## system as shipped); an interrupted lane resumes with ID=<its suite id>. RUNS=N: N runs per
+## configured system instead of the suite's (a bad value stops it before anything starts).
 SUITE ?= faults
 ID    ?=
+RUNS  ?=
 faults: setup study-deps cc
-	$(PY) -m harness suite notebooks/suites/$(SUITE).toml --suite-id $${ID:-$(SUITE)-$$(date -u +%Y%m%dT%H%M%SZ)}
+	$(PY) -m harness suite notebooks/suites/$(SUITE).toml --suite-id $${ID:-$(SUITE)-$$(date -u +%Y%m%dT%H%M%SZ)} $(if $(RUNS),--runs '$(RUNS)')
 
 ## The in-flight lane: every runnable system holding 1,000 to 10,000 requests open, unary and
 ## streamed, sized as its vendor documents, 3 runs each (notebooks/suites/inflight.toml), through
 ## notebooks/suite.ipynb; it prints its expected and its actual duration, and writes the suite's
-## report; ID=<suite id> resumes.
+## report; ID=<suite id> resumes; RUNS=N runs per configured system instead of 3.
 inflight: setup study-deps cc
-	$(PY) -m harness suite notebooks/suites/inflight.toml --suite-id $${ID:-inflight-$$(date -u +%Y%m%dT%H%M%SZ)}
+	$(PY) -m harness suite notebooks/suites/inflight.toml --suite-id $${ID:-inflight-$$(date -u +%Y%m%dT%H%M%SZ)} $(if $(RUNS),--runs '$(RUNS)')
 
 ## The performance gate (CI runs it after the tests): the base commit's Sluice (from
 ## baselines/gate/, built in a worktree) counted twice and this tree's once, under Valgrind and

@@ -119,9 +119,11 @@ def section_banner(data: ReportData) -> str:
 def section_summary(data: ReportData) -> str:
     """The first screen: what the study found, in sentences."""
     none, too_few = summary.undecided(data)
+    faults = summary.fault_sentences(data)
+    # a fault study's subject is the fault: its first sentences say what it did, not a cost
     return render("summary.html.j2", findings=summary.findings(data), reference=data.reference,
-                  none=none, too_few=too_few, cost=summary.cost(data),
-                  kept_up=summary.kept_up(data))
+                  none=none, too_few=too_few, cost="" if faults else summary.cost(data),
+                  kept_up=summary.kept_up(data), faults=faults)
 
 
 def section_headline(data: ReportData) -> str:

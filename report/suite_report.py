@@ -29,6 +29,7 @@ from report import build, inflight_tables
 from report import format as F
 from report import suite_data as S
 from report.data import system_colors
+from report.fault_first_screen import first_screen, runs_lost
 from report.fault_tables import fault_suite
 from report.grid import Cell, Part, Row, Table, cell, from_frame, table
 from report.plots import plot_fault_frontier, plot_fault_timelines, plot_fault_tts
@@ -144,14 +145,15 @@ def _values(entry: CellEntry) -> str:
     return ", ".join(f"{k} = {axis_text(v)}" for k, v in entry.values.items())
 
 
-def scenario_sections(suite: S.SuiteData) -> list[dict]:
+def scenario_sections(suite: S.SuiteData, fault: tuple | None = None) -> list[dict]:
     """Per fault scenario of the suite, in the order of its cells: its window, the sentences, the
     table (systems in the suite's order, then the resilience asked, shipped first), the plot in
-    the report's system colours, and its cells without figures and why."""
+    the report's system colours, and its cells without figures and why. ``fault``: S.fault_table
+    of the suite when already computed."""
     entries = [e for e in suite.manifest.cells if e.scenario]
     if not entries:
         return []
-    rows, timelines = S.fault_table(suite)
+    rows, timelines = fault or S.fault_table(suite)
     systems = list(dict.fromkeys(rows["system"])) if len(rows) else []
     colors = system_colors(systems)
     out = []
@@ -223,6 +225,10 @@ def suite_sections(suite: S.SuiteData, comparison: SuiteComparison | None = None
                      if len(comparison.side_by_side) else None)
     cells_table = table(["cell", "axis values", "status", "comparison key", "left out because",
                          "study report"], cells, "suite-cells-table")
+    fault = S.fault_table(suite) if any(e.scenario for e in manifest.cells) else None
+    faults = scenario_sections(suite, fault)
+    first = {"table": first_screen(fault[0]), "lost": runs_lost(fault[0], manifest.cells),
+             "findings": [f for s in faults for f in s["findings"]]} if fault else None
     body = render("suite.html.j2", m=manifest, cells=cells_table,
                   per_cell=suite_cells(S.suite_table(suite), S.CELL_METRICS + S.LANE_METRICS,
                                        "suite-table"),
@@ -232,7 +238,7 @@ def suite_sections(suite: S.SuiteData, comparison: SuiteComparison | None = None
                   apart=None if comparison is None else from_frame(
                       comparison.apart, "suite-not-comparable-table", wide=True),
                   other=comparison.a if comparison else "",
-                  faults=scenario_sections(suite), inflight=inflight_sections(suite),
+                  faults=faults, first=first, inflight=inflight_sections(suite),
                   per_open=inflight_per_open(suite),
                   share=f"{RECOVERY_SHARE:.0%}", slack=f"{RECOVERY_MS:g}",
                   prefix=f"{ERROR_BODY_PREFIX_BYTES // 1024} KiB")

@@ -13,6 +13,7 @@ import pandas as pd
 from harness.model.metrics import metric
 from harness.model.roles import FLOOR
 from harness.stats.definitions import OFFERED_SHARE
+from harness.stats.fault_lane import system_figures
 from harness.stats.fault_requests import WASTE_EXCESS, frontier
 from harness.stats.keeping_up import keeping_up
 from harness.stats.outcomes import Basis, Label, Outcome
@@ -96,6 +97,22 @@ def cost(data: ReportData) -> str:
     return (f"Estimated cost at {data.load_rps:,.0f} req/s, per month"
             + (" (behaviour: what each system did here)" if every else "") + ": "
             + ", ".join(parts) + ".")
+
+
+def fault_sentences(data: ReportData) -> list[Sentence]:
+    """A fault study's first sentences, per scenario: who succeeded most and wasted least while
+    the provider failed, and who is on the frontier (fault_findings, over this study's runs)."""
+    if data.fault_runs.empty:
+        return []
+    figures = system_figures(data.fault_windows, data.fault_runs)
+    scenario = {r["system"]: r["scenario"] for r in data.fault_runs.to_dict("records")}
+    meta = data.study.manifest.systems
+    rows = figures.assign(
+        scenario=figures["system"].map(scenario), asked=data.study.manifest.config.resilience,
+        axes="", not_run="", role=[meta[s].role if s in meta else "" for s in figures["system"]],
+        kind=[meta[s].kind if s in meta else "" for s in figures["system"]])
+    return [f for _, g in rows.groupby("scenario", sort=False)
+            for f in fault_findings(g, "#faults")]
 
 
 def undecided(data: ReportData) -> tuple[list[str], list[str]]:

@@ -41,7 +41,7 @@ RUNS_METRICS = ("window_s", "requests_in_window", "throughput_rps", "latency_p50
 LIMITS_METRICS = ("rss_idle_bytes", "rss_peak_bytes", "rss_steady_bytes", "rss_recovered_bytes",
                   "locust_cpu_peak_percent", "mock_cpu_peak_percent", "mock_hold_p99_ms",
                   "load_avg_before", "other_cpu_mean_percent")
-STREAM_TABLE = ("streams", "failed_streams", "ttfb_p50_ms", "ttft_p50_ms", "ttft_p99_ms",
+STREAM_TABLE = ("streams", "failed_streams", "silent_truncations", "ttfb_p50_ms", "ttft_p50_ms", "ttft_p99_ms",
                 "ttft_overhead_p50_ms", "gap_p50_ms", "gap_p99_ms", "gap_overhead_p99_ms",
                 "chunks_mean", "done_share")
 STEP_METRICS = ("offered_rps", "achieved_rps", "scheduled", "unsent", "failed",

@@ -56,7 +56,10 @@ UNARY_DEFAULTS = {"ttfb_ms": math.nan, "ttft_ms": math.nan, "chunks": 0, "stream
                   # error bodies: not judged in synthetic runs
                   "error_body_dialect": "",
                   # no client leaves a stream in a synthetic run
-                  "abandoned_t_unix_s": math.nan}
+                  "abandoned_t_unix_s": math.nan,
+                  # content: not assembled nor joined in synthetic runs (no truncation judged)
+                  "content_chars": math.nan, "retry_after_s": math.nan,
+                  "content_chars_sent": math.nan}
 
 
 @dataclass(frozen=True)

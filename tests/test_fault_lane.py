@@ -362,3 +362,22 @@ def test_the_study_report_shows_the_dialect_share_and_the_configuration(tmp_path
                                                   without_columns=("error_body_dialect",))),
                          "faults")
     assert 'title="not measured in requests table version 2 (requests.error_body_dialect)">—' in old
+
+
+def test_a_fault_cells_report_speaks_of_the_fault_not_of_its_failures_as_a_limit(tmp_path):
+    """The injected failures are the run's subject: no run is labelled behaviour for them, and
+    the first sentences say what the systems did during the fault, not what a month would cost."""
+    from synthetic_faults import FaultRun, make_fault_study
+
+    from harness.stats import runs as R
+    from report.data import collect
+    from report.sections import render_section
+    data = collect(make_fault_study(tmp_path, "cell", {"direct": [FaultRun()],
+                                                       "sluice": [FaultRun(attempts=2)]}))
+    reasons = [why for rs in data.labels["reasons"] for why in rs]
+    assert reasons and not any("failed request" in why for why in reasons)
+    # outside the fault lane, failed requests still limit a run
+    _, plain = R.classify({"status": "completed", "errors_http": 3, "fault_scenario": ""})
+    assert any("3 failed requests" in why for why in plain)
+    html = render_section(data, "summary")
+    assert "Highest success during the fault" in html and "per month" not in html

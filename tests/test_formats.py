@@ -34,6 +34,8 @@ RECORDED = {
     # version 3: the direct run of a real smoke study, written just before error_class existed
     F.REQUESTS_TABLE: (_table(REQUESTS), {1: V1_RUN / "requests.parquet", 2: V2_RUN / "requests.parquet",
                                           3: TESTS / "data" / "requests-v3.parquet",
+                                          # version 4: that file with error_class, written by the
+                                          # harness just before the content columns existed
                                           4: TESTS / "data" / "requests-v4.parquet"}),
     F.SAMPLES_TABLE: (_table(SAMPLES), {1: V1_RUN / "samples.parquet", 2: V2_RUN / "samples.parquet"}),
     # version 3: a real mock's log (unary, stream and a 429), written just before the content

@@ -97,7 +97,8 @@ def _step_rows(run_id, system, index, rate, start, added, rng, unsent=False, wai
         "step_index": index, "waited_for_user": waited, "request_id": "", "error_body_dialect": "",
         "error_class": "",
         **{c: math.nan for c in ("mock_service_ms", "net_overhead_ms", "wire_request_path_us",
-                                 "wire_response_path_us", "wire_in_gateway_us", "wire_mock_us")}})
+                                 "wire_response_path_us", "wire_in_gateway_us", "wire_mock_us",
+                                 "content_chars", "retry_after_s", "content_chars_sent")}})
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,9 @@ def test_rows_carry_frame_timings(stream_study):
     ok = rows[rows.error_kind == ""]
     assert len(ok) > 20 and (ok.chunks == CHUNKS).all() and ok.stream_done.all()
     assert (ok.chunk_gaps_ms.map(len) == CHUNKS - 1).all()
+    # the content each client assembled is what the provider sent: no truncation where none was
+    assert (ok.content_chars > 0).all() and (ok.content_chars == ok.content_chars_sent).all()
+    assert not (rows.error_kind == "truncated").any()
     # head after ~60 ms, first token with it, the whole stream after the last frame
     assert (ok.ttfb_ms >= 59).all() and (ok.ttft_ms >= ok.ttfb_ms - 1).all()
     assert (ok.latency_ms >= 60 + (CHUNKS - 1) * GAP_MS - 2).all()
@@ -41,6 +44,7 @@ def test_summary_sees_no_buffering_and_small_overheads(stream_study):
         assert not row.buffered, system
         assert row.gap_p50_ms == pytest.approx(GAP_MS, abs=3.0), system
         assert row.done_share == 1.0 and row.chunks_mean == CHUNKS
+        assert row.silent_truncations == 0
     assert table.loc["direct", "ttft_overhead_p50_ms"] == pytest.approx(0.0)
 
 

@@ -141,6 +141,20 @@ def test_the_fault_lane_expects_its_runs_and_their_planned_length():
     assert runs == 85 and seconds == pytest.approx(85 * per_run)
 
 
+def test_runs_override_the_suites_own_and_a_bad_value_is_refused_first(capsys):
+    """make faults RUNS=1: 5 scenarios x (5 configured systems + direct and MLflow) once each;
+    a value that is not a whole number >= 1 stops the command before any cell is cleared."""
+    suite = M.load_suite(REPO_DIR / "notebooks" / "suites" / "faults.toml")
+    assert M.with_runs(suite, 0) is suite and M.with_runs(suite, None) is suite
+    runs, _ = R.expected(R.expand(M.with_runs(suite, "1")))
+    assert runs == 35
+    for bad in ("two", -1, 1.5, True):
+        with pytest.raises(M.SuiteError, match=r"runs \(RUNS=, --runs\).*whole number"):
+            M.with_runs(suite, bad)
+    assert main(["suite", str(suite.path), "--runs", "x", "--dry-run"]) == 2
+    assert "RUNS=" in capsys.readouterr().err
+
+
 def test_noise_suites_parse_and_list_their_cells(tmp_path, capsys, monkeypatch):
     """capture-ab: the aa pair with the capture off and on; affinity-ab: unpinned and two pinned
     splits (checked as on a 2-CPU machine with taskset)."""
@@ -472,3 +486,26 @@ def test_faults_suite_report_has_one_table_per_scenario(tmp_path):
     assert "Scenario <code>stalled_streams</code>" in html
     assert "cell-04 (fault_scenario = stalled_streams, resilience = shipped): excluded by the suite" in html
     assert "1 run: no spread" in html and "not run" in html
+
+
+def test_a_faults_suite_answers_first_with_one_table_and_the_runs_lost(tmp_path):
+    """The first screen: scenario x system, each row on the frontier or dominated by whom (the
+    floor quoted, not ranked), a system that did not run lost with its reason, and the excluded
+    cell not counted as lost."""
+    from report.fault_first_screen import first_screen, runs_lost
+    root = _fault_suite(tmp_path)
+    suite = S.collect_suite(root)
+    rows, _ = S.fault_table(suite)
+    shown = first_screen(rows).frame()
+    burst = shown[shown["scenario"] == "error_burst"]
+    marks = {(r["system"], i): r["frontier"] for i, r in enumerate(burst.to_dict("records"))}
+    assert "floor: quoted, not ranked" in {m for (s, _), m in marks.items() if s == "direct"}
+    assert {m for (s, _), m in marks.items() if s in ("nginx", "sluice")} == {"frontier"}
+    assert list(shown.columns[2:7]) == [F.heading(m) for m in (
+        "success_share", "excess_amplification", "tts_p99_ms", "silent_truncations",
+        "early_retry_share")]
+    lost = runs_lost(rows, suite.manifest.cells)
+    assert any(line.startswith("bifrost in error_burst: not runnable here") for line in lost)
+    assert not any("cell-04" in line or "stalled_streams" in line for line in lost)
+    html = build_suite_report(root).path.read_text()
+    assert html.index('id="suite-first-screen"') < html.index('id="suite-faults"')

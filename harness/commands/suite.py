@@ -5,6 +5,7 @@ them and builds the suite's report. What `make faults` and `make inflight` run.
 
     python -m harness suite notebooks/suites/load-levels.toml --dry-run   # cells, exclusions, keys
     python -m harness suite notebooks/suites/streaming.toml [--out-dir artifacts/suites] [--suite-id ID]
+    python -m harness suite notebooks/suites/faults.toml --runs 1   # 1 run per configured system
     python -m harness suite --compare artifacts/suites/A artifacts/suites/B
 
 Each suite writes <out-dir>/<suite-id>/: its manifest, one study per cell, the executed notebook
@@ -23,6 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out-dir", default="artifacts/suites")
     parser.add_argument("--suite-id", default="", help="default: <name>-<UTC timestamp>; an "
                         "existing one resumes it")
+    parser.add_argument("--runs", default=None, metavar="N",
+                        help="runs per configured system, overriding the suite's (make faults RUNS=N)")
     parser.add_argument("--dry-run", action="store_true",
                         help="list the cells, the combinations left out and why, and the keys")
     parser.add_argument("--compare", nargs=2, metavar=("SUITE_DIR_A", "SUITE_DIR_B"))
@@ -31,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from harness.model.suite import SuiteError, load_suite
+    from harness.model.suite import SuiteError, load_suite, with_runs
     from harness.run.suite_run import cells_table, preflight_suite
     with pd.option_context("display.width", 200, "display.max_columns", 50,
                            "display.max_colwidth", 120):
@@ -41,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
             return 0
         if not args.suite:
             raise SuiteError("a suite file (or --compare A B) is needed")
-        cleared = preflight_suite(load_suite(args.suite), args.out_dir, args.suite_id)
+        suite = with_runs(load_suite(args.suite), args.runs)
+        cleared = preflight_suite(suite, args.out_dir, args.suite_id)
         print(cells_table(cleared.cells).to_string(index=False), flush=True)
     if args.dry_run:
         return 0

@@ -46,3 +46,36 @@ def read_segments(pcap_path: str) -> dict:
             key = (socket.inet_ntoa(ip.src), tcp.sport, socket.inet_ntoa(ip.dst), tcp.dport)
             flows.setdefault(key, []).append((tcp.seq, length, _ts_ns(ts), bytes(tcp.data)))
     return flows
+
+
+# The capture of connection attempts at a refusing provider (provider_down only), in a run dir.
+SYN_PCAP = "syn.pcap"
+
+
+def refused_syns(pcap_path: str) -> list[int]:
+    """The times (ns) of the SYNs in a capture of one provider's port (harness.run.capture.
+    syn_filter) that were answered with a reset: each a connection attempt the provider refused
+    (what its own log never sees). A retransmitted SYN counts once; a SYN answered by a SYN-ACK
+    was accepted, and a later reset of that connection is not a refusal."""
+    syns: dict = {}          # (client, cport, server, sport) -> t_ns of its first SYN
+    refused: list[int] = []
+    with open(pcap_path, "rb") as f:
+        reader = dpkt.pcap.Reader(f)
+        linktype = reader.datalink()
+        for ts, buf in reader:
+            try:
+                ip = _ip_of(buf, linktype)
+            except (dpkt.UnpackError, ValueError):
+                continue
+            if not isinstance(ip, dpkt.ip.IP) or not isinstance(ip.data, dpkt.tcp.TCP):
+                continue
+            tcp = ip.data
+            syn, ack, rst = (bool(tcp.flags & flag) for flag in
+                             (dpkt.tcp.TH_SYN, dpkt.tcp.TH_ACK, dpkt.tcp.TH_RST))
+            if syn and not ack:
+                syns.setdefault((ip.src, tcp.sport, ip.dst, tcp.dport), _ts_ns(ts))
+                continue
+            answered = syns.pop((ip.dst, tcp.dport, ip.src, tcp.sport), None)
+            if answered is not None and rst and not syn:
+                refused.append(answered)
+    return sorted(refused)

@@ -66,3 +66,62 @@ def error_body_dialect(dialect: str, body: bytes | None) -> str:
         cut = len(body or b"") > ERROR_BODY_PREFIX_BYTES and head.lstrip()[:1] in (b"{", b"[")
         return "other" if cut else "none"
     return "client" if isinstance(doc, dict) and ERROR_SHAPES[dialect](doc) else "other"
+
+
+# The characters of assistant content a client assembles: what the provider's
+# ``content_chars_sent`` counts on its side, whatever a system re-chunked or translated between.
+def _openai_frame_chars(doc) -> int:
+    return sum(_text_len((c.get("delta") or {}).get("content"))
+               for c in doc.get("choices") or () if isinstance(c, dict))
+
+
+def _anthropic_frame_chars(doc) -> int:
+    delta = doc.get("delta")
+    return _text_len(delta.get("text")) if isinstance(delta, dict) else 0
+
+
+def _openai_unary_chars(doc) -> int:
+    return sum(_text_len((c.get("message") or {}).get("content"))
+               for c in doc.get("choices") or () if isinstance(c, dict))
+
+
+def _anthropic_unary_chars(doc) -> int:
+    return sum(_text_len(block.get("text")) for block in doc.get("content") or ()
+               if isinstance(block, dict) and block.get("type") == "text")
+
+
+def _text_len(value) -> int:
+    return len(value) if isinstance(value, str) else 0
+
+
+FRAME_CHARS = {"openai": _openai_frame_chars, "anthropic": _anthropic_frame_chars}
+UNARY_CHARS = {"openai": _openai_unary_chars, "anthropic": _anthropic_unary_chars}
+
+
+def _json_of(data: bytes):
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def frame_content_chars(dialect: str, line: bytes) -> int:
+    """Characters of content in one SSE ``data:`` line of a stream (0 when it carries none or
+    is not JSON)."""
+    doc = _json_of(line[5:].strip())
+    return FRAME_CHARS[dialect](doc) if doc is not None else 0
+
+
+def unary_content_chars(dialect: str, body: bytes | None) -> int:
+    """Characters of content in a whole unary answer (0 when it is not the dialect's JSON)."""
+    doc = _json_of(body or b"")
+    return UNARY_CHARS[dialect](doc) if doc is not None else 0
+
+
+def is_error_event(dialect: str, line: bytes) -> bool:
+    """Whether an SSE ``data:`` line is its dialect's error event (OpenAI: an ``{"error": ...}``
+    object, which the official SDK raises as ``APIError``; Anthropic: the data of
+    ``event: error``)."""
+    doc = _json_of(line[5:].strip())
+    return doc is not None and ERROR_SHAPES[dialect](doc)

@@ -27,7 +27,12 @@ import errno
 # the answer itself.
 FAILURE_CLASSES = ("client_limit", "connect_refused", "connect_timeout", "reset_before_head",
                    "closed_without_answer", "read_timeout", "reset_during_body",
-                   "closed_during_body", "http_5xx", "http_4xx", "bad_body", "other")
+                   "closed_during_body", "http_5xx", "http_4xx", "bad_body", "error_event",
+                   "truncated", "other")
+
+# The classes judged from the answer, never from what the transport raised: the stream's reader
+# (an error event) and the join with the provider's log (a silent truncation) set them.
+JUDGED_CLASSES = ("error_event", "truncated")
 
 FAILURE_CLASS_MEANINGS: dict[str, str] = {
     "client_limit": "the load generator could not open a connection: out of descriptors "
@@ -50,6 +55,11 @@ FAILURE_CLASS_MEANINGS: dict[str, str] = {
     "http_4xx": "the system answered 400-499",
     "bad_body": "a 2xx answer whose whole body was not a chat completion, or a stream without a "
                 "content frame",
+    "error_event": "a 200 stream that ended with its dialect's error event: the clean error of "
+                   "a stream already started, as a client SDK raises it",
+    "truncated": "a 200 answer cut short without an error: a stream without its dialect's "
+                 "terminal event, or content shorter than the provider sent on the attempt that "
+                 "answered (judged when the run's rows are joined with the provider's log)",
     "other": "anything else (a response head that does not parse, an error of the client's own)",
 }
 

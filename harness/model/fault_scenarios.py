@@ -23,6 +23,9 @@ Scenarios (shares are of the generation requests whose body reached the mock in 
 ``stalled_streams``  5% of streams stop after half their frames and close after 10 s without
                      the rest, for 30 s; needs ``stream = true``.
 ``provider_down``    the mock closes its listener and connections: connects refused for 10 s.
+                     The only scenario that captures anything itself: the SYNs to the
+                     provider's port (tcpdump, ``syn.pcap``), so that each connection attempt
+                     it refused counts as an attempt.
 ``failover``         two providers: the mock (the primary) answers every generation request
                      503 for 30 s (the dialect's error body: OpenAI's on
                      ``/v1/chat/completions``), while a standby (a second mock with the same
@@ -84,6 +87,7 @@ class Scenario:
     faults_standby: bool = False    # ... healthy, unless this: then it gets the same schedule
     burst_s: float = 0.0            # > 0: each spec on for burst_s in every burst_period_s
     burst_period_s: float = 0.0
+    counts_syns: bool = False       # the provider refuses connections: its SYNs are captured
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
@@ -96,7 +100,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("resets", ({"kind": "reset", "share": 0.05},), 30.0),
     Scenario("stalled_streams", ({"kind": "stall", "stall_s": 10, "share": 0.05},), 30.0,
              needs_stream=True),
-    Scenario("provider_down", ({"kind": "down"},), 10.0),
+    Scenario("provider_down", ({"kind": "down"},), 10.0, counts_syns=True),
     Scenario("failover", ({"kind": "status", "status": 503, "share": 1.0},), 30.0,
              needs_standby=True),
     Scenario("retry_after", ({"kind": "status", "status": 429, "retry_after_s": 2,
@@ -130,6 +134,12 @@ def needs_standby(name: str) -> bool:
 def faults_standby(name: str) -> bool:
     """Whether the standby of a run with this scenario gets the primary's schedule."""
     return bool(name) and scenario(name).faults_standby
+
+
+def counts_syns(name: str) -> bool:
+    """Whether a run with this scenario ("" = none) captures the SYNs to its provider's port: a
+    refused connection never reaches the provider's log."""
+    return bool(name) and scenario(name).counts_syns
 
 
 def duration_of(name: str, fault_duration_s: float) -> float:

@@ -50,8 +50,8 @@ RUN_MANIFEST = Format(
 REQUESTS_TABLE = Format(
     "requests table", "requests.parquet", 5, (1, 2, 3, 4, 5),
     "1: before streaming and open-loop columns; 2: may lack the identity, wire and error-body "
-    "columns (added while 2 was current); 3: no error_class; 4: no abandoned_t_unix_s; 5: every "
-    "column")
+    "columns (added while 2 was current); 3: no error_class; 4: no abandoned_t_unix_s, "
+    "content_chars, retry_after_s, content_chars_sent (no truncated verdict); 5: every column")
 SAMPLES_TABLE = Format(
     "samples table", "samples.parquet", 2, (1, 2),
     "1: may lack inflight_requests and host; 2: every column")

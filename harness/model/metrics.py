@@ -135,6 +135,9 @@ _ALL: tuple[Metric, ...] = (
        words=_ERR),
     _m("attempts_after_window_share", "attempts landing after the window", "%", "lower", 1,
        scale=0.01),
+    # --- each scenario's own question (harness/stats/fault_scenarios.py) -----------------------
+    _m("silent_truncations", "silent truncations", "", "lower", 1, words=_ERR),
+    _m("early_retry_share", "retries before Retry-After", "%", "lower", 1, scale=0.01),
 )
 
 METRICS: dict[str, Metric] = {m.name: m for m in _ALL}

@@ -15,7 +15,10 @@ under tests/fixtures/ and tests/data/ (tests/test_formats.py).
   version-3 file, never guessed from its error text here (harness.stats.inflight_lane falls back to
   that text only where it counts causes).
 * requests table 4 → 5: ``abandoned_t_unix_s`` (the in-flight lane's streams left by their
-  client) is missing in an older file: no client left a stream then.
+  client: none then), ``content_chars``, ``retry_after_s`` and ``content_chars_sent`` (what the
+  client assembled and was told, what the provider sent) are missing in an older file, and its
+  ``error_kind`` never says ``truncated``: a silent truncation there is not measured, never
+  guessed.
 * mock requests table 3 → 4: ``content_chars_sent``, ``frames_sent``,
   ``client_closed_t_unix_ns`` and ``ended`` (what the mock sent and how each response ended)
   are missing in an older file, never guessed from its status or bytes.
@@ -66,8 +69,9 @@ V1_ROLES_BY_FOLDER = {"direct": "floor", "nginx": "hop"}
 ANY = None   # the version predates the column list: any column may be absent
 # The columns the requests table gained with version 4: no older file has them.
 REQUESTS_V4_COLUMNS = ("error_class",)
-# And with version 5.
-REQUESTS_V5_COLUMNS = ("abandoned_t_unix_s",)
+# The columns it gained with version 5 (streams left by their client; what the client assembled,
+# what the provider sent).
+REQUESTS_V5_COLUMNS = ("abandoned_t_unix_s", "content_chars", "retry_after_s", "content_chars_sent")
 # The columns the mock requests table gained with version 4 (what the mock sent, how it ended).
 MOCK_REQUESTS_V4_COLUMNS = ("content_chars_sent", "frames_sent", "client_closed_t_unix_ns", "ended")
 # table -> version -> the columns a file of that version may lack.

@@ -92,7 +92,10 @@ REQUESTS = Table("requests", "requests.parquet", (
     _c("status_code", "int32", "", "HTTP status; 0 when no response arrived"),
     _c("response_bytes", "int64", "bytes", "response body size"),
     _c("error_kind", "string", "",
-       "`\"\"` (success), `http` (status ≥ 400 or bad body), `timeout`, `connection`, `other`"),
+       "`\"\"` (success), `http` (status ≥ 400, a bad body, or a stream ended by its "
+       "dialect's error event: `error_class` `error_event`), `timeout`, `connection`, `other`; `truncated` (set when stored: "
+       "a 200 without its dialect's terminal event, or whose assembled content is shorter than "
+       "what the provider sent on the attempt that answered: a failure, never a success)"),
     _c("error", "string", "", "the error message, `\"\"` when none"),
     _c("process_users", "float64", "users",
        "users running in this Locust process when the request ended (empty when unknown); "
@@ -162,6 +165,17 @@ REQUESTS = Table("requests", "requests.parquet", (
     _c("abandoned_t_unix_s", "float64", "s since the Unix epoch",
        "in-flight lane: when the client closed this stream mid-way (its abandon phase; the row "
        "is neither a success nor a failure); NaN when the client did not leave"),
+    _c("content_chars", "float64", "characters",
+       "the assistant content the client assembled: a stream's content deltas, a unary "
+       "answer's message content (the unit of the provider's `content_chars_sent`, which "
+       "survives re-chunking and translation); NaN when no answer was read"),
+    _c("retry_after_s", "float64", "s",
+       "the answer's `Retry-After` header, in seconds (an HTTP date: seconds from the answer "
+       "until then); NaN when it carried none"),
+    _c("content_chars_sent", "float64", "characters",
+       "the provider's `content_chars_sent` on the attempt that answered (the one whose "
+       "`x-mock-request-id` came back, else the last attempt that was not an error); NaN when "
+       "the provider never logged this id", raw=False),
 ))
 
 SAMPLES = Table("samples", "samples.parquet", (

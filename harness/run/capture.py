@@ -76,6 +76,14 @@ def bpf_filter(ports) -> str:
     return f"tcp and ({' or '.join(f'port {p}' for p in ports)}) and {_PAYLOAD_FILTER}"
 
 
+def syn_filter(port: int) -> str:
+    """Connection attempts at ``port`` and how it answered them: SYNs to it (without ACK), and
+    its SYN-ACKs (accepted) and resets (refused). Read by harness.files.pcap.refused_syns."""
+    port = int(port)
+    return (f"(tcp dst port {port} and (tcp[tcpflags] & (tcp-syn|tcp-ack)) == tcp-syn) or "
+            f"(tcp src port {port} and (tcp[tcpflags] & (tcp-syn|tcp-rst)) != 0)")
+
+
 def _pdeathsig_int() -> None:  # runs in the child before exec
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGINT, 0, 0, 0)  # PR_SET_PDEATHSIG
@@ -88,10 +96,11 @@ class Capture:
 
     def __init__(self, pcap_path: str, ports, interface: str = "lo", snaplen_bytes: int = 512,
                  buffer_kib: int = 65536, max_duration_s: float = 60.0, immediate: bool = False,
-                 tcpdump: str = "tcpdump"):
+                 tcpdump: str = "tcpdump", filter_text: str = ""):
         self.pcap_path = os.path.abspath(pcap_path)
         self.log_path = self.pcap_path + ".log"
-        self.filter = bpf_filter(ports)
+        # ``filter_text``: another capture's filter (syn_filter); default: the wire's payloads
+        self.filter = filter_text or bpf_filter(ports)
         self.interface = interface
         self.snaplen_bytes = int(snaplen_bytes)
         self.buffer_kib = int(buffer_kib)

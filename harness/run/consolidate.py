@@ -16,6 +16,7 @@ from harness.files.study_files import RunFiles
 from harness.model.manifests import IdentityCheck, WireCheck
 from harness.model.plan import RunSpec
 from harness.model.schema import MOCK_REQUESTS, REQUESTS
+from harness.model.truncation import TRUNCATED, answering_chars, truncated
 from harness.run.identity import join_requests
 from harness.run.wire import wire_times
 
@@ -48,20 +49,42 @@ class Consolidated:
 
 
 def consolidate(run_dir: Path, run_id: str, system: str, phases: dict,
-                mock: pd.DataFrame | None = None, capture: WireSource | None = None) -> Consolidated:
+                mock: pd.DataFrame | None = None, capture: WireSource | None = None,
+                stream: bool = False) -> Consolidated:
     """Raw CSVs -> consolidated -> joined with ``mock`` (the providers' rows of the load, as
-    mock_requests gives them) and ``capture`` -> requests.parquet."""
+    mock_requests gives them) and ``capture`` -> requests.parquet, each silent truncation
+    judged a failure (harness.model.truncation; ``stream``: the run streamed)."""
     run = RunFiles(run_dir)
     raw = run.read_raw_requests().sort_values("start_t_unix_s", kind="stable").reset_index(drop=True)
+    sent_chars = answering_chars(raw, mock)
+    raw = judge_truncations(raw, sent_chars, stream)
     start_t = raw["start_t_unix_s"].to_numpy()
     columns, identity_check = identity(raw, mock)
     wire_columns, wire_check = (wire(raw, run_dir, capture) if capture is not None
                                 else (_unmatched(len(raw), WIRE_COLUMNS), None))
     frame = stored_frame(REQUESTS, raw, run_id=run_id, system=system,
                          users=_users_at(start_t, raw, run.users_history()).astype("int32"),
-                         phase=phase_of(start_t, phases), **columns, **wire_columns)
+                         phase=phase_of(start_t, phases), content_chars_sent=sent_chars,
+                         **columns, **wire_columns)
     run.write_requests(frame)
     return Consolidated(frame, identity_check, wire_check)
+
+
+def judge_truncations(raw: pd.DataFrame, sent_chars: np.ndarray, stream: bool) -> pd.DataFrame:
+    """``raw`` with each silent truncation a failure of kind and class ``truncated``, its
+    error saying what was missing."""
+    cut = truncated(raw, sent_chars, stream)
+    if not cut.any():
+        return raw
+    raw = raw.copy()
+    done = raw["stream_done"].fillna(False).astype(bool).to_numpy()
+    why = np.where(stream & ~done, "a 200 without its dialect's terminal event",
+                   "a 200 with less content than the provider sent")
+    raw.loc[cut, "error_kind"] = TRUNCATED
+    raw.loc[cut, "error_class"] = TRUNCATED
+    raw.loc[cut, "error"] = why[cut]
+    raw.loc[cut, "error_body_dialect"] = "none"
+    return raw
 
 
 def phase_of(start_t: np.ndarray, phases: dict) -> np.ndarray:

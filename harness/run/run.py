@@ -14,6 +14,7 @@ from urllib.parse import urlparse
 
 import mocks
 from harness.files import limit_logs
+from harness.files.pcap import SYN_PCAP
 from harness.files.store import stored_frame
 from harness.files.study_files import RunFiles, StudyFiles
 from harness.host.processes import ProcessError, free_port, most_fds_in_tree
@@ -41,6 +42,7 @@ from harness.remote.machine import host_snapshot
 from harness.run import consolidate, limits, wire_window
 from harness.run import load as load_stage
 from harness.run.health_probe import HealthProbe
+from harness.run.capture import LINK_HEADERS_BYTES, Capture, CaptureError, syn_filter
 from harness.run.systems import start_mock, start_system
 from harness.run.verify import pre_request, warm_up
 from mocks.request_log import read_request_log
@@ -242,6 +244,28 @@ def _finish_capture(r: _Running) -> None:
         r.wire_check, r.wire_window = r.wire_window.finish(), None
 
 
+def _syn_capture(spec: RunSpec, run_dir: Path, port: int, progress: Callable[[str], None]):
+    """In a scenario whose provider refuses connections, tcpdump of the SYNs to its port for
+    the load (harness.files.pcap.refused_syns counts the refused ones); None elsewhere, or when
+    it cannot capture (then its amplification stays a lower bound, as the report says)."""
+    if not fault_scenarios.counts_syns(spec.mock.fault_scenario) or spec.topology.source:
+        return None
+    try:
+        return Capture(str(run_dir / SYN_PCAP), [port], filter_text=syn_filter(port),
+                       snaplen_bytes=LINK_HEADERS_BYTES,
+                       max_duration_s=load_stage.planned_load_s(spec) + SAMPLER_MARGIN_S).start()
+    except CaptureError as exc:
+        progress(f"SYNs not captured: {exc}".splitlines()[0])
+        return None
+
+
+def _stop_syn_capture(capture, progress: Callable[[str], None]) -> None:
+    try:
+        capture.stop()
+    except CaptureError as exc:
+        progress(f"SYN capture: {exc}".splitlines()[0])
+
+
 def _verify(r: _Running, spec: RunSpec, gateway: GatewaySpec,
             progress: Callable[[str], None]) -> None:
     """After the idle time and the system's warm-up requests, one request must reach the mock."""
@@ -300,6 +324,7 @@ def _drive_load(r: _Running, spec: RunSpec, run_dir: Path,
     mock_wait_at_start = _mock_wait_ns(r.mock, topology)
     if r.wire_window is not None:
         r.wire_window.start()
+    syns = _syn_capture(spec, run_dir, r.mock.port, progress)
     master_port = free_port() if topology.locust_workers else 0
     fit = r.manifest.steps_fit
     r.locust = load_stage.start_locust(spec, r.system.target, run_dir, master_port,
@@ -321,6 +346,8 @@ def _drive_load(r: _Running, spec: RunSpec, run_dir: Path,
         _finish_capture(r)  # never past the load
         if probe is not None:
             probe.stop()
+        if syns is not None:
+            _stop_syn_capture(syns, progress)
     r.mock_wait_ms = _elapsed_ms(mock_wait_at_start, _mock_wait_ns(r.mock, topology))
     result = load_stage.collect(r.locust, run_dir, load_started)
     r.manifest = replace(
@@ -382,7 +409,8 @@ def _finish(manifest: RunManifest, spec: RunSpec, run_dir: Path, mock, standby, 
     identity_check = None
     try:
         done = consolidate.consolidate(run_dir, spec.run_id, spec.system,
-                                       _phase_dict(manifest.phases), mock_rows, capture)
+                                       _phase_dict(manifest.phases), mock_rows, capture,
+                                       stream=spec.load.stream)
         rows, identity_check, wire_check = done.rows, done.identity, done.wire
         _write_samples(run_dir, spec)
     except Exception as exc:  # keep the raw files; say why the tables are missing

@@ -27,14 +27,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from harness.files.pcap import SYN_PCAP, refused_syns
 from harness.model.dialects import ERROR_BODY_CLASSES, GENERATION_PATHS
+from harness.model.fault_scenarios import SCENARIOS
 from harness.model.manifests import RunManifest
+from harness.stats import fault_scenarios as FS
 from harness.stats.across import describe
-from harness.stats.fault_requests import request_figures, request_outcomes, tts_curve
+from harness.stats.fault_requests import request_figures, request_outcomes, sent_in, tts_curve
 from harness.stats.loading import Study, mock_latency_ms
 from harness.stats.rows import is_success, percentile
 
@@ -62,7 +66,7 @@ RUN_COLUMNS = ("run_id", "system", "run_index", "run_status", "scenario", "resil
                "resilience_note", "stayed_up", "fault_start_t_unix_s", "fault_end_t_unix_s",
                "hold_start_t_unix_s", "hold_end_t_unix_s", "before_p50_ms", "recovery_s",
                "recovered", "rss_peak_bytes", "failback_s", "failed_back", *SENT_DURING,
-               "tts_curve")
+               "tts_curve", "refused_attempts", *FS.FIGURES)
 # A system's figures over its runs in one study (``system_figures``): name -> (window, column)
 # of a window figure, or (None, column) of a run figure.
 SYSTEM_FIGURES = {
@@ -81,9 +85,11 @@ SYSTEM_FIGURES = {
     **{name: (None, name) for name in ("first_attempt_failure_share", "excess_amplification",
                                         "tts_p50_ms", "tts_p99_ms",
                                         "time_weighted_success", "attempts_after_window_share")},
+    # the scenarios' own questions (harness.stats.fault_scenarios), NaN where they do not apply
+    **{name: (None, name) for name in FS.FIGURES if name != "client_statuses"},
 }
 SYSTEM_COLUMNS = ("system", "resilience", "resilience_note", "runs", "stayed_up", "recovered",
-                  "failed_back", "tts_curve",
+                  "failed_back", "tts_curve", "client_statuses",
                   *(f"{name}_{k}" for name in SYSTEM_FIGURES for k in ("n", "mean", "sd")))
 
 
@@ -197,9 +203,10 @@ def fault_window_of(run: RunManifest, armed_t_unix_s: float | None) -> FaultWind
 
 
 def run_fault_figures(run: RunManifest, client: pd.DataFrame, mock: pd.DataFrame,
-                      samples: pd.DataFrame, fault: FaultWindow,
-                      set_latency_ms: float) -> tuple[list[dict], dict]:
-    """(one record per window, the run's record) for one run."""
+                      samples: pd.DataFrame, fault: FaultWindow, set_latency_ms: float,
+                      refused_ns: list[int] | None = None) -> tuple[list[dict], dict]:
+    """(one record per window, the run's record) for one run; ``refused_ns``: the connection
+    attempts its provider refused (refused_syns_of), None when none were captured."""
     hs, he = run.phases.t("hold_start"), run.phases.t("hold_end")
     base = {"run_id": run.run_id, "system": run.system, "run_index": run.run_index,
             "run_status": run.status, "scenario": run.spec.mock.fault_scenario if run.spec else "",
@@ -219,7 +226,8 @@ def run_fault_figures(run: RunManifest, client: pd.DataFrame, mock: pd.DataFrame
                "hold_start_t_unix_s": hs, "hold_end_t_unix_s": he, "before_p50_ms": before_p50,
                "recovery_s": rec_s, "recovered": not math.isnan(rec_s),
                "rss_peak_bytes": _rss_peak(samples, hs, he) if recs else math.nan,
-               **_failback(gen, fault.end_t_unix_s, he), **_sent_during(client, gen, recs)}
+               **_failback(gen, fault.end_t_unix_s, he),
+               **_sent_during(client, gen, recs, base["scenario"], refused_ns)}
     return recs, summary
 
 
@@ -248,16 +256,49 @@ def _failback(generation: pd.DataFrame, fault_end: float, hold_end: float) -> di
     return {"failback_s": seconds, "failed_back": float(not math.isnan(seconds))}
 
 
-def _sent_during(client: pd.DataFrame, generation: pd.DataFrame, recs: list[dict]) -> dict:
-    """The fault window's requests counted per request (SENT_DURING; NaN without a window)."""
+def _sent_during(client: pd.DataFrame, generation: pd.DataFrame, recs: list[dict],
+                 scenario: str, refused_ns: list[int] | None = None) -> dict:
+    """The fault window's requests counted per request (SENT_DURING; NaN without a window),
+    with the scenario's own figures (harness.stats.fault_scenarios)."""
     during = next((r for r in recs if r["window"] == "during"), None)
     if during is None:
-        return {**{name: math.nan for name in SENT_DURING}, "tts_curve": []}
+        return {**{name: math.nan for name in SENT_DURING}, "tts_curve": [],
+                "refused_attempts": math.nan,
+                **{name: math.nan for name in FS.FIGURES}, "client_statuses": ""}
     lo, hi = during["start_t_unix_s"], during["end_t_unix_s"]
     outcomes = request_outcomes(client, generation, lo, hi)
     figures = request_figures(outcomes, lo, hi)
+    refused = math.nan
+    if refused_ns is not None:
+        # a refused connection reaches no provider log: counted from the capture, it makes the
+        # amplification whole (every refusal of a provider_down run falls in its down window)
+        refused = len(refused_ns)
+        if figures["requests"]:
+            figures["amplification"] = (figures["attempts_seen"] + refused) / figures["requests"]
     return {**{name: figures[figure] for name, figure in SENT_DURING.items()},
-            "tts_curve": tts_curve(outcomes)}
+            "refused_attempts": refused,
+            "tts_curve": tts_curve(outcomes),
+            **FS.scenario_figures(sent_in(client, lo, hi), generation, retry_after_of(scenario))}
+
+
+def retry_after_of(scenario: str) -> float:
+    """The Retry-After (s) the scenario's provider gives with its 429s; NaN when it gives none."""
+    sc = SCENARIOS.get(scenario)
+    given = [spec["retry_after_s"] for spec in (sc.specs if sc else ()) if "retry_after_s" in spec]
+    return float(max(given)) if given else math.nan
+
+
+def refused_syns_of(run_dir) -> list[int] | None:
+    """The SYNs the run's provider refused (harness.files.pcap.refused_syns of its syn.pcap);
+    None when the run captured none (a scenario that does not refuse connections, or no
+    tcpdump): then its amplification counts only what reached the provider."""
+    path = Path(run_dir) / SYN_PCAP if run_dir is not None else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        return refused_syns(str(path))
+    except (OSError, ValueError):
+        return None
 
 
 def fault_summary(study: Study) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -271,7 +312,8 @@ def fault_summary(study: Study) -> tuple[pd.DataFrame, pd.DataFrame]:
         client = study.requests[study.requests["run_id"] == run.run_id]
         samples = study.samples[study.samples["run_id"] == run.run_id]
         recs, summary = run_fault_figures(run, client, study.mock_requests(run.run_id), samples, fault,
-                                          mock_latency_ms(study, run))
+                                          mock_latency_ms(study, run),
+                                          refused_syns_of(study.run_dirs.get(run.run_id)))
         win += recs
         per_run.append(summary)
     return (pd.DataFrame(win, columns=list(WINDOW_COLUMNS)),
@@ -323,7 +365,8 @@ def system_figures(per_window: pd.DataFrame, per_run: pd.DataFrame) -> pd.DataFr
                "recovered": int(runs["recovered"].sum()),
                # NaN without a standby provider: failback does not apply
                "failed_back": runs["failed_back"].astype("float64").sum(min_count=1),
-               "tts_curve": _mean_curve(runs["tts_curve"])}
+               "tts_curve": _mean_curve(runs["tts_curve"]),
+               "client_statuses": " | ".join(str(x) for x in runs["client_statuses"])}
         for name, (window, column) in SYSTEM_FIGURES.items():
             if window is None:
                 values = runs[column]

@@ -5,8 +5,9 @@ window (when the provider is healthy again) out of "during", and flatter slow re
 
 In open loop a request is placed by its intended start (its slot in the arrival schedule, the
 same for every system), else by when it was sent. Per request: ``attempts`` (its generation rows in the mock logs), ``first_attempt_failed`` (its
-earliest attempt was answered with a status ≥ 400 or cut by an injected reset, stall or
-malformed body), ``attempts_after_window`` (of them, those whose body reached a mock at or after
+earliest attempt was answered with a status ≥ 400 or ended without a whole answer: reset,
+closed, cut without its terminal event, ended by an error event, never answered; the mock's
+``ended`` column), ``attempts_after_window`` (of them, those whose body reached a mock at or after
 the window's end), ``ok`` (the client saw a success) and ``time_to_success_ms`` (its latency
 when it succeeded, infinite when it failed: a failure is never a success, however fast).
 
@@ -36,7 +37,13 @@ import pandas as pd
 
 from harness.stats.rows import is_success
 
-# Injected faults that leave a client without a usable answer although the head said 200.
+# How a provider's answer ended when it left the system without a usable answer, whatever the
+# head said (mocks.request_log): cut by a reset or a close, a stream without its terminal event,
+# the dialect's error event, never answered, or closed by a down window.
+FAILED_ENDINGS = ("fault_reset", "fault_closed", "fault_cut", "fault_error_event",
+                  "never_answered", "mock_closed")
+# In a mock log without ``ended`` (before version 4): the injected faults that did the same (a
+# malformed body ends complete, and fails in every version).
 FAILING_FAULTS = ("reset", "stall", "malformed")
 TTS_PERCENTILES = (50, 99)
 BIN_S = 1.0
@@ -69,17 +76,22 @@ def frontier(rows: list[dict]) -> list[dict]:
 
 
 def attempt_failed(mock: pd.DataFrame) -> pd.Series:
-    """True where a provider's answer to an attempt was a failure."""
-    fault = mock["fault"].fillna("").astype(str)
-    return (mock["status_code"] >= 400) | fault.str.split(":").str[0].isin(FAILING_FAULTS)
+    """True where a provider's answer to an attempt was a failure: an error status, or an
+    answer that ended without being whole (``ended``; in an older log, its injected fault)."""
+    kind = mock["fault"].fillna("").astype(str).str.split(":").str[0].to_numpy()
+    failed = kind == "malformed"   # a whole body, which no client can read
+    ended = (mock["ended"].astype("string").fillna("").to_numpy() if "ended" in mock
+             else np.full(len(mock), ""))
+    known = ended != ""
+    failed |= np.where(known, np.isin(ended, FAILED_ENDINGS), np.isin(kind, FAILING_FAULTS))
+    return pd.Series((mock["status_code"].to_numpy() >= 400) | failed, index=mock.index)
 
 
 def request_outcomes(client: pd.DataFrame, generation: pd.DataFrame, lo: float,
                      hi: float) -> pd.DataFrame:
     """OUTCOME_COLUMNS for each client request sent in [lo, hi); ``generation``: the run's
     generation rows of every provider (harness.stats.fault_lane.generation_rows)."""
-    sent_t = _sent_t(client)
-    sent = client[(sent_t >= lo) & (sent_t < hi)]
+    sent = sent_in(client, lo, hi)
     ids = sent["request_id"].astype("string").fillna("")
     attempts = generation[generation["request_id"].astype("string").fillna("") != ""]
     attempts = attempts.assign(failed=attempt_failed(attempts).to_numpy(),
@@ -100,6 +112,12 @@ def request_outcomes(client: pd.DataFrame, generation: pd.DataFrame, lo: float,
         "first_attempt_failed": joined["first_attempt_failed"].astype("boolean").to_numpy(),
         "attempts_after_window": joined["attempts_after_window"].fillna(0).to_numpy(dtype="float64"),
     }, columns=list(OUTCOME_COLUMNS))
+
+
+def sent_in(client: pd.DataFrame, lo: float, hi: float) -> pd.DataFrame:
+    """The client rows due in [lo, hi) (by _sent_t)."""
+    sent_t = _sent_t(client)
+    return client[(sent_t >= lo) & (sent_t < hi)]
 
 
 def _sent_t(client: pd.DataFrame) -> pd.Series:

@@ -127,7 +127,7 @@ def classify(row: Mapping) -> tuple[Label, list[str]]:
                        f"the window (> {OTHER_CPU_LIMIT_PERCENT:.0f}%)")
     failures = sum(int(as_float(row.get(f"errors_{k}")) or 0) for k in ERROR_KINDS
                    if not math.isnan(as_float(row.get(f"errors_{k}"))))
-    if failures:
+    if failures and not row.get("fault_scenario"):
         parts = [f"{int(row.get(f'errors_{k}'))} {k}" for k in ERROR_KINDS
                  if as_float(row.get(f"errors_{k}")) > 0]
         reasons.append(f"{failures} failed request{'s' if failures != 1 else ''} "
@@ -225,6 +225,8 @@ def _identity_figures(v: RunView) -> dict:
         "run_id": run.run_id, "system": run.system, "run_index": run.run_index,
         "round": run.round, "position": run.position, "status": run.status or "unknown",
         "reason": run.reason, "comparison_key": run.comparison_key,
+        # the provider-fault lane injects failures: they are the run's subject, not its limit
+        "fault_scenario": run.spec.mock.fault_scenario if run.spec is not None else "",
         "window_start_t_unix_s": v.hold_start, "window_end_t_unix_s": v.hold_end,
         "window_s": window_s, "requests_total": int(len(v.rows)),
         "requests_in_window": int(len(v.window)), "successful_in_window": int(len(v.ok)),

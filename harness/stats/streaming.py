@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from harness.model.roles import Roles
+from harness.model.truncation import TRUNCATED
 from harness.stats.loading import Study, as_float
 from harness.stats.rows import percentile, successful
 from harness.stats.runs import window_rows
@@ -34,6 +35,9 @@ def stream_summary(study: Study, floor: str | None = None) -> pd.DataFrame:
         rec = {"run_id": run.run_id, "system": run.system,
                "status": run.status, "streams": int(len(ok)),
                "failed_streams": int(len(rows) - len(ok)),
+               # of them, the 200s cut short without an error (harness.model.truncation)
+               "silent_truncations": int((rows["error_kind"].astype("string").fillna("")
+                                          == TRUNCATED).sum()),
                "ttfb_p50_ms": percentile(ok["ttfb_ms"], 50), "ttft_p50_ms": percentile(ok["ttft_ms"], 50),
                "ttft_p95_ms": percentile(ok["ttft_ms"], 95), "ttft_p99_ms": percentile(ok["ttft_ms"], 99),
                "gap_p50_ms": percentile(gaps, 50), "gap_p99_ms": percentile(gaps, 99),

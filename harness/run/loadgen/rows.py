@@ -4,6 +4,7 @@ its error is classed here. Also kept per process: requests still open when it st
 Locust's own high-CPU warnings. Locust calls these through the events the locustfile wires up."""
 from __future__ import annotations
 
+import email.utils
 import os
 import time
 
@@ -36,6 +37,21 @@ def classify(exception, status_code: int) -> tuple[str, str]:
     if status_code:
         return "http", text
     return "other", text
+
+
+def retry_after_s(value) -> float | str:
+    """A ``Retry-After`` header in seconds: its delta-seconds, or the seconds until its HTTP
+    date; "" when absent or unreadable."""
+    if not value:
+        return ""
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return ""
 
 
 def transport_error(exception, response, context: dict):
@@ -98,6 +114,8 @@ class RawRows:
         if transport is not None and transport is not exception:  # what "HTTP 0" stood for
             error = f"{error} ({type(transport).__name__}: {transport})"[:ERROR_TEXT_MAX_CHARS]
         error_class = failure_class(transport, status) if transport is not None else ""
+        if kind and context.get("stream_error_event"):
+            error_class = "error_event"
         runner = self.runner
         timing = context.get("stream") or {}
         slot = context.get("slot") or ("", "", "", "")
@@ -116,7 +134,8 @@ class RawRows:
             "request_id": context.get("request_id", ""),
             # a failure the task did not judge (a stream cut short, no response) had no error body
             "error_body_dialect": context.get("error_body_dialect", "none") if kind else "",
-            "error_class": error_class,
+            "error_class": error_class, "content_chars": context.get("content_chars", ""),
+            "retry_after_s": retry_after_s(headers.get("retry-after")),
             "abandoned_t_unix_s": (f"{context['abandoned_t_unix_s']:.6f}"
                                    if "abandoned_t_unix_s" in context else "")})
         self.maybe_flush(time.monotonic())

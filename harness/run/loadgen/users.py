@@ -10,7 +10,13 @@ import gevent
 from gevent import GreenletExit
 from locust import FastHttpUser, constant, task
 
-from harness.model.dialects import ERROR_BODY_PREFIX_BYTES, error_body_dialect
+from harness.model.dialects import (
+    ERROR_BODY_PREFIX_BYTES,
+    error_body_dialect,
+    frame_content_chars,
+    is_error_event,
+    unary_content_chars,
+)
 from harness.model.load_settings import LoadSettings
 from harness.run.loadgen.abandon import Streams
 from harness.run.loadgen.request_ids import RequestIds
@@ -84,6 +90,9 @@ class ChatUser(FastHttpUser):
                 elif not resp.content or self.unary_marker not in resp.content:
                     self._judge_error_body(resp, resp.content)
                     resp.failure("HTTP 200 without a chat completion body")
+                else:
+                    resp.request_meta["context"]["content_chars"] = unary_content_chars(
+                        self.settings.dialect, resp.content)
         except GreenletExit:
             self.rows.killed_inflight += 1
             raise
@@ -108,7 +117,8 @@ class ChatUser(FastHttpUser):
                     pass
                 resp.failure(f"HTTP {resp.status_code}")
                 return
-            arrivals, size, broken = [], 0, None
+            arrivals, size, chars, error_event, broken = [], 0, 0, False, None
+            dialect = self.settings.dialect
             if self.streams is not None:
                 self.streams.open(self, resp)
             try:
@@ -122,15 +132,24 @@ class ChatUser(FastHttpUser):
                             timing["done"] = True
                         elif self.content_frame.search(line):
                             arrivals.append(time.perf_counter())
+                            chars += frame_content_chars(dialect, line)
+                        elif not error_event and is_error_event(dialect, line):
+                            error_event = True
             except Exception as exc:
                 broken = exc
+            context = resp.request_meta["context"]
+            context["content_chars"] = chars
             left = self.streams.close(self) if self.streams is not None else None
             if left is not None:  # the client left it (the abandon wave): not the system's doing
-                resp.request_meta["context"]["abandoned_t_unix_s"] = left[0]
+                context["abandoned_t_unix_s"] = left[0]
                 resp.success()
             elif broken is not None:  # a stream cut short is that system's error
-                resp.request_meta["context"]["transport_error"] = broken
+                context["transport_error"] = broken
                 resp.failure(f"stream broken after {len(arrivals)} frames: {type(broken).__name__}")
+            elif error_event:  # the clean error of a stream already started: a client SDK raises it
+                context["stream_error_event"] = True
+                context["error_body_dialect"] = "client"
+                resp.failure(f"stream ended by its dialect's error event after {len(arrivals)} frames")
             end = time.perf_counter()
             resp.request_meta["response_time"] = (end - start) * 1000.0
             resp.request_meta["response_length"] = size
