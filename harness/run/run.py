@@ -41,8 +41,8 @@ from harness.remote import hosts
 from harness.remote.machine import host_snapshot
 from harness.run import consolidate, limits, wire_window
 from harness.run import load as load_stage
-from harness.run.health_probe import HealthProbe
 from harness.run.capture import LINK_HEADERS_BYTES, Capture, CaptureError, syn_filter
+from harness.run.health_probe import HealthProbe
 from harness.run.systems import start_mock, start_system
 from harness.run.verify import pre_request, warm_up
 from mocks.request_log import read_request_log

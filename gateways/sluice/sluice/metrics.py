@@ -185,7 +185,8 @@ GAUGE_HELP = {
     "sluice_asyncio_tasks": "asyncio tasks alive (only upstream connects use tasks).",
     "sluice_workers": "Worker processes reporting.",
     "sluice_resident_memory_bytes": "Resident memory summed over the reporting workers.",
-    "sluice_request_body_bytes_held": "Request body bytes held (arriving, queued, in flight) and provider answers buffered to be translated, summed over the reporting workers.",
+    "sluice_request_body_bytes_held": ("Request body bytes held (arriving, queued, in flight) and provider "
+                                       "answers buffered to be translated, summed over the reporting workers."),
     "sluice_key_tokens_reserved": "Tokens reserved by in-flight requests, by virtual key.",
     "sluice_key_tokens_spent": "Tokens spent in the current budget period, by virtual key.",
     "sluice_ejected_deployments": "Deployments ejected by passive health now (1) or admitted (0), by model and provider.",
