@@ -165,12 +165,10 @@ def signed(x: Any, m: Metric | None) -> str:
 
 def effect(v: Mapping[str, Any], m: str | Metric) -> str:
     """The effect a verdict was judged on: '×1.08 ± 0.03', or for a DIFFERENCE verdict
-    '+3152.00 ms (3101.00 to 3203.00)'."""
+    '+3.15 s (95% CI +3.10 to +3.20 s)'."""
     m = _m(m)
     if v["basis"] is Basis.DIFFERENCE:
-        unit = f" {m.unit}" if m.unit and m.unit != "%" else ""
-        return (f"{signed(v['diff'], m)}{unit} "
-                f"({signed(v['diff_low'], m)} to {signed(v['diff_high'], m)})")
+        return figure_interval(v["diff"], v["diff_low"], v["diff_high"], m)
     if isnan(v["ratio"]):
         return DASH
     return times(v["ratio"]) + ("" if isnan(v["ratio_sd"]) else f" ± {v['ratio_sd']:.2g}")
@@ -186,9 +184,10 @@ def verdict_reason(v: Mapping[str, Any]) -> str:
     ptxt = f"Welch p = {p:.3g}" if not math.isnan(p) else "Welch p undefined"
     if basis is Basis.DIFFERENCE:
         m = metric(v["metric"]) if v.get("metric") in METRICS else None
-        unit = f" {m.unit}" if m and m.unit and m.unit != "%" else ""
-        dtxt = (f"difference {signed(v['diff'], m)}{unit} (95% CI {signed(v['diff_low'], m)} to "
-                f"{signed(v['diff_high'], m)}), compared as a difference: the reference's mean "
+        how = (figure_interval(v["diff"], v["diff_low"], v["diff_high"], m) if m else
+               f"{signed(v['diff'], m)} (95% CI {signed(v['diff_low'], m)} to "
+               f"{signed(v['diff_high'], m)})")
+        dtxt = (f"difference {how}, compared as a difference: the reference's mean "
                 f"({v['mean_ref']:.3g}) is ≤ 0 or not clear of zero, so a ratio would mislead")
         if v["outcome"] is not Outcome.NO_CLEAR_DIFFERENCE:
             return f"{dtxt}; {ptxt} < {VERDICT_ALPHA:g}"
