@@ -11,6 +11,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 from harness.model.metrics import METRICS, Metric, metric
+from harness.model.quantities import quantity, with_interval
 from harness.stats.definitions import VERDICT_ALPHA, VERDICT_MIN_EFFECT
 from harness.stats.outcomes import Basis, Outcome
 
@@ -46,6 +47,25 @@ def value(x: Any, m: str | Metric, unit: bool = False) -> str:
     return num(x, m.digits, m.scale, suffix)
 
 
+def figure(x: Any, m: str | Metric | None = None, sign: bool = False) -> str:
+    """A figure in a sentence, as a person writes it: three significant digits in the unit that
+    suits it ("5.97 s", "230 MiB", "2.13 M"); ``m``: the metric it is a value of (None: a plain
+    count)."""
+    if isnan(x):
+        return DASH
+    m = _m(m) if m is not None else None
+    return quantity(float(x) / (m.scale if m else 1.0), m.unit if m else "", sign)
+
+
+def figure_interval(x: Any, low: Any, high: Any, m: str | Metric, sign: bool = True) -> str:
+    """A figure and its 95% CI in the figure's unit: "+5.97 s (95% CI +3.29 to +8.65 s)"."""
+    if isnan(x):
+        return DASH
+    m = _m(m)
+    scaled = [None if isnan(v) else float(v) / m.scale for v in (x, low, high)]
+    return with_interval(*scaled, m.unit, sign)
+
+
 def heading(m: str | Metric, qualifier: str = "") -> str:
     """A column heading: the metric's label (plus a table's qualifier, e.g. "added") and its unit."""
     m = _m(m)
@@ -54,11 +74,12 @@ def heading(m: str | Metric, qualifier: str = "") -> str:
 
 
 def compact_digits(x: float, digits: int) -> int:
-    """The registry's decimals, but no more than four significant digits in all: '4225', not
-    '4224.68' (a narrow table; the exact value is in the artifacts)."""
+    """The registry's decimals, but no more than three significant digits, whole digits all
+    kept: '4225', not '4224.68'; '12.3', not '12.345' (a narrow table, its unit in the heading;
+    the exact value is in the artifacts)."""
     if isnan(x) or x == 0:
         return digits
-    return min(digits, max(0, 3 - math.floor(math.log10(abs(x)))))
+    return min(digits, max(0, 2 - math.floor(math.log10(abs(x)))))
 
 
 def mean_sd(d: Mapping[str, Any], m: str | Metric, n: bool = True, compact: bool = False) -> str:
@@ -144,12 +165,10 @@ def signed(x: Any, m: Metric | None) -> str:
 
 def effect(v: Mapping[str, Any], m: str | Metric) -> str:
     """The effect a verdict was judged on: '×1.08 ± 0.03', or for a DIFFERENCE verdict
-    '+3152.00 ms (3101.00 to 3203.00)'."""
+    '+3.15 s (95% CI +3.10 to +3.20 s)'."""
     m = _m(m)
     if v["basis"] is Basis.DIFFERENCE:
-        unit = f" {m.unit}" if m.unit and m.unit != "%" else ""
-        return (f"{signed(v['diff'], m)}{unit} "
-                f"({signed(v['diff_low'], m)} to {signed(v['diff_high'], m)})")
+        return figure_interval(v["diff"], v["diff_low"], v["diff_high"], m)
     if isnan(v["ratio"]):
         return DASH
     return times(v["ratio"]) + ("" if isnan(v["ratio_sd"]) else f" ± {v['ratio_sd']:.2g}")
@@ -165,9 +184,10 @@ def verdict_reason(v: Mapping[str, Any]) -> str:
     ptxt = f"Welch p = {p:.3g}" if not math.isnan(p) else "Welch p undefined"
     if basis is Basis.DIFFERENCE:
         m = metric(v["metric"]) if v.get("metric") in METRICS else None
-        unit = f" {m.unit}" if m and m.unit and m.unit != "%" else ""
-        dtxt = (f"difference {signed(v['diff'], m)}{unit} (95% CI {signed(v['diff_low'], m)} to "
-                f"{signed(v['diff_high'], m)}), compared as a difference: the reference's mean "
+        how = (figure_interval(v["diff"], v["diff_low"], v["diff_high"], m) if m else
+               f"{signed(v['diff'], m)} (95% CI {signed(v['diff_low'], m)} to "
+               f"{signed(v['diff_high'], m)})")
+        dtxt = (f"difference {how}, compared as a difference: the reference's mean "
                 f"({v['mean_ref']:.3g}) is ≤ 0 or not clear of zero, so a ratio would mislead")
         if v["outcome"] is not Outcome.NO_CLEAR_DIFFERENCE:
             return f"{dtxt}; {ptxt} < {VERDICT_ALPHA:g}"

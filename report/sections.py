@@ -103,17 +103,21 @@ def section_banner(data: ReportData) -> str:
     measured = [s for s in systems if s["completed"] > 0]
     behaviour = [s for s in measured if s["label"] == Label.BEHAVIOUR.value]
     kind = (Label.FAILED if not measured else Label.BEHAVIOUR if behaviour else Label.CAPACITY)
-    unstable = []
+    unstable, unstable_systems = [], []
     if len(data.summary):
         u = data.summary[(data.summary["unstable"]) & (data.summary["metric"] != "errors_total")]
         for system, g in u.groupby("system", sort=False):
+            unstable_systems.append(system)
             unstable.append(f"{system}: " + ", ".join(
                 f"{metric(mm).label} (CoV {c:.0%})" for mm, c in zip(g["metric"], g["cov"])))
-    return render("banner.html.j2", kind=kind.value, limits=summary.limits(data.labels),
-                  cores=None if math.isnan(cores) else int(cores), n_behaviour=len(behaviour),
+    failed_runs = [r for r in data.study.runs if r.status != "completed"]
+    cores = None if math.isnan(cores) else int(cores)
+    line = summary.banner_line(kind.value, [s["system"] for s in behaviour], len(measured), cores,
+                               m.status, unstable_systems, len(failed_runs))
+    return render("banner.html.j2", kind=kind.value, line=line, limits=summary.limits(data.labels),
+                  cores=cores, n_behaviour=len(behaviour),
                   n_measured=len(measured), systems=systems, study_status=m.status,
-                  study_reason=m.reason, unstable=unstable,
-                  failed_runs=[r for r in data.study.runs if r.status != "completed"])
+                  study_reason=m.reason, unstable=unstable, failed_runs=failed_runs)
 
 
 def section_summary(data: ReportData) -> str:

@@ -9,6 +9,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 import pandas as pd
+from markupsafe import Markup, escape
 
 from harness.model.metrics import metric
 from harness.model.roles import FLOOR
@@ -41,9 +42,7 @@ def _finding(r: pd.Series) -> Sentence:
     m = metric(r["metric"])
     word = F.verdict_word(r["outcome"], m)
     if r["basis"] is Basis.DIFFERENCE:
-        unit = f" {m.unit}" if m.unit and m.unit != "%" else ""
-        how = (f"{F.signed(r['diff'], m)}{unit} (95% CI {F.signed(r['diff_low'], m)}"
-               f" to {F.signed(r['diff_high'], m)})")
+        how = F.figure_interval(r["diff"], r["diff_low"], r["diff_high"], m)
     else:
         how = F.times(r["ratio"])
     source = OVERHEAD_SOURCE.get(r["metric"])
@@ -126,6 +125,48 @@ def undecided(data: ReportData) -> tuple[list[str], list[str]]:
     none = [s for s in data.study.systems if s in set(c["system"]) and s not in found
             and s not in too_few]
     return none, too_few
+
+
+def _some(names: list[str], of: int, noun: str = "systems") -> str:
+    """'litellm and mlflow', or '4 of 7 systems' when naming them all would not fit a line."""
+    if len(names) > 3:
+        return f"{len(names)} of {of} {noun}"
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def banner_line(kind: str, behaviour: list[str], n_measured: int, cores: int | None,
+                study_status: str = "completed", unstable: list[str] = (),
+                failed_runs: int = 0) -> Markup:
+    """The banner's one line: what a reader must know before trusting the table (the study's
+    state, behaviour or capacity, unstable run sets, runs that failed), each said once, for
+    every system at once where it holds for all; the reasons go under "Why". ``behaviour`` and
+    ``unstable``: the systems concerned."""
+    parts = []
+    if study_status != "completed":
+        parts.append(Markup("<strong>This study is {}.</strong> The figures cover the runs that "
+                            "completed.").format(study_status))
+    machine = f"on this {cores}-core machine" if cores is not None else "on this machine"
+    if kind == Label.FAILED.value:
+        parts.append(Markup("<strong>No system completed a run</strong>: there is nothing to "
+                            "compare."))
+    elif kind == Label.BEHAVIOUR.value and len(behaviour) >= n_measured:
+        parts.append(Markup("<strong>Behaviour, not capacity.</strong> Read every figure as how "
+                            "the system behaved {}, not as the most it can do.").format(machine))
+    elif kind == Label.BEHAVIOUR.value:
+        parts.append(Markup("<strong>Behaviour, not capacity.</strong> For {}, read the figures "
+                            "as how the system behaved {}.").format(
+                                _some(list(behaviour), n_measured), machine))
+    else:
+        parts.append(Markup("<strong>Capacity.</strong> For every system, nothing but the system "
+                            "limited the result."))
+    if unstable and len(unstable) >= n_measured:
+        parts.append("Every system's run set is unstable: the intervals are wide.")
+    elif unstable:
+        parts.append(f"Unstable run sets: {_some(list(unstable), n_measured)}.")
+    if failed_runs:
+        parts.append(f"{failed_runs} run{'s' if failed_runs != 1 else ''} did not complete and "
+                     f"{'are' if failed_runs != 1 else 'is'} never averaged.")
+    return Markup(" ").join(p if isinstance(p, Markup) else escape(p) for p in parts)
 
 
 def reason_gist(reason: str) -> str:

@@ -200,7 +200,7 @@ def _counted_cell(data: ReportData, system: str) -> Cell:
     """The plain relay's instructions per request from the counting lane, or why there is none."""
     n = instructions_of(data.counts, system)
     if n is not None:
-        return Cell((Part(f"{n / 1000:,.0f}k"),), "n", title=f"{n:,.0f} instructions per "
+        return Cell((Part(F.figure(n)),), "n", title=f"{n:,.0f} instructions per "
                     "request under Valgrind (the counting lane)")
     sel = data.counts[data.counts["system"] == system]
     why = "; ".join(x for x in sel["missing"] if x) or "not counted"

@@ -118,3 +118,24 @@ def test_a_rise_over_the_limit_fails_and_a_fall_is_reported():
     assert not worse.ok and worse.failed == ("plain: instructions +2.1%",)
     better = judge(_record({"plain": (50_000, 53_000, 53_000)}))
     assert better.ok and "better" in better.lines[0]
+
+
+def test_a_system_is_given_its_declared_start_time_under_valgrind(tmp_path, monkeypatch):
+    import dataclasses
+
+    from harness.model.gateway_spec import load_gateway_spec
+    from harness.run import count_system
+
+    asked = []
+
+    def start_system(spec, run_dir, url, provider_port, workers, ready_timeout_s, **kw):
+        asked.append(ready_timeout_s)
+        raise OSError("not started here")
+
+    monkeypatch.setattr(count_system, "start_system", start_system)
+    nginx = load_gateway_spec("nginx")
+    for spec in (nginx, dataclasses.replace(nginx, counted_ready_timeout_s=1200.0)):
+        with pytest.raises(CountError, match="not started here"):
+            count_system._run_cases(spec, (), Sizes(), tmp_path, (), {}, 1,
+                                    lambda *a: None, lambda s: None)
+    assert asked == [count_system.READY_TIMEOUT_S, 1200.0]

@@ -365,3 +365,14 @@ def test_the_declared_files_are_what_the_declaration_names():
         spec = load_gateway_spec(name)
         assert "WHY.md" not in spec.declared_files()
         assert set(spec.files_sha256()) == set(spec.declared_files())
+
+
+def test_a_declared_counted_ready_time_is_read_and_bounded(tmp_path):
+    start = '[start]\ncommand = ["run", "{{port}}"]\n'
+    d = write(tmp_path, "x", BASE + start + '[ready]\ncounted_timeout_s = 1200\n')
+    assert load_gateway_spec("x", d).counted_ready_timeout_s == 1200.0
+    assert load_gateway_spec("nginx").counted_ready_timeout_s is None
+    for bad in ("0", "100000", '"long"'):
+        (d / "x" / "gateway.toml").write_text(BASE + start + f'[ready]\ncounted_timeout_s = {bad}\n')
+        with pytest.raises(GatewaySpecError, match=r"\[ready\] counted_timeout_s"):
+            load_gateway_spec("x", d)

@@ -215,3 +215,46 @@ def test_bad_wire_parameters_are_named(tmp_path, field, value):
 def test_wire_defaults():
     c = StudyConfig()
     assert (c.wire_capture_s, c.wire_capture_offset_s, c.wire_snaplen_bytes) == (20.0, 2.0, 512)
+
+
+def _captured(tmp_path):
+    from test_wire import GW, MOCK, Pcap, exchange
+    p = Pcap()
+    exchange(p, 50001, 50101, "a", 0)
+    p.write(tmp_path / "wire.pcap")
+    check = WireCheck(captured=True, pcap_file="wire.pcap",
+                      pcap_bytes=(tmp_path / "wire.pcap").stat().st_size)
+    return check, MOCK, GW
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_capture_is_kept_only_when_asked_once_its_times_are_read(tmp_path, keep):
+    check, mock_port, gateway_port = _captured(tmp_path)
+    columns, out = consolidate.wire(_client(["a"]), tmp_path,
+                                    consolidate.WireSource(check, mock_port, gateway_port, keep))
+    assert columns["wire_in_gateway_us"][0] > 0 and out.rows_with_wire_times == 1
+    assert (tmp_path / "wire.pcap").is_file() == keep
+    assert (out.pcap_file, bool(out.pcap_kept_reason)) == (("wire.pcap", False) if keep
+                                                          else ("", True))
+
+
+def test_the_providers_raw_logs_go_once_their_table_holds_every_row(tmp_path):
+    from harness.files.readers import ArtifactError
+    from harness.files.study_files import RunFiles
+    run = RunFiles(tmp_path)
+    log = _mock([_mock_row(f"r{i}", T0_NS + i, seq=i) for i in range(3)])
+    stats = [tmp_path / "mock-stats", tmp_path / "mock-standby-stats"]
+    for d in stats:
+        d.mkdir()
+        log.to_csv(d / "requests-9.csv", index=False)
+        (d / "stats-9.json").write_text("{}")
+    spec = SimpleNamespace(run_id="x-1", system="x")
+    rows = consolidate.mock_requests({"primary": log, "standby": log}, spec, math.nan)
+    run.write_mock_requests(rows)
+    with pytest.raises(ArtifactError, match="holds 6 rows, not the 7 written"):
+        run.drop_request_logs(stats, 7)
+    assert all((d / "requests-9.csv").is_file() for d in stats)
+    run.drop_request_logs(stats, len(rows))
+    assert not any((d / "requests-9.csv").exists() for d in stats)
+    assert all((d / "stats-9.json").is_file() for d in stats)   # the counters stay
+    assert len(run.read_mock_requests()) == 6

@@ -37,7 +37,8 @@ def test_the_wire_joins_both_connections(smoke_study, system):
     manifest, rows = _run(smoke_study.study_dir, system)
     wire = manifest["wire"]
     assert wire["captured"] and wire["join_rate"] >= 0.95, wire
-    assert wire["cpu_s"] is not None and (smoke_study.study_dir / "runs" / system / "1" / "wire.pcap").is_file()
+    assert wire["cpu_s"] is not None and wire["pcap_kept_reason"] and not wire["pcap_file"]
+    assert not (smoke_study.study_dir / "runs" / system / "1" / "wire.pcap").exists()  # read, gone
     timed = rows["wire_in_gateway_us"].dropna()
     assert len(timed) >= 10 and (timed > 0).all()
 
@@ -65,3 +66,14 @@ def test_capture_off_leaves_the_wire_figures_missing_with_the_reason(tmp_path):
                                 "reason": "not captured: wire_capture_s = 0"}
     assert rows["wire_in_gateway_us"].isna().all() and rows["net_overhead_ms"].notna().all()
     assert not (result.study_dir / "runs" / "nginx" / "1" / "wire.pcap").exists()
+
+
+def test_a_capture_asked_for_stays_beside_its_figures(tmp_path):
+    config = from_profile("smoke", gateways=["nginx"], out_dir=str(tmp_path), wire_capture_s=2.0,
+                          wire_capture_offset_s=1.0, hold_s=4.0, wire_keep_capture=True)
+    result = run_study(preflight(config), progress=lambda line: None)
+    manifest, rows = _run(result.study_dir, "nginx")
+    assert manifest["status"] == "completed", manifest["reason"]
+    assert manifest["wire"]["pcap_file"] == "wire.pcap" and not manifest["wire"]["pcap_kept_reason"]
+    assert (result.study_dir / "runs" / "nginx" / "1" / "wire.pcap").is_file()
+    assert rows["wire_in_gateway_us"].notna().any()

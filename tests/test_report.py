@@ -90,8 +90,8 @@ def _headline(html: str) -> dict[str, dict[str, str]]:
 def _fmt(values, digits):
     """A headline cell: 'mean ± sd' (the run count is its own column, the CI in a tooltip)."""
     v = np.asarray(values, dtype=float)
-    if v.mean() != 0:   # at most four significant digits
-        digits = min(digits, max(0, 3 - int(np.floor(np.log10(abs(v.mean()))))))
+    if v.mean() != 0:   # at most three significant digits, whole digits all kept
+        digits = min(digits, max(0, 2 - int(np.floor(np.log10(abs(v.mean()))))))
     if v.size == 1:
         return f"{v[0]:.{digits}f}"
     return f"{v.mean():.{digits}f} ± {v.std(ddof=1):.{digits}f}"
@@ -155,7 +155,7 @@ def test_headline_table_from_the_registry(syn):
     assert list(t.index) == ["direct", "nginx", "sluice", "litellm"]
     thr = [syn.expected[f"nginx-{i}"]["throughput_rps"] for i in (1, 2, 3)]
     assert t.loc["nginx", F.heading("throughput_rps")] == (
-        f"{np.mean(thr):.1f} ± {np.std(thr, ddof=1):.1f}")
+        f"{np.mean(thr):.0f} ± {np.std(thr, ddof=1):.0f}")       # three significant digits
     assert t.loc["litellm", "runs done"] == "2/3"
     assert t.loc["nginx", "vs nginx"] == "reference"
     assert "req/s: slower ×0.34" in t.loc["litellm", "vs nginx"]

@@ -52,6 +52,18 @@ def test_raw_rows_match_the_mock_count(smoke_study, system):
     assert 59.0 <= manifest["mock"]["hold_ms_p50"] <= 75.0
 
 
+def test_a_study_keeps_one_copy_of_each_fact_and_says_its_size(smoke_study, tmp_path):
+    for system in SYSTEMS:
+        d = smoke_study.run_dir(system)
+        assert (d / "mock_requests.parquet").is_file() and list((d / "mock-stats").iterdir())
+        assert not list(d.glob("mock*-stats/requests-*.csv")), "the raw logs beside their table"
+        assert not (d / "wire.pcap").exists(), "a capture nobody asked to keep"
+    assert smoke_study.lines[-1].endswith("on disk)"), smoke_study.lines[-1]
+    out = tmp_path / "report.html"     # the report reads the tables alone
+    assert main(["report", str(smoke_study.study_dir), "-o", str(out)]) == 0
+    assert 'id="headline"' in out.read_text()
+
+
 def test_parquet_schemas_and_hashes(smoke_study):
     d = smoke_study.run_dir("nginx")
     assert pq.read_schema(d / "requests.parquet").remove_metadata() == REQUEST_SCHEMA

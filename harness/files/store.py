@@ -65,6 +65,16 @@ def parquet_version(path: Path) -> int | None:
         return None
 
 
+def parquet_rows(path: Path) -> int:
+    """The number of rows a Parquet file holds (from its footer: nothing else is read)."""
+    return pq.ParquetFile(path).metadata.num_rows
+
+
+def tree_bytes(directory: Path) -> int:
+    """The size of every file under ``directory``."""
+    return sum(p.stat().st_size for p in Path(directory).rglob("*") if p.is_file())
+
+
 def read_raw_csv(paths: Iterable[Path], table: Table) -> pd.DataFrame:
     """Producers' raw CSVs, concatenated, every raw column cast to its type. A file cut short
     before its header (a process killed early) holds no rows."""

@@ -28,8 +28,10 @@ from harness.files.readers import (
 )
 from harness.files.store import (
     hash_run_files,
+    parquet_rows,
     read_raw_csv,
     sha256_file,
+    tree_bytes,
     write_json,
     write_table,
 )
@@ -40,6 +42,7 @@ from harness.model.manifests import RunManifest, StudyManifest
 from harness.model.plan import RunSpec
 from harness.model.schema import MOCK_REQUESTS, PROBES, REQUESTS, SAMPLES, Table
 from harness.model.suite import SuiteManifest
+from mocks.request_log import LOG_PREFIX, LOG_SUFFIX
 
 MANIFEST = "manifest.json"
 # Written by the load generator while it runs (the harness polls it), gone once the run ends:
@@ -181,8 +184,20 @@ class RunFiles:
         self.phases_path.unlink(missing_ok=True)
 
     def drop(self, name: str) -> None:
-        """Delete one of the run's files (a capture too large to keep)."""
+        """Delete one of the run's files (a capture whose figures are in requests.parquet)."""
         (self.dir / name).unlink(missing_ok=True)
+
+    def drop_request_logs(self, stats_dirs: list[Path], rows: int) -> None:
+        """Delete the providers' raw request logs once mock_requests.parquet holds their
+        ``rows``: the table is then the one copy. ArtifactError, and the logs kept, when the
+        stored table holds another number of rows."""
+        stored = parquet_rows(self.dir / MOCK_REQUESTS.file)
+        if stored != rows:
+            raise ArtifactError(f"{self.dir / MOCK_REQUESTS.file} holds {stored} rows, not the "
+                                f"{rows} written: the raw request logs are kept")
+        for stats_dir in stats_dirs:
+            for path in Path(stats_dir).glob(f"{LOG_PREFIX}*{LOG_SUFFIX}"):
+                path.unlink()
 
     def hash_files(self) -> dict[str, str]:
         return hash_run_files(self.dir)
@@ -319,6 +334,10 @@ class StudyFiles:
         """A run directory as the study manifest records it (relative to the study)."""
         path = Path(relative)
         return RunFiles(path if path.is_absolute() else self.dir / path)
+
+    def size_bytes(self) -> int:
+        """What the study holds on disk: every file under its directory."""
+        return tree_bytes(self.dir)
 
     def install_log(self, system: str, what: str = "log") -> Path:
         return self.dir / "install" / f"{system}.{what}"

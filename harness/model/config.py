@@ -75,7 +75,8 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     # the provider-fault lane's window and scenario
     "faults": ("fault_scenario", "fault_start_s", "fault_duration_s", "fault_seed"),
     # the packet capture during the hold
-    "wire": ("wire_capture_s", "wire_capture_offset_s", "wire_snaplen_bytes"),
+    "wire": ("wire_capture_s", "wire_capture_offset_s", "wire_snaplen_bytes",
+             "wire_keep_capture"),
     # where and how each role's processes run: hosts, ports, CPUs, priority, file limit
     "placement": ("topology", "base_port", "cpu_affinity_load", "cpu_affinity_mock",
                   "cpu_affinity_system", "nice_load", "nice_mock", "nice_system",
@@ -185,6 +186,9 @@ class StudyConfig:
                                          # in-gateway time); 0 = no capture
     wire_capture_offset_s: float = 2.0   # the capture starts this many seconds into the hold
     wire_snaplen_bytes: int = 512        # bytes kept per packet: each request's id must be in them
+    wire_keep_capture: bool = False      # keep each run's wire.pcap once its wire times are in
+                                         # requests.parquet (false: deleted, as the figures are
+                                         # all in the table; true: kept as evidence)
     gateway_workers: int = field(default_factory=lambda: os.cpu_count() or 1)  # per system
     ready_timeout_s: float = 60.0        # a system not ready by then fails its run
     seed: int = 0                        # orders systems within each round of the plan

@@ -43,6 +43,9 @@ _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 SECTIONS = ("standby", "counted")
 _SECTION = re.compile(r"\{\{#(\w+)\}\}(.*?)\{\{/\1\}\}", re.S)
 _STANDBY_PLACEHOLDERS = ("standby_url", "standby_host", "standby_port")
+# [ready] counted_timeout_s: a start under Valgrind may take minutes (an interpreter importing
+# its packages runs ~50x slower there), but a deadline of hours would hide a hung start.
+COUNTED_TIMEOUT_BOUNDS_S = (10.0, 7200.0)
 _HEADERS = T.Table(each=T.STR)
 _FILES = T.Tables(T.Table({"template": T.STR, "output": T.STR}, required=("template", "output")))
 _VARIANT = T.Table({"files": _FILES, "headers": _HEADERS, "env": T.Table(each=T.STR),
@@ -60,7 +63,7 @@ SCHEMA = T.Table(required=("schema_version", "name", "kind"), keys={
                       "stop_signal": T.STR, "stop_timeout_s": T.NUMBER,
                       "connections_per_worker": T.BOOL}),
     "ready": T.Table({"path": T.STR, "status": T.INT, "timeout_s": T.NUMBER,
-                      "warmup_requests": T.INT}),
+                      "counted_timeout_s": T.NUMBER, "warmup_requests": T.INT}),
     "request": T.Table({"base_url": T.STR, "chat_path": T.STR, "model": T.STR, "headers": _HEADERS,
                         "self_overhead_header": T.STR, "self_overhead_scale_ms": T.NUMBER}),
     "metrics": T.Table({"path": T.STR, "inflight_gauge": T.STR}),
@@ -159,6 +162,8 @@ class GatewaySpec:
     ready_path: str = "/health"
     ready_status: int = 200
     ready_timeout_s: float = 30.0
+    counted_ready_timeout_s: float | None = None  # [ready] counted_timeout_s: its start under
+                                             # Valgrind (None: the counting lane's own default)
     warmup_requests: int = 0
     base_url: str = "http://{{listen_host}}:{{port}}"
     chat_path: str = DIALECTS["openai"].chat_path
@@ -320,6 +325,8 @@ def _load_folder(name: str, gateways_dir: Path) -> GatewaySpec:
         ready_path=ready.get("path", "/health"),
         ready_status=ready.get("status", 200),
         ready_timeout_s=float(ready.get("timeout_s", 30)),
+        counted_ready_timeout_s=(float(ready["counted_timeout_s"])
+                                 if "counted_timeout_s" in ready else None),
         warmup_requests=ready.get("warmup_requests", 0),
         base_url=request.get("base_url", "http://{{listen_host}}:{{port}}"),
         chat_path=request.get("chat_path", DIALECTS["openai"].chat_path),
@@ -349,6 +356,11 @@ def _check_values(data: dict, name: str, path: Path) -> None:
         raise GatewaySpecError(f"{path}: kind must be one of {KINDS}")
     if data.get("role", "system") not in ROLES:
         raise GatewaySpecError(f"{path}: role must be one of {ROLES}")
+    counted = data.get("ready", {}).get("counted_timeout_s")
+    low, high = COUNTED_TIMEOUT_BOUNDS_S
+    if counted is not None and not low <= counted <= high:
+        raise GatewaySpecError(f"{path}: [ready] counted_timeout_s: {counted!r} is not between "
+                               f"{low:g} and {high:g} seconds")
     stop_signal = data.get("start", {}).get("stop_signal", "SIGTERM")
     if not isinstance(getattr(signal, stop_signal, None), signal.Signals):
         raise GatewaySpecError(f"{path}: [start] stop_signal: not a signal name: {stop_signal!r}")

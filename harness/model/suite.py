@@ -51,11 +51,12 @@ from harness.model.manifests import dump, load
 from harness.model.plan import Instruments, versioned_key
 
 DEFAULT_OUT_DIR = "artifacts/suites"
-# Set by the suite itself, never by a cell; and left out of the comparison key, with the ports
-# and where the system folders are, because they do not change what runs (where it is written,
-# what it is called, which preset it came from; the folders' files are in the key themselves).
+# Set by the suite itself, never by a cell; and left out of the comparison key, with the ports,
+# where the system folders are and whether a capture is kept, because they do not change what
+# runs (where it is written, what it is called, which preset it came from, which file stays
+# once read; the folders' files are in the key themselves).
 SUITE_OWNED = ("out_dir", "study_id", "profile")
-NOT_IN_KEY = SUITE_OWNED + ("base_port", "gateways_dir")
+NOT_IN_KEY = SUITE_OWNED + ("base_port", "gateways_dir", "wire_keep_capture")
 # A cell's key has its own recipe, as a run's has (harness.model.plan.KEY_VERSION): recipe 1 is
 # recomputed by harness.model.migrate.cell_key_v1.
 CELL_KEY_VERSION = 2

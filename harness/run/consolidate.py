@@ -1,6 +1,7 @@
 """After a run, in one step: the load generator's raw rows consolidated (sorted, the whole load's
 users, the phase), joined with the providers' request log (harness.run.identity) and the wire
-capture (harness.run.wire), and written as requests.parquet (the raw files are kept beside it).
+capture (harness.run.wire), and written as requests.parquet (the load generator's raw files are
+kept beside it; the capture only when the study asks for it: its figures are in the table).
 """
 from __future__ import annotations
 
@@ -26,8 +27,6 @@ IDENTITY_COLUMNS = ("mock_service_ms", "net_overhead_ms")
 WIRE_COLUMNS = {"wire_request_path_us": "request_path_us",
                 "wire_response_path_us": "response_path_us",
                 "wire_in_gateway_us": "in_gateway_us", "wire_mock_us": "mock_wire_us"}
-# A pcap is evidence and is kept, unless it is larger than this (then deleted, with the reason).
-PCAP_KEEP_MAX_BYTES = 200 * 1024 * 1024
 PHASE_STARTS = (("ramp_start_t_unix_s", "ramp"), ("hold_start_t_unix_s", "hold"),
                 ("hold_end_t_unix_s", "tail"))
 
@@ -35,10 +34,12 @@ PHASE_STARTS = (("ramp_start_t_unix_s", "ramp"), ("hold_start_t_unix_s", "hold")
 @dataclass(frozen=True)
 class WireSource:
     """The run's wire capture (harness.run.wire_window.WireWindow's check) and the ports its
-    packets are read by; gateway_port None when the client called the mock directly."""
+    packets are read by; gateway_port None when the client called the mock directly. ``keep``:
+    the capture stays once its wire times are read (the wire.keep_capture setting)."""
     check: WireCheck
     mock_port: int
     gateway_port: int | None
+    keep: bool = False
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,8 @@ def identity(rows: pd.DataFrame, mock: pd.DataFrame | None) -> tuple[dict, Ident
 
 def wire(rows: pd.DataFrame, run_dir: Path, capture: WireSource) -> tuple[dict, WireCheck]:
     """Per-row WIRE_COLUMNS (NaN outside the capture or unjoined) and the check completed with
-    the join's counts; the pcap is deleted if over PCAP_KEEP_MAX_BYTES."""
+    the join's counts. The pcap is then deleted (its figures are the columns), unless the
+    capture asks for it to be kept; an unreadable one stays, as the evidence of why."""
     check = capture.check
     empty = _unmatched(len(rows), WIRE_COLUMNS)
     if not check.captured:
@@ -169,8 +171,8 @@ def wire(rows: pd.DataFrame, run_dir: Path, capture: WireSource) -> tuple[dict, 
                     upstream_ids_seen_more_than_once=summary["upstream_ids_seen_more_than_once"],
                     joined=summary["joined"], join_rate=summary["join_rate"],
                     rows_with_wire_times=with_times)
-    if check.pcap_bytes is not None and check.pcap_bytes > PCAP_KEEP_MAX_BYTES:
+    if not capture.keep:
         run.drop(check.pcap_file)
         check = replace(check, pcap_file="", pcap_kept_reason=(
-            f"deleted: {check.pcap_bytes} bytes > {PCAP_KEEP_MAX_BYTES} (PCAP_KEEP_MAX_BYTES)"))
+            "deleted once its wire times were read (wire.keep_capture = false)"))
     return columns, check

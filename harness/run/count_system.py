@@ -46,7 +46,8 @@ STRACE = "strace"
 VGDB = "vgdb"
 SETARCH = "setarch"
 STEP_TIMEOUT_S = 120.0          # one request under Valgrind, or a vgdb call
-READY_TIMEOUT_S = 300.0         # a start under Valgrind (an interpreter is ~50x slower there)
+READY_TIMEOUT_S = 300.0         # a start under Valgrind (an interpreter is ~50x slower there),
+                                # unless its [ready] counted_timeout_s says otherwise
 INVOKE_MS = 10                  # vgdb forces its way into a process blocked in a system call
 SETTLE_S = 0.1                  # idle before a phase's end is marked: its last system calls are in
 # The environment every counted process gets, and nothing else of this one (its size moves the
@@ -353,6 +354,12 @@ def read_strace(text: str, windows: list[tuple[float, float]]) -> list[Counter]:
 
 
 # ------------------------------------------------------------------ one system, every case
+def counted_ready_timeout_s(spec: GatewaySpec) -> float:
+    """How long its start under Valgrind may take: its declared [ready] counted_timeout_s, else
+    READY_TIMEOUT_S."""
+    return spec.counted_ready_timeout_s or READY_TIMEOUT_S
+
+
 @dataclass
 class _Phases:
     """What one case measured in one process: per phase (N1, N2), a count or a time window."""
@@ -377,7 +384,7 @@ def _run_cases(spec: GatewaySpec, cases: tuple[CountCase, ...], sizes: Sizes, ru
     results = {}
     try:
         started = start_system(spec, run_dir, provider.url, provider.port, workers,
-                               READY_TIMEOUT_S, port=ports[1], prefix=prefix, environment=env,
+                               counted_ready_timeout_s(spec), port=ports[1], prefix=prefix, environment=env,
                                counted=True)
         port = int(started.target.base_url.rsplit(":", 1)[1].split("/", 1)[0])
         driver = Driver(port, provider)

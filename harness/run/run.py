@@ -89,10 +89,11 @@ class _Running:
 
 
 def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Path,
-                progress: Callable[[str], None] = print) -> RunRecord:
+                progress: Callable[[str], None] = print, keep_capture: bool = False) -> RunRecord:
     """One run of one system: its providers, the system, the samplers and the capture, the
     pre-request, the load; every process stopped whatever happens (an ExitStack: the observers
-    first, then the processes, newest first), then the run's artifacts and manifest written."""
+    first, then the processes, newest first), then the run's artifacts and manifest written.
+    ``keep_capture``: its wire.pcap stays once read (else its figures are the one copy)."""
     run_dir = StudyFiles(study_dir).run(spec.system, spec.run_index).fresh().dir
     gateway, notes = gateway.configured(spec.resilience, spec.scale)
     r = _Running(_run_manifest(spec, gateway, version, notes),
@@ -127,7 +128,7 @@ def measure_run(spec: RunSpec, gateway: GatewaySpec, version: str, study_dir: Pa
         r.manifest = _finish(r.manifest, spec, run_dir, r.mock, r.standby, r.mock_stats_before,
                              status, reason, r.wire_check,
                              _port_of(r.system.target.base_url) if r.system else None,
-                             r.mock_wait_ms)
+                             r.mock_wait_ms, keep_capture)
     m = r.manifest
     return RunRecord(spec.run_id, spec.system, spec.run_index, m.status, m.reason, run_dir,
                      spec.comparison_key, m.started_t_unix_s, m.ended_t_unix_s)
@@ -387,8 +388,10 @@ def _elapsed_ms(start_ns: int | None, end_ns: int | None) -> float | None:
 
 def _finish(manifest: RunManifest, spec: RunSpec, run_dir: Path, mock, standby, mock_stats_before,
             status: str, reason: str, wire_check: WireCheck, gateway_port: int | None,
-            mock_wait_ms: float | None = None) -> RunManifest:
-    """Whatever happened, turn what was written into artifacts and seal the manifest."""
+            mock_wait_ms: float | None = None, keep_capture: bool = False) -> RunManifest:
+    """Whatever happened, turn what was written into artifacts and seal the manifest. Each fact
+    is kept once: the providers' raw request logs go once mock_requests.parquet holds them, the
+    capture once its wire times are read (unless ``keep_capture``)."""
     run = RunFiles(run_dir)
     if manifest.phases == Phases():  # the load did not end normally: keep what the shape recorded
         manifest = replace(manifest, phases=Phases(**run.phases()))
@@ -400,12 +403,15 @@ def _finish(manifest: RunManifest, spec: RunSpec, run_dir: Path, mock, standby, 
                 {name: read_request_log(p.stats_dir) for name, p in providers.items()}, spec,
                 manifest.phases.t("warmup_start"))
             run.write_mock_requests(mock_rows)
+            run.drop_request_logs([p.stats_dir for p in providers.values()], len(mock_rows))
         except Exception as exc:  # the rows stay; the identity figures are missing, with why
-            identity_reason = f"the mock's request log is not readable: {type(exc).__name__}: {exc}"
+            identity_reason = (f"the mock's request log could not be stored: "
+                               f"{type(exc).__name__}: {exc}")
             mock_rows = None
     mock_port = mock.port if mock else 0
     capture = consolidate.WireSource(wire_check, mock_port,
-                                     None if gateway_port == mock_port else gateway_port)
+                                     None if gateway_port == mock_port else gateway_port,
+                                     keep=keep_capture)
     identity_check = None
     try:
         done = consolidate.consolidate(run_dir, spec.run_id, spec.system,

@@ -26,6 +26,7 @@ from harness.model.manifests import (
     StudyManifest,
     SystemInfo,
 )
+from harness.model.quantities import quantity
 from harness.model.topology import Topology
 from harness.remote import hosts
 from harness.remote.machine import git_commit, package_versions, this_machine
@@ -97,7 +98,8 @@ def run_study(cleared: Cleared, progress=print) -> StudyResult:
             else:
                 progress(f"{label} starting ({_eta(started, executed, len(runnable) - index + 1)})")
                 record = measure_run(spec, specs[spec.system], versions[spec.system], study_dir,
-                                     progress=lambda message, label=label: progress(f"{label} {message}"))
+                                     progress=lambda message, label=label: progress(f"{label} {message}"),
+                                     keep_capture=config.wire_keep_capture)
                 executed += 1
             records.append(record)
             manifest = replace(manifest, runs=(*manifest.runs, _record_entry(record, study_dir)))
@@ -123,7 +125,7 @@ def run_study(cleared: Cleared, progress=print) -> StudyResult:
             signal.signal(sig, handler)
         manifest = replace(manifest, ended_t_unix_s=time.time())
         files.write_manifest(manifest)
-    progress(f"study {manifest.status}: {study_dir}")
+    progress(f"study {manifest.status}: {study_dir} ({quantity(files.size_bytes(), 'B')} on disk)")
     return StudyResult(study_dir, manifest.status, tuple(records), skipped)
 
 
