@@ -33,6 +33,7 @@ cdef class App:
     cdef public tuple models_all, token_weights
     cdef public list models_by_key
     cdef public double metrics_at
+    cdef public long long metrics_changes
     cdef public Py_ssize_t accepting, refusals_lingering
     cdef public long long _snapshot_changes
     cdef public object retry_budget

@@ -44,9 +44,10 @@ METRICS_CONTENT_TYPE = b"text/plain; version=0.0.4"
 REFUSAL = response(503, error_body("openai", 503, "too many client connections"),
                    extra=b"retry-after: 1\r\n", close=True)
 MAX_LINGERING_REFUSALS = 32
-# a scrape this soon after the last rendering gets it again, whatever was counted since:
-# rendering reads /proc and every task, and merges the other workers' snapshots (a scrape
-# flood, with no metrics_token, would cost several requests' work each)
+# an open scrape (no metrics_token) this soon after the last rendering gets it again, whatever
+# was counted since: rendering reads /proc and every task, and merges the other workers'
+# snapshots, so a flood of scrapes between requests would cost several requests' work each. A
+# scraper holding the token is the operator's: it sees what was counted since at once.
 METRICS_CACHE_S = 1.0
 
 
@@ -106,6 +107,7 @@ class App:
         self._list_models()
         self.metrics_text = b""
         self.metrics_at = 0.0
+        self.metrics_changes = -1
         self.health = dumps({"status": "ok", "version": __version__})
         self._last_slow_tick = 0.0
         self._last_flush = 0.0
@@ -188,9 +190,11 @@ class App:
             if self.metrics_token is not None and not compare_digest(r.token or b"", self.metrics_token):
                 return conn.respond(r, 401, error_body(dialect, 401, "/metrics needs its bearer token"))
             now = perf_counter()
-            if now - self.metrics_at >= METRICS_CACHE_S:
+            if now - self.metrics_at >= METRICS_CACHE_S or (
+                    self.metrics_token is not None and self.metrics.changes != self.metrics_changes):
                 self.metrics_text = introspection.render_metrics(self)
                 self.metrics_at = now
+                self.metrics_changes = self.metrics.changes
             return conn.respond(r, 200, self.metrics_text, b"", METRICS_CONTENT_TYPE)
         if path == b"/debug/state" and self.debug_on:
             return conn.respond(r, 200, dumps(introspection.debug_state(self)))

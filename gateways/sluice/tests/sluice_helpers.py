@@ -88,13 +88,13 @@ class Sluice:
 
     def metrics(self):
         """/metrics, with the config's metrics_token when it sets one, as rendered after every
-        request before this call: a worker renders it at most once a second (METRICS_CACHE_S),
-        so a scrape comes more than that after this helper's last one."""
+        request before this call: without a token a worker renders it at most once a second
+        (METRICS_CACHE_S), so a scrape then comes more than that after this helper's last one."""
         with open(self.path) as f:
             token = re.search(r'^metrics_token = "(.*)"', f.read(), re.M)
         headers = {"authorization": f"Bearer {token.group(1)}"} if token else {}
         wait_s = self.scraped_at + METRICS_CACHE_S + 0.05 - time.monotonic()
-        if wait_s > 0:
+        if wait_s > 0 and token is None:
             time.sleep(wait_s)
         status, _, body = request(self.port, "GET", "/metrics", headers=headers)
         self.scraped_at = time.monotonic()
