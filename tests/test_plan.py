@@ -128,6 +128,22 @@ def test_recorded_comparison_keys_keep():
         assert migrate.run_key_in(version, recorded, None) == recorded
 
 
+def test_a_lane_only_setting_added_since_is_in_a_run_only_where_set():
+    """The abandon share (streamed in-flight runs only) is left out of the plain form and the key
+    of every other run, so theirs stay as recorded; where set it is in both, and recipes 1 and 2,
+    which never knew it, have no key for that run."""
+    from harness.model.manifests import from_plain
+    assert "inflight_abandon_share" not in run_spec().to_dict()["load"]
+    streamed = run_spec(load=dataclasses.replace(LOAD, inflight_steps=(100,), inflight_step_s=20.0,
+                                                 inflight_hold_s=10.0))
+    leaves = run_spec(load=dataclasses.replace(streamed.load, inflight_abandon_share=0.25))
+    assert leaves.to_dict()["load"]["inflight_abandon_share"] == 0.25
+    assert comparison_key(leaves) != comparison_key(streamed)
+    assert migrate.run_key_v2(leaves) is None and migrate.run_key_v1(leaves) is None
+    for spec in (streamed, leaves):
+        assert from_plain(RunSpec, spec.to_dict(), "test") == spec
+
+
 def test_recipe_2_has_no_key_for_a_spec_recorded_before_recipe_3():
     """Such a spec does not hold its system's files: its recorded key is its own recipe's."""
     assert migrate.run_key_v2(run_spec(files_sha256={})) is None
@@ -176,20 +192,26 @@ def _every_value_its_own():
                         nice_load=1, nice_mock=2, nice_system=4)
 
 
-@pytest.mark.parametrize("lane", ["every value its own", "inflight", "open_loop"])
+@pytest.mark.parametrize("lane", ["every value its own", "inflight", "inflight streamed",
+                                  "open_loop"])
 def test_each_part_holds_the_settings_of_its_names(lane):
     """What the plan decides aside (the rendered fault schedule), every field of the load, mock
     and wire parts is the study's setting of its name, or unset outside its lane (the in-flight
-    lane's mock holds each request for inflight_hold_s instead of its latency and chunks)."""
+    lane's mock holds each request for inflight_hold_s instead of its latency and chunks; only
+    its streamed runs leave streams mid-way, so a unary one holds no abandon share)."""
+    inflight = dict(gateways=("direct",), inflight_steps=(100, 300), inflight_step_s=47.0,
+                    inflight_hold_s=8.0, inflight_abandon_share=0.3)
     config = {"every value its own": _every_value_its_own(),
-              "inflight": from_profile("inflight", gateways=("direct",), inflight_steps=(100, 300),
-                                       inflight_step_s=47.0, inflight_hold_s=8.0),
+              "inflight": from_profile("inflight", **inflight),
+              "inflight streamed": from_profile("inflight", stream=True, **inflight),
               "open_loop": from_profile("open_loop", gateways=("direct",), open_loop_step_s=21.0),
               }[lane]
     run = make_plan(config, specs(config.gateways))[0]
     unset = set()
     if not config.inflight_steps:
         unset |= {"inflight_step_s", "inflight_hold_s"}
+    if not (config.inflight_steps and config.stream):
+        unset.add("inflight_abandon_share")
     if not config.fault_scenario:
         unset |= {"fault_scenario", "fault_seed", "fault_start_s", "fault_duration_s", "faults"}
     if not config.open_loop_rates_per_s:

@@ -254,6 +254,20 @@ def test_recorded_cell_keys_keep(tmp_path):
     assert M.cell_key(config, Instruments("1.2.1", "2.47.0")) != RECORDED_V2_CELL_KEY
 
 
+def test_a_cell_key_holds_the_abandon_share_only_where_its_runs_do(tmp_path):
+    """Only a streamed in-flight cell leaves streams: elsewhere the share is unset in its runs and
+    left out of its key, which stays as recorded."""
+    config = _fixed_folders(tmp_path)
+    inflight = dataclasses.replace(config, inflight_steps=(100,), inflight_step_s=20.0,
+                                   inflight_hold_s=10.0)
+    for unary in (config, inflight):
+        leaves = dataclasses.replace(unary, inflight_abandon_share=0.25)
+        assert M.cell_key(leaves, INSTRUMENTS) == M.cell_key(unary, INSTRUMENTS)
+    streamed = dataclasses.replace(inflight, stream=True)
+    leaves = dataclasses.replace(streamed, inflight_abandon_share=0.25)
+    assert M.cell_key(leaves, INSTRUMENTS) != M.cell_key(streamed, INSTRUMENTS)
+
+
 def test_a_cell_key_covers_every_file_its_systems_declare(tmp_path):
     """A template, a script a command names and a pin [key] names: editing any of them changes
     the key (recipe 1, which hashed gateway.toml only, saw none of them)."""

@@ -371,8 +371,14 @@ def parse_object(text: str, source: str) -> dict:
 
 
 def to_plain(obj) -> dict:
-    """A dataclass as JSON-ready data (tuples become lists when dumped)."""
-    return dataclasses.asdict(obj)
+    """A dataclass as JSON-ready data (tuples become lists when dumped); a field that has its
+    own plain form (RunSpec.to_dict, which leaves out a setting while unset) in that form."""
+    data = dataclasses.asdict(obj)
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value) and hasattr(value, "to_dict"):
+            data[f.name] = value.to_dict()
+    return data
 
 
 def from_plain(cls, data: Any, source: str, where: str = ""):

@@ -63,7 +63,29 @@ class RunSpec:
     instruments: Instruments = field(default_factory=Instruments)  # "": likewise
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Its plain form (its manifest's and its key's): every field, but a setting of
+        LEFT_OUT_WHILE_UNSET while unset."""
+        data = dataclasses.asdict(self)
+        for name in LEFT_OUT_WHILE_UNSET:
+            if data["load"][name] == UNSET_LOAD[name]:
+                del data["load"][name]
+        return data
+
+
+# Lane-only settings added since recipe 3's keys were recorded: left out of a run's plain form
+# (its manifest and its key) and of a cell's key while unset, as they are outside their lane
+# (lane_load), so a run or cell they do not touch keeps the form and key it was recorded with.
+LEFT_OUT_WHILE_UNSET = ("inflight_abandon_share",)
+UNSET_LOAD = {f.name: f.default for f in dataclasses.fields(LoadShape)
+              if f.name in LEFT_OUT_WHILE_UNSET}
+
+
+def cell_settings_left_out(config: StudyConfig) -> tuple[str, ...]:
+    """The settings of LEFT_OUT_WHILE_UNSET a cell's key leaves out: those its runs hold unset
+    (outside their lane, or unset in the config)."""
+    unset = lane_load(config)
+    return tuple(name for name in LEFT_OUT_WHILE_UNSET
+                 if unset.get(name, getattr(config, name)) == UNSET_LOAD[name])
 
 
 # A comparison key is "<KEY_VERSION>:<SHA-256>" of one recipe, with nothing left out to keep an

@@ -48,7 +48,7 @@ from harness.model.formats import SUITE_MANIFEST
 from harness.model.gateway_spec import load_gateway_spec
 from harness.model.glossary import retired_parameter
 from harness.model.manifests import dump, load
-from harness.model.plan import Instruments, versioned_key
+from harness.model.plan import Instruments, cell_settings_left_out, versioned_key
 
 DEFAULT_OUT_DIR = "artifacts/suites"
 # Set by the suite itself, never by a cell; and left out of the comparison key, with the ports,
@@ -190,9 +190,11 @@ def resolve_path(path: str | Path) -> Path:
 
 
 def cell_key(config: StudyConfig, instruments: Instruments) -> str:
-    """The cell's comparison key: every setting but NOT_IN_KEY, the SHA-256 of every file each
-    of its systems' folders declares (GatewaySpec.files_sha256) and the instruments' versions."""
-    settings = {k: v for k, v in config.to_dict().items() if k not in NOT_IN_KEY}
+    """The cell's comparison key: every setting but NOT_IN_KEY and a lane-only one its runs hold
+    unset (harness.model.plan.LEFT_OUT_WHILE_UNSET), the SHA-256 of every file each of its
+    systems' folders declares (GatewaySpec.files_sha256) and the instruments' versions."""
+    left_out = NOT_IN_KEY + cell_settings_left_out(config)
+    settings = {k: v for k, v in config.to_dict().items() if k not in left_out}
     files = {name: load_gateway_spec(name, config.systems_dir).files_sha256()
              for name in config.gateways}
     return versioned_key({"config": settings, "files_sha256": files,
