@@ -20,12 +20,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 from markupsafe import Markup
 
 from harness.files.readers import read_publication, read_published_table
-from harness.files.store import VERSION_KEY, sha256_file, write_json
+from harness.files.store import (
+    copy_file,
+    read_text,
+    sha256_file,
+    write_frame,
+    write_json,
+    write_text,
+)
 from harness.files.study_files import StudyFiles, SuiteFiles
 from harness.model.dialects import ERROR_BODY_PREFIX_BYTES
 from harness.model.errors import UserError
@@ -255,19 +260,6 @@ def lane_sentences(data: ReportData, lanes: list[Lane]) -> list[str]:
 
 # --- writing -------------------------------------------------------------------------------------
 
-def _parquet(frame: pd.DataFrame, path: Path) -> None:
-    """A table of the publication, its version in the metadata; values Parquet cannot hold
-    (enums, lists) as their text."""
-    frame = frame.reset_index(drop=True).copy()
-    for c in frame.columns:
-        if frame[c].dtype == object:
-            frame[c] = frame[c].map(lambda v: v if v is None or isinstance(v, str) else
-                                    (v.value if hasattr(v, "value") else str(v)))
-    arrow = pa.Table.from_pandas(frame, preserve_index=False)
-    pq.write_table(arrow.replace_schema_metadata(
-        {**(arrow.schema.metadata or {}), VERSION_KEY: str(PUBLICATION.version).encode()}), path)
-
-
 def raw_files(study_dir: Path) -> dict:
     """Every file of the source study with its size and SHA-256."""
     files = [{"path": p.relative_to(study_dir).as_posix(), "size_bytes": p.stat().st_size,
@@ -280,8 +272,7 @@ def _copy_manifests(source: Path, into: Path) -> list[str]:
     for p in sorted(source.rglob("*.json")):
         if p.name in ("manifest.json", "counts.json"):
             target = into / p.relative_to(source)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(p, target)
+            copy_file(p, target)
             out.append(target)
     return out
 
@@ -321,7 +312,7 @@ def publish(study_dir: Path, lanes: dict[str, Path | str], stale: dict[str, str]
                     ignore_index=True)
         tables = []
         for name, frame in frames.items():
-            _parquet(frame, tmp / f"{name}.parquet")
+            write_frame(tmp / f"{name}.parquet", frame, PUBLICATION)
             tables.append(f"{name}.parquet")
         manifests = [p.relative_to(tmp).as_posix()
                      for p in _copy_manifests(study_dir, tmp / "manifests" / "study")]
@@ -331,10 +322,9 @@ def publish(study_dir: Path, lanes: dict[str, Path | str], stale: dict[str, str]
                               _copy_manifests(lane.suite.path, tmp / "manifests" / lane.kind)]
         raw = raw_files(study_dir)
         sections = page_sections(data, stale, suites, tables, raw)
-        (tmp / PAGE).write_text(render("page.html.j2", title_prefix="Sluice results",
-                                       title=m.study_id,
-                                       sections=[Markup(h) for h in sections.values()]),
-                                encoding="utf-8")
+        write_text(tmp / PAGE, render("page.html.j2", title_prefix="Sluice results",
+                                      title=m.study_id,
+                                      sections=[Markup(h) for h in sections.values()]))
         publication = {
             "published_t_unix_s": time.time(), "page": PAGE,
             "standard": _standard(data, stale, study_dir, raw),
@@ -425,7 +415,10 @@ def _link(published: Path, page: str) -> str:
 
 def readme_block_in(readme: Path) -> str:
     """The block as the README holds it (between the markers, stripped)."""
-    text = Path(readme).read_text(encoding="utf-8")
+    try:
+        text = read_text(readme)
+    except OSError as exc:
+        raise PublishError([f"{readme}: cannot read it ({exc.strerror})"]) from None
     start, end = text.find(README_START), text.find(README_END)
     if start < 0 or end < start:
         raise PublishError([f"{readme}: no {README_START} ... {README_END} block"])
@@ -433,15 +426,10 @@ def readme_block_in(readme: Path) -> str:
 
 
 def write_readme_block(readme: Path, published: Path) -> None:
-    text = Path(readme).read_text(encoding="utf-8")
+    text = read_text(readme)
     readme_block_in(readme)   # the markers are there
     start, end = text.find(README_START) + len(README_START), text.find(README_END)
-    Path(readme).write_text(text[:start] + "\n" + readme_block(published) + "\n" + text[end:],
-                            encoding="utf-8")
-
-
-def size_of(published: Path) -> int:
-    return sum(p.stat().st_size for p in Path(published).rglob("*") if p.is_file())
+    write_text(readme, text[:start] + "\n" + readme_block(published) + "\n" + text[end:])
 
 
 def published_specs(published: Path) -> tuple[dict, StudyManifest, dict[str, RunSpec | None]]:

@@ -49,6 +49,13 @@ CASES = {
     "suite-compare-a-study": (["suite", "--compare", str(STUDY), str(STUDY)], "SuiteManifest"),
     "report-not-a-study": (["report", "{tmp}"], "no study manifest"),
     "report-compare-missing": (["report", "{tmp}/b", "--compare", "{tmp}/a"], "no study manifest"),
+    "publish-unknown-profile": (["publish", "--profile", "no-such-profile", "--artifacts", "{tmp}",
+                                 "--out", "{tmp}/published"], "--profile 'no-such-profile': not a profile"),
+    "publish-missing-study": (["publish", "--study", "{tmp}/none", "--out", "{tmp}/published"],
+                              "none: no study manifest in it"),
+    "publish-readme-without-block": (["publish", "--artifacts", "{tmp}", "--out", "{tmp}/published",
+                                      "--readme", "{tmp}/v99/manifest.json"],
+                                     "--readme {tmp}/v99/manifest.json: no <!-- results:start -->"),
     "install-unknown-system": (["install", "no-such-system"], "unknown gateway 'no-such-system'"),
     "gate-judge-missing-dir": (["gate", "judge", "{tmp}/none", "--history-dir", "{tmp}"],
                                "gate: cannot judge: "),
@@ -88,6 +95,7 @@ def test_bad_input_is_one_error_line_and_exit_2(case, tmp_path, capsys, no_proce
     code = main([a.replace("{tmp}", str(tmp_path)) for a in args])
     out, err = capsys.readouterr()
     assert code == 2, (out, err)
+    says = says.replace("{tmp}", str(tmp_path))
     assert err.count("\n") == 1 and err.startswith("error: ") and says in err, err
     assert "Traceback" not in err and out == ""
     assert sorted(tmp_path.rglob("*")) == before         # nothing written, nothing started

@@ -38,6 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from harness.files.store import tree_bytes
     from harness.files.study_files import StudyFiles
     from harness.run.staleness import stale_systems
     from report import publish as P
@@ -47,22 +48,45 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else artifacts / P.PUBLISHED
     if args.check:
         return check(out, stale_systems)
+    readme = Path(args.readme) if args.readme else P.README
+    problems = argument_problems(args, readme)
+    if problems:   # before anything is read into the publication or written
+        raise P.PublishError(problems)
     study = Path(args.study) if args.study else P.newest_complete_study(artifacts, args.profile)
     lanes = P.newest_complete_suites(artifacts)
     stale = stale_systems(StudyFiles(study).read_manifest().config, P.recorded_specs(study))
-    readme = Path(args.readme) if args.readme else P.README
     pub = P.publish(study, lanes, stale, out, readme)
     print(f"published study {pub['standard']['study_id']} into {out} "
-          f"({size(P.size_of(out))}); README Results block rewritten: {readme}")
+          f"({size(tree_bytes(out))}); README Results block rewritten: {readme}")
     for kind in P.LANES:
         lane = pub["lanes"][kind]
         print(f"  {P.LANE_NAMES[kind]}: " + (f"suite {lane['suite_id']}" if "suite_id" in lane
                                              else lane["not_run"]))
     for system, why in stale.items():
         print(f"  stale: {system}: {why}")
-    if P.size_of(out) > P.MAX_BYTES:
+    if tree_bytes(out) > P.MAX_BYTES:
         print(f"warning: {out} weighs more than {size(P.MAX_BYTES)}")
     return 0
+
+
+def argument_problems(args: argparse.Namespace, readme: Path) -> list[str]:
+    """Each bad parameter, named: a profile that is none, a study directory without a study,
+    a README without its Results block (found only after the publication was written)."""
+    from harness.files.study_files import StudyFiles
+    from harness.model.profiles import PROFILES
+    from report import publish as P
+
+    problems = []
+    if args.profile not in PROFILES:
+        problems.append(f"--profile {args.profile!r}: not a profile; choose one of "
+                        f"{', '.join(sorted(PROFILES))}")
+    if args.study and not StudyFiles(Path(args.study)).manifest_path.is_file():
+        problems.append(f"--study {args.study}: no study manifest in it")
+    try:
+        P.readme_block_in(readme)
+    except P.PublishError as exc:
+        problems.append(f"--readme {exc}")
+    return problems
 
 
 def check(out: Path, stale_systems) -> int:

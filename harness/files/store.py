@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import shutil
 from pathlib import Path
 from typing import Iterable
 
@@ -54,6 +55,37 @@ def write_table(path: Path, frame: pd.DataFrame, table: Table) -> None:
     version = TABLE_FORMATS[table.name].version
     arrow = arrow.replace_schema_metadata({VERSION_KEY: str(version).encode()})
     pq.write_table(arrow, path)
+
+
+def write_frame(path: Path, frame: pd.DataFrame, fmt: Format) -> None:
+    """A Parquet table whose columns are its own (a publication's tables), typed as pandas
+    holds them, its format's version in the metadata; values Parquet cannot hold (enums, lists)
+    as their text."""
+    frame = frame.reset_index(drop=True).copy()
+    for c in frame.columns:
+        if frame[c].dtype == object:
+            frame[c] = frame[c].map(lambda v: v if v is None or isinstance(v, str) else
+                                    (v.value if hasattr(v, "value") else str(v)))
+    arrow = pa.Table.from_pandas(frame, preserve_index=False)
+    pq.write_table(arrow.replace_schema_metadata(
+        {**(arrow.schema.metadata or {}), VERSION_KEY: str(fmt.version).encode()}), path)
+
+
+def write_text(path: Path, text: str) -> None:
+    """A page or document written whole (a publication's page, the README with its Results
+    block), atomically."""
+    write_atomic(path, text)
+
+
+def read_text(path: Path) -> str:
+    """A document read whole (the README whose Results block is rewritten)."""
+    return Path(path).read_text(encoding="utf-8")
+
+
+def copy_file(source: Path, target: Path) -> None:
+    """A file copied as it is (a manifest into a publication), its folder made."""
+    Path(target).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, target)
 
 
 def parquet_version(path: Path) -> int | None:
