@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from synthetic import UNARY_DEFAULTS
 from synthetic_files import write_parquet
 from synthetic_manifests import small_run_manifest, small_study_manifest
 
@@ -86,6 +87,7 @@ def _step_rows(run_id, system, index, rate, start, added, rng, unsent=False, wai
     keep = np.arange(n) < (n // 2 if unsent else n)
     lag_ms = 0.5
     return pd.DataFrame({
+        **UNARY_DEFAULTS,   # every column an open-loop step does not set below
         "run_id": run_id, "system": system,
         "start_t_unix_s": intended[keep] + lag_ms / 1e3,
         "latency_ms": from_intended[keep] - lag_ms, "status_code": 200, "response_bytes": 300,
@@ -94,11 +96,7 @@ def _step_rows(run_id, system, index, rate, start, added, rng, unsent=False, wai
         "ttfb_ms": math.nan, "ttft_ms": math.nan, "chunks": 0,
         "chunk_gaps_ms": [[] for _ in range(int(keep.sum()))], "stream_done": False,
         "intended_start_t_unix_s": intended[keep], "offered_rate_per_s": rate,
-        "step_index": index, "waited_for_user": waited, "request_id": "", "error_body_dialect": "",
-        "error_class": "",
-        **{c: math.nan for c in ("mock_service_ms", "net_overhead_ms", "wire_request_path_us",
-                                 "wire_response_path_us", "wire_in_gateway_us", "wire_mock_us",
-                                 "content_chars", "retry_after_s", "content_chars_sent")}})
+        "step_index": index, "waited_for_user": waited, "error_class": ""})
 
 
 @pytest.fixture(scope="module")
