@@ -82,9 +82,11 @@ def _floor_bins(study: Study, floor: str | None, bin_users: int) -> pd.DataFrame
 # --- capacity or behaviour -----------------------------------------------------------------------
 
 # Over 60 lines on purpose: one rule a paragraph, in the order a reader checks them.
-def classify(row: Mapping) -> tuple[Label, list[str]]:
+def classify(row: Mapping, faulted: bool = False) -> tuple[Label, list[str]]:
     """(the run's Label, the reasons) for one run_summary row (or a dict with the
-    same keys). Capacity needs positive evidence for every criterion; missing data is a reason."""
+    same keys). Capacity needs positive evidence for every criterion; missing data is a reason.
+    faulted: the run's provider failed on purpose (a fault scenario), so its failed requests are
+    its subject, not its limit."""
     if row.get("status") != "completed":
         status = row.get("status")
         if status == "running":
@@ -127,7 +129,7 @@ def classify(row: Mapping) -> tuple[Label, list[str]]:
                        f"the window (> {OTHER_CPU_LIMIT_PERCENT:.0f}%)")
     failures = sum(int(as_float(row.get(f"errors_{k}")) or 0) for k in ERROR_KINDS
                    if not math.isnan(as_float(row.get(f"errors_{k}"))))
-    if failures and not row.get("fault_scenario"):
+    if failures and not faulted:
         parts = [f"{int(row.get(f'errors_{k}'))} {k}" for k in ERROR_KINDS
                  if as_float(row.get(f"errors_{k}")) > 0]
         reasons.append(f"{failures} failed request{'s' if failures != 1 else ''} "
@@ -225,8 +227,6 @@ def _identity_figures(v: RunView) -> dict:
         "run_id": run.run_id, "system": run.system, "run_index": run.run_index,
         "round": run.round, "position": run.position, "status": run.status or "unknown",
         "reason": run.reason, "comparison_key": run.comparison_key,
-        # the provider-fault lane injects failures: they are the run's subject, not its limit
-        "fault_scenario": run.spec.mock.fault_scenario if run.spec is not None else "",
         "window_start_t_unix_s": v.hold_start, "window_end_t_unix_s": v.hold_end,
         "window_s": window_s, "requests_total": int(len(v.rows)),
         "requests_in_window": int(len(v.window)), "successful_in_window": int(len(v.ok)),
@@ -419,7 +419,8 @@ def run_summary(study: Study, bin_users: int = DEFAULT_BIN_USERS,
             rec.update(group(view))
             if group is _latency_figures:
                 rec.update(_overhead_vs_floor(view, floor, floor_bins, bin_users))
-        label, reasons = classify(rec)
+        spec = view.run.spec
+        label, reasons = classify(rec, faulted=spec is not None and bool(spec.mock.fault_scenario))
         rec["label"] = label
         rec["label_reasons"] = "; ".join(reasons)
         out.append(rec)

@@ -134,10 +134,11 @@ class RawRows:
             "request_id": context.get("request_id", ""),
             # a failure the task did not judge (a stream cut short, no response) had no error body
             "error_body_dialect": context.get("error_body_dialect", "none") if kind else "",
-            "error_class": error_class, "content_chars": context.get("content_chars", ""),
-            "retry_after_s": retry_after_s(headers.get("retry-after")),
+            "error_class": error_class,
             "abandoned_t_unix_s": (f"{context['abandoned_t_unix_s']:.6f}"
-                                   if "abandoned_t_unix_s" in context else "")})
+                                   if "abandoned_t_unix_s" in context else ""),
+            "content_chars": context.get("content_chars", ""),
+            "retry_after_s": retry_after_s(headers.get("retry-after"))})
         self.maybe_flush(time.monotonic())
 
     def on_quitting(self) -> None:
