@@ -55,19 +55,21 @@ def log(provider: str, event: str, detail: str = "") -> None:
 
 def start(u: UpstreamConn, head: bytes, low: bytes) -> None:
     """An error status answered ``u``'s request: its body is kept (up to MAX_LOGGED_BODY_BYTES) as
-    it is read, its Retry-After line kept for the client."""
+    it is read, its Retry-After line kept for the client. Its length is counted apart from
+    ``buffered_bytes``: that counts what the worker holds of a response to translate, and an error
+    body is held only up to MAX_LOGGED_BODY_BYTES."""
     u.buffered = []
-    u.buffered_bytes = 0
+    u.error_body_bytes = 0
     i = low.find(b"\nretry-after:")
     u.retry_after_line = head[i + 1:head.find(b"\r\n", i + 1) + 2] if i >= 0 else b""
 
 
 def keep(u: UpstreamConn, body: bytes) -> None:
-    room = MAX_LOGGED_BODY_BYTES - u.buffered_bytes
+    room = MAX_LOGGED_BODY_BYTES - u.error_body_bytes
     if room > 0:
         assert u.buffered is not None  # made by start
         u.buffered.append(body if len(body) <= room else body[:room])
-    u.buffered_bytes += len(body)
+    u.error_body_bytes += len(body)
 
 
 def _message(name: str, status: int) -> str:
@@ -131,8 +133,8 @@ def write(u: UpstreamConn, client: ClientConn, req: Request) -> None:
     assert u.buffered is not None  # made by start
     kept = b"".join(u.buffered).decode("utf-8", "replace")
     u.buffered = None
-    if u.buffered_bytes > MAX_LOGGED_BODY_BYTES:
-        kept += f" ... (the first {MAX_LOGGED_BODY_BYTES} of {u.buffered_bytes} bytes)"
+    if u.error_body_bytes > MAX_LOGGED_BODY_BYTES:
+        kept += f" ... (the first {MAX_LOGGED_BODY_BYTES} of {u.error_body_bytes} bytes)"
     log(name, f"answered {status}", kept)
     app = u.app
     code = None

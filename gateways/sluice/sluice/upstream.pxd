@@ -31,6 +31,7 @@ cdef class UpstreamConn:
     cdef public object on_message_complete, on_body, on_message_begin
     cdef public bytes this_read, head_so_far, retry_after_line
     cdef public Py_ssize_t head_start, bytes_read, buffered_bytes, body_left, connection_at
+    cdef public Py_ssize_t error_body_bytes
     cdef public double t_rx, t_sent, t_head, last_rx
     cdef public bint event_stream, chunked_to_client, close_delimited, client_head_sent, no_reuse
     cdef public bint at_event_end, strip_usage, stream_complete

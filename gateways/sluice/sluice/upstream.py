@@ -70,13 +70,14 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         "buffered_bytes", "sse_parser", "stream_translator", "usage_scan", "client_head_sent",
         "no_reuse", "retry_after_line", "on_body", "body_parts", "on_message_begin",
         "messages_begun", "body_left", "pending_head", "at_event_end", "connection_at",
-        "strip_usage", "held", "held_parts", "held_size", "stream_complete",
+        "strip_usage", "held", "held_parts", "held_size", "stream_complete", "error_body_bytes",
     )
     if TYPE_CHECKING:  # set by the relay modules and provider_errors
         at_event_end: bool
         buffered: list[bytes] | None
         buffered_bytes: int
         chunked_to_client: bool
+        error_body_bytes: int
         retry_after_line: bytes
         sse_parser: SSEParser
         stream_translator: StreamTranslator
@@ -122,10 +123,13 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
     def connection_lost(self, exc):
         # type: (Exception | None) -> None
         self.alive = False
-        self.release_buffered()
         self.pool.discard(self)
-        if self.client is not None:
-            self._lost_during_exchange()
+        if self.client is not None:  # (a close-delimited body ends here: its buffered bytes are read)
+            try:
+                self._lost_during_exchange()
+            except Exception:  # a bug of ours must not leave the exchange hanging
+                self._internal_error()
+        self.release_buffered()
 
     def eof_received(self):
         # type: () -> None

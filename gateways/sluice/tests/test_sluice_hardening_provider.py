@@ -316,3 +316,37 @@ def test_a_translated_stream_ignores_chunk_extensions_and_trailers(make_sluice):
         assert b"evil" not in body and b"stolen" not in body
     finally:
         liar.close()
+
+
+# ------------------------------------------------------------------ bodies that end with the close
+class ClosingProvider(LyingProvider):
+    """Answers a request with ``answer``, then closes the connection: a body framed by neither
+    Content-Length nor chunking ends there."""
+
+    def _serve(self, c):
+        try:
+            for _ in self._requests(c):
+                c.sendall(self.answer)
+                return
+        except OSError:
+            return
+        finally:
+            c.close()
+
+
+@pytest.mark.parametrize("status, request_bytes", [(400, REQ), (400, ANTHROPIC_REQ), (500, REQ),
+                                                   (200, ANTHROPIC_REQ)],
+                         ids=["error", "error-translated", "5xx", "translated"])
+def test_a_body_ended_by_the_close_is_answered(make_sluice, status, request_bytes):
+    """An error body (kept for the log) and a body translated at its end are read up to the
+    provider's close, then answered; the worker holds none of their bytes afterwards."""
+    liar = ClosingProvider(b"HTTP/1.1 %d X\r\ncontent-type: application/json\r\n\r\n%s" % (status, OK_BODY))
+    try:
+        gw = make_sluice(config(liar.url))
+        for _ in range(3):
+            got, _, body = one(gw.port, request_bytes)
+            assert got == status, body
+            assert (b"good" in body) == (status == 200), body
+        assert gw.state()["body_bytes_held"] == 0
+    finally:
+        liar.close()

@@ -7,7 +7,7 @@ import threading
 import time
 
 import pytest
-from sluice_helpers import metric_sum, post_model
+from sluice_helpers import METRICS_TOKEN_LINE, metric_sum, post_model
 from sluice_stub import free_port, wait_until
 
 pytestmark = pytest.mark.integration
@@ -21,6 +21,7 @@ workers = 1
 access_log = "ACCESS"
 access_log_flush_s = 0.05
 forward_request_headers = ["content-type", "x-test-*"]
+METRICS_TOKEN_LINE
 
 
 [providers.a]
@@ -123,7 +124,8 @@ def gw(stubs, tmp_path_factory):
     a, b = stubs
     d = str(tmp_path_factory.mktemp("resil"))
     text = (CONFIG.replace("A/v1", a.url + "/v1").replace("B/v1", b.url + "/v1")
-            .replace("DOWN", str(free_port())).replace("ACCESS", os.path.join(d, "access.log")))
+            .replace("DOWN", str(free_port())).replace("ACCESS", os.path.join(d, "access.log"))
+            .replace("METRICS_TOKEN_LINE", METRICS_TOKEN_LINE))
     g = Sluice(text, d).start()
     g.access_path = os.path.join(d, "access.log")
     yield g
@@ -324,20 +326,26 @@ def test_connect_failure_goes_to_standby_deployment(gw, stubs):
 def test_outlier_ejection_and_readmission(gw, stubs):
     a, b = stubs
     a.fail_status = 500
-    # a fails everything, b nothing: once each has 3 recent attempts (min_requests), a is out
+    # a fails everything, b nothing: a is out at its first failure once each has 3 recent
+    # attempts (min_requests), whichever way the weighted picks fell (the metrics token: each
+    # scrape sees the request before it at once)
+    counts = []  # (a's, b's requests) after each request
     for _ in range(40):
+        t_ejected = time.monotonic()  # a is out from this request on, for ejection_s (2 s)
         post_model(gw, "dual")
+        counts.append((len(a.requests), len(b.requests)))
         if metric_sum(gw, 'sluice_ejected_deployments{model="dual",provider="a"}') == 1:
             break
-    assert 3 <= len(a.requests) <= 12, len(a.requests)
+    (seen, n_b), before = counts[-1], counts[:-1]
+    assert seen >= 3 and n_b >= 3 and before[-1][0] == seen - 1, counts  # (the last went to a)
+    assert not any(n >= 3 and m >= 3 for (n, m), (p, _) in zip(before, [(0, 0)] + before) if n > p), counts
     assert metric_sum(gw, 'sluice_ejections_total{model="dual",provider="a"}') >= 1
-    seen = len(a.requests)
-    t_ejected = time.monotonic()
-    for _ in range(10):  # all to b while a is ejected
+    sent = 0
+    while sent < 10 and time.monotonic() - t_ejected < 1.0:  # all to b while a is surely out
         status, _, _ = post_model(gw, "dual")
         assert status == 200
-    if time.monotonic() - t_ejected < 1.5:
-        assert len(a.requests) == seen
+        sent += 1
+    assert sent and len(a.requests) == seen
     a.fail_status = 0
     time.sleep(max(0.0, 2.2 - (time.monotonic() - t_ejected)))
     for _ in range(200):  # re-admitted after the cool-down, on probation: a tenth of its share
