@@ -98,14 +98,14 @@ SUITE ?= faults
 ID    ?=
 RUNS  ?=
 faults: setup study-deps cc
-	$(PY) -m harness suite notebooks/suites/$(SUITE).toml --suite-id $${ID:-$(SUITE)-$$(date -u +%Y%m%dT%H%M%SZ)} $(if $(RUNS),--runs '$(RUNS)')
+	$(PY) -m harness suite notebooks/suites/$(SUITE).toml --suite-id $${ID:-$(SUITE)-$$(date -u +%Y%m%dT%H%M%SZ)} $(if $(RUNS),--runs-per-gateway '$(RUNS)')
 
 ## The in-flight lane: every runnable system holding 1,000 to 10,000 requests open, unary and
 ## streamed, sized as its vendor documents, 3 runs each (notebooks/suites/inflight.toml), through
 ## notebooks/suite.ipynb; it prints its expected and its actual duration, and writes the suite's
 ## report; ID=<suite id> resumes; RUNS=N runs per configured system instead of 3.
 inflight: setup study-deps cc
-	$(PY) -m harness suite notebooks/suites/inflight.toml --suite-id $${ID:-inflight-$$(date -u +%Y%m%dT%H%M%SZ)} $(if $(RUNS),--runs '$(RUNS)')
+	$(PY) -m harness suite notebooks/suites/inflight.toml --suite-id $${ID:-inflight-$$(date -u +%Y%m%dT%H%M%SZ)} $(if $(RUNS),--runs-per-gateway '$(RUNS)')
 
 ## The performance gate (CI runs it after the tests): the base commit's Sluice (from
 ## baselines/gate/, built in a worktree) counted twice and this tree's once, under Valgrind and

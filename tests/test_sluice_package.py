@@ -14,6 +14,7 @@ import time
 
 import pytest
 from mock_helpers import Mock, call
+from polling import wait_for
 
 from harness.host.processes import free_port
 from harness.model.config import REPO_DIR
@@ -94,7 +95,8 @@ def test_the_installed_package_serves_a_chat_completion_from_the_mock(installed,
         assert status == 200, raw
         assert json.loads(raw)["choices"][0]["message"]["content"]
         assert headers["x-mock-request-id"]               # the mock answered it
-        assert "(compiled) listening on" in (tmp_path / "sluice.log").read_text()
+        # the supervisor says so once every worker is ready, which a worker serving may precede
+        assert wait_for(lambda: "(compiled) listening on" in (tmp_path / "sluice.log").read_text(), 10.0)
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

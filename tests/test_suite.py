@@ -145,13 +145,13 @@ def test_runs_override_the_suites_own_and_a_bad_value_is_refused_first(capsys):
     """make faults RUNS=1: 5 scenarios x (5 configured systems + direct and MLflow) once each;
     a value that is not a whole number >= 1 stops the command before any cell is cleared."""
     suite = M.load_suite(REPO_DIR / "notebooks" / "suites" / "faults.toml")
-    assert M.with_runs(suite, 0) is suite and M.with_runs(suite, None) is suite
-    runs, _ = R.expected(R.expand(M.with_runs(suite, "1")))
+    assert M.with_runs_per_gateway(suite, 0) is suite and M.with_runs_per_gateway(suite, None) is suite
+    runs, _ = R.expected(R.expand(M.with_runs_per_gateway(suite, "1")))
     assert runs == 35
     for bad in ("two", -1, 1.5, True):
-        with pytest.raises(M.SuiteError, match=r"runs \(RUNS=, --runs\).*whole number"):
-            M.with_runs(suite, bad)
-    assert main(["suite", str(suite.path), "--runs", "x", "--dry-run"]) == 2
+        with pytest.raises(M.SuiteError, match=r"runs_per_gateway \(RUNS=, --runs-per-gateway\).*whole number"):
+            M.with_runs_per_gateway(suite, bad)
+    assert main(["suite", str(suite.path), "--runs-per-gateway", "x", "--dry-run"]) == 2
     assert "RUNS=" in capsys.readouterr().err
 
 

@@ -5,7 +5,7 @@ them and builds the suite's report. What `make faults` and `make inflight` run.
 
     python -m harness suite notebooks/suites/load-levels.toml --dry-run   # cells, exclusions, keys
     python -m harness suite notebooks/suites/streaming.toml [--out-dir artifacts/suites] [--suite-id ID]
-    python -m harness suite notebooks/suites/faults.toml --runs 1   # 1 run per configured system
+    python -m harness suite notebooks/suites/faults.toml --runs-per-gateway 1   # 1 run per configured system
     python -m harness suite --compare artifacts/suites/A artifacts/suites/B
 
 Each suite writes <out-dir>/<suite-id>/: its manifest, one study per cell, the executed notebook
@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out-dir", default="artifacts/suites")
     parser.add_argument("--suite-id", default="", help="default: <name>-<UTC timestamp>; an "
                         "existing one resumes it")
-    parser.add_argument("--runs", default=None, metavar="N",
+    parser.add_argument("--runs-per-gateway", default=None, metavar="N",
                         help="runs per configured system, overriding the suite's (make faults RUNS=N)")
     parser.add_argument("--dry-run", action="store_true",
                         help="list the cells, the combinations left out and why, and the keys")
@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from harness.model.suite import SuiteError, load_suite, with_runs
+    from harness.model.suite import SuiteError, load_suite, with_runs_per_gateway
     from harness.run.suite_run import cells_table, preflight_suite
     with pd.option_context("display.width", 200, "display.max_columns", 50,
                            "display.max_colwidth", 120):
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
         if not args.suite:
             raise SuiteError("a suite file (or --compare A B) is needed")
-        suite = with_runs(load_suite(args.suite), args.runs)
+        suite = with_runs_per_gateway(load_suite(args.suite), args.runs_per_gateway)
         cleared = preflight_suite(suite, args.out_dir, args.suite_id)
         print(cells_table(cleared.cells).to_string(index=False), flush=True)
     if args.dry_run:

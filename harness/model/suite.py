@@ -154,16 +154,16 @@ def load_suite(path: str | Path) -> Suite:
                  base=base, axes=axes, exclude=tuple(exclude), path=path, text=raw.decode())
 
 
-def with_runs(suite: Suite, runs) -> Suite:
+def with_runs_per_gateway(suite: Suite, runs) -> Suite:
     """``suite`` with ``runs`` runs per configured system overriding its own (``make faults
-    RUNS=N``, ``--runs``, the suite notebook's ``runs``); ``runs`` None or 0: its own. A value
+    RUNS=N``, ``--runs-per-gateway``, the suite notebook's ``runs_per_gateway``); ``runs`` None or 0: its own. A value
     that is not a whole number ≥ 1 is a SuiteError naming the parameter, before anything runs."""
     if runs is None or (isinstance(runs, int) and not isinstance(runs, bool) and runs == 0):
         return suite
     if isinstance(runs, str) and runs.strip().isdigit():
         runs = int(runs)
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
-        raise SuiteError(f"runs (RUNS=, --runs): the runs per configured system must be a whole "
+        raise SuiteError(f"runs_per_gateway (RUNS=, --runs-per-gateway): the runs per configured system must be a whole "
                          f"number ≥ 1, got {runs!r}")
     return dataclasses.replace(suite, base={**suite.base, "runs_per_gateway": runs})
 

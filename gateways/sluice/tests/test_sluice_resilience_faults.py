@@ -138,8 +138,10 @@ def context_length_exceeded(p, c, head, body):
     err = json.dumps({"error": {"message": "This model's maximum context length is 8192 tokens.",
                                 "type": "invalid_request_error", "param": "messages",
                                 "code": "context_length_exceeded"}}).encode()
-    c.sendall(b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
-              % (len(err), err))
+    # says it closes (the provider closes after one answer): else Sluice might pool the connection
+    # and, before it saw the close, send the next request on it, a reset it may retry elsewhere
+    c.sendall(b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\nconnection: close\r\n"
+              b"content-length: %d\r\n\r\n%s" % (len(err), err))
 
 
 @pytest.fixture(scope="module")
