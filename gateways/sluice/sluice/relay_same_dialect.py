@@ -103,9 +103,9 @@ def reframed(u, done):
         body = _whole_events(u, body, done)
     if body and u.event_stream:  # whether a failure could still add a whole event (see fail_midstream)
         u.at_event_end = body.endswith((b"\n\n", b"\r\n\r\n", b"\r\r"))
-        if u.at_event_end:
-            u.stream_complete = _ends_stream(body)
-    if done and u.event_stream and u.status == 200 and not u.stream_complete:
+        if u.at_event_end:  # looked through once the body ends, not at every read
+            u.last_events = body
+    if done and u.event_stream and u.status == 200 and not _ends_stream(u.last_events):
         # the provider ended its body without its stream's last event: a truncated answer, which
         # the client is told of rather than given as a clean end
         body += stream_failed_event(u.req.dialect)  # type: ignore[union-attr]  # in an exchange
@@ -198,7 +198,8 @@ def _without_usage_chunk(u, body, done):
             held.clear()
         else:
             events = body[:end] if end < len(body) else body
-        held += body[end:]
+        if end < len(body):
+            held += body[end:]
     else:
         events = b""
         held += body

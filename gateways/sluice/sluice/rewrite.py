@@ -26,16 +26,20 @@ def patch_model(body, obj, model, span, route):
     None when the body is nested too deeply to serialize again."""
     if span is None:
         model_bytes = model.encode()
-        # located in the bytes only when "model" is spelled once, literally: with an escape, the
-        # key the parser read may not be the one spelled literally (which may be a nested one)
-        keys = scan_keys(body)
-        literal = keys is not None and keys.count(b"model") == 1
-        first = first_model_span(body) if literal else None
+        # located in the bytes only when "model" is spelled once, literally: spelled twice, or
+        # once beside an escape that may spell it again, the key the parser read may not be the
+        # one spelled literally (which may be a nested one). The keys are read only when the
+        # body has an escape: a look for two bytes, not a scan of every key, on the usual body
+        once = body.count(b'"model"') == 1
+        if once and body.find(b"\\u") >= 0:
+            keys = scan_keys(body)
+            once = keys is not None and keys.count(b"model") == 1
+        first = first_model_span(body) if once else None
         if first is not None and body[first[0]:first[1]] == model_bytes:
             span = first
         else:
-            found = [m for m in ANY_MODEL.finditer(body) if m.group(1) == model_bytes] if literal else []
-            if len(found) == 1 and body.count(b'"model"') == 1:
+            found = [m for m in ANY_MODEL.finditer(body) if m.group(1) == model_bytes] if once else []
+            if len(found) == 1:
                 span = found[0].span(1)
             else:
                 obj["model"] = route.upstream  # type: ignore[index]  # parsed: its span was not read

@@ -34,7 +34,8 @@ cdef class UpstreamConn:
     cdef public Py_ssize_t error_body_bytes
     cdef public double t_rx, t_sent, t_head, last_rx
     cdef public bint event_stream, chunked_to_client, close_delimited, client_head_sent, no_reuse
-    cdef public bint at_event_end, strip_usage, stream_complete
+    cdef public bint at_event_end, strip_usage
+    cdef public bytes last_events
     cdef public bytearray held
     cdef public list held_parts
     cdef public Py_ssize_t held_size

@@ -70,7 +70,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         "buffered_bytes", "sse_parser", "stream_translator", "usage_scan", "client_head_sent",
         "no_reuse", "retry_after_line", "on_body", "body_parts", "on_message_begin",
         "messages_begun", "body_left", "pending_head", "at_event_end", "connection_at",
-        "strip_usage", "held", "held_parts", "held_size", "stream_complete", "error_body_bytes",
+        "strip_usage", "held", "held_parts", "held_size", "last_events", "error_body_bytes",
     )
     if TYPE_CHECKING:  # set by the relay modules and provider_errors
         at_event_end: bool
@@ -112,7 +112,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         self.held = bytearray()  # an event of a stream whose usage chunk is taken out, not ended yet
         self.held_parts = []  # type: list[bytes]  # the start of an SSE event not ended yet
         self.held_size = 0
-        self.stream_complete = False
+        self.last_events = b""  # the last read that ended at an event's end (see reframed)
 
     # ------------------------------------------------------------ transport
     def connection_made(self, transport):
@@ -184,7 +184,7 @@ class UpstreamConn:  # an asyncio protocol (uvloop needs only the methods)
         self.strip_usage = False
         self.held_parts.clear()
         self.held_size = 0
-        self.stream_complete = False
+        self.last_events = b""  # the last read that ended at an event's end (see reframed)
         self.transport.write(payload)  # type: ignore[union-attr]  # a pooled connection is connected
         req.sent = True
         now = perf_counter()

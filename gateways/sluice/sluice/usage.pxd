@@ -4,7 +4,7 @@ cimport cython
 cdef tuple _COMPLETION
 cdef bytes _DELTA
 cdef Py_ssize_t UNARY_TAIL
-cdef object _USAGE_KEY, _STRING_OR_BRACKET
+cdef object _USAGE_KEY, _STRING_OR_BRACKET, _USUAL_END
 
 
 cpdef tuple weighed(tuple weights, prompt, completion, cache_write, cache_read)

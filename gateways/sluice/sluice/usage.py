@@ -24,7 +24,13 @@ _DELTA = b"message_delta"
 UNARY_TAIL = 16384
 _USAGE_KEY = re.compile(rb'"usage"\s*:\s*\{')
 # a JSON string or a bracket: read from outside any string, the brackets' depth
-_STRING_OR_BRACKET = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\]]')
+_STRING_OR_BRACKET = re.compile(rb'"(?:[^"\\]++|\\.)*+"|[{}\[\]]')
+# the usual ending, matched whole in one call: the usage object (objects nested one deep in it,
+# strings read whole), then only scalar members up to the body's closing brace
+# (runs of bytes, possessive: the engine takes a run in one step and never backtracks into it)
+_STRING = rb'"(?:[^"\\]++|\\.)*+"'
+_USUAL_END = re.compile(rb'(\{(?:[^{}"]++|' + _STRING + rb'|\{(?:[^{}"]++|' + _STRING + rb')*+\})*+\})'
+                        rb'(?:\s*,\s*' + _STRING + rb'\s*:\s*(?:' + _STRING + rb'|[-+.\w]++))*+\s*\}\s*')
 
 
 def believed(*counts):
@@ -65,6 +71,9 @@ def top_level_usage(tail):
     m = _USAGE_KEY.match(tail, i) if i >= 0 else None
     if m is None:
         return None
+    usual = _USUAL_END.fullmatch(tail, m.end() - 1)
+    if usual is not None:  # one match where most bodies end, not a step a token
+        return i, usual.end(1)
     depth = 0
     end = -1
     for t in _STRING_OR_BRACKET.finditer(tail, m.end() - 1):
