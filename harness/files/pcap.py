@@ -29,6 +29,17 @@ def read_segments(pcap_path: str) -> dict:
     """``{(src, sport, dst, dport): [(seq, payload_len, t_ns, captured_bytes), ...]}``
     for every IPv4 TCP segment carrying payload, in capture order."""
     flows: dict = {}
+    for t_ns, ip, tcp in _tcp_segments(pcap_path):
+        length = ip.len - ip.hl * 4 - tcp.off * 4  # the real length: the capture is cut
+        if length <= 0:
+            continue
+        key = (socket.inet_ntoa(ip.src), tcp.sport, socket.inet_ntoa(ip.dst), tcp.dport)
+        flows.setdefault(key, []).append((tcp.seq, length, t_ns, bytes(tcp.data)))
+    return flows
+
+
+def _tcp_segments(pcap_path: str):
+    """(t_ns, ip, tcp) of every IPv4 TCP segment of a capture, in capture order."""
     with open(pcap_path, "rb") as f:
         reader = dpkt.pcap.Reader(f)
         linktype = reader.datalink()
@@ -37,15 +48,8 @@ def read_segments(pcap_path: str) -> dict:
                 ip = _ip_of(buf, linktype)
             except (dpkt.UnpackError, ValueError):
                 continue
-            if not isinstance(ip, dpkt.ip.IP) or not isinstance(ip.data, dpkt.tcp.TCP):
-                continue
-            tcp = ip.data
-            length = ip.len - ip.hl * 4 - tcp.off * 4  # the real length: the capture is cut
-            if length <= 0:
-                continue
-            key = (socket.inet_ntoa(ip.src), tcp.sport, socket.inet_ntoa(ip.dst), tcp.dport)
-            flows.setdefault(key, []).append((tcp.seq, length, _ts_ns(ts), bytes(tcp.data)))
-    return flows
+            if isinstance(ip, dpkt.ip.IP) and isinstance(ip.data, dpkt.tcp.TCP):
+                yield _ts_ns(ts), ip, ip.data
 
 
 # The capture of connection attempts at a refusing provider (provider_down only), in a run dir.
@@ -59,23 +63,13 @@ def refused_syns(pcap_path: str) -> list[int]:
     was accepted, and a later reset of that connection is not a refusal."""
     syns: dict = {}          # (client, cport, server, sport) -> t_ns of its first SYN
     refused: list[int] = []
-    with open(pcap_path, "rb") as f:
-        reader = dpkt.pcap.Reader(f)
-        linktype = reader.datalink()
-        for ts, buf in reader:
-            try:
-                ip = _ip_of(buf, linktype)
-            except (dpkt.UnpackError, ValueError):
-                continue
-            if not isinstance(ip, dpkt.ip.IP) or not isinstance(ip.data, dpkt.tcp.TCP):
-                continue
-            tcp = ip.data
-            syn, ack, rst = (bool(tcp.flags & flag) for flag in
-                             (dpkt.tcp.TH_SYN, dpkt.tcp.TH_ACK, dpkt.tcp.TH_RST))
-            if syn and not ack:
-                syns.setdefault((ip.src, tcp.sport, ip.dst, tcp.dport), _ts_ns(ts))
-                continue
-            answered = syns.pop((ip.dst, tcp.dport, ip.src, tcp.sport), None)
-            if answered is not None and rst and not syn:
-                refused.append(answered)
+    for t_ns, ip, tcp in _tcp_segments(pcap_path):
+        syn, ack, rst = (bool(tcp.flags & flag) for flag in
+                         (dpkt.tcp.TH_SYN, dpkt.tcp.TH_ACK, dpkt.tcp.TH_RST))
+        if syn and not ack:
+            syns.setdefault((ip.src, tcp.sport, ip.dst, tcp.dport), t_ns)
+            continue
+        answered = syns.pop((ip.dst, tcp.dport, ip.src, tcp.sport), None)
+        if answered is not None and rst and not syn:
+            refused.append(answered)
     return sorted(refused)
