@@ -137,3 +137,19 @@ def test_the_frontier_is_who_no_one_beats_on_all_three():
             {"name": "d", "success": 0.9, "excess": 0.0, "tts_p99": math.inf},
             {"name": "e", "success": math.nan, "excess": 0.0, "tts_p99": 1.0}]
     assert [r["name"] for r in frontier(rows)] == ["a", "c"]
+
+
+def test_refused_connections_make_a_provider_down_amplification_whole():
+    """A refused connection reaches no provider log: the capture's refused SYNs are added to
+    the attempts the mock saw, and a run without a capture says it counted none."""
+    client = _client(np.full(N, SET_MS), [""] * N)
+    mock = pd.DataFrame([_attempt(f"r{i}", t + 0.001, 200)
+                         for i, t in enumerate(client["start_t_unix_s"])])
+    mock["last_frame_written_t_unix_ns"] = mock["body_end_t_unix_ns"]
+    recs = [{"window": "during", "start_t_unix_s": WINDOW[0], "end_t_unix_s": WINDOW[1]}]
+    whole = lane._sent_during(client, mock, recs, "provider_down", list(range(250)))
+    assert whole["refused_attempts"] == 250 and whole["attempts_seen"] == N
+    assert whole["amplification_sent_during"] == pytest.approx((N + 250) / N)
+    seen = lane._sent_during(client, mock, recs, "provider_down", None)
+    assert math.isnan(seen["refused_attempts"])
+    assert seen["amplification_sent_during"] == 1.0
