@@ -11,7 +11,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 from harness.model.metrics import METRICS, Metric, metric
-from harness.model.quantities import quantity, with_interval
+from harness.model.quantities import quantity, scales, with_interval, with_spread
 from harness.stats.definitions import VERDICT_ALPHA, VERDICT_MIN_EFFECT
 from harness.stats.outcomes import Basis, Outcome
 
@@ -66,11 +66,26 @@ def figure_interval(x: Any, low: Any, high: Any, m: str | Metric, sign: bool = T
     return with_interval(*scaled, m.unit, sign)
 
 
-def heading(m: str | Metric, qualifier: str = "") -> str:
-    """A column heading: the metric's label (plus a table's qualifier, e.g. "added") and its unit."""
+def heading(m: str | Metric, qualifier: str = "", each_unit: bool = False) -> str:
+    """A column heading: the metric's label (plus a table's qualifier, e.g. "added") and its
+    unit; ``each_unit``: its cells carry their own (mean_sd_each), so the heading does not."""
     m = _m(m)
     words = f"{m.label} {qualifier}".strip()
+    if each_unit and scales(m.unit):
+        return words
     return f"{words} ({m.unit})" if m.unit and m.unit != "%" else words
+
+
+def mean_sd_each(d: Mapping[str, Any], m: str | Metric) -> str:
+    """'mean ± sd' as a person writes it, each cell in the unit that suits its mean ("356 ±
+    28 ms", "72 ± 4 µs"); a metric whose unit does not scale (req/s) keeps the compact form
+    under its heading's unit."""
+    m = _m(m)
+    if not scales(m.unit) or isnan(d.get("n")) or not d.get("n") or isnan(d.get("mean")) \
+            or math.isinf(d["mean"]):
+        return mean_sd(d, m, n=False, compact=True)
+    sd = None if int(d["n"]) == 1 or isnan(d.get("sd")) else d["sd"] / m.scale
+    return with_spread(d["mean"] / m.scale, sd, m.unit)
 
 
 def compact_digits(x: float, digits: int) -> int:

@@ -39,6 +39,7 @@ from harness.model.manifests import StudyManifest
 from harness.model.plan import RunSpec
 from harness.model.suite import SuiteManifest
 from harness.stats.count_table import instructions_of
+from harness.stats.definitions import UNSTABLE_COV
 from harness.stats.fault_lane import RECOVERY_MS, RECOVERY_SHARE
 from harness.stats.machines import machine_fields
 from report import format as F
@@ -47,7 +48,7 @@ from report import suite_data
 from report.data import ReportData, collect
 from report.sections import REPO_DIR, render
 from report.suite_report import inflight_sections, scenario_sections
-from report.tables import PUBLISHED_METRICS, headline
+from report.tables import PUBLISHED_METRICS, UNSTABLE_MARK, headline
 
 ARTIFACTS_DIR = REPO_DIR / "artifacts"
 PUBLISHED = "published"
@@ -244,7 +245,9 @@ def lane_sentences(data: ReportData, lanes: list[Lane]) -> list[str]:
            + (f"; not runnable: {', '.join(skipped)}" if skipped else "") + "."]
     counts = data.counts
     counted = [s for s in m.systems if instructions_of(counts, s) is not None]
-    missing = [f"{s} ({'; '.join(x for x in counts[counts['system'] == s]['missing'] if x)})"
+    # a system that could not run has its reason in the sentence before: not said twice
+    missing = [f"{s} (not runnable)" if not m.systems[s].runnable else
+               f"{s} ({'; '.join(x for x in counts[counts['system'] == s]['missing'] if x)})"
                for s in m.systems if s not in counted]
     out.append(f"Counting lane: {len(counted)} of {len(m.systems)} systems counted under Valgrind"
                + (f"; not counted: {', '.join(missing)}" if missing else "") + ".")
@@ -398,6 +401,9 @@ def readme_block(published: Path) -> str:
              "| " + " | ".join(_md(c) for c in table.columns) + " |",
              "|" + "---|" * len(table.columns)]
     lines += ["| " + " | ".join(_md(v) for v in row) + " |" for row in table.itertuples(index=False)]
+    if table.map(lambda v: UNSTABLE_MARK in str(v)).to_numpy().any():
+        lines.append(f"\n{UNSTABLE_MARK}: the runs disagree (coefficient of variation "
+                     f"≥ {UNSTABLE_COV:.0%}); read the spread before the mean.")
     lines.append("")
     lines += [f"- {_md(s)}" for s in pub["sentences"]]
     stale = [f"{s['system']} ({s['stale']})" for s in std["systems"] if s["stale"]]

@@ -31,6 +31,7 @@ PUBLISHED_METRICS = ("throughput_rps", "net_overhead_p50_ms", "net_overhead_p99_
 OVERHEAD = "overhead"
 HEADLINE_VERDICTS = ("throughput_rps", OVERHEAD)
 NOT_RUN_REASON_CHARS = 60
+UNSTABLE_MARK = "⚠"          # beside a figure whose runs disagree (UNSTABLE_COV)
 HEADLINE_REASON_CHARS = 28     # the headline's verdict column is narrow: it must fit 1,280 px
 STABILITY_METRICS = ("throughput_rps", "overhead_vs_mock_p50_ms", "overhead_vs_mock_p95_ms",
                      "overhead_vs_direct_p50_ms", "overhead_vs_direct_p95_ms", "latency_p99_ms",
@@ -144,7 +145,7 @@ def headline(data: ReportData, metrics: tuple[str, ...] = HEADLINE_METRICS,
             else None)
     labels = data.labels.set_index("system") if len(data.labels) else None
     counted = len(data.counts) > 0
-    headings = [cell(F.heading(m)) for m in metrics]
+    headings = [cell(F.heading(m, each_unit=True)) for m in metrics]
     count_at = metrics.index("cpu_ms_per_request") + 1
     if counted:   # beside CPU time, the count that does not depend on the machine's noise
         headings.insert(count_at, cell("instr./req (counted)"))
@@ -173,8 +174,8 @@ def headline(data: ReportData, metrics: tuple[str, ...] = HEADLINE_METRICS,
         for m in metrics:
             d = _summary_of(summary, system, m)
             unstable = bool(d and d["unstable"]) and m != "errors_total"
-            figures.append(Cell((Part(F.mean_sd(d, m, n=False, compact=True) if d else F.DASH),
-                                 *((Part(" ⚠", "unstable"),) if unstable else ())),
+            figures.append(Cell((Part(F.mean_sd_each(d, m) if d else F.DASH),
+                                 *((Part(f" {UNSTABLE_MARK}", "unstable"),) if unstable else ())),
                                 "n unstable" if unstable else "n",
                                 title=F.spread(d, m) if d else ""))
         if counted:

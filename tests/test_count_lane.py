@@ -49,7 +49,7 @@ def test_the_report_shows_the_counts_beside_cpu_time_and_why_one_is_missing(tmp_
     data = collect(syn.path)
     headline = tables.headline(data).frame().set_index("system")
     columns = list(headline.columns)
-    assert columns.index(COUNTED) == columns.index(F.heading("cpu_ms_per_request")) + 1
+    assert columns.index(COUNTED) == columns.index(F.heading("cpu_ms_per_request", each_unit=True)) + 1
     assert headline.loc["nginx", COUNTED] == "61.2 k"
     assert headline.loc["sluice", COUNTED] == F.DASH
     html = render_section(data, "counts")

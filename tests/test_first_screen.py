@@ -39,6 +39,24 @@ def test_a_table_figure_keeps_three_significant_digits_in_its_column_s_unit():
                      compact=True) == "4225 ± 31"
 
 
+def test_a_headline_cell_reads_in_the_unit_that_suits_its_own_mean():
+    """One column holds 72 µs and 356 ms: each cell in its own unit, the heading without one."""
+    wire = "wire_in_gateway_p50_us"
+    assert F.mean_sd_each({"n": 3, "mean": 355624.0, "sd": 27938.0}, wire) == "356 ± 28 ms"
+    assert F.mean_sd_each({"n": 3, "mean": 72.0, "sd": 4.0}, wire) == "72.0 ± 4.0 µs"
+    assert F.mean_sd_each({"n": 3, "mean": 4872.8, "sd": 96.0}, "net_overhead_p50_ms") == \
+        "4.87 ± 0.10 s"
+    # a spread too small for the mean's decimals keeps one significant digit, not "± 0.00"
+    assert F.mean_sd_each({"n": 3, "mean": 1219 * 2**20, "sd": 5 * 2**20},
+                          "rss_peak_bytes") == "1.19 ± 0.005 GiB"
+    assert F.mean_sd_each({"n": 1, "mean": 1.69, "sd": math.nan}, "net_overhead_p50_ms") == \
+        "1.69 ms"
+    assert F.heading(wire, each_unit=True) == "in-gateway time p50 (wire)"
+    # a unit that does not scale stays in the heading
+    assert F.mean_sd_each({"n": 3, "mean": 939.4, "sd": 1.0}, "throughput_rps") == "939 ± 1"
+    assert F.heading("throughput_rps", each_unit=True) == "throughput (req/s)"
+
+
 def _words(markup) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", str(markup)))
 

@@ -34,6 +34,13 @@ def data(tmp_path_factory):
     return collect(make_study(tmp_path_factory.mktemp("registry")).path)
 
 
+def test_every_figure_the_headline_shows_is_summarised():
+    """A headline column reads the summary over runs: a metric left out of it would show a
+    column of dashes."""
+    for m in (*tables.HEADLINE_METRICS, *tables.PUBLISHED_METRICS):
+        assert m in SUMMARY_METRICS, m
+
+
 @pytest.mark.parametrize("name", list(METRIC_LISTS))
 def test_every_metric_a_table_or_check_uses_is_registered(name):
     for m in METRIC_LISTS[name]:
@@ -55,7 +62,7 @@ def test_every_table_heading_comes_from_the_registry(data):
              "this system", "nginx", "ratio or difference", "Welch p", "verdict", "why", "n", "mean", "sd",
              "min – max", "95% CI", "CoV", "not completed", "run", "order", "status",
              "errors h / t / c / o", "why not capacity"}
-    headings = {F.heading(m) for m in METRICS}
+    headings = {F.heading(m, each_unit=e) for m in METRICS for e in (False, True)}
     main, limits = tables.runs(data)
     for t in (tables.headline(data), tables.verdicts(data), tables.stability(data), main, limits):
         for c in t.columns:

@@ -8,12 +8,13 @@ import json
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from synthetic import make_study
 
 from harness.commands import main
 from harness.files import readers
-from harness.files.store import tree_bytes, write_json
+from harness.files.store import tree_bytes, write_frame, write_json
 from harness.model.config import REPO_DIR, StudyConfig
 from harness.model.formats import COUNTS, PUBLICATION
 from harness.model.gateway_spec import load_gateway_spec
@@ -21,6 +22,7 @@ from harness.model.plan import make_plan
 from harness.run.run import instruments
 from harness.run.staleness import stale_systems
 from report import publish as P
+from report.tables import UNSTABLE_MARK
 
 PLAIN = {"direct": 1_000.0, "nginx": 21_000.0, "sluice": 54_000.0}
 BIFROST = "its upstream binary does not start on this CPU (the reason a test gives)"
@@ -125,6 +127,8 @@ def test_the_readme_block_is_written_from_the_publication(published):
     assert len(block.splitlines()) <= P.README_LINES
     assert "| sluice |" in block and "Synthetic CPU @ 2.0GHz" in block
     assert "artifacts/published/index.html" in block or "published/index.html" in block
+    # a system that could not run: its reason once, in the head-to-head's sentence
+    assert block.count(BIFROST) == 1 and "bifrost (not runnable)" in block
     assert published["readme"].read_text().endswith(f"{P.README_END}\n\n## After\n")
 
 
@@ -248,3 +252,17 @@ def test_a_complete_fault_suite_gets_its_section_and_table(tmp_path):
     assert "kernel unknown" in section     # the cells' machine, as their manifests say
     assert len(readers.read_published_table(artifacts / P.PUBLISHED / "faults.parquet")) > 0
     assert (artifacts / P.PUBLISHED / "manifests" / "faults" / "manifest.json").is_file()
+
+
+def test_an_unstable_figure_is_explained_under_the_table(published):
+    """The mark beside a figure whose runs disagree is said once under the table, and only when a
+    figure carries it."""
+    assert UNSTABLE_MARK not in P.readme_block(published["out"])   # the synthetic runs agree
+    shaky = published["root"] / "shaky"
+    shutil.copytree(published["out"], shaky)
+    table = pd.read_parquet(shaky / "headline.parquet")
+    column = table.columns[2]
+    table[column] = table[column].astype(str) + f" {UNSTABLE_MARK}"
+    write_frame(shaky / "headline.parquet", table, PUBLICATION)
+    block = P.readme_block(shaky)
+    assert block.count(f"{UNSTABLE_MARK}: the runs disagree") == 1

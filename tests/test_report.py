@@ -16,6 +16,7 @@ import pytest
 from synthetic import RunParams, make_study
 
 from harness.commands import main as cli
+from harness.model.quantities import with_spread
 from report import build, tables
 from report import format as F
 from report.data import collect
@@ -97,6 +98,12 @@ def _fmt(values, digits):
     return f"{v.mean():.{digits}f} ± {v.std(ddof=1):.{digits}f}"
 
 
+def _fmt_each(values, unit):
+    """A headline cell of a time or a size: 'mean ± sd' in the unit that suits the mean."""
+    v = np.asarray(values, dtype=float)
+    return with_spread(v.mean(), v.std(ddof=1) if v.size > 1 else None, unit)
+
+
 def _recompute(study_dir: Path) -> dict[str, dict[str, list[float]]]:
     """The headline figures per system and completed run, from the Parquet files and the run
     manifests with plain pandas: independent of harness.stats."""
@@ -136,15 +143,15 @@ def test_headline_numbers_match_a_recomputation_from_requests_parquet(syn, html)
     for system, fig in truth.items():
         row = table[system]
         assert row["throughput (req/s)"] == _fmt(fig["throughput"], 1), system
-        assert row["median overhead vs mock (ms)"] == _fmt(fig["p50"], 2), system
+        assert row["median overhead vs mock"] == _fmt_each(fig["p50"], "ms"), system
         done = rs[(rs.system == system) & (rs.status == "completed")]  # p95: not a headline column
         assert np.allclose(done.overhead_vs_mock_p95_ms, fig["p95"]), system
         assert row["errors (requests)"].startswith(_fmt(fig["errors"], 1)), system
         if "cpu" in fig:
-            assert row["CPU time per request (ms)"] == _fmt(fig["cpu"], 3), system
-            assert row["peak RSS (MiB)"] == _fmt(fig["rss"], 1), system
+            assert row["CPU time per request"] == _fmt_each(fig["cpu"], "ms"), system
+            assert row["peak RSS"] == _fmt_each(fig["rss"], "MiB"), system
         else:
-            assert row["CPU time per request (ms)"] == "—"
+            assert row["CPU time per request"] == "—"
     # the failed litellm run is not averaged: two completed runs
     assert table["litellm"]["runs done"] == "2/3"
     assert "slower" in table["litellm"]["vs nginx"] and table["nginx"]["vs nginx"] == "reference"
@@ -159,8 +166,8 @@ def test_headline_table_from_the_registry(syn):
     assert t.loc["litellm", "runs done"] == "2/3"
     assert t.loc["nginx", "vs nginx"] == "reference"
     assert "req/s: slower ×0.34" in t.loc["litellm", "vs nginx"]
-    assert t.loc["direct", F.heading("cpu_ms_per_request")] == "—"
-    assert t.loc["nginx", F.heading("rss_peak_bytes")] == "48.0 ± 0.0"
+    assert t.loc["direct", F.heading("cpu_ms_per_request", each_unit=True)] == "—"
+    assert t.loc["nginx", F.heading("rss_peak_bytes", each_unit=True)] == "48.0 ± 0.0 MiB"
     assert t.loc["nginx", "result"] == "capacity"
 
 

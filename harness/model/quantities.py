@@ -95,3 +95,23 @@ def with_interval(x: float | None, low: float | None, high: float | None, unit: 
     bounds = (f"{_number(float(low), factor, sign, shown)} to "
               f"{_number(float(high), factor, sign, shown)}")
     return f"{head} ({label} {_joined(bounds, shown)})"
+
+
+def scales(unit: str) -> bool:
+    """Whether a figure in ``unit`` moves to the unit that suits it (a time, a size, a count)."""
+    return _family(_ALIASES.get(unit, unit)) is not None
+
+
+def with_spread(x: float, sd: float | None, unit: str = "") -> str:
+    """A mean and its spread in the mean's unit, the spread to the mean's decimals:
+    "356 ± 28 ms", "4.87 ± 0.10 s" (a spread too small for those decimals keeps one significant
+    digit: "1.19 ± 0.005 GiB"); the mean alone when there is no spread."""
+    shown, factor = unit_for(float(x), unit)
+    mean = _number(float(x), factor, False, shown)
+    if sd is None or not math.isfinite(float(sd)) or not math.isfinite(float(x)):
+        return _joined(mean, shown)
+    spread = abs(float(sd)) / factor
+    decimals = len(mean.partition(".")[2])
+    if 0 < spread < 0.5 * 10 ** -decimals:
+        decimals = -math.floor(math.log10(spread))
+    return _joined(f"{mean} ± {spread:.{decimals}f}", shown)
