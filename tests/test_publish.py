@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from synthetic import make_study
+from synthetic import make_study, write_counts
 
 from harness.commands import main
 from harness.files import readers
-from harness.files.store import tree_bytes, write_frame, write_json
+from harness.files.store import tree_bytes, write_frame
 from harness.model.config import REPO_DIR, StudyConfig
-from harness.model.formats import COUNTS, PUBLICATION
+from harness.model.formats import PUBLICATION
 from harness.model.gateway_spec import load_gateway_spec
 from harness.model.plan import make_plan
 from harness.run.run import instruments
@@ -24,27 +24,7 @@ from harness.run.staleness import stale_systems
 from report import publish as P
 from report.tables import UNSTABLE_MARK
 
-PLAIN = {"direct": 1_000.0, "nginx": 21_000.0, "sluice": 54_000.0}
 BIFROST = "its upstream binary does not start on this CPU (the reason a test gives)"
-
-
-def _counts(study: Path, systems, not_counted: dict[str, str]) -> None:
-    """counts.json as the counting lane writes it: each system counted, or its reason."""
-    builds = []
-    for s in systems:
-        if s in not_counted:
-            builds.append({"label": s, "system": s, "version": "", "failed": not_counted[s],
-                           "cases": []})
-            continue
-        builds.append({"label": s, "system": s, "version": "1", "sizes": {"requests": 100},
-                       "cases": [{"case": c, "instructions_per_request": PLAIN.get(s, 1e5) * k,
-                                  "allocations_per_request": 10.0,
-                                  "syscalls_per_request": {"read": 2.0, "write": 2.0},
-                                  "rss_bytes": 2**24, "statuses": {"200": 100}, "missing": ""}
-                                 for c, k in (("plain", 1), ("stream", 2))]})
-    write_json(study / COUNTS.file, {"purpose": "lane", "valgrind": "valgrind-3.19.0",
-                                     "machine": {"cpu_model": "Synthetic CPU"}, "builds": builds},
-               COUNTS)
 
 
 def _complete(root: Path, study_id: str = "s1") -> Path:
@@ -55,7 +35,7 @@ def _complete(root: Path, study_id: str = "s1") -> Path:
     manifest["systems"]["bifrost"] = {"kind": "competitor", "version": "", "role": "system",
                                       "runnable": False, "not_runnable_reason": BIFROST}
     (path / "manifest.json").write_text(json.dumps(manifest))
-    _counts(path, manifest["systems"], {"litellm": "not ready after 300 s under callgrind",
+    write_counts(path, manifest["systems"], {"litellm": "not ready after 300 s under callgrind",
                                         "bifrost": f"not run in this study: {BIFROST}"})
     return path
 

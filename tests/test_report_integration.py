@@ -10,10 +10,11 @@ import tempfile
 
 import numpy as np
 import pytest
-from synthetic import RunParams, make_study
+from synthetic import RunParams, make_study, write_counts
 from test_report import _fmt, _headline, _recompute
 
 from report import build
+from report import publish as P
 
 pytestmark = pytest.mark.integration
 
@@ -84,7 +85,7 @@ def test_papermill_smoke(syn, tmp_path):
 
 _FIT_PROBE = """<script>
 window.addEventListener('load', () => {
-  const bottom = id => document.getElementById(id).getBoundingClientRect().bottom;
+  const bottom = id => document.getElementById(id)?.getBoundingClientRect().bottom ?? null;
   document.body.setAttribute('data-fit', JSON.stringify({
     width: innerWidth, scroll: document.documentElement.scrollWidth,
     summary: bottom('summary'), headline: bottom('headline-table'),
@@ -110,6 +111,17 @@ def _seven_systems() -> dict[str, list[RunParams]]:
             "litellm": runs((3000.0, 3150.0, 3300.0), 1.4, 1200, rate=60)}
 
 
+def _fit(exe: str, html: str, tmp_path) -> dict:
+    """Where the first screen's parts end at 1,280 × 800 (_FIT_PROBE), in headless Chromium."""
+    page = tmp_path / "probe.html"
+    page.write_text(html.replace("</body>", _FIT_PROBE + "</body>"))
+    with tempfile.TemporaryDirectory() as profile:
+        dom = subprocess.run(_chromium_cmd(exe, profile, "--hide-scrollbars",
+                                           "--window-size=1280,800", "--dump-dom", page.as_uri()),
+                             capture_output=True, text=True, timeout=90, check=False).stdout
+    return json.loads(re.search(r'data-fit="([^"]*)"', dom).group(1).replace("&quot;", '"'))
+
+
 def test_first_screen_holds_the_answer_at_1280x800(tmp_path):
     """At 1,280 × 800 the summary and the whole head-to-head table of a seven-system study are
     on the first screen, and nothing makes the page scroll sideways."""
@@ -117,13 +129,34 @@ def test_first_screen_holds_the_answer_at_1280x800(tmp_path):
     if exe is None:
         pytest.skip("chromium is not installed: run scripts/install-test-deps.sh")
     s = make_study(tmp_path, params=_seven_systems())
-    page = tmp_path / "probe.html"
-    page.write_text(build.build_report(s.path).path.read_text().replace("</body>", _FIT_PROBE + "</body>"))
-    with tempfile.TemporaryDirectory() as profile:
-        dom = subprocess.run(_chromium_cmd(exe, profile, "--hide-scrollbars",
-                                           "--window-size=1280,800", "--dump-dom", page.as_uri()),
-                             capture_output=True, text=True, timeout=90, check=False).stdout
-    fit = json.loads(re.search(r'data-fit="([^"]*)"', dom).group(1).replace("&quot;", '"'))
+    fit = _fit(exe, build.build_report(s.path).path.read_text(), tmp_path)
     assert fit["width"] == 1280 and fit["scroll"] <= fit["width"], fit
     assert fit["headline_right"] <= fit["width"], fit
     assert fit["summary"] <= 800 and fit["headline"] <= 800, fit
+
+
+def test_the_published_page_opens_on_the_whole_head_to_head_at_1280x800(tmp_path):
+    """The published table has more columns than the report's (net overhead p99 beside p50,
+    the counted instructions): all of it, its verdicts included, on the first screen."""
+    exe = _chromium()
+    if exe is None:
+        pytest.skip("chromium is not installed: run scripts/install-test-deps.sh")
+    s = make_study(tmp_path / "artifacts", params=_seven_systems())
+    write_counts(s.path, json.loads((s.path / "manifest.json").read_text())["systems"], {})
+    out = tmp_path / "artifacts" / P.PUBLISHED
+    P.publish(s.path, {"faults": "not run", "inflight": "not run"}, {}, out)
+    fit = _fit(exe, (out / P.PAGE).read_text(), tmp_path)
+    assert fit["width"] == 1280 and fit["scroll"] <= fit["width"], fit
+    assert fit["headline_right"] <= fit["width"] and fit["headline"] <= 800, fit
+
+
+def test_the_committed_publication_opens_on_its_whole_head_to_head_at_1280x800(tmp_path):
+    """What the repository publishes, as a reader opens it: real figures are wider than any
+    synthetic study's ("4.87 ± 0.10 s", "slower ×4,166")."""
+    exe = _chromium()
+    page = P.ARTIFACTS_DIR / P.PUBLISHED / P.PAGE
+    if exe is None or not page.is_file():
+        pytest.skip("nothing published yet" if exe else "chromium is not installed")
+    fit = _fit(exe, page.read_text(), tmp_path)
+    assert fit["width"] == 1280 and fit["scroll"] <= fit["width"], fit
+    assert fit["headline_right"] <= fit["width"] and fit["headline"] <= 800, fit
