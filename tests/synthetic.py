@@ -41,9 +41,10 @@ import pyarrow as pa
 from synthetic_files import write_json, write_manifest, write_parquet
 
 from harness.files.store import REQUEST_SCHEMA, SAMPLE_SCHEMA
-from harness.files.store import write_json as store_json
 from harness.model import formats as F
+from harness.model.count_cases import LANE_SIZES
 from harness.model.manifests import RunManifest, StudyManifest, from_plain
+from harness.run.count_system import BuildCount, CaseCount, write_counts
 
 BASE_T = 1_760_000_000.0
 # Columns of the real schema that the synthetic unary, closed-loop runs leave at their defaults.
@@ -533,26 +534,17 @@ if __name__ == "__main__":   # python tests/synthetic.py DIR: write a study to l
     print(out.path)
 
 
-# Instructions per request of the plain case, per system, in write_counts (others: 100,000).
+# Instructions per request of the plain case, per system, in write_lane_counts (others: 100,000).
 PLAIN_INSTRUCTIONS = {"direct": 1_000.0, "nginx": 21_000.0, "sluice": 54_000.0}
 
 
-def write_counts(study: Path, systems, not_counted: dict[str, str]) -> None:
-    """counts.json as the counting lane writes it: each system counted (plain and stream), or
-    its reason in ``not_counted``."""
-    builds = []
-    for s in systems:
-        if s in not_counted:
-            builds.append({"label": s, "system": s, "version": "", "failed": not_counted[s],
-                           "cases": []})
-            continue
-        builds.append({"label": s, "system": s, "version": "1", "sizes": {"requests": 100},
-                       "cases": [{"case": c,
-                                  "instructions_per_request": PLAIN_INSTRUCTIONS.get(s, 1e5) * k,
-                                  "allocations_per_request": 10.0,
-                                  "syscalls_per_request": {"read": 2.0, "write": 2.0},
-                                  "rss_bytes": 2**24, "statuses": {"200": 100}, "missing": ""}
-                                 for c, k in (("plain", 1), ("stream", 2))]})
-    store_json(study / F.COUNTS.file, {"purpose": "lane", "valgrind": "valgrind-3.19.0",
-                                       "machine": {"cpu_model": "Synthetic CPU"},
-                                       "builds": builds}, F.COUNTS)
+def write_lane_counts(study: Path, systems, not_counted: dict[str, str]) -> None:
+    """A study's counts.json, through the counting lane's own writer: each system counted
+    (plain and stream), or its reason in ``not_counted``."""
+    builds = [BuildCount(s, s, "", "", (), LANE_SIZES, failed=not_counted[s]) if s in not_counted
+              else BuildCount(s, s, "1", "", tuple(
+                  CaseCount(c, PLAIN_INSTRUCTIONS.get(s, 1e5) * k, 10.0,
+                            {"read": 2.0, "write": 2.0}, 2**24, {"200": 100})
+                  for c, k in (("plain", 1), ("stream", 2))), LANE_SIZES)
+              for s in systems]
+    write_counts(study / F.COUNTS.file, builds, {"cpu_model": "Synthetic CPU"}, "lane")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from synthetic import make_study, write_counts
+from synthetic import make_study, write_lane_counts
 
 from harness.commands import main
 from harness.files import readers
@@ -35,7 +35,7 @@ def _complete(root: Path, study_id: str = "s1") -> Path:
     manifest["systems"]["bifrost"] = {"kind": "competitor", "version": "", "role": "system",
                                       "runnable": False, "not_runnable_reason": BIFROST}
     (path / "manifest.json").write_text(json.dumps(manifest))
-    write_counts(path, manifest["systems"], {"litellm": "not ready after 300 s under callgrind",
+    write_lane_counts(path, manifest["systems"], {"litellm": "not ready after 300 s under callgrind",
                                         "bifrost": f"not run in this study: {BIFROST}"})
     return path
 

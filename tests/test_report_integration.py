@@ -10,7 +10,7 @@ import tempfile
 
 import numpy as np
 import pytest
-from synthetic import RunParams, make_study, write_counts
+from synthetic import RunParams, make_study, write_lane_counts
 from test_report import _fmt, _headline, _recompute
 
 from report import build
@@ -142,7 +142,7 @@ def test_the_published_page_opens_on_the_whole_head_to_head_at_1280x800(tmp_path
     if exe is None:
         pytest.skip("chromium is not installed: run scripts/install-test-deps.sh")
     s = make_study(tmp_path / "artifacts", params=_seven_systems())
-    write_counts(s.path, json.loads((s.path / "manifest.json").read_text())["systems"], {})
+    write_lane_counts(s.path, json.loads((s.path / "manifest.json").read_text())["systems"], {})
     out = tmp_path / "artifacts" / P.PUBLISHED
     P.publish(s.path, {"faults": "not run", "inflight": "not run"}, {}, out)
     fit = _fit(exe, (out / P.PAGE).read_text(), tmp_path)
