@@ -130,6 +130,15 @@ def test_committed_suites_expand(name):
     assert len({c.comparison_key for c in runnable}) == len(runnable)
 
 
+def test_a_suite_named_from_the_repository_is_found_again_from_the_notebooks_folder(monkeypatch):
+    """make faults names its suite relative to the repository; the suite notebook, run in
+    notebooks/, reads the file again there."""
+    monkeypatch.chdir(REPO_DIR)
+    suite = M.load_suite("notebooks/suites/smoke.toml")
+    monkeypatch.chdir(REPO_DIR / "notebooks")
+    assert suite.path.is_absolute() and suite.path.read_text() == suite.text
+
+
 def test_the_fault_lane_expects_its_runs_and_their_planned_length():
     """5 scenarios x (5 configured systems x 3 runs + direct and MLflow once), each at least its
     warm-up, its step, idle and cool-down; Bifrost (not runnable here) adds none."""

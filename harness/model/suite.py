@@ -184,9 +184,10 @@ def _setting(path: Path, table: str, setting: str, values: list) -> str:
 
 
 def resolve_path(path: str | Path) -> Path:
-    """As given when it exists (relative to here), else relative to the repository."""
+    """As given when it exists (relative to here), else relative to the repository; absolute
+    either way: the suite notebook runs in notebooks/ and reads the file again there."""
     p = Path(path)
-    return p if p.is_absolute() or p.exists() else config_mod.REPO_DIR / p
+    return (p if p.is_absolute() or p.exists() else config_mod.REPO_DIR / p).absolute()
 
 
 def cell_key(config: StudyConfig, instruments: Instruments) -> str:
