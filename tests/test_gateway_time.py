@@ -169,6 +169,22 @@ def test_figures_missing_say_why():
     assert f["wire_reason"] == f["identity_reason"] == "not measured in this artifact version"
 
 
+def test_a_capture_that_kept_no_upstream_id_says_so():
+    """A system whose request head outgrows the bytes each packet keeps: its requests to the
+    mock are seen, none with an id, and the reason names the setting to raise."""
+    nan_rows = _ok_rows().assign(**{c: math.nan for c in _ok_rows().columns if c.startswith("wire")})
+    lost = WireCheck(captured=True, snaplen_bytes=512, upstream_requests=3724,
+                     upstream_requests_without_id=3724, joined=0, join_rate=0.0)
+    run = SimpleNamespace(checks=RunChecks(), wire=lost)
+    reason = gateway_time.figures(run, nan_rows, None)["wire_reason"]
+    assert "none of its 3,724 requests to the mock showed an id" in reason
+    assert "first 512 bytes" in reason and "wire_snaplen_bytes" in reason
+    run = SimpleNamespace(checks=RunChecks(), wire=dataclasses.replace(
+        lost, upstream_requests_without_id=3000))
+    assert gateway_time.figures(run, nan_rows, None)["wire_reason"] == \
+        "no request of the measured window was joined on the wire"
+
+
 def test_manifest_round_trip_and_older_manifests_load():
     run = small_run_manifest("nginx-1", "nginx", 1, PHASES)
     identity = IdentityCheck(client_rows=1, client_ok=1, client_without_id=0, mock_rows=1,

@@ -114,6 +114,7 @@ class WireCheck:
     client_requests: int | None = None      # requests seen on the client side of the capture
     client_requests_without_id: int | None = None
     upstream_requests: int | None = None
+    upstream_requests_without_id: int | None = None  # no id in their captured bytes
     upstream_ids_seen_more_than_once: int | None = None
     joined: int | None = None
     join_rate: float | None = None          # joined / client requests with an id

@@ -168,6 +168,7 @@ def wire(rows: pd.DataFrame, run_dir: Path, capture: WireSource) -> tuple[dict, 
     check = replace(check, client_requests=summary["client_requests"],
                     client_requests_without_id=summary["client_requests_without_id"],
                     upstream_requests=summary["upstream_requests"],
+                    upstream_requests_without_id=summary["upstream_requests_without_id"],
                     upstream_ids_seen_more_than_once=summary["upstream_ids_seen_more_than_once"],
                     joined=summary["joined"], join_rate=summary["join_rate"],
                     rows_with_wire_times=with_times)

@@ -55,9 +55,19 @@ def figures(run: RunManifest, ok: pd.DataFrame, mock: pd.DataFrame | None) -> di
     elif not wire.captured:
         rec["wire_reason"] = wire.reason
     elif not ok["wire_mock_us"].notna().any():
-        rec["wire_reason"] = "no request of the measured window was joined on the wire"
+        rec["wire_reason"] = _unjoined_reason(wire)
     else:
         rec["wire_reason"] = ""
 
     rec["mock_own_p99_ms"] = percentile(mock_own_ms(mock), 99) if mock is not None else math.nan
     return rec
+
+
+def _unjoined_reason(wire) -> str:
+    """Why no request of the measured window was joined on the wire; by name when none of the
+    system's requests to the mock showed its id within the bytes each packet kept."""
+    if wire.upstream_requests and wire.upstream_requests_without_id == wire.upstream_requests:
+        return (f"no request of the measured window was joined on the wire: none of its "
+                f"{wire.upstream_requests:,} requests to the mock showed an id within the first "
+                f"{wire.snaplen_bytes} bytes of a packet the capture keeps (wire_snaplen_bytes)")
+    return "no request of the measured window was joined on the wire"
