@@ -1,5 +1,5 @@
-"""The published results: from the newest complete standard study (and the newest complete fault
-and in-flight suites, where they exist) write artifacts/published/, the one part of artifacts/
+"""The published results: from the newest complete standard study (and the newest complete suite
+of each lane, LANES, where it exists) write artifacts/published/, the one part of artifacts/
 that is committed, and the README's Results block from it.
 
     python -m harness publish [--check]
@@ -59,8 +59,11 @@ NOTHING_PUBLISHED = ("No published results yet: `make study`, then `make publish
                      "([Publishing results](docs/publishing.md)).")
 MAX_BYTES = 5 * 2**20            # what a publication may weigh in the repository
 README_LINES = 40                # the Results block's budget
-LANES = ("faults", "inflight")   # the suites a publication takes, by kind
-LANE_NAMES = {"faults": "Fault lane", "inflight": "In-flight lane"}
+# The suites a publication takes, by name (notebooks/suites/<name>.toml), each with its kind
+# (suite_kind): the newest complete suite of each name is its lane.
+LANES = {"faults": "faults", "faults-extra": "faults", "inflight": "inflight"}
+LANE_NAMES = {"faults": "Fault lane", "faults-extra": "Fault lane, the other scenarios",
+              "inflight": "In-flight lane"}
 # The study report's sections the page shows after the lanes (the raw files' links stay out:
 # the raw files are not published).
 AFTER_LANES = ("banner", "summary", "plots", "gateway_time", "verdicts", "stability", "runs",
@@ -150,23 +153,22 @@ def suite_problems(suite_dir: Path) -> list[str]:
 
 
 def newest_complete_suites(artifacts: Path) -> dict[str, Path | str]:
-    """Per lane kind (LANES): the newest complete suite, or why there is none."""
+    """Per lane (LANES): the newest complete suite of its name and kind, or why there is none."""
     found: dict[str, list[tuple[float, Path, list[str]]]] = {k: [] for k in LANES}
     for path in sorted((artifacts / "suites").glob("*/manifest.json")):
         m = SuiteFiles(path.parent).read_manifest()
-        kind = suite_kind(m)
-        if kind in found:
-            found[kind].append((m.started_t_unix_s, path.parent, suite_problems(path.parent)))
+        if m.name in found and suite_kind(m) == LANES[m.name]:
+            found[m.name].append((m.started_t_unix_s, path.parent, suite_problems(path.parent)))
     out: dict[str, Path | str] = {}
-    for kind, suites in found.items():
+    for lane, suites in found.items():
         complete = [p for _, p, problems in sorted(suites, reverse=True) if not problems]
         if complete:
-            out[kind] = complete[0]
+            out[lane] = complete[0]
         elif suites:
             _, path, problems = max(suites)
-            out[kind] = f"not run to completion: {path.name} is not complete ({'; '.join(problems)})"
+            out[lane] = f"not run to completion: {path.name} is not complete ({'; '.join(problems)})"
         else:
-            out[kind] = "not run: no suite of this lane under artifacts/suites/"
+            out[lane] = f"not run: no suite named {lane} under artifacts/suites/"
     return out
 
 
@@ -193,16 +195,20 @@ def provenance(m: StudyManifest, label: str, ident: str) -> dict:
 
 @dataclass(frozen=True, eq=False)
 class Lane:
-    """A suite lane on the page: its suite's figures, or why it is not there."""
-    kind: str
+    """A suite lane on the page (LANES): its suite's figures, or why it is not there."""
+    lane: str
     suite: suite_data.SuiteData | None
     why_not: str = ""
+
+    @property
+    def kind(self) -> str:
+        return LANES[self.lane]
 
 
 def lane_html(lane: Lane) -> str:
     """A suite lane's section: its provenance and the suite report's own table for it."""
     if lane.suite is None:
-        return render("published_lane.html.j2", name=LANE_NAMES[lane.kind], kind=lane.kind,
+        return render("published_lane.html.j2", name=LANE_NAMES[lane.lane], lane=lane.lane,
                       why_not=lane.why_not, about=None, body="")
     m = lane.suite.manifest
     first = lane.suite.cells[0][1].study.manifest if lane.suite.cells else None
@@ -214,7 +220,7 @@ def lane_html(lane: Lane) -> str:
                    prefix=f"{ERROR_BODY_PREFIX_BYTES // 1024} KiB")
             if lane.kind == "faults" else
             render("suite_inflight.html.j2", inflight=inflight_sections(lane.suite)))
-    return render("published_lane.html.j2", name=LANE_NAMES[lane.kind], kind=lane.kind,
+    return render("published_lane.html.j2", name=LANE_NAMES[lane.lane], lane=lane.lane,
                   why_not="", about=about, body=Markup(body))
 
 
@@ -228,7 +234,7 @@ def page_sections(data: ReportData, stale: dict[str, str], lanes: list[Lane],
            "headline": S.headline_html(data, PUBLISHED_METRICS, stale),
            "lanes": render("published_lanes.html.j2", lanes=lane_sentences(data, lanes)),
            "counts": S.section_counts(data)}
-    out.update({f"lane-{lane.kind}": lane_html(lane) for lane in lanes})
+    out.update({f"lane-{lane.lane}": lane_html(lane) for lane in lanes})
     out.update({name: S.render_section(data, name) for name in AFTER_LANES})
     out["files"] = render("published_files.html.j2", tables=tables, line=PANDAS_LINE,
                           raw_files=raw["files"], raw_bytes=F.size(raw["bytes"]))
@@ -253,10 +259,10 @@ def lane_sentences(data: ReportData, lanes: list[Lane]) -> list[str]:
                + (f"; not counted: {', '.join(missing)}" if missing else "") + ".")
     for lane in lanes:
         if lane.suite is None:
-            out.append(f"{LANE_NAMES[lane.kind]}: {lane.why_not}.")
+            out.append(f"{LANE_NAMES[lane.lane]}: {lane.why_not}.")
             continue
         cells = lane.suite.manifest.cells
-        out.append(f"{LANE_NAMES[lane.kind]}: suite {lane.suite.manifest.suite_id}, "
+        out.append(f"{LANE_NAMES[lane.lane]}: suite {lane.suite.manifest.suite_id}, "
                    f"{sum(e.status == 'completed' for e in cells)} of {len(cells)} cells run.")
     return out
 
@@ -290,8 +296,8 @@ def _shown(path: Path) -> str:
 def publish(study_dir: Path, lanes: dict[str, Path | str], stale: dict[str, str],
             out: Path, readme: Path | None = None) -> dict:
     """Write the publication of ``study_dir`` (complete: PublishError otherwise) and the suites
-    in ``lanes`` (kind -> its directory, or why none) into ``out``, replacing what was there,
-    then the README's Results block; returns the publication."""
+    in ``lanes`` (LANES: lane -> its suite's directory, or why none) into ``out``, replacing
+    what was there, then the README's Results block; returns the publication."""
     problems = study_problems(study_dir)
     if problems:
         raise PublishError([f"{study_dir}: not complete: {'; '.join(problems)}"])
@@ -308,9 +314,9 @@ def publish(study_dir: Path, lanes: dict[str, Path | str], stale: dict[str, str]
                   "summary": data.summary, "runs": data.rs, "counts": data.counts}
         for lane in suites:
             if lane.suite is not None and lane.kind == "faults":
-                frames["faults"] = suite_data.fault_table(lane.suite)[0]
+                frames[lane.lane] = suite_data.fault_table(lane.suite)[0]
             elif lane.suite is not None:
-                frames["inflight"] = pd.concat(
+                frames[lane.lane] = pd.concat(
                     [x.table.assign(cell=e.cell_id) for e, x in suite_data.inflight_lanes(lane.suite)],
                     ignore_index=True)
         tables = []
@@ -322,7 +328,7 @@ def publish(study_dir: Path, lanes: dict[str, Path | str], stale: dict[str, str]
         for lane in suites:
             if lane.suite is not None:
                 manifests += [p.relative_to(tmp).as_posix() for p in
-                              _copy_manifests(lane.suite.path, tmp / "manifests" / lane.kind)]
+                              _copy_manifests(lane.suite.path, tmp / "manifests" / lane.lane)]
         raw = raw_files(study_dir)
         sections = page_sections(data, stale, suites, tables, raw)
         write_text(tmp / PAGE, render("page.html.j2", title_prefix="Sluice results",
@@ -332,7 +338,7 @@ def publish(study_dir: Path, lanes: dict[str, Path | str], stale: dict[str, str]
             "published_t_unix_s": time.time(), "page": PAGE,
             "standard": _standard(data, stale, study_dir, raw),
             "lanes": {"counting": {"ran": True},
-                      **{lane.kind: ({"suite_id": lane.suite.manifest.suite_id,
+                      **{lane.lane: ({"suite_id": lane.suite.manifest.suite_id,
                                       "source": _shown(lane.suite.path),
                                       "started_t_unix_s": lane.suite.manifest.started_t_unix_s,
                                       "ended_t_unix_s": lane.suite.manifest.ended_t_unix_s}

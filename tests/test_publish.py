@@ -201,20 +201,22 @@ def test_the_publication_reader_refuses_a_version_it_does_not_know(published, tm
         readers.read_publication(path)
 
 
-def _fault_suite(artifacts: Path) -> Path:
+def _fault_suite(artifacts: Path, suite_id: str = "faults-t", name: str = "faults",
+                 scenario: str = "error_burst", started_t_unix_s: float = 1.0) -> Path:
     """A complete fault suite of one synthetic cell under artifacts/suites/."""
     from synthetic_faults import FaultRun, make_fault_study
     from synthetic_manifests import write_suite_manifest
 
     from harness.model.config import from_profile
-    root = artifacts / "suites" / "faults-t"
+    root = artifacts / "suites" / suite_id
     make_fault_study(root, "cell-01", {"direct": [FaultRun()], "nginx": [FaultRun(dialect="other")],
                                        "sluice": [FaultRun(attempts=2, fail_every=0)]})
-    config = from_profile("faults", fault_scenario="error_burst").to_dict()
+    config = from_profile("faults", fault_scenario=scenario).to_dict()
     write_suite_manifest(root, [{"cell_id": "cell-01", "comparison_key": "k" * 8, "excluded": "",
-                                 "values": {"fault_scenario": "error_burst"}, "config": config,
+                                 "values": {"fault_scenario": scenario}, "config": config,
                                  "status": "completed", "dir": "cell-01"}],
-                         profile="faults", started_t_unix_s=1.0, ended_t_unix_s=2.0)
+                         name=name, profile="faults", started_t_unix_s=started_t_unix_s,
+                         ended_t_unix_s=started_t_unix_s + 1.0)
     return root
 
 
@@ -227,11 +229,30 @@ def test_a_complete_fault_suite_gets_its_section_and_table(tmp_path):
     pub = P.publish(study, lanes, {}, artifacts / P.PUBLISHED)
     assert pub["lanes"]["faults"]["suite_id"] == "faults-t"
     page = (artifacts / P.PUBLISHED / P.PAGE).read_text()
-    section = page[page.index('id="published-faults"'):page.index('id="published-inflight"')]
+    section = page[page.index('id="published-faults"'):page.index('id="published-faults-extra"')]
     assert "Suite <code>faults-t</code>" in section and "error_burst" in section
     assert "kernel unknown" in section     # the cells' machine, as their manifests say
     assert len(readers.read_published_table(artifacts / P.PUBLISHED / "faults.parquet")) > 0
     assert (artifacts / P.PUBLISHED / "manifests" / "faults" / "manifest.json").is_file()
+
+
+def test_each_lane_takes_the_newest_suite_of_its_own_name(tmp_path):
+    """The other scenarios' suite, run after the core lane, is a lane beside it, never its
+    replacement; a suite of another name (shipped configurations, say) is no lane."""
+    artifacts = tmp_path / "artifacts"
+    study = _complete(artifacts)
+    core = _fault_suite(artifacts, "faults-a")
+    extra = _fault_suite(artifacts, "faults-extra-b", "faults-extra", "retry_after", 5.0)
+    _fault_suite(artifacts, "faults-shipped-c", "faults-shipped", started_t_unix_s=9.0)
+    lanes = P.newest_complete_suites(artifacts)
+    assert lanes["faults"] == core and lanes["faults-extra"] == extra
+    assert lanes["inflight"] == "not run: no suite named inflight under artifacts/suites/"
+    pub = P.publish(study, lanes, {}, artifacts / P.PUBLISHED)
+    assert [pub["lanes"][k].get("suite_id") for k in P.LANES] == ["faults-a", "faults-extra-b", None]
+    assert any(s.startswith("Fault lane, the other scenarios: suite faults-extra-b") for s in pub["sentences"])
+    page = (artifacts / P.PUBLISHED / P.PAGE).read_text()
+    assert "retry_after" in page[page.index('id="published-faults-extra"'):]
+    assert len(readers.read_published_table(artifacts / P.PUBLISHED / "faults-extra.parquet")) > 0
 
 
 def test_an_unstable_figure_is_explained_under_the_table(published):

@@ -5,8 +5,8 @@
 
 writes artifacts/published/ (the one committed part of artifacts/) from the newest complete
 study of the profile (every runnable system's runs done, its counting lane run with every system
-counted or its reason) and the newest complete fault and in-flight suites under
-artifacts/suites/, marks the rows whose comparison key the tree would no longer produce, then
+counted or its reason) and the newest complete suite of each lane (faults, faults-extra,
+inflight, by the suite's name) under artifacts/suites/, marks the rows whose comparison key the tree would no longer produce, then
 rewrites the README's Results block from it (report/publish.py). A study that is not complete is
 refused with what it lacks.
 
@@ -58,9 +58,9 @@ def run(args: argparse.Namespace) -> int:
     pub = P.publish(study, lanes, stale, out, readme)
     print(f"published study {pub['standard']['study_id']} into {out} "
           f"({size(tree_bytes(out))}); README Results block rewritten: {readme}")
-    for kind in P.LANES:
-        lane = pub["lanes"][kind]
-        print(f"  {P.LANE_NAMES[kind]}: " + (f"suite {lane['suite_id']}" if "suite_id" in lane
+    for name in P.LANES:
+        lane = pub["lanes"][name]
+        print(f"  {P.LANE_NAMES[name]}: " + (f"suite {lane['suite_id']}" if "suite_id" in lane
                                              else lane["not_run"]))
     for system, why in stale.items():
         print(f"  stale: {system}: {why}")
