@@ -54,7 +54,7 @@ GATEWAY_TIME = (*(f"wire_{part}_p{q}_us" for part in ("request_path", "response_
                   for q in (50, 95, 99)),
                 "wire_join_rate", "identity_match_rate", "net_overhead_p50_ms",
                 "self_overhead_p50_ms")
-UNSTABLE = " ⚠ unstable"
+UNSTABLE = f" {UNSTABLE_MARK} unstable"
 
 
 def short(text: str, limit: int = NOT_RUN_REASON_CHARS) -> str:

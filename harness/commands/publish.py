@@ -6,8 +6,9 @@
 writes artifacts/published/ (the one committed part of artifacts/) from the newest complete
 study of the profile (every runnable system's runs done, its counting lane run with every system
 counted or its reason) and the newest complete suite of each lane (faults, faults-extra,
-inflight, by the suite's name) under artifacts/suites/, marks the rows whose comparison key the tree would no longer produce, then
-rewrites the README's Results block from it (report/publish.py). A study that is not complete is
+inflight, by the suite's name) under artifacts/suites/, marks the rows whose comparison key the
+tree would no longer produce, then rewrites the README's Results block from it
+(report/publish.py). A study that is not complete is
 refused with what it lacks.
 
 --check only reads and prints: each published system's comparison key against what the tree

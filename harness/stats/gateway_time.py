@@ -66,8 +66,9 @@ def figures(run: RunManifest, ok: pd.DataFrame, mock: pd.DataFrame | None) -> di
 def _unjoined_reason(wire) -> str:
     """Why no request of the measured window was joined on the wire; by name when none of the
     system's requests to the mock showed its id within the bytes each packet kept."""
+    reason = "no request of the measured window was joined on the wire"
     if wire.upstream_requests and wire.upstream_requests_without_id == wire.upstream_requests:
-        return (f"no request of the measured window was joined on the wire: none of its "
-                f"{wire.upstream_requests:,} requests to the mock showed an id within the first "
-                f"{wire.snaplen_bytes} bytes of a packet the capture keeps (wire_snaplen_bytes)")
-    return "no request of the measured window was joined on the wire"
+        reason += (f": none of its {wire.upstream_requests:,} requests to the mock showed an id "
+                   f"within the first {wire.snaplen_bytes} bytes of a packet the capture keeps "
+                   "(wire_snaplen_bytes)")
+    return reason
