@@ -9,12 +9,17 @@ import pandas as pd
 import pytest
 
 from harness.stats import fault_lane as lane
-from harness.stats.fault_requests import attempt_failed, request_figures, request_outcomes
+from harness.stats.fault_requests import attempt_failed, provider_failure_shares, request_figures, request_outcomes
 
 T0 = 1_800_000_000.0
 WINDOW = (T0, T0 + 30.0)
 N = 1000
 SET_MS = 60.0
+
+
+def _figures(client: pd.DataFrame, mock: pd.DataFrame) -> dict:
+    return request_figures(request_outcomes(client, mock, *WINDOW), *WINDOW,
+                           provider_failure_shares(client, mock, *WINDOW))
 
 
 def _client(latency_ms, error_kind) -> pd.DataFrame:
@@ -63,7 +68,7 @@ def fast_failer():
 def test_a_slow_retrier_shows_its_true_amplification():
     client, mock = slow_retrier()
     assert len(mock) == 1250
-    figures = request_figures(request_outcomes(client, mock, *WINDOW), *WINDOW)
+    figures = _figures(client, mock)
     assert figures["success_share"] == 1.0 and figures["first_attempt_failure_share"] == 0.2
     assert figures["amplification"] == pytest.approx(1.25)
     assert figures["excess_amplification"] == pytest.approx(0.0, abs=1e-12)
@@ -75,7 +80,7 @@ def test_a_slow_retrier_shows_its_true_amplification():
 
 def test_a_fast_failer_shows_its_failures_in_the_tail():
     client, mock = fast_failer()
-    figures = request_figures(request_outcomes(client, mock, *WINDOW), *WINDOW)
+    figures = _figures(client, mock)
     assert figures["success_share"] == pytest.approx(0.8)
     assert figures["amplification"] == 1.0 and figures["excess_amplification"] == pytest.approx(0.0)
     assert figures["tts_p50_ms"] == SET_MS
@@ -90,9 +95,43 @@ def test_excess_amplification_is_the_waste_beyond_the_success_bought():
     hedged = pd.concat([mock, mock.assign(body_end_t_unix_ns=mock["body_end_t_unix_ns"] + 1000,
                                           status_code=200, fault="")], ignore_index=True)
     ok_client = client.assign(error_kind="", latency_ms=SET_MS)
-    figures = request_figures(request_outcomes(ok_client, hedged, *WINDOW), *WINDOW)
+    figures = _figures(ok_client, hedged)
     assert figures["amplification"] == 2.0
     assert figures["excess_amplification"] == pytest.approx(2.0 - 1.0 / 0.8)
+
+
+def _failover(ejected_after: int):
+    """The primary fails every attempt, the standby none: the first ``ejected_after`` requests
+    try the primary first, the rest go straight to the standby."""
+    client = _client(np.full(N, SET_MS), [""] * N)
+    rows = []
+    for i, t in enumerate(client["start_t_unix_s"]):
+        if i < ejected_after:
+            rows.append({**_attempt(f"r{i}", t + 0.001, 503), "provider": "primary"})
+        rows.append({**_attempt(f"r{i}", t + 0.002, 200), "provider": "standby"})
+    return client, pd.DataFrame(rows)
+
+
+def test_trying_a_dead_primary_first_is_waste_when_a_standby_stands_by():
+    """Always trying the failed primary first costs one attempt per request beyond the
+    success; ejecting it costs almost nothing. Neither floor is the first attempts' own
+    (p̂ = 1 for the one, 0.01 for the other), which would make the first's excess unknowable."""
+    always = _figures(*_failover(N))
+    assert always["first_attempt_failure_share"] == 1.0
+    assert always["floor_failure_share"] == 0.0
+    assert always["excess_amplification"] == pytest.approx(1.0)
+    ejecting = _figures(*_failover(10))
+    assert ejecting["excess_amplification"] == pytest.approx(0.01)
+    assert provider_failure_shares(*_failover(10), *WINDOW) == {"primary": 1.0, "standby": 0.0}
+
+
+def test_the_floor_is_the_first_attempts_when_one_provider_serves():
+    """One provider, 20% of first attempts failing: its own share is its first attempts', not
+    diluted by the retries (250 of 1,250 attempts failed)."""
+    client, mock = slow_retrier()
+    shares = provider_failure_shares(client, mock, *WINDOW)
+    assert shares == {"": pytest.approx(0.2)}
+    assert _figures(client, mock)["floor_failure_share"] == pytest.approx(0.2)
 
 
 def test_time_weighted_success_weighs_each_second_alike():
@@ -100,7 +139,7 @@ def test_time_weighted_success_weighs_each_second_alike():
     # every request of the first 10 s failed, and they were a third of the requests
     early = client["start_t_unix_s"] < T0 + 10.0
     client.loc[early, "error_kind"] = "http"
-    figures = request_figures(request_outcomes(client, mock, *WINDOW), *WINDOW)
+    figures = _figures(client, mock)
     assert figures["time_weighted_success"] == pytest.approx(
         (0 * 10 + 0.8 * 20) / 30, abs=0.01)
 
@@ -114,7 +153,7 @@ def test_what_counts_as_a_failed_attempt():
 def test_requests_without_an_id_are_counted_apart():
     client, mock = fast_failer()
     client.loc[:9, "request_id"] = ""
-    figures = request_figures(request_outcomes(client, mock, *WINDOW), *WINDOW)
+    figures = _figures(client, mock)
     assert figures["requests"] == N - 10 and figures["requests_without_id"] == 10
 
 

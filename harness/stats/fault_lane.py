@@ -38,7 +38,7 @@ from harness.model.fault_scenarios import SCENARIOS
 from harness.model.manifests import RunManifest
 from harness.stats import fault_scenarios as FS
 from harness.stats.across import describe
-from harness.stats.fault_requests import request_figures, request_outcomes, sent_in, tts_curve
+from harness.stats.fault_requests import provider_failure_shares, request_figures, request_outcomes, sent_in, tts_curve
 from harness.stats.loading import Study, mock_latency_ms
 from harness.stats.rows import is_success, percentile
 
@@ -58,6 +58,7 @@ WINDOW_COLUMNS = ("run_id", "system", "run_index", "run_status", "scenario", "re
 SENT_DURING = {"requests_sent_during": "requests", "requests_without_id": "requests_without_id",
                "success_sent_during": "success_share", "amplification_sent_during": "amplification",
                "first_attempt_failure_share": "first_attempt_failure_share",
+               "floor_failure_share": "floor_failure_share",
                "excess_amplification": "excess_amplification", "tts_p50_ms": "tts_p50_ms",
                "tts_p99_ms": "tts_p99_ms", "time_weighted_success": "time_weighted_success",
                "attempts_after_window_share": "attempts_after_window_share",
@@ -82,7 +83,8 @@ SYSTEM_FIGURES = {
     "recovery_s": (None, "recovery_s"),
     "failback_s": (None, "failback_s"),
     "rss_peak_bytes": (None, "rss_peak_bytes"),
-    **{name: (None, name) for name in ("first_attempt_failure_share", "excess_amplification",
+    **{name: (None, name) for name in ("first_attempt_failure_share", "floor_failure_share",
+                                        "excess_amplification",
                                         "tts_p50_ms", "tts_p99_ms",
                                         "time_weighted_success", "attempts_after_window_share")},
     # the scenarios' own questions (harness.stats.fault_scenarios), NaN where they do not apply
@@ -267,7 +269,7 @@ def _sent_during(client: pd.DataFrame, generation: pd.DataFrame, recs: list[dict
                 **{name: math.nan for name in FS.FIGURES}, "client_statuses": ""}
     lo, hi = during["start_t_unix_s"], during["end_t_unix_s"]
     outcomes = request_outcomes(client, generation, lo, hi)
-    figures = request_figures(outcomes, lo, hi)
+    figures = request_figures(outcomes, lo, hi, provider_failure_shares(client, generation, lo, hi))
     refused = math.nan
     if refused_ns is not None:
         # a refused connection reaches no provider log: counted from the capture, it makes the

@@ -14,10 +14,15 @@ when it succeeded, infinite when it failed: a failure is never a success, howeve
 Per run (``request_figures``), over the window's requests with an id:
 
 * ``success_share`` s; ``amplification`` A = attempts / requests;
-* ``first_attempt_failure_share`` p̂; with independent faults a request that stops at its first
-  success costs on average s / (1 − p̂) attempts, so ``excess_amplification`` = A − s / (1 − p̂)
-  is the waste beyond what the success bought (hedging and retries of requests that then fail
-  show here; NaN when p̂ = 1: the floor is infinite);
+* ``first_attempt_failure_share``; ``floor_failure_share`` p̂, the failure share of the cheapest
+  route the system had: the least of its first attempts' failure share and each provider's own
+  (of each request's first attempt at that provider), so a healthy standby the system reached
+  makes p̂ ≈ 0 however often it first tried the failed primary (from the first attempts alone,
+  always trying a dead primary first gives p̂ ≈ 1 and a floor in the thousands). A request that
+  stops at its first success, sent by the cheapest route, costs on average s / (1 − p̂)
+  attempts, so ``excess_amplification`` = A − s / (1 − p̂) is the waste beyond what the success
+  bought (hedging, retries of requests that then fail, attempts at a provider known to fail
+  while a healthy one stood by; NaN when p̂ = 1: the floor is infinite);
 * ``tts_p50_ms``, ``tts_p99_ms``: percentiles of the time to success with failures infinite, by
   the inverted CDF (a percentile is a request's value, never an interpolation with infinity):
   the p99 is infinite ("not reached") when more than 1% of the requests failed;
@@ -56,7 +61,7 @@ TTS_GRID_MS = tuple(float(x) for x in np.round(np.logspace(1, 4.5, 36), 1))
 OUTCOME_COLUMNS = ("request_id", "start_t_unix_s", "ok", "time_to_success_ms", "attempts",
                    "first_attempt_failed", "attempts_after_window")
 FIGURES = ("requests", "requests_without_id", "success_share", "amplification",
-           "first_attempt_failure_share", "excess_amplification",
+           "first_attempt_failure_share", "floor_failure_share", "excess_amplification",
            *(f"tts_p{q}_ms" for q in TTS_PERCENTILES), "time_weighted_success",
            "attempts_after_window_share", "attempts_seen")
 
@@ -87,15 +92,36 @@ def attempt_failed(mock: pd.DataFrame) -> pd.Series:
     return pd.Series((mock["status_code"].to_numpy() >= 400) | failed, index=mock.index)
 
 
+def _attempts(generation: pd.DataFrame, hi: float) -> pd.DataFrame:
+    """The generation rows with a request id, each marked ``failed`` and ``after`` (its body
+    reached the mock at or after ``hi``)."""
+    attempts = generation[generation["request_id"].astype("string").fillna("") != ""]
+    return attempts.assign(failed=attempt_failed(attempts).to_numpy(),
+                           after=(attempts["body_end_t_unix_ns"] >= hi * 1e9).to_numpy())
+
+
+def provider_failure_shares(client: pd.DataFrame, generation: pd.DataFrame, lo: float,
+                            hi: float) -> dict[str, float]:
+    """Per provider the system reached (the mock log's ``provider``; one unnamed provider in a
+    log without it), the failure share of the first attempt each request sent in [lo, hi) made
+    there (a retry or a hedge at the same provider would dilute it)."""
+    ids = set(sent_in(client, lo, hi)["request_id"].astype("string").fillna("")) - {""}
+    attempts = _attempts(generation, hi)
+    attempts = attempts[attempts["request_id"].astype("string").isin(ids)]
+    attempts = attempts.assign(
+        provider=(attempts["provider"].astype("string").fillna("") if "provider" in attempts
+                  else "")).sort_values("body_end_t_unix_ns", kind="stable")
+    first = attempts.groupby(["provider", "request_id"], sort=False)["failed"].first()
+    return {str(k): float(v) for k, v in first.groupby(level=0).mean().items()}
+
+
 def request_outcomes(client: pd.DataFrame, generation: pd.DataFrame, lo: float,
                      hi: float) -> pd.DataFrame:
     """OUTCOME_COLUMNS for each client request sent in [lo, hi); ``generation``: the run's
     generation rows of every provider (harness.stats.fault_lane.generation_rows)."""
     sent = sent_in(client, lo, hi)
     ids = sent["request_id"].astype("string").fillna("")
-    attempts = generation[generation["request_id"].astype("string").fillna("") != ""]
-    attempts = attempts.assign(failed=attempt_failed(attempts).to_numpy(),
-                               after=(attempts["body_end_t_unix_ns"] >= hi * 1e9).to_numpy())
+    attempts = _attempts(generation, hi)
     attempts = attempts.sort_values("body_end_t_unix_ns", kind="stable")
     per_id = attempts.groupby("request_id", sort=False).agg(
         attempts=("failed", "size"), first_attempt_failed=("failed", "first"),
@@ -142,21 +168,22 @@ def _time_weighted(outcomes: pd.DataFrame, lo: float, hi: float, bin_s: float) -
 
 
 def request_figures(outcomes: pd.DataFrame, lo: float, hi: float,
-                    bin_s: float = BIN_S) -> dict:
-    """FIGURES of one run's window from its request_outcomes."""
+                    provider_failure: dict[str, float], bin_s: float = BIN_S) -> dict:
+    """FIGURES of one run's window from its request_outcomes and provider_failure_shares."""
     with_id = outcomes[outcomes["request_id"] != ""]
     n = len(with_id)
     attempts = float(with_id["attempts"].sum())
     reached = with_id[with_id["attempts"] > 0]
     s = float(with_id["ok"].mean()) if n else math.nan
-    p = float(reached["first_attempt_failed"].astype(bool).mean()) if len(reached) else math.nan
+    first = float(reached["first_attempt_failed"].astype(bool).mean()) if len(reached) else math.nan
+    p = min((x for x in (first, *provider_failure.values()) if not math.isnan(x)), default=math.nan)
     amplification = attempts / n if n else math.nan
     floor = s / (1.0 - p) if n and not math.isnan(p) and p < 1.0 else math.nan
     tts = with_id["time_to_success_ms"].to_numpy(dtype="float64")
     return {
         "requests": n, "requests_without_id": int(len(outcomes) - n),
         "success_share": s, "amplification": amplification,
-        "first_attempt_failure_share": p,
+        "first_attempt_failure_share": first, "floor_failure_share": p,
         "excess_amplification": amplification - floor,
         **{f"tts_p{q}_ms": _tts(tts, q) for q in TTS_PERCENTILES},
         "time_weighted_success": _time_weighted(with_id, lo, hi, bin_s),
