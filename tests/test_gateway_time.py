@@ -230,7 +230,7 @@ def test_bad_wire_parameters_are_named(tmp_path, field, value):
 
 def test_wire_defaults():
     c = StudyConfig()
-    assert (c.wire_capture_s, c.wire_capture_offset_s, c.wire_snaplen_bytes) == (20.0, 2.0, 512)
+    assert (c.wire_capture_s, c.wire_capture_offset_s, c.wire_snaplen_bytes) == (20.0, 2.0, 2048)
 
 
 def _captured(tmp_path):

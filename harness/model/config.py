@@ -185,7 +185,8 @@ class StudyConfig:
     wire_capture_s: float = 20.0         # seconds of the hold captured with tcpdump (wire-timed
                                          # in-gateway time); 0 = no capture
     wire_capture_offset_s: float = 2.0   # the capture starts this many seconds into the hold
-    wire_snaplen_bytes: int = 512        # bytes kept per packet: each request's id must be in them
+    wire_snaplen_bytes: int = 2048       # bytes kept per packet: each request's id must be in
+                                         # them (at 512 none of LiteLLM's were)
     wire_keep_capture: bool = False      # keep each run's wire.pcap once its wire times are in
                                          # requests.parquet (false: deleted, as the figures are
                                          # all in the table; true: kept as evidence)

@@ -94,7 +94,7 @@ def _pdeathsig_int() -> None:  # runs in the child before exec
 class Capture:
     """One tcpdump subprocess writing ``pcap_path``; see the module docstring."""
 
-    def __init__(self, pcap_path: str, ports, interface: str = "lo", snaplen_bytes: int = 512,
+    def __init__(self, pcap_path: str, ports, interface: str = "lo", snaplen_bytes: int = 2048,
                  buffer_kib: int = 65536, max_duration_s: float = 60.0, immediate: bool = False,
                  tcpdump: str = "tcpdump", filter_text: str = ""):
         self.pcap_path = os.path.abspath(pcap_path)
