@@ -437,6 +437,39 @@ def test_an_outage_is_held_probed_and_released(tmp_path):
         late.stop()
 
 
+def test_held_requests_are_released_paced(tmp_path):
+    """Once a probe is answered, the held requests go at the pace [outage] allows, not all at
+    once: at 10 a second, doubling every second, 1 + 14.4 × (2^t − 1) may have gone t s after
+    the release began (5 in its first 0.3 s, all 30 only after 1.59 s). The release begins
+    after the probe reached the provider and every request reaches it after it was released,
+    so both bounds hold on a machine of any speed."""
+    from sluice_stub import Stub, free_port, wait_until
+    late = Stub()
+    text = (OUTAGE.replace("L/v1", late.url + "/v1").replace("ACCESS", str(tmp_path / "a.log"))
+            .replace("NEVER", str(free_port()))
+            + "\n[outage]\nrelease_rate_per_s = 10\nrelease_doubling_ms = 1000\n")
+    gw = Sluice(text, str(tmp_path)).start()
+    results = []
+    try:
+        threads = [threading.Thread(target=lambda: results.append(post_model_timeout(gw, "late")))
+                   for _ in range(30)]
+        for t in threads:
+            t.start()
+        assert wait_until(lambda: _held(gw, "late") == 30, timeout=20)
+        late.start()
+        for t in threads:
+            t.join()
+        assert [r[0] for r in results] == [200] * 30
+        arrived = sorted(r["t_s"] for r in late.requests)
+        assert len(arrived) == 30
+        probe = arrived[0]
+        assert sum(t <= probe + 0.3 for t in arrived) <= 1 + 5     # the probe and 5 released
+        assert arrived[-1] - probe >= 1.5
+    finally:
+        gw.stop()
+        late.stop()
+
+
 def post_model_timeout(gw, model):
     from sluice_helpers import chat
     return chat(gw.port, {"model": model, "messages": MSG}, key=None, timeout=40)
