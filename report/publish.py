@@ -261,7 +261,8 @@ def lane_sentences(data: ReportData, lanes: list[Lane]) -> list[str]:
         if lane.suite is None:
             out.append(f"{LANE_NAMES[lane.lane]}: {lane.why_not}.")
             continue
-        cells = lane.suite.manifest.cells
+        # a combination the suite excludes is no cell of it
+        cells = [e for e in lane.suite.manifest.cells if e.status != "excluded"]
         out.append(f"{LANE_NAMES[lane.lane]}: suite {lane.suite.manifest.suite_id}, "
                    f"{sum(e.status == 'completed' for e in cells)} of {len(cells)} cells run.")
     return out

@@ -202,8 +202,10 @@ def test_the_publication_reader_refuses_a_version_it_does_not_know(published, tm
 
 
 def _fault_suite(artifacts: Path, suite_id: str = "faults-t", name: str = "faults",
-                 scenario: str = "error_burst", started_t_unix_s: float = 1.0) -> Path:
-    """A complete fault suite of one synthetic cell under artifacts/suites/."""
+                 scenario: str = "error_burst", started_t_unix_s: float = 1.0,
+                 excluded: int = 0) -> Path:
+    """A complete fault suite of one synthetic cell (and ``excluded`` combinations the suite
+    leaves out) under artifacts/suites/."""
     from synthetic_faults import FaultRun, make_fault_study
     from synthetic_manifests import write_suite_manifest
 
@@ -212,9 +214,12 @@ def _fault_suite(artifacts: Path, suite_id: str = "faults-t", name: str = "fault
     make_fault_study(root, "cell-01", {"direct": [FaultRun()], "nginx": [FaultRun(dialect="other")],
                                        "sluice": [FaultRun(attempts=2, fail_every=0)]})
     config = from_profile("faults", fault_scenario=scenario).to_dict()
+    left_out = [{"cell_id": f"cell-{k + 2:02d}", "comparison_key": "", "excluded": "a unary scenario",
+                 "values": {"fault_scenario": scenario}, "config": config, "status": "excluded",
+                 "dir": ""} for k in range(excluded)]
     write_suite_manifest(root, [{"cell_id": "cell-01", "comparison_key": "k" * 8, "excluded": "",
                                  "values": {"fault_scenario": scenario}, "config": config,
-                                 "status": "completed", "dir": "cell-01"}],
+                                 "status": "completed", "dir": "cell-01"}, *left_out],
                          name=name, profile="faults", started_t_unix_s=started_t_unix_s,
                          ended_t_unix_s=started_t_unix_s + 1.0)
     return root
@@ -242,14 +247,15 @@ def test_each_lane_takes_the_newest_suite_of_its_own_name(tmp_path):
     artifacts = tmp_path / "artifacts"
     study = _complete(artifacts)
     core = _fault_suite(artifacts, "faults-a")
-    extra = _fault_suite(artifacts, "faults-extra-b", "faults-extra", "retry_after", 5.0)
+    extra = _fault_suite(artifacts, "faults-extra-b", "faults-extra", "retry_after", 5.0, excluded=1)
     _fault_suite(artifacts, "faults-shipped-c", "faults-shipped", started_t_unix_s=9.0)
     lanes = P.newest_complete_suites(artifacts)
     assert lanes["faults"] == core and lanes["faults-extra"] == extra
     assert lanes["inflight"] == "not run: no suite named inflight under artifacts/suites/"
     pub = P.publish(study, lanes, {}, artifacts / P.PUBLISHED)
     assert [pub["lanes"][k].get("suite_id") for k in P.LANES] == ["faults-a", "faults-extra-b", None]
-    assert any(s.startswith("Fault lane, the other scenarios: suite faults-extra-b") for s in pub["sentences"])
+    # a combination the suite leaves out is not a cell that did not run
+    assert "Fault lane, the other scenarios: suite faults-extra-b, 1 of 1 cells run." in pub["sentences"]
     page = (artifacts / P.PUBLISHED / P.PAGE).read_text()
     assert "retry_after" in page[page.index('id="published-faults-extra"'):]
     assert len(readers.read_published_table(artifacts / P.PUBLISHED / "faults-extra.parquet")) > 0
