@@ -93,6 +93,20 @@ def test_each_broken_stream_is_classed_by_what_its_client_got():
     assert f["fault_to_end_p50_ms"] == pytest.approx(500.0)
 
 
+def test_a_client_answered_before_the_fault_has_no_time_from_it():
+    """A system that gave up on the stream (answered 500) before the provider broke it: the
+    stream counts, its negative "time from the fault" does not."""
+    client = _client([("x", 500, "http", "http_5xx", "other", 0.0, 90.0, 100.0, math.nan),
+                      ("y", 200, "http", "error_event", "client", 30.0, 30.0, 1000.0, math.nan)])
+    mock = _mock([("x", "primary", 200, "stream_cut", "fault_cut", 100.0, 100.5),
+                  ("y", "primary", 200, "stream_cut", "fault_cut", 100.0, 100.5)])
+    f = FS.scenario_figures(client, mock, retry_after_s=math.nan)
+    assert f["broken_streams"] == 2 and f["other_error_share"] == 0.5
+    assert f["fault_to_end_p50_ms"] == pytest.approx(500.0)
+    alone = FS.scenario_figures(client[client["request_id"] == "x"], mock, math.nan)
+    assert math.isnan(alone["fault_to_end_p50_ms"])
+
+
 def test_a_provider_that_never_answers_is_timed_at_the_client():
     client = _client([("a", 504, "http", "http_5xx", "client", 0.0, math.nan, 10000.0, math.nan),
                       ("b", 0, "timeout", "read_timeout", "none", math.nan, math.nan, 30000.0,

@@ -14,7 +14,7 @@ its scenario's event never happened in the run.
 * A stream broken after it started (``mid_stream_error``, ``stream_cut``): each request whose
   attempts included such a fault, classed by what its client got (``STREAM_OUTCOMES``), and the
   time from the fault (the mock's last byte of the faulted attempt) to the client's end
-  (``fault_to_end_p50_ms``, ``_p99_ms``).
+  (``fault_to_end_p50_ms``, ``_p99_ms``; a client that ended before the fault has none).
 * A provider that never answers (``no_response``): of the requests whose attempt was never
   answered, the share whose client got an answer (any) before its own timeout
   (``answered_share``) and the median time to it (``time_to_answer_p50_ms``); the rest timed out.
@@ -113,6 +113,9 @@ def _streams(client: pd.DataFrame, generation: pd.DataFrame) -> dict:
     outcomes = [stream_outcome(r, s) for r, s in zip(c.itertuples(index=False), sent)]
     counts = pd.Series(outcomes).value_counts()
     delay_ms = (_end_t(c) - fault_t.reindex(_ids(c).to_numpy()).to_numpy()) * 1000.0
+    # a client answered before the fault (the system gave up on the stream first) was told
+    # nothing by it: no time from the fault is its
+    delay_ms = delay_ms[delay_ms >= 0]
     return {**out, **{f"{o}_share": float(counts.get(o, 0)) / len(c) for o in STREAM_OUTCOMES},
             "fault_to_end_p50_ms": percentile(delay_ms, 50),
             "fault_to_end_p99_ms": percentile(delay_ms, 99)}
