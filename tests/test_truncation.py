@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from harness.model import dialects as D
-from harness.model.truncation import answering_chars, truncated
+from harness.model.truncation import Answering, answering, truncated
 from harness.run.consolidate import judge_truncations
 from harness.stats.fault_requests import attempt_failed
 
@@ -31,13 +31,18 @@ def _mock(rows):
                                        "content_chars_sent", "body_end_t_unix_ns"])
 
 
+def _whole(sent_chars) -> Answering:
+    """Answering attempts that sent ``sent_chars`` and ended whole."""
+    return Answering(np.array(sent_chars, dtype="float64"), np.zeros(len(sent_chars), dtype=bool))
+
+
 def test_the_answering_attempt_is_the_echoed_one_else_the_last_good_one():
     mock = _mock([("r0", "1-1", 200, 30, 1), ("r0", "1-2", 200, 90, 2),      # last good: 90
                   ("r1", "1-3", 200, 90, 3), ("r1", "1-4", 503, 0, 4),       # error after: 90
                   ("r2", "1-5", 200, 30, 5), ("r2", "1-6", 200, 90, 6)])     # echoed 1-5: 30
     client = _client(request_id=["r0", "r1", "r2", "r3"],
                      mock_request_id=["", "", "1-5", ""])
-    sent = answering_chars(client, mock)
+    sent = answering(client, mock).sent_chars
     assert sent[:3].tolist() == [90.0, 90.0, 30.0] and math.isnan(sent[3])
 
 
@@ -46,7 +51,7 @@ def test_a_short_or_endless_200_is_truncated_and_nothing_else_is():
                      stream_done=[True, True, False, True, True, True],
                      status_code=[200, 200, 200, 200, 502, 200],
                      error_kind=["", "", "", "", "http", ""])
-    sent = np.array([90.0, 90.0, 90.0, 90.0, 90.0, math.nan])
+    sent = _whole([90.0, 90.0, 90.0, 90.0, 90.0, math.nan])
     # whole; short; no terminal event; more than sent (duplicated, not truncated); a failure
     # already; nothing to compare with
     assert truncated(client, sent, stream=True).tolist() == [False, True, True, False, False, False]
@@ -56,11 +61,28 @@ def test_a_short_or_endless_200_is_truncated_and_nothing_else_is():
 
 def test_a_truncation_is_stored_as_a_failure_of_kind_truncated():
     client = _client(content_chars=[90.0, 45.0, 90.0], stream_done=[True, True, False])
-    judged = judge_truncations(client, np.array([90.0, 90.0, 90.0]), stream=True)
+    judged = judge_truncations(client, _whole([90.0, 90.0, 90.0]), stream=True)
     assert judged["error_kind"].tolist() == ["", "truncated", "truncated"]
     assert judged["error_class"].tolist() == ["", "truncated", "truncated"]
     assert "less content" in judged["error"][1] and "terminal event" in judged["error"][2]
     assert client["error_kind"].tolist() == ["", "", ""]    # the raw rows are left as they were
+
+
+def test_a_broken_stream_closed_as_whole_is_truncated():
+    """The provider cut r0's stream after 54 characters and the system ended it with its own
+    terminal event: the client got all the provider sent, and still less than an answer. r1's
+    cut attempt was retried and the retry answered whole; r2's cut reached the client as an
+    error."""
+    mock = _mock([("r0", "1-1", 200, 54, 1), ("r1", "1-2", 200, 54, 2),
+                  ("r1", "1-3", 200, 90, 3), ("r2", "1-4", 200, 54, 4)])
+    mock["ended"] = ["fault_cut", "fault_cut", "complete", "fault_cut"]
+    client = _client(request_id=["r0", "r1", "r2"], content_chars=[54.0, 90.0, 54.0],
+                     error_kind=["", "", "http"])
+    answer = answering(client, mock)
+    assert answer.broken.tolist() == [True, False, True]
+    assert truncated(client, answer, stream=True).tolist() == [True, False, False]
+    judged = judge_truncations(client, answer, stream=True)
+    assert judged["error"][0] == "a 200 from an answer the provider broke off"
 
 
 def _openai_frame(text):

@@ -17,7 +17,7 @@ from harness.files.study_files import RunFiles
 from harness.model.manifests import IdentityCheck, WireCheck
 from harness.model.plan import RunSpec
 from harness.model.schema import MOCK_REQUESTS, REQUESTS
-from harness.model.truncation import TRUNCATED, answering_chars, truncated
+from harness.model.truncation import TRUNCATED, Answering, answering, truncated
 from harness.run.identity import join_requests
 from harness.run.wire import wire_times
 
@@ -57,30 +57,33 @@ def consolidate(run_dir: Path, run_id: str, system: str, phases: dict,
     judged a failure (harness.model.truncation; ``stream``: the run streamed)."""
     run = RunFiles(run_dir)
     raw = run.read_raw_requests().sort_values("start_t_unix_s", kind="stable").reset_index(drop=True)
-    sent_chars = answering_chars(raw, mock)
-    raw = judge_truncations(raw, sent_chars, stream)
+    answer = answering(raw, mock)
+    raw = judge_truncations(raw, answer, stream)
     start_t = raw["start_t_unix_s"].to_numpy()
     columns, identity_check = identity(raw, mock)
     wire_columns, wire_check = (wire(raw, run_dir, capture) if capture is not None
                                 else (_unmatched(len(raw), WIRE_COLUMNS), None))
     frame = stored_frame(REQUESTS, raw, run_id=run_id, system=system,
                          users=_users_at(start_t, raw, run.users_history()).astype("int32"),
-                         phase=phase_of(start_t, phases), content_chars_sent=sent_chars,
+                         phase=phase_of(start_t, phases), content_chars_sent=answer.sent_chars,
                          **columns, **wire_columns)
     run.write_requests(frame)
     return Consolidated(frame, identity_check, wire_check)
 
 
-def judge_truncations(raw: pd.DataFrame, sent_chars: np.ndarray, stream: bool) -> pd.DataFrame:
+def judge_truncations(raw: pd.DataFrame, answer: Answering, stream: bool) -> pd.DataFrame:
     """``raw`` with each silent truncation a failure of kind and class ``truncated``, its
     error saying what was missing."""
-    cut = truncated(raw, sent_chars, stream)
+    cut = truncated(raw, answer, stream)
     if not cut.any():
         return raw
     raw = raw.copy()
     done = raw["stream_done"].fillna(False).astype(bool).to_numpy()
+    got = pd.to_numeric(raw["content_chars"], errors="coerce").to_numpy(dtype="float64")
+    short = ~np.isnan(answer.sent_chars) & (got < answer.sent_chars)
     why = np.where(stream & ~done, "a 200 without its dialect's terminal event",
-                   "a 200 with less content than the provider sent")
+                   np.where(short, "a 200 with less content than the provider sent",
+                            "a 200 from an answer the provider broke off"))
     raw.loc[cut, "error_kind"] = TRUNCATED
     raw.loc[cut, "error_class"] = TRUNCATED
     raw.loc[cut, "error"] = why[cut]

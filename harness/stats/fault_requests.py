@@ -40,13 +40,9 @@ import math
 import numpy as np
 import pandas as pd
 
+from harness.model.truncation import FAILED_ENDINGS
 from harness.stats.rows import is_success
 
-# How a provider's answer ended when it left the system without a usable answer, whatever the
-# head said (mocks.request_log): cut by a reset or a close, a stream without its terminal event,
-# the dialect's error event, never answered, or closed by a down window.
-FAILED_ENDINGS = ("fault_reset", "fault_closed", "fault_cut", "fault_error_event",
-                  "never_answered", "mock_closed")
 # In a mock log without ``ended`` (before version 4): the injected faults that did the same (a
 # malformed body ends complete, and fails in every version).
 FAILING_FAULTS = ("reset", "stall", "malformed")
