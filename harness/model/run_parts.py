@@ -63,7 +63,7 @@ class WireSettings:
     is, since it shares the machine with what it measures."""
     wire_capture_s: float = 0.0
     wire_capture_offset_s: float = 2.0
-    wire_snaplen_bytes: int = 2048
+    wire_snaplen_bytes: int = 512
 
 
 def part(cls: type[Part], settings: Any, **decided: Any) -> Part:

@@ -94,8 +94,9 @@ REQUESTS = Table("requests", "requests.parquet", (
     _c("error_kind", "string", "",
        "`\"\"` (success), `http` (status ≥ 400, a bad body, or a stream ended by its "
        "dialect's error event: `error_class` `error_event`), `timeout`, `connection`, `other`; `truncated` (set when stored: "
-       "a 200 without its dialect's terminal event, or whose assembled content is shorter than "
-       "what the provider sent on the attempt that answered: a failure, never a success)"),
+       "a 200 without its dialect's terminal event, whose assembled content is shorter than "
+       "what the provider sent on the attempt that answered, or answered from an attempt the "
+       "provider broke off: a failure, never a success)"),
     _c("error", "string", "", "the error message, `\"\"` when none"),
     _c("process_users", "float64", "users",
        "users running in this Locust process when the request ended (empty when unknown); "
