@@ -402,6 +402,22 @@ def _held(gw, model):
     return metric_sum(gw, 'sluice_requests_held{model="%s"}' % model)
 
 
+def _held_then_released(gw, late, n=30):
+    """``n`` requests to model "late" while its provider refuses connections, each held, then
+    the provider listens; the clients' answers once every one has ended."""
+    from sluice_stub import wait_until
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(post_model_timeout(gw, "late")))
+               for _ in range(n)]
+    for t in threads:
+        t.start()
+    assert wait_until(lambda: _held(gw, "late") == n, timeout=20)
+    late.start()
+    for t in threads:
+        t.join()
+    return results
+
+
 def test_an_outage_is_held_probed_and_released(tmp_path):
     """The provider refuses connections while 30 requests arrive: they are held (in /metrics),
     probed one at a time with the oldest of them, and once the provider listens every one is
@@ -412,17 +428,8 @@ def test_an_outage_is_held_probed_and_released(tmp_path):
     text = (OUTAGE.replace("L/v1", late.url + "/v1").replace("ACCESS", access)
             .replace("NEVER", str(free_port())))
     gw = Sluice(text, str(tmp_path)).start()
-    results = []
     try:
-        def one():
-            results.append(post_model_timeout(gw, "late"))
-        threads = [threading.Thread(target=one) for _ in range(30)]
-        for t in threads:
-            t.start()
-        assert wait_until(lambda: _held(gw, "late") == 30, timeout=20)
-        late.start()
-        for t in threads:
-            t.join()
+        results = _held_then_released(gw, late)
         assert [r[0] for r in results] == [200] * 30
         assert len(late.requests) == 30          # each sent to the provider once
         assert wait_until(lambda: len(_access_lines(access, "late")) == 30, timeout=5)
@@ -443,22 +450,14 @@ def test_held_requests_are_released_paced(tmp_path):
     the release began (5 in its first 0.3 s, all 30 only after 1.59 s). The release begins
     after the probe reached the provider and every request reaches it after it was released,
     so both bounds hold on a machine of any speed."""
-    from sluice_stub import Stub, free_port, wait_until
+    from sluice_stub import Stub, free_port
     late = Stub()
     text = (OUTAGE.replace("L/v1", late.url + "/v1").replace("ACCESS", str(tmp_path / "a.log"))
             .replace("NEVER", str(free_port()))
             + "\n[outage]\nrelease_rate_per_s = 10\nrelease_doubling_ms = 1000\n")
     gw = Sluice(text, str(tmp_path)).start()
-    results = []
     try:
-        threads = [threading.Thread(target=lambda: results.append(post_model_timeout(gw, "late")))
-                   for _ in range(30)]
-        for t in threads:
-            t.start()
-        assert wait_until(lambda: _held(gw, "late") == 30, timeout=20)
-        late.start()
-        for t in threads:
-            t.join()
+        results = _held_then_released(gw, late)
         assert [r[0] for r in results] == [200] * 30
         arrived = sorted(r["t_s"] for r in late.requests)
         assert len(arrived) == 30
