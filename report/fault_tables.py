@@ -85,8 +85,11 @@ def _fault_figure(r: dict, name: str, m: str) -> Cell:
     or why there is no figure."""
     d = {k: r[f"{name}_{k}"] for k in ("n", "mean", "sd")}
     n = 0 if F.isnan(d["n"]) else int(d["n"])
-    text = F.mean_sd(d, m, n=False)
-    if n and metric(m).unit == "%":   # a share's heading carries no unit: its value does
+    share = metric(m).unit == "%"
+    # counts and times at three significant digits ('2403', not '2402.9': the unit is in the
+    # heading); a share keeps its decimal, so 99.97% never reads as a whole 100%
+    text = F.mean_sd(d, m, n=False, compact=not share)
+    if n and share:   # a share's heading carries no unit: its value does
         mean, _, sd = text.partition(" ± ")
         text = f"{mean}%" + (f" ± {sd}" if sd else "")
     if n:

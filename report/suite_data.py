@@ -90,13 +90,15 @@ FAULT_AXES = ("fault_scenario", "resilience")
 def fault_table(suite: SuiteData) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The provider-fault lane across a suite. First, one row per fault cell that has a study and
     per system of it: ``cell``, ``scenario``, ``asked`` (the cell's resilience setting),
-    ``axes`` (its other axis values), ``system``, ``kind``, ``role``, ``not_run`` (why a system
-    has no fault run that reached the hold; "" when it has), ``dialect_missing`` (why the
+    ``axes`` (its values of the other axes that tell the scenario's cells apart), ``system``,
+    ``kind``, ``role``, ``not_run`` (why a system has no fault run that reached the hold; ""
+    when it has), ``dialect_missing`` (why the
     artifact judged no error body; "" when it did) and harness.stats.fault_lane.system_figures'
     columns (NaN for a system that did not run). Second, every fault run's 1-s timeline with its
     cell, scenario and ``asked``. Cells left out or without a study have no rows: the suite
     manifest says why."""
     rows, lines = [], []
+    labels = _configuration_axes(suite)
     for entry, data in suite.cells:
         if not entry.scenario:
             continue
@@ -104,8 +106,8 @@ def fault_table(suite: SuiteData) -> tuple[pd.DataFrame, pd.DataFrame]:
         figures = system_figures(data.fault_windows, data.fault_runs).set_index("system")
         where = {"cell": entry.cell_id, "scenario": entry.scenario,
                  "asked": study.manifest.config.resilience,
-                 "axes": ", ".join(f"{k} = {axis_text(v)}" for k, v in entry.values.items()
-                                   if field_of(k) not in FAULT_AXES)}
+                 "axes": ", ".join(f"{k} = {axis_text(entry.values[k])}"
+                                   for k in labels[entry.scenario])}
         missing = study.not_measured("requests", "error_body_dialect")
         for system in study.systems:
             meta = study.manifest.systems.get(system)
@@ -120,6 +122,20 @@ def fault_table(suite: SuiteData) -> tuple[pd.DataFrame, pd.DataFrame]:
             lines.append(data.fault_timelines.assign(**{k: where[k] for k in ("cell", "scenario", "asked")}))
     return (pd.DataFrame(rows),
             pd.concat(lines, ignore_index=True) if lines else pd.DataFrame())
+
+
+def _configuration_axes(suite: SuiteData) -> dict[str, list[str]]:
+    """Per scenario, the axes besides FAULT_AXES whose values differ among its cells: the ones
+    that tell its rows apart (a value every cell of the scenario shares labels nothing)."""
+    values: dict[str, dict[str, set]] = {}
+    for entry, _ in suite.cells:
+        if entry.scenario:
+            axes = values.setdefault(entry.scenario, {})
+            for k, v in entry.values.items():
+                if field_of(k) not in FAULT_AXES:
+                    axes.setdefault(k, set()).add(axis_text(v))
+    return {scenario: [k for k, seen in axes.items() if len(seen) > 1]
+            for scenario, axes in values.items()}
 
 
 def _why_not_run(study: Study, system: str, skipped: dict) -> str:

@@ -213,6 +213,15 @@ def test_the_summary_gives_mean_and_sd_over_runs_and_the_slope_over_held_steps()
     assert slope.mib_per_1000 == pytest.approx(18.0) and slope.points == 6
 
 
+def test_no_slope_from_the_runs_of_one_step():
+    """Three runs held at 1,000 open, a few requests apart: no MiB per 1,000 from them (a line
+    through them once read -723,242 MiB per 1,000)."""
+    steps = pd.DataFrame([_step("x", 1000, True, run=r, client_open_mean=998.0 + r,
+                                rss_mib=1200.0 - 5 * r) for r in (1, 2, 3)])
+    slope = L.slopes(steps)["x"]
+    assert math.isnan(slope.mib_per_1000) and slope.points == 3
+
+
 @pytest.mark.parametrize("cores, slope_mib, held, decides, replicas", [
     (3.2, 18.0, 10000, "CPU", 4),          # 3.2 cores of 1-core replicas
     (0.5, 400.0, 10000, "memory", 2),      # 40 + 4,000 MiB at 10,000 open: 3.9 GiB of 2 GiB
@@ -285,6 +294,21 @@ def test_a_step_whose_descriptors_do_not_fit_is_the_instruments_limit_with_the_r
     assert stop["stopped_at"] == 200 and stop["cause"] == L.INSTRUMENTS
     assert stop["evidence"] == reason
     assert L.stop_limit(stop["cause"], stop["evidence"]) == "descriptors"
+
+
+def test_every_failure_class_has_the_words_a_stop_on_it_is_named_by():
+    assert set(L.STOP_WORDS) == set(I.ERROR_CAUSES)
+
+
+def test_a_step_whose_streams_were_cut_short_stops_on_them():
+    """A system that ends no stream with its terminal event fails the step on silent truncations,
+    and the stop says so (every failure class gets its words)."""
+    steps = pd.DataFrame([
+        _step("direct", 1000, True), _step("direct", 2500, True),
+        _step("mlflow", 1000, False, errors_truncated=1000, failed=1000)])
+    stop = L.where_it_stops(L.summary(steps, floor="direct"), cores=2.0).set_index("system")
+    assert stop.loc["mlflow", "cause"] == L.STOP_WORDS["truncated"]
+    assert stop.loc["mlflow", "evidence"].startswith("1,000 per run (truncated)")
 
 
 @pytest.mark.parametrize("cause, evidence, limit", [

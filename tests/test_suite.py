@@ -464,6 +464,30 @@ def test_fault_suite_table_per_system_and_configuration(tmp_path):
     assert row.cells[1].title == BIFROST
 
 
+def test_a_row_is_labelled_only_by_the_axes_that_tell_its_scenarios_cells_apart():
+    """Streamed and unary cells of one scenario name their request.stream; a scenario run in one
+    cell only has nothing to tell apart, so its rows carry no axis label."""
+    from types import SimpleNamespace as NS
+
+    def cell(scenario, stream):
+        return NS(scenario=scenario, values={"fault_scenario": scenario, "resilience": "shipped",
+                                             "request.stream": stream}), None
+    suite = NS(cells=(cell("error_burst", False), cell("error_burst", True),
+                      cell("stream_cut", True), (NS(scenario="", values={"seed": 1}), None)))
+    assert S._configuration_axes(suite) == {"error_burst": ["request.stream"], "stream_cut": []}
+
+
+def test_fault_figures_are_shown_at_three_significant_digits_shares_at_their_own():
+    from report.fault_tables import _fault_figure
+    row = {"recovered": 1, "runs": 1, "dialect_missing": "",
+           **{f"{name}_{k}": v for name, n_mean_sd in (
+               ("tts_p99_ms", (2, 2402.94, 12.3)), ("success_during", (1, 0.9997, float("nan"))),
+               ("silent_truncations", (1, 3000.0, float("nan")))) for k, v in zip(("n", "mean", "sd"), n_mean_sd)}}
+    assert _fault_figure(row, "tts_p99_ms", "tts_p99_ms").text == "2403 ± 12"
+    assert _fault_figure(row, "silent_truncations", "silent_truncations").text == "3000"
+    assert _fault_figure(row, "success_during", "success_share").text == "100.0%"
+
+
 def test_fault_suite_sentences_come_from_the_figures(tmp_path):
     from report.summary import fault_findings
     rows, _ = S.fault_table(S.collect_suite(_fault_suite(tmp_path)))

@@ -41,6 +41,20 @@ INSTRUMENTS = "instruments' limit"
 CLIENT_LIMIT = "the load generator's own limit (not the system's)"
 NOT_RUN = f"not run: failed the step below, or added over {STOP_ADDED_P99_S:g} s to it"
 PARTLY_RUN = "not run in every run: a step below failed in some"
+# What a step's most frequent failure class stopped it on: one phrase for every class.
+STOP_WORDS: dict[str, str] = {
+    "client_limit": CLIENT_LIMIT,
+    "connect_refused": "refused connections", "connect_timeout": "connect timeouts",
+    "reset_before_head": "resets before an answer",
+    "closed_without_answer": "connections closed without an answer",
+    "read_timeout": "timeouts awaiting the answer",
+    "reset_during_body": "resets during the body",
+    "closed_during_body": "connections closed during the body",
+    "http_5xx": "5xx answers", "http_4xx": "4xx answers",
+    "bad_body": "answers without a completion",
+    "error_event": "error events in the stream",
+    "truncated": "answers cut short without an error",
+    "other": "errors"}
 DEFAULT_PLANNED_RPS = 1000.0
 DEFAULT_PLANNED_LATENCY_S = 10.0
 
@@ -178,9 +192,12 @@ def all_open(steps: pd.DataFrame) -> pd.Series:
 
 def slopes(steps: pd.DataFrame) -> dict[str, Slope]:
     """Per system: MiB per 1,000 open over every step of every ended run whose requests were
-    really held open (``all_open``): what an open request costs, whatever its latency."""
+    really held open (``all_open``): what an open request costs, whatever its latency; NaN
+    figures when they were held at one step only."""
     held = steps[steps["status"].isin(ENDED) & all_open(steps)]
-    return {system: rss_slope(g["client_open_mean"], g["rss_mib"])
+    # one step's runs differ in open requests by a few: a line through them is noise, not a slope
+    return {system: (rss_slope(g["client_open_mean"], g["rss_mib"]) if g["target_open"].nunique() > 1
+                     else Slope(math.nan, math.nan, math.nan, len(g)))
             for system, g in held.groupby("system", sort=False)}
 
 
@@ -252,18 +269,9 @@ def stop_cause(rec: dict, cores: float) -> tuple[str, str]:
                                        f"open upstream requests while {client:.0f} were open at "
                                        f"the client: requests queue in the system")
     if errors[top] > 0:
-        return {"client_limit": CLIENT_LIMIT,
-                "connect_refused": "refused connections", "connect_timeout": "connect timeouts",
-                "reset_before_head": "resets before an answer",
-                "closed_without_answer": "connections closed without an answer",
-                "read_timeout": "timeouts awaiting the answer",
-                "reset_during_body": "resets during the body",
-                "closed_during_body": "connections closed during the body",
-                "http_5xx": "5xx answers", "http_4xx": "4xx answers",
-                "bad_body": "answers without a completion",
-                "other": "errors"}[top], (f"{errors[top]:,.0f} per run ({top})"
-                                          + (f"; e.g. {rec['error_example'][:160]!r}"
-                                             if rec["error_example"] else ""))
+        return STOP_WORDS[top], (f"{errors[top]:,.0f} per run ({top})"
+                                 + (f"; e.g. {rec['error_example'][:160]!r}"
+                                    if rec["error_example"] else ""))
     if rec["system_cpu_percent_mean"] >= CPU_BUSY_PERCENT * cores:
         return "CPU", f"{rec['system_cpu_percent_mean']:.0f}% CPU (of {cores:g} cores)"
     over = rec.get("added_over_floor_p99_ms_mean", math.nan)
