@@ -47,7 +47,7 @@ from report import sections as S
 from report import suite_data
 from report.data import ReportData, collect
 from report.sections import REPO_DIR, render
-from report.suite_report import inflight_sections, scenario_sections
+from report.suite_report import inflight_context, scenario_sections
 from report.tables import PUBLISHED_METRICS, UNSTABLE_MARK, headline
 
 ARTIFACTS_DIR = REPO_DIR / "artifacts"
@@ -219,7 +219,7 @@ def lane_html(lane: Lane) -> str:
                    share=f"{RECOVERY_SHARE:.0%}", slack=f"{RECOVERY_MS:g}",
                    prefix=f"{ERROR_BODY_PREFIX_BYTES // 1024} KiB")
             if lane.kind == "faults" else
-            render("suite_inflight.html.j2", inflight=inflight_sections(lane.suite)))
+            render("suite_inflight.html.j2", **inflight_context(lane.suite)))
     return render("published_lane.html.j2", name=LANE_NAMES[lane.lane], lane=lane.lane,
                   why_not="", about=about, body=Markup(body))
 

@@ -195,14 +195,21 @@ def inflight_per_open(suite: S.SuiteData) -> Table | None:
 
 def inflight_sections(suite: S.SuiteData) -> list[dict]:
     """Per in-flight cell (unary, streamed, ...): its axis values, the sentences and where each
-    system stops; the full tables are in the cell's own report."""
+    system stops, and what it did when clients left (a streamed cell that left some); the full
+    tables are in the cell's own report."""
     out = []
     for entry, cell_lane in S.inflight_lanes(suite):
         order = list(dict.fromkeys(cell_lane.table["system"]))
-        out.append({"cell": entry.cell_id, "values": _values(entry),
+        out.append({"cell": entry.cell_id, "axes": _values(entry),
                     "sentences": inflight_tables.sentences(cell_lane, order),
-                    "stops": inflight_tables.stops_table(cell_lane, order)})
+                    "stops": inflight_tables.stops_table(cell_lane, order),
+                    "abandon": inflight_tables.abandon_table(cell_lane, order)})
     return out
+
+
+def inflight_context(suite: S.SuiteData) -> dict:
+    """What suite_inflight.html.j2 shows, for the suite page and the published page alike."""
+    return {"inflight": inflight_sections(suite), "per_open": inflight_per_open(suite)}
 
 
 def suite_sections(suite: S.SuiteData, comparison: SuiteComparison | None = None) -> dict[str, str]:
@@ -238,8 +245,7 @@ def suite_sections(suite: S.SuiteData, comparison: SuiteComparison | None = None
                   apart=None if comparison is None else from_frame(
                       comparison.apart, "suite-not-comparable-table", wide=True),
                   other=comparison.a if comparison else "",
-                  faults=faults, first=first, inflight=inflight_sections(suite),
-                  per_open=inflight_per_open(suite),
+                  faults=faults, first=first, **inflight_context(suite),
                   share=f"{RECOVERY_SHARE:.0%}", slack=f"{RECOVERY_MS:g}",
                   prefix=f"{ERROR_BODY_PREFIX_BYTES // 1024} KiB")
     return {"style": style(), "suite": body}

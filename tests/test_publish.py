@@ -273,3 +273,32 @@ def test_an_unstable_figure_is_explained_under_the_table(published):
     write_frame(shaky / "headline.parquet", table, PUBLICATION)
     block = P.readme_block(shaky)
     assert block.count(f"{UNSTABLE_MARK}: the runs disagree") == 1
+
+
+def test_an_inflight_suite_section_shows_sizing_stops_and_clients_who_left():
+    """The published in-flight section renders from the same context as the suite page: memory
+    per open unary request beside per open stream, each cell's stops, and the abandon table of
+    the streamed cell that left streams."""
+    from types import SimpleNamespace as NS
+
+    from synthetic_inflight import step
+
+    from harness.stats import inflight_limits as L
+    from report.sections import render
+    from report.suite_report import inflight_context
+
+    def lane(stream):
+        left = {"abandoned": 50.0, "close_to_provider_p99_ms": 12.0} if stream else {"abandoned": 0.0}
+        steps = pd.DataFrame([step(s, t, True, **left) for s in ("direct", "sluice")
+                              for t in (1000, 2500)])
+        table = L.summary(steps, floor="direct")
+        stops = L.where_it_stops(table, cores=2.0).assign(configuration="sized")
+        return L.Lane(steps, table, stops, L.slopes(steps), 10.0, stream, "direct")
+    suite = NS(cells=tuple((NS(cell_id=f"cell-0{i}", values={"request.stream": s}),
+                            NS(inflight=lane(s))) for i, s in ((1, False), (2, True))))
+    html = render("suite_inflight.html.j2", **inflight_context(suite))
+    assert 'id="suite-inflight-sizing"' in html and "MiB / 1,000 open streams" in html
+    assert html.count('id="inflight-stops-table"') == 2
+    assert html.count('id="inflight-abandon-table"') == 1
+    assert "<h3>cell-02: request.stream = true</h3>" in html
+    assert html.index('id="inflight-abandon-table"') > html.index("cell-02")
