@@ -361,6 +361,10 @@ def test_the_declared_files_are_what_the_declaration_names():
         "bindport.c", "gateway.toml", "install.sh", "requirements.txt", "serve.py",
         "tensorzero.recommended.tmpl", "tensorzero.toml.tmpl")
     assert load_gateway_spec("direct").declared_files() == ("gateway.toml",)
+    # a run reads its variants' templates only when it asks for them, in place of the shipped one
+    nginx = load_gateway_spec("nginx")
+    assert nginx.read_files() == ("gateway.toml", "install.sh", "nginx.conf.tmpl")
+    assert nginx.read_files(scale="sized") == ("gateway.toml", "install.sh", "nginx.sized.tmpl")
     for name in known_gateways(GATEWAYS_DIR):
         spec = load_gateway_spec(name)
         assert "WHY.md" not in spec.declared_files()

@@ -161,13 +161,35 @@ def test_a_key_the_tree_no_longer_produces_is_stale_with_the_reason(tmp_path):
     assert stale_systems(config, recorded) == {}
     more = dataclasses.replace(config, users=config.users + 1)
     assert stale_systems(more, recorded)["nginx"] == "settings: load.users"
-    template = next(p for p in (gateways / "nginx").glob("*.tmpl"))
+    template = gateways / "nginx" / "nginx.conf.tmpl"
     template.write_text(template.read_text() + "\n# changed\n")
     stale = stale_systems(config, recorded)
     assert list(stale) == ["nginx"]
     assert stale["nginx"] == f"files changed: {template.name}"
     shutil.rmtree(gateways / "nginx")
     assert "cannot be read now" in stale_systems(config, recorded)["nginx"]
+
+
+def test_a_change_to_a_variant_a_run_did_not_ask_for_leaves_it_current(tmp_path):
+    """nginx's sized template is read by the in-flight lane's runs only: a standard run recorded
+    before it changed is still what the tree runs; a sized one is not."""
+    gateways = _gateways(tmp_path)
+    shipped = StudyConfig(gateways=("nginx",), profile="smoke", gateways_dir=str(gateways))
+    sized = dataclasses.replace(shipped, scale="sized")
+    specs = {"nginx": load_gateway_spec("nginx", gateways)}
+    recorded = {config.scale: make_plan(config, specs, instruments())[0]
+                for config in (shipped, sized)}
+    sized_template = gateways / "nginx" / "nginx.sized.tmpl"
+    sized_template.write_text(sized_template.read_text() + "\n# changed\n")
+    assert stale_systems(shipped, {"nginx": recorded["shipped"]}) == {}
+    assert stale_systems(sized, {"nginx": recorded["sized"]}) == {
+        "nginx": "files changed: nginx.sized.tmpl"}
+    shipped_template = gateways / "nginx" / "nginx.conf.tmpl"   # the one a sized run replaces
+    shipped_template.write_text(shipped_template.read_text() + "\n# changed\n")
+    assert stale_systems(sized, {"nginx": recorded["sized"]}) == {
+        "nginx": "files changed: nginx.sized.tmpl"}
+    assert stale_systems(shipped, {"nginx": recorded["shipped"]}) == {
+        "nginx": "files changed: nginx.conf.tmpl"}
 
 
 def test_sluices_key_covers_its_package_sources():

@@ -194,12 +194,22 @@ class GatewaySpec:
         every template (its variants' too), each file a command or an env value names as
         {{gateway_dir}}/<path>, and what [key] files matches. What decides what runs, and so
         what the comparison key hashes."""
+        return self._named_files(tuple(self.variants.values()))
+
+    def read_files(self, resilience: str = "shipped", scale: str = "shipped") -> tuple[str, ...]:
+        """The declared files a run with these settings reads: as declared_files, but of the
+        variants only those the settings ask for (their templates in place of the ones they
+        replace)."""
+        spec, _ = self.configured(resilience, scale)
+        return spec._named_files(())
+
+    def _named_files(self, variants: tuple["Variant", ...]) -> tuple[str, ...]:
         texts = [*self.version_command, *self.install_check, *self.install_command,
                  *self.build_command, *self.start_command, *self.start_env.values()]
-        texts += [value for v in self.variants.values() for value in v.env.values()]
+        texts += [value for v in variants for value in v.env.values()]
         named = {m.group(1) for text in texts for m in _NAMED_FILE.finditer(text)}
         templates = {tf.template for tf in self.start_files}
-        templates |= {tf.template for v in self.variants.values() for tf in v.files}
+        templates |= {tf.template for v in variants for tf in v.files}
         matched = {p.relative_to(self.directory).as_posix()
                    for pattern in self.key_files for p in self.directory.glob(pattern) if p.is_file()}
         return tuple(sorted({"gateway.toml", *templates, *matched}

@@ -1,7 +1,10 @@
 """Whether a recorded run is what this tree would run now: its comparison key against the key of
 the same run planned here (the study's settings, the systems' folders as they are, this mock's
-and Locust's versions), and if not, why (the files, instruments or settings that differ). The
-published results mark a row whose key went stale (report/publish.py)."""
+and Locust's versions), and if not, why (the files, instruments or settings that differ). A key
+hashes every file the system's folder declares, a variant's too; a run whose key differs only in
+files it does not read (a variant its study did not ask for: the in-flight lane's sized
+configuration, for a standard run) is still what the tree runs. The published results mark a
+row whose key went stale (report/publish.py)."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,7 +12,15 @@ import dataclasses
 from harness.model.config import StudyConfig
 from harness.model.gateway_spec import GatewaySpecError, folder_of, load_gateway_spec
 from harness.model.migrate import same_run
-from harness.model.plan import NOT_IN_RUN_KEY, KeyVersionError, RunSpec, make_plan
+from harness.model.plan import (
+    KEY_VERSION,
+    NOT_IN_RUN_KEY,
+    KeyVersionError,
+    RunSpec,
+    comparison_key,
+    key_version,
+    make_plan,
+)
 from harness.run.run import instruments
 
 # What the reasons name on their own (the files, the instruments), or leave out.
@@ -21,6 +32,7 @@ def stale_systems(config: StudyConfig, recorded: dict[str, RunSpec | None]) -> d
     what the tree would run now; a system whose key still matches is left out."""
     out: dict[str, str] = {}
     current: dict[str, RunSpec] = {}
+    read: dict[str, tuple[str, ...]] = {}
     specs = {}
     for system, spec in recorded.items():
         if spec is None:
@@ -38,22 +50,41 @@ def stale_systems(config: StudyConfig, recorded: dict[str, RunSpec | None]) -> d
             one = dataclasses.replace(config, gateways=(system,), runs_per_gateway=1)
             current[system] = make_plan(one, {system: specs[system]}, instruments(),
                                         topology=first.topology)[0]
+            read[system] = specs[system].read_files(config.resilience, config.scale)
     for system, now in current.items():
         then = recorded[system]
         assert then is not None
         try:
-            if same_run(then.comparison_key, now):
+            if same_run(then.comparison_key, now) or same_reading(then, now, read[system]):
                 continue
         except KeyVersionError as exc:
             out[system] = str(exc)
             continue
-        out[system] = why_different(then, now)
+        out[system] = why_different(then, now, read[system])
     return {s: out[s] for s in recorded if s in out}
 
 
-def why_different(then: RunSpec, now: RunSpec) -> str:
-    """What differs between a recorded run and the same run planned now, in a line."""
+def reading(spec: RunSpec, read: tuple[str, ...]) -> RunSpec:
+    """The spec with only the SHA-256 of the files its run reads."""
+    return dataclasses.replace(spec, files_sha256={n: h for n, h in spec.files_sha256.items()
+                                                   if n in read})
+
+
+def same_reading(then: RunSpec, now: RunSpec, read: tuple[str, ...]) -> bool:
+    """Whether a recorded run of the current key recipe, whose spec is the one its key was made
+    from, differs from now's only in declared files neither run reads (``read``: the files a run
+    with now's settings reads, by the folder's gateway.toml as it is now, itself one of them)."""
+    if (not then.files_sha256 or key_version(then.comparison_key) != KEY_VERSION
+            or comparison_key(then) != then.comparison_key):
+        return False
+    return comparison_key(reading(then, read)) == comparison_key(reading(now, read))
+
+
+def why_different(then: RunSpec, now: RunSpec, read: tuple[str, ...]) -> str:
+    """What differs between a recorded run and the same run planned now, in a line (of the
+    files, those the run reads)."""
     parts = []
+    then, now = reading(then, read), reading(now, read)
     files_then, files_now = then.files_sha256, now.files_sha256
     if files_then:
         changed = sorted(n for n in files_then.keys() & files_now.keys()
