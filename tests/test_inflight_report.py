@@ -46,6 +46,6 @@ def test_a_suite_shows_each_in_flight_cell_with_its_sentences(monkeypatch):
     entry = CellEntry("cell-02", {"request.stream": True}, "k" * 64, "", "completed", "cell-02")
     monkeypatch.setattr(S, "inflight_lanes", lambda suite: [(entry, lane())])
     (section,) = suite_report.inflight_sections("unused")
-    assert section["values"] == "request.stream = true"
+    assert section["axes"] == "request.stream = true"
     assert section["sentences"][1] == "lean holds 5,000 open requests in 130 MiB."
     assert [r.cells[0].text for r in section["stops"].rows] == ["direct", "lean", "capped"]

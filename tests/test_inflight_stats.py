@@ -45,7 +45,7 @@ def _closed_loop(users: int, start: float, end: float, added_ms: float, per_conn
 def _samples(start: float, end: float, rss_mib: float, fds: int, cpu_cores: float):
     t = np.arange(start - 2, end + 3, 1.0)
     return pd.DataFrame({"role": "system", "t_unix_s": t, "rss_bytes": rss_mib * I.MIB,
-                         "inflight_requests": 199.0,
+                         "inflight_requests": 199.0, "pid_count": 1,
                          "num_fds": fds, "cpu_percent": cpu_cores * 100.0,
                          "cpu_seconds_total": (t - t[0]) * cpu_cores})
 
@@ -69,6 +69,7 @@ def test_a_held_step_reports_open_requests_connections_added_time_and_cpu():
     assert figures["added_p50_ms"] == pytest.approx(3.0) and figures["added_p99_ms"] == pytest.approx(3.0)
     assert figures["failed"] == 0 and figures["held"]
     assert figures["rss_mib"] == pytest.approx(90.0) and figures["open_fds"] == 450
+    assert figures["system_processes"] == 1
     assert figures["system_open_mean"] == 199.0
     # 2 holds of 200 users: 400 requests received, each connection carried 3 in turn
     received = figures["requests_per_connection"] * figures["upstream_connections"]
@@ -202,6 +203,36 @@ def test_a_connection_pool_cap_is_named_with_the_mocks_connection_count():
     assert stops.loc["capped", "cause"] == "connection-pool cap"
     assert "at most 100 open upstream" in stops.loc["capped", "evidence"]
     assert stops.loc["direct", "cause"] == "" and math.isnan(stops.loc["direct", "stopped_at"])
+
+
+def test_a_system_refusing_at_its_own_cap_is_named_by_its_answers_not_as_queueing():
+    # Sluice's per-key cap answers 429 at once: the mock sees fewer open than the client, yet
+    # nothing queues; its answers name the stop.
+    steps = pd.DataFrame([
+        _step("direct", 1000, True), _step("direct", 2500, True),
+        _step("refuser", 1000, True),
+        _step("refuser", 2500, False, mock_open_mean=100.0, mock_open_max=100.0,
+              errors_http_4xx=3000, failed=3000, error_example="429 too many in flight")])
+    stop = L.where_it_stops(L.summary(steps, floor="direct"), cores=2.0).set_index("system")
+    assert stop.loc["refuser", "cause"] == "4xx answers"
+    assert "429 too many in flight" in stop.loc["refuser", "evidence"]
+
+
+def test_a_tree_of_workers_is_at_its_open_file_limit_only_when_requests_failed():
+    # the limit is each process's: 20,100 descriptors over three processes with no failure is
+    # not a process at 20,000; the stop is what else the step shows (here its added latency)
+    direct = [_step("direct", t, True) for t in (5000, 10000)]
+    workers = dict(open_fds=20100.0, system_processes=3.0, added_p99_ms=400.0)
+    steps = pd.DataFrame([*direct, _step("w", 5000, True),
+                          _step("w", 10000, False, **workers)])
+    stop = L.where_it_stops(L.summary(steps, floor="direct"), cores=2.0).set_index("system")
+    assert stop.loc["w", "cause"] == "added latency"
+    steps = pd.DataFrame([*direct, _step("w", 5000, True),
+                          _step("w", 10000, False, failed=50, errors_connect_refused=50,
+                                **workers)])
+    stop = L.where_it_stops(L.summary(steps, floor="direct"), cores=2.0).set_index("system")
+    assert stop.loc["w", "cause"] == "open-file limit"
+    assert "over 3 processes of a limit of 20000 each" in stop.loc["w", "evidence"]
 
 
 def test_the_summary_gives_mean_and_sd_over_runs_and_the_slope_over_held_steps():

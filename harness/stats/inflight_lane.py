@@ -184,6 +184,7 @@ def step_figures(rows: pd.DataFrame, mock_rows: pd.DataFrame, samples: pd.DataFr
         "system_open_mean": _mean(system["inflight_requests"].to_numpy(float)),
         "rss_mib": _mean(system["rss_bytes"].to_numpy(float) / MIB),
         "open_fds": _mean(system["num_fds"].to_numpy(float)),
+        "system_processes": _max(system["pid_count"].to_numpy(float)),
         "system_cpu_percent": _mean(system["cpu_percent"].to_numpy(float)),
         "upstream_connections": connections, "requests_per_connection": per_connection,
         "added_p50_ms": percentile(added, 50), "added_p99_ms": percentile(added, 99),

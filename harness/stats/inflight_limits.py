@@ -26,7 +26,8 @@ from harness.stats.limit_lines import evidence as own_words
 # Figures described across runs per system and step.
 STEP_FIGURES = ("client_open_mean", "client_open_max", "mock_open_mean", "mock_open_max",
                 "system_open_mean",
-                "open_files_limit", "rss_mib", "open_fds", "upstream_connections",
+                "open_files_limit", "rss_mib", "open_fds", "system_processes",
+                "upstream_connections",
                 "requests_per_connection", "added_p50_ms", "added_p99_ms",
                 "added_over_floor_p99_ms", "cpu_ms_per_request",
                 "cpu_ms_per_frame", "system_cpu_percent", "failed",
@@ -35,6 +36,9 @@ STEP_FIGURES = ("client_open_mean", "client_open_max", "mock_open_mean", "mock_o
 CPU_BUSY_PERCENT = 90.0          # of the cores the system may use
 FILES_NEAR_LIMIT_SHARE = 0.95    # descriptors at this share of the open-file limit
 POOL_SHARE = 0.9                 # the mock saw at most this share of what the client held open
+# Failures the system answered itself: a system that refuses fast (a 429 at its own cap) does not
+# queue, so these name the stop before the gap between the client's and the mock's open counts.
+ANSWERED = ("http_4xx", "http_5xx", "bad_body", "error_event", "truncated")
 # Runs whose steps count: a run that failed held the steps before it failed.
 ENDED = ("completed", "failed")
 INSTRUMENTS = "instruments' limit"
@@ -259,19 +263,29 @@ def stop_cause(rec: dict, cores: float) -> tuple[str, str]:
         return "the run failed", (f"{rec['run_failed'][:200]}; RSS {rec['rss_mib_mean']:,.0f} MiB, "
                                   f"{rec['open_fds_mean']:,.0f} descriptors before")
     client, mock = rec["client_open_mean_mean"], rec["mock_open_mean_mean"]
-    if rec["open_fds_mean"] >= FILES_NEAR_LIMIT_SHARE * rec["open_files_limit_mean"]:
-        return "open-file limit", (f"{rec['open_fds_mean']:.0f} descriptors open of a limit of "
-                                   f"{rec['open_files_limit_mean']:.0f}")
+    # The limit is each process's, the count the whole tree's: a tree of several processes (its
+    # workers) is taken to be at it only when its requests failed.
+    processes = rec.get("system_processes_mean", math.nan)
+    one = math.isnan(processes) or processes <= 1
+    if (rec["open_fds_mean"] >= FILES_NEAR_LIMIT_SHARE * rec["open_files_limit_mean"]
+            and (one or rec["failed_mean"] > 0)):
+        return "open-file limit", (f"{rec['open_fds_mean']:.0f} descriptors open"
+                                   + ("" if one else f" over {processes:.0f} processes")
+                                   + f" of a limit of {rec['open_files_limit_mean']:.0f}"
+                                   + ("" if one else " each"))
     errors = {c: rec[f"errors_{c}_mean"] for c in ERROR_CAUSES}
     top = max(errors, key=lambda c: (0 if math.isnan(errors[c]) else errors[c]))
+    failed = (STOP_WORDS[top], (f"{errors[top]:,.0f} per run ({top})"
+                                + (f"; e.g. {rec['error_example'][:160]!r}"
+                                   if rec["error_example"] else "")))
+    if errors[top] > 0 and top in ANSWERED:
+        return failed
     if mock < POOL_SHARE * client:
         return "connection-pool cap", (f"the mock saw at most {rec['mock_open_max_mean']:.0f} "
                                        f"open upstream requests while {client:.0f} were open at "
                                        f"the client: requests queue in the system")
     if errors[top] > 0:
-        return STOP_WORDS[top], (f"{errors[top]:,.0f} per run ({top})"
-                                 + (f"; e.g. {rec['error_example'][:160]!r}"
-                                    if rec["error_example"] else ""))
+        return failed
     if rec["system_cpu_percent_mean"] >= CPU_BUSY_PERCENT * cores:
         return "CPU", f"{rec['system_cpu_percent_mean']:.0f}% CPU (of {cores:g} cores)"
     over = rec.get("added_over_floor_p99_ms_mean", math.nan)
