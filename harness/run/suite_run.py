@@ -148,7 +148,8 @@ class SuiteResult:
 
 
 def expected(cells: list[Cell]) -> tuple[int, float]:
-    """(runs, seconds) the runnable cells' runnable systems are expected to take at least."""
+    """(runs, seconds) the runnable cells' runnable systems are expected to take when every run
+    holds every step: a step a system fails, or that cannot fit, ends its run sooner."""
     runs, total_s = 0, 0.0
     for cell in cells:
         runs += len(cell.runs)
@@ -175,10 +176,11 @@ def run_suite(cleared: ClearedSuite, progress: Callable[[str], None] = print) ->
     _write(suite_dir, manifest)
     runnable = [(i, c) for i, c in enumerate(cells) if c.cleared is not None]
     runs, expected_s = expected(cells)
-    progress(f"suite {suite_dir.name}: {len(runnable)} cells, {runs} runs, expected at least "
-             f"{expected_s / 60:.0f} min (each run's load, idle and cool-down, ~{RUN_FIXED_S:g} s to "
-             f"start and stop and {LOCUST_PROCESS_START_S:g} s more a Locust process; a step the "
-             "system fails or that cannot fit ends its run early)")
+    progress(f"suite {suite_dir.name}: {len(runnable)} cells, {runs} runs, expected "
+             f"{expected_s / 60:.0f} min if every run holds every step (each run's load, idle and "
+             f"cool-down, ~{RUN_FIXED_S:g} s to start and stop and {LOCUST_PROCESS_START_S:g} s "
+             "more a Locust process; a step the system fails or that cannot fit ends its run "
+             "sooner)")
     began = time.monotonic()
     status = "completed"
     try:
@@ -202,8 +204,8 @@ def run_suite(cleared: ClearedSuite, progress: Callable[[str], None] = print) ->
         raise
     finally:
         _write(suite_dir, dataclasses.replace(manifest, status=status, ended_t_unix_s=time.time()))
-    progress(f"suite {status} in {(time.monotonic() - began) / 60:.0f} min (expected at least "
-             f"{expected_s / 60:.0f} min): {suite_dir}")
+    progress(f"suite {status} in {(time.monotonic() - began) / 60:.0f} min (expected "
+             f"{expected_s / 60:.0f} min if every run held every step): {suite_dir}")
     return SuiteResult(suite_dir, status, tuple(cells))
 
 
